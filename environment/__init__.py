@@ -1,0 +1,5 @@
+"""RL environments validated by this project, with no dependency on any RL framework.
+
+`environment.protocol` holds what every environment gives the harness (a task, a taskset
+and a score); each environment lives in its own subpackage (`environment.deshuffle`).
+"""
