@@ -1,0 +1,74 @@
+"""Agents: small stdlib-only programs run inside the sandbox, one registry.
+
+An agent reads the task from its workspace (``$WORKSPACE``, ``/workspace``) and
+``$AGENT_DIR/task.json`` (``id``, ``hash``, ``prompt`` and the task's public ``meta``), and
+leaves its reply in ``$WORKSPACE/reply.txt``. Only an agent with ``sees_answer_key`` gets
+``$ANSWER_KEY_DIR/answer.json`` mounted read-only; no other sandbox has that mount.
+
+Adding an agent = one program in ``programs/`` and one `AgentSpec` line below; the runner
+is not touched.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from validate.errors import ValidateError
+
+
+class AgentSpec(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    #: File name under ``validate/agents/programs/``.
+    program: str
+    #: The outcome the contract expects: the oracle passes, a control is rejected.
+    expect: Literal["pass", "reject"]
+    sees_answer_key: bool = False
+    description: str
+
+    def source(self) -> bytes:
+        return program_source(self.program)
+
+
+def program_source(filename: str) -> bytes:
+    """A file of ``validate/agents/programs/`` (an agent, or the shared ``agentlib.py``)."""
+    return resources.files("validate.agents.programs").joinpath(filename).read_bytes()
+
+
+REGISTRY: dict[str, AgentSpec] = {a.name: a for a in [
+    AgentSpec(name="oracle", program="oracle.py", expect="pass", sees_answer_key=True,
+              description="writes the gold answer read from the answer key"),
+    AgentSpec(name="empty", program="empty.py", expect="reject",
+              description="leaves no reply"),
+    AgentSpec(name="shuffled", program="shuffled.py", expect="reject",
+              description="a random permutation (and for k > 1 a random grouping), seeded from the task hash"),
+    AgentSpec(name="identity", program="identity.py", expect="reject",
+              description="the displayed order, as one group"),
+    AgentSpec(name="reversed", program="reversed.py", expect="reject",
+              description="the displayed order reversed, as one group"),
+    AgentSpec(name="single-group", program="single_group.py", expect="reject",
+              description="all labels in one group (a list of one list)"),
+    AgentSpec(name="malformed", program="malformed.py", expect="reject",
+              description="an answer that is not a valid partition"),
+]}
+
+CONTROLS: tuple[str, ...] = tuple(n for n, a in REGISTRY.items() if a.expect == "reject")
+ALL_AGENTS: tuple[str, ...] = tuple(REGISTRY)
+
+
+def resolve(names: str | list[str] | tuple[str, ...]) -> list[AgentSpec]:
+    """Agents by name (``all`` and ``controls`` expand); unknown names are an error naming them."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    out: list[str] = []
+    for n in names:
+        expanded = ALL_AGENTS if n == "all" else CONTROLS if n == "controls" else (n,)
+        out += [x for x in expanded if x not in out]
+    unknown = [n for n in out if n not in REGISTRY]
+    if unknown:
+        raise ValidateError(f"agents: unknown agent(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    return [REGISTRY[n] for n in out]

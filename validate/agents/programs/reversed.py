@@ -1,0 +1,4 @@
+"""Reversed control: the labels in reverse displayed order, as one group."""
+from agentlib import labels, reply
+
+reply(labels()[::-1])

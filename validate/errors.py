@@ -1,0 +1,27 @@
+"""One root exception, one subclass per boundary. Library code raises; only the CLI exits."""
+
+from __future__ import annotations
+
+
+class ValidateError(Exception):
+    """Root of every error the harness reports to a user (the CLI prints it, exit 2)."""
+
+
+class ContractError(ValidateError):
+    """A manifest that cannot be read, or does not match this machine; names the field."""
+
+
+class ProfileUnavailable(ValidateError):
+    """The execution profile's backend, image or limits cannot be provided on this machine."""
+
+
+class SandboxError(ValidateError):
+    """An infrastructure fault: the sandbox could not start, or died under the agent.
+
+    Retryable. Never raised for the agent's own failure (exit code, timeout, OOM): those
+    come back as data in `ExecResult`.
+    """
+
+
+class EvidenceError(ValidateError):
+    """The run directory cannot be written, or its files do not check out; names the file."""

@@ -1,0 +1,94 @@
+"""Where everything lives, in one place.
+
+A run directory (``ledgers/<run-id>/``)::
+
+    ledgers/<run-id>/
+        manifest.json        copy of the contract the run used (byte-identical)
+        journal.jsonl        attempts as they finish (append-only; folded into Parquet at the end)
+        attempts.parquet     one row per attempt, superseded ones included
+        tasks.parquet        one verdict per task
+        exclusions.parquet   one row per excluded task, one reason each
+        run.json             run summary: counts, timings, backend facts
+        checksums            sha256 of every other file (``sha256sum -c`` format)
+
+The sandbox image store (``validate image build``)::
+
+    <image_dir>/<image-name>/
+        rootfs.tar           the Debian root filesystem (docker imports it)
+        rootfs/              the same, unpacked, for bwrap (world-readable, owned by root)
+        digest               sha256 of rootfs.tar: the bwrap profile's image digest
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Default root of the image store; must be traversable by the sandbox uid, so not ~root.
+IMAGE_DIR = Path(os.environ.get("VALIDATE_IMAGE_DIR", "/var/lib/deshuffle-validate/images"))
+DEFAULT_IMAGE = "deshuffle-validate-sandbox:bookworm"
+DEFAULT_CORPUS = Path("../shared/corpus/papers.jsonl.gz")
+MANIFEST_DIR = Path("manifests")
+LEDGER_DIR = Path("ledgers")
+
+#: Paths as the agent sees them inside the sandbox.
+SANDBOX_WORKSPACE = "/workspace"
+SANDBOX_AGENT = "/agent"
+SANDBOX_ANSWER_KEY = "/answer_key"
+REPLY_FILE = "reply.txt"  # the agent's reply: /workspace/reply.txt
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifest.json"
+
+    @property
+    def journal(self) -> Path:
+        return self.root / "journal.jsonl"
+
+    @property
+    def attempts(self) -> Path:
+        return self.root / "attempts.parquet"
+
+    @property
+    def tasks(self) -> Path:
+        return self.root / "tasks.parquet"
+
+    @property
+    def exclusions(self) -> Path:
+        return self.root / "exclusions.parquet"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def checksums(self) -> Path:
+        return self.root / "checksums"
+
+
+@dataclass(frozen=True)
+class ImagePaths:
+    name: str
+    base: Path = IMAGE_DIR
+
+    @property
+    def root(self) -> Path:
+        return self.base / self.name.replace("/", "_").replace(":", "_")
+
+    @property
+    def tarball(self) -> Path:
+        return self.root / "rootfs.tar"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.root / "rootfs"
+
+    @property
+    def digest(self) -> Path:
+        return self.root / "digest"

@@ -1,0 +1,241 @@
+"""Play agents on tasks through a sandbox; record every attempt; give every task a verdict.
+
+For each (task, agent): materialise the workspace in a fresh temp dir, run the agent in a
+fresh sandbox with a timeout, read the reply back (size-capped, symlinks refused), score it
+on the host with the environment's own scorer, and append the attempt to the journal.
+Infrastructure faults (`SandboxError`) are retried with backoff, each try recorded as its
+own attempt; an agent's own failure (exit code, timeout, OOM) never is.
+
+Resuming is not a mode: the runner always skips (phase, task, agent) pairs whose latest
+recorded attempt is final (anything but an infrastructure error); a fresh run directory
+simply has none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from validate.agents import AgentSpec
+from validate.contract import Manifest
+from validate.errors import SandboxError, ValidateError
+from validate.evidence import Journal, finalize, mark_superseded, open_run
+from validate.findings import task_findings
+from validate.paths import RunPaths, SANDBOX_AGENT, SANDBOX_WORKSPACE
+from validate.records import Attempt, TaskVerdict
+from validate.sandbox import RunRequest, Sandbox
+from validate.verdicts import decide, outcome_as_expected
+from validate.workspace import ReplyTooLarge, materialise, read_reply, workspace_sha256
+
+
+class Interrupted(ValidateError):
+    """The run was stopped (Ctrl-C); what finished is recorded, `--resume` continues."""
+
+
+@dataclass
+class RunContext:
+    manifest: Manifest
+    sandbox: Sandbox
+    taskset: object
+    paths: RunPaths
+    run_id: str
+    phase: str
+    image_digest: str
+    work_dir: Path | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    #: Seconds to wait between infrastructure retries: (multiplier, max) of an exponential backoff.
+    backoff_s: tuple[float, float] = (1.0, 10.0)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _base(ctx: RunContext, task, agent: AgentSpec, number: int) -> dict:
+    return dict(run_id=ctx.run_id, phase=ctx.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
+                agent=agent.name, expect=agent.expect, attempt=number, started_at=_now(),
+                workspace_sha256=workspace_sha256(task.files), backend=ctx.sandbox.backend,
+                image_digest=ctx.image_digest)
+
+
+def _score(ctx: RunContext, task, agent: AgentSpec, reply: bytes | None, status: str) -> dict:
+    try:
+        scored = ctx.taskset.score(task, reply or b"")
+    except Exception as e:  # noqa: BLE001 - the scorer raising is evidence, not a crash
+        return dict(status="scorer_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+    exp = ctx.manifest.expectations
+    return dict(status=status, reward=scored.reward, metrics=dict(scored.metrics),
+                as_expected=outcome_as_expected(agent.name, status, scored.reward, exp))
+
+
+def _one_try(ctx: RunContext, task, agent: AgentSpec, number: int) -> Attempt:
+    """Run one try; raise `SandboxError` (with the attempt attached) on an infrastructure fault."""
+    base = _base(ctx, task, agent, number)
+    ex = ctx.manifest.execution
+    with materialise(task, agent, ctx.work_dir) as m:
+        request = RunRequest(argv=("python3", f"{SANDBOX_AGENT}/agent.py"), mounts=m.mounts, env=m.env,
+                             workdir=SANDBOX_WORKSPACE, limits=ex.limits,
+                             name=f"{task.idx}-{agent.name}-{number}-{uuid.uuid4().hex[:8]}")
+        try:
+            result = ctx.sandbox.run(request)
+        except SandboxError as e:
+            e.attempt = Attempt(**base, status="infrastructure_error", error_class=type(e).__name__,
+                                error_message=str(e)[:2000], finished_at=_now())
+            raise
+        status = ("timeout" if result.timed_out else "oom" if result.oom_killed
+                  else "exit_nonzero" if result.exit_code != 0 else "ok")
+        reply = None
+        try:
+            reply = read_reply(m.reply_path, ex.max_reply_bytes)
+        except ReplyTooLarge:
+            status = "reply_too_large"
+        except OSError as e:
+            status = "exit_nonzero" if status == "ok" else status
+            base.update(error_class=type(e).__name__, error_message=f"reading the reply: {e}")
+    scored = _score(ctx, task, agent, reply, status)
+    return Attempt(**base, **scored, finished_at=_now(), runtime_s=result.runtime_s,
+                   reply_sha256=None if reply is None else "sha256:" + hashlib.sha256(reply).hexdigest(),
+                   reply_bytes=None if reply is None else len(reply),
+                   exit_code=result.exit_code, oom_killed=result.oom_killed, timed_out=result.timed_out,
+                   stdout=result.stdout.decode("utf-8", "replace"), stderr=result.stderr.decode("utf-8", "replace"))
+
+
+def play(ctx: RunContext, task, agent: AgentSpec, first_number: int) -> list[Attempt]:
+    """Every try of one (task, agent): retried only on infrastructure faults, each try recorded."""
+    if task.requires_network_isolation and not ctx.sandbox.isolates_network:
+        return [Attempt(**_base(ctx, task, agent, first_number), status="unsupported_execution_contract",
+                        error_class="NEEDS_CONTAINER", finished_at=_now(),
+                        error_message=f"the task needs network isolation (network_allow=[]) and backend "
+                                      f"{ctx.sandbox.backend} provides none")]
+    tries: list[Attempt] = []
+    mult, cap = ctx.backoff_s
+    retrying = Retrying(retry=retry_if_exception_type(SandboxError), reraise=True,
+                        stop=stop_after_attempt(1 + ctx.manifest.execution.infra_retries),
+                        wait=wait_exponential(multiplier=mult, max=cap))
+    try:
+        for attempt in retrying:
+            with attempt:
+                if ctx.stop.is_set():
+                    break
+                try:
+                    tries.append(_one_try(ctx, task, agent, first_number + len(tries)))
+                except SandboxError as e:
+                    tries.append(e.attempt)
+                    raise
+    except SandboxError:
+        pass  # the last try is recorded as an infrastructure_error
+    return tries
+
+
+def pending(done: list[Attempt], phase: str, idx_list: list[int], agents: list[AgentSpec]) -> list[tuple[int, AgentSpec, int]]:
+    """(idx, agent, next attempt number) still to run: no final attempt recorded yet."""
+    latest: dict[tuple[int, str], Attempt] = {}
+    for a in done:
+        if a.phase != phase:
+            continue
+        key = (a.idx, a.agent)
+        if key not in latest or a.attempt > latest[key].attempt:
+            latest[key] = a
+    out = []
+    for idx in idx_list:
+        for agent in agents:
+            last = latest.get((idx, agent.name))
+            if last is None or last.status == "infrastructure_error":
+                out.append((idx, agent, 1 if last is None else last.attempt + 1))
+    return out
+
+
+def verdicts(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec]) -> list[TaskVerdict]:
+    final: dict[tuple[int, str], Attempt] = {}
+    for a in attempts:
+        if a.phase == ctx.phase and not a.superseded:
+            final[(a.idx, a.agent)] = a
+    counts: dict[int, int] = {}
+    for a in attempts:
+        if a.phase == ctx.phase:
+            counts[a.idx] = counts.get(a.idx, 0) + 1
+    names = [a.name for a in agents]
+    out = []
+    for entry in ctx.manifest.tasks:
+        task = ctx.taskset.task(entry.idx)
+        mine = [final[(entry.idx, n)] for n in names if (entry.idx, n) in final]
+        reason, detail = decide(mine, names, ctx.manifest.expectations, task_findings(task))
+        controls = [a for a in mine if a.agent != "oracle" and a.reward is not None]
+        top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
+        oracle = next((a for a in mine if a.agent == "oracle"), None)
+        out.append(TaskVerdict(run_id=ctx.run_id, phase=ctx.phase, task_id=task.id, idx=task.idx,
+                               task_hash=task.hash, n_papers=task.n_papers, compatible=reason is None,
+                               reason=reason, detail=detail, oracle_reward=oracle.reward if oracle else None,
+                               max_control_reward=top.reward if top else None,
+                               max_control_agent=top.agent if top else None, n_attempts=counts.get(task.idx, 0)))
+    return out
+
+
+def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
+        on_attempt: Callable[[Attempt], None] | None = None,
+        on_plan: Callable[[int], None] | None = None) -> tuple[list[Attempt], list[TaskVerdict]]:
+    """Play every pending (task, agent) of the manifest; finalize the evidence; return it."""
+    open_run(ctx.paths, ctx.manifest.to_json())
+    journal = Journal(ctx.paths, ctx.taskset.metric_names)
+    todo = pending(journal.existing(), ctx.phase, ctx.manifest.selection.idx, agents)
+    if on_plan:
+        on_plan(len(todo))
+    task_of = lru_cache(maxsize=max(8, 4 * concurrency))(ctx.taskset.task)
+    interrupted = False
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="attempt") as pool:
+        queue = iter(todo)
+        running: dict[Future, tuple] = {}
+
+        def submit_next() -> bool:
+            item = next(queue, None)
+            if item is None:
+                return False
+            idx, agent, number = item
+            running[pool.submit(play, ctx, task_of(idx), agent, number)] = item
+            return True
+
+        for _ in range(concurrency):
+            submit_next()
+        try:
+            while running:
+                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    running.pop(fut)
+                    rows = fut.result()
+                    if ctx.stop.is_set():
+                        continue  # killed by our own stop: not evidence, rerun on resume
+                    journal.append(rows)
+                    for row in rows:
+                        if on_attempt:
+                            on_attempt(row)
+                    submit_next()
+        except KeyboardInterrupt:
+            interrupted = True
+            ctx.stop.set()
+            ctx.sandbox.close()
+            for fut in running:
+                fut.cancel()
+            wait(list(running))
+    attempts = mark_superseded(journal.existing())
+    task_verdicts = verdicts(ctx, attempts, agents)
+    summary = {
+        "run_id": ctx.run_id, "phase": ctx.phase, "manifest_sha256": ctx.manifest.sha256,
+        "backend": ctx.sandbox.backend, "image_digest": ctx.image_digest, "interrupted": interrupted,
+        "agents": [a.name for a in agents], "tasks": len(task_verdicts),
+        "compatible": sum(v.compatible for v in task_verdicts), "attempts": len(attempts),
+        "finished_at": _now().isoformat(),
+    }
+    attempts = finalize(journal, task_verdicts, summary)
+    if interrupted:
+        raise Interrupted(f"interrupted: {len(attempts)} attempts recorded in {ctx.paths.root}; "
+                          f"continue with --resume")
+    return attempts, task_verdicts

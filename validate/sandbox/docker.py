@@ -1,0 +1,135 @@
+"""The reference profile: a fresh Docker container per attempt, through the Docker SDK.
+
+Each container: ``network_mode=none``, memory (no swap), cpu and pids limits, read-only
+root with a tmpfs ``/tmp``, user 65534:65534, every capability dropped,
+no-new-privileges, an RLIMIT_FSIZE cap, a capped json-file log. On the timeout the
+container is killed. A container that exits 137 while neither OOM-killed nor timed out was
+killed from outside (the agent runs as PID 1, which cannot be SIGKILLed from inside its
+own namespace): that is an infrastructure fault.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import LogConfig, Mount, Ulimit
+
+from validate.errors import ProfileUnavailable, SandboxError
+from validate.paths import DEFAULT_IMAGE
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox
+
+LABEL = "deshuffle-validate"
+
+
+class DockerSandbox(Sandbox):
+    backend = "docker"
+    isolates_network = True
+
+    def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc", pool_size: int = 16) -> None:
+        self.image = image
+        self.run_label = run_label
+        try:
+            self.client = docker.from_env(timeout=60, max_pool_size=pool_size)
+        except DockerException as e:
+            raise ProfileUnavailable(f"backend docker: the Docker daemon is not reachable ({e}); "
+                                     f"start dockerd or choose another backend") from None
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+
+    def facts(self) -> BackendFacts:
+        try:
+            version = self.client.version()
+            image = self.client.images.get(self.image)
+        except ImageNotFound:
+            raise ProfileUnavailable(f"execution.image: {self.image} is not in the Docker daemon; "
+                                     f"build it with `validate image build`") from None
+        except (DockerException, requests.RequestException) as e:
+            raise ProfileUnavailable(f"backend docker: the Docker daemon did not answer ({e})") from None
+        return BackendFacts(backend=self.backend, image=self.image, image_digest=image.id,
+                            architecture=image.attrs.get("Architecture", "unknown"),
+                            version=f"docker {version.get('Version', '?')}")
+
+    def _create(self, req: RunRequest):
+        lim = req.limits
+        fsize = lim.max_file_mb * 1024 * 1024
+        return self.client.containers.create(
+            self.image,
+            command=list(req.argv),
+            name=f"dv-{req.name}",
+            labels={LABEL: self.run_label},
+            user="65534:65534",
+            working_dir=req.workdir,
+            environment=dict(req.env),
+            network_mode="none",
+            mem_limit=f"{lim.memory_mb}m",
+            memswap_limit=f"{lim.memory_mb}m",
+            nano_cpus=int(lim.cpus * 1e9),
+            pids_limit=lim.pids,
+            read_only=True,
+            tmpfs={"/tmp": f"size={lim.tmpfs_mb}m,mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ulimits=[Ulimit(name="fsize", soft=fsize, hard=fsize)],
+            log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+            mounts=[Mount(target=m.target, source=str(m.source), type="bind", read_only=m.read_only)
+                    for m in req.mounts],
+        )
+
+    def run(self, req: RunRequest) -> ExecResult:
+        lim = req.limits
+        container = None
+        try:
+            container = self._create(req)
+            with self._lock:
+                self._live.add(container.id)
+            t0 = time.monotonic()
+            container.start()
+            timed_out = False
+            try:
+                status = container.wait(timeout=lim.timeout_s)
+                exit_code = status.get("StatusCode")
+            except requests.exceptions.ConnectionError:
+                if time.monotonic() - t0 < lim.timeout_s * 0.99:
+                    raise  # the daemon went away, not our timeout
+                timed_out, exit_code = True, None
+                try:
+                    container.kill()
+                except APIError:
+                    pass  # it exited between the timeout and the kill
+            runtime = time.monotonic() - t0
+            container.reload()
+            oom = bool(container.attrs["State"].get("OOMKilled"))
+            if exit_code == 137 and not oom and not timed_out:
+                raise SandboxError(f"container {container.name} was killed from outside (exit 137)")
+            keep = lim.max_log_bytes
+            stdout = container.logs(stdout=True, stderr=False)[:keep]
+            stderr = container.logs(stdout=False, stderr=True)[:keep]
+            return ExecResult(exit_code=exit_code, timed_out=timed_out, oom_killed=oom,
+                              stdout=stdout, stderr=stderr, runtime_s=runtime)
+        except SandboxError:
+            raise
+        except (DockerException, requests.RequestException) as e:
+            raise SandboxError(f"docker: {type(e).__name__}: {e}") from None
+        finally:
+            if container is not None:
+                self._remove(container.id)
+
+    def _remove(self, container_id: str) -> None:
+        try:
+            self.client.api.remove_container(container_id, force=True)
+        except NotFound:
+            pass
+        except (DockerException, requests.RequestException):
+            return  # keep it in _live: close() tries again
+        with self._lock:
+            self._live.discard(container_id)
+
+    def close(self) -> None:
+        with self._lock:
+            live = sorted(self._live)
+        for cid in live:
+            self._remove(cid)

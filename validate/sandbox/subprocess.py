@@ -1,0 +1,62 @@
+"""No isolation at all: the agent runs as a host process.
+
+It does not isolate the network, so a task that needs a container (deshuffle-papers sets
+``network_allow=[]``) is never run on it: the runner records such an attempt as an
+unsupported execution contract. Mount targets are rewritten to their host sources in the
+environment variables, since there is no filesystem namespace.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import time
+
+from validate.errors import SandboxError
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain
+
+
+class SubprocessSandbox(Sandbox):
+    backend = "subprocess"
+    isolates_network = False
+
+    def __init__(self, image: str = "host", run_label: str = "adhoc", **_: object) -> None:
+        self.image = image
+
+    def facts(self) -> BackendFacts:
+        return BackendFacts(backend=self.backend, image="host", image_digest="none",
+                            architecture=platform.machine(), version=f"python {sys.version.split()[0]}")
+
+    def run(self, req: RunRequest) -> ExecResult:
+        paths = {m.target: str(m.source) for m in req.mounts}
+
+        def host(s: str) -> str:
+            for target, source in paths.items():
+                if s == target or s.startswith(target + "/"):
+                    return source + s[len(target):]
+            return s
+
+        env = {k: host(v) for k, v in req.env.items()}
+        argv = [sys.executable if a == "python3" else host(a) for a in req.argv]
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, cwd=host(req.workdir), env={"PATH": "/usr/bin:/bin", **env},
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as e:
+            raise SandboxError(f"subprocess: cannot start: {e}") from None
+        out: list[bytes] = []
+        err: list[bytes] = []
+        readers = [drain(proc.stdout, req.limits.max_log_bytes, out), drain(proc.stderr, req.limits.max_log_bytes, err)]
+        timed_out = False
+        try:
+            proc.wait(timeout=req.limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            proc.wait()
+        for r in readers:
+            r.join(timeout=10)
+        return ExecResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out,
+                          stdout=out[0] if out else b"", stderr=err[0] if err else b"",
+                          runtime_s=time.monotonic() - t0)
