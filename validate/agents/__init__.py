@@ -12,6 +12,7 @@ is not touched.
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -23,7 +24,7 @@ class AgentSpec(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    #: File name under ``validate/agents/programs/``.
+    #: File name under ``validate/agents/programs/``, or an absolute path to a program elsewhere.
     program: str
     #: The outcome the contract expects: the oracle passes, a control is rejected.
     expect: Literal["pass", "reject"]
@@ -35,7 +36,10 @@ class AgentSpec(BaseModel):
 
 
 def program_source(filename: str) -> bytes:
-    """A file of ``validate/agents/programs/`` (an agent, or the shared ``agentlib.py``)."""
+    """A file of ``validate/agents/programs/`` (an agent, or the shared ``agentlib.py``),
+    or a program at an absolute path (an agent that lives outside the package)."""
+    if filename.startswith("/"):
+        return Path(filename).read_bytes()
     return resources.files("validate.agents.programs").joinpath(filename).read_bytes()
 
 

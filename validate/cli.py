@@ -1,0 +1,226 @@
+"""The ``validate`` command: one subcommand per protocol phase. No logic lives here.
+
+Exit codes: 0 the phase passed; 1 it ran but the contract is not met (e.g. fewer
+compatible tasks than the minimum); 2 bad input or an environment that cannot run it (the
+message names the field or file); 130 interrupted (resume with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from validate import __version__
+from validate.errors import ValidateError
+from validate.paths import DEFAULT_CORPUS, DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
+
+err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True, highlight=False)
+
+EPILOG = """\
+phases (the validation protocol, in order):
+  image build   build the sandbox image offline from Debian packages (once per machine)
+  freeze        write a contract manifest: corpus revision, tasks and their hashes,
+                expected rewards, execution profile, minimum task count
+  verify        check a manifest against this machine (corpus, task hashes, image, backend)
+  run           play the oracle and negative controls on a manifest's tasks in the sandbox,
+                and write the evidence (Parquet) under ledgers/<run-id>/
+
+example:
+  validate image build
+  validate freeze --name quick --max-papers 3 --idx-stop 20
+  validate run --manifest manifests/quick.json -c 2
+"""
+
+
+def _csv_ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="validate", description="Validate an RL environment's rewards before "
+                                "training: the oracle must pass, negative controls must not, every exclusion "
+                                "has a reason.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="PHASE")
+
+    img = sub.add_parser("image", help="build the sandbox image offline")
+    img_sub = img.add_subparsers(dest="image_command", required=True, metavar="ACTION")
+    b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, unpack it for bwrap")
+    b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
+    b.add_argument("--backends", default="docker,bwrap", help="which backends to prepare (default: %(default)s)")
+
+    f = sub.add_parser("freeze", help="write a contract manifest", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    f.add_argument("--name", required=True, help="manifest name; written to manifests/<name>.json")
+    src = f.add_mutually_exclusive_group()
+    src.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="local corpus snapshot (.jsonl, .jsonl.gz, .parquet)")
+    src.add_argument("--hub", action="store_true", help="use the pinned Hugging Face corpus instead (needs the network)")
+    f.add_argument("--min-papers", type=int, default=1, help="fewest papers per task")
+    f.add_argument("--max-papers", type=int, default=1, help="most papers per task")
+    f.add_argument("--seed", type=int, default=0, help="task-generation seed")
+    f.add_argument("--source", default=None, help="only papers of this source (e.g. arxiv, biorxiv, plos)")
+    f.add_argument("--include-headers", action="store_true", help="section headings are orderable units")
+    sel = f.add_mutually_exclusive_group()
+    sel.add_argument("--idx-stop", type=int, default=20, help="tasks idx-start .. idx-stop-1")
+    sel.add_argument("--idx", type=_csv_ints, help="explicit task indices, comma-separated")
+    f.add_argument("--idx-start", type=int, default=0, help="first task index of the range")
+    f.add_argument("--backend", default="docker", choices=["docker", "bwrap", "subprocess"], help="execution backend")
+    f.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
+    f.add_argument("--memory-mb", type=int, default=512)
+    f.add_argument("--cpus", type=float, default=1.0)
+    f.add_argument("--pids", type=int, default=64)
+    f.add_argument("--timeout-s", type=float, default=60.0)
+    f.add_argument("--controls", default="controls", help="negative controls to run ('controls' = all of them)")
+    f.add_argument("--oracle-min-reward", type=float, default=1.0, help="the oracle passes at or above this reward")
+    f.add_argument("--min-count", type=int, default=None, help="minimum compatible tasks (default: every task)")
+    f.add_argument("--out", type=Path, default=None, help="manifest path (default: manifests/<name>.json)")
+
+    v = sub.add_parser("verify", help="check a manifest against this machine")
+    v.add_argument("--manifest", type=Path, required=True)
+
+    r = sub.add_parser("run", help="play the oracle and controls; write the evidence")
+    r.add_argument("--manifest", type=Path, required=True, help="a frozen contract (manifests/<name>.json)")
+    r.add_argument("--agents", default=None, help="comma-separated agents (default: the oracle and the manifest's controls)")
+    r.add_argument("-c", "--concurrency", type=int, default=2, help="attempts at once (default: %(default)s)")
+    where = r.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
+    where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                       help="continue a run: rerun only missing and infrastructure-failed attempts")
+    r.add_argument("--phase", default="controls", help="phase label of the attempts (default: %(default)s)")
+    return p
+
+
+def cmd_image(args) -> int:
+    from validate.image import build
+
+    build(args.image, [b.strip() for b in args.backends.split(",") if b.strip()], log=lambda m: err.print(m))
+    return 0
+
+
+def cmd_freeze(args) -> int:
+    from environment.deshuffle import DeshuffleConfig
+    from validate.contract import CorpusSpec, EnvironmentSpec, freeze, hub_spec, load_corpus, write_manifest
+    from validate.sandbox import Limits, open_sandbox
+
+    from pydantic import ValidationError
+
+    try:
+        config = DeshuffleConfig(min_papers=args.min_papers, max_papers=args.max_papers, seed=args.seed,
+                                 source=args.source, include_headers=args.include_headers)
+        limits = Limits(memory_mb=args.memory_mb, cpus=args.cpus, pids=args.pids, timeout_s=args.timeout_s)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ValidateError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
+    corpus = load_corpus(hub=args.hub, path=args.corpus)
+    spec = hub_spec() if args.hub else CorpusSpec(kind="local", location=args.corpus, revision=corpus.revision)
+    if args.idx is not None:
+        idx, rule = args.idx, f"explicit idx list of {len(args.idx)} tasks"
+    else:
+        if args.idx_stop <= args.idx_start or args.idx_start < 0:
+            raise ValidateError(f"--idx-stop: must be greater than --idx-start ({args.idx_start}) and ≥ 0")
+        idx, rule = list(range(args.idx_start, args.idx_stop)), f"contiguous idx range [{args.idx_start}, {args.idx_stop})"
+    from validate.agents import resolve
+
+    controls = [a.name for a in resolve(args.controls) if a.name != "oracle"]
+    sandbox = open_sandbox(args.backend, image=args.image)
+    manifest = freeze(name=args.name, env=EnvironmentSpec(config=config, corpus=spec), idx=idx, rule=rule,
+                      facts=sandbox.facts(), corpus=corpus, control_max_reward=dict.fromkeys(controls),
+                      oracle_min_reward=args.oracle_min_reward, limits=limits,
+                      min_task_count=len(set(idx)) if args.min_count is None else args.min_count)
+    path = write_manifest(manifest, args.out or MANIFEST_DIR / f"{args.name}.json")
+    out.print(f"froze {len(manifest.tasks)} tasks → {path}  ({manifest.sha256})")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from validate.contract import load_manifest, verify
+    from validate.sandbox import open_sandbox
+
+    m = load_manifest(args.manifest)
+    verify(m, open_sandbox(m.execution.backend, image=m.execution.image))
+    out.print(f"{args.manifest}: OK — corpus, {len(m.tasks)} task hashes, backend {m.execution.backend}, "
+              f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from validate.agents import resolve
+    from validate.contract import load_manifest, verify
+    from validate.paths import RunPaths
+    from validate.runner import RunContext, run
+    from validate.sandbox import open_sandbox
+
+    m = load_manifest(args.manifest)
+    if args.concurrency < 1:
+        raise ValidateError("--concurrency: must be ≥ 1")
+    agents = resolve(args.agents or m.expectations.agents())
+    if args.resume is not None:
+        if not (args.resume / "manifest.json").exists():
+            raise ValidateError(f"--resume: {args.resume} is not a run directory (no manifest.json)")
+        root = args.resume
+        run_id = root.name
+    else:
+        run_id = f"{m.name}-{args.phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        root = args.run_dir or LEDGER_DIR / run_id
+        if (root / "manifest.json").exists():
+            raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=run_id)
+    taskset, _ = verify(m, sandbox)
+    ctx = RunContext(manifest=m, sandbox=sandbox, taskset=taskset, paths=RunPaths(root), run_id=run_id,
+                     phase=args.phase, image_digest=m.execution.image_digest)
+    t0 = time.monotonic()
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, console=err, transient=False) as progress:
+        bar = progress.add_task("attempts", total=None)
+        try:
+            attempts, verdicts = run(ctx, agents, args.concurrency,
+                                     on_attempt=lambda a: progress.advance(bar),
+                                     on_plan=lambda n: progress.update(bar, total=n))
+        finally:
+            sandbox.close()
+    wall = time.monotonic() - t0
+    reasons = Counter(v.reason for v in verdicts if not v.compatible)
+    compatible = sum(v.compatible for v in verdicts)
+    out.print(f"run {run_id}: {compatible}/{len(verdicts)} tasks compatible; "
+              f"{len(attempts)} attempts in {wall:.1f} s; evidence in {root}")
+    for reason, n in sorted(reasons.items()):
+        out.print(f"  excluded, {reason}: {n}/{len(verdicts)}")
+    if compatible < m.min_task_count:
+        err.print(f"[red]contract not met: {compatible} compatible tasks < min_task_count {m.min_task_count}")
+        return 1
+    return 0
+
+
+COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from validate.runner import Interrupted
+
+    try:
+        return COMMANDS[args.command](args)
+    except Interrupted as e:
+        err.print(str(e), style="yellow", markup=False)
+        return 130
+    except ValidateError as e:
+        err.print(f"error: {e}", style="red", markup=False, highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
