@@ -1,0 +1,2 @@
+"""Crashes with a traceback."""
+raise SystemExit("deliberate crash")

@@ -1,0 +1,136 @@
+"""The conformance suite every sandbox backend must pass, on the real daemon / real bwrap.
+
+Each test plays a (sometimes hostile) agent through the whole attempt path (workspace →
+sandbox → reply → score) and checks both the recorded attempt and that nothing outside the
+sandbox changed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from validate.agents import REGISTRY
+from validate.runner import play
+from validate.sandbox import Limits
+from validate.sandbox.bwrap import CGROUP_ROOT, PARENT
+from tests.conftest import SANDBOX_BACKENDS, hostile, make_ctx, make_manifest
+
+pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+
+LIMITS = Limits(memory_mb=256, pids=64, timeout_s=4.0, max_file_mb=64)
+
+
+@pytest.fixture
+def attempt(corpus, corpus_path, sandboxes, tmp_path):
+    """Play one agent on task 0 (one paper) of a small manifest; return the final attempt."""
+
+    def go(backend: str, agent, limits: Limits = LIMITS, idx: int = 0):
+        sandbox = sandboxes(backend)
+        manifest = make_manifest(corpus, corpus_path, sandbox, idx=[idx], limits=limits, infra_retries=0)
+        from validate.contract import build_taskset
+
+        taskset = build_taskset(manifest.environment, corpus)
+        ctx = make_ctx(manifest, sandbox, taskset, tmp_path / "run")
+        rows = play(ctx, taskset.task(idx), agent, 1)
+        assert len(rows) == 1
+        return rows[0]
+
+    return go
+
+
+def probe_json(att) -> dict:
+    assert att.status == "ok", (att.status, att.stderr)
+    return json.loads(att.stdout)
+
+
+def test_oracle_passes_and_empty_is_rejected(backend, attempt):
+    ok = attempt(backend, REGISTRY["oracle"])
+    assert (ok.status, ok.reward, ok.as_expected, ok.exit_code) == ("ok", 1.0, True, 0)
+    empty = attempt(backend, REGISTRY["empty"])
+    assert (empty.status, empty.reward, empty.reply_sha256, empty.as_expected) == ("ok", 0.0, None, True)
+
+
+def test_no_network_of_any_kind(backend, attempt):
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 47123))
+    listener.listen(1)
+    listener.settimeout(0.1)
+    try:
+        out = probe_json(attempt(backend, hostile("net-probe")))
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing reached the host's loopback
+    finally:
+        listener.close()
+    for probe in ("dns", "tcp_outside", "tcp_host_loopback", "tcp_docker_bridge"):
+        assert out[probe].startswith("blocked"), out
+    assert out["interfaces"] == ["lo"]
+
+
+def test_controls_cannot_see_the_answer_key_or_host_secrets(backend, attempt):
+    out = probe_json(attempt(backend, hostile("peek")))
+    assert out["/answer_key/answer.json"].startswith("denied"), out
+    assert out["answer_key_env"] == ""
+    for path in ("/etc/shadow", "/var/run/docker.sock", "/run/docker.sock", "/root/.bash_history"):
+        assert out[path].startswith("denied"), (path, out)
+    for path in ("/etc/pwned", "/agent/agent.py", "/usr/pwned", "/pwned"):
+        assert out["write " + path].startswith("denied"), (path, out)
+    assert out["uid"] == 65534
+    assert not Path("/etc/pwned").exists() and not Path("/pwned").exists()
+
+
+def test_memory_bomb_is_oom_killed(backend, attempt):
+    att = attempt(backend, hostile("memory-bomb"))
+    assert att.status == "oom" and att.oom_killed and not att.timed_out
+    assert att.reward == 0.0 and att.as_expected
+
+
+def test_sleeper_times_out_and_its_reply_is_still_scored(backend, attempt):
+    att = attempt(backend, hostile("sleeper"), Limits(timeout_s=1.5))
+    assert att.status == "timeout" and att.timed_out and att.exit_code is None
+    assert att.reply_bytes == len("\\boxed{[1]}") and att.reward == 0.0
+    assert att.runtime_s < 10
+
+
+def test_fork_bomb_is_contained(backend, attempt):
+    att = attempt(backend, hostile("fork-bomb"), Limits(pids=32, timeout_s=3.0))
+    assert att.status in ("timeout", "exit_nonzero", "oom")
+    assert att.reward == 0.0 and att.as_expected
+    for _ in range(50):  # exited children are reaped by the host's init a moment later
+        leftover = subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout.split()
+        if not leftover:
+            break
+        time.sleep(0.1)
+    assert leftover == [], "processes of the sandbox uid outlived the attempt"
+
+
+def test_huge_reply_is_capped(backend, attempt):
+    att = attempt(backend, hostile("big-reply"), Limits(timeout_s=20.0, max_file_mb=64))
+    assert att.status == "reply_too_large"
+    assert att.reward == 0.0 and att.metrics["parsed_ok"] == 0.0
+
+
+def test_garbage_crash_and_symlink_replies(backend, attempt):
+    garbage = attempt(backend, hostile("garbage-reply"))
+    assert garbage.status == "ok" and garbage.reply_bytes == 4096 and garbage.reward == 0.0
+    crash = attempt(backend, hostile("crash"))
+    assert crash.status == "exit_nonzero" and crash.exit_code == 1 and "deliberate crash" in crash.stderr
+    link = attempt(backend, hostile("symlink-reply"))
+    assert link.reply_sha256 is None and link.reward == 0.0  # the host's /etc/shadow was not read
+
+
+def test_nothing_is_left_behind(backend, attempt, sandboxes):
+    attempt(backend, REGISTRY["oracle"])
+    if backend == "docker":
+        client = sandboxes("docker").client
+        assert client.containers.list(all=True, filters={"label": "deshuffle-validate"}) == []
+    else:
+        for c in ("memory", "pids", "cpu"):
+            parent = CGROUP_ROOT / c / PARENT
+            assert not parent.exists() or [p for p in parent.iterdir() if p.is_dir()] == []
