@@ -1,0 +1,93 @@
+"""Evidence files: the journal survives a crash, Parquet is written whole, runs keep their manifest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from datetime import UTC, datetime
+
+import pyarrow.parquet as pq
+import pytest
+
+from validate.errors import EvidenceError
+from validate.evidence import Journal, atomic_write, mark_superseded, open_run, write_table
+from validate.paths import RunPaths
+from validate.records import Attempt
+
+METRICS = ("parsed_ok", "grouping_f1")
+
+
+def att(idx, agent="oracle", attempt=1, status="ok"):
+    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent, expect="pass",
+                   attempt=attempt, status=status, reward=1.0, metrics={"parsed_ok": 1.0, "grouping_f1": 1.0},
+                   started_at=datetime(2026, 1, 1, tzinfo=UTC), workspace_sha256="w", backend="b", image_digest="d")
+
+
+def test_a_line_cut_short_by_a_crash_is_dropped(tmp_path):
+    paths = RunPaths(tmp_path)
+    j = Journal(paths, METRICS)
+    j.append([att(0), att(1)])
+    j.close()
+    with open(paths.journal, "ab") as fh:
+        fh.write(att(2).model_dump_json().encode()[:57])  # SIGKILL mid-write
+    got = Journal(paths, METRICS).existing()
+    assert sorted(a.idx for a in got) == [0, 1]
+
+
+def test_parquet_and_journal_merge_without_duplicates(tmp_path):
+    paths = RunPaths(tmp_path)
+    write_table(paths.attempts, [att(0), att(1)], Attempt, METRICS)
+    j = Journal(paths, METRICS)
+    j.append([att(1), att(2)])  # att(1) in both: a crash between the Parquet rename and the journal unlink
+    got = j.existing()
+    assert sorted(a.idx for a in got) == [0, 1, 2]
+    assert got[0].metrics == {"parsed_ok": 1.0, "grouping_f1": 1.0}
+
+
+def test_superseded_marks_all_but_the_latest_try():
+    rows = mark_superseded([att(0, attempt=1, status="infrastructure_error"), att(0, attempt=2), att(1)])
+    assert [(a.idx, a.attempt, a.superseded) for a in rows] == [(0, 1, True), (0, 2, False), (1, 1, False)]
+
+
+def test_metrics_become_columns(tmp_path):
+    write_table(tmp_path / "a.parquet", [att(0)], Attempt, METRICS)
+    table = pq.read_table(tmp_path / "a.parquet")
+    assert "metric_grouping_f1" in table.column_names and "metrics" not in table.column_names
+    assert str(table.schema.field("started_at").type) == "timestamp[us, tz=UTC]"
+
+
+def test_resuming_with_another_manifest_is_refused(tmp_path):
+    paths = RunPaths(tmp_path / "run")
+    open_run(paths, b'{"a": 1}\n')
+    open_run(paths, b'{"a": 1}\n')
+    with pytest.raises(EvidenceError, match="manifest.json.*another manifest"):
+        open_run(paths, b'{"a": 2}\n')
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 256 KiB filesystem that fills up."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True)
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_disk_full_is_a_clear_error_and_keeps_what_was_there(tiny_disk):
+    target = tiny_disk / "run.json"
+    atomic_write(target, b"old")
+    with pytest.raises(EvidenceError, match="run.json: cannot write.*No space left"):
+        atomic_write(target, b"x" * (1 << 20))
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tiny_disk.iterdir()] == ["run.json"]
+
+
+def test_disk_full_while_writing_parquet_leaves_no_half_file(tiny_disk):
+    rows = [att(i).model_copy(update={"task_hash": os.urandom(2000).hex()}) for i in range(400)]
+    write_table(tiny_disk / "attempts.parquet", rows[:2], Attempt, METRICS)
+    before = pq.read_table(tiny_disk / "attempts.parquet").num_rows
+    with pytest.raises(EvidenceError, match="attempts.parquet: cannot write"):
+        write_table(tiny_disk / "attempts.parquet", rows, Attempt, METRICS)
+    assert pq.read_table(tiny_disk / "attempts.parquet").num_rows == before == 2
+    assert [p.name for p in tiny_disk.iterdir()] == ["attempts.parquet"]
