@@ -77,3 +77,11 @@ def test_oracle_must_exit_cleanly_and_reach_the_threshold():
     ceiling = Expectations(control_max_reward={"identity": 0.5})
     assert not outcome_as_expected("identity", "ok", 0.5, ceiling)
     assert outcome_as_expected("identity", "ok", 0.49, ceiling)
+
+
+def test_a_controls_only_run_is_judged_on_its_controls():
+    controls = good()[1:]
+    assert decide(controls, AGENTS[1:], EXP, [])[0] is None
+    passing = FAULTS["control_passes"][1]
+    with_pass = [passing if a.agent == passing.agent else a for a in controls]
+    assert decide(with_pass, AGENTS[1:], EXP, [])[0] == "invalid_task_or_verifier"

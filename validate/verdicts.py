@@ -48,7 +48,9 @@ def decide(final: Iterable[Attempt], agents: list[str], exp: Expectations,
                 if a.agent != "oracle" and a.status in AGENT_STATUSES and not a.as_expected]
     if invalid:
         return verdict("invalid_task_or_verifier", "; ".join(invalid))
-    oracle = by_agent["oracle"]
+    oracle = by_agent.get("oracle")
+    if oracle is None:
+        return verdict(None, "every control rejected (the oracle was not part of this run)")
     if not oracle.as_expected:
         return verdict("oracle_fails_on_valid_task",
                        f"oracle status {oracle.status}, reward {oracle.reward} < {exp.oracle_min_reward}")

@@ -8,6 +8,9 @@ come back as data; a sandbox that cannot start or dies under the agent raises
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -105,3 +108,20 @@ def drain(stream: IO[bytes], keep: int, out: list[bytes]) -> threading.Thread:
     t = threading.Thread(target=work, daemon=True)
     t.start()
     return t
+
+
+def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """True when `proc` exits within `timeout_s`. A pidfd wakes us at the exit itself;
+    `Popen.wait(timeout=)` would poll with sleeps growing to 50 ms."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)

@@ -2,8 +2,7 @@
 
 The launch chain, each step `exec`ing the next::
 
-    sh (joins the attempt's memory/pids/cpu cgroups)
-      → prlimit --fsize            (file-size cap, like docker's ulimit)
+    sh (joins the attempt's memory/pids/cpu cgroups; ulimit -f caps file size)
       → setpriv --reuid 65534      (drop root *before* bwrap: a root-launched bwrap would
                                     map the sandbox uid back to host root)
       → bwrap --unshare-all        (no network, own pid/ipc/uts namespaces, no capabilities)
@@ -28,13 +27,15 @@ from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain, wait_exit
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
 PARENT = "deshuffle-validate"
 SANDBOX_UID = 65534
-_JOIN = 'for d in "$1" "$2" "$3"; do echo $$ > "$d/cgroup.procs" || exit 125; done; shift 3; exec "$@"'
+# Join the attempt's cgroups and cap file size (ulimit -f counts 512-byte blocks), then exec.
+_JOIN = ('for d in "$1" "$2" "$3"; do echo $$ > "$d/cgroup.procs" || exit 125; done; '
+         'ulimit -f "$4" || exit 125; shift 4; exec "$@"')
 
 
 class BwrapSandbox(Sandbox):
@@ -49,7 +50,7 @@ class BwrapSandbox(Sandbox):
         self._lock = threading.Lock()
 
     def facts(self) -> BackendFacts:
-        for tool in ("bwrap", "setpriv", "prlimit"):
+        for tool in ("bwrap", "setpriv"):
             if shutil.which(tool) is None:
                 raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install bubblewrap util-linux)")
         if os.geteuid() != 0:
@@ -87,9 +88,8 @@ class BwrapSandbox(Sandbox):
         return dirs
 
     def _argv(self, req: RunRequest, cgroups: list[Path]) -> list[str]:
-        fsize = req.limits.max_file_mb * 1024 * 1024
-        argv = ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroups),
-                "prlimit", f"--fsize={fsize}", "--",
+        blocks = req.limits.max_file_mb * 2048
+        argv = ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroups), str(blocks),
                 "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
                 "--inh-caps=-all", "--no-new-privs",
                 "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
@@ -126,12 +126,10 @@ class BwrapSandbox(Sandbox):
         err: list[bytes] = []
         readers = [drain(proc.stdout, req.limits.max_log_bytes, out),
                    drain(proc.stderr, req.limits.max_log_bytes, err)]
-        timed_out = False
         try:
-            proc.wait(timeout=req.limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self._kill(proc, cgroups[1])
+            timed_out = not wait_exit(proc, req.limits.timeout_s)
+            if timed_out:
+                self._kill(proc, cgroups[1])
             proc.wait()
         finally:
             with self._lock:

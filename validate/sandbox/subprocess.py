@@ -14,7 +14,7 @@ import sys
 import time
 
 from validate.errors import SandboxError
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain, wait_exit
 
 
 class SubprocessSandbox(Sandbox):
@@ -48,13 +48,10 @@ class SubprocessSandbox(Sandbox):
         out: list[bytes] = []
         err: list[bytes] = []
         readers = [drain(proc.stdout, req.limits.max_log_bytes, out), drain(proc.stderr, req.limits.max_log_bytes, err)]
-        timed_out = False
-        try:
-            proc.wait(timeout=req.limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = not wait_exit(proc, req.limits.timeout_s)
+        if timed_out:
             proc.kill()
-            proc.wait()
+        proc.wait()
         for r in readers:
             r.join(timeout=10)
         return ExecResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out,

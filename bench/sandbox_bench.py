@@ -1,0 +1,103 @@
+"""Attempts per second of the harness vs a bare loop of the backend's own command.
+
+    python bench/sandbox_bench.py [--backend docker|bwrap|both] [-n 60] [-c 2]
+
+At the same concurrency, it times (a) the bare command in a loop —
+``docker run --rm --network none IMAGE python3 -c pass`` for docker; for bwrap the same
+bwrap line the harness uses, minus the harness — and (b) the harness playing the ``empty``
+agent on N real tasks (materialise + run + score + record). It prints both rates and their
+ratio, measured in one run. Targets: docker harness ≥ 0.9 × bare; bwrap per attempt ≤ 2.5 ×
+a bare ``python3 -c pass``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from validate.paths import DEFAULT_IMAGE, ImagePaths  # noqa: E402
+
+
+def rate(fn, n: int, c: int) -> float:
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(c) as pool:
+        list(pool.map(lambda _: fn(), range(n)))
+    return n / (time.perf_counter() - t0)
+
+
+def bare_docker() -> None:
+    subprocess.run(["docker", "run", "--rm", "--network", "none", DEFAULT_IMAGE, "python3", "-c", "pass"],
+                   check=True, capture_output=True)
+
+
+def bare_bwrap() -> None:
+    rootfs = str(ImagePaths(DEFAULT_IMAGE).rootfs)
+    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bwrap", "--unshare-all",
+                    "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
+                    "--tmpfs", "/tmp", "--", "python3", "-c", "pass"], check=True, capture_output=True)
+
+
+def bare_python() -> None:
+    subprocess.run([str(ImagePaths(DEFAULT_IMAGE).rootfs / "usr/bin/python3"), "-c", "pass"], check=True,
+                   capture_output=True)
+
+
+def harness(backend: str, n: int, c: int, corpus: str) -> float:
+    from environment.deshuffle import Corpus
+    from tests.conftest import make_ctx, make_manifest
+    from validate.agents import resolve
+    from validate.contract import build_taskset
+    from validate.runner import run
+    from validate.sandbox import open_sandbox
+
+    corpus_obj = Corpus.from_path(corpus)
+    sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench")
+    manifest = make_manifest(corpus_obj, corpus, sandbox, idx=list(range(n)))
+    taskset = build_taskset(manifest.environment, corpus_obj)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+    try:
+        ctx = make_ctx(manifest, sandbox, taskset, tmp / "run")
+        t0 = time.perf_counter()
+        attempts, _ = run(ctx, resolve("empty"), c)
+        elapsed = time.perf_counter() - t0
+        assert len(attempts) == n and all(a.status == "ok" for a in attempts)
+        return n / elapsed
+    finally:
+        sandbox.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="both", choices=["docker", "bwrap", "both"])
+    ap.add_argument("-n", type=int, default=60, help="attempts per measurement")
+    ap.add_argument("-c", type=int, default=2, help="concurrency")
+    ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
+    args = ap.parse_args()
+    backends = ["docker", "bwrap"] if args.backend == "both" else [args.backend]
+    print(f"n={args.n} attempts, concurrency {args.c}")
+    if "docker" in backends:
+        bare = rate(bare_docker, args.n, args.c)
+        ours = harness("docker", args.n, args.c, args.corpus)
+        print(f"docker  bare {bare:6.2f}/s   harness {ours:6.2f}/s   harness/bare {ours / bare:5.2f}  (target ≥ 0.90)")
+    if "bwrap" in backends:
+        py_ms = 1000 / rate(bare_python, args.n, 1)
+        bare = rate(bare_bwrap, args.n, args.c)
+        ours = harness("bwrap", args.n, args.c, args.corpus)
+        one_ms = 1000 / harness("bwrap", args.n, 1, args.corpus)
+        print(f"bwrap   bare {bare:6.2f}/s   harness {ours:6.2f}/s   harness/bare {ours / bare:5.2f}")
+        print(f"        one attempt at a time: harness {one_ms:5.1f} ms per attempt vs python3 -c pass "
+              f"{py_ms:5.1f} ms = {one_ms / py_ms:4.2f}x  (target ≤ 2.5x)")
+
+
+if __name__ == "__main__":
+    main()
