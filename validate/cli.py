@@ -30,13 +30,20 @@ phases (the validation protocol, in order):
   freeze        write a contract manifest: corpus revision, tasks and their hashes,
                 expected rewards, execution profile, minimum task count
   verify        check a manifest against this machine (corpus, task hashes, image, backend)
-  run           play the oracle and negative controls on a manifest's tasks in the sandbox,
-                and write the evidence (Parquet) under ledgers/<run-id>/
+  pilot         a stratified sample (source × paper count × length × include_headers):
+                oracle, every control, and partial-credit probes that must land strictly
+                between the controls and the oracle
+  pool          one oracle attempt on every task; freeze the exception-free passes as
+                manifests/<name>.frozen.json if they reach the minimum; controls on that set
+  run           play chosen agents on a manifest's tasks (one phase), write the evidence
+
+Every phase writes Parquet evidence under ledgers/<run-id>/ and resumes with --resume.
 
 example:
   validate image build
-  validate freeze --name quick --max-papers 3 --idx-stop 20
-  validate run --manifest manifests/quick.json -c 2
+  validate freeze --name pool --max-papers 3 --idx-stop 1000 --min-count 950
+  validate pilot --manifest manifests/pool.json
+  validate pool --manifest manifests/pool.json -c 2
 """
 
 
@@ -89,15 +96,29 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--manifest", type=Path, required=True)
 
     r = sub.add_parser("run", help="play the oracle and controls; write the evidence")
-    r.add_argument("--manifest", type=Path, required=True, help="a frozen contract (manifests/<name>.json)")
-    r.add_argument("--agents", default=None, help="comma-separated agents (default: the oracle and the manifest's controls)")
-    r.add_argument("-c", "--concurrency", type=int, default=2, help="attempts at once (default: %(default)s)")
-    where = r.add_mutually_exclusive_group()
+    _run_options(r)
+    r.add_argument("--agents", default=None, help="comma-separated agents, or all / controls / probes "
+                   "(default: the oracle and the manifest's controls)")
+    r.add_argument("--phase", default="controls", help="phase label of the attempts (default: %(default)s)")
+
+    pi = sub.add_parser("pilot", help="a stratified sample, both header variants, controls and partial-credit probes")
+    _run_options(pi)
+    pi.add_argument("--per-stratum", type=int, default=1, help="tasks sampled per stratum (default: %(default)s)")
+
+    po = sub.add_parser("pool", help="oracle on every task → freeze the passes → controls on the frozen set")
+    _run_options(po)
+    po.add_argument("--manifest-dir", type=Path, default=MANIFEST_DIR,
+                    help="where the frozen child manifest is written (default: %(default)s)")
+    return p
+
+
+def _run_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--manifest", type=Path, required=True, help="a contract manifest (manifests/<name>.json)")
+    sp.add_argument("-c", "--concurrency", type=int, default=2, help="attempts at once (default: %(default)s)")
+    where = sp.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                        help="continue a run: rerun only missing and infrastructure-failed attempts")
-    r.add_argument("--phase", default="controls", help="phase label of the attempts (default: %(default)s)")
-    return p
 
 
 def cmd_image(args) -> int:
@@ -153,56 +174,129 @@ def cmd_verify(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
-    from validate.agents import resolve
+def _context(args, phase: str):
+    """Load and verify the manifest, open the backend, pick the run directory."""
     from validate.contract import load_manifest, verify
     from validate.paths import RunPaths
-    from validate.runner import RunContext, run
+    from validate.runner import RunContext
     from validate.sandbox import open_sandbox
 
     m = load_manifest(args.manifest)
     if args.concurrency < 1:
         raise ValidateError("--concurrency: must be ≥ 1")
-    agents = resolve(args.agents or m.expectations.agents())
     if args.resume is not None:
         if not (args.resume / "manifest.json").exists():
             raise ValidateError(f"--resume: {args.resume} is not a run directory (no manifest.json)")
-        root = args.resume
-        run_id = root.name
+        root, run_id = args.resume, args.resume.name
     else:
-        run_id = f"{m.name}-{args.phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        run_id = f"{m.name}-{phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
         root = args.run_dir or LEDGER_DIR / run_id
         if (root / "manifest.json").exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=run_id)
     taskset, _ = verify(m, sandbox)
-    ctx = RunContext(manifest=m, sandbox=sandbox, taskset=taskset, paths=RunPaths(root), run_id=run_id,
-                     phase=args.phase, image_digest=m.execution.image_digest)
-    t0 = time.monotonic()
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=err, transient=False) as progress:
-        bar = progress.add_task("attempts", total=None)
-        try:
-            attempts, verdicts = run(ctx, agents, args.concurrency,
-                                     on_attempt=lambda a: progress.advance(bar),
-                                     on_plan=lambda n: progress.update(bar, total=n))
-        finally:
-            sandbox.close()
-    wall = time.monotonic() - t0
+    return RunContext(manifest=m, sandbox=sandbox, taskset=taskset, paths=RunPaths(root), run_id=run_id,
+                      phase=phase, image_digest=m.execution.image_digest)
+
+
+class _Bar:
+    """A progress bar over every attempt a phase plans (phases may plan several times)."""
+
+    def __enter__(self):
+        columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn()]
+        self.progress = Progress(*columns, console=err, transient=False)
+        self.progress.__enter__()
+        self.bar = self.progress.add_task("attempts", total=0)
+        self.t0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall_s = time.monotonic() - self.t0
+        return self.progress.__exit__(*exc)
+
+    @property
+    def hooks(self) -> dict:
+        def plan(n: int) -> None:
+            self.progress.update(self.bar, total=self.progress.tasks[0].total + n)
+
+        return {"on_attempt": lambda a: self.progress.advance(self.bar), "on_plan": plan}
+
+
+def _report_verdicts(run_id: str, root, verdicts, wall_s: float, n_attempts: int) -> None:
     reasons = Counter(v.reason for v in verdicts if not v.compatible)
     compatible = sum(v.compatible for v in verdicts)
     out.print(f"run {run_id}: {compatible}/{len(verdicts)} tasks compatible; "
-              f"{len(attempts)} attempts in {wall:.1f} s; evidence in {root}")
+              f"{n_attempts} attempts in {wall_s:.1f} s; evidence in {root}")
     for reason, n in sorted(reasons.items()):
         out.print(f"  excluded, {reason}: {n}/{len(verdicts)}")
-    if compatible < m.min_task_count:
-        err.print(f"[red]contract not met: {compatible} compatible tasks < min_task_count {m.min_task_count}")
+
+
+def cmd_run(args) -> int:
+    from validate.agents import resolve
+    from validate.runner import run
+
+    ctx = _context(args, args.phase)
+    agents = resolve(args.agents or ctx.manifest.expectations.agents())
+    with _Bar() as bar:
+        try:
+            attempts, verdicts = run(ctx, agents, args.concurrency, **bar.hooks)
+        finally:
+            ctx.sandbox.close()
+    _report_verdicts(ctx.run_id, ctx.paths.root, verdicts, bar.wall_s, len(attempts))
+    compatible = sum(v.compatible for v in verdicts)
+    if compatible < ctx.manifest.min_task_count:
+        err.print(f"contract not met: {compatible} compatible tasks < min_task_count {ctx.manifest.min_task_count}",
+                  style="red")
         return 1
     return 0
 
 
-COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run}
+def cmd_pool(args) -> int:
+    from validate.phases import pool
+
+    ctx = _context(args, "pool")
+    with _Bar() as bar:
+        try:
+            result = pool(ctx, args.concurrency, bar.hooks, manifest_dir=args.manifest_dir)
+        finally:
+            ctx.sandbox.close()
+    out.print(f"pool {ctx.run_id}: oracle passed {result.oracle_passes}/{result.tasks} tasks "
+              f"(minimum {ctx.manifest.min_task_count}); wall {bar.wall_s:.1f} s; evidence in {result.run_dir}")
+    if result.below_minimum:
+        err.print(f"stopped: {result.oracle_passes} exception-free oracle passes < min_task_count "
+                  f"{ctx.manifest.min_task_count}; nothing frozen, no control run", style="red")
+        return 1
+    out.print(f"froze {result.oracle_passes} tasks → {result.frozen_manifest}; "
+              f"compatible {result.compatible}/{result.tasks}")
+    return 0 if result.compatible >= ctx.manifest.min_task_count else 1
+
+
+def cmd_pilot(args) -> int:
+    from validate.phases import pilot
+
+    ctx = _context(args, "pilot")
+    with _Bar() as bar:
+        try:
+            result = pilot(ctx, args.per_stratum, args.concurrency, bar.hooks)
+        finally:
+            ctx.sandbox.close()
+    out.print(f"pilot {ctx.run_id}: {sum(len(s.sampled) for s in result.strata)} tasks sampled from "
+              f"{len(result.strata)} strata × {len(result.variants)} header variants; "
+              f"{result.compatible}/{result.tasks} compatible; wall {bar.wall_s:.1f} s; evidence in {result.run_dir}")
+    for s in result.strata:
+        out.print(f"  {s.name:45s} sampled {len(s.sampled)}/{s.pool_tasks}")
+    bad = [p for p in result.probes if not p.ok]
+    out.print(f"partial-credit probes: {len(result.probes) - len(bad)}/{len(result.probes)} strictly between "
+              f"the controls' median and the oracle")
+    for p in bad:
+        err.print(f"  PROBE FAILED {p.variant} {p.task_id} {p.probe}: reward {p.reward} not in "
+                  f"({p.control_typical:.4f}, {p.oracle_reward})", style="red")
+    return 0 if result.probes_ok else 1
+
+
+COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run,
+            "pool": cmd_pool, "pilot": cmd_pilot}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -220,6 +220,23 @@ def freeze(*, name: str, env: EnvironmentSpec, idx: list[int], rule: str, facts:
         raise ContractError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
 
 
+def derive(parent: Manifest, *, name: str, idx: list[int], rule: str, corpus: Corpus,
+           config: DeshuffleConfig | None = None) -> Manifest:
+    """A child contract of `parent` (same corpus, expectations and execution profile) over
+    `idx`, optionally with another environment config; it points at its parent by hash."""
+    env = parent.environment if config is None else parent.environment.model_copy(update={"config": config})
+    taskset = build_taskset(env, corpus)
+    idx = sorted(set(idx))
+    entries = [TaskEntry(id=t.id, idx=t.idx, hash=t.hash) for t in map(taskset.task, idx)]
+    return parent.model_copy(update={
+        "name": name, "created_at": datetime.now(UTC), "environment": env,
+        "selection": Selection(rule=rule, idx=idx, seed=env.config.seed), "tasks": entries,
+        "task_list_sha256": task_list_sha256(entries), "parent_sha256": parent.sha256,
+        "min_task_count": min(parent.min_task_count, len(entries)),
+        "harness_version": validate.__version__, "git_commit": git_commit(),
+    }).sealed()
+
+
 def write_manifest(manifest: Manifest, path: Path) -> Path:
     from validate.evidence import atomic_write
 

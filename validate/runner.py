@@ -74,7 +74,7 @@ def _score(ctx: RunContext, task, agent: AgentSpec, reply: bytes | None, status:
         return dict(status="scorer_error", error_class=type(e).__name__, error_message=str(e)[:2000])
     exp = ctx.manifest.expectations
     return dict(status=status, reward=scored.reward, metrics=dict(scored.metrics),
-                as_expected=outcome_as_expected(agent.name, status, scored.reward, exp))
+                as_expected=outcome_as_expected(agent.name, status, scored.reward, exp, agent.expect))
 
 
 def _one_try(ctx: RunContext, task, agent: AgentSpec, number: int) -> Attempt:
@@ -154,25 +154,31 @@ def pending(done: list[Attempt], phase: str, idx_list: list[int], agents: list[A
     return out
 
 
-def verdicts(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec]) -> list[TaskVerdict]:
+def judge(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec],
+          entries: list | None = None, phases: list[str] | None = None) -> list[TaskVerdict]:
+    """One verdict per task of `entries` (default: the manifest's), from each agent's final
+    attempt over `phases` (default: this phase; a later phase in the list wins)."""
+    phases = phases or [ctx.phase]
+    rank = {p: i for i, p in enumerate(phases)}
     final: dict[tuple[int, str], Attempt] = {}
-    for a in attempts:
-        if a.phase == ctx.phase and not a.superseded:
-            final[(a.idx, a.agent)] = a
     counts: dict[int, int] = {}
     for a in attempts:
-        if a.phase == ctx.phase:
-            counts[a.idx] = counts.get(a.idx, 0) + 1
+        if a.phase not in rank:
+            continue
+        counts[a.idx] = counts.get(a.idx, 0) + 1
+        key = (a.idx, a.agent)
+        if not a.superseded and (key not in final or rank[a.phase] >= rank[final[key].phase]):
+            final[key] = a
     names = [a.name for a in agents]
     out = []
-    for entry in ctx.manifest.tasks:
+    for entry in entries if entries is not None else ctx.manifest.tasks:
         task = ctx.taskset.task(entry.idx)
         mine = [final[(entry.idx, n)] for n in names if (entry.idx, n) in final]
         reason, detail = decide(mine, names, ctx.manifest.expectations, task_findings(task))
         controls = [a for a in mine if a.agent != "oracle" and a.reward is not None]
         top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
         oracle = next((a for a in mine if a.agent == "oracle"), None)
-        out.append(TaskVerdict(run_id=ctx.run_id, phase=ctx.phase, task_id=task.id, idx=task.idx,
+        out.append(TaskVerdict(run_id=ctx.run_id, phase=phases[-1], task_id=task.id, idx=task.idx,
                                task_hash=task.hash, n_papers=task.n_papers, compatible=reason is None,
                                reason=reason, detail=detail, oracle_reward=oracle.reward if oracle else None,
                                max_control_reward=top.reward if top else None,
@@ -180,28 +186,24 @@ def verdicts(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec]) 
     return out
 
 
-def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
-        on_attempt: Callable[[Attempt], None] | None = None,
-        on_plan: Callable[[int], None] | None = None) -> tuple[list[Attempt], list[TaskVerdict]]:
-    """Play every pending (task, agent) of the manifest; finalize the evidence; return it."""
-    open_run(ctx.paths, ctx.manifest.to_json())
-    journal = Journal(ctx.paths, ctx.taskset.metric_names)
-    todo = pending(journal.existing(), ctx.phase, ctx.manifest.selection.idx, agents)
+def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list[AgentSpec],
+            concurrency: int = 1, on_attempt: Callable[[Attempt], None] | None = None,
+            on_plan: Callable[[int], None] | None = None) -> None:
+    """Play every pending (idx, agent) and journal it. On Ctrl-C: stop handing out work, kill
+    what runs, keep what finished, and raise `Interrupted`."""
+    todo = pending(journal.existing(), ctx.phase, idx_list, agents)
     if on_plan:
         on_plan(len(todo))
     task_of = lru_cache(maxsize=max(8, 4 * concurrency))(ctx.taskset.task)
-    interrupted = False
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="attempt") as pool:
         queue = iter(todo)
         running: dict[Future, tuple] = {}
 
-        def submit_next() -> bool:
+        def submit_next() -> None:
             item = next(queue, None)
-            if item is None:
-                return False
-            idx, agent, number = item
-            running[pool.submit(play, ctx, task_of(idx), agent, number)] = item
-            return True
+            if item is not None:
+                idx, agent, number = item
+                running[pool.submit(play, ctx, task_of(idx), agent, number)] = item
 
         for _ in range(concurrency):
             submit_next()
@@ -219,23 +221,40 @@ def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
                             on_attempt(row)
                     submit_next()
         except KeyboardInterrupt:
-            interrupted = True
             ctx.stop.set()
             ctx.sandbox.close()
             for fut in running:
                 fut.cancel()
             wait(list(running))
-    attempts = mark_superseded(journal.existing())
-    task_verdicts = verdicts(ctx, attempts, agents)
-    summary = {
+            raise Interrupted(f"interrupted: what finished is recorded in {ctx.paths.root}; "
+                              f"continue with --resume {ctx.paths.root}") from None
+
+
+def summary(ctx: RunContext, attempts: list[Attempt], verdicts: list[TaskVerdict], **extra) -> dict:
+    return {
         "run_id": ctx.run_id, "phase": ctx.phase, "manifest_sha256": ctx.manifest.sha256,
-        "backend": ctx.sandbox.backend, "image_digest": ctx.image_digest, "interrupted": interrupted,
-        "agents": [a.name for a in agents], "tasks": len(task_verdicts),
-        "compatible": sum(v.compatible for v in task_verdicts), "attempts": len(attempts),
-        "finished_at": _now().isoformat(),
+        "backend": ctx.sandbox.backend, "image_digest": ctx.image_digest,
+        "agents": sorted({a.agent for a in attempts}), "tasks": len(verdicts),
+        "compatible": sum(v.compatible for v in verdicts), "attempts": len(attempts),
+        "finished_at": _now().isoformat(), **extra,
     }
-    attempts = finalize(journal, task_verdicts, summary)
-    if interrupted:
-        raise Interrupted(f"interrupted: {len(attempts)} attempts recorded in {ctx.paths.root}; "
-                          f"continue with --resume")
+
+
+def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
+        on_attempt: Callable[[Attempt], None] | None = None,
+        on_plan: Callable[[int], None] | None = None) -> tuple[list[Attempt], list[TaskVerdict]]:
+    """One phase: play every pending (task, agent) of the manifest, judge, finalize the evidence.
+    The evidence is finalized even when interrupted."""
+    open_run(ctx.paths, ctx.manifest.to_json())
+    journal = Journal(ctx.paths, ctx.taskset.metric_names)
+    interrupted = False
+    try:
+        execute(ctx, journal, ctx.manifest.selection.idx, agents, concurrency, on_attempt, on_plan)
+    except Interrupted:
+        interrupted = True
+        raise
+    finally:
+        attempts = mark_superseded(journal.existing())
+        task_verdicts = judge(ctx, attempts, agents)
+        attempts = finalize(journal, task_verdicts, summary(ctx, attempts, task_verdicts, interrupted=interrupted))
     return attempts, task_verdicts

@@ -16,9 +16,14 @@ from validate.findings import Finding
 from validate.records import AGENT_STATUSES, Attempt
 
 
-def outcome_as_expected(agent: str, status: str, reward: float | None, exp: Expectations) -> bool:
+def outcome_as_expected(agent: str, status: str, reward: float | None, exp: Expectations,
+                        expect: str = "reject") -> bool:
+    """The oracle passes; a control stays under its ceiling; a probe lands strictly between
+    0 and the oracle's threshold (the pilot also compares it with the controls)."""
     if agent == "oracle":
         return status == "ok" and reward is not None and reward >= exp.oracle_min_reward
+    if expect == "partial":
+        return status == "ok" and reward is not None and 0.0 < reward < exp.oracle_min_reward
     return status in AGENT_STATUSES and (reward or 0.0) < exp.ceiling(agent)
 
 

@@ -26,9 +26,12 @@ class AgentSpec(BaseModel):
     name: str
     #: File name under ``validate/agents/programs/``, or an absolute path to a program elsewhere.
     program: str
-    #: The outcome the contract expects: the oracle passes, a control is rejected.
-    expect: Literal["pass", "reject"]
+    #: The outcome the contract expects: the oracle passes, a control is rejected, a
+    #: partial-credit probe scores strictly between the controls and the oracle.
+    expect: Literal["pass", "reject", "partial"]
     sees_answer_key: bool = False
+    #: Fewest papers a task needs for this agent to apply (the merge probe needs two).
+    min_papers: int = 1
     description: str
 
     def source(self) -> bytes:
@@ -58,19 +61,27 @@ REGISTRY: dict[str, AgentSpec] = {a.name: a for a in [
               description="all labels in one group (a list of one list)"),
     AgentSpec(name="malformed", program="malformed.py", expect="reject",
               description="an answer that is not a valid partition"),
+    AgentSpec(name="probe-swap", program="probe_swap.py", expect="partial", sees_answer_key=True,
+              description="the oracle's answer with one adjacent swap"),
+    AgentSpec(name="probe-merge", program="probe_merge.py", expect="partial", sees_answer_key=True, min_papers=2,
+              description="the oracle's answer with two papers merged into one group"),
+    AgentSpec(name="probe-split", program="probe_split.py", expect="partial", sees_answer_key=True,
+              description="the oracle's answer with one paper split in two groups"),
 ]}
 
 CONTROLS: tuple[str, ...] = tuple(n for n, a in REGISTRY.items() if a.expect == "reject")
-ALL_AGENTS: tuple[str, ...] = tuple(REGISTRY)
+PROBES: tuple[str, ...] = tuple(n for n, a in REGISTRY.items() if a.expect == "partial")
+#: ``all``: the oracle and every control (the probes are the pilot's own).
+ALL_AGENTS: tuple[str, ...] = ("oracle", *CONTROLS)
 
 
 def resolve(names: str | list[str] | tuple[str, ...]) -> list[AgentSpec]:
-    """Agents by name (``all`` and ``controls`` expand); unknown names are an error naming them."""
+    """Agents by name (``all``, ``controls`` and ``probes`` expand); unknown names are an error."""
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
     out: list[str] = []
     for n in names:
-        expanded = ALL_AGENTS if n == "all" else CONTROLS if n == "controls" else (n,)
+        expanded = {"all": ALL_AGENTS, "controls": CONTROLS, "probes": PROBES}.get(n, (n,))
         out += [x for x in expanded if x not in out]
     unknown = [n for n in out if n not in REGISTRY]
     if unknown:
