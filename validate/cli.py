@@ -8,6 +8,7 @@ message names the field or file); 130 interrupted (resume with ``--resume``).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections import Counter
@@ -299,8 +300,15 @@ COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run
             "pool": cmd_pool, "pilot": cmd_pilot}
 
 
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt  # a stop from a job scheduler is handled like Ctrl-C
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     from validate.runner import Interrupted
 
     try:

@@ -14,6 +14,8 @@ simply has none.
 from __future__ import annotations
 
 import hashlib
+import os
+import platform
 import threading
 import uuid
 from collections.abc import Callable
@@ -230,10 +232,26 @@ def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list
                               f"continue with --resume {ctx.paths.root}") from None
 
 
+def machine() -> dict:
+    """The facts a scoped claim names: OS, kernel, architecture, cores, memory (no host name)."""
+    facts = {"system": platform.system(), "kernel": platform.release(), "architecture": platform.machine(),
+             "cpus": os.cpu_count(), "python": platform.python_version()}
+    try:
+        facts["os"] = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        facts["os"] = ""
+    try:
+        facts["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        facts["memory_gib"] = None
+    return facts
+
+
 def summary(ctx: RunContext, attempts: list[Attempt], verdicts: list[TaskVerdict], **extra) -> dict:
     return {
         "run_id": ctx.run_id, "phase": ctx.phase, "manifest_sha256": ctx.manifest.sha256,
-        "backend": ctx.sandbox.backend, "image_digest": ctx.image_digest,
+        "backend": ctx.sandbox.backend, "backend_version": ctx.manifest.execution.backend_version,
+        "image": ctx.manifest.execution.image, "image_digest": ctx.image_digest, "machine": machine(),
         "agents": sorted({a.agent for a in attempts}), "tasks": len(verdicts),
         "compatible": sum(v.compatible for v in verdicts), "attempts": len(attempts),
         "finished_at": _now().isoformat(), **extra,
