@@ -93,6 +93,11 @@ class TaskVerdict(BaseModel):
     idx: int
     task_hash: str
     n_papers: int
+    #: Units (paragraphs, and headings when included) the agent had to order.
+    n_units: int
+    #: The task's papers, anchor first; the anchor's source names the task's family.
+    paper_ids: list[str]
+    anchor_source: str
     compatible: bool
     #: Exactly one reason when not compatible (see `REASON_ORDER` for precedence).
     reason: Reason | None
@@ -124,6 +129,8 @@ _SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.boo
 def _arrow_type(annotation) -> pa.DataType:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     origin = typing.get_origin(annotation)
+    if origin is list:
+        return pa.list_(_arrow_type(args[0]))
     if origin in (typing.Union, types.UnionType):
         return _arrow_type(args[0])
     if origin is Literal:

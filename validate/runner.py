@@ -181,7 +181,9 @@ def judge(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec],
         top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
         oracle = next((a for a in mine if a.agent == "oracle"), None)
         out.append(TaskVerdict(run_id=ctx.run_id, phase=phases[-1], task_id=task.id, idx=task.idx,
-                               task_hash=task.hash, n_papers=task.n_papers, compatible=reason is None,
+                               task_hash=task.hash, n_papers=task.n_papers, n_units=task.n_labels,
+                               paper_ids=list(task.paper_ids), anchor_source=task.paper_ids[0].split(":")[0],
+                               compatible=reason is None,
                                reason=reason, detail=detail, oracle_reward=oracle.reward if oracle else None,
                                max_control_reward=top.reward if top else None,
                                max_control_agent=top.agent if top else None, n_attempts=counts.get(task.idx, 0)))
