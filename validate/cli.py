@@ -37,6 +37,10 @@ phases (the validation protocol, in order):
   pool          one oracle attempt on every task; freeze the exception-free passes as
                 manifests/<name>.frozen.json if they reach the minimum; controls on that set
   run           play chosen agents on a manifest's tasks (one phase), write the evidence
+  smoke         build the wheel, install it in a fresh virtualenv elsewhere, rerun a sample
+                of the frozen set; passes iff every result equals the frozen run's
+  report        the audit report (Markdown + self-contained HTML) of a run directory
+  audit         recheck a run directory: checksums, Parquet, manifest hash chain, counts
 
 Every phase writes Parquet evidence under ledgers/<run-id>/ and resumes with --resume.
 
@@ -45,6 +49,8 @@ example:
   validate freeze --name pool --max-papers 3 --idx-stop 1000 --min-count 950
   validate pilot --manifest manifests/pool.json
   validate pool --manifest manifests/pool.json -c 2
+  validate smoke --manifest manifests/pool.frozen.json --run-dir ledgers/<pool-run>
+  validate report ledgers/<pool-run> && validate audit ledgers/<pool-run>
 """
 
 
@@ -110,6 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(po)
     po.add_argument("--manifest-dir", type=Path, default=MANIFEST_DIR,
                     help="where the frozen child manifest is written (default: %(default)s)")
+
+    sm = sub.add_parser("smoke", help="build the wheel, install it in a fresh venv, rerun a sample, compare")
+    sm.add_argument("--manifest", type=Path, required=True, help="the frozen manifest (manifests/<name>.frozen.json)")
+    sm.add_argument("--run-dir", type=Path, required=True, help="the run whose results the rerun must equal; "
+                    "the smoke evidence is added to it (smoke/)")
+    sm.add_argument("--sample", type=int, default=5, help="tasks rerun, evenly spaced (default: %(default)s)")
+
+    rp = sub.add_parser("report", help="write report.md and a self-contained report.html for reviewers")
+    rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    au = sub.add_parser("audit", help="recheck a run directory: checksums, Parquet, hash chain, report counts")
+    au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     return p
 
 
@@ -296,8 +314,52 @@ def cmd_pilot(args) -> int:
     return 0 if result.probes_ok else 1
 
 
+def cmd_smoke(args) -> int:
+    from validate.contract import load_corpus, load_manifest
+    from validate.smoke import smoke
+
+    m = load_manifest(args.manifest)
+    recorded = [p for p in (args.run_dir / "frozen-manifest.json", args.run_dir / "manifest.json") if p.exists()]
+    if not recorded:
+        raise ValidateError(f"--run-dir: {args.run_dir} is not a run directory (no manifest.json)")
+    if m.sha256 not in {load_manifest(p).sha256 for p in recorded}:
+        raise ValidateError(f"--manifest: {args.manifest} is not the manifest {args.run_dir} ran")
+    if args.sample < 1:
+        raise ValidateError("--sample: must be ≥ 1")
+    corpus_path = Path(load_corpus(m.environment.corpus).location)
+    result = smoke(m, args.run_dir, corpus_path, args.sample, log=lambda msg: err.print(msg))
+    (out if result.passed else err).print(("smoke PASSED: " if result.passed else "smoke FAILED: ") + result.summary)
+    for line in result.mismatches[:20]:
+        err.print(f"  {line}", style="red", markup=False)
+    return 0 if result.passed else 1
+
+
+def cmd_report(args) -> int:
+    from validate.report import write_report
+
+    if not (args.run_dir / "attempts.parquet").exists():
+        raise ValidateError(f"RUN_DIR: {args.run_dir} holds no finished run (no attempts.parquet)")
+    c = write_report(args.run_dir)
+    out.print(f"wrote {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}: "
+              f"{c['compatible']}/{c['tasks']} compatible, {c['excluded']}/{c['tasks']} excluded")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    from validate.audit import audit
+
+    problems = audit(args.run_dir)
+    if problems:
+        for p in problems:
+            out.print(f"FAIL {p}", markup=False)
+        err.print(f"audit failed: {len(problems)} problem(s) in {args.run_dir}", style="red")
+        return 1
+    out.print(f"audit passed: {args.run_dir} (checksums, Parquet, manifest hash chain, report counts)")
+    return 0
+
+
 COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run,
-            "pool": cmd_pool, "pilot": cmd_pilot}
+            "pool": cmd_pool, "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit}
 
 
 def _sigterm_as_interrupt(signum, frame):
