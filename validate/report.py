@@ -74,7 +74,8 @@ def _plot(final: pd.DataFrame) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    agents = ["oracle", *sorted(a for a in final["agent"].unique() if a != "oracle")]
+    order = {"pass": 0, "reject": 1, "partial": 2}
+    agents = sorted(final["agent"].unique(), key=lambda a: (order.get(final.loc[final["agent"] == a, "expect"].iloc[0], 3), a))
     data = [final.loc[final["agent"] == a, "reward"].fillna(0.0).to_numpy() for a in agents]
     fig, ax = plt.subplots(figsize=(9, 4), dpi=100)
     ax.boxplot(data, vert=True, showfliers=True)
@@ -101,9 +102,12 @@ def blocks(run: dict) -> list[Block]:
              f"({ex['backend_version']}), image {ex['image']} {ex['image_digest']}, network {ex['network']}, "
              f"user {ex['user']}")
     cfg = m["environment"]["config"]
+    pilot = all(str(p).startswith("pilot") for p in tasks["phase"].unique())
+    scope = (f"the pilot sample of contract `{m['name']}` (each sampled task under both include_headers "
+             f"variants)" if pilot else f"contract `{m['name']}`")
     out: list[Block] = [
         ("h1", f"Validation report — {m['environment']['name']}, run {s['run_id']}"),
-        ("p", f"**Claim (scoped):** {_of(c['compatible'], n)} tasks of contract `{m['name']}` passed — the oracle "
+        ("p", f"**Claim (scoped):** {_of(c['compatible'], n)} tasks of {scope} passed — the oracle "
               f"reached reward ≥ {m['expectations']['oracle_min_reward']} and every negative control stayed under "
               f"its ceiling, with no infrastructure exception — on {where}. This is evidence for that execution "
               f"profile only; another backend, image or architecture needs its own run."),
@@ -143,7 +147,8 @@ def blocks(run: dict) -> list[Block]:
              [[src, str(k), _of(int(r.compatible), int(r.tasks))] for (src, k), r in fam.iterrows()])]
     final = attempts[~attempts["superseded"]]
     rows = []
-    for agent, g in sorted(final.groupby("agent"), key=lambda kv: (kv[0] != "oracle", kv[0])):
+    order = {"pass": 0, "reject": 1, "partial": 2}
+    for agent, g in sorted(final.groupby("agent"), key=lambda kv: (order.get(kv[1]["expect"].iloc[0], 3), kv[0])):
         r = g["reward"].fillna(0.0)
         rows.append([agent, str(g["expect"].iloc[0]), _of(int(g["as_expected"].sum()), len(g)),
                      f"{r.min():.4f}", f"{statistics.median(r):.4f}", f"{r.max():.4f}"])
