@@ -32,6 +32,9 @@ def test_a_line_cut_short_by_a_crash_is_dropped(tmp_path):
         fh.write(att(2).model_dump_json().encode()[:57])  # SIGKILL mid-write
     got = Journal(paths, METRICS).existing()
     assert sorted(a.idx for a in got) == [0, 1]
+    resumed = Journal(paths, METRICS)
+    resumed.append([att(3)])  # must not be glued to the cut line
+    assert sorted(a.idx for a in resumed.existing()) == [0, 1, 3]
 
 
 def test_parquet_and_journal_merge_without_duplicates(tmp_path):

@@ -44,6 +44,24 @@ def attempt(corpus, corpus_path, sandboxes, tmp_path):
     return go
 
 
+def _state(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1]
+    except (OSError, IndexError):
+        return ""  # gone
+
+
+def assert_no_sandbox_processes() -> None:
+    """No process of the sandbox uid is alive (a zombie is reaped by the host's init within moments)."""
+    for _ in range(50):
+        leftover = subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout.split()
+        alive = [p for p in leftover if _state(p) not in ("Z", "")]
+        if not alive:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"processes of the sandbox uid outlived the attempt: {alive}")
+
+
 def probe_json(att) -> dict:
     assert att.status == "ok", (att.status, att.stderr)
     return json.loads(att.stdout)
@@ -102,12 +120,7 @@ def test_fork_bomb_is_contained(backend, attempt):
     att = attempt(backend, hostile("fork-bomb"), Limits(pids=32, timeout_s=3.0))
     assert att.status in ("timeout", "exit_nonzero", "oom")
     assert att.reward == 0.0 and att.as_expected
-    for _ in range(50):  # exited children are reaped by the host's init a moment later
-        leftover = subprocess.run(["pgrep", "-u", "65534"], capture_output=True, text=True).stdout.split()
-        if not leftover:
-            break
-        time.sleep(0.1)
-    assert leftover == [], "processes of the sandbox uid outlived the attempt"
+    assert_no_sandbox_processes()
 
 
 def test_huge_reply_is_capped(backend, attempt):
@@ -134,3 +147,27 @@ def test_nothing_is_left_behind(backend, attempt, sandboxes):
         for c in ("memory", "pids", "cpu"):
             parent = CGROUP_ROOT / c / PARENT
             assert not parent.exists() or [p for p in parent.iterdir() if p.is_dir()] == []
+
+
+def test_infinite_loop_times_out(backend, attempt):
+    att = attempt(backend, hostile("spin"), Limits(timeout_s=2.0))
+    assert att.status == "timeout" and att.timed_out and att.reward == 0.0
+
+
+def test_disk_fillers_are_stopped(backend, attempt):
+    att = attempt(backend, hostile("disk-filler"), Limits(timeout_s=30.0, max_file_mb=16, tmpfs_mb=32))
+    out = probe_json(att)
+    assert out["/tmp"].startswith("stopped"), out
+    assert out["/workspace"].startswith("stopped after 16 MiB"), out  # the file-size cap, per file
+
+
+def test_background_process_does_not_outlive_the_attempt(backend, attempt, tmp_path):
+    att = attempt(backend, hostile("daemon"))
+    assert att.status == "ok"
+    assert_no_sandbox_processes()
+
+
+def test_tampering_with_the_workspace_changes_nothing_the_scorer_reads(backend, attempt):
+    att = attempt(backend, hostile("tamper"))
+    assert att.status == "ok" and att.reward < 1.0 and att.as_expected
+    assert att.workspace_sha256.startswith("sha256:")  # of the files as materialised, not as left

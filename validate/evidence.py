@@ -144,9 +144,14 @@ class Journal:
         with self._lock:
             try:
                 if self._fh is None:
-                    self._fh = open(self.paths.journal, "ab")
-                self._fh.write(data)
-                self._fh.flush()
+                    # Unbuffered: a failed write leaves nothing queued to fail again on close;
+                    # a line cut short by a full disk is dropped on reading.
+                    self._fh = open(self.paths.journal, "ab", buffering=0)
+                    if self._fh.tell() and not self.paths.journal.read_bytes().endswith(b"\n"):
+                        data = b"\n" + data  # a crash cut the last line: start on a fresh one
+                view = memoryview(data)
+                while view:
+                    view = view[self._fh.write(view):]
                 os.fsync(self._fh.fileno())
             except OSError as e:
                 raise EvidenceError(f"{self.paths.journal}: cannot append ({e.strerror or e})") from None
@@ -154,7 +159,10 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             if self._fh is not None:
-                self._fh.close()
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass  # unbuffered: nothing was pending
                 self._fh = None
 
 

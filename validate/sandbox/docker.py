@@ -39,6 +39,15 @@ class DockerSandbox(Sandbox):
                                      f"start dockerd or choose another backend") from None
         self._live: set[str] = set()
         self._lock = threading.Lock()
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Remove containers a crashed earlier process of this same run left behind."""
+        try:
+            for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.run_label}"}):
+                self._remove(c.id)
+        except (DockerException, requests.RequestException):
+            pass  # facts() reports an unreachable daemon with a clear message
 
     def facts(self) -> BackendFacts:
         try:

@@ -1,0 +1,3 @@
+"""An infinite CPU loop."""
+while True:
+    pass

@@ -1,0 +1,161 @@
+"""Faults caused for real: the daemon dies mid-run, the harness is SIGKILLed mid-run, the
+image changes under a contract, the run directory's disk fills up. Infrastructure faults
+must never masquerade as task or agent failures, and a crash must lose nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import docker
+import pandas as pd
+import pytest
+
+from validate.contract import build_taskset, verify
+from validate.errors import ContractError
+from validate.evidence import Journal
+from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
+from validate.agents import resolve
+from validate.runner import run
+from validate.sandbox import open_sandbox
+from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
+
+
+def cli(*args, cwd, **kw):
+    return subprocess.run(["validate", *args], cwd=cwd, capture_output=True, text=True, timeout=900, **kw)
+
+
+def verdict_view(root) -> list[tuple]:
+    t = pd.read_parquet(root / "tasks.parquet").sort_values("task_id")
+    return list(zip(t["task_id"], t["compatible"], t["reason"].fillna(""), t["oracle_reward"], t["max_control_reward"]))
+
+
+def dockerd_pid() -> int:
+    return int(subprocess.run(["pidof", "dockerd"], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
+def start_dockerd() -> None:
+    subprocess.Popen(["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(120):
+        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.25)
+    raise RuntimeError("dockerd did not come back")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, corpus_path, tmp_path):
+    sandbox = open_sandbox("docker", image=DEFAULT_IMAGE, run_label="fault-dockerd")
+    manifest = make_manifest(corpus, corpus_path, sandbox, idx=list(range(8)), infra_retries=1)
+    taskset = build_taskset(manifest.environment, corpus)
+    agents = resolve("oracle,empty,shuffled")
+    reference = run(make_ctx(manifest, sandbox, taskset, tmp_path / "reference"), agents, 2)
+    ctx = make_ctx(manifest, sandbox, taskset, tmp_path / "outage")
+    outage = threading.Event()
+
+    def stop_then_restart():
+        journal = RunPaths(tmp_path / "outage").journal
+        while not journal.exists() or len(journal.read_bytes().splitlines()) < 4:
+            time.sleep(0.05)
+        os.kill(dockerd_pid(), signal.SIGTERM)
+        outage.set()
+        time.sleep(3)
+        start_dockerd()
+
+    t = threading.Thread(target=stop_then_restart)
+    t.start()
+    attempts, verdicts = run(ctx, agents, 2)
+    t.join()
+    assert outage.is_set()
+    infra = [a for a in attempts if a.status == "infrastructure_error"]
+    assert infra, "the outage produced no infrastructure error"
+    assert all(a.error_class == "SandboxError" for a in infra)
+    assert {v.reason for v in verdicts if not v.compatible} <= {"infrastructure_failure"}  # never blamed on a task
+    resumed_ctx = make_ctx(manifest, open_sandbox("docker", image=DEFAULT_IMAGE, run_label="fault-dockerd"),
+                           taskset, tmp_path / "outage")
+    attempts, verdicts = run(resumed_ctx, agents, 2)
+    assert verdict_view(tmp_path / "outage") == verdict_view(tmp_path / "reference")
+    final = [a for a in attempts if not a.superseded]
+    assert len(final) == 8 * 3 and all(a.status == "ok" for a in final)
+    assert any(a.superseded and a.status == "infrastructure_error" for a in attempts)  # kept, not hidden
+
+
+@pytest.mark.parametrize("backend", [pytest.param("bwrap", marks=pytest.mark.bwrap),
+                                     pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])])
+def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
+    n = 12 if backend == "docker" else 30
+    r = cli("freeze", "--name", "kill", "--corpus", str(CORPUS_PATH), "--max-papers", "2", "--idx-stop", str(n),
+            "--backend", backend, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert cli("run", "--manifest", "manifests/kill.json", "--run-dir", "ledgers/ref", cwd=tmp_path).returncode == 0
+    proc = subprocess.Popen(["validate", "run", "--manifest", "manifests/kill.json", "--run-dir", "ledgers/k"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = tmp_path / "ledgers/k/journal.jsonl"
+    while not journal.exists() or len(journal.read_bytes().splitlines()) < n:
+        assert proc.poll() is None, "the run finished before it could be killed"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    recorded = Journal(RunPaths(tmp_path / "ledgers/k"), ()).existing()
+    assert len(recorded) >= n and not (tmp_path / "ledgers/k/attempts.parquet").exists()
+    r = cli("run", "--manifest", "manifests/kill.json", "--resume", "ledgers/k", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    attempts = pd.read_parquet(tmp_path / "ledgers/k/attempts.parquet")
+    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"]))
+    assert len(keys) == len(set(keys)) == n * 7  # none lost, none duplicated, none rerun needlessly
+    assert set(zip(attempts["task_id"], attempts["agent"])) >= {(a.task_id, a.agent) for a in recorded}
+    assert verdict_view(tmp_path / "ledgers/k") == verdict_view(tmp_path / "ledgers/ref")
+    assert not list((tmp_path / "ledgers/k").glob(".*"))  # no temp file left behind
+    if backend == "docker":
+        client = docker.from_env()
+        assert client.containers.list(all=True, filters={"label": "deshuffle-validate"}) == []
+
+
+@pytest.mark.docker
+def test_image_changed_under_the_contract_is_refused(corpus, corpus_path, tmp_path):
+    client = docker.from_env()
+    name = "deshuffle-validate-test:digest"
+    tarball = ImagePaths(DEFAULT_IMAGE).tarball
+    client.api.import_image_from_file(str(tarball), repository=name.split(":")[0], tag="digest",
+                                      changes=["LABEL generation=1"])
+    try:
+        sandbox = open_sandbox("docker", image=name)
+        manifest = make_manifest(corpus, corpus_path, sandbox, idx=[0])
+        verify(manifest, sandbox)
+        client.api.import_image_from_file(str(tarball), repository=name.split(":")[0], tag="digest",
+                                          changes=["LABEL generation=2"])  # same name, new image
+        with pytest.raises(ContractError, match="execution.image_digest"):
+            verify(manifest, sandbox)
+        client.images.remove(name, force=True)
+        r_missing = pytest.raises(Exception, match="execution.image.*validate image build")
+        with r_missing:
+            verify(manifest, sandbox)
+    finally:
+        try:
+            client.images.remove(name, force=True)
+        except docker.errors.ImageNotFound:
+            pass
+
+
+@pytest.mark.bwrap
+def test_disk_full_in_the_run_directory(tmp_path):
+    assert cli("freeze", "--name", "full", "--corpus", str(CORPUS_PATH), "--idx-stop", "40", "--backend", "bwrap",
+               cwd=tmp_path).returncode == 0
+    ledger = tmp_path / "ledgers"
+    ledger.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(ledger)], check=True)
+    try:
+        r = cli("run", "--manifest", "manifests/full.json", "--run-dir", "ledgers/run", cwd=tmp_path)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert "No space left on device" in r.stderr and "Traceback" not in r.stderr
+        assert "ledgers/run/" in r.stderr  # the file is named
+        readable = Journal(RunPaths(ledger / "run"), ()).existing()
+        assert readable, "nothing that finished was kept"
+        assert not list((ledger / "run").glob(".*"))  # no half-written temp file left
+    finally:
+        subprocess.run(["umount", str(ledger)], check=True)
