@@ -32,8 +32,8 @@ def test_roundtrip_and_contents(bwrap_manifest, sandboxes):
     assert loaded.git_commit and loaded.harness_version
     raw = path.read_text()
     assert json.loads(raw) == json.loads(json.dumps(json.loads(raw), sort_keys=True))
-    taskset, tasks = verify(loaded, sandboxes("bwrap"))
-    assert [t.hash for t in tasks] == [e.hash for e in loaded.tasks]
+    taskset = verify(loaded, sandboxes("bwrap"))
+    assert [taskset.task(e.idx).hash for e in loaded.tasks] == [e.hash for e in loaded.tasks]
 
 
 @pytest.mark.bwrap

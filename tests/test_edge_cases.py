@@ -14,6 +14,7 @@ import pytest
 from environment.deshuffle import Corpus
 from validate.agents import resolve
 from validate.contract import build_taskset
+from validate.evidence import read_attempts
 from validate.runner import run
 from tests.conftest import make_ctx, make_manifest
 
@@ -43,8 +44,8 @@ def verdicts_for(tiny, sandboxes, tmp_path, idx):
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(corpus, path, sandbox, idx=idx)
     ctx = make_ctx(manifest, sandbox, build_taskset(manifest.environment, corpus), tmp_path / "run")
-    attempts, verdicts = run(ctx, resolve("all"), 2)
-    return {v.idx: v for v in verdicts}, attempts
+    _, verdicts = run(ctx, resolve("all"), 2)
+    return {v.idx: v for v in verdicts}, read_attempts(ctx.paths)
 
 
 def test_single_paragraph_paper_is_invalid_not_infrastructure(tiny, sandboxes, tmp_path):

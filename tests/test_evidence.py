@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from validate.errors import EvidenceError
-from validate.evidence import Journal, atomic_write, mark_superseded, open_run, write_table
+from validate.evidence import Journal, atomic_write, open_run, write_table
 from validate.paths import RunPaths
 from validate.records import Attempt
 
@@ -47,8 +47,11 @@ def test_parquet_and_journal_merge_without_duplicates(tmp_path):
     assert got[0].metrics == {"parsed_ok": 1.0, "grouping_f1": 1.0}
 
 
-def test_superseded_marks_all_but_the_latest_try():
-    rows = mark_superseded([att(0, attempt=1, status="infrastructure_error"), att(0, attempt=2), att(1)])
+def test_superseded_marks_all_but_the_latest_try(tmp_path):
+    j = Journal(RunPaths(tmp_path), METRICS)
+    j.append([att(0, attempt=1, status="infrastructure_error"), att(1)])
+    j.append([att(0, attempt=2)])
+    rows = sorted(j.marked(), key=lambda a: (a.idx, a.attempt))
     assert [(a.idx, a.attempt, a.superseded) for a in rows] == [(0, 1, True), (0, 2, False), (1, 1, False)]
 
 

@@ -16,11 +16,12 @@ import pytest
 
 from validate.contract import build_taskset, verify
 from validate.errors import ContractError
-from validate.evidence import Journal
+from validate.evidence import Journal, read_attempts
 from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
 from validate.agents import resolve
 from validate.runner import run
 from validate.sandbox import open_sandbox
+from validate.sandbox.bwrap import CGROUP_ROOT, PARENT
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
 
 
@@ -54,7 +55,7 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, 
     manifest = make_manifest(corpus, corpus_path, sandbox, idx=list(range(8)), infra_retries=1)
     taskset = build_taskset(manifest.environment, corpus)
     agents = resolve("oracle,empty,shuffled")
-    reference = run(make_ctx(manifest, sandbox, taskset, tmp_path / "reference"), agents, 2)
+    run(make_ctx(manifest, sandbox, taskset, tmp_path / "reference"), agents, 2)
     ctx = make_ctx(manifest, sandbox, taskset, tmp_path / "outage")
     outage = threading.Event()
 
@@ -69,7 +70,8 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, 
 
     t = threading.Thread(target=stop_then_restart)
     t.start()
-    attempts, verdicts = run(ctx, agents, 2)
+    _, verdicts = run(ctx, agents, 2)
+    attempts = read_attempts(ctx.paths)
     t.join()
     assert outage.is_set()
     infra = [a for a in attempts if a.status == "infrastructure_error"]
@@ -78,7 +80,8 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, 
     assert {v.reason for v in verdicts if not v.compatible} <= {"infrastructure_failure"}  # never blamed on a task
     resumed_ctx = make_ctx(manifest, open_sandbox("docker", image=DEFAULT_IMAGE, run_label="fault-dockerd"),
                            taskset, tmp_path / "outage")
-    attempts, verdicts = run(resumed_ctx, agents, 2)
+    run(resumed_ctx, agents, 2)
+    attempts = read_attempts(resumed_ctx.paths)
     assert verdict_view(tmp_path / "outage") == verdict_view(tmp_path / "reference")
     final = [a for a in attempts if not a.superseded]
     assert len(final) == 8 * 3 and all(a.status == "ok" for a in final)
@@ -114,6 +117,9 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     if backend == "docker":
         client = docker.from_env()
         assert client.containers.list(all=True, filters={"label": "deshuffle-validate"}) == []
+    else:  # the resumed run swept the cgroups its killed predecessor left
+        assert [p for p in (CGROUP_ROOT / "pids" / PARENT).glob("k-*")] == []
+    assert set(attempts["run_id"]) == {"k"}  # one run id before and after the resume
 
 
 @pytest.mark.docker

@@ -11,6 +11,8 @@ import pytest
 from validate.agents import resolve
 from validate.contract import build_taskset
 from validate.agents import AgentSpec
+from validate.evidence import read_attempts
+from validate.paths import RunPaths
 from validate.runner import play, run
 from validate.sandbox import open_sandbox
 from tests.conftest import AGENTS_DIR, make_ctx, make_manifest
@@ -23,7 +25,8 @@ CONFIGS = [dict(min_papers=1, max_papers=1, include_headers=False),
 def play_all(corpus, corpus_path, sandbox, run_dir, idx, **config):
     manifest = make_manifest(corpus, corpus_path, sandbox, idx=idx, **config)
     ctx = make_ctx(manifest, sandbox, build_taskset(manifest.environment, corpus), run_dir)
-    return run(ctx, resolve("all"), concurrency=2)
+    _, verdicts = run(ctx, resolve("all"), concurrency=2)
+    return read_attempts(ctx.paths), verdicts
 
 
 @pytest.mark.docker
@@ -82,7 +85,8 @@ def test_resume_after_a_partial_run_equals_an_uninterrupted_run(corpus, corpus_p
     partial_ctx = make_ctx(manifest, sandbox, taskset, tmp_path / "part")
     run(partial_ctx, resolve("oracle,empty"), 2)          # a run cut short: 2 of 7 agents
     assert len(pd.read_parquet(tmp_path / "part" / "attempts.parquet")) == 6
-    attempts, resumed = run(make_ctx(manifest, sandbox, taskset, tmp_path / "part"), resolve("all"), 2)
+    _, resumed = run(make_ctx(manifest, sandbox, taskset, tmp_path / "part"), resolve("all"), 2)
+    attempts = read_attempts(RunPaths(tmp_path / "part"))
     assert [(v.task_id, v.compatible, v.reason) for v in resumed] == [(v.task_id, v.compatible, v.reason) for v in full]
     keys = [(a.task_id, a.agent, a.attempt) for a in attempts]
     assert len(keys) == len(set(keys)) == 21  # nothing duplicated, nothing rerun

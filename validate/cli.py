@@ -206,14 +206,14 @@ def _context(args, phase: str):
     if args.resume is not None:
         if not (args.resume / "manifest.json").exists():
             raise ValidateError(f"--resume: {args.resume} is not a run directory (no manifest.json)")
-        root, run_id = args.resume, args.resume.name
+        root = args.resume
     else:
-        run_id = f"{m.name}-{phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        root = args.run_dir or LEDGER_DIR / run_id
+        root = args.run_dir or LEDGER_DIR / f"{m.name}-{phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
         if (root / "manifest.json").exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+    run_id = root.name  # the same before and after a resume
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=run_id)
-    taskset, _ = verify(m, sandbox)
+    taskset = verify(m, sandbox)
     return RunContext(manifest=m, sandbox=sandbox, taskset=taskset, paths=RunPaths(root), run_id=run_id,
                       phase=phase, image_digest=m.execution.image_digest)
 
@@ -259,10 +259,10 @@ def cmd_run(args) -> int:
     agents = resolve(args.agents or ctx.manifest.expectations.agents())
     with _Bar() as bar:
         try:
-            attempts, verdicts = run(ctx, agents, args.concurrency, **bar.hooks)
+            written, verdicts = run(ctx, agents, args.concurrency, **bar.hooks)
         finally:
             ctx.sandbox.close()
-    _report_verdicts(ctx.run_id, ctx.paths.root, verdicts, bar.wall_s, len(attempts))
+    _report_verdicts(ctx.run_id, ctx.paths.root, verdicts, bar.wall_s, written["attempts"])
     compatible = sum(v.compatible for v in verdicts)
     if compatible < ctx.manifest.min_task_count:
         err.print(f"contract not met: {compatible} compatible tasks < min_task_count {ctx.manifest.min_task_count}",

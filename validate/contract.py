@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import validate
-from environment.deshuffle import Corpus, CorpusError, DeshuffleConfig, DeshuffleTask, DeshuffleTaskset
+from environment.deshuffle import Corpus, CorpusError, DeshuffleConfig, DeshuffleTaskset
 from environment.deshuffle.hub import HUB_REPO, HUB_REVISION
 from validate.agents import REGISTRY, resolve
 from validate.errors import ContractError
@@ -267,18 +267,17 @@ def _mismatch(field: str, expected: object, actual: object) -> ContractError:
     return ContractError(f"{field}: the manifest says {expected!r} but this machine has {actual!r}")
 
 
-def verify(manifest: Manifest, sandbox: Sandbox) -> tuple[DeshuffleTaskset, list[DeshuffleTask]]:
-    """Recompute the contract on this machine; return the taskset and the tasks, in order."""
+def verify(manifest: Manifest, sandbox: Sandbox) -> DeshuffleTaskset:
+    """Recompute the contract on this machine (each task regenerated, checked, dropped);
+    return the taskset."""
     corpus = load_corpus(manifest.environment.corpus)
     if corpus.revision != manifest.environment.corpus.revision:
         raise _mismatch("environment.corpus.revision", manifest.environment.corpus.revision, corpus.revision)
     taskset = build_taskset(manifest.environment, corpus)
-    tasks = []
     for i, entry in enumerate(manifest.tasks):
         task = taskset.task(entry.idx)
         if (task.id, task.hash) != (entry.id, entry.hash):
             raise _mismatch(f"tasks[{i}].hash ({entry.id})", entry.hash, task.hash)
-        tasks.append(task)
     if task_list_sha256(manifest.tasks) != manifest.task_list_sha256:
         raise ContractError("task_list_sha256: does not match the task list")
     ex = manifest.execution
@@ -288,7 +287,7 @@ def verify(manifest: Manifest, sandbox: Sandbox) -> tuple[DeshuffleTaskset, list
     for field in ("image", "image_digest", "architecture"):
         if getattr(facts, field) != getattr(ex, field):
             raise _mismatch(f"execution.{field}", getattr(ex, field), getattr(facts, field))
-    return taskset, tasks
+    return taskset
 
 
 def hub_spec() -> CorpusSpec:

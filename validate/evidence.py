@@ -11,6 +11,7 @@ summary and the ``checksums`` file (``sha256sum -c`` format).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -101,33 +102,58 @@ def open_run(paths: RunPaths, manifest_json: bytes) -> None:
 
 
 class Journal:
-    """The run's attempts: those already in Parquet plus those appended since."""
+    """The run's attempts: those already in Parquet plus those appended since.
 
-    def __init__(self, paths: RunPaths, metric_names: tuple[str, ...]) -> None:
+    Reading streams: rows are parsed one batch at a time and never all held at once; only
+    the set of (phase, task, agent, attempt) keys is remembered, to drop duplicates.
+    """
+
+    def __init__(self, paths: RunPaths, metric_names: tuple[str, ...] = ()) -> None:
         self.paths = paths
         self.metric_names = metric_names
         self._lock = threading.Lock()
         self._fh = None
 
+    def __iter__(self) -> Iterator[Attempt]:
+        """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
+        seen: set[tuple] = set()
+        for a in itertools.chain(self._from_parquet(), self._from_journal()):
+            key = (a.phase, a.task_id, a.agent, a.attempt)
+            if key not in seen:
+                seen.add(key)
+                yield a
+
     def existing(self) -> list[Attempt]:
-        """Every recorded attempt, deduplicated by (phase, task, agent, attempt)."""
-        rows: dict[tuple, Attempt] = {}
-        for a in self._from_parquet():
-            rows[(a.phase, a.task_id, a.agent, a.attempt)] = a
-        for a in self._from_journal():
-            rows[(a.phase, a.task_id, a.agent, a.attempt)] = a
-        return list(rows.values())
+        """Every recorded attempt, superseded ones flagged (for small runs and tests)."""
+        return list(self.marked())
+
+    def latest(self) -> dict[tuple[str, str, str], int]:
+        """The highest attempt number of each (phase, task, agent)."""
+        out: dict[tuple[str, str, str], int] = {}
+        for a in self:
+            key = (a.phase, a.task_id, a.agent)
+            out[key] = max(out.get(key, 0), a.attempt)
+        return out
+
+    def marked(self) -> Iterator[Attempt]:
+        """Every attempt with ``superseded`` set: a later try of the same (phase, task, agent) exists."""
+        latest = self.latest()
+        for a in self:
+            superseded = a.attempt < latest[(a.phase, a.task_id, a.agent)]
+            yield a if a.superseded == superseded else a.model_copy(update={"superseded": superseded})
 
     def _from_parquet(self) -> Iterator[Attempt]:
         if not self.paths.attempts.exists():
             return
         try:
-            table = pq.read_table(self.paths.attempts)
+            source = pq.ParquetFile(self.paths.attempts)
+            for batch in source.iter_batches(batch_size=BATCH_ROWS):
+                for row in batch.to_pylist():
+                    metrics = {k[len("metric_"):]: row.pop(k) for k in [k for k in row if k.startswith("metric_")]}
+                    row["metrics"] = {k: v for k, v in metrics.items() if v is not None}
+                    yield Attempt.model_validate(row)
         except (OSError, pa.ArrowException) as e:
             raise EvidenceError(f"{self.paths.attempts}: unreadable ({e})") from None
-        for row in table.to_pylist():
-            metrics = {m: row.pop(f"metric_{m}") for m in self.metric_names if f"metric_{m}" in row}
-            yield Attempt.model_validate({**row, "metrics": {k: v for k, v in metrics.items() if v is not None}})
 
     def _from_journal(self) -> Iterator[Attempt]:
         if not self.paths.journal.exists():
@@ -166,28 +192,26 @@ class Journal:
                 self._fh = None
 
 
-def mark_superseded(attempts: list[Attempt]) -> list[Attempt]:
-    latest: dict[tuple, int] = {}
-    for a in attempts:
-        key = (a.phase, a.task_id, a.agent)
-        latest[key] = max(latest.get(key, 0), a.attempt)
-    out = [a.model_copy(update={"superseded": a.attempt < latest[(a.phase, a.task_id, a.agent)]})
-           for a in attempts]
-    return sorted(out, key=lambda a: (a.phase, a.idx, a.agent, a.attempt))
-
-
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],
                 metric_names: tuple[str, ...] = ()) -> int:
     return write_parquet(path, (flat_row(r, metric_names) for r in records), arrow_schema(model, metric_names))
 
 
-def finalize(journal: Journal, verdicts: list[TaskVerdict], summary: dict) -> list[Attempt]:
-    """Fold the journal into Parquet, write verdicts, exclusions, summary and checksums."""
+def finalize(journal: Journal, verdicts: list[TaskVerdict], summary: dict) -> dict:
+    """Fold the journal into Parquet (streamed, superseded attempts flagged), write the
+    verdicts, exclusions, summary and checksums; return the summary as written."""
     paths = journal.paths
     journal.close()
-    attempts = mark_superseded(journal.existing())
-    write_table(paths.attempts, attempts, Attempt, journal.metric_names)
+    agents: set[str] = set()
+
+    def rows() -> Iterator[dict]:
+        for a in journal.marked():
+            agents.add(a.agent)
+            yield flat_row(a, journal.metric_names)
+
+    n = write_parquet(paths.attempts, rows(), arrow_schema(Attempt, journal.metric_names))
     paths.journal.unlink(missing_ok=True)
+    summary = {**summary, "attempts": n, "agents": sorted(agents)}
     write_table(paths.tasks, verdicts, TaskVerdict)
     exclusions = [Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)
@@ -195,4 +219,9 @@ def finalize(journal: Journal, verdicts: list[TaskVerdict], summary: dict) -> li
     write_table(paths.exclusions, exclusions, Exclusion)
     atomic_write(paths.summary, json.dumps(summary, sort_keys=True, indent=2, default=str).encode() + b"\n")
     write_checksums(paths)
-    return attempts
+    return summary
+
+
+def read_attempts(paths: RunPaths) -> list[Attempt]:
+    """Every attempt of a run directory (finished or not), superseded ones flagged."""
+    return Journal(paths).existing()

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from validate.agents import CONTROLS, PROBES, REGISTRY, AgentSpec, resolve
 from validate.contract import Manifest, build_taskset, derive, load_manifest, write_manifest
-from validate.evidence import Journal, atomic_write, finalize, mark_superseded, open_run
+from validate.evidence import Journal, atomic_write, finalize, open_run
 from validate.records import Attempt, TaskVerdict
 from validate.runner import Interrupted, RunContext, execute, judge, summary
 from validate.paths import MANIFEST_DIR
@@ -30,11 +30,10 @@ from validate.paths import MANIFEST_DIR
 Hooks = dict[str, Callable]
 
 
-def _finish(ctx: RunContext, journal: Journal, verdicts_of: Callable[[list[Attempt]], list[TaskVerdict]],
-            **extra) -> tuple[list[Attempt], list[TaskVerdict]]:
-    attempts = mark_superseded(journal.existing())
-    verdicts = verdicts_of(attempts)
-    return finalize(journal, verdicts, summary(ctx, attempts, verdicts, **extra)), verdicts
+def _finish(ctx: RunContext, journal: Journal, verdicts_of: Callable[[Iterable[Attempt]], list[TaskVerdict]],
+            **extra) -> tuple[dict, list[TaskVerdict]]:
+    verdicts = verdicts_of(journal.marked())
+    return finalize(journal, verdicts, summary(ctx, verdicts, **extra)), verdicts
 
 
 # --- pool -------------------------------------------------------------------------------
@@ -61,7 +60,7 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None,
     verdicts_of = lambda attempts: judge(octx, attempts, [oracle])  # noqa: E731
     try:
         execute(octx, journal, parent.selection.idx, [oracle], concurrency, **hooks)
-        oracle_verdicts = judge(octx, mark_superseded(journal.existing()), [oracle])
+        oracle_verdicts = judge(octx, journal.marked(), [oracle])
         passes = [v.idx for v in oracle_verdicts if v.compatible]
         if len(passes) < parent.min_task_count:
             _finish(octx, journal, verdicts_of, below_minimum=True)
@@ -81,7 +80,8 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None,
         raise
     frozen_idx = set(frozen.selection.idx)
 
-    def verdicts_all(attempts: list[Attempt]) -> list[TaskVerdict]:
+    def verdicts_all(attempts: Iterable[Attempt]) -> list[TaskVerdict]:
+        attempts = list(attempts) if not isinstance(attempts, list) else attempts
         both = judge(cctx, attempts, [oracle, *controls], entries=frozen.tasks, phases=["oracle", "controls"])
         by_idx = {v.idx: v for v in both}
         return [by_idx[v.idx] if v.idx in frozen_idx else v for v in judge(octx, attempts, [oracle])]
@@ -174,7 +174,8 @@ def pilot(ctx: RunContext, per_stratum: int, concurrency: int, hooks: Hooks | No
         taskset = build_taskset(child.environment, ctx.taskset.corpus)
         variants.append((variant, dataclasses.replace(ctx, manifest=child, taskset=taskset, phase=f"pilot-{variant}")))
 
-    def verdicts_all(attempts: list[Attempt]) -> list[TaskVerdict]:
+    def verdicts_all(attempts: Iterable[Attempt]) -> list[TaskVerdict]:
+        attempts = list(attempts)  # a pilot is small
         return [v for _, vctx in variants for v in judge(vctx, attempts, agents)]
 
     try:
@@ -185,7 +186,7 @@ def pilot(ctx: RunContext, per_stratum: int, concurrency: int, hooks: Hooks | No
     except Interrupted:
         _finish(ctx, journal, verdicts_all, interrupted=True)
         raise
-    attempts = mark_superseded(journal.existing())
+    attempts = journal.existing()  # a pilot is small
     checks = []
     for variant, vctx in variants:
         mine = [a for a in attempts if a.phase == vctx.phase]

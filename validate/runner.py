@@ -18,7 +18,7 @@ import os
 import platform
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,7 +30,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from validate.agents import AgentSpec
 from validate.contract import Manifest
 from validate.errors import SandboxError, ValidateError
-from validate.evidence import Journal, finalize, mark_superseded, open_run
+from validate.evidence import Journal, finalize, open_run
 from validate.findings import task_findings
 from validate.paths import RunPaths, SANDBOX_AGENT, SANDBOX_WORKSPACE
 from validate.records import Attempt, TaskVerdict
@@ -138,28 +138,28 @@ def play(ctx: RunContext, task, agent: AgentSpec, first_number: int) -> list[Att
     return tries
 
 
-def pending(done: list[Attempt], phase: str, idx_list: list[int], agents: list[AgentSpec]) -> list[tuple[int, AgentSpec, int]]:
+def pending(done: Iterable[Attempt], phase: str, idx_list: list[int],
+            agents: list[AgentSpec]) -> list[tuple[int, AgentSpec, int]]:
     """(idx, agent, next attempt number) still to run: no final attempt recorded yet."""
-    latest: dict[tuple[int, str], Attempt] = {}
+    latest: dict[tuple[int, str], tuple[int, str]] = {}
     for a in done:
-        if a.phase != phase:
-            continue
         key = (a.idx, a.agent)
-        if key not in latest or a.attempt > latest[key].attempt:
-            latest[key] = a
+        if a.phase == phase and (key not in latest or a.attempt > latest[key][0]):
+            latest[key] = (a.attempt, a.status)
     out = []
     for idx in idx_list:
         for agent in agents:
-            last = latest.get((idx, agent.name))
-            if last is None or last.status == "infrastructure_error":
-                out.append((idx, agent, 1 if last is None else last.attempt + 1))
+            number, status = latest.get((idx, agent.name), (0, "infrastructure_error"))
+            if status == "infrastructure_error":
+                out.append((idx, agent, number + 1))
     return out
 
 
-def judge(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec],
+def judge(ctx: RunContext, attempts: Iterable[Attempt], agents: list[AgentSpec],
           entries: list | None = None, phases: list[str] | None = None) -> list[TaskVerdict]:
     """One verdict per task of `entries` (default: the manifest's), from each agent's final
-    attempt over `phases` (default: this phase; a later phase in the list wins)."""
+    attempt over `phases` (default: this phase; a later phase in the list wins). `attempts`
+    is streamed (superseded flags set); only the final attempts are kept, without their logs."""
     phases = phases or [ctx.phase]
     rank = {p: i for i, p in enumerate(phases)}
     final: dict[tuple[int, str], Attempt] = {}
@@ -170,7 +170,7 @@ def judge(ctx: RunContext, attempts: list[Attempt], agents: list[AgentSpec],
         counts[a.idx] = counts.get(a.idx, 0) + 1
         key = (a.idx, a.agent)
         if not a.superseded and (key not in final or rank[a.phase] >= rank[final[key].phase]):
-            final[key] = a
+            final[key] = a.model_copy(update={"stdout": "", "stderr": ""})
     names = [a.name for a in agents]
     out = []
     for entry in entries if entries is not None else ctx.manifest.tasks:
@@ -195,7 +195,7 @@ def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list
             on_plan: Callable[[int], None] | None = None) -> None:
     """Play every pending (idx, agent) and journal it. On Ctrl-C: stop handing out work, kill
     what runs, keep what finished, and raise `Interrupted`."""
-    todo = pending(journal.existing(), ctx.phase, idx_list, agents)
+    todo = pending(journal, ctx.phase, idx_list, agents)
     if on_plan:
         on_plan(len(todo))
     task_of = lru_cache(maxsize=max(8, 4 * concurrency))(ctx.taskset.task)
@@ -249,22 +249,22 @@ def machine() -> dict:
     return facts
 
 
-def summary(ctx: RunContext, attempts: list[Attempt], verdicts: list[TaskVerdict], **extra) -> dict:
+def summary(ctx: RunContext, verdicts: list[TaskVerdict], **extra) -> dict:
     return {
         "run_id": ctx.run_id, "phase": ctx.phase, "manifest_sha256": ctx.manifest.sha256,
         "backend": ctx.sandbox.backend, "backend_version": ctx.manifest.execution.backend_version,
         "image": ctx.manifest.execution.image, "image_digest": ctx.image_digest, "machine": machine(),
-        "agents": sorted({a.agent for a in attempts}), "tasks": len(verdicts),
-        "compatible": sum(v.compatible for v in verdicts), "attempts": len(attempts),
+        "tasks": len(verdicts), "compatible": sum(v.compatible for v in verdicts),
         "finished_at": _now().isoformat(), **extra,
     }
 
 
 def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
         on_attempt: Callable[[Attempt], None] | None = None,
-        on_plan: Callable[[int], None] | None = None) -> tuple[list[Attempt], list[TaskVerdict]]:
-    """One phase: play every pending (task, agent) of the manifest, judge, finalize the evidence.
-    The evidence is finalized even when interrupted."""
+        on_plan: Callable[[int], None] | None = None) -> tuple[dict, list[TaskVerdict]]:
+    """One phase: play every pending (task, agent) of the manifest, judge, finalize the
+    evidence (even when interrupted). Returns the run summary and the verdicts; the attempts
+    are in the run directory (`validate.evidence.read_attempts`)."""
     open_run(ctx.paths, ctx.manifest.to_json())
     journal = Journal(ctx.paths, ctx.taskset.metric_names)
     interrupted = False
@@ -274,7 +274,6 @@ def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
         interrupted = True
         raise
     finally:
-        attempts = mark_superseded(journal.existing())
-        task_verdicts = judge(ctx, attempts, agents)
-        attempts = finalize(journal, task_verdicts, summary(ctx, attempts, task_verdicts, interrupted=interrupted))
-    return attempts, task_verdicts
+        task_verdicts = judge(ctx, journal.marked(), agents)
+        written = finalize(journal, task_verdicts, summary(ctx, task_verdicts, interrupted=interrupted))
+    return written, task_verdicts

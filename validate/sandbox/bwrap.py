@@ -48,6 +48,15 @@ class BwrapSandbox(Sandbox):
         self.run_label = run_label
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock = threading.Lock()
+        self._sweep()
+
+    def _sweep(self) -> None:
+        """Kill and remove what a crashed earlier process of this same run left in its cgroups."""
+        stale = sorted(p.name for p in (CGROUP_ROOT / "pids" / PARENT).glob(f"{self.run_label}-*") if p.is_dir())
+        for name in stale:
+            dirs = [CGROUP_ROOT / c / PARENT / name for c in CONTROLLERS]
+            self._kill_cgroup(dirs[1])
+            self._remove_cgroups(dirs)
 
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):
@@ -147,12 +156,16 @@ class BwrapSandbox(Sandbox):
         return ExecResult(exit_code=None if timed_out else code, timed_out=timed_out, oom_killed=oom,
                           stdout=out[0] if out else b"", stderr=stderr, runtime_s=runtime)
 
-    @staticmethod
-    def _kill(proc: subprocess.Popen, pids_cgroup: Path) -> None:
+    @classmethod
+    def _kill(cls, proc: subprocess.Popen, pids_cgroup: Path) -> None:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        cls._kill_cgroup(pids_cgroup)
+
+    @staticmethod
+    def _kill_cgroup(pids_cgroup: Path) -> None:
         procs = pids_cgroup / "cgroup.procs"
         for _ in range(50):
             try:
