@@ -16,8 +16,9 @@ INVALID_MUTATIONS = ("drop", "duplicate", "unknown", "zero", "float", "string", 
                      "deep", "unbalanced", "no_box", "not_json", "garbage_bytes", "huge_int", "object", "empty_list")
 
 
-def _gold(rng: random.Random) -> list[list[int]]:
-    sizes = [rng.randint(1, 12) for _ in range(rng.randint(1, 4))]
+def random_gold(rng: random.Random, max_papers: int = 4, max_units: int = 12) -> list[list[int]]:
+    """A random true partition: 1..max_papers papers of 1..max_units labels, labels shuffled."""
+    sizes = [rng.randint(1, max_units) for _ in range(rng.randint(1, max_papers))]
     labels = list(range(1, sum(sizes) + 1))
     rng.shuffle(labels)
     out, i = [], 0
@@ -36,7 +37,7 @@ def _groups(rng: random.Random, gold: list[list[int]]) -> list[list[int]]:
 
 
 def generate(rng: random.Random) -> tuple[list[list[int]], str | bytes, bool]:
-    gold = _gold(rng)
+    gold = random_gold(rng)
     groups = _groups(rng, gold) if rng.random() < 0.5 else [list(g) for g in gold]
     valid = rng.random() < 0.5
     mutation = rng.choice(VALID_MUTATIONS if valid else INVALID_MUTATIONS)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from environment.deshuffle import analyze_ordering
 from environment.deshuffle.score import count_inversions, score_partition
+from tests.fuzz_replies import random_gold
 from tests.naive_scorer import naive_metrics
 
 
@@ -56,13 +57,7 @@ def test_count_inversions(seq, expected):
 
 def random_case(rng: random.Random) -> tuple[list[list[int]], list[list[int]]]:
     """A random gold and a reply built by one of several mistakes (or none)."""
-    sizes = [rng.randint(1, 25) for _ in range(rng.randint(1, 6))]
-    labels = list(range(1, sum(sizes) + 1))
-    rng.shuffle(labels)
-    gold, i = [], 0
-    for s in sizes:
-        gold.append(labels[i:i + s])
-        i += s
+    gold = random_gold(rng, max_papers=6, max_units=25)
     mode = rng.choice(["exact", "random_groups", "merge", "split", "partial", "shuffle_within"])
     groups = [list(t) for t in gold]
     if mode == "random_groups":

@@ -16,6 +16,7 @@ import json
 import os
 import tempfile
 import threading
+from contextlib import contextmanager
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -30,48 +31,45 @@ from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat
 BATCH_ROWS = 1000
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same directory and a rename."""
+@contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """Yield a temp path beside `path`; on success fsync it, make it 0644 and rename it over
+    `path`; on any failure remove it (the old file stays whole) and name `path` in the error."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
+        yield tmp
+        with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
+        tmp.chmod(0o644)
         os.replace(tmp, path)
     except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise EvidenceError(f"{path}: cannot write ({e.strerror or e})") from None
         raise
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temp file in the same directory and a rename."""
+    with _replacing(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_parquet(path: Path, rows: Iterable[dict], schema: pa.Schema) -> int:
     """Stream `rows` into `path` in batches, atomically; returns the row count."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
     n = 0
-    try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-            batch: list[dict] = []
-            for row in rows:
-                batch.append(row)
-                if len(batch) >= BATCH_ROWS:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    n, batch = n + len(batch), []
-            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-            n += len(batch)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise EvidenceError(f"{path}: cannot write ({e.strerror or e})") from None
-        raise
+    with _replacing(path) as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        batch: list[dict] = []
+        for row in rows:
+            batch.append(row)
+            if len(batch) >= BATCH_ROWS:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                n, batch = n + len(batch), []
+        writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+        n += len(batch)
     return n
 
 

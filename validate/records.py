@@ -40,8 +40,8 @@ Reason = Literal[
 REASON_ORDER: tuple[str, ...] = typing.get_args(Reason)
 
 
-class Attempt(BaseModel):
-    """One agent run on one task (one try: an infrastructure retry is a new attempt)."""
+class TaskRow(BaseModel):
+    """The key fields every evidence row starts with."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +51,11 @@ class Attempt(BaseModel):
     task_id: str
     idx: int
     task_hash: str
+
+
+class Attempt(TaskRow):
+    """One agent run on one task (one try: an infrastructure retry is a new attempt)."""
+
     agent: str
     #: ``pass`` (oracle) or ``reject`` (control): what the contract expects.
     expect: str
@@ -83,15 +88,9 @@ class Attempt(BaseModel):
     stderr: str = ""
 
 
-class TaskVerdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TaskVerdict(TaskRow):
+    """The task's one verdict."""
 
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    phase: str
-    task_id: str
-    idx: int
-    task_hash: str
     n_papers: int
     #: Units (paragraphs, and headings when included) the agent had to order.
     n_units: int
@@ -109,15 +108,9 @@ class TaskVerdict(BaseModel):
     n_attempts: int
 
 
-class Exclusion(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Exclusion(TaskRow):
+    """An excluded task and its one reason."""
 
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    phase: str
-    task_id: str
-    idx: int
-    task_hash: str
     reason: Reason
     detail: str
 
