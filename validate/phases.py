@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from validate.agents import CONTROLS, PROBES, REGISTRY, AgentSpec, resolve
+from validate.agents import CONTROLS, PROBES, REGISTRY, resolve
 from validate.contract import Manifest, build_taskset, derive, load_manifest, write_manifest
 from validate.evidence import Journal, atomic_write, finalize, open_run
 from validate.records import Attempt, TaskVerdict
@@ -30,9 +30,9 @@ from validate.paths import MANIFEST_DIR
 Hooks = dict[str, Callable]
 
 
-def _finish(ctx: RunContext, journal: Journal, verdicts_of: Callable[[Iterable[Attempt]], list[TaskVerdict]],
+def _finish(ctx: RunContext, journal: Journal, verdicts_of: Callable[[Journal], list[TaskVerdict]],
             **extra) -> tuple[dict, list[TaskVerdict]]:
-    verdicts = verdicts_of(journal.marked())
+    verdicts = verdicts_of(journal)
     return finalize(journal, verdicts, summary(ctx, verdicts, **extra)), verdicts
 
 
@@ -57,7 +57,7 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None,
     journal = Journal(ctx.paths, ctx.taskset.metric_names)
     octx = dataclasses.replace(ctx, phase="oracle")
     frozen_copy = ctx.paths.root / "frozen-manifest.json"
-    verdicts_of = lambda attempts: judge(octx, attempts, [oracle])  # noqa: E731
+    verdicts_of = lambda j: judge(octx, j.marked(), [oracle])  # noqa: E731
     try:
         execute(octx, journal, parent.selection.idx, [oracle], concurrency, **hooks)
         oracle_verdicts = judge(octx, journal.marked(), [oracle])
@@ -80,11 +80,10 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None,
         raise
     frozen_idx = set(frozen.selection.idx)
 
-    def verdicts_all(attempts: Iterable[Attempt]) -> list[TaskVerdict]:
-        attempts = list(attempts) if not isinstance(attempts, list) else attempts
-        both = judge(cctx, attempts, [oracle, *controls], entries=frozen.tasks, phases=["oracle", "controls"])
+    def verdicts_all(j: Journal) -> list[TaskVerdict]:  # two streamed passes over the attempts
+        both = judge(cctx, j.marked(), [oracle, *controls], entries=frozen.tasks, phases=["oracle", "controls"])
         by_idx = {v.idx: v for v in both}
-        return [by_idx[v.idx] if v.idx in frozen_idx else v for v in judge(octx, attempts, [oracle])]
+        return [by_idx[v.idx] if v.idx in frozen_idx else v for v in judge(octx, j.marked(), [oracle])]
 
     _, verdicts = _finish(cctx, journal, verdicts_all, frozen_manifest_sha256=frozen.sha256,
                           pool_manifest_sha256=parent.sha256)
@@ -174,8 +173,8 @@ def pilot(ctx: RunContext, per_stratum: int, concurrency: int, hooks: Hooks | No
         taskset = build_taskset(child.environment, ctx.taskset.corpus)
         variants.append((variant, dataclasses.replace(ctx, manifest=child, taskset=taskset, phase=f"pilot-{variant}")))
 
-    def verdicts_all(attempts: Iterable[Attempt]) -> list[TaskVerdict]:
-        attempts = list(attempts)  # a pilot is small
+    def verdicts_all(j: Journal) -> list[TaskVerdict]:
+        attempts = j.existing()  # a pilot is small
         return [v for _, vctx in variants for v in judge(vctx, attempts, agents)]
 
     try:
@@ -204,4 +203,3 @@ class PilotResultProbes(BaseModel):
     probes: list[ProbeCheck]
 
 
-__all__ = ["AgentSpec", "PilotResult", "PoolResult", "pilot", "pool", "stratify"]
