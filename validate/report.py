@@ -35,6 +35,7 @@ def load_run(root: Path) -> dict:
     for name, key in (("frozen-manifest.json", "frozen"), ("probes.json", "probes"), ("smoke/result.json", "smoke")):
         if (root / name).exists():
             run[key] = json.loads((root / name).read_text())
+    run["variants"] = [json.loads(p.read_text()) for p in sorted(root.glob("*.manifest.json"))]
     return run
 
 
@@ -117,6 +118,9 @@ def blocks(run: dict) -> list[Block]:
             ["parent manifest", _fmt(m.get("parent_sha256"))],
             ["frozen child", f"`{run['frozen']['name']}` {run['frozen']['sha256']} (parent {run['frozen']['parent_sha256']})"
              if "frozen" in run else "—"],
+            *[["pilot variant", f"`{v['name']}` {v['sha256']} (parent {v['parent_sha256']}); "
+                                f"include_headers={v['environment']['config']['include_headers']}; "
+                                f"{len(v['tasks'])} tasks"] for v in run["variants"]],
             ["corpus", f"{m['environment']['corpus']['location']} — revision {m['environment']['corpus']['revision']}"],
             ["config", ", ".join(f"{k}={v}" for k, v in sorted(cfg.items()))],
             ["selection", f"{m['selection']['rule']}; seed {m['selection']['seed']}; {len(m['tasks'])} tasks"],
@@ -129,7 +133,7 @@ def blocks(run: dict) -> list[Block]:
         ]),
         ("h2", "Counts"),
         ("table", ["what", "count"], [
-            ["tasks in the contract", str(n)],
+            ["tasks judged" + (" (sampled tasks × header variants)" if pilot else " (the contract's tasks)"), str(n)],
             ["oracle attempted", _of(c["oracle_attempted"], n)],
             ["oracle passed (exception-free)", _of(c["oracle_passed"], n)],
             *([["frozen for the controls", _of(c["frozen"], n)]] if c["frozen"] is not None else []),
