@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from validate.contract import load_manifest
-from validate.errors import ContractError
+from validate.errors import ContractError, EvidenceError
 from validate.evidence import file_sha256
 from validate.paths import RunPaths
 from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema
@@ -105,7 +105,11 @@ def audit(root: Path) -> list[str]:
         return [f"{root}: not a run directory (no manifest.json)"]
     _checksums(root, problems)
     pool, children = _manifests(root, problems)
-    summary = json.loads((root / "run.json").read_text()) if (root / "run.json").exists() else {}
+    try:
+        summary = json.loads((root / "run.json").read_text())
+    except (OSError, ValueError) as e:
+        problems.append(f"{root / 'run.json'}: not readable JSON ({e})")
+        summary = {}
     if pool is not None and summary.get("manifest_sha256") not in (pool.sha256, *(c.sha256 for c in children.values() if c)):
         problems.append(f"{root / 'run.json'}: manifest_sha256 names no manifest of this run")
     try:
@@ -137,8 +141,11 @@ def audit(root: Path) -> list[str]:
     if (root / "report.json").exists():
         from validate.report import counts, load_run
 
-        if json.loads((root / "report.json").read_text()) != json.loads(json.dumps(counts(load_run(root)))):
-            problems.append(f"{root / 'report.json'}: the report's counts differ from the ledgers'")
+        try:
+            if json.loads((root / "report.json").read_text()) != json.loads(json.dumps(counts(load_run(root)))):
+                problems.append(f"{root / 'report.json'}: the report's counts differ from the ledgers'")
+        except (EvidenceError, ValueError, OSError) as e:
+            problems.append(f"cannot recompute the report's counts: {e}")
         md = (root / "report.md").read_text() if (root / "report.md").exists() else ""
         if f"{int(tasks['compatible'].sum())}/{len(tasks)}" not in md:
             problems.append(f"{root / 'report.md'}: does not state the ledgers' compatible count")

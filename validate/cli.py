@@ -2,12 +2,14 @@
 
 Exit codes: 0 the phase passed; 1 it ran but the contract is not met (e.g. fewer
 compatible tasks than the minimum); 2 bad input or an environment that cannot run it (the
-message names the field or file); 130 interrupted (resume with ``--resume``).
+message names the field or file); 130 interrupted (resume with ``--resume``); 3 an internal
+error (a bug: rerun with VALIDATE_DEBUG=1 and report it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -382,8 +384,14 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"error: {e}", style="red", markup=False, highlight=False)
         return 2
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted")
+        err.print("interrupted", style="yellow")
         return 130
+    except Exception as e:  # noqa: BLE001 - a bug must still end in a message, not a traceback
+        if os.environ.get("VALIDATE_DEBUG"):
+            raise
+        err.print(f"internal error: {type(e).__name__}: {e} (rerun with VALIDATE_DEBUG=1 for the traceback, "
+                  f"and please report it)", style="red", markup=False, highlight=False)
+        return 3
 
 
 if __name__ == "__main__":

@@ -17,25 +17,33 @@ from pathlib import Path
 
 import pandas as pd
 
+from validate.errors import EvidenceError
 from validate.evidence import atomic_write, write_checksums
 from validate.paths import RunPaths
 
 Block = tuple  # ("h1"|"h2"|"p"|"table"|"img"|"code", ...)
 
 
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise EvidenceError(f"{path}: not readable JSON ({e})") from None
+
+
 def load_run(root: Path) -> dict:
     paths = RunPaths(root)
     run = {
-        "manifest": json.loads(paths.manifest.read_text()),
-        "summary": json.loads(paths.summary.read_text()),
+        "manifest": _json(paths.manifest),
+        "summary": _json(paths.summary),
         "attempts": pd.read_parquet(paths.attempts),
         "tasks": pd.read_parquet(paths.tasks),
         "exclusions": pd.read_parquet(paths.exclusions),
     }
     for name, key in (("frozen-manifest.json", "frozen"), ("probes.json", "probes"), ("smoke/result.json", "smoke")):
         if (root / name).exists():
-            run[key] = json.loads((root / name).read_text())
-    run["variants"] = [json.loads(p.read_text()) for p in sorted(root.glob("*.manifest.json"))]
+            run[key] = _json(root / name)
+    run["variants"] = [_json(p) for p in sorted(root.glob("*.manifest.json"))]
     return run
 
 
