@@ -11,6 +11,7 @@ is not touched.
 
 from __future__ import annotations
 
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Literal
@@ -38,6 +39,7 @@ class AgentSpec(BaseModel):
         return program_source(self.program)
 
 
+@cache
 def program_source(filename: str) -> bytes:
     """A file of ``validate/agents/programs/`` (an agent, or the shared ``agentlib.py``),
     or a program at an absolute path (an agent that lives outside the package)."""

@@ -167,7 +167,7 @@ class BwrapSandbox(Sandbox):
     @staticmethod
     def _kill_cgroup(pids_cgroup: Path) -> None:
         procs = pids_cgroup / "cgroup.procs"
-        for _ in range(50):
+        for _ in range(2000):  # the pid namespace tears down in a few ms: poll finely, up to 2 s
             try:
                 pids = procs.read_text().split()
             except OSError:
@@ -179,19 +179,19 @@ class BwrapSandbox(Sandbox):
                     os.kill(int(pid), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            time.sleep(0.01)
+            time.sleep(0.001)
 
     @staticmethod
     def _remove_cgroups(dirs: list[Path]) -> None:
         for d in dirs:
-            for _ in range(100):
+            for _ in range(2000):
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.01)
+                    time.sleep(0.001)
 
     def close(self) -> None:
         with self._lock:
