@@ -116,7 +116,7 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     assert not list((tmp_path / "ledgers/k").glob(".*"))  # no temp file left behind
     if backend == "docker":
         client = docker.from_env()
-        assert client.containers.list(all=True, filters={"label": "deshuffle-validate"}) == []
+        assert client.containers.list(all=True, filters={"label": "deshuffle-validate=k"}) == []
     else:  # the resumed run swept the cgroups its killed predecessor left
         assert [p for p in (CGROUP_ROOT / "pids" / PARENT).glob("k-*")] == []
     assert set(attempts["run_id"]) == {"k"}  # one run id before and after the resume
