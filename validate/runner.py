@@ -35,7 +35,7 @@ from validate.findings import task_findings
 from validate.paths import RunPaths, SANDBOX_AGENT, SANDBOX_WORKSPACE
 from validate.records import Attempt, TaskVerdict
 from validate.sandbox import RunRequest, Sandbox
-from validate.verdicts import decide, outcome_as_expected
+from validate.verdicts import Outcome, decide, outcome_as_expected
 from validate.workspace import ReplyTooLarge, materialise, read_reply, workspace_sha256
 
 
@@ -170,7 +170,7 @@ def judge(ctx: RunContext, attempts: Iterable[Attempt], agents: list[AgentSpec],
         counts[a.idx] = counts.get(a.idx, 0) + 1
         key = (a.idx, a.agent)
         if not a.superseded and (key not in final or rank[a.phase] >= rank[final[key].phase]):
-            final[key] = a.model_copy(update={"stdout": "", "stderr": ""})
+            final[key] = Outcome.of(a)
     names = [a.name for a in agents]
     out = []
     for entry in entries if entries is not None else ctx.manifest.tasks:

@@ -10,10 +10,28 @@ invalid_task_or_verifier, oracle_fails_on_valid_task.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from validate.contract import Expectations
 from validate.findings import Finding
 from validate.records import AGENT_STATUSES, Attempt
+
+
+class Outcome(NamedTuple):
+    """What a verdict needs of an attempt (an `Attempt` has the same attributes); small
+    enough to keep one per (task, agent) for a whole pool."""
+
+    agent: str
+    status: str
+    reward: float | None
+    as_expected: bool
+    error_class: str | None
+    error_message: str | None
+    phase: str
+
+    @classmethod
+    def of(cls, a: Attempt) -> Outcome:
+        return cls(a.agent, a.status, a.reward, a.as_expected, a.error_class, a.error_message, a.phase)
 
 
 def outcome_as_expected(agent: str, status: str, reward: float | None, exp: Expectations,
@@ -27,7 +45,7 @@ def outcome_as_expected(agent: str, status: str, reward: float | None, exp: Expe
     return status in AGENT_STATUSES and (reward or 0.0) < exp.ceiling(agent)
 
 
-def decide(final: Iterable[Attempt], agents: list[str], exp: Expectations,
+def decide(final: Iterable[Attempt | Outcome], agents: list[str], exp: Expectations,
            findings: list[Finding]) -> tuple[str | None, str]:
     """``(reason or None, detail)`` from each agent's final (non-superseded) attempt."""
     by_agent = {a.agent: a for a in final}
