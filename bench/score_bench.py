@@ -48,8 +48,8 @@ def main() -> None:
     print(f"one task: {task.n_papers} papers, {task.n_labels} units")
     for name, groups in replies.items():
         text = f"\\boxed{{{json.dumps(groups)}}}"
-        fast = best_of(lambda: analyze_ordering(text, gold), 5)
-        naive = best_of(lambda: naive_metrics(groups, gold), 1)
+        fast = best_of(lambda text=text: analyze_ordering(text, gold), 5)
+        naive = best_of(lambda groups=groups: naive_metrics(groups, gold), 1)
         print(f"{name:9s} fast {fast * 1e3:8.2f} ms   naive {naive * 1e3:9.1f} ms   "
               f"speed-up {naive / fast:7.0f}x   reward {analyze_ordering(text, gold)[0]:.4f}")
     ts = DeshuffleTaskset(DeshuffleConfig(min_papers=1, max_papers=3, include_headers=True), corpus)

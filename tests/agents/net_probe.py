@@ -1,7 +1,6 @@
 """Tries every way out: DNS, TCP to the outside, the host's loopback, the docker bridge.
 Prints one JSON object: probe -> "blocked: <error>" or "OPEN"."""
 import json
-import os
 import socket
 
 port = 47123  # tests/test_sandbox.py listens there on the host

@@ -90,7 +90,7 @@ class Sandbox(ABC):
     def run(self, request: RunRequest) -> ExecResult:
         """Run one agent in a fresh sandbox; raise `SandboxError` on an infrastructure fault."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a backend with nothing to clean up keeps this default
         """Stop and remove everything still running. Safe to call twice."""
 
 
