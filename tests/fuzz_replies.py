@@ -21,6 +21,11 @@ def random_gold(rng: random.Random, max_papers: int = 4, max_units: int = 12) ->
     sizes = [rng.randint(1, max_units) for _ in range(rng.randint(1, max_papers))]
     labels = list(range(1, sum(sizes) + 1))
     rng.shuffle(labels)
+    return split_by_sizes(labels, sizes)
+
+
+def split_by_sizes(labels: list[int], sizes: list[int]) -> list[list[int]]:
+    """Consecutive runs of `labels` of the given sizes: the papers of a gold partition."""
     out, i = [], 0
     for s in sizes:
         out.append(labels[i:i + s])

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from environment.deshuffle import analyze_ordering
 from environment.deshuffle.score import count_inversions, score_partition
-from tests.fuzz_replies import random_gold
+from tests.fuzz_replies import random_gold, split_by_sizes
 from tests.naive_scorer import naive_metrics
 
 
@@ -124,10 +124,7 @@ def test_property_reward_bounded_and_reply_roundtrip(case):
 def test_property_oracle_scores_one_and_reverse_zero(sizes, rnd):
     labels = list(range(1, sum(sizes) + 1))
     rnd.shuffle(labels)
-    gold, i = [], 0
-    for s in sizes:
-        gold.append(labels[i:i + s])
-        i += s
+    gold = split_by_sizes(labels, sizes)
     reward, m = analyze_ordering(boxed(gold if len(gold) > 1 else gold[0]), gold)
     assert reward == 1.0 and m["paper_exact_match"] == 1.0
     reward, m = analyze_ordering(boxed([t[::-1] for t in gold]), gold)

@@ -60,20 +60,22 @@ def test_identical_units_are_flagged_in_the_detail(tiny, sandboxes, tmp_path):
     assert "repeat an earlier unit's text" in v.detail and "cannot be recovered" in v.detail
 
 
-def test_displayed_order_correct_makes_identity_pass(tiny, sandboxes, tmp_path):
+def pair_task(tiny, sandboxes, gold: list[int]) -> int:
+    """An idx anchoring the two-paragraph paper (idx 2, 6, 10, ...) whose shuffle gave `gold`."""
     path, corpus = tiny
     taskset = build_taskset(make_manifest(corpus, path, sandboxes("bwrap"), idx=[2]).environment, corpus)
-    # The pair paper is anchored by idx 2, 6, 10, ...: find one whose shuffle left it in order.
-    idx = next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == [1, 2])
+    return next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == gold)
+
+
+def test_displayed_order_correct_makes_identity_pass(tiny, sandboxes, tmp_path):
+    idx = pair_task(tiny, sandboxes, [1, 2])
     v = verdicts_for(tiny, sandboxes, tmp_path, [idx])[0][idx]
     assert v.reason == "invalid_task_or_verifier"
     assert "control identity passed" in v.detail and "displayed order is already the true order" in v.detail
 
 
 def test_a_control_passing_by_chance_on_a_tiny_paper(tiny, sandboxes, tmp_path):
-    path, corpus = tiny
-    taskset = build_taskset(make_manifest(corpus, path, sandboxes("bwrap"), idx=[2]).environment, corpus)
-    idx = next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == [2, 1])
+    idx = pair_task(tiny, sandboxes, [2, 1])
     v = verdicts_for(tiny, sandboxes, tmp_path, [idx])[0][idx]
     assert v.reason == "invalid_task_or_verifier" and "control reversed passed" in v.detail
 
