@@ -67,7 +67,7 @@ def test_other_backend_is_refused(bwrap_manifest, sandboxes):
         verify(m, sandboxes("docker"))
 
 
-def test_missing_image_is_refused_before_any_task(tmp_path):
+def test_missing_image_is_refused_before_any_task():
     for backend in ("docker", "bwrap"):
         with pytest.raises(ProfileUnavailable, match="execution.image.*validate image build"):
             open_sandbox(backend, image="no-such-image:never").facts()

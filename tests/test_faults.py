@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from validate.contract import build_taskset, verify
-from validate.errors import ContractError
+from validate.errors import ContractError, ProfileUnavailable
 from validate.evidence import Journal, read_attempts
 from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
 from validate.agents import resolve
@@ -138,8 +138,7 @@ def test_image_changed_under_the_contract_is_refused(corpus, corpus_path, tmp_pa
         with pytest.raises(ContractError, match="execution.image_digest"):
             verify(manifest, sandbox)
         client.images.remove(name, force=True)
-        r_missing = pytest.raises(Exception, match="execution.image.*validate image build")
-        with r_missing:
+        with pytest.raises(ProfileUnavailable, match="execution.image.*validate image build"):
             verify(manifest, sandbox)
     finally:
         try:

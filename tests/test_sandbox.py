@@ -169,4 +169,5 @@ def test_background_process_does_not_outlive_the_attempt(backend, attempt, tmp_p
 def test_tampering_with_the_workspace_changes_nothing_the_scorer_reads(backend, attempt):
     att = attempt(backend, hostile("tamper"))
     assert att.status == "ok" and att.reward < 1.0 and att.as_expected
-    assert att.workspace_sha256.startswith("sha256:")  # of the files as materialised, not as left
+    # The evidence hashes the workspace as materialised, not as the agent left it.
+    assert att.workspace_sha256 == attempt(backend, REGISTRY["empty"]).workspace_sha256

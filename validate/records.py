@@ -57,7 +57,7 @@ class Attempt(TaskRow):
     """One agent run on one task (one try: an infrastructure retry is a new attempt)."""
 
     agent: str
-    #: ``pass`` (oracle) or ``reject`` (control): what the contract expects.
+    #: What the contract expects: ``pass`` (oracle), ``reject`` (control) or ``partial`` (probe).
     expect: str
     #: 1-based try number for this (phase, task, agent).
     attempt: int

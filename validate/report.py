@@ -77,14 +77,20 @@ def _of(n: int, d: int) -> str:
     return f"{n}/{d}" + (f" ({100 * n / d:.1f} %)" if d else "")
 
 
+def _agents_in_order(final: pd.DataFrame) -> list[str]:
+    """The oracle, then the controls, then the probes; by name within each."""
+    rank = {"pass": 0, "reject": 1, "partial": 2}
+    expect = final.groupby("agent")["expect"].first()
+    return sorted(expect.index, key=lambda a: (rank.get(expect[a], 3), a))
+
+
 def _plot(final: pd.DataFrame) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    order = {"pass": 0, "reject": 1, "partial": 2}
-    agents = sorted(final["agent"].unique(), key=lambda a: (order.get(final.loc[final["agent"] == a, "expect"].iloc[0], 3), a))
+    agents = _agents_in_order(final)
     data = [final.loc[final["agent"] == a, "reward"].fillna(0.0).to_numpy() for a in agents]
     fig, ax = plt.subplots(figsize=(9, 4), dpi=100)
     ax.boxplot(data, vert=True, showfliers=True)
@@ -159,8 +165,8 @@ def blocks(run: dict) -> list[Block]:
              [[src, str(k), _of(int(r.compatible), int(r.tasks))] for (src, k), r in fam.iterrows()])]
     final = attempts[~attempts["superseded"]]
     rows = []
-    order = {"pass": 0, "reject": 1, "partial": 2}
-    for agent, g in sorted(final.groupby("agent"), key=lambda kv: (order.get(kv[1]["expect"].iloc[0], 3), kv[0])):
+    for agent in _agents_in_order(final):
+        g = final[final["agent"] == agent]
         r = g["reward"].fillna(0.0)
         rows.append([agent, str(g["expect"].iloc[0]), _of(int(g["as_expected"].sum()), len(g)),
                      f"{r.min():.4f}", f"{statistics.median(r):.4f}", f"{r.max():.4f}"])
