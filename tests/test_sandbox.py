@@ -8,6 +8,7 @@ sandbox changed.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -89,6 +90,7 @@ def test_no_network_of_any_kind(backend, attempt):
     for probe in ("dns", "tcp_outside", "tcp_host_loopback", "tcp_docker_bridge"):
         assert out[probe].startswith("blocked"), out
     assert out["interfaces"] == ["lo"]
+    assert out["netns"] != os.readlink("/proc/self/ns/net")  # its own namespace, not the host's
 
 
 def test_controls_cannot_see_the_answer_key_or_host_secrets(backend, attempt):

@@ -133,9 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Attempts at once unless -c says otherwise: two per usable core. An attempt waits on
+#: process start-up, the daemon and namespace teardown about as much as it computes; on
+#: 2 cores, -c 4 beat -c 2 on both backends (docs/performance.md).
+DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
+
+
 def _run_options(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--manifest", type=Path, required=True, help="a contract manifest (manifests/<name>.json)")
-    sp.add_argument("-c", "--concurrency", type=int, default=2, help="attempts at once (default: %(default)s)")
+    sp.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                    help="attempts at once (default: 2 per CPU core, here %(default)s)")
     where = sp.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",

@@ -1,6 +1,7 @@
 """Tries every way out: DNS, TCP to the outside, the host's loopback, the docker bridge.
-Prints one JSON object: probe -> "blocked: <error>" or "OPEN"."""
+Prints one JSON object: probe -> "blocked: <error>" or "OPEN", the interfaces, the network namespace."""
 import json
+import os
 import socket
 
 port = 47123  # tests/test_sandbox.py listens there on the host
@@ -16,4 +17,5 @@ for name, probe in probes.items():
     except Exception as e:
         out[name] = f"blocked: {type(e).__name__}"
 out["interfaces"] = sorted(n for _, n in socket.if_nameindex())
+out["netns"] = os.readlink("/proc/self/ns/net")
 print(json.dumps(out))
