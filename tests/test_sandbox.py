@@ -140,6 +140,18 @@ def test_garbage_crash_and_symlink_replies(backend, attempt):
     assert link.reply_sha256 is None and link.reward == 0.0  # the host's /etc/shadow was not read
 
 
+def test_a_flood_on_stdout_and_stderr_is_drained_and_capped(backend, attempt):
+    att = attempt(backend, hostile("chatty"), Limits(timeout_s=30.0, max_log_bytes=1000))
+    assert att.status == "ok" and att.exit_code == 0
+    assert att.reply_bytes == len("\\boxed{[1]}\n")
+    if backend == "docker":
+        # dockerd's json-file log keeps only the last MiB (max-size 1m): the head of that is kept.
+        assert set(att.stdout) <= {"o"} and set(att.stderr) <= {"e"}
+        assert 0 < len(att.stdout + att.stderr) and len(att.stdout) <= 1000 and len(att.stderr) <= 1000
+    else:
+        assert (att.stdout, att.stderr) == ("o" * 1000, "e" * 1000)
+
+
 def test_nothing_is_left_behind(backend, attempt, sandboxes):
     attempt(backend, REGISTRY["oracle"])
     if backend == "docker":

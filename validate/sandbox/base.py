@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import threading
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from validate.errors import SandboxError
 
 
 class Mount(BaseModel):
@@ -39,7 +41,9 @@ class Limits(BaseModel):
     tmpfs_mb: int = Field(default=64, ge=1)
     #: Largest file the agent may write (RLIMIT_FSIZE): bounds a disk filler or a huge reply.
     max_file_mb: int = Field(default=64, ge=1)
-    #: Bytes of stdout / stderr kept for the evidence; the rest is drained and dropped.
+    #: Bytes of stdout / stderr kept for the evidence (the head); the rest is drained and
+    #: dropped. Docker's log driver keeps only the last MiB, so past 1 MiB of output the
+    #: docker backend keeps the head of that last MiB.
     max_log_bytes: int = Field(default=4096, ge=0)
 
 
@@ -94,34 +98,64 @@ class Sandbox(ABC):
         """Stop and remove everything still running. Safe to call twice."""
 
 
-def drain(stream: IO[bytes], keep: int, out: list[bytes]) -> threading.Thread:
-    """Read `stream` to EOF in a thread, keeping the first `keep` bytes in `out[0]`."""
-
-    def work() -> None:
-        kept = bytearray()
-        for chunk in iter(lambda: stream.read(65536), b""):
-            if len(kept) < keep:
-                kept += chunk[: keep - len(kept)]
-        out.append(bytes(kept))
-        stream.close()
-
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    return t
+#: After the agent's exit, how long its pipes may stay open (a leftover process holding them
+#: that `kill` could not reach) before what they hold is given up.
+PIPE_GRACE_S = 10.0
 
 
-def wait_exit(proc: subprocess.Popen, timeout_s: float) -> bool:
-    """True when `proc` exits within `timeout_s`. A pidfd wakes us at the exit itself;
-    `Popen.wait(timeout=)` would poll with sleeps growing to 50 ms."""
+def supervise(proc: subprocess.Popen, timeout_s: float, keep: int,
+              kill: Callable[[], None]) -> tuple[bool, bytes, bytes]:
+    """Wait for `proc` to exit, at most `timeout_s`, draining its stdout and stderr meanwhile.
+
+    All in the calling thread, with one `poll` over the two pipes and a pidfd, which wakes it
+    at the exit itself (``Popen.wait(timeout=)`` polls with sleeps growing to 50 ms, and a
+    reader thread per pipe cost two thread starts per attempt). On the timeout `kill()` is
+    called; after the exit it is called again, since nothing may outlive the attempt. Returns
+    (timed out, the first `keep` bytes of stdout, of stderr); the rest is read and dropped.
+    """
+    kept = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    poller = select.poll()
+    for fd in kept:
+        poller.register(fd, select.POLLIN)
+    open_pipes = len(kept)
     try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
+        exit_fd = os.pidfd_open(proc.pid)
+    except OSError as e:
+        kill()
+        proc.wait()
+        raise SandboxError(f"cannot watch the agent's process (pidfd_open needs Linux ≥ 5.3): {e}") from None
+    poller.register(exit_fd, select.POLLIN)
+
+    def pump(until: float, stop_at_exit: bool) -> bool:
+        """Read the pipes until `until`, the exit (if `stop_at_exit`) or both pipes' end;
+        False when `until` came first."""
+        nonlocal open_pipes
+        while open_pipes or stop_at_exit:
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            for fd, _ in poller.poll(left * 1000):
+                if fd == exit_fd:
+                    return True
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    poller.unregister(fd)
+                    open_pipes -= 1
+                elif len(kept[fd]) < keep:
+                    kept[fd] += chunk[: keep - len(kept[fd])]
+        return True
+
     try:
-        return bool(select.select([fd], [], [], timeout_s)[0])
+        timed_out = not pump(time.monotonic() + timeout_s, stop_at_exit=True)
+        if timed_out:
+            kill()
+        proc.wait()
+        poller.unregister(exit_fd)
+        kill()
+        pump(time.monotonic() + PIPE_GRACE_S, stop_at_exit=False)
     finally:
-        os.close(fd)
+        os.close(exit_fd)
+        proc.stdout.close()
+        proc.stderr.close()
+    out, err = kept.values()
+    return timed_out, bytes(out), bytes(err)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain, wait_exit
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -131,30 +131,20 @@ class BwrapSandbox(Sandbox):
             raise SandboxError(f"bwrap: cannot start: {e}") from None
         with self._lock:
             self._procs[name] = proc
-        out: list[bytes] = []
-        err: list[bytes] = []
-        readers = [drain(proc.stdout, req.limits.max_log_bytes, out),
-                   drain(proc.stderr, req.limits.max_log_bytes, err)]
         try:
-            timed_out = not wait_exit(proc, req.limits.timeout_s)
-            if timed_out:
-                self._kill(proc, cgroups[1])
-            proc.wait()
+            timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes,
+                                                  kill=lambda: self._kill(proc, cgroups[1]))
         finally:
             with self._lock:
                 self._procs.pop(name, None)
-        self._kill(proc, cgroups[1])  # nothing may outlive the attempt
-        for r in readers:
-            r.join(timeout=10)
         runtime = time.monotonic() - t0
         code = proc.returncode
-        stderr = err[0] if err else b""
         if code == 125 or (code == 1 and stderr.startswith(b"bwrap:")):
             raise SandboxError(f"bwrap: the sandbox did not start (exit {code}): {stderr[:300]!r}")
         oom = b"oom_kill 0" not in (cgroups[0] / "memory.oom_control").read_bytes() \
             if (cgroups[0] / "memory.oom_control").exists() else False
         return ExecResult(exit_code=None if timed_out else code, timed_out=timed_out, oom_killed=oom,
-                          stdout=out[0] if out else b"", stderr=stderr, runtime_s=runtime)
+                          stdout=stdout, stderr=stderr, runtime_s=runtime)
 
     @classmethod
     def _kill(cls, proc: subprocess.Popen, pids_cgroup: Path) -> None:

@@ -14,7 +14,7 @@ import sys
 import time
 
 from validate.errors import SandboxError
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, drain, wait_exit
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise
 
 
 class SubprocessSandbox(Sandbox):
@@ -45,15 +45,7 @@ class SubprocessSandbox(Sandbox):
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
             raise SandboxError(f"subprocess: cannot start: {e}") from None
-        out: list[bytes] = []
-        err: list[bytes] = []
-        readers = [drain(proc.stdout, req.limits.max_log_bytes, out), drain(proc.stderr, req.limits.max_log_bytes, err)]
-        timed_out = not wait_exit(proc, req.limits.timeout_s)
-        if timed_out:
-            proc.kill()
-        proc.wait()
-        for r in readers:
-            r.join(timeout=10)
+        timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes, kill=proc.kill)
         return ExecResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out,
-                          stdout=out[0] if out else b"", stderr=err[0] if err else b"",
+                          stdout=stdout, stderr=stderr,
                           runtime_s=time.monotonic() - t0)

@@ -1,0 +1,48 @@
+"""`supervise`: wait for an agent's exit while draining its pipes, in one thread, on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from validate.sandbox import base
+from validate.sandbox.base import supervise
+
+
+def start(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_output_past_the_pipe_buffer_is_drained_and_the_head_kept():
+    proc = start("import sys\nfor _ in range(300):\n    sys.stdout.write('o' * 65536)\n    sys.stderr.write('e' * 65536)\n"
+                 "sys.exit(3)")
+    timed_out, out, err = supervise(proc, 30.0, 100, kill=proc.kill)
+    assert (timed_out, out, err, proc.returncode) == (False, b"o" * 100, b"e" * 100, 3)
+
+
+def test_the_timeout_kills_and_says_so():
+    proc = start("import time\nprint('started', flush=True)\ntime.sleep(60)")
+    kills = []
+    t0 = time.monotonic()
+    timed_out, out, _ = supervise(proc, 0.5, 4096, kill=lambda: (kills.append(1), proc.kill()))
+    assert timed_out and out == b"started\n" and proc.returncode == -9
+    assert len(kills) == 2  # at the timeout, and again after the exit
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_quick_exit_is_seen_at_once():
+    proc = start("pass")
+    timed_out, out, err = supervise(proc, 30.0, 4096, kill=proc.kill)
+    assert (timed_out, out, err, proc.returncode) == (False, b"", b"", 0)
+
+
+def test_a_leftover_holding_the_pipe_is_given_up_after_the_grace(monkeypatch):
+    monkeypatch.setattr(base, "PIPE_GRACE_S", 0.5)
+    # The child exits at once; its grandchild keeps stdout open for 30 s, out of kill()'s reach.
+    proc = subprocess.Popen(["sh", "-c", "echo hi; sleep 30 & exit 0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    t0 = time.monotonic()
+    timed_out, out, _ = supervise(proc, 30.0, 4096, kill=lambda: None)
+    assert (timed_out, out, proc.returncode) == (False, b"hi\n", 0)
+    assert time.monotonic() - t0 < 5
