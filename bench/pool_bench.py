@@ -1,6 +1,6 @@
 """Pool-sized runs: 250, 500 and 1,000 tasks × (oracle + 5 controls) on the local corpus.
 
-    python bench/pool_bench.py [--backend bwrap|docker|both] [--sizes 250,500,1000] [-c 2]
+    python bench/pool_bench.py [--backend bwrap|docker|both] [--sizes 250,500,1000] [-c N]
 
 Each size runs in a fresh process (freeze in memory → verify → run → finalize) so its peak
 RSS is its own. Prints wall time, attempts/s and peak RSS per size and backend, measured in
@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from validate.cli import DEFAULT_CONCURRENCY  # noqa: E402
 AGENTS = "oracle,empty,shuffled,identity,reversed,malformed"
 
 CHILD = r"""
@@ -58,7 +61,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="both", choices=["docker", "bwrap", "both"])
     ap.add_argument("--sizes", default="250,500,1000")
-    ap.add_argument("-c", type=int, default=2, help="concurrency")
+    ap.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY,
+                    help="concurrency (default: the harness's, 2 per CPU core: %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     backends = ["bwrap", "docker"] if args.backend == "both" else [args.backend]

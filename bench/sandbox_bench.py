@@ -1,6 +1,6 @@
 """Attempts per second of the harness vs a bare loop of the backend's own command.
 
-    python bench/sandbox_bench.py [--backend docker|bwrap|both] [-n 60] [-c 2]
+    python bench/sandbox_bench.py [--backend docker|bwrap|both] [-n 60] [-c N]
 
 At the same concurrency, it times (a) the bare command in a loop —
 ``docker run --rm --network none IMAGE python3 -c pass`` for docker (and, to isolate the
@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from validate.cli import DEFAULT_CONCURRENCY  # noqa: E402
 from validate.paths import DEFAULT_IMAGE, ImagePaths  # noqa: E402
 
 
@@ -101,7 +102,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="both", choices=["docker", "bwrap", "both"])
     ap.add_argument("-n", type=int, default=60, help="attempts per measurement")
-    ap.add_argument("-c", type=int, default=2, help="concurrency")
+    ap.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY,
+                    help="concurrency (default: the harness's, 2 per CPU core: %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     backends = ["docker", "bwrap"] if args.backend == "both" else [args.backend]
