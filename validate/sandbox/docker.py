@@ -141,7 +141,8 @@ class DockerSandbox(Sandbox):
         each call (to learn whether it has a tty; ours never do) and merges the two streams,
         so it cost four calls per attempt where this costs one."""
         api = self.client.api
-        res = api.get(f"{api.base_url}/v{api.api_version}/containers/{cid}/logs", params={"stdout": 1, "stderr": 1})
+        res = api.get(f"{api.base_url}/v{api.api_version}/containers/{cid}/logs",
+                      params={"stdout": 1, "stderr": 1}, timeout=api.timeout)  # the client's 60 s, as its own calls
         res.raise_for_status()
         return demux_log(res.content)
 
