@@ -42,18 +42,20 @@ def bare_docker() -> None:
 
 
 def bare_docker_api():
-    """The same start the harness makes (network disabled, limits, read-only, no caps), as a
-    bare create/start/wait/remove loop: what is left between it and the harness is our share."""
-    import docker
+    """The very container the harness creates (its `_create`: network disabled, limits,
+    read-only, no caps), in a bare create/start/wait/remove loop: what is left between it
+    and the harness is the harness's share."""
+    import itertools
 
-    api = docker.from_env(max_pool_size=16).api
-    host_config = api.create_host_config(network_mode="none", read_only=True, cap_drop=["ALL"],
-                                         security_opt=["no-new-privileges"], tmpfs={"/tmp": "size=64m"},
-                                         mem_limit="512m", memswap_limit="512m", pids_limit=64, nano_cpus=10**9)
+    from validate.sandbox import RunRequest
+    from validate.sandbox.docker import DockerSandbox
+
+    sandbox = DockerSandbox(DEFAULT_IMAGE, run_label="bench-bare")
+    api = sandbox.client.api
+    numbers = itertools.count()
 
     def one() -> None:
-        cid = api.create_container(DEFAULT_IMAGE, command=["python3", "-c", "pass"], user="65534:65534",
-                                   network_disabled=True, host_config=host_config)["Id"]
+        cid = sandbox._create(RunRequest(argv=("python3", "-c", "pass"), name=f"bare-{next(numbers)}"))
         api.start(cid)
         api.wait(cid)
         api.remove_container(cid, force=True)
