@@ -1,46 +1,202 @@
-"""What an environment gives the validation harness.
+"""The environment seam: everything an environment gives the validation harness.
 
-The harness knows environments only through these shapes: a *taskset* turns an integer
-index into a *task* (deterministically), and scores a reply to a task. Everything the
-agent may see is in `prompt` and `files`; `answer_key` is what the oracle alone may read.
+The harness (``validate/``) knows an environment only through this module. An environment
+is one object, an `Environment`, registered by name in the ``validate.environments``
+entry-point group of any installed distribution (this repository registers its own in
+``pyproject.toml``). It provides:
+
+- ``Config``: a pydantic model of its settings, with a ``schema_version`` field; frozen into
+  every contract manifest as ``environment.config``;
+- ``load(config, hints)``: a `Taskset`, whose ``revision`` names its content immutably
+  (a corpus's sha256, a dataset file's sha256) and whose ``task(idx)`` is deterministic;
+- ``taskset.score(task, reply, cache_dir)``: reward and metrics, computed on the host;
+- ``agents(config)``: the oracle, the negative controls (each saying what failure it tests)
+  and the partial-credit probes, as `AgentSpec` programs run inside the sandbox;
+- ``findings(task)`` and ``dataset_findings(taskset, tasks)``: checks before any agent runs;
+- each task's ``family`` (strata and per-family tables) and public ``meta``;
+- optionally ``strata(task)`` and ``pilot_variants(config)`` for the pilot.
+
+What an agent sees
+    Its workspace holds ``task.files``; ``/agent/task.json`` holds ``task.prompt``, the public
+    ``task.meta`` and an *opaque* id made by the harness (never ``task.id``, never
+    ``task.hash``). Only agents declaring ``sees_answer_key`` get ``task.answer_key``. Nothing
+    else about the task reaches the sandbox, so nothing in ``prompt``, ``files`` or ``meta``
+    may let a program derive the answer without solving the task.
+
+Agents are stdlib-only Python programs started as ``python3 -S /agent/agent.py`` with the
+harness's ``agentlib.py`` beside them (``task()``, ``answer_key()``, ``reply(text)``) and
+the environment's own ``support`` files. The reply is whatever the agent leaves in
+``/workspace/reply.txt``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Public metadata values: scalars only, so they fit one Parquet struct column.
+MetaValue = int | float | str | bool
+
+Role = Literal["oracle", "control", "probe"]
+
+
+class AgentSpec(BaseModel):
+    """One agent program an environment declares. Its role, never its name, says what the
+    harness expects of it: the oracle passes, a control is rejected, a probe scores strictly
+    between the controls and the oracle."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Unique within the environment.")
+    role: Role = Field(description="oracle, control or probe: what the contract expects of this agent.")
+    program: Path = Field(description="Absolute path of the agent's program (copied to /agent/agent.py).")
+    support: tuple[Path, ...] = Field(
+        default=(), description="Absolute paths of further files copied beside the program into /agent.")
+    tests: str = Field(min_length=1, description="What this agent checks: for a control, the failure it tests.")
+    sees_answer_key: bool = Field(
+        default=False, description="Only this agent's sandbox gets /answer_key/answer.json (oracle, probes).")
+    sees_source: bool = Field(
+        default=False, description="The environment's whole source tree is mounted read-only at /agent/source "
+                                   "(the standing leak control: with the source and the agent view it must "
+                                   "still not derive the answer).")
+    applies_when: dict[str, int] = Field(
+        default_factory=dict, description="Public meta key → least value for the agent to apply to a task "
+                                          "(e.g. {'n_papers': 2} for a probe that merges two papers).")
+    ceiling: float | None = Field(
+        default=None, description="Default reward a control must stay under; None: under the pass threshold.")
+
+    def applies_to(self, meta: Mapping[str, MetaValue]) -> bool:
+        return all(isinstance(meta.get(k), int | float) and meta[k] >= v for k, v in self.applies_when.items())
+
+
+class Finding(BaseModel):
+    """Something seen about a task (or the whole dataset) before any agent runs. A *blocking*
+    finding makes the task ``invalid_task_or_verifier`` whatever the agents do; a
+    non-blocking one is a note added to the verdict's detail."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    blocking: bool
+    detail: str
+
+
+class Score(NamedTuple):
+    """The scorer's result: a reward in [0, 1] and named metrics (the taskset's
+    ``metric_names``, each a float)."""
+
+    reward: float
+    metrics: Mapping[str, float]
+
+
+class ScorerUnavailable(Exception):
+    """A scorer's own dependency failed (a judge endpoint down, timing out, rate-limited,
+    answering garbage) after its retries. The harness records an infrastructure error, never
+    a reward: a 0 must not be blamed on the task or the agent."""
+
+
+class ScorerSpec(BaseModel):
+    """What the contract freezes about scoring."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deterministic: bool = Field(default=True, description="Same task and reply always give the same score.")
+    smoke_tolerance: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="Largest reward difference the smoke test accepts (0 for a deterministic scorer).")
+    pass_threshold: float = Field(default=1.0, description="A reward at or above this is a pass.")
+    details: dict[str, str] = Field(
+        default_factory=dict, description="Further frozen facts (a judge's model id, its prompt's sha256, ...).")
 
 
 @runtime_checkable
 class Task(Protocol):
+    """One task. ``id`` is unique within a taskset *and its config* (two configs never share
+    an id); ``hash`` is ``sha256:`` of the task's whole content, gold included."""
+
     id: str
     idx: int
     hash: str
     prompt: str
     files: Mapping[str, bytes]
-    #: True when the task must run with no network (it may not run without a sandbox).
+    family: str
+    meta: Mapping[str, MetaValue]
     requires_network_isolation: bool
 
     @property
-    def answer_key(self) -> bytes:
-        """The gold answer as bytes, for the oracle's read-only mount only."""
-        ...
-
-
-class Score(Protocol):
-    reward: float
-    metrics: Mapping[str, float]
+    def answer_key(self) -> bytes: ...
 
 
 @runtime_checkable
 class Taskset(Protocol):
-    #: Environment name, e.g. ``deshuffle-papers``.
-    name: str
+    #: Immutable name of the content tasks are made from (``sha256:<hex>``).
+    revision: str
     #: Names of the metrics `score` returns, in a fixed order.
     metric_names: tuple[str, ...]
+    #: Number of tasks, or None for an infinite (procedurally generated) taskset.
+    size: int | None
 
     def task(self, idx: int) -> Task: ...
 
-    def tasks(self, start: int, stop: int) -> Iterator[Task]: ...
+    def score(self, task: Task, reply: bytes, cache_dir: Path | None = None) -> Score:
+        """Score on the host. Never raises for a bad reply (that scores 0); raises
+        `ScorerUnavailable` when a dependency of the scorer failed. ``cache_dir`` is the run's
+        own directory for anything the scorer must not recompute (a judge's answers)."""
+        ...
 
-    def score(self, task: Task, reply: str | bytes) -> Score: ...
+
+@dataclass(frozen=True)
+class LoadHints:
+    """Where to look for data the config names, and what it must hash to."""
+
+    #: The revision the contract froze (None at freeze time): data is found by it.
+    revision: str | None = None
+    #: Further files or folders to search for the data (``--data`` on the command line).
+    search: tuple[Path, ...] = field(default_factory=tuple)
+
+
+class ConfigError(ValueError):
+    """Bad config or data for an environment; the message names the field or file and the fix."""
+
+
+class Environment:
+    """Base class of an environment. Subclasses set ``name`` and ``Config`` and implement
+    `load`, `agents` and `findings`; the rest has working defaults."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+
+    def load(self, config: BaseModel, hints: LoadHints = LoadHints()) -> Taskset:
+        raise NotImplementedError
+
+    def agents(self, config: BaseModel) -> Sequence[AgentSpec]:
+        raise NotImplementedError
+
+    def findings(self, task: Task) -> list[Finding]:
+        return []
+
+    def dataset_findings(self, taskset: Taskset, tasks: Iterable[Task]) -> list[Finding]:
+        """Checks over the selected tasks as a whole (e.g. the modal answer's share)."""
+        return []
+
+    def scorer(self, config: BaseModel) -> ScorerSpec:
+        return ScorerSpec()
+
+    def strata(self, task: Task) -> str:
+        """The pilot's stratum of a task: by default its family."""
+        return task.family
+
+    def pilot_variants(self, config: BaseModel) -> list[tuple[str, BaseModel]]:
+        """Config variants the pilot plays its sample under (name, config); by default the
+        contract's own config only."""
+        return [("base", config)]
+
+    def source_dir(self) -> Path:
+        """The environment's source tree, for agents declaring ``sees_source``."""
+        import inspect
+
+        return Path(inspect.getfile(type(self))).resolve().parent
