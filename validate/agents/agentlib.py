@@ -1,6 +1,8 @@
-"""What every agent program shares: where things are, and how to reply. Stdlib only.
+"""What every agent program shares, whatever its environment: where things are, the task's
+public view, the answer key (for agents that see it) and how to reply. Stdlib only.
 
-Mounted beside the agent as ``$AGENT_DIR/agentlib.py``.
+Mounted beside every agent as ``$AGENT_DIR/agentlib.py``; an environment's own helpers are
+further ``support`` files beside it.
 
 JSON goes through ``_json``, the C engine the ``json`` package itself runs on, and not
 through ``json``: importing ``json`` pulls in ``re``, ``enum`` and ``collections`` and, in the
@@ -57,21 +59,29 @@ def _read(path):
 
 
 def task():
-    """``{"id", "hash", "prompt", "meta"}`` of the task at hand."""
+    """``{"id", "prompt", "meta"}`` of the task at hand. ``id`` is opaque: it names this task
+    for seeding an agent's own randomness, and says nothing about how the task was made."""
     return _read(os.path.join(AGENT_DIR, "task.json"))
 
 
-def labels():
-    """The labels of paragraphs.jsonl in displayed order."""
-    with open(os.path.join(WORKSPACE, "paragraphs.jsonl")) as fh:
-        return [loads(line)["label"] for line in fh]
-
-
 def answer_key():
+    """The gold answer (JSON), for agents that see the answer key (the oracle, the probes)."""
     return _read(os.path.join(ANSWER_KEY_DIR, "answer.json"))
 
 
-def reply(answer):
-    """Write ``\\boxed{<answer as JSON>}`` to the reply file."""
-    with open(os.path.join(WORKSPACE, "reply.txt"), "w") as fh:
-        fh.write("\\boxed{" + dumps(answer) + "}\n")
+def read(name):
+    """The bytes of a workspace file."""
+    with open(os.path.join(WORKSPACE, name), "rb") as fh:
+        return fh.read()
+
+
+def lines(name):
+    """A workspace text file's lines, split on ``\\n`` only (a paragraph may hold U+2028)."""
+    text = read(name).decode("utf-8")
+    return text[:-1].split("\n") if text.endswith("\n") else text.split("\n") if text else []
+
+
+def reply(text):
+    """Write the reply: ``text`` (a str) to ``/workspace/reply.txt``."""
+    with open(os.path.join(WORKSPACE, "reply.txt"), "w", encoding="utf-8") as fh:
+        fh.write(text)
