@@ -130,6 +130,13 @@ class Paper(BaseModel):
         min_length=1, description="Body paragraphs in reading order; at least one.")
     title: Text | None = Field(None, description="The paper's title, where known.")
 
+    @field_validator("paper_id", "source")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("is blank")
+        return v
+
     @field_validator("license")
     @classmethod
     def _permissive(cls, v: str) -> str:

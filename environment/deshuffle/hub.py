@@ -26,6 +26,7 @@ The corpus revision is ``hf:<repo>@<revision>``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from environment.deshuffle.corpus import (
@@ -59,6 +60,20 @@ def map_hub_record(rec: dict) -> dict:
     return out
 
 
+def iter_hub_file(name: str, local: Path, limits: CorpusLimits = DEFAULT_LIMITS,
+                  ) -> Iterator[tuple[object, str]]:
+    """Yield the mapped records of one downloaded data file; `name` is its hub name.
+
+    A fault of the file itself (not gzip, truncated, over a cap, ...) is a `CorpusError`
+    that names the hub file as well as the local copy.
+    """
+    try:
+        for rec, where in iter_records(local, limits):
+            yield (map_hub_record(rec) if isinstance(rec, dict) else rec), f"hf:{name} {where}"
+    except CorpusError as e:
+        raise CorpusError(f"hf:{name}: {e}") from None
+
+
 def _unreachable(repo: str, revision: str, err: Exception) -> CorpusError:
     return CorpusError(
         f"the Hugging Face hub did not answer for dataset {repo} at revision {revision} "
@@ -89,11 +104,7 @@ def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
                                         cache_dir=cache_dir, etag_timeout=timeout_s)
             except Exception as e:  # noqa: BLE001
                 raise _unreachable(repo, revision, e) from None
-            try:
-                for rec, where in iter_records(Path(local), limits):
-                    yield (map_hub_record(rec) if isinstance(rec, dict) else rec), f"hf:{name} {where}"
-            except CorpusError as e:  # a fault of the file itself: say which hub file it is
-                raise CorpusError(f"hf:{repo}@{revision}/{name}: {e}") from None
+            yield from iter_hub_file(f"{repo}@{revision}/{name}", Path(local), limits)
 
     return Corpus.from_records(records(), revision=f"hf:{repo}@{revision}",
                                location=f"hf:{repo}", skip_invalid=skip_invalid)
