@@ -222,9 +222,9 @@ def _decode_line(raw: bytes, where: str) -> object:
 
 
 def _read_line(fh: BinaryIO, path: Path, lineno: int, limits: CorpusLimits) -> bytes:
-    """Read one line of at most ``max_line_bytes`` (+ its ``\\n``), turning stream faults into errors."""
+    """Read one line of at most ``max_line_bytes`` (+ its line end), turning stream faults into errors."""
     try:
-        return fh.readline(limits.max_line_bytes + 1)
+        return fh.readline(limits.max_line_bytes + 2)
     except EOFError:
         raise CorpusError(f"{path}: the gzip stream ends early, while reading line {lineno} (the file is "
                           "truncated); download or compress it again") from None
@@ -249,7 +249,7 @@ def _jsonl_records(path: Path, fh: BinaryIO, limits: CorpusLimits) -> Iterator[t
         if total > limits.max_decompressed_bytes:
             raise _over(path, f"over the cap of {limits.max_decompressed_bytes:,} decompressed bytes "
                         f"by line {lineno} (a decompression bomb?)", "max_decompressed_bytes")
-        if len(raw) - raw.endswith(b"\n") > limits.max_line_bytes:
+        if len(raw) - (2 if raw.endswith(b"\r\n") else raw.endswith(b"\n")) > limits.max_line_bytes:
             raise _over(path, f"line {lineno} is longer than the cap of {limits.max_line_bytes:,} "
                         "bytes", "max_line_bytes")
         if lineno > limits.max_lines:
