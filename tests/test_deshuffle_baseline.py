@@ -27,7 +27,7 @@ def shuffled_reply(task) -> str:
     rng.shuffle(order)
     k = task.n_papers
     cuts = sorted(rng.sample(range(1, len(order)), k - 1)) if k > 1 else []
-    groups = [order[a:b] for a, b in zip([0] + cuts, cuts + [len(order)])]
+    groups = [order[a:b] for a, b in zip([0] + cuts, cuts + [len(order)], strict=True)]
     return f"\\boxed{{{json.dumps(groups[0] if k == 1 else groups)}}}"
 
 
@@ -106,9 +106,11 @@ def test_a_truncated_tool_output_is_answered_with_what_it_has(taskset3):
     assert parse_partition(reply, task.n_labels) is not None
 
 
-@pytest.mark.parametrize("tool_output", ["", "bash: cat: No such file or directory", "\x00\xff{{{",
-                                         '{"label": 0, "text": "x"}\n{"label": 99999, "text": "y"}\n'
-                                         '{"label": 1, "text": 5}\n{"label": 2, "text": "dup"}\n{"label": 2, "text": "d"}'])
+HOSTILE_LINES = ('{"label": 0, "text": "x"}\n{"label": 99999, "text": "y"}\n{"label": 1, "text": 5}\n'
+                 '{"label": 2, "text": "dup"}\n{"label": 2, "text": "d"}\n{"label": true, "text": "b"}')
+
+
+@pytest.mark.parametrize("tool_output", ["", "bash: cat: No such file or directory", "\x00\xff{{{", HOSTILE_LINES])
 def test_hostile_or_empty_tool_output_still_gives_a_valid_partition(taskset3, tool_output):
     for task in (taskset3.task(0), next(t for t in taskset3.tasks(0, 50) if t.n_papers == 1)):
         reply = policy(after_tool(task, tool_output, temperature=0))["content"]

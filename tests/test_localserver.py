@@ -122,6 +122,12 @@ def test_bad_requests_name_the_field_and_policy_bugs_are_a_500():
             {"function": {"name": "rm", "arguments": "{}"}}]}}) as server:
         resp = chat(server, {"n": 2})
         assert resp.status_code == 400 and resp.json()["error"]["param"] == "n"
+        for bad, param in (({"tools": [{"type": "function", "function": "bash"}]}, "tools.0.function"),
+                           ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+                           ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages.0.role"),
+                           ({"temperature": 3}, "temperature")):
+            resp = chat(server, bad)
+            assert resp.status_code == 400 and resp.json()["error"]["param"].startswith(param), resp.text
         resp = requests.post(f"{server.base_url}/chat/completions", data=b"{not json", timeout=10)
         assert resp.status_code == 400 and "not a JSON object" in resp.json()["error"]["message"]
         resp = chat(server, {"model": "broken"})

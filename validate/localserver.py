@@ -17,14 +17,18 @@ JSON; completion tokens over the reply's content and tool calls. ``max_tokens`` 
 reply at that many whitespace tokens with ``finish_reason: "length"``.
 
 Faults (`Faults`) apply to ``POST /v1/chat/completions`` only, counted in arrival order
-after the API-key check; for one request they are tried in the order delay, drop, 429,
-5xx, garbage, truncate, malformed tool arguments, and the first that applies answers.
+after the API-key check (``set_faults`` restarts the count). A delay comes first and does not
+exclude the others; of the rest (drop, 429, 5xx, garbage, truncate, malformed tool
+arguments) the first that applies to the request answers it. ``requests`` names the fault
+each request got.
 
     with serve({"echo": echo_policy}, faults=Faults(rate_limit_first_n=1)) as server:
         server.base_url  # "http://127.0.0.1:<port>/v1"
         server.requests  # [RecordedRequest, ...] in arrival order
 
     python -m validate.localserver --model NAME=module:function [--model ...] [--port P]
+        [--api-key KEY] [--faults '{"rate_limit_first_n": 2}']   # prints the base URL, serves
+                                                                  # until SIGINT or SIGTERM
 """
 
 from __future__ import annotations
@@ -85,14 +89,39 @@ class RecordedRequest(BaseModel):
     status: int | None = Field(default=None, description="The status answered; None while pending or if dropped.")
 
 
+class Message(BaseModel):
+    """One message of the conversation; other fields pass through to the policy."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"] = Field(description="Who speaks.")
+    content: str | list[dict] | None = Field(default=None, description="Text, or a list of content parts.")
+    tool_calls: list[dict] | None = Field(default=None, description="An assistant's earlier tool calls.")
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, description="The function's name; `description`, `parameters` pass through.")
+
+
+class ToolSpec(BaseModel):
+    """A function tool offered by the request."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["function"] = Field(description="Only function tools are served.")
+    function: FunctionSpec = Field(description="The function offered.")
+
+
 class ChatRequest(BaseModel):
     """The chat-completions fields this server reads; others pass through to the policy."""
 
     model_config = ConfigDict(extra="allow")
 
     model: str = Field(min_length=1, description="The model (policy) name.")
-    messages: list[dict] = Field(min_length=1, description="The conversation, each with a `role`.")
-    tools: list[dict] | None = Field(default=None, description="Function tools the model may call.")
+    messages: list[Message] = Field(min_length=1, description="The conversation.")
+    tools: list[ToolSpec] | None = Field(default=None, description="Function tools the model may call.")
     tool_choice: str | dict | None = Field(default=None, description="none, auto, required or a named function.")
     temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature.")
     top_p: float | None = Field(default=None, ge=0, le=1, description="Nucleus sampling mass.")
@@ -134,12 +163,15 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
-def _message_text(message: Mapping) -> str:
+def _message_text(message: Message | dict) -> str:
+    if isinstance(message, Message):
+        message = message.model_dump()
     content = message.get("content")
     parts = [content] if isinstance(content, str) else [
         p.get("text", "") for p in content or [] if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
     for call in message.get("tool_calls") or []:
-        fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        fn = fn if isinstance(fn, Mapping) else {}
         args = fn.get("arguments", "")
         parts += [str(fn.get("name", "")), args if isinstance(args, str) else json.dumps(args)]
     return " ".join(parts)
@@ -163,7 +195,7 @@ def run_policy(name: str, policy: Policy, request: ChatRequest, body: dict) -> t
         raise PolicyError(f"policy {name!r} returned an invalid assistant message: {exc}") from None
     except Exception as exc:  # a policy bug is the server's 500, never a dead thread
         raise PolicyError(f"policy {name!r} raised {type(exc).__name__}: {exc}") from None
-    offered = [t.get("function", {}).get("name") for t in request.tools or []]
+    offered = [t.function.name for t in request.tools or []]
     calls = []
     for i, call in enumerate(msg.tool_calls or []):
         if call.function.name not in offered or request.tool_choice == "none":
@@ -191,7 +223,7 @@ def run_policy(name: str, policy: Policy, request: ChatRequest, body: dict) -> t
 
 def _usage(request: ChatRequest, completion_tokens: int) -> dict:
     prompt = sum(count_tokens(_message_text(m)) for m in request.messages)
-    prompt += count_tokens(json.dumps(request.tools)) if request.tools else 0
+    prompt += count_tokens(json.dumps([t.model_dump() for t in request.tools])) if request.tools else 0
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens}
 
@@ -266,6 +298,10 @@ class _Handler(BaseHTTPRequestHandler):
                                        code="unknown_url"))
         except OSError:  # the client went away mid-answer
             self.close_connection = True
+        except Exception as exc:  # a server bug: answered as a 500 (best effort), not a thread traceback
+            self.close_connection = True
+            if self.record.status is None:
+                self._json(500, _error(f"internal error: {type(exc).__name__}: {exc}", "server_error"))
 
     @staticmethod
     def _model(name: str) -> dict:

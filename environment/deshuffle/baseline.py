@@ -21,6 +21,8 @@ The solver (`solve`), in three steps over TF-IDF vectors of the paragraphs' word
    next one by similarity to the last placed minus its distance in position (lexical-overlap
    adjacency). At temperature 0 it takes the best choice (deterministic); above 0 it samples
    among the near-best with ``random.Random(seed)``, softmax at that temperature.
+   (Deterministic means: the same answer for the same input with the same numpy build;
+   the eigenvectors come from the machine's LAPACK.)
 
 `policy` is the server-side policy: no tool result yet → a ``bash`` call reading the file;
 after it → the ``\\boxed{...}`` answer. A truncated tool output is answered with what it
@@ -51,15 +53,16 @@ then there these they this those through thus to too under until up upon very wa
 whether which while who whom why will with within without would yet you your""".split())
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*[,;–-]\s*\d{1,3})*)\]")
 _FIGURE = re.compile(r"\b(?:Fig(?:ure)?s?\.?|FIG\.?)\s*(\d{1,2})\b")  # not "Figure S1": supplementary
-#: Canonical section headings → usual relative position in a paper.
+#: Canonical section headings → usual relative position in a paper; the first match wins,
+#: so end matter ("Data availability") is tried before the sections it shares words with.
 _HEADINGS = (
+    (r"acknowledge?ments?|funding|author|contributions?|data availability|supporting|supplementary|"
+     r"competing|ethics|abbreviations|references", 0.99),
     (r"abstract|summary|significance", 0.0), (r"introduction|background|overview|motivation", 0.05),
     (r"related work|literature|previous work|prior work", 0.15), (r"theory|model|framework|preliminar", 0.3),
     (r"materials?|methods?|methodology|experimental|setup|data|participants|study design|approach", 0.4),
     (r"results? and discussion", 0.6), (r"results?|experiments?|evaluation|findings", 0.6),
     (r"discussion|limitations?|implications?", 0.82), (r"conclusions?|concluding|summary and|future work", 0.92),
-    (r"acknowledge?ments?|funding|author|contributions?|data availability|supporting|supplementary|"
-     r"competing|ethics|abbreviations|references", 0.99),
 )
 #: Rhetorical phrases → relative position. Only the few that measurably lean one way are
 #: kept: most ("in this paper", "we found", "in conclusion") occur all over a paper.
@@ -113,10 +116,10 @@ def kmeans(points: np.ndarray, k: int, iterations: int = 50) -> np.ndarray:
         dist = np.min([np.linalg.norm(points - c, axis=1) for c in centres], axis=0)
         centres.append(points[int(np.argmax(dist))])
     centres = np.array(centres)
-    assign = np.zeros(len(points), dtype=int)
+    assign = np.full(len(points), -1)
     for _ in range(iterations):
         new = np.argmin(((points[:, None, :] - centres[None]) ** 2).sum(-1), axis=1)
-        if _ and np.array_equal(new, assign):
+        if np.array_equal(new, assign):
             break
         assign = new
         centres = np.array([points[assign == g].mean(0) if np.any(assign == g) else centres[g] for g in range(k)])
@@ -126,8 +129,10 @@ def kmeans(points: np.ndarray, k: int, iterations: int = 50) -> np.ndarray:
 def spectral_groups(sim: np.ndarray, k: int) -> np.ndarray:
     """Group index per row: regularised spectral clustering of the kNN similarity graph."""
     n = len(sim)
-    if k <= 1 or n <= k:
-        return np.arange(n) % max(k, 1) if n <= k else np.zeros(n, dtype=int)
+    if k <= 1:
+        return np.zeros(n, dtype=int)
+    if n <= k:  # one paragraph per group
+        return np.arange(n)
     a = knn_graph(sim)
     a = a + a.sum() / n / n  # regularisation: isolated paragraphs do not make groups of their own
     d = 1 / np.sqrt(a.sum(1))
@@ -138,7 +143,7 @@ def spectral_groups(sim: np.ndarray, k: int) -> np.ndarray:
 
 
 def heading_position(text: str) -> float | None:
-    low = re.sub(r"^[\dIVX.\s]+", "", text.strip().lower())
+    low = re.sub(r"^(?:[\d.]+|[ivx]+\.)\s*", "", text.strip().lower())  # "2.1 Methods", "IV. Results"
     for pattern, pos in _HEADINGS:
         if re.match(pattern, low):
             return pos
@@ -151,18 +156,23 @@ def _citation_max(text: str) -> int:
 
 
 def _ranks(values: dict[int, float]) -> dict[int, float]:
-    """Value → rank in [0, 1] (ties share the mean rank)."""
+    """Key → dense rank of its value, scaled to [0, 1]; empty when all values are equal."""
     ordered = sorted(set(values.values()))
     if len(ordered) < 2:
         return {}
-    return {i: ordered.index(v) / (len(ordered) - 1) for i, v in values.items()}
+    rank = {v: r / (len(ordered) - 1) for r, v in enumerate(ordered)}
+    return {i: rank[v] for i, v in values.items()}
 
 
 def priors(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(position prior, confidence) per text from citations, figures, headings and phrases."""
     n = len(texts)
     cues: list[list[tuple[float, float]]] = [[] for _ in range(n)]
-    cites = {i: _citation_max(t) for i, t in enumerate(texts) if _citation_max(t)}
+    # Numbered references appear in order of first use, so a paragraph's highest number
+    # grows along the whole paper (three citing paragraphs make it a citation style, not
+    # an interval like [0, 1]); figures are cited in order too, mostly in the results, the
+    # middle of a paper. The spans and weights were set by measuring Kendall tau on tasks.
+    cites = {i: c for i, c in enumerate(map(_citation_max, texts)) if c}
     if len(cites) >= 3:
         for i, r in _ranks(cites).items():
             cues[i].append((0.05 + 0.9 * r, 2.0))

@@ -383,7 +383,8 @@ class Corpus:
     """Validated papers in a fixed order, with an immutable `revision`.
 
     `location` says where the papers came from (a path, or ``hf:<repo>``); `skipped` lists
-    ``(paper_id, reason)`` for records dropped under ``skip_invalid=True``.
+    ``(paper_id, reason)`` for records dropped under ``skip_invalid=True`` (the record's place,
+    ``<path> line N``, where it has no usable string id).
     """
 
     def __init__(self, papers: Iterable[Paper], *, revision: str, location: str,
@@ -421,7 +422,8 @@ class Corpus:
             except CorpusError as e:
                 if not skip_invalid:
                     raise
-                skipped.append((_pid_label(rec) if isinstance(rec, dict) else where, str(e)))
+                pid = rec.get("paper_id") if isinstance(rec, dict) else None
+                skipped.append((pid if isinstance(pid, str) and 0 < len(pid) <= 256 else where, str(e)))
                 continue
             first_seen[paper.paper_id] = where
             papers.append(paper)
