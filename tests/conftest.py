@@ -40,6 +40,10 @@ def _install_test_dist() -> Path:
 _install_test_dist()
 
 
+#: The command line, run by this very interpreter (no reliance on what PATH holds).
+VALIDATE = [sys.executable, "-m", "validate.cli"]
+
+
 def subprocess_env(**extra: str) -> dict[str, str]:
     """The environment for a `validate` subprocess: it sees the test environments too."""
     path = os.pathsep.join([str(TEST_DIST), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -11,11 +11,11 @@ import subprocess
 import pandas as pd
 import pytest
 
-from tests.conftest import CORPUS_PATH, subprocess_env
+from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 
 
 def cli(*args, cwd, env=None):
-    return subprocess.run(["validate", *args], cwd=cwd, capture_output=True, text=True, timeout=900,
+    return subprocess.run([*VALIDATE, *args], cwd=cwd, capture_output=True, text=True, timeout=900,
                           env=env or subprocess_env())
 
 

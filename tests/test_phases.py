@@ -11,13 +11,13 @@ import subprocess
 import pandas as pd
 import pytest
 
-from tests.conftest import CORPUS_PATH, subprocess_env
+from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 def cli(*args, cwd):
-    return subprocess.run(["validate", *args], cwd=cwd, capture_output=True, text=True, timeout=1200,
+    return subprocess.run([*VALIDATE, *args], cwd=cwd, capture_output=True, text=True, timeout=1200,
                           env=subprocess_env())
 
 

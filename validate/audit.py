@@ -48,7 +48,7 @@ def _seal(paths: RunPaths, r: AuditResult) -> None:
         r.problems.append(f"{paths.checksums}: missing")
         return
     listed: dict[str, str] = {}
-    for lineno, line in enumerate(paths.checksums.read_text(errors="replace").splitlines(), 1):
+    for lineno, line in enumerate(paths.checksums.read_text(errors="replace").split("\n")[:-1], 1):
         digest, _, name = line.partition("  ")
         if len(digest) != 64 or not name:
             r.problems.append(f"{paths.checksums} line {lineno}: malformed")

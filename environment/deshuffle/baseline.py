@@ -282,7 +282,7 @@ def parse_paragraphs(text: str) -> list[tuple[int, str]]:
     line cut mid-text (a truncated tool output) keeps the text it has.
     """
     out: dict[int, str] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         start = line.find("{")
         if start < 0:
             continue
