@@ -79,7 +79,8 @@ class AgentSpec(BaseModel):
         default=(), description="Absolute paths of further files copied beside the program into /agent.")
     tests: str = Field(min_length=1, description="What this agent checks: for a control, the failure it tests.")
     sees_answer_key: bool = Field(
-        default=False, description="Only this agent's sandbox gets /answer_key/answer.json (oracle, probes).")
+        default=False, description="Only this agent's sandbox gets /answer_key/answer.json: the oracle, the "
+                                   "probes, and known-wrong controls built from the gold (e.g. the decoy as theme).")
     sees_source: bool = Field(
         default=False, description="The environment's whole source tree is mounted read-only at /agent/source "
                                    "(the standing leak control: with the source and the agent view it must "
@@ -89,6 +90,11 @@ class AgentSpec(BaseModel):
                                           "(e.g. {'n_papers': 2} for a probe that merges two papers).")
     ceiling: float | None = Field(
         default=None, description="Default reward a control must stay under; None: under the pass threshold.")
+    ceiling_scope: Literal["task", "mean"] = Field(
+        default="task", description="task: the control must stay under its ceiling on every task (a pass makes the "
+                                    "task invalid); mean: a chance-level control, which hits the answer on some tasks "
+                                    "by luck, must keep its mean reward over the run under the ceiling (a hit on one "
+                                    "task is a note, never an exclusion).")
 
     def applies_to(self, meta: Mapping[str, MetaValue]) -> bool:
         return all(isinstance(meta.get(k), int | float) and meta[k] >= v for k, v in self.applies_when.items())
@@ -200,6 +206,15 @@ class Environment:
     def findings(self, task: Task) -> list[Finding]:
         return []
 
+    def not_applicable(self, agent: AgentSpec, task: Task) -> str | None:
+        """Why `agent` cannot test `task`, or None when it can. An agent that cannot test a
+        task is not played on it (say, a control whose fixed answer is that task's answer).
+        Decided on the host, frozen into the contract per task. By default: the agent's
+        ``applies_when`` against the task's public meta."""
+        if agent.applies_to(task.meta):
+            return None
+        return f"applies only when {', '.join(f'{k} ≥ {v}' for k, v in sorted(agent.applies_when.items()))}"
+
     def dataset_findings(self, taskset: Taskset, tasks: Iterable[Task]) -> list[Finding]:
         """Checks over the selected tasks as a whole (e.g. the modal answer's share)."""
         return []
@@ -221,3 +236,13 @@ class Environment:
         import inspect
 
         return Path(inspect.getfile(type(self))).resolve().parent
+
+    def source_files(self) -> list[tuple[str, Path]]:
+        """The files an agent declaring ``sees_source`` gets, as (path relative to the source
+        tree, file): by default every text file of `source_dir`, no caches. An environment
+        whose package *is* its answers (a fixed hand-authored dataset) leaves them out, and
+        says so: seeing them is contamination, not a leak of the harness."""
+        root = self.source_dir()
+        keep = {".py", ".md", ".json", ".toml", ".txt"}
+        return sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*")
+                      if p.is_file() and p.suffix in keep and "__pycache__" not in p.parts)

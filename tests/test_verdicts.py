@@ -11,7 +11,7 @@ from environment.protocol import Finding
 from validate.verdicts import CRITERIA, Outcome, Rule, RunFacts, dataset_verdict, decide
 
 RULES = {"oracle": Rule("oracle", 1.0), "empty": Rule("control", 1.0), "shuffled": Rule("control", 0.5),
-         "probe": Rule("probe", 1.0)}
+         "probe": Rule("probe", 1.0), "random": Rule("control", 0.3, "mean")}
 REQUIRED = ["oracle", "empty", "shuffled"]
 
 
@@ -149,3 +149,22 @@ def test_a_run_is_not_held_to_criteria_it_does_not_require():
     v = dataset_verdict(facts(smoke="not run"), ("complete", "minimum"))
     assert v.verdict == "PASS" and {c.name for c in v.criteria} == {"complete", "minimum"}
     assert set(CRITERIA) >= set(POOL)
+
+
+def test_a_chance_level_control_hitting_one_task_is_a_note_not_an_exclusion():
+    v = d([o("oracle"), o("empty"), o("shuffled", reward=0.1), o("random", reward=1.0)],
+          required=[*REQUIRED, "random"])
+    assert v.verdict == "compatible" and "a chance-level control, judged on its mean" in v.detail
+    assert v.max_control_agent == "random" and v.margin == 0.0
+
+
+def test_a_control_that_cannot_test_a_task_is_not_required_for_it():
+    v = d([o("oracle"), o("empty")], required=["oracle", "empty"])
+    assert v.verdict == "compatible"
+
+
+def test_chance_controls_fail_the_dataset_on_their_mean():
+    required = ("complete", "chance_controls")
+    assert dataset_verdict(facts(chance_controls={"random": (0.12, 0.3)}), required).verdict == "PASS"
+    v = dataset_verdict(facts(chance_controls={"random": (0.42, 0.3)}), required)
+    assert v.verdict == "FAIL" and "random mean 0.4200 ≥ 0.3000" in v.headline

@@ -183,14 +183,15 @@ def _verdicts(ev_tasks: pd.DataFrame, attempts: pd.DataFrame, summary, manifests
                                   x.error_class, x.error_message) for x in grp.itertuples()]
                     for tid, grp in sub.groupby("task_id")}
         idx_of = {t.id: t.idx for t in tasks_m.tasks}
+        skip_of = {t.id: t.skip for t in tasks_m.tasks}
         bad = 0
         for v in mine.itertuples():
             stored = [Finding(**f) for f in v.findings]
             findings = stored if regen is None or v.task_id not in idx_of else regen(tasks_m, idx_of[v.task_id])
             if regen is not None and [f.model_dump() for f in findings] != [f.model_dump() for f in stored]:
                 r.problems.append(f"{where}: {v.task_id}: stored findings differ from the environment's")
-            meta = dict(v.meta) if isinstance(v.meta, dict) else {}
-            d = decide(outcomes.get(v.task_id, []), exp.required(meta), exp.rules(), exp.pass_threshold,
+            d = decide(outcomes.get(v.task_id, []), exp.required(skip_of.get(v.task_id, {})), exp.rules(),
+                       exp.pass_threshold,
                        exp.exception_rule, findings)
             got = (v.verdict, v.reason if isinstance(v.reason, str) else None, list(v.missing), bool(v.retried))
             if got != (d.verdict, d.reason, d.missing, d.retried) or not _same(v.oracle_reward, d.oracle_reward) \

@@ -55,6 +55,10 @@ def check_counts(ev, tables, manifests, r) -> None:
     if (f.tasks, f.compatible, f.excluded, f.incomplete, f.excluded_without_one_reason,
             f.blocking_dataset_findings) != derived:
         r.problems.append(f"{where}: the verdict's facts differ from the ledgers'")
+    from validate.lifecycle import chance_means
+
+    if f.chance_controls != chance_means(ev.root / "attempts.parquet", manifests["manifest.json"].expectations.rules()):
+        r.problems.append(f"{where}: the chance-level controls' means differ from the attempts'")
     if f.min_task_count != manifests["manifest.json"].min_task_count:
         r.problems.append(f"{where}: facts.min_task_count is not the contract's")
     if (f.patch == "documented") != (s.patch is not None) or (

@@ -64,7 +64,8 @@ class AgentEntry(BaseModel):
     role: Role
     ceiling: float | None = Field(default=None, description="A control's reward must stay under this; None: under "
                                                             "the pass threshold.")
-    applies_when: dict[str, int] = Field(default_factory=dict)
+    ceiling_scope: Literal["task", "mean"] = Field(default="task", description="task: on every task; mean: the "
+                                                   "control's mean over the run (a chance-level control).")
     sees_answer_key: bool = False
     sees_source: bool = False
     program_sha256: str = Field(description="sha256 over the agent's program and support files (names and bytes).")
@@ -89,15 +90,15 @@ class Expectations(BaseModel):
                                       "only each agent's final attempt counts.")
 
     def rules(self) -> dict[str, Rule]:
-        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling) for n, a in self.agents.items()}
+        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope)
+                for n, a in self.agents.items()}
 
     def named(self, *roles: str) -> list[str]:
         return [n for n, a in self.agents.items() if a.role in roles]
 
-    def required(self, meta: dict) -> list[str]:
-        """The oracle and the controls that apply to a task with this public meta."""
-        return [n for n, a in self.agents.items() if a.role in ("oracle", "control")
-                and all(isinstance(meta.get(k), int | float) and meta[k] >= v for k, v in a.applies_when.items())]
+    def required(self, skip: dict[str, str]) -> list[str]:
+        """The oracle and the controls a task must have, all but those that do not apply to it."""
+        return [n for n, a in self.agents.items() if a.role in ("oracle", "control") and n not in skip]
 
 
 class ExecutionProfile(BaseModel):
@@ -146,6 +147,8 @@ class TaskEntry(BaseModel):
     id: str
     idx: int = Field(ge=0)
     hash: str
+    skip: dict[str, str] = Field(default_factory=dict, description="Agents of the contract that cannot test this "
+                                 "task, each with the environment's reason: they are not played on it.")
 
 
 class Manifest(BaseModel):
@@ -217,14 +220,18 @@ def load_taskset(env: Environment, config: BaseModel, hints: LoadHints) -> Tasks
         raise ContractError(f"environment.config.{e}") from None
 
 
-def entries(taskset: Taskset, idx: Sequence[int]) -> list[TaskEntry]:
+def entries(env: Environment, config: BaseModel, taskset: Taskset, idx: Sequence[int],
+            agents: Sequence[str]) -> list[TaskEntry]:
+    """The contract's task list: each task's id, hash, and the agents that cannot test it."""
+    specs = [a for a in env.agents(config) if a.name in agents]
     out = []
     for i in idx:
         try:
             task = taskset.task(i)
         except (ValueError, IndexError) as e:
             raise ContractError(f"selection.idx: task {i}: {e}") from None
-        out.append(TaskEntry(id=task.id, idx=task.idx, hash=task.hash))
+        skip = {a.name: why for a in specs if (why := env.not_applicable(a, task)) is not None}
+        out.append(TaskEntry(id=task.id, idx=task.idx, hash=task.hash, skip=skip))
     return out
 
 
@@ -242,7 +249,7 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
     for name, a in specs.items():
         if a.role == "control" and name not in chosen:
             continue
-        out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), applies_when=a.applies_when,
+        out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), ceiling_scope=a.ceiling_scope,
                                sees_answer_key=a.sees_answer_key, sees_source=a.sees_source,
                                program_sha256=program_sha256(a))
     return out
@@ -286,7 +293,8 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
     taskset = load_taskset(env, config, hints)
     scorer = env.scorer(config)
     idx = sorted(set(idx))
-    tasks = entries(taskset, idx)
+    agents = agent_entries(env, config, controls, ceilings or {})
+    tasks = entries(env, config, taskset, idx, list(agents))
     try:
         return Manifest(
             name=name, created_at=datetime.now(UTC),
@@ -294,7 +302,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
                                         revision=taskset.revision, scorer=scorer),
             selection=Selection(rule=rule, idx=idx), tasks=tasks, task_list_sha256=task_list_sha256(tasks),
             expectations=Expectations(pass_threshold=scorer.pass_threshold if pass_threshold is None else pass_threshold,
-                                      agents=agent_entries(env, config, controls, ceilings or {}),
+                                      agents=agents,
                                       exception_rule=exception_rule),
             execution=profile(facts, **execution),
             min_task_count=len(tasks) if min_task_count is None else min_task_count,
@@ -305,7 +313,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
         raise ContractError(_first_error(e, "")) from None
 
 
-def derive(parent: Manifest, taskset: Taskset, *, name: str, idx: Sequence[int], rule: str,
+def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, idx: Sequence[int], rule: str,
            config: BaseModel | None = None, git_commit: str | None = None, patch: PatchInfo | None = None) -> Manifest:
     """A child contract of `parent` (same expectations, execution profile and salt) over `idx`,
     with `taskset` (the parent's, or one for another config); it points at its parent by hash."""
@@ -313,7 +321,7 @@ def derive(parent: Manifest, taskset: Taskset, *, name: str, idx: Sequence[int],
     if config is not None:
         env_spec = env_spec.model_copy(update={"config": config.model_dump(mode="json")})
     idx = sorted(set(idx))
-    tasks = entries(taskset, idx)
+    tasks = entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents))
     return parent.model_copy(update={
         "name": name, "created_at": datetime.now(UTC), "environment": env_spec,
         "selection": Selection(rule=rule, idx=idx), "tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
@@ -387,11 +395,15 @@ def check_environment(manifest: Manifest, hints: LoadHints) -> tuple[Environment
     return env, config, taskset
 
 
-def check_tasks(manifest: Manifest, taskset: Taskset) -> None:
+def check_tasks(manifest: Manifest, env: Environment, config: BaseModel, taskset: Taskset) -> None:
+    specs = [a for a in env.agents(config) if a.name in manifest.expectations.agents]
     for i, entry in enumerate(manifest.tasks):
         task = taskset.task(entry.idx)
         if (task.id, task.hash) != (entry.id, entry.hash):
             raise _mismatch(f"tasks[{i}].hash ({entry.id})", entry.hash, task.hash)
+        skip = {a.name: why for a in specs if (why := env.not_applicable(a, task)) is not None}
+        if skip != entry.skip:
+            raise _mismatch(f"tasks[{i}].skip ({entry.id})", entry.skip, skip)
 
 
 def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
@@ -415,7 +427,7 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
 
 def verify(manifest: Manifest, sandbox: Sandbox, hints: LoadHints = LoadHints()) -> tuple[Environment, Taskset]:
     """Recompute the contract on this machine; return the environment and its taskset."""
-    env, _, taskset = check_environment(manifest, hints)
-    check_tasks(manifest, taskset)
+    env, config, taskset = check_environment(manifest, hints)
+    check_tasks(manifest, env, config, taskset)
     check_execution(manifest, sandbox)
     return env, taskset

@@ -25,9 +25,10 @@ from validate.verdicts import RunFacts, dataset_verdict
 
 #: The protocol criteria each kind of run is held to (see `validate.verdicts.CRITERIA`).
 REQUIRED: dict[str, tuple[str, ...]] = {
-    "run": ("complete", "minimum", "one_reason", "patches", "dataset_findings"),
-    "pool": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "smoke"),
-    "pilot": ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings"),
+    "run": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls"),
+    "pool": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
+    "pilot": ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
+              "chance_controls"),
     "smoke-rerun": ("complete", "one_reason", "patches"),
 }
 
@@ -48,14 +49,28 @@ def counts(verdicts: Sequence[TaskVerdict], attempts_path) -> Counts:
                   retried_passes=sum(v.verdict == "compatible" and v.retried for v in verdicts))
 
 
+def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
+    """Each chance-level control's mean final reward (sample 0; no reward counts 0) and ceiling."""
+    chance = {n: r.ceiling for n, r in rules.items() if r.role == "control" and r.scope == "mean"}
+    if not chance:
+        return {}
+    t = pq.read_table(attempts_path, columns=["agent", "sample", "superseded", "reward"]).to_pylist()
+    rewards: dict[str, list[float]] = {n: [] for n in chance}
+    for row in t:
+        if row["agent"] in chance and row["sample"] == 0 and not row["superseded"]:
+            rewards[row["agent"]].append(row["reward"] or 0.0)
+    return {n: (sum(r) / len(r), chance[n]) for n, r in sorted(rewards.items()) if r}
+
+
 def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, min_task_count: int, patch: str,
               dataset_findings: Sequence[FindingRow], probes: Sequence[ProbeCheck], smoke: str,
-              note: str = "") -> RunFacts:
+              chance: dict[str, tuple[float, float]], note: str = "") -> RunFacts:
     return RunFacts(tasks=c.tasks, compatible=c.compatible, excluded=c.excluded, incomplete=c.incomplete,
                     interrupted=interrupted, min_task_count=min_task_count,
                     excluded_without_one_reason=sum(v.verdict == "excluded" and v.reason is None for v in verdicts),
                     patch=patch, blocking_dataset_findings=[f.detail for f in dataset_findings if f.blocking],
-                    probes_total=len(probes), probes_ok=sum(p.ok for p in probes), smoke=smoke, note=note)
+                    probes_total=len(probes), probes_ok=sum(p.ok for p in probes), smoke=smoke, note=note,
+                    chance_controls=chance)
 
 
 class Run:
@@ -95,7 +110,8 @@ class Run:
         findings = self.dataset_findings()
         facts = run_facts(c, verdicts, interrupted=interrupted, min_task_count=ctx.manifest.min_task_count,
                           patch="documented" if ctx.code.diff else "none", dataset_findings=findings,
-                          probes=probes, smoke=smoke, note=note)
+                          probes=probes, smoke=smoke, note=note,
+                          chance=chance_means(ctx.paths.attempts, ctx.manifest.expectations.rules()))
         required = REQUIRED[self.kind]
         ex = ctx.manifest.execution
         agents = sorted(set(pq.read_table(ctx.paths.attempts, columns=["agent"]).column("agent").to_pylist()))

@@ -78,7 +78,7 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None, manifest
         if paths.frozen_manifest.exists():  # resuming: the set was frozen already
             frozen = load_manifest(paths.frozen_manifest)
         else:
-            frozen = derive(parent, ctx.taskset, name=f"{parent.name}.frozen", idx=passes,
+            frozen = derive(parent, ctx.env, ctx.taskset, name=f"{parent.name}.frozen", idx=passes,
                             rule=f"exception-free oracle passes of {parent.name}: {len(passes)}/{len(parent.tasks)}")
             atomic_write(paths.frozen_manifest, frozen.to_json())
         if manifest_dir is not None:
@@ -133,7 +133,7 @@ def _variants(ctx: RunContext, sample: list[int], per_stratum: int) -> list[_Var
         if copy.exists():
             child = load_manifest(copy)
         else:
-            child = derive(ctx.manifest, taskset, name=f"{ctx.manifest.name}.pilot-{name}", idx=sample, config=variant,
+            child = derive(ctx.manifest, ctx.env, taskset, name=f"{ctx.manifest.name}.pilot-{name}", idx=sample, config=variant,
                            rule=f"pilot: {per_stratum} lowest idx per stratum, config variant {name}")
             atomic_write(copy, child.to_json())
         out.append(_Variant(name=name, manifest=child, taskset=taskset))

@@ -186,8 +186,8 @@ def execute(ctx: RunContext, journal: Journal, play: Play, concurrency: int = 1,
     work, kill what runs, keep what finished, and raise `Interrupted`."""
     hooks = hooks or {}
     task_of = lru_cache(maxsize=max(8, 4 * concurrency))(play.taskset.task)
-    todo = [item for item in pending(journal, play)
-            if item[1].applies_to(task_of(item[0]).meta)]
+    skip = {e.idx: e.skip for e in play.manifest.tasks}
+    todo = [item for item in pending(journal, play) if item[1].name not in skip.get(item[0], {})]
     if "on_plan" in hooks:
         hooks["on_plan"](len(todo))
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="attempt") as pool:
@@ -240,7 +240,7 @@ def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Ma
         task = taskset.task(entry.idx)
         findings = ctx.env.findings(task)
         mine = outcomes.get(entry.id, [])
-        d = decide(mine, exp.required(dict(task.meta)), rules, exp.pass_threshold, exp.exception_rule, findings)
+        d = decide(mine, exp.required(entry.skip), rules, exp.pass_threshold, exp.exception_rule, findings)
         out.append(TaskVerdict(
             run_id=ctx.run_id, phase=phase, task_id=entry.id, idx=entry.idx, task_hash=entry.hash,
             family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,

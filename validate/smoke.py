@@ -144,7 +144,7 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
         (tmp / "work").mkdir()
         imported = isolation(venv, tmp / "work")
         idx = sample(frozen, n)
-        child = derive(frozen, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
+        child = derive(frozen, ctx.env, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
                        rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
         entry = new_entry(ctx.paths.smoke)
         write_manifest(child, entry / "manifest.json")

@@ -29,6 +29,8 @@ class Rule(NamedTuple):
 
     role: str
     ceiling: float
+    #: ``task``: the ceiling holds on every task; ``mean``: on the control's mean over the run.
+    scope: str = "task"
 
 
 class Outcome(NamedTuple):
@@ -112,7 +114,11 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
         rule = rules[a.agent]
         if rule.role == "control" and a.status in AGENT_STATUSES \
                 and not as_expected(rule, a.status, a.reward, pass_threshold):
-            invalid.append(f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {rule.ceiling:.4f})")
+            hit = f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {rule.ceiling:.4f})"
+            if rule.scope == "mean":
+                notes.append(f"{hit}: a chance-level control, judged on its mean over the run")
+            else:
+                invalid.append(hit)
     if invalid:
         return verdict("excluded", "invalid_task_or_verifier", "; ".join(invalid))
     if oracle is not None and not as_expected(rules[oracle.agent], oracle.status, oracle.reward, pass_threshold):
@@ -137,6 +143,7 @@ CRITERIA: dict[str, str] = {
     "patches": "the code that ran is a commit, or its patch is stored and documented",
     "dataset_findings": "no blocking finding over the dataset as a whole",
     "probes": "every partial-credit probe scored strictly between the controls and the oracle",
+    "chance_controls": "every chance-level control's mean reward over the run stays under its ceiling",
     "smoke": "the fresh-materialisation smoke test passed",
 }
 
@@ -156,6 +163,8 @@ class RunFacts(BaseModel):
     probes_total: int = 0
     probes_ok: int = 0
     smoke: Literal["passed", "failed", "not run"] = "not run"
+    #: Each chance-level control: [its mean final reward over the run's tasks, its ceiling].
+    chance_controls: dict[str, tuple[float, float]] = Field(default_factory=dict)
     #: A note on why controls never ran (a pool below its minimum), for the report.
     note: str = ""
 
@@ -217,6 +226,11 @@ def _criterion(name: str, f: RunFacts) -> Criterion:
             return c("met", "no probe applies")
         return c("met" if f.probes_ok == f.probes_total else "failed",
                  f"{f.probes_ok}/{f.probes_total} probes strictly between the controls and the oracle")
+    if name == "chance_controls":
+        means = sorted(f.chance_controls.items())
+        over = [f"{n} mean {m:.4f} ≥ {top:.4f}" for n, (m, top) in means if m >= top]
+        shown = "; ".join(f"{n} mean {m:.4f} < {top:.4f}" for n, (m, top) in means)
+        return c("failed", "; ".join(over)) if over else c("met", shown or "no chance-level control")
     if name == "smoke":
         return c({"passed": "met", "failed": "failed", "not run": "missing"}[f.smoke], f"smoke test {f.smoke}")
     raise ValueError(f"unknown criterion {name!r}")

@@ -48,9 +48,5 @@ def resolve(env: Environment, config, contract_agents: Sequence[str], names: str
 
 
 def source_files(env: Environment) -> list[tuple[str, Path]]:
-    """The environment's source tree as (relative path, file), for agents that see it.
-    Only ``.py``, ``.md``, ``.json`` and ``.toml`` files; no caches."""
-    root = env.source_dir()
-    keep = {".py", ".md", ".json", ".toml", ".txt"}
-    return sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*")
-                  if p.is_file() and p.suffix in keep and "__pycache__" not in p.parts)
+    """The environment's source files for agents that see them (see `Environment.source_files`)."""
+    return env.source_files()
