@@ -12,7 +12,8 @@ under 1.0 on every task, because three controls are right by construction somewh
 - ``plausible-entity`` on every category but ``broken`` (it solves what can be solved and
   only fabricates where the chain breaks; its failure is judged on the 5 broken tasks);
 - ``modal-city`` on the tasks whose answer is the city hosting the most organisations
-  (the dataset check keeps every answer's share under 1/2; at seed 0 it is 2 of 36).
+  (the dataset checks keep every answer's share under 1/2; the ``modal_city_control``
+  dataset finding names those tasks — at seed 0, one of 36).
 
 Every other control must score 0 on every task.
 """

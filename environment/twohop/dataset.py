@@ -2,8 +2,8 @@
 ``api_description`` (fact set and answer-format rules) and each ``expected_output``,
 computed by executing `solver.resolve` over the facts.
 
-Stdlib only (see `universe`); rows are frozen dataclasses rather than pydantic models for
-that reason. A row has the fields of the seed's hub dataset: ``task_id``, ``category``,
+Stdlib only (see `universe`): tasks are frozen dataclasses and rows plain dicts rather
+than pydantic models for that reason. A row has the fields of the seed's hub dataset: ``task_id``, ``category``,
 ``prompt``, ``api_description``, ``expected_output``. The dataset's revision is
 ``sha256:`` of the canonical JSON of its rows in ``task_id`` order.
 

@@ -92,15 +92,15 @@ class TwohopTaskset:
         self.dataset = dataset
         self.revision = dataset.revision
         self.size = len(dataset.tasks)
-        self._files = {FACTS_FILE: dataset.api_description.encode()}
-        self._meta = {"n_facts": len(dataset.universe.facts)}
+        self._facts = dataset.api_description.encode()
 
     def task(self, idx: int) -> TwohopTask:
         if not isinstance(idx, int) or not 0 <= idx < self.size:
             raise IndexError(f"idx: {idx!r} is not a task of twohop-env (0..{self.size - 1})")
         built: BuiltTask = self.dataset.tasks[idx]
         return TwohopTask(id=f"{ENV_NAME}/{self.config.digest}/{built.task_id}", idx=idx, prompt=built.prompt,
-                          files=self._files, family=built.category, meta=self._meta, rows=built.rows,
+                          files={FACTS_FILE: self._facts}, family=built.category,
+                          meta={"n_facts": len(self.dataset.universe.facts)}, rows=built.rows,
                           question=built.question, universe=self.dataset.universe)
 
     def score(self, task: TwohopTask, reply: bytes, cache_dir: Path | None = None) -> Score:
