@@ -70,6 +70,12 @@ def test_expected_outputs_are_the_reference_solvers(taskset, tasks):
     assert all(list(t.rows) == sorted(t.rows) for t in tasks)
 
 
+def test_the_dataset_hashes_the_protocols_canonical_json(taskset):
+    from environment.protocol import canonical_json, sha256_tag
+
+    assert taskset.revision == sha256_tag(canonical_json(taskset.dataset.rows()))
+
+
 def test_the_universe_is_invented_and_well_typed(taskset):
     u = taskset.dataset.universe
     names = [*u.people, *u.organisations, *u.cities, *u.countries]

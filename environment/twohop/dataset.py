@@ -80,8 +80,9 @@ Every person, organisation, city and country below is invented. The facts are co
 
 
 def canonical_json(value: object) -> bytes:
-    """Sorted keys, no whitespace, UTF-8: the one serialisation that is hashed."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """The bytes of `environment.protocol.canonical_json` (sorted keys, no whitespace, UTF-8),
+    restated because this module must import without pydantic, which the protocol needs."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def sha256_hex(data: bytes) -> str:

@@ -1,8 +1,8 @@
 """twohop-env behind the environment seam: config, tasks, taskset, findings and agents.
 
 Task identity
-    ``id`` is ``twohop-env/<config digest>/th-NNN``, the digest being the first 12 hex digits
-    of sha256 of the config's canonical JSON, so two configs never share an id. ``hash`` is
+    ``id`` is ``twohop-env/<config digest>/th-NNN`` (`environment.protocol.config_digest`),
+    so two configs never share an id. ``hash`` is
     ``sha256:`` of the canonical JSON of the whole task, gold included. The taskset's
     ``revision`` is the dataset's (`dataset.Dataset.revision`).
 
@@ -25,11 +25,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.protocol import (AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score,
-                                  ScorerSpec, Task, Taskset)
+                                  ScorerSpec, Task, Taskset, canonical_json, config_digest, sha256_tag)
 from environment.twohop.agents_spec import agent_specs, control_may_pass
 from environment.twohop.checks import chains_proved, dataset_checks, task_checks
 from environment.twohop.dataset import (DEFAULT_SEED, FACTS_FILE, BuildError, BuiltTask, Dataset, build_dataset,
-                                        canonical_json, sha256_hex)
+                                        sha256_hex)
 from environment.twohop.score import METRIC_NAMES, score_reply
 from environment.twohop.solver import Question
 from environment.twohop.universe import Universe
@@ -51,7 +51,7 @@ class TwohopConfig(BaseModel):
 
     @property
     def digest(self) -> str:
-        return sha256_hex(canonical_json(self.model_dump(mode="json")))[:12]
+        return config_digest(self)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +75,7 @@ class TwohopTask:
                 "files": {k: sha256_hex(v) for k, v in sorted(self.files.items())}, "meta": dict(self.meta),
                 "gold": list(self.rows), "question": list(self.question),
                 "requires_network_isolation": self.requires_network_isolation}
-        return "sha256:" + sha256_hex(canonical_json(view))
+        return sha256_tag(canonical_json(view))
 
     @property
     def answer_key(self) -> bytes:
