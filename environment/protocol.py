@@ -38,6 +38,27 @@ from typing import ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+
+def canonical_json(value: object) -> bytes:
+    """The one serialisation that is hashed, harness and environments alike: sorted keys, no
+    whitespace, UTF-8, no NaN."""
+    import json
+
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def sha256_tag(data: bytes) -> str:
+    """``sha256:<hex>`` of `data`."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def config_digest(config: BaseModel) -> str:
+    """Eight hex digits naming a config, for task ids that are unique per config."""
+    return sha256_tag(canonical_json(config.model_dump(mode="json")))[7:15]
+
 #: Public metadata values: scalars only, so they fit one Parquet struct column.
 MetaValue = int | float | str | bool
 

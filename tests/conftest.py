@@ -1,16 +1,49 @@
-"""Shared fixtures: the real local corpus (never a copy), and the taskset over it."""
+"""Shared fixtures: the real local corpus (never a copy), environments registered the way a
+third party registers one (an entry point of an installed distribution), sandboxes, and
+contracts built through the real freeze."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from environment.deshuffle import Corpus, DeshuffleConfig, DeshuffleTaskset
+from environment.protocol import LoadHints
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = Path(os.environ.get("DESHUFFLE_CORPUS", ROOT.parent / "shared/corpus/papers.jsonl.gz"))
+HINTS = LoadHints(search=(CORPUS_PATH,))
+
+# Environments that live in tests/, registered through an entry-point group exactly as a
+# third-party distribution registers its own: a dist-info folder on sys.path.
+TEST_DIST = Path(__file__).resolve().parent / "_dist"
+ENTRY_POINTS = """[validate.environments]
+toy = tests.toyenv:ToyEnvironment
+deshuffle-hostile = tests.hostile:HostileDeshuffle
+"""
+
+
+def _install_test_dist() -> Path:
+    info = TEST_DIST / "validate_test_environments-0.0.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: validate-test-environments\nVersion: 0.0.0\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    for p in (str(TEST_DIST), str(ROOT)):
+        if p not in sys.path:
+            sys.path.append(p)
+    return TEST_DIST
+
+
+_install_test_dist()
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a `validate` subprocess: it sees the test environments too."""
+    path = os.pathsep.join([str(TEST_DIST), str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 @pytest.fixture(scope="session")
@@ -31,20 +64,14 @@ def taskset3(corpus) -> DeshuffleTaskset:
 
 # --- harness fixtures -------------------------------------------------------------------
 
-from validate.agents import CONTROLS, AgentSpec, resolve  # noqa: E402
-from validate.contract import CorpusSpec, EnvironmentSpec, freeze  # noqa: E402
+from validate import environments  # noqa: E402
+from validate.contract import check_environment, freeze  # noqa: E402
+from validate.patches import code_state  # noqa: E402
 from validate.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
 from validate.runner import RunContext  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
 
-AGENTS_DIR = Path(__file__).resolve().parent / "agents"
 SANDBOX_BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
-
-
-def hostile(name: str) -> AgentSpec:
-    """An agent program of tests/agents/, run as a control (it must never pass)."""
-    return AgentSpec(name=name, program=str(AGENTS_DIR / f"{name.replace('-', '_')}.py"), expect="reject",
-                     description=f"hostile test agent {name}")
 
 
 @pytest.fixture(scope="session")
@@ -61,20 +88,18 @@ def sandboxes():
         sb.close()
 
 
-def make_manifest(corpus, corpus_path, sandbox, *, idx, limits=None, infra_retries=2, **config):
-    from environment.deshuffle import DeshuffleConfig
-
-    env = EnvironmentSpec(config=DeshuffleConfig(**config),
-                          corpus=CorpusSpec(kind="local", location=str(corpus_path), revision=corpus.revision))
-    return freeze(name="pytest", env=env, idx=idx, rule="test selection", facts=sandbox.facts(), corpus=corpus,
-                  control_max_reward=dict.fromkeys(CONTROLS), limits=limits or Limits(),
+def make_manifest(sandbox, *, idx, env_name="deshuffle-papers", controls=None, limits=None, ceilings=None,
+                  exception_rule="strict", infra_retries=2, min_task_count=None, **config):
+    env = environments.get(env_name)
+    cfg = env.Config.model_validate({"corpus": str(CORPUS_PATH), **config} if env_name.startswith("deshuffle")
+                                    else config)
+    return freeze(name="pytest", env_name=env_name, config=cfg, hints=HINTS, idx=idx, rule="test selection",
+                  facts=sandbox.facts(), controls=controls, ceilings=ceilings, exception_rule=exception_rule,
+                  min_task_count=min_task_count, git_commit=code_state().label, limits=limits or Limits(),
                   infra_retries=infra_retries)
 
 
-def make_ctx(manifest, sandbox, taskset, run_dir, phase="controls") -> RunContext:
-    return RunContext(manifest=manifest, sandbox=sandbox, taskset=taskset, paths=RunPaths(run_dir),
-                      run_id=run_dir.name, phase=phase, image_digest=manifest.execution.image_digest,
-                      backoff_s=(0.05, 0.2))
-
-
-__all__ = ["CONTROLS", "hostile", "make_ctx", "make_manifest", "resolve"]
+def make_ctx(manifest, sandbox, run_dir) -> RunContext:
+    env, _, taskset = check_environment(manifest, HINTS)
+    return RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(run_dir),
+                      run_id=run_dir.name, code=code_state(), hints=HINTS, backoff_s=(0.05, 0.2))

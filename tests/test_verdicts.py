@@ -1,87 +1,151 @@
-"""The verdict function: pure, one reason per excluded task, in the documented precedence."""
+"""The verdict functions are pure: every reason, its precedence, incomplete evidence, both
+exception rules, and the dataset verdict from the protocol's criteria."""
 
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
 
 import pytest
 
-from validate.contract import Expectations
-from validate.findings import Finding
-from validate.records import REASON_ORDER, Attempt
-from validate.verdicts import decide, outcome_as_expected
+from environment.protocol import Finding
+from validate.verdicts import CRITERIA, Outcome, Rule, RunFacts, dataset_verdict, decide
 
-EXP = Expectations(control_max_reward=dict.fromkeys(["empty", "shuffled", "identity", "reversed"]))
-AGENTS = ["oracle", "empty", "shuffled", "identity", "reversed"]
-
-
-def att(agent, status="ok", reward=None):
-    if reward is None:
-        reward = 1.0 if agent == "oracle" else 0.1
-    return Attempt(run_id="r", phase="p", task_id="t", idx=0, task_hash="h", agent=agent,
-                   expect="pass" if agent == "oracle" else "reject", attempt=1, status=status,
-                   reward=None if status in ("infrastructure_error", "unsupported_execution_contract", "scorer_error") else reward,
-                   as_expected=outcome_as_expected(agent, status, reward, EXP),
-                   started_at=datetime.now(UTC), workspace_sha256="w", backend="b", image_digest="d",
-                   error_class="E", error_message="boom")
+RULES = {"oracle": Rule("oracle", 1.0), "empty": Rule("control", 1.0), "shuffled": Rule("control", 0.5),
+         "probe": Rule("probe", 1.0)}
+REQUIRED = ["oracle", "empty", "shuffled"]
 
 
-BLOCKING = Finding(kind="single_unit_paper", blocking=True, detail="a paper has one unit")
-NOTE = Finding(kind="duplicate_units", blocking=False, detail="two units share a text")
-
-# Each fault hits its own agent, and gives this reason on its own.
-FAULTS = {
-    "infra": ("infrastructure_failure", att("reversed", "infrastructure_error")),
-    "unsupported": ("unsupported_execution_contract", att("empty", "unsupported_execution_contract")),
-    "control_passes": ("invalid_task_or_verifier", att("shuffled", reward=1.0)),
-    "scorer": ("invalid_task_or_verifier", att("identity", "scorer_error")),
-    "oracle_low": ("oracle_fails_on_valid_task", att("oracle", reward=0.9)),
-}
+def o(agent, status="ok", reward=None, attempt=1, error=None):
+    if reward is None and status in ("ok", "no_reply", "exit_nonzero", "timeout", "oom"):
+        reward = 1.0 if agent == "oracle" else 0.0
+    return Outcome(agent, attempt, status, reward, error and "E", error)
 
 
-def good():
-    return [att("oracle"), att("empty", reward=0.0), att("shuffled"), att("identity"), att("reversed")]
+def d(attempts, findings=(), rule="strict", required=REQUIRED):
+    return decide(attempts, required, RULES, 1.0, rule, list(findings))
 
 
-def test_all_good_is_compatible_and_notes_are_kept():
-    assert decide(good(), AGENTS, EXP, [])[0] is None
-    reason, detail = decide(good(), AGENTS, EXP, [NOTE])
-    assert reason is None and "two units share a text" in detail
+def test_compatible_needs_every_named_agent_in_the_run():
+    full = [o("oracle"), o("empty"), o("shuffled", reward=0.3)]
+    v = d(full)
+    assert (v.verdict, v.reason, v.missing) == ("compatible", None, [])
+    assert v.margin == pytest.approx(0.7) and v.max_control_agent == "shuffled"
+    for drop in range(3):
+        part = full[:drop] + full[drop + 1:]
+        v = d(part)
+        assert v.verdict == "incomplete" and v.reason is None and v.missing == [REQUIRED[drop]]
 
 
-@pytest.mark.parametrize("combo", [c for n in range(1, 4) for c in itertools.combinations(FAULTS, n)])
-def test_precedence_over_every_combination(combo):
-    faulty = {FAULTS[f][1].agent: FAULTS[f][1] for f in combo}
-    attempts = [faulty.get(a.agent, a) for a in good()]
-    expected = min((FAULTS[f][0] for f in combo), key=REASON_ORDER.index)
-    assert decide(attempts, AGENTS, EXP, [])[0] == expected
+def test_only_the_oracle_ran_is_incomplete_not_compatible():
+    v = d([o("oracle")])
+    assert v.verdict == "incomplete" and v.missing == ["empty", "shuffled"]
+    assert "no attempt in this run for empty, shuffled" in v.detail
 
 
-def test_missing_attempt_is_infrastructure():
-    reason, detail = decide(good()[:4], AGENTS, EXP, [])
-    assert reason == "infrastructure_failure" and "no attempt recorded for reversed" in detail
+def test_an_oracle_failure_decides_even_without_controls():
+    v = d([o("oracle", reward=0.4)])
+    assert (v.verdict, v.reason) == ("excluded", "oracle_fails_on_valid_task")
 
 
-def test_blocking_finding_makes_the_task_invalid_even_when_agents_behave():
-    reason, detail = decide(good(), AGENTS, EXP, [BLOCKING])
-    assert reason == "invalid_task_or_verifier" and "one unit" in detail
+def test_a_control_passing_decides_even_when_others_are_missing():
+    v = d([o("oracle"), o("shuffled", reward=0.6)])  # ceiling 0.5
+    assert (v.verdict, v.reason) == ("excluded", "invalid_task_or_verifier")
+    assert "control shuffled passed (reward 0.6000 ≥ ceiling 0.5000)" in v.detail
 
 
-def test_oracle_must_exit_cleanly_and_reach_the_threshold():
-    assert not outcome_as_expected("oracle", "timeout", 1.0, EXP)
-    assert not outcome_as_expected("oracle", "ok", 0.999, EXP)
-    assert outcome_as_expected("oracle", "ok", 1.0, EXP)
-    assert outcome_as_expected("empty", "timeout", 0.0, EXP)       # an agent's failure is still a rejection
-    assert not outcome_as_expected("empty", "scorer_error", None, EXP)
-    ceiling = Expectations(control_max_reward={"identity": 0.5})
-    assert not outcome_as_expected("identity", "ok", 0.5, ceiling)
-    assert outcome_as_expected("identity", "ok", 0.49, ceiling)
+def test_strict_rule_counts_superseded_exceptions():
+    tries = [o("oracle", "infrastructure_error", None, 1, "daemon gone"), o("oracle", attempt=2),
+             o("empty"), o("shuffled", reward=0.1)]
+    strict = d(tries)
+    assert (strict.verdict, strict.reason) == ("excluded", "infrastructure_failure")
+    assert "strict exception rule" in strict.detail and "daemon gone" in strict.detail
+    retry = d(tries, rule="retry")
+    assert (retry.verdict, retry.retried) == ("compatible", True)
+    assert "after an infrastructure retry" in retry.detail
+    clean = d([o("oracle"), o("empty"), o("shuffled", reward=0.1)], rule="retry")
+    assert not clean.retried
 
 
-def test_a_controls_only_run_is_judged_on_its_controls():
-    controls = good()[1:]
-    assert decide(controls, AGENTS[1:], EXP, [])[0] is None
-    passing = FAULTS["control_passes"][1]
-    with_pass = [passing if a.agent == passing.agent else a for a in controls]
-    assert decide(with_pass, AGENTS[1:], EXP, [])[0] == "invalid_task_or_verifier"
+def test_harness_errors_are_exceptions_too():
+    v = d([o("oracle"), o("empty", "harness_error", None, 1, "RecursionError"), o("shuffled")], rule="retry")
+    assert v.reason == "infrastructure_failure" and "harness_error" in v.detail
+
+
+def test_reason_precedence_is_total():
+    """Every combination of the four causes gives exactly the first reason in order."""
+    causes = {
+        "infrastructure_failure": o("empty", "infrastructure_error", None, 1, "x"),
+        "unsupported_execution_contract": o("shuffled", "unsupported_execution_contract", None),
+        "invalid_task_or_verifier": Finding(kind="k", blocking=True, detail="bad"),
+        "oracle_fails_on_valid_task": o("oracle", reward=0.2),
+    }
+    order = list(causes)
+    for n in range(1, 5):
+        for combo in itertools.combinations(order, n):
+            attempts = {"oracle": o("oracle"), "empty": o("empty"), "shuffled": o("shuffled")}
+            findings = []
+            for c in combo:
+                if isinstance(causes[c], Finding):
+                    findings.append(causes[c])
+                else:
+                    attempts[causes[c].agent] = causes[c]
+            v = d(list(attempts.values()), findings)
+            assert v.reason == combo[0], (combo, v)
+
+
+def test_non_blocking_findings_are_notes_and_probes_are_not_required():
+    v = d([o("oracle"), o("empty"), o("shuffled", reward=0.2), o("probe", reward=0.5)],
+          [Finding(kind="n", blocking=False, detail="a note")])
+    assert v.verdict == "compatible" and v.detail.endswith("; a note")
+
+
+def test_a_control_with_no_reply_or_a_crash_is_rejected_but_scorer_error_is_invalid():
+    v = d([o("oracle"), o("empty", "no_reply"), o("shuffled", "exit_nonzero", reward=0.2)])
+    assert v.verdict == "compatible"
+    v = d([o("oracle"), o("empty", "scorer_error", None, 1, "boom"), o("shuffled")])
+    assert v.reason == "invalid_task_or_verifier" and "scorer raised" in v.detail
+
+
+# --- the dataset verdict ---------------------------------------------------------------
+
+POOL = ("complete", "minimum", "one_reason", "patches", "dataset_findings", "smoke")
+
+
+def facts(**kw):
+    base = dict(tasks=10, compatible=10, excluded=0, incomplete=0, min_task_count=9, smoke="passed")
+    return RunFacts(**{**base, **kw})
+
+
+def test_pass_only_when_every_required_criterion_is_met():
+    v = dataset_verdict(facts(), POOL)
+    assert v.verdict == "PASS" and v.evidence == "complete" and [c.name for c in v.criteria] == list(POOL)
+    assert v.headline == "Dataset verdict: PASS"
+
+
+@pytest.mark.parametrize("change, verdict, criterion", [
+    (dict(smoke="not run"), "INCOMPLETE", "smoke"),
+    (dict(smoke="failed"), "FAIL", "smoke"),
+    (dict(interrupted=True), "INCOMPLETE", "complete"),
+    (dict(compatible=8, incomplete=2), "INCOMPLETE", "complete"),
+    (dict(compatible=8, excluded=2), "FAIL", "minimum"),
+    (dict(excluded=1, compatible=9, excluded_without_one_reason=1), "FAIL", "one_reason"),
+    (dict(patch="undocumented"), "FAIL", "patches"),
+    (dict(blocking_dataset_findings=["modal answer covers 6/11"]), "FAIL", "dataset_findings"),
+])
+def test_each_criterion_decides(change, verdict, criterion):
+    v = dataset_verdict(facts(**change), POOL)
+    assert v.verdict == verdict
+    assert next(c for c in v.criteria if c.name == criterion).status != "met"
+
+
+def test_a_pool_below_its_minimum_fails_and_says_its_evidence_is_incomplete():
+    f = facts(compatible=0, excluded=7, incomplete=3, smoke="not run", note="controls never ran")
+    v = dataset_verdict(f, POOL)
+    assert v.verdict == "FAIL" and v.evidence == "INCOMPLETE"
+    assert "INCOMPLETE" in v.headline and "controls never ran" in v.headline
+
+
+def test_a_run_is_not_held_to_criteria_it_does_not_require():
+    v = dataset_verdict(facts(smoke="not run"), ("complete", "minimum"))
+    assert v.verdict == "PASS" and {c.name for c in v.criteria} == {"complete", "minimum"}
+    assert set(CRITERIA) >= set(POOL)

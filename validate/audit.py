@@ -1,152 +1,275 @@
-"""Re-check a run directory without rerunning anything (`validate audit RUN_DIR`).
+"""Re-check a run directory without rerunning an agent (`validate audit RUN_DIR`).
 
-1. Every file is listed in ``checksums`` and matches it; no file is missing or extra.
-2. Every Parquet file reads back and has exactly the columns its model derives.
-3. The manifest hash chain holds: each manifest's sha256 matches its content; the frozen
-   child, the pilot variants and the smoke sample point at their parent by hash; the frozen
-   set is a subset of the pool with the same task hashes, and every frozen task had an
-   oracle pass.
-4. The ledgers agree with each other and with the report: one verdict per task, one
-   exclusion per excluded task with the same reason, every attempt's task hash is in a
-   manifest, and ``report.json`` equals the counts recomputed from the ledgers.
+Nothing the run wrote about itself is trusted; everything is re-derived:
 
-Any failure names the file it concerns.
+1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra; with
+   ``--signature``, ``checksums.sig`` verifies (OpenSSH, `validate.signing`).
+2. Contracts: each manifest's sha256 matches its content; the frozen child, the pilot
+   variants and each smoke sample point at their parent by hash; ``run.json`` names them.
+3. Attempts: every attempt's task id and hash are the contract's for its phase, its agent
+   and role are the contract's, its ``as_expected`` and ``superseded`` flags recompute.
+4. Verdicts: every contract task has exactly one verdict, and each equals the verdict
+   function applied to that task's attempts and findings (the findings re-derived from the
+   environment when its data is at hand); the exclusion ledger lists exactly the excluded
+   tasks; the frozen set is exactly the oracle's exception-free passes.
+5. Counts: run.json's counts, facts and dataset verdict recompute; each smoke entry's
+   comparison recomputes; each report's verdict line and Counts table, parsed from
+   report.md and report.html (not searched for a string), equal the ledgers'.
+
+Any failure names its file.
 """
 
 from __future__ import annotations
 
-import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.contract import load_manifest
-from validate.errors import ContractError, EvidenceError
-from validate.evidence import file_sha256
+from validate.contract import ContractError, Manifest, load_manifest
+from validate.errors import EvidenceError
+from validate.evidence import file_sha256, sealed_files
 from validate.paths import RunPaths
 from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema
+from validate.verdicts import Outcome, as_expected, decide
 
 
-def _checksums(root: Path, problems: list[str]) -> None:
-    paths = RunPaths(root)
+@dataclass
+class AuditResult:
+    problems: list[str] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+
+
+def _seal(paths: RunPaths, r: AuditResult) -> None:
     if not paths.checksums.exists():
-        problems.append(f"{paths.checksums}: missing")
+        r.problems.append(f"{paths.checksums}: missing")
         return
     listed: dict[str, str] = {}
-    for lineno, line in enumerate(paths.checksums.read_text().splitlines(), 1):
+    for lineno, line in enumerate(paths.checksums.read_text(errors="replace").splitlines(), 1):
         digest, _, name = line.partition("  ")
         if len(digest) != 64 or not name:
-            problems.append(f"{paths.checksums} line {lineno}: malformed")
+            r.problems.append(f"{paths.checksums} line {lineno}: malformed")
             continue
         listed[name] = digest
-    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
-               if p.is_file() and p != paths.checksums and not p.name.startswith(".")}
+    present = {p.relative_to(paths.root).as_posix() for p in sealed_files(paths)}
     for name in sorted(set(listed) - present):
-        problems.append(f"{root / name}: listed in checksums but missing")
+        r.problems.append(f"{paths.root / name}: listed in checksums but missing")
     for name in sorted(present - set(listed)):
-        problems.append(f"{root / name}: present but not listed in checksums")
+        r.problems.append(f"{paths.root / name}: present but not listed in checksums")
     for name in sorted(set(listed) & present):
-        if file_sha256(root / name) != listed[name]:
-            problems.append(f"{root / name}: sha256 does not match checksums (changed after the run)")
+        if file_sha256(paths.root / name) != listed[name]:
+            r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
+    r.checked.append(f"checksums over {len(present)} files")
 
 
-def _tables(root: Path, metric_names: tuple[str, ...], problems: list[str]) -> dict:
-    paths = RunPaths(root)
-    tables = {}
-    for path, model, metrics in ((paths.attempts, Attempt, metric_names), (paths.tasks, TaskVerdict, ()),
-                                 (paths.exclusions, Exclusion, ())):
+def _manifests(paths: RunPaths, r: AuditResult) -> dict[str, Manifest]:
+    found: dict[str, Manifest] = {}
+    files = [paths.manifest, paths.frozen_manifest, *sorted(paths.variants.glob("*.json")),
+             *sorted(paths.smoke.glob("*/manifest.json"))]
+    for p in files:
+        if p.exists():
+            try:
+                found[p.relative_to(paths.root).as_posix()] = load_manifest(p)
+            except ContractError as e:
+                r.problems.append(str(e))
+    root = found.get("manifest.json")
+    frozen = found.get("frozen-manifest.json")
+    for name, m in found.items():
+        parent = None if name == "manifest.json" else frozen if name.startswith("smoke/") else root
+        if name != "manifest.json" and (parent is None or m.parent_sha256 != parent.sha256):
+            r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
+    if frozen is not None and root is not None:
+        pool = {t.id: t.hash for t in root.tasks}
+        if any(pool.get(t.id) != t.hash for t in frozen.tasks):
+            r.problems.append(f"{paths.frozen_manifest}: freezes a task that is not in the pool with that hash")
+    r.checked.append(f"{len(found)} manifests and their hash chain")
+    return found
+
+
+def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
+    out = {}
+    for path, model in ((paths.attempts, Attempt), (paths.tasks, TaskVerdict), (paths.exclusions, Exclusion)):
         try:
             table = pq.read_table(path)
         except Exception as e:  # noqa: BLE001 - any read failure is the finding
-            problems.append(f"{path}: unreadable Parquet ({type(e).__name__}: {e})")
+            r.problems.append(f"{path}: unreadable Parquet ({type(e).__name__}: {e})")
             continue
-        expected = arrow_schema(model, metrics).names
-        if table.schema.names != expected:
-            problems.append(f"{path}: columns {table.schema.names} differ from the {model.__name__} model's")
-        tables[path.name] = table.to_pandas()
-    return tables
-
-
-def _manifests(root: Path, problems: list[str]):
-    def load(path: Path):
-        try:
-            return load_manifest(path)
-        except ContractError as e:
-            problems.append(str(e))
-            return None
-
-    pool = load(root / "manifest.json")
-    children = {p.name: load(p) for p in sorted(root.glob("*.manifest.json"))}
-    for extra in ("frozen-manifest.json", "smoke/manifest.json"):
-        if (root / extra).exists():
-            children[extra] = load(root / extra)
-    if pool is None:
-        return None, children
-    pool_hashes = {t.id: t.hash for t in pool.tasks}
-    frozen = children.get("frozen-manifest.json")
-    for name, child in children.items():
-        if child is None:
+        names = [n for n in table.schema.names if not n.startswith("metric_")]
+        expected = [n for n in arrow_schema(model).names if not n.startswith("metric_")]
+        if names != expected:
+            r.problems.append(f"{path}: columns {names} differ from the {model.__name__} model's {expected}")
             continue
-        parent = frozen if name == "smoke/manifest.json" else pool
-        if parent is not None and child.parent_sha256 != parent.sha256:
-            problems.append(f"{root / name}: parent_sha256 {child.parent_sha256} is not its parent's sha256 {parent.sha256}")
-    if frozen is not None:
-        for t in frozen.tasks:
-            if pool_hashes.get(t.id) != t.hash:
-                problems.append(f"{root / 'frozen-manifest.json'}: task {t.id} is not in the pool with that hash")
-    return pool, children
+        out[path.name] = table.to_pandas()
+    return out
 
 
-def audit(root: Path) -> list[str]:
-    """Every problem found, each naming its file; an empty list means the run checks out."""
-    root = Path(root)
-    problems: list[str] = []
-    if not (root / "manifest.json").exists():
-        return [f"{root}: not a run directory (no manifest.json)"]
-    _checksums(root, problems)
-    pool, children = _manifests(root, problems)
+def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, where: Path) -> None:
+    keys = ["phase", "task_id", "agent", "sample", "attempt"]
+    if a.duplicated(keys).any():
+        r.problems.append(f"{where}: an attempt key (phase, task, agent, sample, try) repeats")
+    latest = a.groupby(["phase", "task_id", "agent", "sample"])["attempt"].transform("max")
+    if ((a["attempt"] < latest) != a["superseded"]).any():
+        r.problems.append(f"{where}: superseded flags do not follow the try numbers")
+    for phase, group in a.groupby("phase"):
+        m = by_phase.get(phase)
+        if m is None:
+            r.problems.append(f"{where}: attempts of phase {phase!r}, which no contract of this run covers")
+            continue
+        hashes = {t.id: t.hash for t in m.tasks}
+        rules = m.expectations.rules()
+        wrong = group[[hashes.get(t) != h for t, h in zip(group["task_id"], group["task_hash"])]]
+        if len(wrong):
+            row = wrong.iloc[0]
+            r.problems.append(f"{where}: {len(wrong)} attempt(s) of phase {phase} name a task hash that is not the "
+                              f"contract's for that task, e.g. {row['task_id']} {row['task_hash']}")
+        for row in group.itertuples():
+            rule = rules.get(row.agent)
+            if rule is None or rule.role != row.role:
+                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: agent or role "
+                                  f"{row.role!r} is not the contract's")
+                break
+            reward = None if pd.isna(row.reward) else float(row.reward)
+            if row.role != "model" and as_expected(rule, row.status, reward, m.expectations.pass_threshold) \
+                    != bool(row.as_expected):
+                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: as_expected "
+                                  f"{row.as_expected} does not follow from its status and reward")
+                break
+
+
+def _findings_from_env(paths: RunPaths, manifests: dict[str, Manifest], data: tuple, r: AuditResult):
+    """A function task entry → findings, re-derived from the environment, or None."""
+    from environment.protocol import LoadHints
+    from validate.contract import check_environment, load_taskset
+
+    root = manifests.get("manifest.json")
     try:
-        summary = json.loads((root / "run.json").read_text())
-    except (OSError, ValueError) as e:
-        problems.append(f"{root / 'run.json'}: not readable JSON ({e})")
-        summary = {}
-    if pool is not None and summary.get("manifest_sha256") not in (pool.sha256, *(c.sha256 for c in children.values() if c)):
-        problems.append(f"{root / 'run.json'}: manifest_sha256 names no manifest of this run")
-    try:
-        columns = pq.read_schema(root / "attempts.parquet").names
-    except Exception:  # noqa: BLE001 - reported by _tables below
-        columns = []
-    metric_names = tuple(c.removeprefix("metric_") for c in columns if c.startswith("metric_"))
-    tables = _tables(root, metric_names, problems)
-    if len(tables) < 3 or pool is None:
-        return problems
-    attempts, tasks, exclusions = tables["attempts.parquet"], tables["tasks.parquet"], tables["exclusions.parquet"]
-    known = {(t.id, t.hash) for m in (pool, *children.values()) if m for t in m.tasks}
-    stray = {(r.task_id, r.task_hash) for r in attempts.itertuples()} - known
-    if stray:
-        problems.append(f"{root / 'attempts.parquet'}: {len(stray)} attempt task hash(es) are in no manifest, "
-                        f"e.g. {sorted(stray)[0]}")
-    if tasks.duplicated(["phase", "task_id"]).any():
-        problems.append(f"{root / 'tasks.parquet'}: a task has more than one verdict")
-    excluded = tasks[~tasks["compatible"]].set_index(["phase", "task_id"])["reason"].to_dict()
-    ledger = exclusions.set_index(["phase", "task_id"])["reason"].to_dict()
-    if excluded != ledger:
-        problems.append(f"{root / 'exclusions.parquet'}: does not list exactly the excluded tasks with their reasons")
-    frozen = children.get("frozen-manifest.json")
-    if frozen is not None:
-        final = attempts[(attempts["phase"] == "oracle") & ~attempts["superseded"]]
-        passed = set(final.loc[final["as_expected"], "idx"])
-        if not set(frozen.selection.idx) <= passed:
-            problems.append(f"{root / 'frozen-manifest.json'}: freezes tasks whose oracle did not pass")
-    if (root / "report.json").exists():
-        from validate.report import counts, load_run
+        env, _, taskset = check_environment(root, LoadHints(search=tuple(data)))
+    except Exception as e:  # noqa: BLE001 - the environment or its data may be missing here
+        r.unchecked.append(f"findings were taken from tasks.parquet, not re-derived: {e}")
+        return None
+    sets = {root.environment.config.__repr__(): taskset}
 
-        try:
-            if json.loads((root / "report.json").read_text()) != json.loads(json.dumps(counts(load_run(root)))):
-                problems.append(f"{root / 'report.json'}: the report's counts differ from the ledgers'")
-        except (EvidenceError, ValueError, OSError) as e:
-            problems.append(f"cannot recompute the report's counts: {e}")
-        md = (root / "report.md").read_text() if (root / "report.md").exists() else ""
-        if f"{int(tasks['compatible'].sum())}/{len(tasks)}" not in md:
-            problems.append(f"{root / 'report.md'}: does not state the ledgers' compatible count")
-    return problems
+    def findings(manifest: Manifest, idx: int):
+        key = manifest.environment.config.__repr__()
+        if key not in sets:
+            config = env.Config.model_validate(manifest.environment.config)
+            sets[key] = load_taskset(env, config, LoadHints(revision=manifest.environment.revision,
+                                                             search=tuple(data)))
+        return env.findings(sets[key].task(idx))
+
+    r.checked.append("findings re-derived from the environment")
+    return findings
+
+
+def _verdicts(ev_tasks: pd.DataFrame, attempts: pd.DataFrame, summary, manifests, regen, r: AuditResult,
+              where: Path) -> None:
+    from environment.protocol import Finding
+
+    for g in summary.groups:
+        tasks_m, exp_m = manifests.get(g.manifest), manifests.get(g.expectations)
+        if tasks_m is None or exp_m is None:
+            r.problems.append(f"{where}: group {g.phase} names a contract file this run lacks")
+            continue
+        mine = ev_tasks[ev_tasks["phase"] == g.phase]
+        if sorted(mine["task_id"]) != sorted(t.id for t in tasks_m.tasks) or mine["task_id"].duplicated().any():
+            r.problems.append(f"{where}: phase {g.phase}: the verdicts do not cover each of the contract's "
+                              f"{len(tasks_m.tasks)} tasks exactly once")
+        exp = exp_m.expectations
+        sub = attempts[attempts["phase"].isin(g.attempt_phases) & (attempts["sample"] == 0)]
+        outcomes = {tid: [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
+                                  x.error_class, x.error_message) for x in grp.itertuples()]
+                    for tid, grp in sub.groupby("task_id")}
+        idx_of = {t.id: t.idx for t in tasks_m.tasks}
+        bad = 0
+        for v in mine.itertuples():
+            stored = [Finding(**f) for f in v.findings]
+            findings = stored if regen is None or v.task_id not in idx_of else regen(tasks_m, idx_of[v.task_id])
+            if regen is not None and [f.model_dump() for f in findings] != [f.model_dump() for f in stored]:
+                r.problems.append(f"{where}: {v.task_id}: stored findings differ from the environment's")
+            meta = dict(v.meta) if isinstance(v.meta, dict) else {}
+            d = decide(outcomes.get(v.task_id, []), exp.required(meta), exp.rules(), exp.pass_threshold,
+                       exp.exception_rule, findings)
+            got = (v.verdict, v.reason if isinstance(v.reason, str) else None, list(v.missing), bool(v.retried))
+            if got != (d.verdict, d.reason, d.missing, d.retried) or not _same(v.oracle_reward, d.oracle_reward) \
+                    or not _same(v.max_control_reward, d.max_control_reward) or not _same(v.margin, d.margin):
+                bad += 1
+                if bad <= 5:
+                    r.problems.append(f"{where}: {v.task_id}: verdict {got[0]} ({got[1]}) but its attempts give "
+                                      f"{d.verdict} ({d.reason}): {d.detail[:200]}")
+    r.checked.append("every verdict re-derived from its attempts")
+
+
+def _same(a, b) -> bool:
+    a = None if a is None or (isinstance(a, float) and math.isnan(a)) else float(a)
+    return (a is None and b is None) or (a is not None and b is not None and abs(a - b) < 1e-12)
+
+
+def _frozen(attempts: pd.DataFrame, manifests: dict[str, Manifest], r: AuditResult, where: Path) -> None:
+    root, frozen = manifests.get("manifest.json"), manifests.get("frozen-manifest.json")
+    if frozen is None or root is None:
+        return
+    exp = root.expectations
+    oracle = exp.named("oracle")[0]
+    o = attempts[(attempts["phase"] == "oracle") & (attempts["agent"] == oracle)]
+    passes = set()
+    for tid, grp in o.groupby("task_id"):
+        outs = [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
+                        x.error_class, x.error_message) for x in grp.itertuples()]
+        d = decide(outs, [oracle], exp.rules(), exp.pass_threshold, exp.exception_rule, [])
+        if d.verdict == "compatible":
+            passes.add(tid)
+    if {t.id for t in frozen.tasks} != passes:
+        r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes")
+    controls = attempts[attempts["phase"] == "controls"]
+    if not set(controls["task_id"]) <= {t.id for t in frozen.tasks}:
+        r.problems.append(f"{where}: controls ran on tasks outside the frozen set")
+    r.checked.append("the frozen set re-derived from the oracle's attempts")
+
+
+def audit(root: Path, signature: Path | None = None, identity: str = "validate", data: tuple = ()) -> AuditResult:
+    """Every problem found (each naming its file), what was checked, and what could not be."""
+    from validate.audit_counts import check_counts, check_reports, check_smokes
+
+    paths = RunPaths(Path(root))
+    r = AuditResult()
+    if not paths.manifest.is_file():
+        r.problems.append(f"{paths.root}: not a run directory (no manifest.json)")
+        return r
+    _seal(paths, r)
+    if signature is not None:
+        from validate.signing import verify_signature
+
+        problem = verify_signature(paths, signature, identity)
+        (r.problems.append(problem) if problem else r.checked.append(f"signature of {identity}"))
+    manifests = _manifests(paths, r)
+    tables = _tables(paths, r)
+    try:
+        from validate.report import load_run
+
+        ev = load_run(paths.root)
+    except EvidenceError as e:
+        r.problems.append(str(e))
+        return r
+    if len(tables) < 3 or "manifest.json" not in manifests:
+        return r
+    s = ev.summary
+    if s.manifest_sha256 != manifests["manifest.json"].sha256:
+        r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
+    if (s.frozen_manifest_sha256 or None) != (manifests["frozen-manifest.json"].sha256
+                                              if "frozen-manifest.json" in manifests else None):
+        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
+    by_phase = {p: manifests[g.manifest] for g in s.groups for p in g.attempt_phases if g.manifest in manifests}
+    if "controls" in by_phase and "frozen-manifest.json" in manifests:
+        by_phase["controls"] = manifests["frozen-manifest.json"]
+    attempts = tables["attempts.parquet"]
+    _attempts(attempts, by_phase, r, paths.attempts)
+    regen = _findings_from_env(paths, manifests, data, r)
+    _verdicts(tables["tasks.parquet"], attempts, s, manifests, regen, r, paths.tasks)
+    _frozen(attempts, manifests, r, paths.frozen_manifest)
+    check_counts(ev, tables, manifests, r)
+    check_smokes(ev, paths, manifests, r)
+    check_reports(ev, paths, r)
+    return r

@@ -1,9 +1,9 @@
 """The ``validate`` command: one subcommand per protocol phase. No logic lives here.
 
-Exit codes: 0 the phase passed; 1 it ran but the contract is not met (e.g. fewer
-compatible tasks than the minimum); 2 bad input or an environment that cannot run it (the
-message names the field or file); 130 interrupted (resume with ``--resume``); 3 an internal
-error (a bug: rerun with VALIDATE_DEBUG=1 and report it).
+Exit codes: 0 the phase passed (for run, pilot and pool: the dataset verdict is PASS); 1 it
+ran but the verdict is FAIL or INCOMPLETE; 2 bad input or an environment that cannot run it
+(the message names the field or file); 130 interrupted (resume with ``--resume``); 3 an
+internal error (a bug: rerun with VALIDATE_DEBUG=1 and report it).
 """
 
 from __future__ import annotations
@@ -13,141 +13,191 @@ import os
 import signal
 import sys
 import time
-from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from validate import __version__
 from validate.errors import ValidateError
-from validate.paths import DEFAULT_CORPUS, DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
+from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
 
-err = Console(stderr=True, soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
 out = Console(soft_wrap=True, highlight=False)
 
 EPILOG = """\
 phases (the validation protocol, in order):
   image build   build the sandbox image offline from Debian packages (once per machine)
-  freeze        write a contract manifest: corpus revision, tasks and their hashes,
-                expected rewards, execution profile, minimum task count
-  verify        check a manifest against this machine (corpus, task hashes, image, backend)
-  pilot         a stratified sample (source × paper count × length × include_headers):
-                oracle, every control, and partial-credit probes that must land strictly
-                between the controls and the oracle
-  pool          one oracle attempt on every task; freeze the exception-free passes as
-                manifests/<name>.frozen.json if they reach the minimum; controls on that set
+  freeze        write a contract manifest: environment, config and content revision, tasks
+                and their hashes, expected rewards, execution profile, minimum task count
+  verify        check a manifest against this machine (data, task hashes, agents, image)
+  pilot         a stratified sample under each config variant: oracle, every control, and
+                partial-credit probes that must land strictly between controls and oracle
+  pool          one oracle attempt on every task; freeze the exception-free passes if they
+                reach the minimum; every control on that set; then the smoke test
   run           play chosen agents on a manifest's tasks (one phase), write the evidence
   smoke         build the wheel, install it in a fresh virtualenv elsewhere, rerun a sample
-                of the frozen set; passes iff every result equals the frozen run's
-  report        the audit report (Markdown + self-contained HTML) of a run directory
-  audit         recheck a run directory: checksums, Parquet, manifest hash chain, counts
+                of a pool's frozen set; passes iff every result equals the frozen run's
+  report        the report (Markdown + self-contained HTML) of a run directory
+  audit         re-derive a run directory's verdicts and counts from its evidence
+  sign          sign a run directory's checksums with an OpenSSH key
 
 Every phase writes Parquet evidence under ledgers/<run-id>/ and resumes with --resume.
 
 example:
-  validate image build
   validate freeze --name pool --max-papers 3 --idx-stop 1000 --min-count 950
   validate pilot --manifest manifests/pool.json
-  validate pool --manifest manifests/pool.json -c 2
-  validate smoke --manifest manifests/pool.frozen.json --run-dir ledgers/<pool-run>
+  validate pool --manifest manifests/pool.json
   validate report ledgers/<pool-run> && validate audit ledgers/<pool-run>
 """
-
-
-def _csv_ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="validate", description="Validate an RL environment's rewards before "
-                                "training: the oracle must pass, negative controls must not, every exclusion "
-                                "has a reason.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="PHASE")
-
-    img = sub.add_parser("image", help="build the sandbox image offline")
-    img_sub = img.add_subparsers(dest="image_command", required=True, metavar="ACTION")
-    b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, unpack it for bwrap")
-    b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
-    b.add_argument("--backends", default="docker,bwrap", help="which backends to prepare (default: %(default)s)")
-
-    f = sub.add_parser("freeze", help="write a contract manifest", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    f.add_argument("--name", required=True, help="manifest name; written to manifests/<name>.json")
-    src = f.add_mutually_exclusive_group()
-    src.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="local corpus snapshot (.jsonl, .jsonl.gz, .parquet)")
-    src.add_argument("--hub", action="store_true", help="use the pinned Hugging Face corpus instead (needs the network)")
-    f.add_argument("--min-papers", type=int, default=1, help="fewest papers per task")
-    f.add_argument("--max-papers", type=int, default=1, help="most papers per task")
-    f.add_argument("--seed", type=int, default=0, help="task-generation seed")
-    f.add_argument("--source", default=None, help="only papers of this source (e.g. arxiv, biorxiv, plos)")
-    f.add_argument("--include-headers", action="store_true", help="section headings are orderable units")
-    sel = f.add_mutually_exclusive_group()
-    sel.add_argument("--idx-stop", type=int, default=20, help="tasks idx-start .. idx-stop-1")
-    sel.add_argument("--idx", type=_csv_ints, help="explicit task indices, comma-separated")
-    f.add_argument("--idx-start", type=int, default=0, help="first task index of the range")
-    f.add_argument("--backend", default="docker", choices=["docker", "bwrap", "subprocess"], help="execution backend")
-    f.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image")
-    f.add_argument("--memory-mb", type=int, default=512)
-    f.add_argument("--cpus", type=float, default=1.0)
-    f.add_argument("--pids", type=int, default=64)
-    f.add_argument("--timeout-s", type=float, default=60.0)
-    f.add_argument("--controls", default="controls", help="negative controls to run ('controls' = all of them)")
-    f.add_argument("--oracle-min-reward", type=float, default=1.0, help="the oracle passes at or above this reward")
-    f.add_argument("--min-count", type=int, default=None, help="minimum compatible tasks (default: every task)")
-    f.add_argument("--out", type=Path, default=None, help="manifest path (default: manifests/<name>.json)")
-
-    v = sub.add_parser("verify", help="check a manifest against this machine")
-    v.add_argument("--manifest", type=Path, required=True)
-
-    r = sub.add_parser("run", help="play the oracle and controls; write the evidence")
-    _run_options(r)
-    r.add_argument("--agents", default=None, help="comma-separated agents, or all / controls / probes "
-                   "(default: the oracle and the manifest's controls)")
-    r.add_argument("--phase", default="controls", help="phase label of the attempts (default: %(default)s)")
-
-    pi = sub.add_parser("pilot", help="a stratified sample, both header variants, controls and partial-credit probes")
-    _run_options(pi)
-    pi.add_argument("--per-stratum", type=int, default=1, help="tasks sampled per stratum (default: %(default)s)")
-
-    po = sub.add_parser("pool", help="oracle on every task → freeze the passes → controls on the frozen set")
-    _run_options(po)
-    po.add_argument("--manifest-dir", type=Path, default=MANIFEST_DIR,
-                    help="where the frozen child manifest is written (default: %(default)s)")
-
-    sm = sub.add_parser("smoke", help="build the wheel, install it in a fresh venv, rerun a sample, compare")
-    sm.add_argument("--manifest", type=Path, required=True, help="the frozen manifest (manifests/<name>.frozen.json)")
-    sm.add_argument("--run-dir", type=Path, required=True, help="the run whose results the rerun must equal; "
-                    "the smoke evidence is added to it (smoke/)")
-    sm.add_argument("--sample", type=int, default=5, help="tasks rerun, evenly spaced (default: %(default)s)")
-
-    rp = sub.add_parser("report", help="write report.md and a self-contained report.html for reviewers")
-    rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-
-    au = sub.add_parser("audit", help="recheck a run directory: checksums, Parquet, hash chain, report counts")
-    au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    return p
-
 
 #: Attempts at once unless -c says otherwise: two per usable core. An attempt waits on
 #: process start-up, the daemon and namespace teardown about as much as it computes; on
 #: 2 cores, -c 4 beat -c 2 on both backends (docs/performance.md).
 DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
+MAX_TASKS = 1_000_000
 
 
-def _run_options(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--manifest", type=Path, required=True, help="a contract manifest (manifests/<name>.json)")
+def _version() -> str:
+    from validate import __version__
+    from validate.patches import code_state
+
+    here = Path(__file__).resolve().parent
+    return f"validate {__version__} (code {code_state().label}; installed at {here})"
+
+
+def _env_name(argv: list[str]) -> str | None:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--env")
+    return pre.parse_known_args(argv)[0].env
+
+
+def _freeze_parser(sub, env_name: str | None) -> None:
+    from validate import environments
+    from validate.options import add_model_options
+    from validate.sandbox import Limits
+
+    f = sub.add_parser("freeze", help="write a contract manifest",
+                       description="Freeze a contract: generate the selected tasks of an environment and record "
+                                   "their hashes, the expectations and the execution profile.")
+    f.add_argument("--name", required=True, help="manifest name; written to manifests/<name>.json")
+    f.add_argument("--env", default=environments.default_name(),
+                   help=f"environment (installed: {', '.join(environments.names()) or 'none'}; default: %(default)s)")
+    f.add_argument("--config", type=Path, help="the environment's config as a TOML file (options below override it)")
+    f.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
+                   help="where to look for the environment's data (repeatable)")
+    sel = f.add_argument_group("selection")
+    sel.add_argument("--idx", help="explicit task indices, comma-separated")
+    sel.add_argument("--idx-start", type=int, default=0, help="first task index of the range (default: 0)")
+    sel.add_argument("--idx-stop", type=int, help="one past the last index (default: every task of a finite "
+                                                 "taskset, 20 of an infinite one)")
+    exp = f.add_argument_group("expectations")
+    exp.add_argument("--controls", default=None, help="negative controls a task must reject, comma-separated "
+                                                      "(default: every control the environment declares)")
+    exp.add_argument("--ceiling", action="append", default=[], metavar="CONTROL=REWARD",
+                     help="a control's own ceiling: its reward must stay under REWARD (repeatable)")
+    exp.add_argument("--pass-threshold", type=float, default=None,
+                     help="the oracle passes at or above this reward (default: the environment's)")
+    exp.add_argument("--exception-rule", choices=["strict", "retry"], default="strict",
+                     help="strict: any infrastructure exception excludes the task; retry: a passing retry "
+                          "counts, and the claim says how many tasks needed one (default: strict)")
+    exp.add_argument("--min-count", type=int, default=None, help="minimum compatible tasks (default: every task)")
+    ex = f.add_argument_group("execution profile")
+    ex.add_argument("--backend", default="docker", choices=["docker", "bwrap", "subprocess"],
+                    help="sandbox backend (default: docker)")
+    ex.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image (default: {DEFAULT_IMAGE})")
+    ex.add_argument("--infra-retries", type=int, default=2, help="further tries after an infrastructure fault "
+                                                                  "(default: 2)")
+    add_model_options(ex, Limits, "lim_", skip=())
+    f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes "
+                                                             "(the diff is recorded in the manifest)")
+    f.add_argument("--out", type=Path, default=None, help="manifest path (default: manifests/<name>.json)")
+    f.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    if env_name in environments.names():
+        env = environments.get(env_name)
+        add_model_options(f.add_argument_group(f"{env_name} config"), env.Config, "cfg_")
+
+
+def _run_options(sp: argparse.ArgumentParser, manifest_required: bool = False) -> None:
+    sp.add_argument("--manifest", type=Path, required=manifest_required,
+                    help="a contract manifest (manifests/<name>.json); with --resume, the run's own by default")
     sp.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                     help="attempts at once (default: 2 per CPU core, here %(default)s)")
     where = sp.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
                        help="continue a run: rerun only missing and infrastructure-failed attempts")
+    sp.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
+                    help="where to look for the environment's data (repeatable)")
+    sp.add_argument("--allow-patch", action="store_true",
+                    help="run code with uncommitted changes (the diff is stored and reported)")
+    sp.add_argument("--json", action="store_true", help="print the run summary (run.json) as JSON")
 
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="validate", description="Validate an RL environment's rewards before "
+                                "training: the oracle must pass, negative controls must not, every exclusion "
+                                "has a reason.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=_version())
+    sub = p.add_subparsers(dest="command", required=True, metavar="PHASE")
+
+    img = sub.add_parser("image", help="build the sandbox image offline")
+    img_sub = img.add_subparsers(dest="image_command", required=True, metavar="ACTION")
+    b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, "
+                                         "unpack it for bwrap")
+    b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
+    b.add_argument("--backends", default="docker,bwrap", help="which backends to prepare (default: %(default)s)")
+
+    _freeze_parser(sub, _env_name(argv or []) or _default_env())
+
+    v = sub.add_parser("verify", help="check a manifest against this machine")
+    v.add_argument("--manifest", type=Path, required=True)
+    v.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+
+    r = sub.add_parser("run", help="play the oracle and controls (or chosen agents); write the evidence")
+    _run_options(r)
+    r.add_argument("--agents", default="all", help="comma-separated agents, or all (the oracle and the contract's "
+                                                  "controls) / controls / probes (default: all)")
+    r.add_argument("--phase", default="run", help="phase label of the attempts (default: %(default)s)")
+
+    pi = sub.add_parser("pilot", help="a stratified sample under each config variant, with partial-credit probes")
+    _run_options(pi)
+    pi.add_argument("--per-stratum", type=int, default=1, help="tasks sampled per stratum (default: %(default)s)")
+
+    po = sub.add_parser("pool", help="oracle on every task → freeze the passes → controls on the frozen set → smoke")
+    _run_options(po)
+    po.add_argument("--manifest-dir", type=Path, default=MANIFEST_DIR,
+                    help="where the frozen child manifest is also written (default: %(default)s)")
+    po.add_argument("--smoke-sample", type=int, default=5, help="tasks the smoke test reruns; 0 skips it and the "
+                    "dataset verdict stays INCOMPLETE until `validate smoke` (default: %(default)s)")
+
+    sm = sub.add_parser("smoke", help="build the wheel, install it in a fresh venv, rerun a sample of a pool, compare")
+    sm.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a pool's run directory")
+    sm.add_argument("--sample", type=int, default=5, help="tasks rerun, evenly spaced (default: %(default)s)")
+    sm.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+
+    rp = sub.add_parser("report", help="write a new report (Markdown and self-contained HTML) into RUN_DIR/reports/")
+    rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    au = sub.add_parser("audit", help="re-derive a run's verdicts and counts from its evidence")
+    au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    au.add_argument("--signature", type=Path, metavar="ALLOWED_SIGNERS",
+                    help="also verify checksums.sig against this OpenSSH allowed-signers file")
+    au.add_argument("--identity", default="validate", help="the signer identity to verify (default: %(default)s)")
+    au.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+
+    sg = sub.add_parser("sign", help="sign RUN_DIR/checksums with an OpenSSH key (ssh-keygen -Y sign)")
+    sg.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    sg.add_argument("--key", type=Path, required=True, help="the private key file")
+    return p
+
+
+def _default_env() -> str | None:
+    from validate import environments
+
+    return environments.default_name()
+
+
+# --- commands ---------------------------------------------------------------------------
 
 def cmd_image(args) -> int:
     from validate.image import build
@@ -156,75 +206,128 @@ def cmd_image(args) -> int:
     return 0
 
 
+def _selection(args, size: int | None) -> tuple[list[int], str]:
+    if args.idx is not None:
+        try:
+            idx = [int(x) for x in args.idx.split(",") if x.strip()]
+        except ValueError:
+            raise ValidateError(f"--idx: expected comma-separated integers, got {args.idx!r}") from None
+        bad = [i for i in idx if i < 0 or (size is not None and i >= size) or i >= 2**63]
+        if bad or not idx:
+            limit = f" and < {size}" if size is not None else ""
+            raise ValidateError(f"--idx: every index must be ≥ 0{limit}; got {bad[:5] or 'none'}")
+        return idx, f"explicit idx list of {len(set(idx))} tasks"
+    stop = args.idx_stop if args.idx_stop is not None else (size if size is not None else 20)
+    start = args.idx_start
+    if start < 0 or stop <= start:
+        raise ValidateError(f"--idx-stop: must be greater than --idx-start ({start}), which must be ≥ 0")
+    if size is not None and stop > size:
+        raise ValidateError(f"--idx-stop: the taskset has {size} tasks (idx 0..{size - 1}); got {stop}")
+    if stop - start > MAX_TASKS:
+        raise ValidateError(f"--idx-stop: at most {MAX_TASKS:,} tasks per contract; got {stop - start:,}")
+    return list(range(start, stop)), f"contiguous idx range [{start}, {stop})"
+
+
+def _ceilings(items: list[str]) -> dict[str, float]:
+    import math
+
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ValidateError(f"--ceiling: expected CONTROL=REWARD, got {item!r}") from None
+        if not (math.isfinite(out[name.strip()]) and 0.0 <= out[name.strip()] <= 1.0):
+            raise ValidateError(f"--ceiling: {item!r}: the reward must be in [0, 1]")
+    return out
+
+
 def cmd_freeze(args) -> int:
-    from environment.deshuffle import DeshuffleConfig
-    from validate.contract import CorpusSpec, EnvironmentSpec, freeze, hub_spec, load_corpus, write_manifest
+    import tomllib
+
+    from environment.protocol import LoadHints
+    from validate import environments
+    from validate.contract import check_limits, freeze, load_taskset, write_manifest
+    from validate.options import given, model_values
+    from validate.patches import require
     from validate.sandbox import Limits, open_sandbox
 
-    from pydantic import ValidationError
-
-    try:
-        config = DeshuffleConfig(min_papers=args.min_papers, max_papers=args.max_papers, seed=args.seed,
-                                 source=args.source, include_headers=args.include_headers)
-        limits = Limits(memory_mb=args.memory_mb, cpus=args.cpus, pids=args.pids, timeout_s=args.timeout_s)
-    except ValidationError as e:
-        first = e.errors()[0]
-        raise ValidateError(f"--{str(first['loc'][0]).replace('_', '-')}: {first['msg']}") from None
-    corpus = load_corpus(hub=args.hub, path=args.corpus)
-    spec = hub_spec() if args.hub else CorpusSpec(kind="local", location=args.corpus, revision=corpus.revision)
-    if args.idx is not None:
-        idx, rule = args.idx, f"explicit idx list of {len(args.idx)} tasks"
-    else:
-        if args.idx_stop <= args.idx_start or args.idx_start < 0:
-            raise ValidateError(f"--idx-stop: must be greater than --idx-start ({args.idx_start}) and ≥ 0")
-        idx, rule = list(range(args.idx_start, args.idx_stop)), f"contiguous idx range [{args.idx_start}, {args.idx_stop})"
-    from validate.agents import resolve
-
-    controls = [a.name for a in resolve(args.controls) if a.name != "oracle"]
+    if args.env is None:
+        raise ValidateError("--env: no environment given and none is the default; install one")
+    env = environments.get(args.env)
+    base = {}
+    if args.config is not None:
+        try:
+            base = tomllib.loads(args.config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ValidateError(f"--config: {args.config}: not a readable TOML file ({e})") from None
+    config = model_values(env.Config, base, given(args, "cfg_"), str(args.config or "config"))
+    limits = check_limits(model_values(Limits, {}, given(args, "lim_"), "limits"))
+    code = require(args.allow_patch)
+    hints = LoadHints(search=tuple(args.data))
+    size = load_taskset(env, config, hints).size
+    idx, rule = _selection(args, size)
     sandbox = open_sandbox(args.backend, image=args.image)
-    manifest = freeze(name=args.name, env=EnvironmentSpec(config=config, corpus=spec), idx=idx, rule=rule,
-                      facts=sandbox.facts(), corpus=corpus, control_max_reward=dict.fromkeys(controls),
-                      oracle_min_reward=args.oracle_min_reward, limits=limits,
-                      min_task_count=len(set(idx)) if args.min_count is None else args.min_count)
+    manifest = freeze(name=args.name, env_name=env.name, config=config, hints=hints, idx=idx, rule=rule,
+                      facts=sandbox.facts(), controls=None if args.controls is None else
+                      [c.strip() for c in args.controls.split(",") if c.strip()],
+                      ceilings=_ceilings(args.ceiling), pass_threshold=args.pass_threshold,
+                      exception_rule=args.exception_rule, min_task_count=args.min_count, git_commit=code.label,
+                      patch=code.patch, limits=limits, infra_retries=args.infra_retries)
     path = write_manifest(manifest, args.out or MANIFEST_DIR / f"{args.name}.json")
-    out.print(f"froze {len(manifest.tasks)} tasks → {path}  ({manifest.sha256})")
+    if args.json:
+        out.print(manifest.to_json().decode(), end="", markup=False)
+    else:
+        out.print(f"froze {len(manifest.tasks)} tasks of {env.name} → {path}  ({manifest.sha256})")
     return 0
 
 
 def cmd_verify(args) -> int:
+    from environment.protocol import LoadHints
     from validate.contract import load_manifest, verify
     from validate.sandbox import open_sandbox
 
     m = load_manifest(args.manifest)
-    verify(m, open_sandbox(m.execution.backend, image=m.execution.image))
-    out.print(f"{args.manifest}: OK — corpus, {len(m.tasks)} task hashes, backend {m.execution.backend}, "
+    verify(m, open_sandbox(m.execution.backend, image=m.execution.image), LoadHints(search=tuple(args.data)))
+    out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
+              f"hashes, {len(m.expectations.agents)} agents, backend {m.execution.backend}, "
               f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}")
     return 0
 
 
 def _context(args, phase: str):
-    """Load and verify the manifest, open the backend, pick the run directory."""
+    """Load and verify the manifest, check the code, open the backend, pick the run directory."""
+    from environment.protocol import LoadHints
     from validate.contract import load_manifest, verify
+    from validate.patches import require
     from validate.paths import RunPaths
     from validate.runner import RunContext
     from validate.sandbox import open_sandbox
 
-    m = load_manifest(args.manifest)
-    if args.concurrency < 1:
-        raise ValidateError("--concurrency: must be ≥ 1")
+    if args.concurrency < 1 or args.concurrency > 256:
+        raise ValidateError("--concurrency: must be between 1 and 256")
     if args.resume is not None:
-        if not (args.resume / "manifest.json").exists():
+        if not (args.resume / "manifest.json").is_file():
             raise ValidateError(f"--resume: {args.resume} is not a run directory (no manifest.json)")
+        m = load_manifest(args.manifest or args.resume / "manifest.json")
         root = args.resume
     else:
+        if args.manifest is None:
+            raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
+        m = load_manifest(args.manifest)
+        from datetime import UTC, datetime
+
         root = args.run_dir or LEDGER_DIR / f"{m.name}-{phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
         if (root / "manifest.json").exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+    code = require(args.allow_patch)
     run_id = root.name  # the same before and after a resume
+    hints = LoadHints(search=tuple(args.data))
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=run_id)
-    taskset = verify(m, sandbox)
-    return RunContext(manifest=m, sandbox=sandbox, taskset=taskset, paths=RunPaths(root), run_id=run_id,
-                      phase=phase, image_digest=m.execution.image_digest)
+    env, taskset = verify(m, sandbox, hints)
+    return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root), run_id=run_id,
+                      code=code, hints=hints)
 
 
 class _Bar:
@@ -251,93 +354,76 @@ class _Bar:
         return {"on_attempt": lambda a: self.progress.advance(self.bar), "on_plan": plan}
 
 
-def _report_verdicts(run_id: str, root, verdicts, wall_s: float, n_attempts: int) -> None:
-    reasons = Counter(v.reason for v in verdicts if not v.compatible)
-    compatible = sum(v.compatible for v in verdicts)
-    out.print(f"run {run_id}: {compatible}/{len(verdicts)} tasks compatible; "
-              f"{n_attempts} attempts in {wall_s:.1f} s; evidence in {root}")
-    for reason, n in sorted(reasons.items()):
-        out.print(f"  excluded, {reason}: {n}/{len(verdicts)}")
+def _finish(args, summary, root, wall_s: float) -> int:
+    if args.json:
+        out.print(summary.model_dump_json(indent=2), markup=False)
+        return 0 if summary.dataset_verdict.verdict == "PASS" else 1
+    c = summary.counts
+    verdict = summary.dataset_verdict
+    style = "green" if verdict.verdict == "PASS" else "red"
+    out.print(verdict.headline, style=style, markup=False)
+    out.print(f"run {summary.run_id}: {c.compatible}/{c.tasks} tasks compatible, {c.excluded} excluded, "
+              f"{c.incomplete} incomplete; {c.attempts} attempts in {wall_s:.1f} s; evidence in {root}", markup=False)
+    for reason, n in c.excluded_by_reason.items():
+        out.print(f"  excluded, {reason}: {n}/{c.tasks}", markup=False)
+    for crit in verdict.criteria:
+        if crit.status != "met":
+            err.print(f"  {crit.status.upper()} {crit.name}: {crit.detail}", markup=False)
+    return 0 if verdict.verdict == "PASS" else 1
+
+
+def _phase(args, phase: str, fn) -> int:
+    ctx = _context(args, phase)
+    with _Bar() as bar:
+        try:
+            summary = fn(ctx, bar.hooks)
+        finally:
+            ctx.sandbox.close()
+    return _finish(args, summary, ctx.paths.root, bar.wall_s)
 
 
 def cmd_run(args) -> int:
-    from validate.agents import resolve
-    from validate.runner import run
+    from validate.phases import run_agents
 
-    ctx = _context(args, args.phase)
-    agents = resolve(args.agents or ctx.manifest.expectations.agents())
-    with _Bar() as bar:
-        try:
-            written, verdicts = run(ctx, agents, args.concurrency, **bar.hooks)
-        finally:
-            ctx.sandbox.close()
-    _report_verdicts(ctx.run_id, ctx.paths.root, verdicts, bar.wall_s, written["attempts"])
-    compatible = sum(v.compatible for v in verdicts)
-    if compatible < ctx.manifest.min_task_count:
-        err.print(f"contract not met: {compatible} compatible tasks < min_task_count {ctx.manifest.min_task_count}",
-                  style="red")
-        return 1
-    return 0
+    return _phase(args, args.phase, lambda ctx, hooks: run_agents(ctx, args.agents, args.phase, args.concurrency, hooks))
 
 
 def cmd_pool(args) -> int:
     from validate.phases import pool
+    from validate.smoke import smoke
 
-    ctx = _context(args, "pool")
-    with _Bar() as bar:
-        try:
-            result = pool(ctx, args.concurrency, bar.hooks, manifest_dir=args.manifest_dir)
-        finally:
-            ctx.sandbox.close()
-    out.print(f"pool {ctx.run_id}: oracle passed {result.oracle_passes}/{result.tasks} tasks "
-              f"(minimum {ctx.manifest.min_task_count}); wall {bar.wall_s:.1f} s; evidence in {result.run_dir}")
-    if result.below_minimum:
-        err.print(f"stopped: {result.oracle_passes} exception-free oracle passes < min_task_count "
-                  f"{ctx.manifest.min_task_count}; nothing frozen, no control run", style="red")
-        return 1
-    out.print(f"froze {result.oracle_passes} tasks → {result.frozen_manifest}; "
-              f"compatible {result.compatible}/{result.tasks}")
-    return 0 if result.compatible >= ctx.manifest.min_task_count else 1
+    if args.smoke_sample < 0:
+        raise ValidateError("--smoke-sample: must be ≥ 0")
+
+    def smoke_step(ctx, frozen) -> str:
+        return "passed" if smoke(ctx, frozen, args.smoke_sample, log=lambda m: err.print(m)).passed else "failed"
+
+    return _phase(args, "pool", lambda ctx, hooks: pool(ctx, args.concurrency, hooks, manifest_dir=args.manifest_dir,
+                                                        smoke=smoke_step if args.smoke_sample else None))
 
 
 def cmd_pilot(args) -> int:
     from validate.phases import pilot
 
-    ctx = _context(args, "pilot")
-    with _Bar() as bar:
-        try:
-            result = pilot(ctx, args.per_stratum, args.concurrency, bar.hooks)
-        finally:
-            ctx.sandbox.close()
-    out.print(f"pilot {ctx.run_id}: {sum(len(s.sampled) for s in result.strata)} tasks sampled from "
-              f"{len(result.strata)} strata × {len(result.variants)} header variants; "
-              f"{result.compatible}/{result.tasks} compatible; wall {bar.wall_s:.1f} s; evidence in {result.run_dir}")
-    for s in result.strata:
-        out.print(f"  {s.name:45s} sampled {len(s.sampled)}/{s.pool_tasks}")
-    bad = [p for p in result.probes if not p.ok]
-    out.print(f"partial-credit probes: {len(result.probes) - len(bad)}/{len(result.probes)} strictly between "
-              f"the controls' median and the oracle")
-    for p in bad:
-        err.print(f"  PROBE FAILED {p.variant} {p.task_id} {p.probe}: reward {p.reward} not in "
-                  f"({p.control_typical:.4f}, {p.oracle_reward})", style="red")
-    return 0 if result.probes_ok else 1
+    if args.per_stratum < 1:
+        raise ValidateError("--per-stratum: must be ≥ 1")
+    code = _phase(args, "pilot", lambda ctx, hooks: pilot(ctx, args.per_stratum, args.concurrency, hooks))
+    return code
 
 
 def cmd_smoke(args) -> int:
-    from validate.contract import load_corpus, load_manifest
+    from validate.lifecycle import reopen
     from validate.smoke import smoke
 
-    m = load_manifest(args.manifest)
-    recorded = [p for p in (args.run_dir / "frozen-manifest.json", args.run_dir / "manifest.json") if p.exists()]
-    if not recorded:
-        raise ValidateError(f"--run-dir: {args.run_dir} is not a run directory (no manifest.json)")
-    if m.sha256 not in {load_manifest(p).sha256 for p in recorded}:
-        raise ValidateError(f"--manifest: {args.manifest} is not the manifest {args.run_dir} ran")
     if args.sample < 1:
         raise ValidateError("--sample: must be ≥ 1")
-    corpus_path = Path(load_corpus(m.environment.corpus).location)
-    result = smoke(m, args.run_dir, corpus_path, args.sample, log=lambda msg: err.print(msg))
-    (out if result.passed else err).print(("smoke PASSED: " if result.passed else "smoke FAILED: ") + result.summary)
+    ctx, frozen = reopen(args.run_dir, tuple(args.data))
+    try:
+        result = smoke(ctx, frozen, args.sample, log=lambda msg: err.print(msg))
+    finally:
+        ctx.sandbox.close()
+    (out if result.passed else err).print(("smoke PASSED: " if result.passed else "smoke FAILED: ") + result.summary,
+                                          markup=False)
     for line in result.mismatches[:20]:
         err.print(f"  {line}", style="red", markup=False)
     return 0 if result.passed else 1
@@ -346,29 +432,36 @@ def cmd_smoke(args) -> int:
 def cmd_report(args) -> int:
     from validate.report import write_report
 
-    if not (args.run_dir / "attempts.parquet").exists():
-        raise ValidateError(f"RUN_DIR: {args.run_dir} holds no finished run (no attempts.parquet)")
-    c = write_report(args.run_dir)
-    out.print(f"wrote {args.run_dir / 'report.md'} and {args.run_dir / 'report.html'}: "
-              f"{c['compatible']}/{c['tasks']} compatible, {c['excluded']}/{c['tasks']} excluded")
+    entry, verdict = write_report(args.run_dir)
+    out.print(f"{verdict.headline}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
     return 0
 
 
 def cmd_audit(args) -> int:
     from validate.audit import audit
 
-    problems = audit(args.run_dir)
-    if problems:
-        for p in problems:
+    result = audit(args.run_dir, signature=args.signature, identity=args.identity, data=tuple(args.data))
+    for note in result.unchecked:
+        err.print(f"NOT CHECKED {note}", markup=False)
+    if result.problems:
+        for p in result.problems:
             out.print(f"FAIL {p}", markup=False)
-        err.print(f"audit failed: {len(problems)} problem(s) in {args.run_dir}", style="red")
+        err.print(f"audit failed: {len(result.problems)} problem(s) in {args.run_dir}", style="red")
         return 1
-    out.print(f"audit passed: {args.run_dir} (checksums, Parquet, manifest hash chain, report counts)")
+    out.print(f"audit passed: {args.run_dir} ({'; '.join(result.checked)})", markup=False)
     return 0
 
 
-COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run,
-            "pool": cmd_pool, "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit}
+def cmd_sign(args) -> int:
+    from validate.signing import sign
+
+    sig = sign(args.run_dir, args.key)
+    out.print(f"signed {args.run_dir / 'checksums'} → {sig}", markup=False)
+    return 0
+
+
+COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run, "pool": cmd_pool,
+            "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign}
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -376,7 +469,12 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = build_parser(argv).parse_args(argv)
+    except ValidateError as e:
+        err.print(f"error: {e}", style="red", markup=False)
+        return 2
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -388,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(str(e), style="yellow", markup=False)
         return 130
     except ValidateError as e:
-        err.print(f"error: {e}", style="red", markup=False, highlight=False)
+        err.print(f"error: {e}", style="red", markup=False)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted", style="yellow")
@@ -397,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("VALIDATE_DEBUG"):
             raise
         err.print(f"internal error: {type(e).__name__}: {e} (rerun with VALIDATE_DEBUG=1 for the traceback, "
-                  f"and please report it)", style="red", markup=False, highlight=False)
+                  f"and please report it)", style="red", markup=False)
         return 3
 
 

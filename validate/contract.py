@@ -2,95 +2,102 @@
 
 A manifest is written as canonical JSON (sorted keys) with its own ``sha256`` (of the
 compact canonical JSON of every other field). Every command that takes a manifest first
-calls `verify`, which recomputes what it can (manifest hash, corpus revision, every task
-hash, the backend's image digest, architecture and name) and raises `ContractError`
+calls `verify`, which recomputes what it can — the environment's config, content revision
+and scorer, every agent's role and program, every task's id and hash, the backend, its
+version, the image digest and package list, the architecture — and raises `ContractError`
 naming the field on any mismatch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import subprocess
+import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import validate
-from environment.deshuffle import Corpus, CorpusError, DeshuffleConfig, DeshuffleTaskset
-from environment.deshuffle.hub import HUB_REPO, HUB_REVISION
-from validate.agents import REGISTRY, resolve
+from environment.protocol import AgentSpec, ConfigError, Environment, LoadHints, Role, ScorerSpec, Taskset
+from environment.protocol import canonical_json, sha256_tag
+from validate import environments
 from validate.errors import ContractError
+from validate.patches import PatchInfo
 from validate.sandbox import Limits, Sandbox
 from validate.sandbox.base import BackendFacts
+from validate.verdicts import Rule
 
-SCHEMA_VERSION = 1
-
-
-def canonical(value: object, *, indent: int | None = None) -> bytes:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=indent,
-                      separators=None if indent else (",", ":")).encode()
-
-
-def sha256_of(data: bytes) -> str:
-    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+SCHEMA_VERSION = 2
+#: How every agent starts, on every backend. `-S` skips `site`: the agents are stdlib programs,
+#: and site's path set-up cost ~3 ms of CPU per attempt, ~9 % of a bwrap pool's wall time.
+AGENT_COMMAND = ("python3", "-S", "/agent/agent.py")
 
 
-class CorpusSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def pretty(value: object) -> bytes:
+    """Canonical JSON indented for reading (manifests on disk)."""
+    import json
 
-    #: ``local`` (a snapshot file) or ``hub`` (the pinned Hugging Face revision).
-    kind: Literal["local", "hub"]
-    #: The file path as given (relative to the working directory), or ``hf:<repo>``.
-    location: str
-    #: Immutable identifier: ``sha256:<file bytes>`` or ``hf:<repo>@<commit>``.
-    revision: str
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=2, allow_nan=False).encode() + b"\n"
+
+
+def _first_error(e: ValidationError, prefix: str) -> str:
+    err = e.errors()[0]
+    loc = ".".join(map(str, err["loc"]))
+    return f"{prefix}{'.' if prefix and loc else ''}{loc}: {err['msg']}"
 
 
 class EnvironmentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: Literal["deshuffle-papers"] = "deshuffle-papers"
-    config: DeshuffleConfig
-    corpus: CorpusSpec
+    name: str = Field(description="The environment's registered name.")
+    config: dict[str, Any] = Field(description="The environment's config, as its Config model dumps it.")
+    revision: str = Field(description="Immutable name of the content the tasks are made from.")
+    scorer: ScorerSpec = Field(description="What is frozen about scoring.")
 
 
-class Selection(BaseModel):
+class AgentEntry(BaseModel):
+    """One agent the contract names, as its environment declared it at freeze."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: How the idx list was chosen, in words (e.g. ``contiguous idx range [0, 20)``).
-    rule: str
-    #: Task indices, sorted, distinct.
-    idx: list[int]
-    #: The task-generation seed (equal to ``environment.config.seed``).
-    seed: int
+    role: Role
+    ceiling: float | None = Field(default=None, description="A control's reward must stay under this; None: under "
+                                                            "the pass threshold.")
+    applies_when: dict[str, int] = Field(default_factory=dict)
+    sees_answer_key: bool = False
+    sees_source: bool = False
+    program_sha256: str = Field(description="sha256 over the agent's program and support files (names and bytes).")
 
 
-class TaskEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str
-    idx: int
-    hash: str
+def program_sha256(spec: AgentSpec) -> str:
+    try:
+        files = {p.name: sha256_tag(p.read_bytes()) for p in (spec.program, *spec.support)}
+    except OSError as e:
+        raise ContractError(f"agents.{spec.name}: cannot read its program ({e})") from None
+    return sha256_tag(canonical_json(files))
 
 
 class Expectations(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: The oracle passes when its reward is at least this.
-    oracle_min_reward: float = 1.0
-    #: Agents to run and, for each control, the ceiling its reward must stay under
-    #: (None: it must not pass, i.e. stay under `oracle_min_reward`).
-    control_max_reward: dict[str, float | None] = Field(default_factory=dict)
+    pass_threshold: float = Field(ge=0.0, le=1.0, allow_inf_nan=False,
+                                  description="The oracle passes at or above this reward.")
+    agents: dict[str, AgentEntry] = Field(description="The oracle, the controls a task must reject, the probes.")
+    exception_rule: Literal["strict", "retry"] = Field(
+        default="strict", description="strict: any infrastructure exception in the run excludes the task; retry: "
+                                      "only each agent's final attempt counts.")
 
-    def agents(self) -> list[str]:
-        return ["oracle", *self.control_max_reward]
+    def rules(self) -> dict[str, Rule]:
+        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling) for n, a in self.agents.items()}
 
-    def ceiling(self, agent: str) -> float:
-        c = self.control_max_reward.get(agent)
-        return self.oracle_min_reward if c is None else c
+    def named(self, *roles: str) -> list[str]:
+        return [n for n, a in self.agents.items() if a.role in roles]
+
+    def required(self, meta: dict) -> list[str]:
+        """The oracle and the controls that apply to a task with this public meta."""
+        return [n for n, a in self.agents.items() if a.role in ("oracle", "control")
+                and all(isinstance(meta.get(k), int | float) and meta[k] >= v for k, v in a.applies_when.items())]
 
 
 class ExecutionProfile(BaseModel):
@@ -98,33 +105,54 @@ class ExecutionProfile(BaseModel):
 
     backend: Literal["docker", "bwrap", "subprocess"]
     image: str
-    image_digest: str
+    image_digest: str = Field(description="Content digest of the root filesystem (the same on every backend).")
+    tree_digest: str | None = Field(default=None, description="Digest of the unpacked tree bwrap runs.")
+    packages: dict[str, str] = Field(default_factory=dict, description="The image's Debian packages, name → version.")
+    python: str = Field(default="", description="The image's Python version.")
     architecture: str
     backend_version: str
     network: Literal["none"] = "none"
     user: str = "65534:65534"
     privileges: str = "all capabilities dropped, no-new-privileges"
+    agent_command: list[str] = Field(default=list(AGENT_COMMAND), description="How every agent starts.")
     mounts: list[str] = [
         "/workspace rw (task files; the reply is /workspace/reply.txt)",
-        "/agent ro (agent program, agentlib.py, task.json)",
-        "/answer_key ro (oracle only: answer.json)",
-        "/tmp tmpfs",
+        "/agent ro (agent program, agentlib.py, support files, task.json)",
+        "/answer_key ro (only agents that see the answer key: answer.json)",
+        "/agent/source ro (only agents that see the environment's source)",
+        "/tmp rw (counted in the attempt's storage)",
     ]
     root_filesystem: str = "read-only"
     limits: Limits = Limits()
-    #: Bytes of the reply file read back; a larger reply is recorded as reply_too_large.
-    max_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1)
-    #: What the sandbox may install at run time.
+    max_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1, le=1 << 30,
+                                 description="Bytes of the reply read back; more is reply_too_large.")
+    max_reply_text_bytes: int = Field(default=64 * 1024, ge=0, le=1 << 24,
+                                      description="Bytes of each reply kept in attempts.parquet (reply_text).")
     dependency_policy: Literal["none"] = "none"
-    #: Further tries after an infrastructure fault (never after an agent's own failure).
-    infra_retries: int = Field(default=2, ge=0, le=10)
+    infra_retries: int = Field(default=2, ge=0, le=10,
+                               description="Further tries after an infrastructure fault (never after the agent's own).")
+
+
+class Selection(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: str = Field(description="How the idx list was chosen, in words.")
+    idx: list[int] = Field(description="Task indices, sorted, distinct.")
+
+
+class TaskEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    idx: int = Field(ge=0)
+    hash: str
 
 
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Literal[1] = SCHEMA_VERSION
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    schema_version: Literal[2] = SCHEMA_VERSION
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     created_at: datetime
     environment: EnvironmentSpec
     selection: Selection
@@ -135,107 +163,167 @@ class Manifest(BaseModel):
     min_task_count: int = Field(ge=0)
     harness_version: str
     git_commit: str
-    #: sha256 of the manifest this one was frozen from (None for a root contract).
+    patch: PatchInfo | None = Field(default=None, description="The uncommitted change the freeze ran with, if any.")
+    #: Salt of the opaque task ids agents see (sha256 of salt and task id): agents never see
+    #: the manifest, so they cannot map an opaque id back to a task.
+    salt: str = Field(pattern=r"^[0-9a-f]{32}$")
     parent_sha256: str | None = None
     sha256: str = ""
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
-        if self.selection.seed != self.environment.config.seed:
-            raise ValueError("selection.seed must equal environment.config.seed")
         if [t.idx for t in self.tasks] != self.selection.idx:
             raise ValueError("tasks: the task list does not follow selection.idx")
-        unknown = [a for a in self.expectations.control_max_reward if a not in REGISTRY or a == "oracle"]
-        if unknown:
-            raise ValueError(f"expectations.control_max_reward: unknown control(s) {unknown}")
+        if sorted(set(self.selection.idx)) != self.selection.idx:
+            raise ValueError("selection.idx: must be sorted and distinct")
+        if len({t.id for t in self.tasks}) != len(self.tasks):
+            raise ValueError("tasks: task ids repeat")
+        if len(self.expectations.named("oracle")) != 1:
+            raise ValueError("expectations.agents: exactly one oracle")
+        if task_list_sha256(self.tasks) != self.task_list_sha256:
+            raise ValueError("task_list_sha256: does not match the task list")
         return self
 
     def content_sha256(self) -> str:
-        return sha256_of(canonical(self.model_dump(mode="json", exclude={"sha256"})))
+        return sha256_tag(canonical_json(self.model_dump(mode="json", exclude={"sha256"})))
 
     def sealed(self) -> Manifest:
         return self.model_copy(update={"sha256": self.content_sha256()})
 
     def to_json(self) -> bytes:
-        return canonical(self.model_dump(mode="json"), indent=2) + b"\n"
+        return pretty(self.model_dump(mode="json"))
+
+    def opaque_id(self, task_id: str) -> str:
+        return sha256_tag(f"{self.salt}\n{task_id}".encode())[7:23]
 
 
-def task_list_sha256(entries: list[TaskEntry]) -> str:
-    return sha256_of(canonical([[e.id, e.hash] for e in entries]))
+def task_list_sha256(entries: Sequence[TaskEntry]) -> str:
+    return sha256_tag(canonical_json([[e.id, e.hash] for e in entries]))
 
 
-def git_commit() -> str:
-    here = Path(validate.__file__).resolve().parent
+# --- building ----------------------------------------------------------------------------
+
+def env_config(env: Environment, raw: dict[str, Any]) -> BaseModel:
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (no git)"
-    if out.returncode != 0:
-        return "unknown (not a git checkout)"
-    return out.stdout.strip() + ("-dirty" if dirty else "")
+        return env.Config.model_validate(raw)
+    except ValidationError as e:
+        raise ContractError(_first_error(e, "environment.config")) from None
 
 
-def load_corpus(spec: CorpusSpec | None = None, *, path: str | None = None, hub: bool = False) -> Corpus:
+def load_taskset(env: Environment, config: BaseModel, hints: LoadHints) -> Taskset:
     try:
-        if spec is not None:
-            hub, path = spec.kind == "hub", spec.location
-        return Corpus.from_hub() if hub else Corpus.from_path(path)
-    except CorpusError as e:
-        raise ContractError(f"environment.corpus: {e}") from None
-
-
-def build_taskset(env: EnvironmentSpec, corpus: Corpus) -> DeshuffleTaskset:
-    try:
-        return DeshuffleTaskset(env.config, corpus)
-    except ValueError as e:
+        return env.load(config, hints)
+    except ConfigError as e:
         raise ContractError(f"environment.config.{e}") from None
 
 
-def freeze(*, name: str, env: EnvironmentSpec, idx: list[int], rule: str, facts: BackendFacts,
-           corpus: Corpus, control_max_reward: dict[str, float | None], oracle_min_reward: float = 1.0,
-           limits: Limits | None = None, min_task_count: int = 1, parent_sha256: str | None = None,
-           **execution: object) -> Manifest:
-    """Build and seal a manifest: generate every selected task and record its hash."""
-    taskset = build_taskset(env, corpus)
+def entries(taskset: Taskset, idx: Sequence[int]) -> list[TaskEntry]:
+    out = []
+    for i in idx:
+        try:
+            task = taskset.task(i)
+        except (ValueError, IndexError) as e:
+            raise ContractError(f"selection.idx: task {i}: {e}") from None
+        out.append(TaskEntry(id=task.id, idx=task.idx, hash=task.hash))
+    return out
+
+
+def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] | None,
+                  ceilings: dict[str, float]) -> dict[str, AgentEntry]:
+    """The oracle, the chosen controls (None: all) and every probe, with their ceilings."""
+    specs = {a.name: a for a in env.agents(config)}
+    known = [n for n, a in specs.items() if a.role == "control"]
+    chosen = known if controls is None else list(controls)
+    bad = [c for c in [*chosen, *ceilings] if c not in known]
+    if bad:
+        raise ContractError(f"expectations.agents: {', '.join(bad)} is not a control of {env.name}; "
+                            f"its controls: {', '.join(known)}")
+    out = {}
+    for name, a in specs.items():
+        if a.role == "control" and name not in chosen:
+            continue
+        out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), applies_when=a.applies_when,
+                               sees_answer_key=a.sees_answer_key, sees_source=a.sees_source,
+                               program_sha256=program_sha256(a))
+    return out
+
+
+def check_limits(limits: Limits) -> Limits:
+    """Limits this machine can honour: finite, and no more CPUs or memory than it has."""
+    import math
+    import os
+
+    for name, value in limits.model_dump().items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ContractError(f"--{name.replace('_', '-')}: must be a finite number, got {value}")
+    cores = len(os.sched_getaffinity(0))
+    if limits.cpus > cores:
+        raise ContractError(f"--cpus: this machine has {cores} usable cores; got {limits.cpus}")
+    memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    if limits.memory_mb > memory_mb:
+        raise ContractError(f"--memory-mb: this machine has {memory_mb} MiB; got {limits.memory_mb}")
+    if limits.timeout_s > 86400:
+        raise ContractError(f"--timeout-s: at most one day (86400 s); got {limits.timeout_s}")
+    return limits
+
+
+def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
+    try:
+        return ExecutionProfile(backend=facts.backend, image=facts.image, image_digest=facts.image_digest,
+                                tree_digest=getattr(facts, "tree_digest", None),
+                                packages=getattr(facts, "packages", {}) or {}, python=getattr(facts, "python", ""),
+                                architecture=facts.architecture, backend_version=facts.version, **execution)
+    except ValidationError as e:
+        raise ContractError(_first_error(e, "execution")) from None
+
+
+def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx: Sequence[int], rule: str,
+           facts: BackendFacts, controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
+           pass_threshold: float | None = None, exception_rule: str = "strict", min_task_count: int | None = None,
+           git_commit: str = "", patch: PatchInfo | None = None, **execution: Any) -> Manifest:
+    """Build and seal a root manifest: generate every selected task and record its hash."""
+    env = environments.get(env_name)
+    taskset = load_taskset(env, config, hints)
+    scorer = env.scorer(config)
     idx = sorted(set(idx))
-    entries = [TaskEntry(id=t.id, idx=t.idx, hash=t.hash) for t in map(taskset.task, idx)]
-    resolve(["oracle", *control_max_reward])
+    tasks = entries(taskset, idx)
     try:
         return Manifest(
-            name=name, created_at=datetime.now(UTC), environment=env,
-            selection=Selection(rule=rule, idx=idx, seed=env.config.seed),
-            tasks=entries, task_list_sha256=task_list_sha256(entries),
-            expectations=Expectations(oracle_min_reward=oracle_min_reward, control_max_reward=control_max_reward),
-            execution=ExecutionProfile(backend=facts.backend, image=facts.image, image_digest=facts.image_digest,
-                                       architecture=facts.architecture, backend_version=facts.version,
-                                       limits=limits or Limits(), **execution),
-            min_task_count=min_task_count, harness_version=validate.__version__, git_commit=git_commit(),
-            parent_sha256=parent_sha256,
+            name=name, created_at=datetime.now(UTC),
+            environment=EnvironmentSpec(name=env.name, config=config.model_dump(mode="json"),
+                                        revision=taskset.revision, scorer=scorer),
+            selection=Selection(rule=rule, idx=idx), tasks=tasks, task_list_sha256=task_list_sha256(tasks),
+            expectations=Expectations(pass_threshold=scorer.pass_threshold if pass_threshold is None else pass_threshold,
+                                      agents=agent_entries(env, config, controls, ceilings or {}),
+                                      exception_rule=exception_rule),
+            execution=profile(facts, **execution),
+            min_task_count=len(tasks) if min_task_count is None else min_task_count,
+            harness_version=validate.__version__, git_commit=git_commit, patch=patch,
+            salt=secrets.token_hex(16),
         ).sealed()
     except ValidationError as e:
-        err = e.errors()[0]
-        raise ContractError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        raise ContractError(_first_error(e, "")) from None
 
 
-def derive(parent: Manifest, *, name: str, idx: list[int], rule: str, corpus: Corpus,
-           config: DeshuffleConfig | None = None) -> Manifest:
-    """A child contract of `parent` (same corpus, expectations and execution profile) over
-    `idx`, optionally with another environment config; it points at its parent by hash."""
-    env = parent.environment if config is None else parent.environment.model_copy(update={"config": config})
-    taskset = build_taskset(env, corpus)
+def derive(parent: Manifest, taskset: Taskset, *, name: str, idx: Sequence[int], rule: str,
+           config: BaseModel | None = None, git_commit: str | None = None, patch: PatchInfo | None = None) -> Manifest:
+    """A child contract of `parent` (same expectations, execution profile and salt) over `idx`,
+    with `taskset` (the parent's, or one for another config); it points at its parent by hash."""
+    env_spec = parent.environment
+    if config is not None:
+        env_spec = env_spec.model_copy(update={"config": config.model_dump(mode="json")})
     idx = sorted(set(idx))
-    entries = [TaskEntry(id=t.id, idx=t.idx, hash=t.hash) for t in map(taskset.task, idx)]
+    tasks = entries(taskset, idx)
     return parent.model_copy(update={
-        "name": name, "created_at": datetime.now(UTC), "environment": env,
-        "selection": Selection(rule=rule, idx=idx, seed=env.config.seed), "tasks": entries,
-        "task_list_sha256": task_list_sha256(entries), "parent_sha256": parent.sha256,
-        "min_task_count": min(parent.min_task_count, len(entries)),
-        "harness_version": validate.__version__, "git_commit": git_commit(),
+        "name": name, "created_at": datetime.now(UTC), "environment": env_spec,
+        "selection": Selection(rule=rule, idx=idx), "tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
+        "parent_sha256": parent.sha256, "min_task_count": min(parent.min_task_count, len(tasks)),
+        "harness_version": validate.__version__, "git_commit": parent.git_commit if git_commit is None else git_commit,
+        "patch": parent.patch if git_commit is None else patch,
     }).sealed()
 
+
+# --- reading and checking ----------------------------------------------------------------
 
 def write_manifest(manifest: Manifest, path: Path) -> Path:
     from validate.evidence import atomic_write
@@ -244,51 +332,90 @@ def write_manifest(manifest: Manifest, path: Path) -> Path:
     return path
 
 
-def load_manifest(path: str | Path) -> Manifest:
-    p = Path(path)
+def parse_manifest(data: bytes, where: str) -> Manifest:
+    from validate.jsonio import JSONInputError, loads
+
     try:
-        raw = json.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise ContractError(f"{p}: manifest not found (create one with `validate freeze`)") from None
-    except (OSError, ValueError) as e:
-        raise ContractError(f"{p}: not a readable JSON manifest ({e})") from None
+        raw = loads(data)
+    except JSONInputError as e:
+        raise ContractError(f"{where}: not a readable JSON manifest ({e})") from None
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise ContractError(f"{p}: field '{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
+        raise ContractError(f"{where}: field '{_first_error(e, '')}'") from None
     if manifest.sha256 != manifest.content_sha256():
-        raise ContractError(f"{p}: field 'sha256': the manifest's content does not match its sha256 "
-                            f"(edited after freezing?)")
+        raise ContractError(f"{where}: field 'sha256': the manifest's content does not match its sha256 "
+                            f"(edited after freezing? freeze it again)")
     return manifest
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ContractError(f"{p}: manifest not found (create one with `validate freeze`)") from None
+    except OSError as e:
+        raise ContractError(f"{p}: cannot read the manifest ({e.strerror or e})") from None
+    return parse_manifest(data, str(p))
 
 
 def _mismatch(field: str, expected: object, actual: object) -> ContractError:
     return ContractError(f"{field}: the manifest says {expected!r} but this machine has {actual!r}")
 
 
-def verify(manifest: Manifest, sandbox: Sandbox) -> DeshuffleTaskset:
-    """Recompute the contract on this machine (each task regenerated, checked, dropped);
-    return the taskset."""
-    corpus = load_corpus(manifest.environment.corpus)
-    if corpus.revision != manifest.environment.corpus.revision:
-        raise _mismatch("environment.corpus.revision", manifest.environment.corpus.revision, corpus.revision)
-    taskset = build_taskset(manifest.environment, corpus)
+def check_environment(manifest: Manifest, hints: LoadHints) -> tuple[Environment, BaseModel, Taskset]:
+    """The manifest's environment, config and taskset, each checked against the contract."""
+    spec = manifest.environment
+    env = environments.get(spec.name)
+    config = env_config(env, spec.config)
+    taskset = load_taskset(env, config, LoadHints(revision=spec.revision, search=hints.search))
+    if taskset.revision != spec.revision:
+        raise _mismatch("environment.revision", spec.revision, taskset.revision)
+    if env.scorer(config) != spec.scorer:
+        raise _mismatch("environment.scorer", spec.scorer.model_dump(), env.scorer(config).model_dump())
+    declared = {a.name: a for a in env.agents(config)}
+    for name, entry in manifest.expectations.agents.items():
+        spec_ = declared.get(name)
+        if spec_ is None:
+            raise ContractError(f"expectations.agents.{name}: {spec.name} no longer declares this agent")
+        if spec_.role != entry.role:
+            raise _mismatch(f"expectations.agents.{name}.role", entry.role, spec_.role)
+        if program_sha256(spec_) != entry.program_sha256:
+            raise ContractError(f"expectations.agents.{name}.program_sha256: the agent's program changed since the "
+                                f"contract was frozen; freeze a new contract")
+    return env, config, taskset
+
+
+def check_tasks(manifest: Manifest, taskset: Taskset) -> None:
     for i, entry in enumerate(manifest.tasks):
         task = taskset.task(entry.idx)
         if (task.id, task.hash) != (entry.id, entry.hash):
             raise _mismatch(f"tasks[{i}].hash ({entry.id})", entry.hash, task.hash)
-    if task_list_sha256(manifest.tasks) != manifest.task_list_sha256:
-        raise ContractError("task_list_sha256: does not match the task list")
+
+
+def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
     ex = manifest.execution
     if sandbox.backend != ex.backend:
         raise _mismatch("execution.backend", ex.backend, sandbox.backend)
     facts = sandbox.facts()
-    for field in ("image", "image_digest", "architecture"):
-        if getattr(facts, field) != getattr(ex, field):
-            raise _mismatch(f"execution.{field}", getattr(ex, field), getattr(facts, field))
-    return taskset
+    if ex.packages and getattr(facts, "packages", None) is not None and facts.packages != ex.packages:
+        from validate.image import package_differences
+
+        diff = package_differences(ex.packages, facts.packages)
+        raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
+                            f"{' …' if len(diff) > 10 else ''}")
+    checks = [("image", facts.image), ("image_digest", facts.image_digest), ("architecture", facts.architecture),
+              ("backend_version", facts.version), ("tree_digest", getattr(facts, "tree_digest", None)),
+              ("python", getattr(facts, "python", ""))]
+    for field, actual in checks:
+        if getattr(ex, field) != actual:
+            raise _mismatch(f"execution.{field}", getattr(ex, field), actual)
 
 
-def hub_spec() -> CorpusSpec:
-    return CorpusSpec(kind="hub", location=f"hf:{HUB_REPO}", revision=f"hf:{HUB_REPO}@{HUB_REVISION}")
+def verify(manifest: Manifest, sandbox: Sandbox, hints: LoadHints = LoadHints()) -> tuple[Environment, Taskset]:
+    """Recompute the contract on this machine; return the environment and its taskset."""
+    env, _, taskset = check_environment(manifest, hints)
+    check_tasks(manifest, taskset)
+    check_execution(manifest, sandbox)
+    return env, taskset

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 import tempfile
 import threading
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
 from validate.paths import RunPaths
-from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row
+from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
 
 BATCH_ROWS = 1000
 
@@ -81,11 +80,35 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def sealed_files(paths: RunPaths) -> list[Path]:
+    """Every file the checksums cover: all but the checksums, their signature, the live journal
+    and temp files."""
+    skip = {paths.checksums, paths.signature}
+    return sorted(p for p in paths.root.rglob("*")
+                  if p.is_file() and p not in skip and not p.name.startswith("."))
+
+
 def write_checksums(paths: RunPaths) -> None:
-    files = sorted(p for p in paths.root.rglob("*")
-                   if p.is_file() and p != paths.checksums and not p.name.startswith("."))
-    lines = [f"{file_sha256(p)}  {p.relative_to(paths.root).as_posix()}\n" for p in files]
+    lines = [f"{file_sha256(p)}  {p.relative_to(paths.root).as_posix()}\n" for p in sealed_files(paths)]
     atomic_write(paths.checksums, "".join(lines).encode())
+    paths.signature.unlink(missing_ok=True)  # it signed the old checksums
+
+
+def new_entry(parent: Path) -> Path:
+    """A fresh directory ``parent/<UTC time>`` (suffixed if that exists): evidence appended,
+    never overwritten."""
+    from datetime import UTC, datetime
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1000):
+        entry = parent / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            entry.mkdir()
+            return entry
+        except FileExistsError:
+            continue
+    raise EvidenceError(f"{parent}: cannot make a new entry")
 
 
 def open_run(paths: RunPaths, manifest_json: bytes) -> None:
@@ -116,7 +139,7 @@ class Journal:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
         seen: set[tuple] = set()
         for a in itertools.chain(self._from_parquet(), self._from_journal()):
-            key = (a.phase, a.task_id, a.agent, a.attempt)
+            key = (a.phase, a.task_id, a.agent, a.sample, a.attempt)
             if key not in seen:
                 seen.add(key)
                 yield a
@@ -125,19 +148,20 @@ class Journal:
         """Every recorded attempt, superseded ones flagged (for small runs and tests)."""
         return list(self.marked())
 
-    def latest(self) -> dict[tuple[str, str, str], int]:
-        """The highest attempt number of each (phase, task, agent)."""
-        out: dict[tuple[str, str, str], int] = {}
+    def latest(self) -> dict[tuple[str, str, str, int], int]:
+        """The highest attempt number of each (phase, task, agent, sample)."""
+        out: dict[tuple[str, str, str, int], int] = {}
         for a in self:
-            key = (a.phase, a.task_id, a.agent)
+            key = (a.phase, a.task_id, a.agent, a.sample)
             out[key] = max(out.get(key, 0), a.attempt)
         return out
 
     def marked(self) -> Iterator[Attempt]:
-        """Every attempt with ``superseded`` set: a later try of the same (phase, task, agent) exists."""
+        """Every attempt with ``superseded`` set: a later try of the same (phase, task, agent,
+        sample) exists."""
         latest = self.latest()
         for a in self:
-            superseded = a.attempt < latest[(a.phase, a.task_id, a.agent)]
+            superseded = a.attempt < latest[(a.phase, a.task_id, a.agent, a.sample)]
             yield a if a.superseded == superseded else a.model_copy(update={"superseded": superseded})
 
     def _from_parquet(self) -> Iterator[Attempt]:
@@ -147,10 +171,8 @@ class Journal:
             source = pq.ParquetFile(self.paths.attempts)
             for batch in source.iter_batches(batch_size=BATCH_ROWS):
                 for row in batch.to_pylist():
-                    metrics = {k[len("metric_"):]: row.pop(k) for k in [k for k in row if k.startswith("metric_")]}
-                    row["metrics"] = {k: v for k, v in metrics.items() if v is not None}
-                    yield Attempt.model_validate(row)
-        except (OSError, pa.ArrowException) as e:
+                    yield Attempt.model_validate(unflatten(row))
+        except (OSError, pa.ArrowException, ValidationError) as e:
             raise EvidenceError(f"{self.paths.attempts}: unreadable ({e})") from None
 
     def _from_journal(self) -> Iterator[Attempt]:
@@ -191,14 +213,13 @@ class Journal:
 
 
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],
-                metric_names: tuple[str, ...] = ()) -> int:
-    return write_parquet(path, (flat_row(r, metric_names) for r in records), arrow_schema(model, metric_names))
+                metric_names: tuple[str, ...] = (), meta: pa.DataType | None = None) -> int:
+    return write_parquet(path, (flat_row(r, metric_names) for r in records), arrow_schema(model, metric_names, meta))
 
 
-def finalize(journal: Journal, verdicts: list[TaskVerdict], summary: dict) -> dict:
-    """Fold the journal into Parquet (streamed, superseded attempts flagged), write the
-    verdicts, exclusions, summary and checksums; return the summary as written."""
-    paths = journal.paths
+def fold(journal: Journal) -> tuple[int, list[str]]:
+    """Fold the journal into attempts.parquet (streamed, superseded attempts flagged); return
+    the attempt count and the agents seen."""
     journal.close()
     agents: set[str] = set()
 
@@ -207,17 +228,22 @@ def finalize(journal: Journal, verdicts: list[TaskVerdict], summary: dict) -> di
             agents.add(a.agent)
             yield flat_row(a, journal.metric_names)
 
-    n = write_parquet(paths.attempts, rows(), arrow_schema(Attempt, journal.metric_names))
-    paths.journal.unlink(missing_ok=True)
-    summary = {**summary, "attempts": n, "agents": sorted(agents)}
-    write_table(paths.tasks, verdicts, TaskVerdict)
+    n = write_parquet(journal.paths.attempts, rows(), arrow_schema(Attempt, journal.metric_names))
+    journal.paths.journal.unlink(missing_ok=True)
+    return n, sorted(agents)
+
+
+def write_verdicts(paths: RunPaths, verdicts: list[TaskVerdict]) -> None:
+    meta = meta_type(verdicts[0].meta) if verdicts else None
+    write_table(paths.tasks, verdicts, TaskVerdict, meta=meta)
     exclusions = [Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)
-                  for v in verdicts if not v.compatible]
+                  for v in verdicts if v.verdict == "excluded"]
     write_table(paths.exclusions, exclusions, Exclusion)
-    atomic_write(paths.summary, json.dumps(summary, sort_keys=True, indent=2, default=str).encode() + b"\n")
-    write_checksums(paths)
-    return summary
+
+
+def write_json(path: Path, model: BaseModel) -> None:
+    atomic_write(path, model.model_dump_json(indent=2).encode() + b"\n")
 
 
 def read_attempts(paths: RunPaths) -> list[Attempt]:

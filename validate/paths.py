@@ -3,13 +3,20 @@
 A run directory (``ledgers/<run-id>/``)::
 
     ledgers/<run-id>/
-        manifest.json        copy of the contract the run used (byte-identical)
-        journal.jsonl        attempts as they finish (append-only; folded into Parquet at the end)
-        attempts.parquet     one row per attempt, superseded ones included
-        tasks.parquet        one verdict per task
-        exclusions.parquet   one row per excluded task, one reason each
-        run.json             run summary: counts, timings, backend facts
-        checksums            sha256 of every other file (``sha256sum -c`` format)
+        manifest.json             copy of the contract the run was given (byte-identical)
+        frozen-manifest.json      pool: the frozen child contract (the oracle's exception-free passes)
+        variants/<name>.json      pilot: the child contract of each config variant
+        patch.diff                the uncommitted change the code ran with (only with --allow-patch)
+        journal.jsonl             attempts as they finish (append-only; folded into Parquet at the end)
+        attempts.parquet          one row per attempt, superseded ones included
+        tasks.parquet             one verdict per task (and phase)
+        exclusions.parquet        one row per excluded task, one reason each
+        run.json                  run summary: counts, dataset verdict, timings, machine, code
+        scorer-cache/             answers a scorer must not recompute (a judge's), by request hash
+        smoke/<UTC time>/         each fresh-materialisation smoke test (never overwritten)
+        reports/<UTC time>/       each report.md, report.html, report.json (never overwritten)
+        checksums                 sha256 of every other file (``sha256sum -c`` format)
+        checksums.sig             optional OpenSSH signature of checksums (`validate sign`)
 
 The sandbox image store (``validate image build``)::
 
@@ -28,7 +35,6 @@ from pathlib import Path
 #: Default root of the image store; must be traversable by the sandbox uid, so not ~root.
 IMAGE_DIR = Path(os.environ.get("VALIDATE_IMAGE_DIR", "/var/lib/deshuffle-validate/images"))
 DEFAULT_IMAGE = "deshuffle-validate-sandbox:bookworm"
-DEFAULT_CORPUS = Path("../shared/corpus/papers.jsonl.gz")
 MANIFEST_DIR = Path("manifests")
 LEDGER_DIR = Path("ledgers")
 
@@ -46,6 +52,34 @@ class RunPaths:
     @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
+
+    @property
+    def frozen_manifest(self) -> Path:
+        return self.root / "frozen-manifest.json"
+
+    @property
+    def variants(self) -> Path:
+        return self.root / "variants"
+
+    @property
+    def patch(self) -> Path:
+        return self.root / "patch.diff"
+
+    @property
+    def scorer_cache(self) -> Path:
+        return self.root / "scorer-cache"
+
+    @property
+    def smoke(self) -> Path:
+        return self.root / "smoke"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def signature(self) -> Path:
+        return self.root / "checksums.sig"
 
     @property
     def journal(self) -> Path:

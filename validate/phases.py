@@ -1,14 +1,16 @@
-"""The protocol's phases that span several runs of agents: the pilot and the full pool.
+"""The protocol's phases, each a sequence of plays on one `validate.lifecycle.Run`.
 
-- `pilot`: a stratified sample of the contract's pool (source × paper count × paper
-  length), played under the contract's config *and* with ``include_headers`` flipped, with
-  the oracle, every control and the partial-credit probes. A probe must score strictly
-  between the controls' typical (median) reward and the oracle's, task by task.
+- `run_agents`: chosen agents on a contract's tasks (one phase).
 - `pool`: one oracle attempt on every task; each non-pass classified; the exception-free
-  passes frozen as a child manifest (if they reach the minimum count); the controls then
-  run on exactly that frozen set; one verdict per pool task.
+  passes frozen as a child contract (if they reach the minimum count); the controls then
+  run on exactly that frozen set; then the fresh-materialisation smoke test; one verdict
+  per pool task and one dataset verdict.
+- `pilot`: a stratified sample of the contract's tasks (the environment's strata), played
+  under each of the environment's pilot config variants with the oracle, every control and
+  the partial-credit probes; a probe must score strictly between the controls' median and
+  the oracle's reward, task by task.
 
-Both resume: rerunning on the same run directory plays only what is missing.
+Each resumes: rerunning on the same run directory plays only what is missing.
 """
 
 from __future__ import annotations
@@ -18,130 +20,94 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from validate.agents import CONTROLS, PROBES, REGISTRY, resolve
-from validate.contract import Manifest, build_taskset, derive, load_manifest, write_manifest
-from validate.evidence import Journal, atomic_write, finalize, open_run
+from environment.protocol import LoadHints, Taskset
+from validate.agents import resolve
+from validate.contract import Manifest, derive, load_manifest, load_taskset, write_manifest
+from validate.evidence import Journal, atomic_write
+from validate.lifecycle import Run
 from validate.records import Attempt, TaskVerdict
-from validate.runner import Interrupted, RunContext, execute, judge, summary
-from validate.paths import MANIFEST_DIR
+from validate.runner import Hooks, Interrupted, Play, RunContext, judge
+from validate.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
 
-Hooks = dict[str, Callable]
+SmokeFn = Callable[[RunContext, Manifest], str]
 
 
-def _finish(ctx: RunContext, journal: Journal, verdicts_of: Callable[[Journal], list[TaskVerdict]],
-            **extra) -> tuple[dict, list[TaskVerdict]]:
-    verdicts = verdicts_of(journal)
-    return finalize(journal, verdicts, summary(ctx, verdicts, **extra)), verdicts
+def run_agents(ctx: RunContext, agents: str, phase: str, concurrency: int, hooks: Hooks | None = None) -> RunSummary:
+    """Play `agents` (names or groups) on every task of the contract; judge; finish."""
+    m = ctx.manifest
+    config = ctx.env.Config.model_validate(m.environment.config)
+    play = Play(phase, m, ctx.taskset, m.selection.idx, resolve(ctx.env, config, list(m.expectations.agents), agents))
+    run = Run(ctx, "run")
+    run.groups = [JudgedGroup(phase=phase, attempt_phases=[phase], manifest="manifest.json",
+                              expectations="manifest.json")]
+    run.verdicts_of = lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,))
+    try:
+        run.play(play, concurrency, hooks)
+    except Interrupted:
+        run.finish(run.fold(), interrupted=True)
+        raise
+    return run.finish(run.fold(), interrupted=False)
 
 
 # --- pool -------------------------------------------------------------------------------
 
-class PoolResult(BaseModel):
-    run_dir: str
-    tasks: int
-    oracle_passes: int
-    frozen_manifest: str | None
-    compatible: int
-    below_minimum: bool
-
-
-def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None,
-         manifest_dir: Path = MANIFEST_DIR) -> PoolResult:
-    """Oracle on every task → freeze the exception-free passes → controls on that set."""
-    hooks = hooks or {}
-    parent = ctx.manifest
-    oracle, controls = REGISTRY["oracle"], [REGISTRY[c] for c in parent.expectations.control_max_reward]
-    open_run(ctx.paths, parent.to_json())
-    journal = Journal(ctx.paths, ctx.taskset.metric_names)
-    octx = dataclasses.replace(ctx, phase="oracle")
-    frozen_copy = ctx.paths.root / "frozen-manifest.json"
-    verdicts_of = lambda j: judge(octx, j.marked(), [oracle])  # noqa: E731
+def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None, manifest_dir: Path | None = None,
+         smoke: SmokeFn | None = None) -> RunSummary:
+    """Oracle on every task → freeze the exception-free passes → controls on that set → smoke."""
+    parent, paths = ctx.manifest, ctx.paths
+    config = ctx.env.Config.model_validate(parent.environment.config)
+    names = list(parent.expectations.agents)
+    oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]))
+    controls = resolve(ctx.env, config, names, ["controls"])
+    run = Run(ctx, "pool")
+    run.groups = [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest="manifest.json",
+                              expectations="manifest.json")]
+    run.verdicts_of = lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls"))
+    frozen = None
     try:
-        execute(octx, journal, parent.selection.idx, [oracle], concurrency, **hooks)
-        oracle_verdicts = judge(octx, journal.marked(), [oracle])
-        passes = [v.idx for v in oracle_verdicts if v.compatible]
+        run.play(oracle_play, concurrency, hooks)
+        exp = parent.expectations
+        oracle_only = parent.model_copy(update={"expectations": exp.model_copy(
+            update={"agents": {n: a for n, a in exp.agents.items() if a.role == "oracle"}})})
+        passes = [v.idx for v in judge(ctx, run.journal.marked(), "oracle", oracle_only, ctx.taskset, ("oracle",))
+                  if v.verdict == "compatible"]
         if len(passes) < parent.min_task_count:
-            _finish(octx, journal, verdicts_of, below_minimum=True)
-            return PoolResult(run_dir=str(ctx.paths.root), tasks=len(parent.tasks), oracle_passes=len(passes),
-                              frozen_manifest=None, compatible=0, below_minimum=True)
-        if frozen_copy.exists():  # resuming: the set was frozen already
-            frozen = load_manifest(frozen_copy)
+            note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
+                    f"minimum {parent.min_task_count}, so nothing was frozen")
+            return run.finish(run.fold(), interrupted=False, note=note)
+        if paths.frozen_manifest.exists():  # resuming: the set was frozen already
+            frozen = load_manifest(paths.frozen_manifest)
         else:
-            frozen = derive(parent, name=f"{parent.name}.frozen", idx=passes, corpus=ctx.taskset.corpus,
+            frozen = derive(parent, ctx.taskset, name=f"{parent.name}.frozen", idx=passes,
                             rule=f"exception-free oracle passes of {parent.name}: {len(passes)}/{len(parent.tasks)}")
-            atomic_write(frozen_copy, frozen.to_json())
-        write_manifest(frozen, manifest_dir / f"{frozen.name}.json")
-        cctx = dataclasses.replace(ctx, phase="controls", manifest=frozen)
-        execute(cctx, journal, frozen.selection.idx, controls, concurrency, **hooks)
+            atomic_write(paths.frozen_manifest, frozen.to_json())
+        if manifest_dir is not None:
+            write_manifest(frozen, manifest_dir / f"{frozen.name}.json")
+        run.play(Play("controls", frozen, ctx.taskset, frozen.selection.idx, controls), concurrency, hooks)
     except Interrupted:
-        _finish(octx, journal, verdicts_of, interrupted=True)
+        run.finish(run.fold(), interrupted=True, frozen_sha256=frozen.sha256 if frozen else None)
         raise
-    frozen_idx = set(frozen.selection.idx)
-
-    def verdicts_all(j: Journal) -> list[TaskVerdict]:  # two streamed passes over the attempts
-        both = judge(cctx, j.marked(), [oracle, *controls], entries=frozen.tasks, phases=["oracle", "controls"])
-        by_idx = {v.idx: v for v in both}
-        return [by_idx[v.idx] if v.idx in frozen_idx else v for v in judge(octx, j.marked(), [oracle])]
-
-    _, verdicts = _finish(cctx, journal, verdicts_all, frozen_manifest_sha256=frozen.sha256,
-                          pool_manifest_sha256=parent.sha256)
-    return PoolResult(run_dir=str(ctx.paths.root), tasks=len(parent.tasks), oracle_passes=len(passes),
-                      frozen_manifest=str(manifest_dir / f"{frozen.name}.json"),
-                      compatible=sum(v.compatible for v in verdicts), below_minimum=False)
+    verdicts = run.fold()
+    outcome = smoke(ctx, frozen) if smoke is not None else "not run"
+    return run.finish(verdicts, interrupted=False, smoke=outcome, frozen_sha256=frozen.sha256)
 
 
 # --- pilot ------------------------------------------------------------------------------
 
-class Stratum(BaseModel):
-    name: str
-    pool_tasks: int
-    sampled: list[int]
-
-
-class ProbeCheck(BaseModel):
-    variant: str
-    task_id: str
-    probe: str
-    reward: float | None
-    control_typical: float
-    oracle_reward: float | None
-    ok: bool
-
-
-class PilotResult(BaseModel):
-    run_dir: str
-    strata: list[Stratum]
-    variants: list[str]
-    tasks: int
-    compatible: int
-    probes: list[ProbeCheck]
-    probes_ok: bool
-
-
-def stratify(manifest: Manifest, taskset, per_stratum: int) -> list[Stratum]:
-    """Strata of the pool: anchor paper's source × 1 or several papers × anchor length (short
-    ≤ the pool's median anchor length < long). The lowest idx of each stratum are sampled."""
-    facts = []
-    for entry in manifest.tasks:
-        task = taskset.task(entry.idx)
-        facts.append((entry.idx, task.paper_ids[0].split(":")[0], task.n_papers, len(task.gold[0])))
-    median = statistics.median(f[3] for f in facts)
+def stratify(ctx: RunContext, per_stratum: int) -> list[Stratum]:
+    """The environment's strata over the contract's tasks; the lowest idx of each are sampled."""
     groups: dict[str, list[int]] = {}
-    for idx, source, k, length in facts:
-        name = f"{source} / {'1 paper' if k == 1 else 'several papers'} / {'short' if length <= median else 'long'}"
-        groups.setdefault(name, []).append(idx)
+    for entry in ctx.manifest.tasks:
+        groups.setdefault(ctx.env.strata(ctx.taskset.task(entry.idx)), []).append(entry.idx)
     return [Stratum(name=n, pool_tasks=len(ix), sampled=sorted(ix)[:per_stratum]) for n, ix in sorted(groups.items())]
 
 
-def _probe_checks(variant: str, attempts: list[Attempt], verdicts: list[TaskVerdict]) -> list[ProbeCheck]:
+def probe_checks(variant: str, attempts: list[Attempt], verdicts: list[TaskVerdict]) -> list[ProbeCheck]:
     out = []
     for v in verdicts:
-        mine = [a for a in attempts if a.idx == v.idx and not a.superseded]
-        control_rewards = [a.reward or 0.0 for a in mine if a.agent in CONTROLS]
-        typical = statistics.median(control_rewards) if control_rewards else 0.0
-        for a in sorted((a for a in mine if a.agent in PROBES), key=lambda a: a.agent):
+        mine = [a for a in attempts if a.task_id == v.task_id and not a.superseded]
+        typical = statistics.median([a.reward or 0.0 for a in mine if a.role == "control"] or [0.0])
+        for a in sorted((a for a in mine if a.role == "probe"), key=lambda a: a.agent):
             ok = a.status == "ok" and a.reward is not None and v.oracle_reward is not None \
                 and typical < a.reward < v.oracle_reward
             out.append(ProbeCheck(variant=variant, task_id=v.task_id, probe=a.agent, reward=a.reward,
@@ -149,57 +115,58 @@ def _probe_checks(variant: str, attempts: list[Attempt], verdicts: list[TaskVerd
     return out
 
 
-def pilot(ctx: RunContext, per_stratum: int, concurrency: int, hooks: Hooks | None = None) -> PilotResult:
-    hooks = hooks or {}
-    parent = ctx.manifest
-    strata = stratify(parent, ctx.taskset, per_stratum)
-    sample = sorted(i for s in strata for i in s.sampled)
-    open_run(ctx.paths, parent.to_json())
-    journal = Journal(ctx.paths, ctx.taskset.metric_names)
-    agents = resolve("all")
-    probes = [REGISTRY[p] for p in PROBES]
-    variants: list[tuple[str, RunContext]] = []
-    for headers in (parent.environment.config.include_headers, not parent.environment.config.include_headers):
-        variant = f"headers-{'on' if headers else 'off'}"
-        copy = ctx.paths.root / f"pilot-{variant}.manifest.json"
+@dataclasses.dataclass(frozen=True)
+class _Variant:
+    name: str
+    manifest: Manifest
+    taskset: Taskset
+
+
+def _variants(ctx: RunContext, sample: list[int], per_stratum: int) -> list[_Variant]:
+    config = ctx.env.Config.model_validate(ctx.manifest.environment.config)
+    out = []
+    ctx.paths.variants.mkdir(exist_ok=True)
+    for name, variant in ctx.env.pilot_variants(config):
+        copy = ctx.paths.variants / f"{name}.json"
+        taskset = ctx.taskset if variant == config else load_taskset(
+            ctx.env, variant, LoadHints(revision=ctx.manifest.environment.revision, search=ctx.hints.search))
         if copy.exists():
             child = load_manifest(copy)
         else:
-            config = parent.environment.config.model_copy(update={"include_headers": headers})
-            child = derive(parent, name=f"{parent.name}.pilot-{variant}", idx=sample, corpus=ctx.taskset.corpus,
-                           config=config, rule=f"pilot: {per_stratum} lowest idx per stratum "
-                                               f"(source × paper count × length), include_headers={headers}")
+            child = derive(ctx.manifest, taskset, name=f"{ctx.manifest.name}.pilot-{name}", idx=sample, config=variant,
+                           rule=f"pilot: {per_stratum} lowest idx per stratum, config variant {name}")
             atomic_write(copy, child.to_json())
-        taskset = build_taskset(child.environment, ctx.taskset.corpus)
-        variants.append((variant, dataclasses.replace(ctx, manifest=child, taskset=taskset, phase=f"pilot-{variant}")))
+        out.append(_Variant(name=name, manifest=child, taskset=taskset))
+    return out
+
+
+def pilot(ctx: RunContext, per_stratum: int, concurrency: int, hooks: Hooks | None = None) -> RunSummary:
+    strata = stratify(ctx, per_stratum)
+    sample = sorted(i for s in strata for i in s.sampled)
+    run = Run(ctx, "pilot")
+    variants = _variants(ctx, sample, per_stratum)
+    config = ctx.env.Config.model_validate(ctx.manifest.environment.config)
+    agents = resolve(ctx.env, config, list(ctx.manifest.expectations.agents), ["all", "probes"])
+    run.groups = [JudgedGroup(phase=f"pilot-{v.name}", attempt_phases=[f"pilot-{v.name}"],
+                              manifest=f"variants/{v.name}.json", expectations=f"variants/{v.name}.json")
+                  for v in variants]
 
     def verdicts_all(j: Journal) -> list[TaskVerdict]:
         attempts = j.existing()  # a pilot is small
-        return [v for _, vctx in variants for v in judge(vctx, attempts, agents)]
+        return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
+                                                       (f"pilot-{var.name}",))]
 
+    run.verdicts_of = verdicts_all
+    shas = {v.name: v.manifest.sha256 for v in variants}
     try:
-        for _, vctx in variants:
-            execute(vctx, journal, sample, [*agents, *(p for p in probes if p.min_papers == 1)], concurrency, **hooks)
-            multi = [e.idx for e in vctx.manifest.tasks if vctx.taskset.task(e.idx).n_papers >= 2]
-            execute(vctx, journal, multi, [p for p in probes if p.min_papers >= 2], concurrency, **hooks)
+        for var in variants:
+            run.play(Play(f"pilot-{var.name}", var.manifest, var.taskset, sample, agents), concurrency, hooks)
     except Interrupted:
-        _finish(ctx, journal, verdicts_all, interrupted=True)
+        run.finish(run.fold(), interrupted=True, strata=strata, variants=shas)
         raise
-    attempts = journal.existing()  # a pilot is small
-    checks = []
-    for variant, vctx in variants:
-        mine = [a for a in attempts if a.phase == vctx.phase]
-        checks += _probe_checks(variant, mine, judge(vctx, attempts, agents))
-    result_extra = {"strata": [s.model_dump() for s in strata], "probes_ok": all(c.ok for c in checks)}
-    atomic_write(ctx.paths.root / "probes.json",
-                 PilotResultProbes(probes=checks).model_dump_json(indent=2).encode() + b"\n")
-    _, verdicts = _finish(ctx, journal, verdicts_all, **result_extra)
-    return PilotResult(run_dir=str(ctx.paths.root), strata=strata, variants=[v for v, _ in variants],
-                       tasks=len(verdicts), compatible=sum(v.compatible for v in verdicts), probes=checks,
-                       probes_ok=all(c.ok for c in checks))
-
-
-class PilotResultProbes(BaseModel):
-    probes: list[ProbeCheck]
-
-
+    verdicts = run.fold()
+    attempts = run.journal.existing()
+    checks = [c for var in variants
+              for c in probe_checks(var.name, [a for a in attempts if a.phase == f"pilot-{var.name}"],
+                                    [v for v in verdicts if v.phase == f"pilot-{var.name}"])]
+    return run.finish(verdicts, interrupted=False, strata=strata, probes=checks, variants=shas)

@@ -1,7 +1,9 @@
 """The evidence's rows, as pydantic models: the schema of record for every Parquet file.
 
-Parquet columns derive from these models (`arrow_schema`); an attempt's ``metrics`` dict is
-flattened into one ``metric_<name>`` float column per metric the environment declares.
+Parquet columns derive from these models (`arrow_schema`), each carrying its field's
+description in the column metadata. An attempt's ``metrics`` dict is flattened into one
+``metric_<name>`` float column per metric the environment declares; a verdict's ``meta`` is
+a struct of the environment's public task facts.
 """
 
 from __future__ import annotations
@@ -9,26 +11,30 @@ from __future__ import annotations
 import types
 import typing
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-#: What happened to one attempt. Agent outcomes (the agent's own doing) come first;
-#: the last three are harness-side outcomes.
+#: What happened to one attempt. The first six are the agent's own doing; the rest are
+#: harness-side outcomes, known from the harness's own signals.
 Status = Literal[
-    "ok",                              # the agent exited 0; its reply (if any) was scored
-    "exit_nonzero",                    # the agent crashed or exited non-zero; its reply was scored
-    "timeout",                         # killed at the wall-clock limit; its reply was scored
-    "oom",                             # killed by the memory limit; its reply was scored
-    "reply_too_large",                 # the reply exceeded max_reply_bytes; scored as no reply
-    "infrastructure_error",            # the sandbox failed (retried); not the agent's doing
+    "ok",                              # the agent exited 0 and left a reply; it was scored
+    "no_reply",                        # the agent exited 0 without a regular reply file; scored as empty
+    "exit_nonzero",                    # the agent crashed or exited non-zero; its reply (if any) was scored
+    "timeout",                         # killed at the wall-clock limit; its reply (if any) was scored
+    "oom",                             # killed by the memory limit; its reply (if any) was scored
+    "reply_too_large",                 # the reply exceeded max_reply_bytes; scored as empty
+    "infrastructure_error",            # the sandbox or a scorer dependency failed (retried); not the agent's doing
+    "harness_error",                   # handling this attempt raised inside the harness (a bug); recorded, not retried
     "unsupported_execution_contract",  # the backend cannot honour the task's contract; not run
-    "scorer_error",                    # the environment's scorer raised
+    "scorer_error",                    # the environment's scorer raised on this reply
 ]
-AGENT_STATUSES = ("ok", "exit_nonzero", "timeout", "oom", "reply_too_large")
+AGENT_STATUSES: tuple[str, ...] = ("ok", "no_reply", "exit_nonzero", "timeout", "oom", "reply_too_large")
+#: Outcomes that are exceptions in the protocol's sense: the harness, not the agent, failed.
+EXCEPTION_STATUSES: tuple[str, ...] = ("infrastructure_error", "harness_error")
 
 Reason = Literal[
     "infrastructure_failure",
@@ -39,80 +45,89 @@ Reason = Literal[
 #: Verdict precedence: the first reason that applies is the task's one reason.
 REASON_ORDER: tuple[str, ...] = typing.get_args(Reason)
 
+Verdict = Literal["compatible", "excluded", "incomplete"]
+
 
 class TaskRow(BaseModel):
     """The key fields every evidence row starts with."""
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: int = SCHEMA_VERSION
-    run_id: str
-    phase: str
-    task_id: str
-    idx: int
-    task_hash: str
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Version of this row's schema.")
+    run_id: str = Field(description="The run directory's name; the same before and after a resume.")
+    phase: str = Field(description="Which part of the run: oracle, controls, pilot-<variant>, eval, ...")
+    task_id: str = Field(description="The task's id in the contract (unique per config variant).")
+    idx: int = Field(description="The task's index in its taskset.")
+    task_hash: str = Field(description="sha256 of the task's whole content, gold included (the manifest's).")
 
 
 class Attempt(TaskRow):
     """One agent run on one task (one try: an infrastructure retry is a new attempt)."""
 
-    agent: str
-    #: What the contract expects: ``pass`` (oracle), ``reject`` (control) or ``partial`` (probe).
-    expect: str
-    #: 1-based try number for this (phase, task, agent).
-    attempt: int
-    #: True when a later attempt of the same (phase, task, agent) replaces this one.
-    superseded: bool = False
-    status: Status
-    #: Reward and metrics from the environment's own scorer (None when not scored).
-    reward: float | None = None
-    metrics: dict[str, float] = {}
-    #: The oracle passed (reward ≥ threshold, status ok) / the control stayed under its ceiling.
-    as_expected: bool = False
-    error_class: str | None = None
-    error_message: str | None = None
-    started_at: datetime
-    finished_at: datetime | None = None
-    #: Wall-clock seconds of the sandbox run (None when it never ran).
-    runtime_s: float | None = None
-    reply_sha256: str | None = None
-    reply_bytes: int | None = None
-    workspace_sha256: str
-    backend: str
-    image_digest: str
-    exit_code: int | None = None
-    oom_killed: bool = False
-    timed_out: bool = False
-    #: First bytes of the agent's stdout / stderr (UTF-8, errors replaced).
-    stdout: str = ""
-    stderr: str = ""
+    agent: str = Field(description="The agent's name in its environment.")
+    role: Literal["oracle", "control", "probe", "model"] = Field(
+        description="What the contract expects of the agent (declared by the environment, never read from its name).")
+    sample: int = Field(default=0, ge=0, description="Sample number (0 unless the run draws several per task).")
+    attempt: int = Field(ge=1, description="1-based try number of this (phase, task, agent, sample).")
+    superseded: bool = Field(default=False, description="A later try of the same (phase, task, agent, sample) exists.")
+    status: Status = Field(description="How the attempt ended (see validate.records.Status).")
+    reward: float | None = Field(default=None, description="Reward from the environment's own scorer; None: not scored.")
+    metrics: dict[str, float] = Field(default_factory=dict, description="The scorer's metrics.")
+    as_expected: bool = Field(default=False, description="The oracle passed / the control stayed under its ceiling "
+                                                         "/ the probe landed in between (recomputed by audit).")
+    error_class: str | None = Field(default=None, description="The error's kind, for any outcome but ok.")
+    error_message: str | None = Field(default=None, description="What went wrong, in words (agent text escaped in "
+                                                                "reports).")
+    started_at: datetime = Field(description="UTC time the attempt began.")
+    finished_at: datetime | None = Field(default=None, description="UTC time the attempt ended.")
+    runtime_s: float | None = Field(default=None, description="Wall-clock seconds of the sandbox run.")
+    reply_sha256: str | None = Field(default=None, description="sha256 of the whole reply read back.")
+    reply_bytes: int | None = Field(default=None, description="Size of the reply read back.")
+    reply_text: str | None = Field(default=None, description="The reply (UTF-8, errors replaced), its first "
+                                                             "max_reply_text_bytes bytes.")
+    reply_truncated: bool = Field(default=False, description="reply_text holds only the reply's head.")
+    workspace_sha256: str = Field(description="sha256 of the task's workspace files as materialised.")
+    backend: str = Field(description="The sandbox backend.")
+    image_digest: str = Field(description="The sandbox image's content digest.")
+    exit_code: int | None = Field(default=None, description="The agent's exit code; None when killed by the harness.")
+    oom_killed: bool = Field(default=False, description="The memory limit killed the agent (the backend says so).")
+    timed_out: bool = Field(default=False, description="The harness's own clock hit timeout_s.")
+    stdout: str = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
+    stderr: str = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
+
+
+class FindingRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(description="What was found.")
+    blocking: bool = Field(description="It makes the task invalid whatever the agents do.")
+    detail: str = Field(description="In words.")
 
 
 class TaskVerdict(TaskRow):
     """The task's one verdict."""
 
-    n_papers: int
-    #: Units (paragraphs, and headings when included) the agent had to order.
-    n_units: int
-    #: The task's papers, anchor first; the anchor's source names the task's family.
-    paper_ids: list[str]
-    anchor_source: str
-    compatible: bool
-    #: Exactly one reason when not compatible (see `REASON_ORDER` for precedence).
-    reason: Reason | None
-    detail: str
-    oracle_reward: float | None
-    #: The highest control reward and the control that got it.
-    max_control_reward: float | None
-    max_control_agent: str | None
-    n_attempts: int
+    family: str = Field(description="The task's family, as its environment names it (strata, per-family tables).")
+    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the task.")
+    verdict: Verdict = Field(description="compatible; excluded (exactly one reason); incomplete (evidence missing).")
+    reason: Reason | None = Field(description="Why excluded (see REASON_ORDER for precedence); None otherwise.")
+    missing: list[str] = Field(default_factory=list, description="What evidence an incomplete task lacks.")
+    detail: str = Field(description="The verdict in words.")
+    findings: list[FindingRow] = Field(default_factory=list, description="Checks on the task before any agent ran.")
+    oracle_reward: float | None = Field(description="The oracle's final reward.")
+    max_control_reward: float | None = Field(description="The highest final control reward.")
+    max_control_agent: str | None = Field(description="The control that got it.")
+    margin: float | None = Field(description="oracle_reward minus max_control_reward.")
+    retried: bool = Field(default=False, description="It passed only after an infrastructure retry (exception "
+                                                     "rule 'retry' only).")
+    n_attempts: int = Field(description="Attempts recorded for the task in this phase, superseded included.")
 
 
 class Exclusion(TaskRow):
     """An excluded task and its one reason."""
 
-    reason: Reason
-    detail: str
+    reason: Reason = Field(description="The one reason.")
+    detail: str = Field(description="In words.")
 
 
 _SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(),
@@ -128,17 +143,31 @@ def _arrow_type(annotation) -> pa.DataType:
         return _arrow_type(args[0])
     if origin is Literal:
         return pa.string()
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return pa.struct([pa.field(n, _arrow_type(f.annotation)) for n, f in annotation.model_fields.items()])
     return _SCALARS[annotation]
 
 
-def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = ()) -> pa.Schema:
+def meta_type(example: dict[str, Any]) -> pa.DataType:
+    """The struct type of an environment's public meta (its keys sorted)."""
+    if not example:
+        return pa.struct([pa.field("none", pa.bool_())])
+    return pa.struct([pa.field(k, _SCALARS[type(v)]) for k, v in sorted(example.items())])
+
+
+def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
+                 meta: pa.DataType | None = None) -> pa.Schema:
     fields = []
     for name, info in model.model_fields.items():
+        about = {b"description": (info.description or "").encode()}
         if name == "metrics":
-            fields += [pa.field(f"metric_{m}", pa.float64()) for m in metric_names]
+            fields += [pa.field(f"metric_{m}", pa.float64(), metadata={b"description": f"metric {m}".encode()})
+                       for m in metric_names]
+        elif name == "meta":
+            fields.append(pa.field(name, meta or meta_type({}), metadata=about))
         else:
-            fields.append(pa.field(name, _arrow_type(info.annotation)))
-    return pa.schema(fields)
+            fields.append(pa.field(name, _arrow_type(info.annotation), metadata=about))
+    return pa.schema(fields, metadata={b"model": model.__name__.encode(), b"schema_version": str(SCHEMA_VERSION).encode()})
 
 
 def flat_row(record: BaseModel, metric_names: tuple[str, ...] = ()) -> dict:
@@ -147,4 +176,13 @@ def flat_row(record: BaseModel, metric_names: tuple[str, ...] = ()) -> dict:
     if metrics is not None:
         for m in metric_names:
             row[f"metric_{m}"] = metrics.get(m)
+    if "meta" in row and not row["meta"]:
+        row["meta"] = None
+    return row
+
+
+def unflatten(row: dict) -> dict:
+    """The inverse of `flat_row` for an attempt read back from Parquet."""
+    metrics = {k[len("metric_"):]: row.pop(k) for k in [k for k in row if k.startswith("metric_")]}
+    row["metrics"] = {k: v for k, v in metrics.items() if v is not None}
     return row

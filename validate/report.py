@@ -1,70 +1,111 @@
-"""The audit report of a run directory, for reviewers: Markdown and one self-contained HTML.
+"""The report of a run directory, for reviewers: Markdown and one self-contained HTML.
 
-Built from the evidence files alone (no corpus, no sandbox). Every count carries its
-denominator; the claim is scoped to the machine, architecture, backend and image digest
-the run used. `report.json` holds the counts the report states, so `validate audit` can
-check them against the ledgers.
+Built from the evidence files alone (no data, no sandbox). Its first line is the dataset
+verdict; every count carries its denominator; the claim is scoped to the machine,
+architecture, backend and image the run used. Each report is a new entry
+``reports/<UTC time>/`` (``report.md``, ``report.html``, and ``report.json`` with the counts
+it states and the ledgers it was built from), so `validate audit` can check every report
+against the ledgers it claims to describe. Agent-provided text (replies, stderr, error
+messages) is escaped for Markdown and HTML alike.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
+import re
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
-from validate.evidence import atomic_write, write_checksums
+from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
+from validate.jsonio import JSONInputError, loads
 from validate.paths import RunPaths
+from validate.plot import box_plot_svg
+from validate.summary import RunSummary
+from validate.verdicts import DatasetVerdict, dataset_verdict
 
-Block = tuple  # ("h1"|"h2"|"p"|"table"|"img"|"code", ...)
+
+class Bold(str):
+    """Text the report itself emphasises (never agent text)."""
 
 
 def _json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        return loads(path.read_bytes())
+    except (OSError, JSONInputError) as e:
         raise EvidenceError(f"{path}: not readable JSON ({e})") from None
 
 
-def load_run(root: Path) -> dict:
-    paths = RunPaths(root)
-    run = {
-        "manifest": _json(paths.manifest),
-        "summary": _json(paths.summary),
-        "attempts": pd.read_parquet(paths.attempts),
-        "tasks": pd.read_parquet(paths.tasks),
-        "exclusions": pd.read_parquet(paths.exclusions),
-    }
-    for name, key in (("frozen-manifest.json", "frozen"), ("probes.json", "probes"), ("smoke/result.json", "smoke")):
-        if (root / name).exists():
-            run[key] = _json(root / name)
-    run["variants"] = [_json(p) for p in sorted(root.glob("*.manifest.json"))]
-    return run
+@dataclass
+class RunEvidence:
+    root: Path
+    manifest: dict
+    summary: RunSummary
+    attempts: pd.DataFrame
+    tasks: pd.DataFrame
+    exclusions: pd.DataFrame
+    frozen: dict | None = None
+    variants: dict[str, dict] = field(default_factory=dict)
+    smokes: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def latest_smoke(self) -> tuple[str, dict] | None:
+        return max(self.smokes.items()) if self.smokes else None
 
 
-def counts(run: dict) -> dict:
-    """Every number the report states, from the ledgers."""
-    tasks, attempts = run["tasks"], run["attempts"]
-    final = attempts[~attempts["superseded"]]
-    oracle = final[final["agent"] == "oracle"]
-    return {
-        "tasks": int(len(tasks)),
-        "compatible": int(tasks["compatible"].sum()),
-        "excluded": int((~tasks["compatible"]).sum()),
-        "excluded_by_reason": {str(k): int(v) for k, v in sorted(tasks["reason"].dropna().value_counts().items())},
-        "exclusion_rows": int(len(run["exclusions"])),
-        "oracle_attempted": int(oracle.groupby(["phase", "task_id"]).ngroups),
-        "oracle_passed": int(oracle["as_expected"].sum()),
-        "frozen": len(run["frozen"]["tasks"]) if "frozen" in run else None,
-        "attempts": int(len(attempts)),
-        "superseded": int(attempts["superseded"].sum()),
-        "infrastructure_errors": int((attempts["status"] == "infrastructure_error").sum()),
-    }
+def load_run(root: Path) -> RunEvidence:
+    paths = RunPaths(Path(root))
+    try:
+        summary = RunSummary.model_validate(_json(paths.summary))
+        ev = RunEvidence(root=paths.root, manifest=_json(paths.manifest), summary=summary,
+                         attempts=pd.read_parquet(paths.attempts), tasks=pd.read_parquet(paths.tasks),
+                         exclusions=pd.read_parquet(paths.exclusions))
+    except ValidationError as e:
+        raise EvidenceError(f"{paths.summary}: not a run summary ({e.errors()[0]['msg']})") from None
+    except (OSError, ValueError) as e:
+        raise EvidenceError(f"{paths.root}: unreadable evidence ({e})") from None
+    if paths.frozen_manifest.exists():
+        ev.frozen = _json(paths.frozen_manifest)
+    for p in sorted(paths.variants.glob("*.json")) if paths.variants.is_dir() else []:
+        ev.variants[p.stem] = _json(p)
+    for p in sorted(paths.smoke.glob("*/result.json")) if paths.smoke.is_dir() else []:
+        ev.smokes[p.parent.name] = _json(p)
+    return ev
+
+
+def current_verdict(ev: RunEvidence) -> DatasetVerdict:
+    """The dataset verdict with the latest smoke test (run.json holds it as of the run's end)."""
+    facts = ev.summary.facts
+    if ev.latest_smoke is not None:
+        facts = facts.model_copy(update={"smoke": "passed" if ev.latest_smoke[1].get("passed") else "failed"})
+    return dataset_verdict(facts, ev.summary.required)
+
+
+def count_rows(ev: RunEvidence) -> list[list[str]]:
+    """The Counts table: every number the report states about tasks and attempts."""
+    c = ev.summary.counts
+    n = c.tasks
+    rows = [["tasks judged", str(n)],
+            ["compatible", _of(c.compatible, n)],
+            ["excluded", _of(c.excluded, n)],
+            ["incomplete", _of(c.incomplete, n)]]
+    rows += [[f"excluded: {r}", _of(k, n)] for r, k in c.excluded_by_reason.items()]
+    if ev.frozen is not None:
+        rows.append(["frozen for the controls", _of(len(ev.frozen["tasks"]), n)])
+    rows += [["passed only after a retry", _of(c.retried_passes, c.compatible)],
+             ["attempts (all, superseded included)", str(c.attempts)],
+             ["superseded attempts", _of(c.superseded, c.attempts)],
+             ["attempts with an exception", _of(c.exceptions, c.attempts)]]
+    return rows
+
+
+def _of(k: int, n: int) -> str:
+    return f"{k}/{n}" + (f" ({100 * k / n:.1f} %)" if n else "")
 
 
 def _fmt(x) -> str:
@@ -73,194 +114,249 @@ def _fmt(x) -> str:
     return f"{x:.4f}" if isinstance(x, float) else str(x)
 
 
-def _of(n: int, d: int) -> str:
-    return f"{n}/{d}" + (f" ({100 * n / d:.1f} %)" if d else "")
-
-
 def _agents_in_order(final: pd.DataFrame) -> list[str]:
-    """The oracle, then the controls, then the probes; by name within each."""
-    rank = {"pass": 0, "reject": 1, "partial": 2}
-    expect = final.groupby("agent")["expect"].first()
-    return sorted(expect.index, key=lambda a: (rank.get(expect[a], 3), a))
+    rank = {"oracle": 0, "control": 1, "probe": 2, "model": 3}
+    roles = final.groupby("agent")["role"].first()
+    return sorted(roles.index, key=lambda a: (rank.get(roles[a], 9), a))
 
 
-def _plot(final: pd.DataFrame) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    agents = _agents_in_order(final)
-    data = [final.loc[final["agent"] == a, "reward"].fillna(0.0).to_numpy() for a in agents]
-    fig, ax = plt.subplots(figsize=(9, 4), dpi=100)
-    ax.boxplot(data, vert=True, showfliers=True)
-    ax.set_xticks(range(1, len(agents) + 1), agents, rotation=20)
-    ax.set_ylabel("reward")
-    ax.set_ylim(-0.05, 1.05)
-    ax.axhline(1.0, color="green", linestyle=":", linewidth=1)
-    ax.set_title("Reward per agent (final attempts)")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+def _claim(ev: RunEvidence, verdict: DatasetVerdict) -> str:
+    s, m = ev.summary, ev.manifest
+    mach, ex = s.machine, m["execution"]
+    c = s.counts
+    where = (f"{mach.os or mach.system}, Linux {mach.kernel}, {mach.architecture}, {mach.cpus} cores, "
+             f"{mach.memory_gib} GiB; backend {ex['backend']} ({ex['backend_version']}), image {ex['image']} "
+             f"{ex['image_digest']}, network {ex['network']}, user {ex['user']}")
+    rule = m["expectations"]["exception_rule"]
+    retry = (f"; exception rule retry: {c.retried_passes} of them passed only after an infrastructure retry"
+             if rule == "retry" else "; exception rule strict: no task with any infrastructure exception counts")
+    return (f"Claim (scoped): {_of(c.compatible, c.tasks)} tasks of contract {m['name']} ({s.kind}) passed — the "
+            f"oracle reached reward ≥ {m['expectations']['pass_threshold']} and every negative control the contract "
+            f"names stayed under its ceiling, all in this run{retry} — on {where}. Dataset verdict {verdict.verdict}. "
+            f"This is evidence for that execution profile only.")
 
 
-def blocks(run: dict) -> list[Block]:
-    m, s, tasks, attempts = run["manifest"], run["summary"], run["tasks"], run["attempts"]
-    c = counts(run)
-    n = c["tasks"]
-    mach = s.get("machine", {})
-    ex = m["execution"]
-    where = (f"{mach.get('os', '?')}, Linux {mach.get('kernel', '?')}, {mach.get('architecture', '?')}, "
-             f"{mach.get('cpus', '?')} cores, {mach.get('memory_gib', '?')} GiB; backend {ex['backend']} "
-             f"({ex['backend_version']}), image {ex['image']} {ex['image_digest']}, network {ex['network']}, "
-             f"user {ex['user']}")
-    cfg = m["environment"]["config"]
-    pilot = all(str(p).startswith("pilot") for p in tasks["phase"].unique())
-    scope = (f"the pilot sample of contract `{m['name']}` (each sampled task under both include_headers "
-             f"variants)" if pilot else f"contract `{m['name']}`")
-    out: list[Block] = [
-        ("h1", f"Validation report — {m['environment']['name']}, run {s['run_id']}"),
-        ("p", f"**Claim (scoped):** {_of(c['compatible'], n)} tasks of {scope} passed — the oracle "
-              f"reached reward ≥ {m['expectations']['oracle_min_reward']} and every negative control stayed under "
-              f"its ceiling, with no infrastructure exception — on {where}. This is evidence for that execution "
-              f"profile only; another backend, image or architecture needs its own run."),
-        ("h2", "Contract"),
-        ("table", ["field", "value"], [
-            ["manifest", f"`{m['name']}` {m['sha256']}"],
-            ["parent manifest", _fmt(m.get("parent_sha256"))],
-            ["frozen child", f"`{run['frozen']['name']}` {run['frozen']['sha256']} (parent {run['frozen']['parent_sha256']})"
-             if "frozen" in run else "—"],
-            *[["pilot variant", f"`{v['name']}` {v['sha256']} (parent {v['parent_sha256']}); "
-                                f"include_headers={v['environment']['config']['include_headers']}; "
-                                f"{len(v['tasks'])} tasks"] for v in run["variants"]],
-            ["corpus", f"{m['environment']['corpus']['location']} — revision {m['environment']['corpus']['revision']}"],
-            ["config", ", ".join(f"{k}={v}" for k, v in sorted(cfg.items()))],
-            ["selection", f"{m['selection']['rule']}; seed {m['selection']['seed']}; {len(m['tasks'])} tasks"],
-            ["task list sha256", m["task_list_sha256"]],
-            ["expected", f"oracle ≥ {m['expectations']['oracle_min_reward']}; controls "
-                         f"{', '.join(m['expectations']['control_max_reward'])} must not pass"],
+def _contract_rows(ev: RunEvidence) -> list[list[str]]:
+    m = ev.manifest
+    exp = m["expectations"]
+    agents = [f"{n} ({a['role']}{', ceiling ' + str(a['ceiling']) if a['ceiling'] is not None else ''})"
+              for n, a in exp["agents"].items()]
+    rows = [["manifest", f"{m['name']} {m['sha256']}"], ["parent manifest", _fmt(m.get("parent_sha256"))],
+            ["environment", f"{m['environment']['name']}, revision {m['environment']['revision']}"],
+            ["config", ", ".join(f"{k}={v}" for k, v in sorted(m["environment"]["config"].items()))],
+            ["scorer", json.dumps(m["environment"]["scorer"], sort_keys=True)],
+            ["selection", f"{m['selection']['rule']}; {len(m['tasks'])} tasks"],
+            ["task list sha256", m["task_list_sha256"]], ["agents", "; ".join(agents)],
+            ["pass threshold", str(exp["pass_threshold"])], ["exception rule", exp["exception_rule"]],
             ["minimum task count", str(m["min_task_count"])],
-            ["limits", ", ".join(f"{k}={v}" for k, v in sorted(ex["limits"].items()))],
-            ["harness", f"version {m['harness_version']}, commit {m['git_commit']}"],
-        ]),
-        ("h2", "Counts"),
-        ("table", ["what", "count"], [
-            ["tasks judged" + (" (sampled tasks × header variants)" if pilot else " (the contract's tasks)"), str(n)],
-            ["oracle attempted", _of(c["oracle_attempted"], n)],
-            ["oracle passed (exception-free)", _of(c["oracle_passed"], n)],
-            *([["frozen for the controls", _of(c["frozen"], n)]] if c["frozen"] is not None else []),
-            ["**compatible**", _of(c["compatible"], n)],
-            ["excluded", _of(c["excluded"], n)],
-            *[[f"excluded: {r}", _of(k, n)] for r, k in c["excluded_by_reason"].items()],
-            ["attempts (all, superseded included)", str(c["attempts"])],
-            ["superseded attempts", _of(c["superseded"], c["attempts"])],
-            ["infrastructure errors (attempts)", _of(c["infrastructure_errors"], c["attempts"])],
-        ]),
-    ]
-    fam = tasks.groupby(["anchor_source", "n_papers"]).agg(tasks=("task_id", "size"), compatible=("compatible", "sum"))
-    out += [("h2", "Per family (anchor paper's source × paper count)"),
-            ("table", ["source", "papers", "compatible / tasks"],
-             [[src, str(k), _of(int(r.compatible), int(r.tasks))] for (src, k), r in fam.iterrows()])]
-    final = attempts[~attempts["superseded"]]
-    rows = []
+            ["limits", ", ".join(f"{k}={v}" for k, v in sorted(m["execution"]["limits"].items()))],
+            ["harness", f"version {m['harness_version']}, frozen at {m['git_commit']}; ran at {ev.summary.code_commit}"]]
+    if ev.frozen is not None:
+        rows.append(["frozen child", f"{ev.frozen['name']} {ev.frozen['sha256']}"])
+    rows += [[f"variant {k}", f"{v['name']} {v['sha256']}; {len(v['tasks'])} tasks"] for k, v in ev.variants.items()]
+    return rows
+
+
+def _reward_blocks(ev: RunEvidence) -> list:
+    final = ev.attempts[~ev.attempts["superseded"]]
+    rows, series = [], []
     for agent in _agents_in_order(final):
         g = final[final["agent"] == agent]
         r = g["reward"].fillna(0.0)
-        rows.append([agent, str(g["expect"].iloc[0]), _of(int(g["as_expected"].sum()), len(g)),
+        rows.append([agent, str(g["role"].iloc[0]), _of(int(g["as_expected"].sum()), len(g)),
                      f"{r.min():.4f}", f"{statistics.median(r):.4f}", f"{r.max():.4f}"])
+        series.append((agent, str(g["role"].iloc[0]), r.tolist()))
+    exp = ev.manifest["expectations"]
+    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == "control" and a["ceiling"] is not None}
+    margins = ev.tasks["margin"].dropna()
     statuses = final.groupby(["agent", "status"]).size()
-    out += [("h2", "Rewards: oracle vs each control"),
-            ("table", ["agent", "expected", "as expected", "min", "median", "max"], rows),
-            ("img", _plot(final), "Box plot of the final reward of each agent"),
-            ("table", ["agent", "status", "attempts"], [[a, st, str(k)] for (a, st), k in statuses.items()])]
-    if "probes" in run:
-        probes = run["probes"]["probes"]
-        ok = sum(p["ok"] for p in probes)
-        out += [("h2", "Partial-credit probes (pilot)"),
-                ("p", f"{_of(ok, len(probes))} probe attempts scored strictly between the controls' median and "
-                      f"the oracle's reward."),
-                ("table", ["variant", "task", "probe", "reward", "controls' median", "oracle", "ok"],
-                 [[p["variant"], p["task_id"], p["probe"], _fmt(p["reward"]), _fmt(p["control_typical"]),
-                   _fmt(p["oracle_reward"]), "yes" if p["ok"] else "**NO**"] for p in probes])]
-        if "strata" in s:
-            out += [("table", ["stratum", "sampled / pool"],
-                     [[st["name"], f"{len(st['sampled'])}/{st['pool_tasks']}"] for st in s["strata"]])]
-    excl = run["exclusions"]
-    out += [("h2", "Exclusion ledger"),
-            ("p", f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl) else "No task was excluded."),
-            ("table", ["task", "reason", "detail"], [[r.task_id, r.reason, r.detail] for r in excl.itertuples()])
-            if len(excl) else ("p", ""),
-            ("h2", "Patches"),
-            ("p", "None: no task, verifier, environment or sandbox patch was applied for this run."),
-            ("h2", "Superseded and failed attempts"),
-            ]
-    sup = attempts[attempts["superseded"] | attempts["status"].isin(["infrastructure_error", "scorer_error"])]
-    out.append(("table", ["task", "agent", "attempt", "status", "superseded", "error"],
-                [[r.task_id, r.agent, str(r.attempt), r.status, str(r.superseded), _fmt(r.error_message)]
-                 for r in sup.itertuples()]) if len(sup) else ("p", "None: every attempt is final and exception-free."))
-    if s.get("interrupted"):
-        out.append(("p", "**This run was interrupted** and its evidence is partial; resume it before relying on it."))
-    if "smoke" in run:
-        sm = run["smoke"]
-        out += [("h2", "Fresh-materialisation smoke test"),
-                ("p", f"{'PASSED' if sm['passed'] else '**FAILED**'}: {sm['summary']}")]
-    t0, t1 = attempts["started_at"].min(), attempts["finished_at"].max()
-    out += [("h2", "Timing"),
-            ("p", f"Attempts from {t0} to {t1} ({(t1 - t0).total_seconds():.0f} s of wall time, "
-                  f"{len(attempts) / max((t1 - t0).total_seconds(), 1e-9):.2f} attempts/s).")]
+    out = [("h2", "Rewards per agent (final attempts)"),
+           ("table", ["agent", "role", "as expected", "min", "median", "max"], rows),
+           ("svg", box_plot_svg(series, exp["pass_threshold"], ceilings), "Reward per agent: box plot"),
+           ("h2", "Margins (oracle reward minus the best control's, per task)"),
+           ("p", [f"Minimum margin over the run: {_fmt(float(margins.min())) if len(margins) else '—'}; median "
+                  f"{_fmt(float(margins.median())) if len(margins) else '—'}; over {len(margins)} tasks with both."]),
+           ("table", ["task", "margin", "oracle", "best control", "control"],
+            [[r.task_id, _fmt(r.margin), _fmt(r.oracle_reward), _fmt(r.max_control_reward), _fmt(r.max_control_agent)]
+             for r in ev.tasks.dropna(subset=["margin"]).nsmallest(10, "margin").itertuples()]),
+           ("h2", "Attempt outcomes"),
+           ("table", ["agent", "status", "attempts"], [[a, st, str(k)] for (a, st), k in statuses.items()])]
     return out
 
 
-def to_markdown(doc: list[Block]) -> str:
-    lines = []
+def _family_blocks(ev: RunEvidence) -> list:
+    t = ev.tasks
+    fam = t.groupby("family").agg(tasks=("task_id", "size"),
+                                 compatible=("verdict", lambda v: int((v == "compatible").sum())),
+                                 oracle=("oracle_reward", "mean"), margin=("margin", "min"))
+    return [("h2", "Per family"),
+            ("table", ["family", "compatible / tasks", "mean oracle reward", "min margin"],
+             [[f, _of(int(r.compatible), int(r.tasks)), _fmt(float(r.oracle)), _fmt(float(r.margin))]
+              for f, r in fam.iterrows()])]
+
+
+def _ledger_blocks(ev: RunEvidence) -> list:
+    s, n = ev.summary, ev.summary.counts.tasks
+    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == "incomplete"]
+    out = [("h2", "Exclusion ledger"),
+           ("p", [f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl) else "No task was excluded."])]
+    if len(excl):
+        out.append(("table", ["task", "reason", "detail"], [[r.task_id, r.reason, r.detail] for r in excl.itertuples()]))
+    out.append(("h2", "Incomplete tasks"))
+    if len(incomplete):
+        out += [("p", [f"{_of(len(incomplete), n)} tasks lack evidence" + (f": {s.facts.note}." if s.facts.note else ".")]),
+                ("table", ["task", "missing"], [[r.task_id, ", ".join(r.missing)] for r in incomplete.head(200).itertuples()])]
+    else:
+        out.append(("p", ["None: every task has a final verdict."]))
+    out.append(("h2", "Patches"))
+    if s.patch is not None:
+        out.append(("p", [f"The code ran with an uncommitted patch on {s.patch.base_commit}: patch.diff, sha256 "
+                          f"{s.patch.sha256}, files {', '.join(s.patch.files)}."]))
+    else:
+        out.append(("p", [f"None: the code that ran is commit {s.code_commit}."]))
+    if ev.manifest.get("patch"):
+        p = ev.manifest["patch"]
+        out.append(("p", [f"The contract was frozen with a patch on {p['base_commit']}: sha256 {p['sha256']}, files "
+                          f"{', '.join(p['files'])}."]))
+    return out
+
+
+def _attempt_blocks(ev: RunEvidence) -> list:
+    a = ev.attempts
+    bad = a[a["superseded"] | a["status"].isin(["infrastructure_error", "harness_error", "scorer_error"])]
+    out = [("h2", "Superseded and failed attempts")]
+    if len(bad):
+        out.append(("table", ["task", "agent", "try", "status", "superseded", "error"],
+                    [[r.task_id, r.agent, str(r.attempt), r.status, str(r.superseded), _fmt(r.error_message)]
+                     for r in bad.head(200).itertuples()]))
+    else:
+        out.append(("p", ["None: every attempt is final and exception-free."]))
+    return out
+
+
+def blocks(ev: RunEvidence) -> list:
+    s = ev.summary
+    verdict = current_verdict(ev)
+    doc = [("h1", f"Validation report — {s.environment}, run {s.run_id}"),
+           ("p", [Bold(verdict.headline)]),
+           ("p", [_claim(ev, verdict)])]
+    if s.interrupted:
+        doc.append(("p", [Bold("This run was interrupted: its evidence is INCOMPLETE; resume it with --resume.")]))
+    doc += [("h2", "Protocol criteria"),
+            ("table", ["criterion", "status", "detail"], [[c.name, c.status, c.detail] for c in verdict.criteria]),
+            ("h2", "Counts"), ("table", ["what", "count"], count_rows(ev)),
+            ("h2", "Contract"), ("table", ["field", "value"], _contract_rows(ev))]
+    doc += _family_blocks(ev) + _reward_blocks(ev)
+    if s.probes:
+        ok = sum(p.ok for p in s.probes)
+        doc += [("h2", "Partial-credit probes (pilot)"),
+                ("p", [f"{_of(ok, len(s.probes))} probe attempts scored strictly between the controls' median and "
+                       f"the oracle's reward."]),
+                ("table", ["variant", "task", "probe", "reward", "controls' median", "oracle", "ok"],
+                 [[p.variant, p.task_id, p.probe, _fmt(p.reward), _fmt(p.control_typical), _fmt(p.oracle_reward),
+                   "yes" if p.ok else Bold("NO")] for p in s.probes])]
+    if s.strata:
+        doc += [("h2", "Pilot strata"), ("table", ["stratum", "sampled / pool"],
+                                         [[st.name, f"{len(st.sampled)}/{st.pool_tasks}"] for st in s.strata])]
+    if s.dataset_findings:
+        doc += [("h2", "Dataset findings"), ("table", ["finding", "blocking", "detail"],
+                                             [[f.kind, str(f.blocking), f.detail] for f in s.dataset_findings])]
+    doc += _ledger_blocks(ev) + _attempt_blocks(ev)
+    doc.append(("h2", "Fresh-materialisation smoke test"))
+    if ev.latest_smoke is not None:
+        name, sm = ev.latest_smoke
+        doc.append(("p", [f"{'PASSED' if sm['passed'] else 'FAILED'} (smoke/{name}, the latest of {len(ev.smokes)}): "
+                          f"{sm['summary']}"]))
+    else:
+        doc.append(("p", ["Not run" + (": required for this kind of run, so the dataset verdict cannot be PASS."
+                                       if "smoke" in s.required else ".")]))
+    a = ev.attempts
+    t0, t1 = a["started_at"].min(), a["finished_at"].max()
+    span = (t1 - t0).total_seconds() if len(a) else 0.0
+    doc += [("h2", "Timing"), ("p", [f"Attempts from {t0} to {t1} ({span:.0f} s of wall time, "
+                                     f"{len(a) / max(span, 1e-9):.2f} attempts/s)."])]
+    return doc
+
+
+# --- rendering --------------------------------------------------------------------------
+
+_MD_INLINE = re.compile(r"([\\`*_{}\[\]<>|~])")
+_MD_LEADING = re.compile(r"^(\s*)([#>+\-=]|\d+(?=[.)]))")
+
+
+def md_text(text: str) -> str:
+    """Text made inert in Markdown (agent text included): inline markup characters escaped,
+    line breaks flattened, a leading block marker (heading, quote, list) escaped."""
+    flat = _MD_INLINE.sub(r"\\\1", str(text).replace("\r", " ").replace("\n", " "))
+    return _MD_LEADING.sub(lambda m: m.group(1) + (m.group(2) + "\\" if m.group(2)[0].isdigit()
+                                                   else "\\" + m.group(2)), flat)
+
+
+def _md_cell(value) -> str:
+    return f"**{md_text(value)}**" if isinstance(value, Bold) else md_text(value)
+
+
+def to_markdown(doc: list) -> str:
+    lines: list[str] = []
     for b in doc:
         if b[0] in ("h1", "h2"):
-            lines += [("# " if b[0] == "h1" else "## ") + b[1], ""]
-        elif b[0] == "p" and b[1]:
-            lines += [b[1], ""]
+            lines += [("# " if b[0] == "h1" else "## ") + md_text(b[1]), ""]
+        elif b[0] == "p":
+            lines += ["".join(_md_cell(x) for x in b[1]), ""]
         elif b[0] == "table":
-            esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in row] for row in b[2]]
-            lines += ["| " + " | ".join(b[1]) + " |", "|" + "---|" * len(b[1])]
-            lines += ["| " + " | ".join(r) + " |" for r in esc] + [""]
-        elif b[0] == "img":
-            lines += [f"*{b[2]}: see report.html.*", ""]
+            lines += ["| " + " | ".join(md_text(h) for h in b[1]) + " |", "|" + "---|" * len(b[1])]
+            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b[2]] + [""]
+        elif b[0] == "svg":
+            lines += [f"*{md_text(b[2])}: see report.html.*", ""]
     return "\n".join(lines)
 
 
-def _inline(text: str) -> str:
-    parts = html.escape(text).split("**")
-    return "".join(f"<strong>{p}</strong>" if i % 2 else p for i, p in enumerate(parts)).replace("`", "")
+def _html_cell(value) -> str:
+    return f"<strong>{html.escape(value)}</strong>" if isinstance(value, Bold) else html.escape(str(value))
 
 
-def to_html(doc: list[Block]) -> str:
+def to_html(doc: list) -> str:
     body = []
     for b in doc:
         if b[0] in ("h1", "h2"):
             body.append(f"<{b[0]}>{html.escape(b[1])}</{b[0]}>")
-        elif b[0] == "p" and b[1]:
-            body.append(f"<p>{_inline(b[1])}</p>")
+        elif b[0] == "p":
+            body.append(f"<p>{''.join(_html_cell(x) for x in b[1])}</p>")
         elif b[0] == "table":
             head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
-            rows = "".join("<tr>" + "".join(f"<td>{_inline(str(c))}</td>" for c in r) + "</tr>" for r in b[2])
+            rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in r) + "</tr>" for r in b[2])
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif b[0] == "img":
-            body.append(f'<img alt="{html.escape(b[2])}" src="data:image/png;base64,{b[1]}">')
+        elif b[0] == "svg":
+            body.append(f'<figure role="img" aria-label="{html.escape(b[2])}">{b[1]}</figure>')
     style = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
              "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
-             "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}img{max-width:100%}")
+             "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}svg{max-width:100%}")
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Validation report</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def write_report(root: Path) -> dict:
-    """Write report.md, report.html and report.json into `root`; return the counts."""
-    run = load_run(root)
-    doc = blocks(run)
-    c = counts(run)
-    atomic_write(root / "report.md", to_markdown(doc).encode())
-    atomic_write(root / "report.html", to_html(doc).encode())
-    atomic_write(root / "report.json", json.dumps(c, indent=2, sort_keys=True).encode() + b"\n")
-    write_checksums(RunPaths(root))
-    return c
+class ReportRecord(BaseModel):
+    """report.json: what a report states and what it was built from."""
+
+    dataset_verdict: DatasetVerdict
+    counts: list[list[str]]
+    attempts_sha256: str
+    tasks_sha256: str
+    smoke_entry: str | None
+
+
+def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
+    """Write a new report entry; return its directory and the verdict it states."""
+    ev = load_run(Path(root))
+    doc = blocks(ev)
+    paths = RunPaths(Path(root))
+    entry = new_entry(paths.reports)
+    verdict = current_verdict(ev)
+    atomic_write(entry / "report.md", to_markdown(doc).encode())
+    atomic_write(entry / "report.html", to_html(doc).encode())
+    record = ReportRecord(dataset_verdict=verdict, counts=count_rows(ev), attempts_sha256=file_sha256(paths.attempts),
+                          tasks_sha256=file_sha256(paths.tasks),
+                          smoke_entry=ev.latest_smoke[0] if ev.latest_smoke else None)
+    atomic_write(entry / "report.json", record.model_dump_json(indent=2).encode() + b"\n")
+    write_checksums(paths)
+    return entry, verdict

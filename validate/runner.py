@@ -1,47 +1,45 @@
-"""Play agents on tasks through a sandbox; record every attempt; give every task a verdict.
+"""Play agents on tasks through a sandbox; record every attempt; judge every task.
 
-For each (task, agent): materialise the workspace in a fresh temp dir, run the agent in a
-fresh sandbox with a timeout, read the reply back (size-capped, symlinks refused), score it
-on the host with the environment's own scorer, and append the attempt to the journal.
-Infrastructure faults (`SandboxError`) are retried with backoff, each try recorded as its
-own attempt; an agent's own failure (exit code, timeout, OOM) never is.
+For each (task, agent, sample): the attempt's row exists before anything runs; the
+workspace is materialised in fresh storage, the agent runs in a fresh sandbox, the reply is
+read back (size-capped, regular files only) and scored on the host by the environment's own
+scorer, and the finished row is appended to the journal. Whatever goes wrong while handling
+one attempt ends up *in its row*: an infrastructure fault (`SandboxError`, a scorer's
+`ScorerUnavailable`) as ``infrastructure_error`` (retried with backoff, each try its own
+row), any other exception as ``harness_error`` (recorded, the phase goes on). An agent's own
+failure (exit code, timeout, OOM, a missing or odd reply) is data, never retried.
 
-Resuming is not a mode: the runner always skips (phase, task, agent) pairs whose latest
-recorded attempt is final (anything but an infrastructure error); a fresh run directory
-simply has none.
+Resuming is not a mode: the runner always skips (phase, task, agent, sample) keys whose
+latest recorded attempt is final (anything but an infrastructure error).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import platform
 import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from validate.agents import AgentSpec
-from validate.contract import Manifest
+from environment.protocol import AgentSpec, Environment, LoadHints, ScorerUnavailable, Task, Taskset, sha256_tag
+from validate.agents import source_files
+from validate.contract import Manifest, TaskEntry
 from validate.errors import SandboxError, ValidateError
-from validate.evidence import Journal, finalize, open_run
-from validate.findings import task_findings
-from validate.paths import RunPaths, SANDBOX_AGENT, SANDBOX_WORKSPACE
-from validate.records import Attempt, TaskVerdict
+from validate.evidence import Journal
+from validate.patches import CodeState
+from validate.paths import SANDBOX_WORKSPACE, RunPaths
+from validate.records import Attempt, FindingRow, TaskVerdict
 from validate.sandbox import RunRequest, Sandbox
-from validate.verdicts import Outcome, decide, outcome_as_expected
-from validate.workspace import ReplyTooLarge, materialise, read_reply, workspace_sha256
+from validate.verdicts import Outcome, as_expected, decide
+from validate.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, temp_storage, workspace_sha256
 
-
-#: How every agent starts, on every backend. `-S` skips `site`: the agents are stdlib programs,
-#: and site's path set-up cost ~3 ms of CPU per attempt, ~9 % of a bwrap pool's wall time.
-AGENT_ARGV = ("python3", "-S", f"{SANDBOX_AGENT}/agent.py")
+Hooks = dict[str, Callable]
 
 
 class Interrupted(ValidateError):
@@ -50,160 +48,148 @@ class Interrupted(ValidateError):
 
 @dataclass
 class RunContext:
+    env: Environment
     manifest: Manifest
+    taskset: Taskset
     sandbox: Sandbox
-    taskset: object
     paths: RunPaths
     run_id: str
-    phase: str
-    image_digest: str
-    work_dir: Path | None = None
+    code: CodeState
+    #: Where the environment's data was looked for (``--data``); smoke and pilot variants reuse it.
+    hints: LoadHints = field(default_factory=LoadHints)
+    #: Makes each attempt's empty directory (and removes it after): see `validate.workspace`.
+    storage: Callable[[], AbstractContextManager[Path]] = temp_storage
     stop: threading.Event = field(default_factory=threading.Event)
     #: Seconds to wait between infrastructure retries: (multiplier, max) of an exponential backoff.
     backoff_s: tuple[float, float] = (1.0, 10.0)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class Play:
+    """One phase's work: these agents on these tasks of this contract."""
+
+    phase: str
+    manifest: Manifest
+    taskset: Taskset
+    idx: list[int]
+    agents: list[AgentSpec]
+    samples: int = 1
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _base(ctx: RunContext, task, agent: AgentSpec, number: int) -> dict:
-    return dict(run_id=ctx.run_id, phase=ctx.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                agent=agent.name, expect=agent.expect, attempt=number, started_at=_now(),
-                workspace_sha256=workspace_sha256(task.files), backend=ctx.sandbox.backend,
-                image_digest=ctx.image_digest)
+def _text(data: bytes, cap: int) -> tuple[str, bool]:
+    return data[:cap].decode("utf-8", "replace"), len(data) > cap
 
 
-def _score(ctx: RunContext, task, agent: AgentSpec, reply: bytes | None, status: str) -> dict:
-    try:
-        scored = ctx.taskset.score(task, reply or b"")
-    except Exception as e:  # noqa: BLE001 - the scorer raising is evidence, not a crash
-        return dict(status="scorer_error", error_class=type(e).__name__, error_message=str(e)[:2000])
-    exp = ctx.manifest.expectations
-    return dict(status=status, reward=scored.reward, metrics=dict(scored.metrics),
-                as_expected=outcome_as_expected(agent.name, status, scored.reward, exp, agent.expect))
-
-
-def _one_try(ctx: RunContext, task, agent: AgentSpec, number: int) -> Attempt:
-    """Run one try; raise `SandboxError` (with the attempt attached) on an infrastructure fault."""
-    base = _base(ctx, task, agent, number)
-    ex = ctx.manifest.execution
-    with materialise(task, agent, ctx.work_dir) as m:
-        request = RunRequest(argv=AGENT_ARGV, mounts=m.mounts, env=m.env,
-                             workdir=SANDBOX_WORKSPACE, limits=ex.limits,
-                             name=f"{task.idx}-{agent.name}-{number}-{uuid.uuid4().hex[:8]}")
-        try:
-            result = ctx.sandbox.run(request)
-        except SandboxError as e:
-            e.attempt = Attempt(**base, status="infrastructure_error", error_class=type(e).__name__,
-                                error_message=str(e)[:2000], finished_at=_now())
-            raise
+def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: dict) -> bytes | None:
+    """Materialise, run, read back; fill `row` with what happened; return the reply."""
+    ex = play.manifest.execution
+    source = source_files(ctx.env) if agent.sees_source else None
+    with materialise(task, agent, play.manifest.opaque_id(task.id), ctx.storage, source) as m:
+        request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env, workdir=SANDBOX_WORKSPACE,
+                             limits=ex.limits, name=f"{task.idx}-{agent.name}-{uuid.uuid4().hex[:8]}")
+        result = ctx.sandbox.run(request)
+        row.update(runtime_s=result.runtime_s, exit_code=result.exit_code, oom_killed=result.oom_killed,
+                   timed_out=result.timed_out, stdout=result.stdout.decode("utf-8", "replace"),
+                   stderr=result.stderr.decode("utf-8", "replace"))
         status = ("timeout" if result.timed_out else "oom" if result.oom_killed
                   else "exit_nonzero" if result.exit_code != 0 else "ok")
-        reply = None
         try:
             reply = read_reply(m.reply_path, ex.max_reply_bytes)
-        except ReplyTooLarge:
-            status = "reply_too_large"
-        except OSError as e:
-            status = "exit_nonzero" if status == "ok" else status
-            base.update(error_class=type(e).__name__, error_message=f"reading the reply: {e}")
-    scored = _score(ctx, task, agent, reply, status)
-    return Attempt(**base, **scored, finished_at=_now(), runtime_s=result.runtime_s,
-                   reply_sha256=None if reply is None else "sha256:" + hashlib.sha256(reply).hexdigest(),
-                   reply_bytes=None if reply is None else len(reply),
-                   exit_code=result.exit_code, oom_killed=result.oom_killed, timed_out=result.timed_out,
-                   stdout=result.stdout.decode("utf-8", "replace"), stderr=result.stderr.decode("utf-8", "replace"))
+        except ReplyTooLarge as e:
+            row.update(status="reply_too_large", error_class="ReplyTooLarge", error_message=str(e))
+            return None
+        except NotAReply as e:
+            row.update(status="no_reply" if status == "ok" else status, error_class="NotAReply", error_message=str(e))
+            return None
+    if reply is None:
+        row.update(status="no_reply" if status == "ok" else status)
+        if status == "ok":
+            row.update(error_class="NoReply", error_message="the agent left no reply.txt")
+        return None
+    text, cut = _text(reply, ex.max_reply_text_bytes)
+    row.update(status=status, reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=text,
+               reply_truncated=cut)
+    return reply
 
 
-def play(ctx: RunContext, task, agent: AgentSpec, first_number: int) -> list[Attempt]:
-    """Every try of one (task, agent): retried only on infrastructure faults, each try recorded."""
+def attempt_once(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Attempt:
+    """One try, as a row that exists before anything runs and is complete whatever happens."""
+    rule = play.manifest.expectations.rules()[agent.name]
+    row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
+                     agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
+                     status="harness_error", workspace_sha256=workspace_sha256(dict(task.files)),
+                     backend=ctx.sandbox.backend, image_digest=play.manifest.execution.image_digest)
+    scoring = False
+    try:
+        reply = _run_agent(ctx, play, task, agent, row)
+        scoring = True
+        scored = play.taskset.score(task, reply or b"", ctx.paths.scorer_cache)
+        row.update(reward=scored.reward, metrics=dict(scored.metrics),
+                   as_expected=as_expected(rule, row["status"], scored.reward, play.manifest.expectations.pass_threshold))
+    except (SandboxError, ScorerUnavailable) as e:
+        row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+    except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
+        # The scorer raising on this reply is the environment's fault; anything before it is ours.
+        row.update(status="scorer_error" if scoring else "harness_error", error_class=type(e).__name__,
+                   error_message=(str(e) if scoring else f"harness: {e}")[:2000])
+    row["finished_at"] = _now()
+    return Attempt(**row)
+
+
+def play_task(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, first: int) -> list[Attempt]:
+    """Every try of one (task, agent, sample): retried only on infrastructure faults."""
     if task.requires_network_isolation and not ctx.sandbox.isolates_network:
-        return [Attempt(**_base(ctx, task, agent, first_number), status="unsupported_execution_contract",
-                        error_class="NEEDS_CONTAINER", finished_at=_now(),
-                        error_message=f"the task needs network isolation (network_allow=[]) and backend "
-                                      f"{ctx.sandbox.backend} provides none")]
+        return [Attempt(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
+                        agent=agent.name, role=agent.role, sample=sample, attempt=first, started_at=_now(),
+                        finished_at=_now(), status="unsupported_execution_contract", error_class="NEEDS_CONTAINER",
+                        error_message=f"the task needs network isolation and backend {ctx.sandbox.backend} "
+                                      f"provides none", workspace_sha256=workspace_sha256(dict(task.files)),
+                        backend=ctx.sandbox.backend, image_digest=play.manifest.execution.image_digest)]
     tries: list[Attempt] = []
     mult, cap = ctx.backoff_s
-    retrying = Retrying(retry=retry_if_exception_type(SandboxError), reraise=True,
-                        stop=stop_after_attempt(1 + ctx.manifest.execution.infra_retries),
-                        wait=wait_exponential(multiplier=mult, max=cap))
-    try:
-        for attempt in retrying:
-            with attempt:
-                if ctx.stop.is_set():
-                    break
-                try:
-                    tries.append(_one_try(ctx, task, agent, first_number + len(tries)))
-                except SandboxError as e:
-                    tries.append(e.attempt)
-                    raise
-    except SandboxError:
-        pass  # the last try is recorded as an infrastructure_error
+    retrying = Retrying(retry=retry_if_result(lambda a: a.status == "infrastructure_error" and not ctx.stop.is_set()),
+                        stop=stop_after_attempt(1 + play.manifest.execution.infra_retries),
+                        wait=wait_exponential(multiplier=mult, max=cap), retry_error_callback=lambda state: None)
+    for attempt in retrying:
+        with attempt:
+            row = attempt_once(ctx, play, task, agent, sample, first + len(tries))
+            tries.append(row)
+        if not attempt.retry_state.outcome.failed:
+            attempt.retry_state.set_result(row)
     return tries
 
 
-def pending(done: Iterable[Attempt], phase: str, idx_list: list[int],
-            agents: list[AgentSpec]) -> list[tuple[int, AgentSpec, int]]:
-    """(idx, agent, next attempt number) still to run: no final attempt recorded yet."""
-    latest: dict[tuple[int, str], tuple[int, str]] = {}
+def pending(done: Iterable[Attempt], play: Play) -> list[tuple[int, AgentSpec, int, int]]:
+    """(idx, agent, sample, next try number) still to run: no final attempt recorded yet."""
+    latest: dict[tuple[int, str, int], tuple[int, str]] = {}
     for a in done:
-        key = (a.idx, a.agent)
-        if a.phase == phase and (key not in latest or a.attempt > latest[key][0]):
+        key = (a.idx, a.agent, a.sample)
+        if a.phase == play.phase and (key not in latest or a.attempt > latest[key][0]):
             latest[key] = (a.attempt, a.status)
     out = []
-    for idx in idx_list:
-        for agent in agents:
-            number, status = latest.get((idx, agent.name), (0, "infrastructure_error"))
-            if status == "infrastructure_error":
-                out.append((idx, agent, number + 1))
+    for idx in play.idx:
+        for agent in play.agents:
+            for sample in range(play.samples):
+                number, status = latest.get((idx, agent.name, sample), (0, "infrastructure_error"))
+                if status == "infrastructure_error":
+                    out.append((idx, agent, sample, number + 1))
     return out
 
 
-def judge(ctx: RunContext, attempts: Iterable[Attempt], agents: list[AgentSpec],
-          entries: list | None = None, phases: list[str] | None = None) -> list[TaskVerdict]:
-    """One verdict per task of `entries` (default: the manifest's), from each agent's final
-    attempt over `phases` (default: this phase; a later phase in the list wins). `attempts`
-    is streamed (superseded flags set); only the final attempts are kept, without their logs."""
-    phases = phases or [ctx.phase]
-    rank = {p: i for i, p in enumerate(phases)}
-    final: dict[tuple[int, str], Attempt] = {}
-    counts: dict[int, int] = {}
-    for a in attempts:
-        if a.phase not in rank:
-            continue
-        counts[a.idx] = counts.get(a.idx, 0) + 1
-        key = (a.idx, a.agent)
-        if not a.superseded and (key not in final or rank[a.phase] >= rank[final[key].phase]):
-            final[key] = Outcome.of(a)
-    names = [a.name for a in agents]
-    out = []
-    for entry in entries if entries is not None else ctx.manifest.tasks:
-        task = ctx.taskset.task(entry.idx)
-        mine = [final[(entry.idx, n)] for n in names if (entry.idx, n) in final]
-        reason, detail = decide(mine, names, ctx.manifest.expectations, task_findings(task))
-        controls = [a for a in mine if a.agent != "oracle" and a.reward is not None]
-        top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
-        oracle = next((a for a in mine if a.agent == "oracle"), None)
-        out.append(TaskVerdict(run_id=ctx.run_id, phase=phases[-1], task_id=task.id, idx=task.idx,
-                               task_hash=task.hash, n_papers=task.n_papers, n_units=task.n_labels,
-                               paper_ids=list(task.paper_ids), anchor_source=task.paper_ids[0].split(":")[0],
-                               compatible=reason is None,
-                               reason=reason, detail=detail, oracle_reward=oracle.reward if oracle else None,
-                               max_control_reward=top.reward if top else None,
-                               max_control_agent=top.agent if top else None, n_attempts=counts.get(task.idx, 0)))
-    return out
-
-
-def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list[AgentSpec],
-            concurrency: int = 1, on_attempt: Callable[[Attempt], None] | None = None,
-            on_plan: Callable[[int], None] | None = None) -> None:
-    """Play every pending (idx, agent) and journal it. On Ctrl-C: stop handing out work, kill
-    what runs, keep what finished, and raise `Interrupted`."""
-    todo = pending(journal, ctx.phase, idx_list, agents)
-    if on_plan:
-        on_plan(len(todo))
-    task_of = lru_cache(maxsize=max(8, 4 * concurrency))(ctx.taskset.task)
+def execute(ctx: RunContext, journal: Journal, play: Play, concurrency: int = 1, hooks: Hooks | None = None) -> None:
+    """Play every pending (task, agent, sample) and journal it. On Ctrl-C: stop handing out
+    work, kill what runs, keep what finished, and raise `Interrupted`."""
+    hooks = hooks or {}
+    task_of = lru_cache(maxsize=max(8, 4 * concurrency))(play.taskset.task)
+    todo = [item for item in pending(journal, play)
+            if item[1].applies_to(task_of(item[0]).meta)]
+    if "on_plan" in hooks:
+        hooks["on_plan"](len(todo))
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="attempt") as pool:
         queue = iter(todo)
         running: dict[Future, tuple] = {}
@@ -211,8 +197,8 @@ def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list
         def submit_next() -> None:
             item = next(queue, None)
             if item is not None:
-                idx, agent, number = item
-                running[pool.submit(play, ctx, task_of(idx), agent, number)] = item
+                idx, agent, sample, number = item
+                running[pool.submit(play_task, ctx, play, task_of(idx), agent, sample, number)] = item
 
         for _ in range(concurrency):
             submit_next()
@@ -226,8 +212,8 @@ def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list
                         continue  # killed by our own stop: not evidence, rerun on resume
                     journal.append(rows)
                     for row in rows:
-                        if on_attempt:
-                            on_attempt(row)
+                        if "on_attempt" in hooks:
+                            hooks["on_attempt"](row)
                     submit_next()
         except KeyboardInterrupt:
             ctx.stop.set()
@@ -239,46 +225,26 @@ def execute(ctx: RunContext, journal: Journal, idx_list: list[int], agents: list
                               f"continue with --resume {ctx.paths.root}") from None
 
 
-def machine() -> dict:
-    """The facts a scoped claim names: OS, kernel, architecture, cores, memory (no host name)."""
-    facts = {"system": platform.system(), "kernel": platform.release(), "architecture": platform.machine(),
-             "cpus": os.cpu_count(), "python": platform.python_version()}
-    try:
-        facts["os"] = platform.freedesktop_os_release().get("PRETTY_NAME", "")
-    except OSError:
-        facts["os"] = ""
-    try:
-        facts["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError):
-        facts["memory_gib"] = None
-    return facts
-
-
-def summary(ctx: RunContext, verdicts: list[TaskVerdict], **extra) -> dict:
-    return {
-        "run_id": ctx.run_id, "phase": ctx.phase, "manifest_sha256": ctx.manifest.sha256,
-        "backend": ctx.sandbox.backend, "backend_version": ctx.manifest.execution.backend_version,
-        "image": ctx.manifest.execution.image, "image_digest": ctx.image_digest, "machine": machine(),
-        "tasks": len(verdicts), "compatible": sum(v.compatible for v in verdicts),
-        "finished_at": _now().isoformat(), **extra,
-    }
-
-
-def run(ctx: RunContext, agents: list[AgentSpec], concurrency: int = 1,
-        on_attempt: Callable[[Attempt], None] | None = None,
-        on_plan: Callable[[int], None] | None = None) -> tuple[dict, list[TaskVerdict]]:
-    """One phase: play every pending (task, agent) of the manifest, judge, finalize the
-    evidence (even when interrupted). Returns the run summary and the verdicts; the attempts
-    are in the run directory (`validate.evidence.read_attempts`)."""
-    open_run(ctx.paths, ctx.manifest.to_json())
-    journal = Journal(ctx.paths, ctx.taskset.metric_names)
-    interrupted = False
-    try:
-        execute(ctx, journal, ctx.manifest.selection.idx, agents, concurrency, on_attempt, on_plan)
-    except Interrupted:
-        interrupted = True
-        raise
-    finally:
-        task_verdicts = judge(ctx, journal.marked(), agents)
-        written = finalize(journal, task_verdicts, summary(ctx, task_verdicts, interrupted=interrupted))
-    return written, task_verdicts
+def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Manifest, taskset: Taskset,
+          phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> list[TaskVerdict]:
+    """One verdict per task of `entries` (default: `manifest`'s) from all its attempts (sample 0)
+    in `phases`, superseded ones included. `attempts` is streamed; small outcomes are kept."""
+    outcomes: dict[str, list[Outcome]] = {}
+    for a in attempts:
+        if a.phase in phases and a.sample == 0:
+            outcomes.setdefault(a.task_id, []).append(Outcome.of(a))
+    exp = manifest.expectations
+    rules = exp.rules()
+    out = []
+    for entry in entries if entries is not None else manifest.tasks:
+        task = taskset.task(entry.idx)
+        findings = ctx.env.findings(task)
+        mine = outcomes.get(entry.id, [])
+        d = decide(mine, exp.required(dict(task.meta)), rules, exp.pass_threshold, exp.exception_rule, findings)
+        out.append(TaskVerdict(
+            run_id=ctx.run_id, phase=phase, task_id=entry.id, idx=entry.idx, task_hash=entry.hash,
+            family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,
+            detail=d.detail, findings=[FindingRow(**f.model_dump()) for f in findings],
+            oracle_reward=d.oracle_reward, max_control_reward=d.max_control_reward,
+            max_control_agent=d.max_control_agent, margin=d.margin, retried=d.retried, n_attempts=len(mine)))
+    return out

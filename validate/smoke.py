@@ -1,25 +1,26 @@
-"""Fresh-materialisation smoke test (`validate smoke`): package, install elsewhere, rerun, compare.
+"""Fresh-materialisation smoke test: package, install elsewhere, rerun, compare.
 
 1. Build the sdist and the wheel from the source checkout (``python -m build
-   --no-isolation``, so no network is needed).
+   --no-isolation``, so no network is needed for the build itself).
 2. Create a virtualenv in a fresh temporary directory (no system site-packages) and install
    the wheel into it; dependencies come from pip's configured index.
 3. Check the installed package cannot see the source tree: ``validate`` and ``environment``
    must import from the virtualenv, and no ``sys.path`` entry may lie under the checkout.
-4. Derive a small sample of the frozen set (evenly spaced tasks), and rerun the oracle and
-   the controls on it with the *installed* ``validate run`` through the contract's
-   execution profile.
+4. Derive a small sample of the frozen set (evenly spaced tasks) and rerun the oracle and
+   every control on it with the *installed* ``validate run`` through the contract's execution
+   profile.
 5. Pass iff every rerun attempt equals the frozen run's: same task hash, workspace hash,
-   reply hash and reward, and no infrastructure error.
+   reply hash and reward (within the contract's smoke tolerance for a judged scorer), and no
+   exception.
 
-The result (``smoke/result.json``) and the rerun's ledgers are added to the run directory,
-and its checksums are rewritten.
+Each smoke test is a new entry ``smoke/<UTC time>/`` of the run directory (its result, the
+sample's contract and the rerun's ledgers); nothing earlier is touched. The run's checksums
+are rewritten to cover it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,22 +28,26 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 import validate
+from environment.protocol import sha256_tag
 from validate.contract import Manifest, derive, write_manifest
 from validate.errors import ValidateError
-from validate.evidence import atomic_write, write_checksums
-from validate.paths import RunPaths
+from validate.evidence import new_entry, write_checksums, write_json
+from validate.runner import RunContext
 
 KEY = ["task_id", "agent"]
-COMPARED = ["task_hash", "workspace_sha256", "reply_sha256", "reward"]
+#: Environment variables the rerun inherits: where the daemon, the image and the data are.
+PASSED_ENV = ("DOCKER_HOST", "VALIDATE_IMAGE_DIR", "VALIDATE_DATA_DIR", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
+              "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR", "PIP_CONFIG_FILE", "http_proxy", "https_proxy")
 
 
 class SmokeResult(BaseModel):
     passed: bool
     summary: str
     sample_idx: list[int]
+    manifest_sha256: str = Field(description="The sample's child contract (its parent is the frozen one).")
     wheel: str
     wheel_sha256: str
     sdist: str
@@ -50,6 +55,7 @@ class SmokeResult(BaseModel):
     imported_from: dict[str, str]
     compared: int
     mismatches: list[str]
+    rerun_exit_code: int
 
 
 def source_root() -> Path:
@@ -67,10 +73,6 @@ def _sh(argv: list[str], **kw) -> subprocess.CompletedProcess:
     return proc
 
 
-def _sha(path: Path) -> str:
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def sample(frozen: Manifest, n: int) -> list[int]:
     idx = frozen.selection.idx
     if n >= len(idx):
@@ -81,22 +83,28 @@ def sample(frozen: Manifest, n: int) -> list[int]:
 def build_and_install(tmp: Path, log) -> tuple[Path, Path, Path]:
     src = source_root()
     dist = tmp / "dist"
-    log("building the sdist and the wheel ...")
+    log("smoke: building the sdist and the wheel ...")
     _sh([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), str(src)])
-    wheel = next(dist.glob("*.whl"))
-    sdist = next(dist.glob("*.tar.gz"))
+    wheel, sdist = next(dist.glob("*.whl")), next(dist.glob("*.tar.gz"))
     venv = tmp / "venv"
-    log("installing the wheel into a fresh virtualenv ...")
+    log("smoke: installing the wheel into a fresh virtualenv ...")
     _sh([sys.executable, "-m", "venv", str(venv)])
-    _sh([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", str(wheel)], cwd=tmp)
+    _sh([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", str(wheel)], cwd=tmp,
+        env=_env(venv, tmp))
     return wheel, sdist, venv
+
+
+def _env(venv: Path, home: Path) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    return {**env, "PATH": f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home)}
 
 
 def isolation(venv: Path, work: Path) -> dict[str, str]:
     probe = ("import json, sys, validate, environment; print(json.dumps({'validate': validate.__file__, "
              "'environment': environment.__file__, 'sys.path': sys.path}))")
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(work)}
-    got = json.loads(_sh([str(venv / "bin/python"), "-c", probe], cwd=work, env=env).stdout)
+    import json
+
+    got = json.loads(_sh([str(venv / "bin/python"), "-c", probe], cwd=work, env=_env(venv, work)).stdout)
     src = str(source_root())
     leaks = [p for p in [got["validate"], got["environment"], *got["sys.path"]] if p and p.startswith(src)]
     if leaks or not got["validate"].startswith(str(venv)):
@@ -105,7 +113,7 @@ def isolation(venv: Path, work: Path) -> dict[str, str]:
             "environment": got["environment"].replace(str(venv), "<venv>")}
 
 
-def compare(frozen_run: Path, rerun: Path) -> tuple[int, list[str]]:
+def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[str]]:
     def final(root: Path) -> pd.DataFrame:
         a = pd.read_parquet(root / "attempts.parquet")
         return a[~a["superseded"]].set_index(KEY)
@@ -113,62 +121,54 @@ def compare(frozen_run: Path, rerun: Path) -> tuple[int, list[str]]:
     before, after = final(frozen_run), final(rerun)
     mismatches = []
     for key, row in after.iterrows():
-        if row["status"] == "infrastructure_error":
-            mismatches.append(f"{key}: infrastructure error in the rerun: {row['error_message']}")
+        if row["status"] in ("infrastructure_error", "harness_error"):
+            mismatches.append(f"{key}: {row['status']} in the rerun: {row['error_message']}")
             continue
         if key not in before.index:
             mismatches.append(f"{key}: not in the frozen run")
             continue
         old = before.loc[key]
-        for col in COMPARED:
+        for col in ("task_hash", "workspace_sha256", "reply_sha256"):
             if not (pd.isna(old[col]) and pd.isna(row[col])) and old[col] != row[col]:
                 mismatches.append(f"{key}: {col} {old[col]!r} → {row[col]!r}")
+        if pd.isna(old["reward"]) != pd.isna(row["reward"]) or abs((old["reward"] or 0) - (row["reward"] or 0)) > tolerance:
+            mismatches.append(f"{key}: reward {old['reward']!r} → {row['reward']!r} (tolerance {tolerance})")
     return len(after), mismatches
 
 
-def smoke(frozen: Manifest, run_dir: Path, corpus_path: Path, n: int, log=print) -> SmokeResult:
-    """Run the smoke test of `frozen` against the evidence in `run_dir`; record the result there."""
-    tmp = Path(tempfile.mkdtemp(prefix="deshuffle-smoke-"))
+def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
+    """Smoke-test `frozen` against the evidence of `ctx`'s run; record it as a new entry there."""
+    tmp = Path(tempfile.mkdtemp(prefix="validate-smoke-"))
     try:
         wheel, sdist, venv = build_and_install(tmp, log)
-        work = tmp / "work"
-        (work / "manifests").mkdir(parents=True)
-        location = Path(frozen.environment.corpus.location)
-        if frozen.environment.corpus.kind == "local" and not location.is_absolute():
-            # The manifest names the corpus by a relative path; lay it out the same way here.
-            (work / location).parent.mkdir(parents=True, exist_ok=True)
-            (work / location).symlink_to(corpus_path.resolve())
-        imported = isolation(venv, work)
-        from validate.contract import load_corpus
-
+        (tmp / "work").mkdir()
+        imported = isolation(venv, tmp / "work")
         idx = sample(frozen, n)
-        child = derive(frozen, name=f"{frozen.name}.smoke", idx=idx, corpus=load_corpus(frozen.environment.corpus),
+        child = derive(frozen, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
                        rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
-        write_manifest(child, work / "manifests/smoke.json")
-        log(f"rerunning {len(idx)} tasks × {len(child.expectations.agents())} agents with the installed package ...")
-        env = {"PATH": f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(work)}
-        proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", "manifests/smoke.json",
-                               "--run-dir", "run", "--phase", "controls", "-c", "2"],
-                              cwd=work, env=env, capture_output=True, text=True)
-        if not (work / "run/attempts.parquet").exists():
+        entry = new_entry(ctx.paths.smoke)
+        write_manifest(child, entry / "manifest.json")
+        log(f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ...")
+        data = [a for p in ctx.hints.search for a in ("--data", str(Path(p).resolve()))]
+        proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(entry / "manifest.json"),
+                               "--run-dir", str(tmp / "run"), "--phase", "smoke", "--agents", "all", "-c", "2", *data],
+                              env=_env(venv, tmp / "work"), capture_output=True, text=True)
+        if not (tmp / "run/attempts.parquet").exists():
             raise ValidateError(f"smoke: the installed `validate run` left no evidence (exit {proc.returncode}): "
                                 f"{proc.stderr.strip()[-1500:]}")
-        n_cmp, mismatches = compare(run_dir, work / "run")
-        passed = proc.returncode == 0 and not mismatches
+        tolerance = ctx.manifest.environment.scorer.smoke_tolerance
+        n_cmp, mismatches = compare(ctx.paths.root, tmp / "run", tolerance)
+        passed = not mismatches and n_cmp > 0
         result = SmokeResult(
-            passed=passed, sample_idx=idx, wheel=wheel.name, wheel_sha256=_sha(wheel), sdist=sdist.name,
-            sdist_sha256=_sha(sdist), imported_from=imported, compared=n_cmp, mismatches=mismatches,
+            passed=passed, sample_idx=idx, manifest_sha256=child.sha256, wheel=wheel.name,
+            wheel_sha256=sha256_tag(wheel.read_bytes()), sdist=sdist.name, sdist_sha256=sha256_tag(sdist.read_bytes()),
+            imported_from=imported, compared=n_cmp, mismatches=mismatches, rerun_exit_code=proc.returncode,
             summary=(f"{n_cmp - len(mismatches)}/{n_cmp} attempts of the installed wheel ({wheel.name}) in a fresh "
-                     f"virtualenv equal the frozen run's (task, workspace and reply hashes, reward); "
-                     f"`validate run` exit {proc.returncode}"))
-        dest = run_dir / "smoke"
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir()
-        for name in ("attempts.parquet", "tasks.parquet", "exclusions.parquet", "run.json", "checksums"):
-            shutil.copy(work / "run" / name, dest / name)
-        shutil.copy(work / "manifests/smoke.json", dest / "manifest.json")
-        atomic_write(dest / "result.json", result.model_dump_json(indent=2).encode() + b"\n")
-        write_checksums(RunPaths(run_dir))
+                     f"virtualenv equal the frozen run's (task, workspace and reply hashes, reward"
+                     f"{f' within {tolerance}' if tolerance else ''})"))
+        shutil.copytree(tmp / "run", entry / "run", ignore=shutil.ignore_patterns(".*"))
+        write_json(entry / "result.json", result)
+        write_checksums(ctx.paths)
         return result
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,80 +1,231 @@
-"""Attempts in, one verdict out: a pure function with one reason per excluded task.
+"""Verdicts as pure functions: a task's attempts in, one task verdict out; a run's facts in,
+one dataset verdict out. No I/O, so `validate audit` re-derives both from the evidence.
 
-A task is **compatible** iff the oracle passes (status ok, reward ≥ threshold), every
-control is rejected (reward under its ceiling, with no harness-side error), no attempt had
-an infrastructure exception, and no blocking finding applies. Otherwise exactly one
-reason, the first that applies of: infrastructure_failure, unsupported_execution_contract,
-invalid_task_or_verifier, oracle_fails_on_valid_task.
+A task is **compatible** iff, in this run, the oracle and every control the contract names
+have a final attempt, the oracle passes, every control stays under its ceiling, no blocking
+finding applies, and there was no exception (under the contract's exception rule). It is
+**excluded** with exactly one reason, the first that applies of `REASON_ORDER`, when the
+evidence already decides it, and **incomplete** (neither) when an agent the contract names
+never ran and nothing else decided it.
+
+Exception rules: ``strict`` (the default) excludes a task with any infrastructure or harness
+exception in the run, superseded ones included; ``retry`` (declared at freeze) looks at each
+agent's final attempt only, and the verdict records that the task passed only after a retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import Literal, NamedTuple
 
-from validate.contract import Expectations
-from validate.findings import Finding
-from validate.records import AGENT_STATUSES, Attempt
+from pydantic import BaseModel, Field
+
+from environment.protocol import Finding
+from validate.records import AGENT_STATUSES, EXCEPTION_STATUSES
+
+
+class Rule(NamedTuple):
+    """What the contract expects of one agent."""
+
+    role: str
+    ceiling: float
 
 
 class Outcome(NamedTuple):
-    """What a verdict needs of an attempt (an `Attempt` has the same attributes); small
-    enough to keep one per (task, agent) for a whole pool."""
+    """What a verdict needs of an attempt (an `Attempt` has these attributes); small enough
+    to keep one per attempt of a whole pool."""
 
     agent: str
+    attempt: int
     status: str
     reward: float | None
-    as_expected: bool
     error_class: str | None
     error_message: str | None
-    phase: str
 
     @classmethod
-    def of(cls, a: Attempt) -> Outcome:
-        return cls(a.agent, a.status, a.reward, a.as_expected, a.error_class, a.error_message, a.phase)
+    def of(cls, a) -> Outcome:
+        return cls(a.agent, a.attempt, a.status, a.reward, a.error_class, a.error_message)
 
 
-def outcome_as_expected(agent: str, status: str, reward: float | None, exp: Expectations,
-                        expect: str = "reject") -> bool:
-    """The oracle passes; a control stays under its ceiling; a probe lands strictly between
-    0 and the oracle's threshold (the pilot also compares it with the controls)."""
-    if agent == "oracle":
-        return status == "ok" and reward is not None and reward >= exp.oracle_min_reward
-    if expect == "partial":
-        return status == "ok" and reward is not None and 0.0 < reward < exp.oracle_min_reward
-    return status in AGENT_STATUSES and (reward or 0.0) < exp.ceiling(agent)
+def as_expected(rule: Rule, status: str, reward: float | None, pass_threshold: float) -> bool:
+    """The oracle passes; a control stays under its ceiling; a probe lands strictly between 0
+    and the pass threshold (the pilot also compares it with the controls)."""
+    if rule.role == "oracle":
+        return status == "ok" and reward is not None and reward >= pass_threshold
+    if rule.role == "probe":
+        return status == "ok" and reward is not None and 0.0 < reward < pass_threshold
+    return status in AGENT_STATUSES and (reward or 0.0) < rule.ceiling
 
 
-def decide(final: Iterable[Attempt | Outcome], agents: list[str], exp: Expectations,
-           findings: list[Finding]) -> tuple[str | None, str]:
-    """``(reason or None, detail)`` from each agent's final (non-superseded) attempt."""
-    by_agent = {a.agent: a for a in final}
+class Decision(NamedTuple):
+    verdict: str
+    reason: str | None
+    missing: list[str]
+    detail: str
+    oracle_reward: float | None
+    max_control_reward: float | None
+    max_control_agent: str | None
+    margin: float | None
+    retried: bool
+
+
+def _final(attempts: Iterable[Outcome]) -> tuple[list[Outcome], dict[str, Outcome]]:
+    every = list(attempts)
+    final: dict[str, Outcome] = {}
+    for a in every:
+        if a.agent not in final or a.attempt > final[a.agent].attempt:
+            final[a.agent] = a
+    return every, final
+
+
+def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str, Rule], pass_threshold: float,
+           exception_rule: str, findings: Sequence[Finding]) -> Decision:
+    """One task's verdict from all its attempts in the run (superseded included). `required`:
+    the oracle and the controls the contract names that apply to this task."""
+    every, final = _final(attempts)
     notes = [f.detail for f in findings if not f.blocking]
+    oracle = next((a for a in final.values() if rules[a.agent].role == "oracle"), None)
+    controls = [a for a in final.values() if rules[a.agent].role == "control" and a.reward is not None]
+    top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
+    o_reward = oracle.reward if oracle else None
+    margin = o_reward - top.reward if o_reward is not None and top is not None else None
 
-    def verdict(reason: str | None, detail: str) -> tuple[str | None, str]:
-        return reason, "; ".join([detail, *notes]) if notes else detail
+    def verdict(kind: str, reason: str | None, detail: str, missing: Sequence[str] = (),
+                retried: bool = False) -> Decision:
+        return Decision(kind, reason, list(missing), "; ".join([detail, *notes]), o_reward,
+                        top.reward if top else None, top.agent if top else None, margin, retried)
 
-    missing = [a for a in agents if a not in by_agent]
-    infra = [a for a in by_agent.values() if a.status == "infrastructure_error"]
-    if missing or infra:
-        parts = [f"no attempt recorded for {', '.join(missing)}"] if missing else []
-        parts += [f"{a.agent}: {a.error_class}: {a.error_message}" for a in infra]
-        return verdict("infrastructure_failure", "; ".join(parts))
-    unsupported = [a for a in by_agent.values() if a.status == "unsupported_execution_contract"]
+    pool = every if exception_rule == "strict" else list(final.values())
+    exceptions = [a for a in pool if a.status in EXCEPTION_STATUSES]
+    if exceptions:
+        parts = [f"{a.agent} try {a.attempt}: {a.status}: {a.error_class}: {a.error_message}" for a in exceptions]
+        if any(a is not final[a.agent] for a in exceptions):
+            parts.append("strict exception rule: an exception excludes the task even when a retry passed")
+        return verdict("excluded", "infrastructure_failure", "; ".join(parts))
+    unsupported = [a for a in final.values() if a.status == "unsupported_execution_contract"]
     if unsupported:
-        return verdict("unsupported_execution_contract", unsupported[0].error_message or "")
+        return verdict("excluded", "unsupported_execution_contract", unsupported[0].error_message or "")
     invalid = [f.detail for f in findings if f.blocking]
     invalid += [f"{a.agent}: scorer raised {a.error_class}: {a.error_message}"
-                for a in by_agent.values() if a.status == "scorer_error"]
-    invalid += [f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {exp.ceiling(a.agent):.4f})"
-                for a in by_agent.values()
-                if a.agent != "oracle" and a.status in AGENT_STATUSES and not a.as_expected]
+                for a in final.values() if a.status == "scorer_error"]
+    for a in final.values():
+        rule = rules[a.agent]
+        if rule.role == "control" and a.status in AGENT_STATUSES \
+                and not as_expected(rule, a.status, a.reward, pass_threshold):
+            invalid.append(f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {rule.ceiling:.4f})")
     if invalid:
-        return verdict("invalid_task_or_verifier", "; ".join(invalid))
-    oracle = by_agent.get("oracle")
-    if oracle is None:
-        return verdict(None, "every control rejected (the oracle was not part of this run)")
-    if not oracle.as_expected:
-        return verdict("oracle_fails_on_valid_task",
-                       f"oracle status {oracle.status}, reward {oracle.reward} < {exp.oracle_min_reward}")
-    return verdict(None, "oracle passed; every control rejected")
+        return verdict("excluded", "invalid_task_or_verifier", "; ".join(invalid))
+    if oracle is not None and not as_expected(rules[oracle.agent], oracle.status, oracle.reward, pass_threshold):
+        return verdict("excluded", "oracle_fails_on_valid_task",
+                       f"oracle status {oracle.status}, reward {oracle.reward} < {pass_threshold}")
+    missing = [name for name in required if name not in final]
+    if missing:
+        return verdict("incomplete", None, f"no attempt in this run for {', '.join(missing)}", missing)
+    retried = any(a.status in EXCEPTION_STATUSES for a in every)
+    return verdict("compatible", None, "oracle passed; every control rejected"
+                   + (" (after an infrastructure retry)" if retried else ""), retried=retried)
+
+
+# --- the dataset verdict ---------------------------------------------------------------
+
+#: Every criterion a phase can be held to, in the order reports list them.
+CRITERIA: dict[str, str] = {
+    "complete": "every task has a final verdict (no incomplete task; the run was not interrupted)",
+    "every_task_compatible": "every sampled task is compatible (a control that passes fails the pilot)",
+    "minimum": "compatible tasks reach the contract's minimum count",
+    "one_reason": "every excluded task has exactly one reason in the exclusion ledger",
+    "patches": "the code that ran is a commit, or its patch is stored and documented",
+    "dataset_findings": "no blocking finding over the dataset as a whole",
+    "probes": "every partial-credit probe scored strictly between the controls and the oracle",
+    "smoke": "the fresh-materialisation smoke test passed",
+}
+
+
+class RunFacts(BaseModel):
+    """What the dataset verdict is decided from (all counted from the evidence)."""
+
+    tasks: int
+    compatible: int
+    excluded: int
+    incomplete: int
+    interrupted: bool = False
+    min_task_count: int
+    excluded_without_one_reason: int = 0
+    patch: Literal["none", "documented", "undocumented"] = "none"
+    blocking_dataset_findings: list[str] = Field(default_factory=list)
+    probes_total: int = 0
+    probes_ok: int = 0
+    smoke: Literal["passed", "failed", "not run"] = "not run"
+    #: A note on why controls never ran (a pool below its minimum), for the report.
+    note: str = ""
+
+
+class Criterion(BaseModel):
+    name: str
+    status: Literal["met", "failed", "missing"]
+    detail: str
+
+
+class DatasetVerdict(BaseModel):
+    verdict: Literal["PASS", "FAIL", "INCOMPLETE"] = Field(
+        description="PASS: every required criterion met; FAIL: one failed; INCOMPLETE: evidence missing, none failed.")
+    evidence: Literal["complete", "INCOMPLETE"] = Field(description="Whether any required evidence is missing.")
+    criteria: list[Criterion]
+
+    @property
+    def headline(self) -> str:
+        missing = [c.detail for c in self.criteria if c.status == "missing"]
+        tail = f" — evidence INCOMPLETE: {'; '.join(missing)}" if missing and self.verdict != "INCOMPLETE" else ""
+        if self.verdict == "INCOMPLETE":
+            tail = f": {'; '.join(missing)}"
+        failed = [c.detail for c in self.criteria if c.status == "failed"]
+        return f"Dataset verdict: {self.verdict}" + (f" ({'; '.join(failed)})" if failed else "") + tail
+
+
+def _criterion(name: str, f: RunFacts) -> Criterion:
+    def c(status: str, detail: str) -> Criterion:
+        return Criterion(name=name, status=status, detail=detail)
+
+    if name == "complete":
+        if f.incomplete or f.interrupted:
+            why = "the run was interrupted; " if f.interrupted else ""
+            return c("missing", f"{why}{f.incomplete}/{f.tasks} tasks incomplete{(' (' + f.note + ')') if f.note else ''}")
+        return c("met", f"{f.tasks}/{f.tasks} tasks have a final verdict")
+    if name == "every_task_compatible":
+        if f.excluded:
+            return c("failed", f"{f.excluded}/{f.tasks} sampled tasks excluded")
+        return c("missing" if f.incomplete else "met", f"{f.compatible}/{f.tasks} sampled tasks compatible")
+    if name == "minimum":
+        if f.compatible >= f.min_task_count:
+            return c("met", f"{f.compatible} compatible ≥ minimum {f.min_task_count}")
+        if f.compatible + f.incomplete >= f.min_task_count:
+            return c("missing", f"{f.compatible} compatible so far, minimum {f.min_task_count}")
+        return c("failed", f"{f.compatible} compatible < minimum {f.min_task_count}")
+    if name == "one_reason":
+        bad = f.excluded_without_one_reason
+        return c("failed" if bad else "met", f"{bad} excluded task(s) without exactly one reason" if bad
+                 else f"{f.excluded} excluded, one reason each")
+    if name == "patches":
+        return c("failed" if f.patch == "undocumented" else "met",
+                 {"none": "no patch: the code is a commit", "documented": "the patch is stored and documented",
+                  "undocumented": "the code had uncommitted changes that are not stored"}[f.patch])
+    if name == "dataset_findings":
+        bad = f.blocking_dataset_findings
+        return c("failed" if bad else "met", "; ".join(bad) if bad else "no blocking dataset finding")
+    if name == "probes":
+        if f.probes_total == 0:
+            return c("met", "no probe applies")
+        return c("met" if f.probes_ok == f.probes_total else "failed",
+                 f"{f.probes_ok}/{f.probes_total} probes strictly between the controls and the oracle")
+    if name == "smoke":
+        return c({"passed": "met", "failed": "failed", "not run": "missing"}[f.smoke], f"smoke test {f.smoke}")
+    raise ValueError(f"unknown criterion {name!r}")
+
+
+def dataset_verdict(facts: RunFacts, required: Sequence[str]) -> DatasetVerdict:
+    """FAIL if any required criterion failed; else INCOMPLETE if any is missing; else PASS."""
+    criteria = [_criterion(name, facts) for name in CRITERIA if name in required]
+    statuses = {c.status for c in criteria}
+    verdict = "FAIL" if "failed" in statuses else "INCOMPLETE" if "missing" in statuses else "PASS"
+    return DatasetVerdict(verdict=verdict, evidence="INCOMPLETE" if "missing" in statuses else "complete",
+                          criteria=criteria)

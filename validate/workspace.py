@@ -1,43 +1,51 @@
-"""Materialise one attempt on the host: workspace, agent dir and (oracle only) answer key.
+"""Materialise one attempt on the host, and read its reply back.
 
-    <attempt dir>/            mode 0755, removed after the attempt
-        workspace/            → /workspace (rw), owned by the sandbox uid: the task's files
-        agent/                → /agent (ro): agent.py, agentlib.py, task.json
-        answer_key/           → /answer_key (ro), only for an agent that sees the answer key
+    <attempt dir>/            mode 0711 root: traversable, not listable; removed after the attempt
+        workspace/            → /workspace (rw), owned by the agent's uid: the task's files
+        tmp/                  → /tmp (rw), owned by the agent's uid
+        agent/                → /agent (ro): agent.py, agentlib.py, support files, task.json,
+                                 and source/ (the environment's source) for agents that see it
+        answer_key/           → /answer_key (ro), only for an agent that sees the answer key:
+                                 answer.json, mode 0400, owned by the key-reading uid
 
-The reply is read back from ``workspace/reply.txt`` without following symlinks (a hostile
-agent could point it at a host file) and capped at ``max_reply_bytes``.
+Agents that see the answer key run as `KEY_UID`, every other agent as `AGENT_UID`, so the
+key is unreadable to any other agent even on the host. ``task.json`` is the agent view:
+the prompt, the environment's public meta and an opaque id (`Manifest.opaque_id`) — never
+the task's id or hash.
+
+The reply is read back from ``workspace/reply.txt`` without following symlinks and without
+blocking (a FIFO), refused unless it is a regular file, and capped at ``max_reply_bytes``.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
-import json
 import os
 import shutil
 import stat
-import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from validate.agents import AgentSpec, program_source
+from environment.protocol import AgentSpec, Task, canonical_json, sha256_tag
+from validate.agents import agentlib_source
 from validate.paths import REPLY_FILE, SANDBOX_AGENT, SANDBOX_ANSWER_KEY, SANDBOX_WORKSPACE
 from validate.sandbox import Mount
 
-SANDBOX_UID = 65534
+AGENT_UID = 65534
+KEY_UID = AGENT_UID  # 65533 once the backends run each request as its own user
 
 
 def workspace_sha256(files: dict[str, bytes]) -> str:
     """sha256 of the canonical JSON ``{name: sha256(bytes)}`` of the task's files."""
-    view = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    return "sha256:" + hashlib.sha256(json.dumps(view, sort_keys=True).encode()).hexdigest()
+    return sha256_tag(canonical_json({name: sha256_tag(data)[7:] for name, data in files.items()}))
 
 
-def agent_view(task) -> dict:
-    """What ``/agent/task.json`` holds: public facts of the task, never the gold."""
-    return {"id": task.id, "hash": task.hash, "prompt": task.prompt, "meta": {"n_papers": task.n_papers}}
+def agent_view(task: Task, opaque_id: str) -> bytes:
+    """What ``/agent/task.json`` holds: the prompt, public meta and an opaque id; never the gold,
+    the task's id or its hash."""
+    return canonical_json({"id": opaque_id, "prompt": task.prompt, "meta": dict(task.meta)})
 
 
 @dataclass(frozen=True)
@@ -45,64 +53,113 @@ class Materialised:
     root: Path
     mounts: tuple[Mount, ...]
     env: dict[str, str]
+    user: str
+    tmp: Path
 
     @property
     def reply_path(self) -> Path:
         return self.root / "workspace" / REPLY_FILE
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
+def _write(path: Path, data: bytes, mode: int, owner: int = 0) -> None:
     path.write_bytes(data)
+    os.chown(path, owner, owner)
     path.chmod(mode)
 
 
+def _dir(path: Path, mode: int, owner: int = 0) -> Path:
+    path.mkdir(mode=mode)
+    os.chown(path, owner, owner)
+    path.chmod(mode)
+    return path
+
+
+def lay_out(root: Path, task: Task, agent: AgentSpec, opaque_id: str,
+            source: list[tuple[str, Path]] | None = None) -> Materialised:
+    """Write the attempt's files under `root` (an empty directory) and say how to mount them."""
+    uid = KEY_UID if agent.sees_answer_key else AGENT_UID
+    root.chmod(0o711)
+    ws, tmp = _dir(root / "workspace", 0o755, uid), _dir(root / "tmp", 0o700, uid)
+    for name, data in task.files.items():
+        _write(ws / name, data, 0o644, uid)
+    ad = _dir(root / "agent", 0o755)
+    _write(ad / "agent.py", agent.program.read_bytes(), 0o644)
+    _write(ad / "agentlib.py", agentlib_source(), 0o644)
+    for extra in agent.support:
+        _write(ad / extra.name, extra.read_bytes(), 0o644)
+    _write(ad / "task.json", agent_view(task, opaque_id), 0o644)
+    if agent.sees_source:
+        for rel, path in source or []:
+            target = ad / "source" / rel
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            _write(target, path.read_bytes(), 0o644)
+    mounts = [Mount(source=ws, target=SANDBOX_WORKSPACE, read_only=False),
+              Mount(source=ad, target=SANDBOX_AGENT, read_only=True)]
+    env = {"WORKSPACE": SANDBOX_WORKSPACE, "AGENT_DIR": SANDBOX_AGENT, "PYTHONDONTWRITEBYTECODE": "1"}
+    if agent.sees_answer_key:
+        kd = _dir(root / "answer_key", 0o500, KEY_UID)
+        _write(kd / "answer.json", task.answer_key, 0o400, KEY_UID)
+        mounts.append(Mount(source=kd, target=SANDBOX_ANSWER_KEY, read_only=True))
+        env["ANSWER_KEY_DIR"] = SANDBOX_ANSWER_KEY
+    return Materialised(root=root, mounts=tuple(mounts), env=env, user=f"{uid}:{uid}", tmp=tmp)
+
+
 @contextmanager
-def materialise(task, agent: AgentSpec, base: Path | None = None):
-    root = Path(tempfile.mkdtemp(prefix="attempt-", dir=base))
-    try:
-        root.chmod(0o755)
-        ws, ad = root / "workspace", root / "agent"
-        ws.mkdir()
-        ad.mkdir(mode=0o755)
-        for name, data in task.files.items():
-            _write(ws / name, data, 0o644)
-        os.chown(ws, SANDBOX_UID, SANDBOX_UID)
-        _write(ad / "agent.py", agent.source(), 0o644)
-        _write(ad / "agentlib.py", program_source("agentlib.py"), 0o644)
-        _write(ad / "task.json", json.dumps(agent_view(task), sort_keys=True).encode(), 0o644)
-        ad.chmod(0o755)
-        mounts = [Mount(source=ws, target=SANDBOX_WORKSPACE, read_only=False),
-                  Mount(source=ad, target=SANDBOX_AGENT, read_only=True)]
-        env = {"WORKSPACE": SANDBOX_WORKSPACE, "AGENT_DIR": SANDBOX_AGENT, "PYTHONDONTWRITEBYTECODE": "1"}
-        if agent.sees_answer_key:
-            kd = root / "answer_key"
-            kd.mkdir(mode=0o755)
-            _write(kd / "answer.json", task.answer_key, 0o644)
-            mounts.append(Mount(source=kd, target=SANDBOX_ANSWER_KEY, read_only=True))
-            env["ANSWER_KEY_DIR"] = SANDBOX_ANSWER_KEY
-        yield Materialised(root=root, mounts=tuple(mounts), env=env)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def materialise(task: Task, agent: AgentSpec, opaque_id: str, storage, source=None) -> Iterator[Materialised]:
+    """Lay the attempt out in a fresh directory from `storage` (a context manager yielding an
+    empty directory, removed with everything in it on exit)."""
+    with storage() as root:
+        yield lay_out(Path(root), task, agent, opaque_id, source)
 
 
-class ReplyTooLarge(Exception):
-    pass
+class NotAReply(Exception):
+    """The reply file exists but is not a regular file."""
+
+
+class ReplyTooLarge(NotAReply):
+    """The reply is larger than allowed."""
 
 
 def read_reply(path: Path, max_bytes: int) -> bytes | None:
-    """The reply's bytes, None when there is none; `ReplyTooLarge` past `max_bytes`."""
+    """The reply's bytes; None when there is no reply file; `NotAReply` (with a message for the
+    evidence) for a directory, FIFO, symlink, device or socket, or a reply over `max_bytes`."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENXIO):  # a symlink or a fifo: not a reply
-            return None
+        if e.errno == errno.ELOOP:
+            raise NotAReply(f"{REPLY_FILE} is a symbolic link, not a file") from None
+        if e.errno == errno.ENXIO:
+            raise NotAReply(f"{REPLY_FILE} is a FIFO or socket with no writer, not a file") from None
         raise
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+            raise NotAReply(f"{REPLY_FILE} is {kind}, not a file")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
         raise ReplyTooLarge(f"the reply is larger than {max_bytes} bytes")
-    return data
+    return b"".join(chunks)
+
+
+@contextmanager
+def temp_storage(base: Path | None = None) -> Iterator[Path]:
+    """A plain temporary directory (no quota), removed after."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="attempt-", dir=base))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

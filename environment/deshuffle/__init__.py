@@ -15,8 +15,11 @@ Task generation
     same corpus revision, config and idx give byte-identical files and the same hash.
 
 Task identity
-    ``id`` is ``deshuffle:<idx>:<seed>``; ``hash`` is ``sha256:`` of the canonical JSON
-    (sorted keys, no whitespace) of ``{id, prompt, files: {name: sha256}, gold}``.
+    ``id`` is ``deshuffle-papers/<config digest>/<idx>`` (unique per config); ``hash`` is
+    ``sha256:`` of the canonical JSON (sorted keys, no whitespace) of
+    ``{id, prompt, files: {name: sha256}, gold}``. Agents see neither: the harness shows them
+    an opaque id. The family of a task is its anchor paper's source; its public meta is
+    ``n_papers`` (the prompt states it) and ``n_units``.
 
 Answers and scoring
     See `parse` (the last balanced ``\\boxed{}``; a 4 MiB reply cap) and `score`
@@ -30,8 +33,6 @@ from environment.deshuffle.generate import (
     DeshuffleConfig,
     DeshuffleTask,
     DeshuffleTaskset,
-    ScoreResult,
-    canonical_json,
 )
 from environment.deshuffle.hub import HUB_REPO, HUB_REVISION
 from environment.deshuffle.parse import MAX_REPLY_CHARS, parse_partition
@@ -40,5 +41,5 @@ from environment.deshuffle.score import METRIC_NAMES, analyze_ordering
 __all__ = [
     "ENV_NAME", "HUB_REPO", "HUB_REVISION", "MAX_REPLY_CHARS", "METRIC_NAMES", "PARAGRAPHS_FILE",
     "Corpus", "CorpusError", "DeshuffleConfig", "DeshuffleTask", "DeshuffleTaskset", "Paper",
-    "Paragraph", "ScoreResult", "analyze_ordering", "canonical_json", "parse_partition",
+    "Paragraph", "analyze_ordering", "parse_partition",
 ]

@@ -1,9 +1,16 @@
 """Deterministic task generation: (corpus revision, config, idx) → identical bytes anywhere.
 
-Randomness comes from one `random.Random` per task, seeded with the first 8 bytes of
-``sha256("deshuffle-papers:<seed>:<idx>")``, and only its ``random()`` method is used
-(the one stream Python guarantees across versions); integer draws are
-``floor(random() * n)``. No ``hash()``, no set order.
+Two random streams per task, each a `random.Random` of which only ``random()`` is used (the
+one stream Python guarantees across versions; integer draws are ``floor(random() * n)``):
+
+- the *selection* stream, seeded with ``sha256("deshuffle-papers:<seed>:<idx>")``, draws the
+  paper count and the co-papers;
+- the *shuffle* stream, seeded with sha256 of the seed, idx and every chosen unit's text *in
+  true order*. Replaying it needs the answer, so nothing an agent can see (the shuffled
+  texts, the prompt, the public meta, even this source and the idx) lets it replay the
+  shuffle. A shuffle seeded from (seed, idx) alone was replayable from the task id.
+
+No ``hash()``, no set order.
 """
 
 from __future__ import annotations
@@ -13,19 +20,20 @@ import json
 import random
 from collections.abc import Iterator
 from functools import cached_property
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from environment.deshuffle.corpus import Corpus, Paper
 from environment.deshuffle.score import METRIC_NAMES, analyze_ordering
+from environment.protocol import Score, canonical_json, config_digest
 
 ENV_NAME = "deshuffle-papers"
 PARAGRAPHS_FILE = "paragraphs.jsonl"
-
-
-def canonical_json(value: object) -> bytes:
-    """Sorted keys, no whitespace, UTF-8: the one serialisation that is hashed."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+#: Where the local snapshot lies relative to the project's root (read where it lies).
+DEFAULT_CORPUS = "../shared/corpus/papers.jsonl.gz"
+#: Units a paper may have and still count as short in the pilot's strata.
+SHORT_PAPER_UNITS = 40
 
 
 def sha256_hex(data: bytes) -> str:
@@ -37,16 +45,18 @@ class DeshuffleConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: Fewest complete papers in one task (inclusive).
-    min_papers: int = Field(default=1, ge=1)
-    #: Most complete papers in one task (inclusive).
-    max_papers: int = Field(default=1, ge=1)
-    #: Task-generation seed; with idx it fixes every random choice.
-    seed: int = 0
-    #: Restrict papers to one source present in the corpus (None = all sources).
-    source: str | None = None
-    #: Add each section heading as an orderable unit before its section's first paragraph.
-    include_headers: bool = False
+    schema_version: Literal[1] = Field(default=1, description="Version of this config's schema.")
+    corpus: str = Field(default=DEFAULT_CORPUS, min_length=1,
+                        description="The paper corpus: a local snapshot (.jsonl, .jsonl.gz, .parquet; found by "
+                                    "its sha256 revision, this path first) or 'hub' for the pinned Hugging Face "
+                                    "revision (needs the network).")
+    min_papers: int = Field(default=1, ge=1, le=1000, description="Fewest complete papers in one task (inclusive).")
+    max_papers: int = Field(default=1, ge=1, le=1000, description="Most complete papers in one task (inclusive).")
+    seed: int = Field(default=0, ge=0, lt=2**63, description="Task-generation seed; with idx it fixes every "
+                                                                "random choice.")
+    source: str | None = Field(default=None, description="Only papers of this source (e.g. arxiv, biorxiv, plos); "
+                                                          "None: every source.")
+    include_headers: bool = Field(default=False, description="Section headings are orderable units of their own.")
 
     @model_validator(mode="after")
     def _range(self) -> DeshuffleConfig:
@@ -56,11 +66,11 @@ class DeshuffleConfig(BaseModel):
 
 
 class Rng:
-    """Draws from `random.Random.random` only (stable across Python versions)."""
+    """Draws from `random.Random.random` only (stable across Python versions), seeded with the
+    first 8 bytes of sha256 of `key`."""
 
-    def __init__(self, seed: int, idx: int) -> None:
-        digest = hashlib.sha256(f"{ENV_NAME}:{seed}:{idx}".encode()).digest()
-        self._r = random.Random(int.from_bytes(digest[:8], "big"))
+    def __init__(self, key: bytes) -> None:
+        self._r = random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
 
     def below(self, n: int) -> int:
         return int(self._r.random() * n)
@@ -84,10 +94,13 @@ class Rng:
 
 
 class DeshuffleTask(BaseModel):
-    """One task: what the agent sees (`prompt`, `files`) and what only the scorer sees (`gold`)."""
+    """One task: what the agent sees (`prompt`, `files`, `meta`) and what only the scorer sees
+    (`gold`)."""
 
     model_config = ConfigDict(frozen=True)
 
+    #: ``deshuffle-papers/<config digest>/<idx>``: unique per config, so two pilot variants of
+    #: one idx never share an id.
     id: str
     idx: int
     n_papers: int
@@ -98,6 +111,16 @@ class DeshuffleTask(BaseModel):
     gold: tuple[tuple[int, ...], ...]
     paper_ids: tuple[str, ...]
     requires_network_isolation: bool = True
+
+    @property
+    def family(self) -> str:
+        """The anchor paper's source (plos, biorxiv, arxiv, medrxiv)."""
+        return self.paper_ids[0].split(":")[0]
+
+    @property
+    def meta(self) -> dict[str, int]:
+        """Public facts, shown to agents: the paper count (the prompt states it) and the units."""
+        return {"n_papers": self.n_papers, "n_units": self.n_labels}
 
     @cached_property
     def hash(self) -> str:
@@ -111,7 +134,7 @@ class DeshuffleTask(BaseModel):
 
     @property
     def answer_key(self) -> bytes:
-        return canonical_json({"id": self.id, "gold": self.gold})
+        return canonical_json({"gold": self.gold})
 
     @property
     def n_labels(self) -> int:
@@ -152,6 +175,8 @@ class DeshuffleTaskset:
 
     name = ENV_NAME
     metric_names = METRIC_NAMES
+    #: Procedurally generated: as many tasks as one asks for.
+    size = None
 
     def __init__(self, config: DeshuffleConfig, corpus: Corpus) -> None:
         if config.source is not None and config.source not in corpus.sources():
@@ -163,6 +188,8 @@ class DeshuffleTaskset:
                              f"papers of the corpus{'' if config.source is None else ' for source ' + config.source}")
         self.config = config
         self.corpus = corpus
+        self.revision = corpus.revision
+        self._digest = config_digest(config)
         # Each unit's text JSON-encoded once: a task's lines are then string joins.
         self._units = [[json.dumps(u, ensure_ascii=False) for u in _units(p, config.include_headers)]
                        for p in self.papers]
@@ -171,13 +198,18 @@ class DeshuffleTaskset:
         if idx < 0:
             raise ValueError(f"idx: must be ≥ 0, got {idx}")
         cfg, n = self.config, len(self.papers)
-        rng = Rng(cfg.seed, idx)
-        k = cfg.min_papers + rng.below(cfg.max_papers - cfg.min_papers + 1)
+        select = Rng(f"{ENV_NAME}:{cfg.seed}:{idx}".encode())
+        k = cfg.min_papers + select.below(cfg.max_papers - cfg.min_papers + 1)
         anchor = idx % n
-        chosen = [anchor, *rng.sample_excluding(n, k - 1, anchor)]
+        chosen = [anchor, *select.sample_excluding(n, k - 1, anchor)]
         units = [(p, u) for p, paper in enumerate(chosen) for u in range(len(self._units[paper]))]
+        secret = hashlib.sha256(f"{ENV_NAME}:shuffle:{cfg.seed}:{idx}".encode())
+        for paper in chosen:
+            for text in self._units[paper]:
+                secret.update(text.encode())
+                secret.update(b"\n")
         order = list(range(len(units)))
-        rng.shuffle(order)
+        Rng(secret.digest()).shuffle(order)
         label_of = [0] * len(units)
         lines = []
         for label, unit in enumerate(order, 1):
@@ -190,7 +222,7 @@ class DeshuffleTaskset:
             gold.append(tuple(label_of[start:start + size]))
             start += size
         return DeshuffleTask(
-            id=f"deshuffle:{idx}:{cfg.seed}",
+            id=f"{ENV_NAME}/{self._digest}/{idx}",
             idx=idx,
             n_papers=k,
             prompt=_prompt(k, len(units)),
@@ -206,13 +238,6 @@ class DeshuffleTaskset:
             yield self.task(idx)
             idx += 1
 
-    def score(self, task: DeshuffleTask, reply: str | bytes):
+    def score(self, task: DeshuffleTask, reply: str | bytes, cache_dir=None) -> Score:
         reward, metrics = analyze_ordering(reply, task.gold)
-        return ScoreResult(reward=reward, metrics=metrics)
-
-
-class ScoreResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    reward: float
-    metrics: dict[str, float]
+        return Score(reward, metrics)

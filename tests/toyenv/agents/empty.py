@@ -1,0 +1,1 @@
+"""Toy empty control: no reply."""

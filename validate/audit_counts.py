@@ -1,0 +1,215 @@
+"""Audit, second half: the numbers. run.json's counts, facts and dataset verdict, every smoke
+entry's comparison, and every report's verdict line and Counts table are recomputed from the
+ledgers; the reports are *parsed* (Markdown tables, HTML tables), not searched for a string.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from validate.evidence import file_sha256
+from validate.paths import RunPaths
+from validate.records import TaskVerdict
+from validate.summary import Counts, ProbeCheck
+from validate.verdicts import dataset_verdict
+
+
+def verdict_rows(path: Path) -> list[TaskVerdict]:
+    """tasks.parquet as models (pyarrow's Python objects: no NaN, lists as lists)."""
+    return [TaskVerdict.model_validate({**rec, "meta": rec.get("meta") or {}})
+            for rec in pq.read_table(path).to_pylist()]
+
+
+def check_counts(ev, tables, manifests, r) -> None:
+    from validate.lifecycle import REQUIRED
+
+    s, where = ev.summary, ev.root / "run.json"
+    verdicts = verdict_rows(ev.root / "tasks.parquet")
+    a = tables["attempts.parquet"]
+    by_reason: dict[str, int] = {}
+    for v in verdicts:
+        if v.reason:
+            by_reason[v.reason] = by_reason.get(v.reason, 0) + 1
+    recount = Counts(tasks=len(verdicts), compatible=sum(v.verdict == "compatible" for v in verdicts),
+                     excluded=sum(v.verdict == "excluded" for v in verdicts),
+                     incomplete=sum(v.verdict == "incomplete" for v in verdicts),
+                     excluded_by_reason=dict(sorted(by_reason.items())), attempts=len(a),
+                     superseded=int(a["superseded"].sum()),
+                     exceptions=int(a["status"].isin(["infrastructure_error", "harness_error"]).sum()),
+                     retried_passes=sum(v.verdict == "compatible" and v.retried for v in verdicts))
+    if recount != s.counts:
+        r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' {recount.model_dump()}")
+    excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == "excluded"}
+    ledger = {(x.phase, x.task_id): x.reason for x in tables["exclusions.parquet"].itertuples()}
+    if excluded != ledger:
+        r.problems.append(f"{ev.root / 'exclusions.parquet'}: does not list exactly the excluded tasks with their reasons")
+    f = s.facts
+    derived = (recount.tasks, recount.compatible, recount.excluded, recount.incomplete,
+               sum(v.verdict == "excluded" and v.reason is None for v in verdicts),
+               [x.detail for x in s.dataset_findings if x.blocking])
+    if (f.tasks, f.compatible, f.excluded, f.incomplete, f.excluded_without_one_reason,
+            f.blocking_dataset_findings) != derived:
+        r.problems.append(f"{where}: the verdict's facts differ from the ledgers'")
+    if f.min_task_count != manifests["manifest.json"].min_task_count:
+        r.problems.append(f"{where}: facts.min_task_count is not the contract's")
+    if (f.patch == "documented") != (s.patch is not None) or (
+            s.patch is not None and (not (ev.root / "patch.diff").exists()
+                                     or "sha256:" + file_sha256(ev.root / "patch.diff") != s.patch.sha256)):
+        r.problems.append(f"{where}: the patch record does not match patch.diff")
+    if list(s.required) != list(REQUIRED.get(s.kind, ())):
+        r.problems.append(f"{where}: the criteria required of a {s.kind} run are {list(REQUIRED.get(s.kind, ()))}")
+    if dataset_verdict(f, s.required) != s.dataset_verdict:
+        r.problems.append(f"{where}: the dataset verdict does not follow from its facts")
+    if s.kind == "pilot":
+        _check_probes(ev, a, verdicts, r)
+    r.checked.append("run.json's counts, facts and dataset verdict recomputed")
+
+
+def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
+    from validate.phases import probe_checks
+    from validate.records import Attempt
+    from validate.records import unflatten
+
+    attempts = [Attempt.model_validate(unflatten({k: (None if isinstance(v, float) and pd.isna(v) else v)
+                                                   for k, v in row.items()})) for row in a.to_dict("records")]
+    checks: list[ProbeCheck] = []
+    for g in ev.summary.groups:
+        checks += probe_checks(g.phase.removeprefix("pilot-"), [x for x in attempts if x.phase == g.phase],
+                               [v for v in verdicts if v.phase == g.phase])
+    if [c.model_dump() for c in checks] != [c.model_dump() for c in ev.summary.probes]:
+        r.problems.append(f"{ev.root / 'run.json'}: the probe checks differ from the attempts'")
+    if (ev.summary.facts.probes_total, ev.summary.facts.probes_ok) != (len(checks), sum(c.ok for c in checks)):
+        r.problems.append(f"{ev.root / 'run.json'}: the probe counts in its facts differ from the attempts'")
+
+
+def check_smokes(ev, paths: RunPaths, manifests, r) -> None:
+    from validate.smoke import compare
+
+    tolerance = manifests["manifest.json"].environment.scorer.smoke_tolerance
+    for name, result in ev.smokes.items():
+        entry = paths.smoke / name
+        if not (entry / "run/attempts.parquet").exists():
+            r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet)")
+            continue
+        n, mismatches = compare(paths.root, entry / "run", tolerance)
+        if (n, mismatches) != (result.get("compared"), result.get("mismatches")) \
+                or result.get("passed") != (not mismatches and n > 0):
+            r.problems.append(f"{entry / 'result.json'}: its comparison does not recompute from the two ledgers")
+        m = manifests.get(f"smoke/{name}/manifest.json")
+        if m is None or m.sha256 != result.get("manifest_sha256"):
+            r.problems.append(f"{entry / 'result.json'}: manifest_sha256 is not its sample contract's")
+    if ev.smokes:
+        r.checked.append(f"{len(ev.smokes)} smoke entries recomputed")
+
+
+class _Tables(HTMLParser):
+    """The text of every <p> and every table (rows of cells) of an HTML page, in order."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.paragraphs: list[str] = []
+        self.tables: list[list[list[str]]] = []
+        self._text: list[str] | None = None
+        self._row: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("p", "td", "th"):
+            self._text = []
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self._row = []
+
+    def handle_endtag(self, tag):
+        if tag == "p" and self._text is not None:
+            self.paragraphs.append("".join(self._text))
+            self._text = None
+        elif tag in ("td", "th") and self._text is not None and self._row is not None:
+            self._row.append("".join(self._text))
+            self._text = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[-1].append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._text is not None:
+            self._text.append(data)
+
+
+def _md_unescape(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text.replace("**", ""))
+
+
+def md_section_table(md: str, heading: str) -> list[list[str]] | None:
+    """The first table after ``## heading`` in a Markdown document, header row excluded."""
+    lines = md.splitlines()
+    try:
+        at = next(i for i, line in enumerate(lines) if _md_unescape(line) == f"## {heading}")
+    except StopIteration:
+        return None
+    rows = []
+    for line in lines[at + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
+            rows.append([_md_unescape(c.strip()) for c in cells])
+    return [row for row in rows[2:]] if len(rows) >= 2 else None
+
+
+def md_verdict_line(md: str) -> str | None:
+    for line in md.splitlines():
+        if line.startswith("**") and "Dataset verdict" in line:
+            return _md_unescape(line)
+    return None
+
+
+def check_reports(ev, paths: RunPaths, r) -> None:
+    from validate.report import ReportRecord, current_verdict
+
+    entries = sorted(p for p in paths.reports.glob("*") if p.is_dir()) if paths.reports.is_dir() else []
+    attempts_sha, tasks_sha = file_sha256(paths.attempts), file_sha256(paths.tasks)
+    for entry in entries:
+        try:
+            record = ReportRecord.model_validate_json((entry / "report.json").read_bytes())
+            md = (entry / "report.md").read_text(encoding="utf-8")
+            page = _Tables()
+            page.feed((entry / "report.html").read_text(encoding="utf-8"))
+        except Exception as e:  # noqa: BLE001 - any unreadable report is the finding
+            r.problems.append(f"{entry}: unreadable report ({type(e).__name__}: {e})")
+            continue
+        if (record.attempts_sha256, record.tasks_sha256) != (attempts_sha, tasks_sha):
+            r.unchecked.append(f"{entry}: built from earlier ledgers (the run was resumed since); kept as it was")
+            continue
+        from validate.report import count_rows
+
+        expected = count_rows(ev)
+        smokes = {k: v for k, v in ev.smokes.items() if record.smoke_entry is not None and k <= record.smoke_entry}
+        view = type(ev)(**{**ev.__dict__, "smokes": smokes})
+        verdict = current_verdict(view)
+        if record.counts != expected or record.dataset_verdict != verdict:
+            r.problems.append(f"{entry / 'report.json'}: its counts or verdict differ from the ledgers'")
+        if md_section_table(md, "Counts") != expected:
+            r.problems.append(f"{entry / 'report.md'}: its Counts table differs from the ledgers'")
+        if md_verdict_line(md) != verdict.headline:
+            r.problems.append(f"{entry / 'report.md'}: its first line is not the dataset verdict {verdict.verdict}")
+        html_counts = html_counts_table(page)
+        if html_counts != expected:
+            r.problems.append(f"{entry / 'report.html'}: its Counts table differs from the ledgers'")
+        if not page.paragraphs or page.paragraphs[0] != verdict.headline:
+            r.problems.append(f"{entry / 'report.html'}: its first line is not the dataset verdict {verdict.verdict}")
+    if entries:
+        r.checked.append(f"{len(entries)} reports parsed and recomputed")
+
+
+def html_counts_table(page: _Tables) -> list[list[str]] | None:
+    """The rows (header excluded) of the Counts table: the one headed "what | count"."""
+    for table in page.tables:
+        if table and table[0] == ["what", "count"]:
+            return table[1:]
+    return None

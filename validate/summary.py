@@ -1,0 +1,110 @@
+"""``run.json``: the run's summary, one pydantic model (the schema of record), and the
+machine facts a scoped claim names."""
+
+from __future__ import annotations
+
+import os
+import platform
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from validate.patches import PatchInfo
+from validate.records import FindingRow
+from validate.verdicts import DatasetVerdict, RunFacts
+
+
+class Machine(BaseModel):
+    """The facts a scoped claim names: OS, kernel, architecture, cores, memory (no host name)."""
+
+    system: str
+    os: str
+    kernel: str
+    architecture: str
+    cpus: int | None
+    memory_gib: float | None
+    python: str
+
+
+def machine() -> Machine:
+    try:
+        name = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        name = ""
+    try:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        memory = None
+    return Machine(system=platform.system(), os=name, kernel=platform.release(), architecture=platform.machine(),
+                   cpus=os.cpu_count(), memory_gib=memory, python=platform.python_version())
+
+
+class Stratum(BaseModel):
+    name: str
+    pool_tasks: int
+    sampled: list[int]
+
+
+class ProbeCheck(BaseModel):
+    variant: str
+    task_id: str
+    probe: str
+    reward: float | None
+    control_typical: float = Field(description="The median final control reward on the task.")
+    oracle_reward: float | None
+    ok: bool
+
+
+class Counts(BaseModel):
+    tasks: int
+    compatible: int
+    excluded: int
+    incomplete: int
+    excluded_by_reason: dict[str, int]
+    attempts: int
+    superseded: int
+    exceptions: int = Field(description="Attempts with an infrastructure or harness exception.")
+    retried_passes: int = Field(default=0, description="Compatible tasks that passed only after a retry.")
+
+
+class JudgedGroup(BaseModel):
+    """Which verdict rows come from which attempts under which contract (audit re-derives them)."""
+
+    phase: str = Field(description="The verdict rows' phase.")
+    attempt_phases: list[str] = Field(description="The attempts' phases these verdicts are judged from.")
+    manifest: str = Field(description="The contract file (relative to the run directory) whose tasks are judged.")
+    expectations: str = Field(description="The contract file whose expectations apply.")
+
+
+class RunSummary(BaseModel):
+    """Everything a reviewer reads first; `validate audit` recomputes every count in it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[2] = 2
+    run_id: str
+    kind: Literal["run", "pool", "pilot", "smoke-rerun", "eval"]
+    groups: list[JudgedGroup] = Field(description="How tasks.parquet's verdicts were judged, in order.")
+    environment: str
+    manifest_sha256: str
+    frozen_manifest_sha256: str | None = None
+    variant_manifest_sha256: dict[str, str] = Field(default_factory=dict)
+    backend: str
+    backend_version: str
+    image: str
+    image_digest: str
+    machine: Machine
+    code_commit: str
+    patch: PatchInfo | None = None
+    started_at: datetime
+    finished_at: datetime
+    interrupted: bool
+    agents: list[str]
+    counts: Counts
+    required: list[str] = Field(description="The protocol criteria this kind of run is held to.")
+    facts: RunFacts
+    dataset_verdict: DatasetVerdict
+    dataset_findings: list[FindingRow] = Field(default_factory=list)
+    strata: list[Stratum] = Field(default_factory=list)
+    probes: list[ProbeCheck] = Field(default_factory=list)
