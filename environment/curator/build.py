@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from environment.curator.themes import SPECS_DIR, TIERS, ThemeSpec, load_specs
+from environment.protocol import canonical_json
 
 MIN_ITEMS, MAX_ITEMS = 8, 12
 EVAL_FRACTION = 0.2
@@ -37,11 +37,6 @@ SYSTEM_PROMPT = (
     "<intruders>the ids of the items that do not fit, comma-separated, for example D, K</intruders>\n"
     "<theme>the principle the other items share, in one sentence</theme>"
 )
-
-
-def canonical_json(value: object) -> bytes:
-    """Sorted keys, no whitespace, UTF-8: the one serialisation that is hashed."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def sha256_hex(data: bytes) -> str:

@@ -1,8 +1,7 @@
 """Config, tasks and the taskset: the built dataset seen through the harness's protocol.
 
-A task is one built row. ``id`` is ``curator/<config digest>/<spec_id>`` (the digest is the
-first 12 hex digits of the sha256 of the canonical config, so two configs never share an
-id); ``family`` is the tier; public ``meta`` is only ``n_items`` (the prompt lists them);
+A task is one built row. ``id`` is ``curator/<config digest>/<spec_id>`` (`config_digest`:
+eight hex digits of the canonical config's sha256, so two configs never share an id); ``family`` is the tier; public ``meta`` is only ``n_items`` (the prompt lists them);
 ``prompt`` is the row's system message, a blank line and its user message; ``files`` holds
 ``collection.json`` (``[{"id", "title", "description"}]``, nothing hidden); ``answer_key`` is
 canonical JSON of the gold (intruder ids, principle, decoy, every item with its flag and
@@ -26,7 +25,7 @@ from environment.curator.judge import Judge, JudgeConfig
 from environment.curator.parse import parse_reply
 from environment.curator.score import METRIC_NAMES, score_parsed
 from environment.curator.themes import TIERS, Tier, ThemeSpec
-from environment.protocol import ConfigError, Score
+from environment.protocol import ConfigError, Score, config_digest
 
 ENV_NAME = "curator"
 
@@ -51,8 +50,6 @@ class CuratorConfig(BaseModel):
             raise ValueError("difficulty: name at least one tier of obvious, moderate, subtle")
         return tuple(t for t in TIERS if t in value)  # canonical order, no repeats
 
-    def digest(self) -> str:
-        return sha256_hex(canonical_json(self.model_dump(mode="json")))[:12]
 
 
 class CuratorTask(BaseModel):
@@ -116,7 +113,7 @@ class CuratorTaskset:
         self.rows = rows
         keep = [r for r in rows if r["info"]["difficulty"] in config.difficulty
                 and config.split in ("all", r["info"]["split"])]
-        digest = config.digest()
+        digest = config_digest(config)
         self._tasks = [_task(r, i, digest) for i, r in enumerate(keep)]
         self.size = len(self._tasks)
 
