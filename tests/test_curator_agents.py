@@ -51,7 +51,7 @@ def run_agent(agent, task, base: Path, source=None) -> bytes | None:
     env = {"WORKSPACE": str(root / "workspace"), "AGENT_DIR": str(root / "agent"),
            "ANSWER_KEY_DIR": str(root / "answer_key"), "PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(["python3", "-S", str(root / "agent" / "agent.py")], cwd=root / "workspace", env=env,
-                          user=AGENT_UID, group=AGENT_UID, capture_output=True, timeout=60)
+                          user=AGENT_UID, group=AGENT_UID, capture_output=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     reply = m.reply_path.read_bytes() if m.reply_path.exists() else None
     shutil.rmtree(root)

@@ -15,7 +15,14 @@ from environment.curator.judge import TEMPLATE_SHA256
 from environment.curator.taskset import CuratorConfig, CuratorTask, CuratorTaskset
 from environment.curator.themes import SPECS_DIR, load_specs
 from environment.curator.validate_dataset import dataset_findings, row_findings
-from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, ScorerSpec
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    Finding,
+    LoadHints,
+    ScorerSpec,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 AGENTS_DIR = PACKAGE_DIR / "agents"
@@ -69,7 +76,8 @@ class CuratorEnvironment(Environment):
     name = "curator"
     Config = CuratorConfig
 
-    def load(self, config: CuratorConfig, hints: LoadHints = LoadHints()) -> CuratorTaskset:
+    def load(self, config: CuratorConfig, hints: LoadHints | None = None) -> CuratorTaskset:
+        hints = hints or LoadHints()
         if not isinstance(config, CuratorConfig):
             config = CuratorConfig.model_validate(config)
         return CuratorTaskset(config, load_specs(_find_specs(hints)), expected_revision=hints.revision)

@@ -29,7 +29,12 @@ import urllib.request
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 from tenacity.wait import wait_base
 
 from environment.curator.build import canonical_json, sha256_hex
@@ -37,11 +42,11 @@ from environment.protocol import ScorerUnavailable
 
 TEMPLATE: tuple[tuple[str, str], ...] = (
     ("system",
-     "You grade how well a proposed theme matches the hidden principle of a collection. Answer with "
+     ("You grade how well a proposed theme matches the hidden principle of a collection. Answer with "
      "exactly one letter and nothing else.\n"
      "A: the proposed theme states the same principle (wording may differ).\n"
      "B: it is partly right, or too broad: it names a looser rule that also covers the principle.\n"
-     "C: it is wrong, or it is only the decoy (a looser rule that every item satisfies)."),
+     "C: it is wrong, or it is only the decoy (a looser rule that every item satisfies).")),
     ("user",
      "Hidden principle: {principle}\nDecoy: {decoy}\nProposed theme: {theme}\n\nGrade (A, B or C):"),
 )

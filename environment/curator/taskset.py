@@ -24,7 +24,7 @@ from environment.curator.build import build_rows, canonical_json, revision, sha2
 from environment.curator.judge import Judge, JudgeConfig
 from environment.curator.parse import parse_reply
 from environment.curator.score import METRIC_NAMES, score_parsed
-from environment.curator.themes import TIERS, Tier, ThemeSpec
+from environment.curator.themes import TIERS, ThemeSpec, Tier
 from environment.protocol import ConfigError, Score, config_digest
 
 ENV_NAME = "curator"

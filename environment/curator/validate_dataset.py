@@ -28,7 +28,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from environment.curator.agents.curatorlib import item_text, length_outliers, tfidf_outliers, tokens
+from environment.curator.agents.curatorlib import (
+    item_text,
+    length_outliers,
+    tfidf_outliers,
+    tokens,
+)
 from environment.curator.build import MAX_ITEMS, MIN_ITEMS, build_rows
 from environment.curator.score import jaccard
 from environment.curator.themes import SPECS_DIR, TIERS, load_specs
@@ -205,14 +210,14 @@ def table(rep: DatasetReport) -> str:
               "| Check | Result |", "|---|---|",
               f"| Theme-word leaks | {rep.leaks} |",
               f"| Near-duplicate themes or shared items | {len(rep.near_duplicates)} |",
-              f"| Intruder position (first / middle / last third) | {_shares(rep)} "
-              f"(chi-square {rep.position_chi2:.2f}, p {rep.position_p:.2f}) |",
-              f"| Random guess, told the true intruder count | {rep.baselines['random']:.3f} mean Jaccard "
-              f"({rep.exact_hits['random']:.3f} exact) |",
-              f"| TF-IDF odd-one-out solver (told the count) | {rep.baselines['tfidf']:.3f} "
-              f"({rep.exact_hits['tfidf']:.3f} exact) |",
-              f"| Description-length outlier solver (told the count) | {rep.baselines['length']:.3f} "
-              f"({rep.exact_hits['length']:.3f} exact) |"]
+              (f"| Intruder position (first / middle / last third) | {_shares(rep)} "
+               f"(chi-square {rep.position_chi2:.2f}, p {rep.position_p:.2f}) |"),
+              (f"| Random guess, told the true intruder count | {rep.baselines['random']:.3f} mean Jaccard "
+               f"({rep.exact_hits['random']:.3f} exact) |"),
+              (f"| TF-IDF odd-one-out solver (told the count) | {rep.baselines['tfidf']:.3f} "
+               f"({rep.exact_hits['tfidf']:.3f} exact) |"),
+              (f"| Description-length outlier solver (told the count) | {rep.baselines['length']:.3f} "
+               f"({rep.exact_hits['length']:.3f} exact) |")]
     return "\n".join(lines)
 
 

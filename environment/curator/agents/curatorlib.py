@@ -13,9 +13,7 @@ COLLECTION_FILE = "collection.json"
 
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)?")
 STOPWORDS = frozenset(
-    "a an and are as at be been by for from has have in into is it its of on or that the their "
-    "them they this to was were which with without not no than then so such can may also one two "
-    "who whose what when where how all any each other some only own same very".split())
+    ["a", "an", "and", "are", "as", "at", "be", "been", "by", "for", "from", "has", "have", "in", "into", "is", "it", "its", "of", "on", "or", "that", "the", "their", "them", "they", "this", "to", "was", "were", "which", "with", "without", "not", "no", "than", "then", "so", "such", "can", "may", "also", "one", "two", "who", "whose", "what", "when", "where", "how", "all", "any", "each", "other", "some", "only", "own", "same", "very"])
 
 
 def stem(word):
