@@ -50,5 +50,5 @@ items = loads(read(COLLECTION_FILE).decode("utf-8"))
 marked = scan(os.path.join(AGENT_DIR, "source"))
 flagged = [it["id"] for it in items if marked.get(it["title"].casefold()) is True]
 if not flagged:
-    flagged = [random.Random(task()["id"]).choice(sorted(it["id"] for it in items))]
+    flagged = [random.Random("source-peek:" + task()["id"]).choice(sorted(it["id"] for it in items))]
 reply(format_reply(flagged, "unknown"))
