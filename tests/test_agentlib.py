@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from validate.agents import program_source
+from validate.agents import agentlib_source
 
 # The very bytes mounted into every sandbox as /agent/agentlib.py.
 agentlib = types.ModuleType("agentlib")
-exec(compile(program_source("agentlib.py"), "agentlib.py", "exec"), agentlib.__dict__)
+exec(compile(agentlib_source(), "agentlib.py", "exec"), agentlib.__dict__)
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

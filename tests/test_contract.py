@@ -8,15 +8,16 @@ import shutil
 
 import pytest
 
-from validate.contract import build_taskset, load_manifest, verify, write_manifest
+from environment.protocol import LoadHints, canonical_json, sha256_tag
+from tests.conftest import HINTS, make_manifest
+from validate.contract import load_manifest, verify, write_manifest
 from validate.errors import ContractError, ProfileUnavailable
 from validate.sandbox import open_sandbox
-from tests.conftest import make_manifest
 
 
 @pytest.fixture
-def bwrap_manifest(corpus, corpus_path, sandboxes, tmp_path):
-    m = make_manifest(corpus, corpus_path, sandboxes("bwrap"), idx=[3, 1, 2, 1], max_papers=2)
+def bwrap_manifest(sandboxes, tmp_path):
+    m = make_manifest(sandboxes("bwrap"), idx=[3, 1, 2, 1], max_papers=2)
     return m, write_manifest(m, tmp_path / "m.json")
 
 
@@ -26,14 +27,26 @@ def test_roundtrip_and_contents(bwrap_manifest, sandboxes):
     loaded = load_manifest(path)
     assert loaded == m and loaded.sha256 == m.content_sha256()
     assert loaded.selection.idx == [1, 2, 3]  # sorted, distinct
-    assert [t.id for t in loaded.tasks] == ["deshuffle:1:0", "deshuffle:2:0", "deshuffle:3:0"]
+    assert [t.id.rsplit("/", 1)[1] for t in loaded.tasks] == ["1", "2", "3"]
+    assert loaded.environment.name == "deshuffle-papers" and loaded.environment.revision.startswith("sha256:")
     assert loaded.execution.network == "none" and loaded.execution.dependency_policy == "none"
-    assert loaded.expectations.agents()[0] == "oracle" and len(loaded.expectations.agents()) == 7
-    assert loaded.git_commit and loaded.harness_version
+    roles = {n: a.role for n, a in loaded.expectations.agents.items()}
+    assert roles["oracle"] == "oracle" and list(roles.values()).count("oracle") == 1
+    assert {"empty", "shuffled", "identity", "reversed", "singletons", "malformed", "source-peek"} == \
+        {n for n, r in roles.items() if r == "control"}
+    assert all(a.program_sha256.startswith("sha256:") for a in loaded.expectations.agents.values())
+    assert loaded.expectations.exception_rule == "strict" and len(loaded.salt) == 32
     raw = path.read_text()
     assert json.loads(raw) == json.loads(json.dumps(json.loads(raw), sort_keys=True))
-    taskset = verify(loaded, sandboxes("bwrap"))
+    _, taskset = verify(loaded, sandboxes("bwrap"), HINTS)
     assert [taskset.task(e.idx).hash for e in loaded.tasks] == [e.hash for e in loaded.tasks]
+
+
+@pytest.mark.bwrap
+def test_task_ids_are_unique_per_config_variant(sandboxes):
+    on = make_manifest(sandboxes("bwrap"), idx=[0], include_headers=True)
+    off = make_manifest(sandboxes("bwrap"), idx=[0], include_headers=False)
+    assert on.tasks[0].id != off.tasks[0].id and on.tasks[0].hash != off.tasks[0].hash
 
 
 @pytest.mark.bwrap
@@ -51,12 +64,13 @@ def test_edited_manifest_is_refused(bwrap_manifest):
     ("image_digest", "sha256:" + "0" * 64),
     ("architecture", "riscv64"),
     ("image", "someone-else:latest"),
+    ("backend_version", "bubblewrap 0.1.0"),
 ])
 def test_changed_image_or_profile_is_refused(bwrap_manifest, sandboxes, field, value):
     m, _ = bwrap_manifest
     changed = m.model_copy(update={"execution": m.execution.model_copy(update={field: value})}).sealed()
     with pytest.raises(ContractError, match=f"execution.{field}"):
-        verify(changed, sandboxes("bwrap"))
+        verify(changed, sandboxes("bwrap"), HINTS)
 
 
 @pytest.mark.bwrap
@@ -64,7 +78,7 @@ def test_changed_image_or_profile_is_refused(bwrap_manifest, sandboxes, field, v
 def test_other_backend_is_refused(bwrap_manifest, sandboxes):
     m, _ = bwrap_manifest
     with pytest.raises(ContractError, match="execution.backend"):
-        verify(m, sandboxes("docker"))
+        verify(m, sandboxes("docker"), HINTS)
 
 
 def test_missing_image_is_refused_before_any_task():
@@ -74,43 +88,84 @@ def test_missing_image_is_refused_before_any_task():
 
 
 @pytest.mark.bwrap
-def test_changed_corpus_is_refused(corpus, corpus_path, sandboxes, tmp_path):
+def test_changed_corpus_is_refused(corpus_path, sandboxes, tmp_path):
     copy = tmp_path / "papers.jsonl.gz"
     shutil.copy(corpus_path, copy)
-    from environment.deshuffle import Corpus
-
-    local = Corpus.from_path(copy)
-    m = make_manifest(local, copy, sandboxes("bwrap"), idx=[0])
+    m = make_manifest(sandboxes("bwrap"), idx=[0], corpus=str(copy))
     with gzip.open(copy, "rt") as fh:
         lines = fh.readlines()
     with gzip.open(copy, "wt") as fh:
         fh.writelines(lines[:-1])  # one paper fewer
-    with pytest.raises(ContractError, match="environment.corpus.revision"):
-        verify(m, sandboxes("bwrap"))
+    with pytest.raises(ContractError, match=r"environment.config.corpus: no corpus file with revision"):
+        verify(m, sandboxes("bwrap"), LoadHints())
+
+
+@pytest.mark.bwrap
+def test_the_corpus_is_found_by_its_revision_not_the_working_directory(corpus_path, sandboxes, tmp_path,
+                                                                         monkeypatch):
+    default = make_manifest(sandboxes("bwrap"), idx=[0], corpus="../shared/corpus/papers.jsonl.gz")
+    monkeypatch.chdir(tmp_path)  # the relative path means nothing here ...
+    verify(default, sandboxes("bwrap"), LoadHints())  # ... but it is found below the project's root
+    m = make_manifest(sandboxes("bwrap"), idx=[0], corpus="data/papers.jsonl.gz")
+    with pytest.raises(ContractError, match="--data PATH"):
+        verify(m, sandboxes("bwrap"), LoadHints())
+    verify(m, sandboxes("bwrap"), LoadHints(search=(corpus_path.parent,)))  # a folder is searched by name
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    shutil.copy(corpus_path, cache / "papers.jsonl.gz")
+    monkeypatch.setenv("VALIDATE_DATA_DIR", str(cache))
+    verify(m, sandboxes("bwrap"), LoadHints())
 
 
 @pytest.mark.bwrap
 def test_changed_task_hash_is_refused(bwrap_manifest, sandboxes):
     m, _ = bwrap_manifest
     tasks = [m.tasks[0].model_copy(update={"hash": "sha256:" + "1" * 64}), *m.tasks[1:]]
-    with pytest.raises(ContractError, match=r"tasks\[0\].hash \(deshuffle:1:0\)"):
-        verify(m.model_copy(update={"tasks": tasks}).sealed(), sandboxes("bwrap"))
+    from validate.contract import task_list_sha256
+
+    forged = m.model_copy(update={"tasks": tasks, "task_list_sha256": task_list_sha256(tasks)}).sealed()
+    with pytest.raises(ContractError, match=r"tasks\[0\].hash"):
+        verify(forged, sandboxes("bwrap"), HINTS)
 
 
-def test_unreadable_manifests(tmp_path):
+@pytest.mark.bwrap
+def test_a_changed_agent_program_is_refused(bwrap_manifest, sandboxes):
+    m, _ = bwrap_manifest
+    agents = dict(m.expectations.agents)
+    agents["oracle"] = agents["oracle"].model_copy(update={"program_sha256": "sha256:" + "2" * 64})
+    forged = m.model_copy(update={"expectations": m.expectations.model_copy(update={"agents": agents})}).sealed()
+    with pytest.raises(ContractError, match="expectations.agents.oracle.program_sha256"):
+        verify(forged, sandboxes("bwrap"), HINTS)
+
+
+def test_unreadable_and_hostile_manifests(tmp_path):
     with pytest.raises(ContractError, match="not found"):
         load_manifest(tmp_path / "none.json")
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ContractError, match="not a readable JSON"):
-        load_manifest(tmp_path / "bad.json")
+    cases = {"bad.json": b"{", "utf8.json": b'{"name": "\xff"}', "deep.json": b"[" * 100_000 + b"]" * 100_000,
+             "bigint.json": b'{"min_task_count": ' + b"9" * 5000 + b"}"}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(ContractError, match=f"{name}: not a readable JSON manifest"):
+            load_manifest(tmp_path / name)
     (tmp_path / "partial.json").write_text('{"name": "x"}')
     with pytest.raises(ContractError, match="field '"):
         load_manifest(tmp_path / "partial.json")
 
 
 @pytest.mark.bwrap
-def test_taskset_config_error_names_the_field(corpus, bwrap_manifest):
+def test_a_resealed_manifest_with_a_negative_idx_is_refused(bwrap_manifest, tmp_path):
     m, _ = bwrap_manifest
-    env = m.environment.model_copy(update={"config": m.environment.config.model_copy(update={"source": "nature"})})
+    raw = json.loads(m.to_json())
+    raw["tasks"][0]["idx"] = raw["selection"]["idx"][0] = -1
+    raw["sha256"] = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
+    (tmp_path / "neg.json").write_text(json.dumps(raw))
+    with pytest.raises(ContractError, match="tasks.0.idx"):
+        load_manifest(tmp_path / "neg.json")
+
+
+@pytest.mark.bwrap
+def test_config_errors_name_the_field(sandboxes):
     with pytest.raises(ContractError, match="environment.config.source"):
-        build_taskset(env, corpus)
+        make_manifest(sandboxes("bwrap"), idx=[0], source="nature")
+    with pytest.raises(ContractError, match="selection.idx: task -1"):
+        make_manifest(sandboxes("bwrap"), idx=[-1, 2])

@@ -11,11 +11,10 @@ import json
 
 import pytest
 
-from environment.deshuffle import Corpus
-from validate.agents import resolve
-from validate.contract import build_taskset
-from validate.evidence import read_attempts
-from validate.runner import run
+import pandas as pd
+
+from environment.deshuffle import Corpus, DeshuffleConfig, DeshuffleTaskset
+from validate.phases import run_agents
 from tests.conftest import make_ctx, make_manifest
 
 pytestmark = pytest.mark.bwrap
@@ -40,12 +39,12 @@ def tiny(tmp_path_factory):
 
 
 def verdicts_for(tiny, sandboxes, tmp_path, idx):
-    path, corpus = tiny
+    path, _ = tiny
     sandbox = sandboxes("bwrap")
-    manifest = make_manifest(corpus, path, sandbox, idx=idx)
-    ctx = make_ctx(manifest, sandbox, build_taskset(manifest.environment, corpus), tmp_path / "run")
-    _, verdicts = run(ctx, resolve("all"), 2)
-    return {v.idx: v for v in verdicts}, read_attempts(ctx.paths)
+    manifest = make_manifest(sandbox, idx=idx, corpus=str(path))
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "all", "run", 2)
+    tasks = pd.read_parquet(tmp_path / "run/tasks.parquet")
+    return {row.idx: row for row in tasks.itertuples()}, pd.read_parquet(tmp_path / "run/attempts.parquet")
 
 
 def test_single_paragraph_paper_is_invalid_not_infrastructure(tiny, sandboxes, tmp_path):
@@ -62,8 +61,8 @@ def test_identical_units_are_flagged_in_the_detail(tiny, sandboxes, tmp_path):
 
 def pair_task(tiny, sandboxes, gold: list[int]) -> int:
     """An idx anchoring the two-paragraph paper (idx 2, 6, 10, ...) whose shuffle gave `gold`."""
-    path, corpus = tiny
-    taskset = build_taskset(make_manifest(corpus, path, sandboxes("bwrap"), idx=[2]).environment, corpus)
+    _, corpus = tiny
+    taskset = DeshuffleTaskset(DeshuffleConfig(), corpus)
     return next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == gold)
 
 
@@ -82,4 +81,4 @@ def test_a_control_passing_by_chance_on_a_tiny_paper(tiny, sandboxes, tmp_path):
 
 def test_a_longer_paper_is_compatible(tiny, sandboxes, tmp_path):
     v = verdicts_for(tiny, sandboxes, tmp_path, [3])[0][3]
-    assert v.compatible and v.reason is None
+    assert v.verdict == "compatible" and pd.isna(v.reason)

@@ -18,7 +18,7 @@ METRICS = ("parsed_ok", "grouping_f1")
 
 
 def att(idx, agent="oracle", attempt=1, status="ok"):
-    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent, expect="pass",
+    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent, role="oracle",
                    attempt=attempt, status=status, reward=1.0, metrics={"parsed_ok": 1.0, "grouping_f1": 1.0},
                    started_at=datetime(2026, 1, 1, tzinfo=UTC), workspace_sha256="w", backend="b", image_digest="d")
 
@@ -55,11 +55,16 @@ def test_superseded_marks_all_but_the_latest_try(tmp_path):
     assert [(a.idx, a.attempt, a.superseded) for a in rows] == [(0, 1, True), (0, 2, False), (1, 1, False)]
 
 
-def test_metrics_become_columns(tmp_path):
+def test_metrics_become_columns_and_every_column_carries_its_description(tmp_path):
     write_table(tmp_path / "a.parquet", [att(0)], Attempt, METRICS)
     table = pq.read_table(tmp_path / "a.parquet")
     assert "metric_grouping_f1" in table.column_names and "metrics" not in table.column_names
     assert str(table.schema.field("started_at").type) == "timestamp[us, tz=UTC]"
+    for name in table.column_names:
+        about = (table.schema.field(name).metadata or {}).get(b"description", b"")
+        expected = Attempt.model_fields[name].description if name in Attempt.model_fields else None
+        assert about and (expected is None or about.decode() == expected), name
+    assert table.schema.metadata[b"model"] == b"Attempt"
 
 
 def test_resuming_with_another_manifest_is_refused(tmp_path):

@@ -54,10 +54,19 @@ def model_values(model: type[BaseModel], base: dict[str, Any], overrides: dict[s
     the option on a bad value."""
     from pydantic import ValidationError
 
+    from validate.jsonio import JSONInputError, loads
+
     merged = {**base, **overrides}
-    for k, v in list(merged.items()):
-        if v == "none" and k in overrides and _plain(model.model_fields[k].annotation) is not model.model_fields[k].annotation:
+    for k in overrides:
+        annotation = model.model_fields[k].annotation
+        kind = _plain(annotation)
+        if merged[k] == "none" and kind is not annotation:
             merged[k] = None
+        elif typing.get_origin(kind) in (list, dict, tuple) and isinstance(merged[k], str):
+            try:
+                merged[k] = loads(merged[k])
+            except JSONInputError as e:
+                raise ValidateError(f"--{k.replace('_', '-')}: expected JSON such as [1, 2] ({e})") from None
     try:
         return model.model_validate(merged, strict=False)
     except ValidationError as e:

@@ -1,7 +1,7 @@
 """deshuffle-papers behind the environment seam: config, taskset, agents, findings, strata.
 
 The corpus is found by its revision, not by the working directory: `load` tries the
-``--data`` paths first, then the config's ``corpus`` path as given, then that path below
+config's ``corpus`` path as given, then the ``--data`` paths, then that path below
 the project's root (where the repository's README says the snapshot lies), then the data
 cache (``$VALIDATE_DATA_DIR``, default ``~/.cache/validate/data``); a folder is searched for
 a file of the same name. At freeze time (no revision yet) the first file found is used and
@@ -31,7 +31,7 @@ def data_cache() -> Path:
 def _candidates(location: str, hints: LoadHints) -> list[Path]:
     name = Path(location).name
     out: list[Path] = []
-    for place in [*hints.search, Path(location), PROJECT_ROOT / location, data_cache()]:
+    for place in [Path(location), *hints.search, PROJECT_ROOT / location, data_cache()]:
         out += [place / name] if place.is_dir() else [place]
     return out
 

@@ -16,14 +16,27 @@ Field mapping, hub record → `Paper` (first present name wins):
 | title        | ``title``                                          |
 | paragraphs   | ``paragraphs``: a list of strings, or of objects with ``text`` and optional ``section`` |
 
+Only a string, or an integer that is not a bool, is taken as an id; anything else is
+passed on unchanged so that validation names the field, rather than being turned into text.
+Each downloaded file is read under the same `CorpusLimits` as a local snapshot, and every
+fault is a `CorpusError` naming ``hf:<file>`` and the line or row.
+
 The corpus revision is ``hf:<repo>@<revision>``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from environment.deshuffle.corpus import DEFAULT_CORPUS_HINT, Corpus, CorpusError, _iter_records
+from environment.deshuffle.corpus import (
+    DEFAULT_CORPUS_HINT,
+    DEFAULT_LIMITS,
+    Corpus,
+    CorpusError,
+    CorpusLimits,
+    iter_records,
+)
 
 HUB_REPO = "PrimeIntellect/deshuffle-papers-v1-corpus"
 HUB_REVISION = "dbd5cd49aff9fc1bbdc2579ff6d861ca2c868bfa"
@@ -35,14 +48,30 @@ def map_hub_record(rec: dict) -> dict:
     out = dict(rec)
     source = rec.get("source")
     pid = rec.get("paper_id") or rec.get("id")
-    if pid is not None and source and ":" not in str(pid):
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        pid = str(pid)
+    if isinstance(pid, str) and isinstance(source, str) and source and ":" not in pid:
         pid = f"{source}:{pid}"
-    out["paper_id"] = None if pid is None else str(pid)
+    out["paper_id"] = pid
     out["license"] = rec.get("license", rec.get("licence"))
     paras = rec.get("paragraphs")
     if isinstance(paras, list):
         out["paragraphs"] = [{"text": p} if isinstance(p, str) else p for p in paras]
     return out
+
+
+def iter_hub_file(name: str, local: Path, limits: CorpusLimits = DEFAULT_LIMITS,
+                  ) -> Iterator[tuple[object, str]]:
+    """Yield the mapped records of one downloaded data file; `name` is its hub name.
+
+    A fault of the file itself (not gzip, truncated, over a cap, ...) is a `CorpusError`
+    that names the hub file as well as the local copy.
+    """
+    try:
+        for rec, where in iter_records(local, limits):
+            yield (map_hub_record(rec) if isinstance(rec, dict) else rec), f"hf:{name} {where}"
+    except CorpusError as e:
+        raise CorpusError(f"hf:{name}: {e}") from None
 
 
 def _unreachable(repo: str, revision: str, err: Exception) -> CorpusError:
@@ -55,7 +84,7 @@ def _unreachable(repo: str, revision: str, err: Exception) -> CorpusError:
 
 def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
              cache_dir: str | Path | None = None, timeout_s: float = 5.0,
-             skip_invalid: bool = False) -> Corpus:
+             skip_invalid: bool = False, limits: CorpusLimits = DEFAULT_LIMITS) -> Corpus:
     """Download the pinned dataset revision and build a `Corpus` from it."""
     from huggingface_hub import HfApi, hf_hub_download
 
@@ -75,8 +104,7 @@ def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
                                         cache_dir=cache_dir, etag_timeout=timeout_s)
             except Exception as e:  # noqa: BLE001
                 raise _unreachable(repo, revision, e) from None
-            for rec, where in _iter_records(Path(local)):
-                yield (map_hub_record(rec) if isinstance(rec, dict) else rec), f"hf:{name} {where}"
+            yield from iter_hub_file(f"{repo}@{revision}/{name}", Path(local), limits)
 
     return Corpus.from_records(records(), revision=f"hf:{repo}@{revision}",
                                location=f"hf:{repo}", skip_invalid=skip_invalid)
