@@ -33,7 +33,18 @@ Tasks and agents
     `env.CuratorEnvironment.source_dir`).
 """
 
-from environment.curator.env import CuratorEnvironment
-from environment.curator.taskset import CuratorConfig, CuratorTask, CuratorTaskset
-
 __all__ = ["CuratorConfig", "CuratorEnvironment", "CuratorTask", "CuratorTaskset"]
+
+
+def __getattr__(name: str):
+    # Lazy, so ``python -m environment.curator.build`` (or ``.validate_dataset``) does not
+    # import its own module twice through the package.
+    if name == "CuratorEnvironment":
+        from environment.curator.env import CuratorEnvironment
+
+        return CuratorEnvironment
+    if name in ("CuratorConfig", "CuratorTask", "CuratorTaskset"):
+        from environment.curator import taskset
+
+        return getattr(taskset, name)
+    raise AttributeError(f"module 'environment.curator' has no attribute {name!r}")
