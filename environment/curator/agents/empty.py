@@ -1,0 +1,1 @@
+"""Empty control: leaves no reply at all."""
