@@ -6,7 +6,6 @@ sandbox's environment variables pointing at those directories. Scored in intrude
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -135,14 +134,13 @@ def test_source_peek_cannot_beat_random_with_the_code(tasks, taskset, base):
 
 def test_source_peek_is_a_real_control_it_reads_specs_when_they_are_in_view(tasks, taskset, base):
     """With the whole package (specs included) it answers every task: the hand-authored gold
-    is data, which is why `source_dir` leaves ``specs/`` out (see the report)."""
+    is data, which is why `source_files` leaves ``specs/`` out (see the report)."""
     full = sorted((p.relative_to(PACKAGE_DIR).as_posix(), p) for p in PACKAGE_DIR.rglob("*.json"))
     scores = play("source-peek", tasks[:10], taskset, base, source=full)
     assert all(s.metrics["exact_match"] == 1.0 for s in scores)
 
 
-def test_source_dir_is_stable_and_code_only():
-    a, b = ENV.source_dir(), ENV.source_dir()
-    assert a == b and (a / "env.py").is_file() and not (a / "specs").exists()
-    assert (a / "taskset.py").read_bytes() == (PACKAGE_DIR / "taskset.py").read_bytes()
-    assert os.stat(a).st_mode & 0o555 == 0o555
+def test_source_files_are_the_code_without_the_specs():
+    rels = [rel for rel, _ in ENV.source_files()]
+    assert "env.py" in rels and "taskset.py" in rels and not any(r.startswith("specs/") for r in rels)
+    assert dict(ENV.source_files())["taskset.py"].read_bytes() == (PACKAGE_DIR / "taskset.py").read_bytes()

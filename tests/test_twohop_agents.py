@@ -93,7 +93,7 @@ def test_the_oracle_scores_one_on_every_task(tmp_path):
                                   "wrong-case", "source-peek"])
 def test_each_control_fails_everywhere_it_is_not_right_by_construction(tmp_path, name):
     got = rewards(tmp_path, name)
-    expected = [float(ENV.control_may_pass(name, t) is not None) for t in TASKS]
+    expected = [float(ENV.not_applicable(SPECS[name], t) is not None) for t in TASKS]
     assert got == expected
     print(f"\n{name}: mean reward {sum(got) / len(got):.3f} ({int(sum(got))} of 36)")
     if name in ("always-unknown", "plausible-entity"):

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
 from validate.records import EXCEPTION_STATUSES, FindingRow, TaskVerdict
@@ -129,7 +130,7 @@ class Run:
         return summary
 
 
-def reopen(root, data: tuple = ()) -> tuple[RunContext, "Manifest"]:
+def reopen(root, data: tuple = ()) -> tuple[RunContext, Manifest]:
     """A finished pool's run context (its own contract verified on this machine) and its
     frozen contract, to add evidence to it (a smoke test)."""
     from pathlib import Path

@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -35,17 +31,22 @@ def _agent(name: str, role: str, program: str, tests: str, **kw) -> AgentSpec:
     return AgentSpec(name=name, role=role, program=AGENTS_DIR / program, support=SUPPORT, tests=tests, **kw)
 
 
+#: The chance-level controls hit the exact intruder set on some tasks by luck (about 1 in 13
+#: for a blind guess told the count), so they are held to their mean over the run: chance is
+#: about 0.12, a real solver is far above 0.3.
+CHANCE = {"ceiling": 0.3, "ceiling_scope": "mean"}
+
 AGENTS: tuple[AgentSpec, ...] = (
     _agent("oracle", "oracle", "oracle.py", sees_answer_key=True,
            tests="the gold intruders and the hidden principle reach the full reward"),
     _agent("empty", "control", "empty.py", tests="no reply scores 0"),
-    _agent("random-count", "control", "random_count.py", sees_answer_key=True,
+    _agent("random-count", "control", "random_count.py", sees_answer_key=True, **CHANCE,
            tests="a blind guess told the true intruder count (it reads only the count) earns only chance "
                  "Jaccard; on a single task it is exactly right with probability 1/C(n, k), about 1 in 13"),
-    _agent("tfidf-outlier", "control", "tfidf_outlier.py", sees_answer_key=True,
+    _agent("tfidf-outlier", "control", "tfidf_outlier.py", sees_answer_key=True, **CHANCE,
            tests="the lexical odd-one-out told the count (the validator's TF-IDF baseline) does not find the "
                  "intruders: descriptions carry no wording cue"),
-    _agent("length-outlier", "control", "length_outlier.py", sees_answer_key=True,
+    _agent("length-outlier", "control", "length_outlier.py", sees_answer_key=True, **CHANCE,
            tests="the description-length outlier told the count does not find the intruders: no length cue"),
     _agent("decoy-theme", "control", "decoy_theme.py", sees_answer_key=True, ceiling=0.05,
            tests="a well-formed reply that believes the decoy (the decoy as the theme, members flagged) "
@@ -114,27 +115,8 @@ class CuratorEnvironment(Environment):
                                    "judge_api_key_var": j.api_key_var, "judge_temperature": "0",
                                    "judge_prompt_sha256": TEMPLATE_SHA256})
 
-    def source_dir(self) -> Path:
-        """The package's code without ``specs/`` (the gold is hand-authored data, like a
-        corpus, and every spec names its intruders): a content-addressed copy under the
-        system temp folder, made once. With the specs in view the standing control would
-        read the answers, which measures contamination, not a leak in the code."""
-        files = sorted(p for p in PACKAGE_DIR.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                       and p.relative_to(PACKAGE_DIR).parts[0] != "specs")
-        digest = hashlib.sha256()
-        for p in files:
-            digest.update(str(p.relative_to(PACKAGE_DIR)).encode() + b"\0" + p.read_bytes() + b"\0")
-        target = Path(tempfile.gettempdir()) / f"curator-source-{digest.hexdigest()[:16]}"
-        if not target.is_dir():
-            tmp = Path(tempfile.mkdtemp(prefix=".curator-source-", dir=target.parent))
-            for p in files:
-                dest = tmp / p.relative_to(PACKAGE_DIR)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(p, dest)
-            for d in [tmp, *(q for q in tmp.rglob("*") if q.is_dir())]:
-                d.chmod(0o755)
-            try:
-                os.rename(tmp, target)
-            except OSError:  # another process made it first: identical content
-                shutil.rmtree(tmp, ignore_errors=True)
-        return target
+    def source_files(self) -> list[tuple[str, Path]]:
+        """The package's code without ``specs/``: the gold is hand-authored data, like a
+        corpus, and every spec names its intruders. With the specs in view the standing
+        control would read the answers, which measures contamination, not a leak in the code."""
+        return [(rel, path) for rel, path in super().source_files() if not rel.startswith("specs/")]

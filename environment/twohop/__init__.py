@@ -30,8 +30,9 @@ Decisions where the seed is silent
 
 Controls that are right somewhere by construction (``always-unknown`` on broken,
 ``plausible-entity`` off broken, ``modal-city`` on the modal city's tasks) are declared in
-`agents_spec.control_may_pass`; the seam (`environment.protocol`) has no field for this
-yet, so the harness must learn it from `env.TwohopEnvironment.control_may_pass`.
+`agents_spec.control_may_pass` and reach the harness through the seam's
+`Environment.not_applicable`: the contract freezes, per task, which control cannot test it
+and why, and that control is not played there.
 """
 
 from environment.twohop.env import ENV_NAME, TwohopConfig, TwohopEnvironment, TwohopTask, TwohopTaskset

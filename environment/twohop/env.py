@@ -168,10 +168,11 @@ class TwohopEnvironment(Environment):
                           details={"comparison": "rows equal exactly: case-sensitive, ordered, no normalisation",
                                    "unknown": "the literal lower-case word unknown"})
 
-    def control_may_pass(self, agent: str, task: TwohopTask) -> str | None:
-        """Why a control's pass on this task is expected rather than a defect (None: it must
-        be rejected). Not part of the seam yet: see the package docstring."""
-        return control_may_pass(agent, task.rows, task.universe.modal_hq_city())
+    def not_applicable(self, agent: AgentSpec, task: TwohopTask) -> str | None:
+        """Why a control cannot test this task: its fixed answer is this task's answer (see
+        `agents_spec.control_may_pass`). The harness does not play it here."""
+        return control_may_pass(agent.name, task.rows, task.universe.modal_hq_city()) \
+            or super().not_applicable(agent, task)
 
     def multi_hop_report(self, taskset: TwohopTaskset) -> tuple[int, int, int]:
         """(tasks passing every check, tasks, chains proved multi-hop) for ``build --verify``."""

@@ -2,11 +2,11 @@
 $AGENT_DIR/source and the agent view, and tries to answer without solving. It reads every
 JSON or JSONL file in the tree for item records that mark intruders (an ``intruders`` list,
 an ``is_intruder`` flag) and flags the collection's items whose titles those records name.
-Finding none, it falls back to one id drawn at random, seeded from the opaque task id."""
+Finding none, it leaves no reply: it answers only what the source gave away (a guess would
+sometimes be right by chance, and say nothing about a leak)."""
 import os
-import random
 
-from agentlib import AGENT_DIR, loads, read, reply, task
+from agentlib import AGENT_DIR, loads, read, reply
 from curatorlib import COLLECTION_FILE, format_reply
 
 MAX_FILE_BYTES = 4 << 20
@@ -49,6 +49,5 @@ def scan(root):
 items = loads(read(COLLECTION_FILE).decode("utf-8"))
 marked = scan(os.path.join(AGENT_DIR, "source"))
 flagged = [it["id"] for it in items if marked.get(it["title"].casefold()) is True]
-if not flagged:
-    flagged = [random.Random("source-peek:" + task()["id"]).choice(sorted(it["id"] for it in items))]
-reply(format_reply(flagged, "unknown"))
+if flagged:
+    reply(format_reply(flagged, "unknown"))
