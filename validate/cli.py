@@ -188,6 +188,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sg = sub.add_parser("sign", help="sign RUN_DIR/checksums with an OpenSSH key (ssh-keygen -Y sign)")
     sg.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     sg.add_argument("--key", type=Path, required=True, help="the private key file")
+
+    vw = sub.add_parser("view", help="browse runs in a web browser (a read-only page served on 127.0.0.1)",
+                        description="Serve a local page listing the runs under DIR (a run directory, or a directory "
+                                    "of them) with a page per run and per task; read-only, loopback only, until "
+                                    "Ctrl-C.")
+    vw.add_argument("dirs", type=Path, nargs="*", metavar="DIR", default=[LEDGER_DIR],
+                    help=f"run directories or directories of them (default: {LEDGER_DIR}/)")
+    vw.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: 0, any free port)")
+    vw.add_argument("--log", action="store_true", help="print each request on stderr")
     return p
 
 
@@ -460,8 +469,32 @@ def cmd_sign(args) -> int:
     return 0
 
 
+def cmd_view(args) -> int:
+    from validate.view import make_server
+
+    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    if missing:
+        raise ValidateError(f"DIR: not a directory: {', '.join(missing)}")
+    if not 0 <= args.port <= 65535:
+        raise ValidateError("--port: must be between 0 and 65535")
+    try:
+        server = make_server(args.dirs, args.port, log=(lambda m: err.print(m, markup=False)) if args.log else None)
+    except OSError as e:
+        raise ValidateError(f"--port: cannot listen on 127.0.0.1:{args.port} ({e.strerror})") from None
+    out.print(f"serving {len(args.dirs)} director{'y' if len(args.dirs) == 1 else 'ies'} read-only at {server.url}  "
+              f"(Ctrl-C stops)", markup=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run, "pool": cmd_pool,
-            "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign}
+            "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign,
+            "view": cmd_view}
 
 
 def _sigterm_as_interrupt(signum, frame):

@@ -1,0 +1,196 @@
+"""The index of runs, the page of one task, and what the pages share (links between runs).
+
+Every value taken from the evidence goes through `validate.view.markup.h` (escaped); the
+run page itself is `validate.view.runpage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from validate.view import tables
+from validate.view.catalog import RunEntry
+from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url
+
+
+def when(value: datetime | None) -> str:
+    return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S") + "Z"
+
+
+def short(sha: str | None, n: int = 12) -> str:
+    """``sha256:`` and the first `n` hex digits."""
+    if not sha:
+        return "—"
+    kind, _, digest = sha.partition(":")
+    return f"{kind}:{digest[:n]}" if digest else sha[:n]
+
+
+def run_url(key: str, **query: object) -> str:
+    return url(["run", key], query)
+
+
+def task_url(key: str, phase: str, task_id: str) -> str:
+    return url(["run", key, "task"], {"phase": phase, "id": task_id})
+
+
+def file_url(key: str, *parts: str) -> str:
+    return url(["run", key, "file", *parts])
+
+
+def run_link(e: RunEntry) -> Html:
+    return a(e.name if e.parent_key is None else e.key, run_url(e.key))
+
+
+def verdict_badge(e: RunEntry) -> Html:
+    return badge(e.verdict.verdict) if e.verdict else tag("span", "unreadable", class_="warn")
+
+
+# --- relations between runs --------------------------------------------------------------
+
+def _relation(me: RunEntry, other: RunEntry) -> str | None:
+    """How `other` relates to `me` through their contracts' hashes (None: unrelated)."""
+    if not (me.contract and other.contract):
+        return None
+    mine, theirs = me.contract, other.contract
+    my_frozen = me.frozen.sha256 if me.frozen else None
+    their_frozen = other.frozen.sha256 if other.frozen else None
+    my_variants = {c.sha256 for c in me.variants.values()}
+    their_variants = {c.sha256 for c in other.variants.values()}
+    rules = [
+        (theirs.sha256 == mine.sha256, f"same contract ({other.summary.kind})"),
+        (my_frozen is not None and theirs.sha256 == my_frozen, "runs this pool's frozen set"),
+        (their_frozen is not None and mine.sha256 == their_frozen, "the pool whose frozen set this run runs"),
+        (my_frozen is not None and theirs.parent_sha256 == my_frozen, "runs a sample of this pool's frozen set"),
+        (their_frozen is not None and mine.parent_sha256 == their_frozen, "the pool whose frozen set this samples"),
+        (theirs.sha256 in my_variants, "runs one of this pilot's config variants"),
+        (mine.sha256 in their_variants, "the pilot one of whose variants this run runs"),
+        (theirs.parent_sha256 == mine.sha256, "runs a contract derived from this one"),
+        (mine.parent_sha256 is not None and mine.parent_sha256 == theirs.sha256, "runs the parent of this contract"),
+    ]
+    return next((label for ok, label in rules if ok), None)
+
+
+def related(me: RunEntry, runs: Mapping[str, RunEntry]) -> list[tuple[RunEntry, str]]:
+    """Other runs sharing a contract with `me` (its own smoke reruns are listed apart), oldest first."""
+    out = []
+    for other in runs.values():
+        if other.key == me.key or other.summary is None or other.parent_key == me.key:
+            continue
+        label = _relation(me, other)
+        if label is not None:
+            out.append((other, label))
+    return sorted(out, key=lambda x: (x[0].summary.started_at, x[0].key))
+
+
+# --- index -------------------------------------------------------------------------------
+
+def _smoke_cell(e: RunEntry) -> Html:
+    if e.summary is None or e.summary.kind != "pool":
+        return Html("")
+    latest = e.latest_smoke
+    if latest is None:
+        return badge("not run")
+    word = badge("passed" if latest.result.get("passed") else "failed")
+    return join([word, " ", a(latest.entry, run_url(latest.run_key))]) if latest.run_key else word
+
+
+def index_page(runs: Mapping[str, RunEntry], dirs: list[str]) -> bytes:
+    ok = sorted((e for e in runs.values() if e.summary is not None and e.parent_key is None),
+                key=lambda e: (-e.summary.started_at.timestamp(), e.key))
+    bad = [e for e in runs.values() if e.summary is None]
+    rows = []
+    for e in ok:
+        s, c = e.summary, e.summary.counts
+        rows.append([run_link(e), s.kind, s.environment,
+                     join([e.contract.name if e.contract else "—", " ", tag("code", short(s.manifest_sha256))]),
+                     verdict_badge(e), Html(f'{c.compatible}'), Html(f'{c.excluded}'), Html(f'{c.incomplete}'),
+                     Html(str(c.tasks)), Html(str(c.attempts)), when(s.started_at), _smoke_cell(e),
+                     tag("span", "interrupted", class_="warn") if s.interrupted else ""])
+    body: list[object] = [tag("h1", "Validation runs"),
+                          tag("p", f"{len(ok)} runs under {', '.join(dirs)}", class_="sub")]
+    body.append(table(["run", "kind", "environment", "contract", "dataset verdict", "compatible", "excluded",
+                       "incomplete", "tasks", "attempts", "started (UTC)", "smoke", ""], rows)
+                if rows else tag("p", "No run directory found (a run directory holds run.json).", class_="muted"))
+    if bad:
+        body += [tag("h2", "Not readable"),
+                 table(["directory", "why"], [[e.key, e.error] for e in sorted(bad, key=lambda e: e.key)])]
+    return page("Validation runs", body)
+
+
+# --- task --------------------------------------------------------------------------------
+
+def _kv(pairs: list[tuple[str, object]]) -> Html:
+    return Html('<table class="kv"><tbody>' + "".join(f"<tr><th>{text(k)}</th><td>{h(v)}</td></tr>"
+                                                       for k, v in pairs) + "</tbody></table>")
+
+
+def _verdict_block(t: dict) -> list[object]:
+    meta = t.get("meta") or {}
+    pairs = [("verdict", badge(t["verdict"])), ("reason", t["reason"]), ("detail", t["detail"]),
+             ("missing", ", ".join(t["missing"] or []) or None), ("idx", Html(str(t["idx"]))),
+             ("family", t["family"]), ("task hash", tag("code", t["task_hash"])),
+             ("public facts", ", ".join(f"{k}={v}" for k, v in sorted(meta.items())) or None),
+             ("oracle reward", t["oracle_reward"]),
+             ("best control", None if t["max_control_agent"] is None else
+              join([t["max_control_agent"], ": ", num(t["max_control_reward"])])),
+             ("margin", t["margin"]), ("passed only after a retry", "yes" if t["retried"] else "no"),
+             ("attempts", Html(str(t["n_attempts"])))]
+    out: list[object] = [_kv(pairs)]
+    if t.get("findings"):
+        out += [tag("h3", "Findings"), table(["finding", "blocking", "detail"],
+                                             [[f["kind"], "yes" if f["blocking"] else "no", f["detail"]]
+                                              for f in t["findings"]])]
+    return out
+
+
+def _attempt_summary(attempts: list[dict]) -> Html:
+    rows = [[a(str(i + 1), f"#attempt-{i + 1}"), x["agent"], x["role"], x["phase"], Html(str(x["sample"])),
+             Html(str(x["attempt"])), x["status"], x["reward"], badge("yes" if x["as_expected"] else "no"),
+             "superseded" if x["superseded"] else "", num(x["runtime_s"], 2), x["exit_code"], x["error_class"]]
+            for i, x in enumerate(attempts)]
+    return table(["#", "agent", "role", "phase", "sample", "try", "status", "reward", "as expected", "", "runtime s",
+                  "exit", "error"], rows)
+
+
+def _attempt_section(i: int, x: dict) -> Html:
+    metrics = ", ".join(f"{k[len('metric_'):]}={num(v)}" for k, v in sorted(x.items())
+                        if k.startswith("metric_") and v is not None)
+    pairs = [("status", x["status"]), ("reward", x["reward"]), ("metrics", metrics or None),
+             ("as expected", badge("yes" if x["as_expected"] else "no")), ("phase", x["phase"]),
+             ("started", when(x["started_at"])), ("finished", when(x["finished_at"])),
+             ("runtime s", num(x["runtime_s"], 3)), ("exit code", x["exit_code"]),
+             ("killed", ", ".join(w for w, on in (("out of memory", x["oom_killed"]), ("timed out", x["timed_out"]))
+                                  if on) or "no"),
+             ("reply", f"{x['reply_bytes']} bytes, {x['reply_sha256']}" + (" (shown: its head only)"
+                                                                            if x["reply_truncated"] else "")
+              if x["reply_bytes"] is not None else None),
+             ("workspace", tag("code", x["workspace_sha256"])), ("backend", x["backend"]),
+             ("image", tag("code", x["image_digest"]))]
+    title = f"{x['agent']} ({x['role']}) · sample {x['sample']} · try {x['attempt']} · {x['status']}"
+    parts = [tag("h3", title), _kv(pairs)]
+    if x["error_class"] or x["error_message"]:
+        parts += [tag("h3", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
+    parts += [tag("h3", "Reply"), pre(x["reply_text"], "(no reply)"), tag("h3", "stdout"), pre(x["stdout"]),
+              tag("h3", "stderr"), pre(x["stderr"])]
+    cls = "attempt superseded" if x["superseded"] else "attempt"
+    return Html(f'<section class="{cls}" id="attempt-{i}">{join(parts)}</section>')
+
+
+def task_page(e: RunEntry, t: dict) -> bytes:
+    """Everything about one task of a run: its verdict and each attempt, replies and output."""
+    phases = [p for p, v in tables.attempt_to_verdict_phase(e.summary).items() if v == t["phase"]] or [t["phase"]]
+    attempts = tables.task_attempts(e.root, sorted(phases), t["task_id"])
+    body: list[object] = [
+        tag("h1", t["task_id"]),
+        tag("p", f"phase {t['phase']} · idx {t['idx']} · family {t['family']} · run {e.key}", class_="sub"),
+        tag("div", badge(t["verdict"]), " ", t["detail"], class_=f"headline v-{tone(t['verdict'])}"),
+        tag("h2", "Verdict"), *_verdict_block(t),
+        tag("h2", f"Attempts ({len(attempts)}, superseded included)"), _attempt_summary(attempts),
+        *(_attempt_section(i + 1, x) for i, x in enumerate(attempts))]
+    return page(f"{t['task_id']} — {e.key}", body,
+                crumbs=[(e.key, run_url(e.key)), (t["task_id"], task_url(e.key, t["phase"], t["task_id"]))])
+
+
+def message_page(status: int, title: str, detail: str) -> bytes:
+    return page(f"{status} {title}", [tag("h1", f"{status} {title}"), tag("p", detail)])

@@ -1,0 +1,190 @@
+"""The HTTP side: a stdlib ``ThreadingHTTPServer`` on 127.0.0.1 only, GET and HEAD only.
+
+Routes (``KEY`` is a run key, percent-encoded as one segment)::
+
+    /                              the index of runs
+    /run/KEY?family=&verdict=&…    a run's page (filters as query parameters)
+    /run/KEY/task?phase=P&id=T     one task: its verdict and every attempt
+    /run/KEY/file/PATH             one of the run's own files, from a fixed list of names
+
+A request whose ``Host`` is not this server's loopback address is refused (a web page
+cannot rebind a name to 127.0.0.1 and read the evidence). Pages carry a Content Security
+Policy that allows no script at all, so even a report written by an older harness with an
+escaping bug runs nothing; files are served with ``nosniff`` and HTML reports under the same
+policy.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from validate.view import tables
+from validate.view.catalog import Catalog, NotInside, RunEntry, open_inside
+from validate.view.pages import index_page, message_page, task_page
+from validate.view.runpage import run_page
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'"
+#: The run files the viewer serves: (path pattern, content type). Nothing else is reachable.
+FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in (
+    (r"(run|manifest|frozen-manifest)\.json", "application/json"),
+    (r"variants/[A-Za-z0-9._-]+\.json", "application/json"),
+    (r"(patch\.diff|checksums|checksums\.sig)", "text/plain; charset=utf-8"),
+    (r"(attempts|tasks|exclusions)\.parquet", "application/vnd.apache.parquet"),
+    (r"smoke/[A-Za-z0-9._-]+/(result|manifest)\.json", "application/json"),
+    (r"reports/[A-Za-z0-9._-]+/report\.html", "text/html; charset=utf-8"),
+    (r"reports/[A-Za-z0-9._-]+/report\.md", "text/markdown; charset=utf-8"),
+    (r"reports/[A-Za-z0-9._-]+/report\.json", "application/json"),
+))
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.title, self.detail = status, title, detail
+
+
+def _query(raw: str) -> dict[str, str]:
+    """The last value of each parameter; blank values dropped."""
+    return {k: v[-1] for k, v in parse_qs(raw, keep_blank_values=False).items()}
+
+
+def task_filter(q: dict[str, str]) -> tables.TaskFilter:
+    page = q.get("page", "1")
+    return tables.TaskFilter(phase=q.get("phase"), family=q.get("family"), verdict=q.get("verdict"),
+                             agent=q.get("agent"), outcome=q.get("outcome") if q.get("outcome") in
+                             ("expected", "unexpected") else None, page=int(page) if page.isdigit() else 1)
+
+
+class Viewer:
+    """Routing: a path and query in, (status, content type, body) out; no socket involved."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+
+    def _run(self, key: str) -> tuple[RunEntry, dict[str, RunEntry]]:
+        runs = self.catalog.runs()
+        entry = runs.get(key)
+        if entry is None:
+            raise HTTPError(404, "Not Found", f"no run {key!r} under the directories this viewer shows")
+        if entry.summary is None:
+            raise HTTPError(404, "Not Found", f"run {key!r} cannot be shown: {entry.error}")
+        return entry, runs
+
+    def _file(self, entry: RunEntry, parts: Sequence[str]) -> tuple[int, str, bytes]:
+        rel = "/".join(parts)
+        kind = next((t for p, t in FILES if p.fullmatch(rel)), None)
+        if kind is None:
+            raise HTTPError(404, "Not Found", f"{rel!r} is not a file this viewer serves")
+        try:
+            with open_inside(entry.root, parts) as fh:
+                return 200, kind, fh.read()
+        except NotInside as e:
+            raise HTTPError(404, "Not Found", str(e)) from None
+
+    def handle(self, target: str) -> tuple[int, str, bytes]:
+        split = urlsplit(target)
+        raw = split.path.split("/")[1:]
+        if any(s in ("", ".", "..") for s in raw[1:]) and raw != [""]:
+            raise HTTPError(404, "Not Found", "no such page")
+        try:
+            seg = [unquote(s, errors="strict") for s in raw]
+        except UnicodeDecodeError:
+            raise HTTPError(400, "Bad Request", "the path is not percent-encoded UTF-8") from None
+        q = _query(split.query)
+        if seg == [""]:
+            return 200, "text/html; charset=utf-8", index_page(self.catalog.runs(), [str(d) for d in self.catalog.dirs])
+        if len(seg) >= 2 and seg[0] == "run":
+            entry, runs = self._run(seg[1])
+            if len(seg) == 2:
+                return 200, "text/html; charset=utf-8", run_page(entry, runs, task_filter(q))
+            if seg[2:] == ["task"]:
+                row = tables.task_row(entry.root, q.get("phase", ""), q.get("id", ""))
+                if row is None:
+                    raise HTTPError(404, "Not Found", f"run {entry.key} has no task {q.get('id')!r} in phase "
+                                                      f"{q.get('phase')!r}")
+                return 200, "text/html; charset=utf-8", task_page(entry, row)
+            if seg[2] == "file" and len(seg) > 3:
+                return self._file(entry, seg[3:])
+        raise HTTPError(404, "Not Found", "no such page")
+
+
+def _handler(viewer: Viewer, log: Callable[[str], None] | None):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "validate-view"
+        sys_version = ""
+
+        def _allowed_host(self) -> bool:
+            port = self.server.server_address[1]
+            return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
+
+        def _respond(self, head_only: bool) -> None:
+            try:
+                if not self._allowed_host():
+                    raise HTTPError(403, "Forbidden", "this viewer answers only to 127.0.0.1 and localhost")
+                status, kind, body = viewer.handle(self.path)
+            except HTTPError as e:
+                status, kind, body = e.status, "text/html; charset=utf-8", message_page(e.status, e.title, e.detail)
+            except (OSError, ValueError) as e:  # unreadable evidence (pyarrow's errors are both)
+                status, kind = 500, "text/html; charset=utf-8"
+                body = message_page(500, "Unreadable evidence", f"{type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - a bug answers 500 and is logged; the server goes on
+                status, kind = 500, "text/html; charset=utf-8"
+                body = message_page(500, "Internal error", f"{type(e).__name__} (see the viewer's log)")
+                if log is not None:
+                    log("".join(traceback.format_exception(e)))
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Security-Policy", CSP)
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Referrer-Policy", "no-referrer")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            if not head_only:
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            self._respond(head_only=False)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._respond(head_only=True)
+
+        def log_message(self, fmt: str, *args) -> None:
+            if log is not None:
+                log(f"{self.address_string()} {fmt % args}")
+
+    return Handler
+
+
+class ViewServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+
+def make_server(dirs: Sequence[Path], port: int = 0, log: Callable[[str], None] | None = None) -> ViewServer:
+    """A server bound to 127.0.0.1:`port` (0: any free port) showing the runs under `dirs`."""
+    return ViewServer(("127.0.0.1", port), _handler(Viewer(Catalog(dirs)), log))
+
+
+@contextmanager
+def serve(dirs: Sequence[Path], port: int = 0, log: Callable[[str], None] | None = None) -> Iterator[ViewServer]:
+    """Serve in a background thread for the duration of the block."""
+    server = make_server(dirs, port, log)
+    thread = threading.Thread(target=server.serve_forever, name="validate-view", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
