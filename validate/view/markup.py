@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+from functools import lru_cache
 from collections.abc import Iterable, Mapping, Sequence
 from urllib.parse import quote, urlencode
 
@@ -99,6 +100,7 @@ def tone(word: str) -> str:
     return _TONES.get(word.lower(), "inc")
 
 
+@lru_cache(maxsize=64)
 def badge(word: str) -> Html:
     """PASS / FAIL / INCOMPLETE, compatible / excluded / incomplete, met / failed / missing."""
     return tag("span", word, class_=f"badge b-{tone(word)}")
@@ -119,7 +121,8 @@ table{border-collapse:collapse;margin:.4rem 0 1rem;font-size:.88rem}
 th,td{border:1px solid var(--line);padding:.22rem .5rem;text-align:left;vertical-align:top}
 th{background:var(--bg2);position:sticky;top:0}tbody tr:nth-child(even){background:#fbfcfd}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
-table.kv th{position:static;width:14rem;font-weight:600}
+table.kv th{position:static;width:11rem;font-weight:600}.grid table.kv{width:100%}
+table.kv td{overflow-wrap:anywhere}
 .badge{display:inline-block;padding:0 .45rem;border-radius:1rem;font-weight:700;font-size:.8rem;
 border:1px solid currentColor;white-space:nowrap}
 .b-pass{color:var(--pass)}.b-fail{color:var(--fail)}.b-inc{color:var(--inc)}
@@ -137,7 +140,7 @@ form.filters label{display:flex;flex-direction:column;font-size:.8rem;color:var(
 form.filters select{font-size:.9rem;padding:.15rem;min-width:9rem}
 button{font-size:.9rem;padding:.25rem .9rem}
 pre{background:var(--bg2);border:1px solid var(--line);border-radius:4px;padding:.5rem .7rem;margin:.2rem 0 .8rem;
-white-space:pre-wrap;word-break:break-all;max-height:24rem;overflow:auto;font-size:.82rem}
+white-space:pre-wrap;overflow-wrap:anywhere;max-height:24rem;overflow:auto;font-size:.82rem}
 .ctl{color:#fff;background:#8250df;border-radius:2px;padding:0 1px;font-size:.75rem}
 section.attempt{border:1px solid var(--line);border-radius:6px;padding:.2rem .9rem .4rem;margin:.8rem 0}
 section.attempt.superseded{opacity:.75;border-style:dashed}

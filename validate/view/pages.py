@@ -120,9 +120,16 @@ def index_page(runs: Mapping[str, RunEntry], dirs: list[str]) -> bytes:
 
 # --- task --------------------------------------------------------------------------------
 
-def _kv(pairs: list[tuple[str, object]]) -> Html:
+def kv(pairs: list[tuple[str, object]]) -> Html:
+    """A two-column table of names and values."""
     return Html('<table class="kv"><tbody>' + "".join(f"<tr><th>{text(k)}</th><td>{h(v)}</td></tr>"
                                                        for k, v in pairs) + "</tbody></table>")
+
+
+def _kv2(pairs: list[tuple[str, object]]) -> Html:
+    """`kv` in two halves side by side (one under the other on a narrow window)."""
+    half = (len(pairs) + 1) // 2
+    return tag("div", tag("div", kv(pairs[:half])), tag("div", kv(pairs[half:])), class_="grid")
 
 
 def _verdict_block(t: dict) -> list[object]:
@@ -136,7 +143,7 @@ def _verdict_block(t: dict) -> list[object]:
               join([t["max_control_agent"], ": ", num(t["max_control_reward"])])),
              ("margin", t["margin"]), ("passed only after a retry", "yes" if t["retried"] else "no"),
              ("attempts", Html(str(t["n_attempts"])))]
-    out: list[object] = [_kv(pairs)]
+    out: list[object] = [_kv2(pairs)]
     if t.get("findings"):
         out += [tag("h3", "Findings"), table(["finding", "blocking", "detail"],
                                              [[f["kind"], "yes" if f["blocking"] else "no", f["detail"]]
@@ -168,7 +175,7 @@ def _attempt_section(i: int, x: dict) -> Html:
              ("workspace", tag("code", x["workspace_sha256"])), ("backend", x["backend"]),
              ("image", tag("code", x["image_digest"]))]
     title = f"{x['agent']} ({x['role']}) · sample {x['sample']} · try {x['attempt']} · {x['status']}"
-    parts = [tag("h3", title), _kv(pairs)]
+    parts = [tag("h3", title), _kv2(pairs)]
     if x["error_class"] or x["error_message"]:
         parts += [tag("h3", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
     parts += [tag("h3", "Reply"), pre(x["reply_text"], "(no reply)"), tag("h3", "stdout"), pre(x["stdout"]),

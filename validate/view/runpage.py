@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from validate.view import tables
 from validate.view.catalog import RunEntry, is_plain_file
 from validate.view.markup import Html, a, badge, h, join, num, page, table, tag, text, tone
-from validate.view.pages import file_url, related, run_link, run_url, short, task_url, when
+from validate.view.pages import file_url, kv, related, run_link, run_url, short, task_url, when
 
 #: The cap on rows of the ledger tables (the task table pages instead).
 LEDGER_ROWS = tables.PAGE_ROWS
@@ -218,8 +218,7 @@ def _contract(e: RunEntry) -> list[object]:
                          f"{mach.cpus} cores, {mach.memory_gib} GiB, Python {mach.python}"),
              ("code", s.code_commit + (f"; patch {s.patch.sha256} on {s.patch.base_commit}" if s.patch else "")),
              ("required criteria", ", ".join(s.required))]
-    rows = "".join(f"<tr><th>{text(k)}</th><td>{h(v)}</td></tr>" for k, v in pairs)
-    return [tag("h2", "Contract and execution", id="contract"), Html(f'<table class="kv"><tbody>{rows}</tbody></table>')]
+    return [tag("h2", "Contract and execution", id="contract"), kv(pairs)]
 
 
 def run_page(e: RunEntry, runs: Mapping[str, RunEntry], f: tables.TaskFilter) -> bytes:

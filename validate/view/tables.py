@@ -85,20 +85,32 @@ def _eq(table: pa.Table, column: str, value: str | None) -> pa.Table:
     return table if value is None else table.filter(pc.equal(table.column(column), value))
 
 
+def _join(tasks: pa.Table, right: pa.Table) -> pa.Table:
+    """Task rows × `right`'s rows with the same (verdict phase, task id), `right`'s other columns
+    appended. Arrow joins no list column (``missing``), so the join is on the keys and a row number."""
+    keys = tasks.select(["phase", "task_id"]).append_column("_row", pa.array(range(tasks.num_rows), pa.int64()))
+    joined = keys.join(right, keys=["phase", "task_id"], right_keys=["vphase", "task_id"], join_type="inner")
+    out = tasks.take(joined.column("_row"))
+    for name in right.column_names:
+        if name not in ("vphase", "task_id"):
+            out = out.append_column(name, joined.column(name))
+    return out
+
+
 def filter_tasks(tasks: pa.Table, final: pa.Table, f: TaskFilter) -> pa.Table:
     """The task rows that pass `f`, sorted by phase and idx; with an agent, one row per task and
     sample carrying that agent's ``a_status``, ``a_reward``, ``a_expected``, ``a_sample``."""
     t = _eq(_eq(_eq(tasks, "phase", f.phase), "family", f.family), "verdict", f.verdict)
     if f.agent is not None:
         mine = final.filter(pc.equal(final.column("agent"), f.agent))
-        mine = mine.select(["vphase", "task_id", "sample", "status", "reward", "as_expected"]).rename_columns(
+        right = mine.select(["vphase", "task_id", "sample", "status", "reward", "as_expected"]).rename_columns(
             ["vphase", "task_id", "a_sample", "a_status", "a_reward", "a_expected"])
-        t = t.join(mine, keys=["phase", "task_id"], right_keys=["vphase", "task_id"], join_type="inner")
+        t = _join(t, right)
         if f.outcome is not None:
             t = t.filter(pc.equal(t.column("a_expected"), f.outcome == "expected"))
     elif f.outcome is not None:
         every = final.group_by(["vphase", "task_id"]).aggregate([("as_expected", "all")])
-        t = t.join(every, keys=["phase", "task_id"], right_keys=["vphase", "task_id"], join_type="inner")
+        t = _join(t, every)
         t = t.filter(pc.equal(t.column("as_expected_all"), f.outcome == "expected"))
     order = [("phase", "ascending"), ("idx", "ascending"), ("task_id", "ascending")]
     if "a_sample" in t.column_names:
