@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
@@ -31,7 +30,7 @@ from validate import environments
 from validate.contract import load_manifest
 from validate.phases import pilot, pool, run_agents
 from validate.report import write_report
-from validate.view import serve
+from validate.view import serve, tables
 from validate.view.markup import text
 
 pytestmark = pytest.mark.bwrap
@@ -136,12 +135,12 @@ def test_index_lists_every_run_with_kind_contract_verdict_and_counts(server):
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     for run in ("pool", "pilot", "hostile", "toy"):
         assert f'href="/run/{run}"' in body
-    row = re.search(r'href="/run/toy">toy</a>.*?</tr>', body, re.S).group(0)
-    cells = re.findall(r"<td>(.*?)</td>", row, re.S)
-    assert "pool" in cells and "toy" in cells  # kind, environment
-    assert "FAIL" in row  # below its minimum: controls never ran
-    assert cells[4:8] == ["0", "1", "5", "6"]  # compatible, excluded, incomplete, tasks (after the run cell)
-    assert re.search(r"pytest <code>sha256:[0-9a-f]{12}</code>", body)
+    row = re.search(r'href="/run/toy">toy</a>.*?</tr>', body, re.DOTALL).group(0)
+    cells = [re.sub("<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", row, re.DOTALL)]
+    assert cells[:3] == ["pool", "toy", "pytest" + re.search(r"sha256:[0-9a-f]{12}", row).group(0)]
+    assert cells[3] == "FAIL"  # below its minimum: controls never ran
+    assert cells[4] == "0 / 1 / 5 of 6"  # compatible / excluded / incomplete of tasks
+    assert re.search(r"pytest<br><code>sha256:[0-9a-f]{12}</code>", body)
 
 
 def test_run_page_has_verdict_criteria_tasks_ledger_and_incomplete(server):
@@ -168,13 +167,28 @@ def test_task_filters_are_query_parameters(server, query, rows):
     for pair in query.split("&"):
         name, value = pair.split("=")
         if value != "nope":
-            assert re.search(rf'<select name="{name}">.*?<option value="{value}" selected="selected">', body, re.S)
+            assert re.search(rf'<select name="{name}">.*?<option value="{value}" selected="selected">', body, re.DOTALL)
+
+
+def test_long_task_tables_are_paged(server, monkeypatch):
+    monkeypatch.setattr(tables, "PAGE_ROWS", 2)
+    pages = {}
+    for page in ("1", "2", "3", "99", "x"):
+        _, body, _ = get(server, f"/run/toy?page={page}")
+        tasks = section(body, "tasks", "ledger")
+        pages[page] = re.findall(r'href="/run/toy/task\?id=toy%2F[0-9a-f]+%2F(\d+)&amp;phase=pool"', tasks)
+        assert 'href="/run/toy?page=2#tasks"' in tasks or page == "2"
+    assert pages["1"] == ["0", "1"] and pages["2"] == ["2", "3"] and pages["3"] == ["4", "5"]
+    assert pages["99"] == pages["3"] and pages["x"] == pages["1"]  # clamped; not a number: the first page
+    _, body, _ = get(server, "/run/toy?verdict=incomplete&page=3")
+    assert "rows 5–5" in body and 'href="/run/toy?page=2&amp;verdict=incomplete#tasks"' in body
 
 
 def test_agent_filter_shows_that_agents_outcome_per_task(server):
     _, body, _ = get(server, "/run/hostile?agent=injector")
     tasks = section(body, "tasks", "ledger")
-    assert "injector: sample" in tasks and tasks.count("exit_nonzero") == 2
+    assert "<th>injector: status</th>" in tasks and tasks.count("exit_nonzero") == 2
+    assert "injector: sample" not in tasks  # one sample per task: no sample column
     _, body, _ = get(server, "/run/hostile?agent=injector&outcome=unexpected")
     assert section(body, "tasks", "ledger").count("/run/hostile/task?") == 0
 
@@ -376,11 +390,11 @@ def test_cli_serves_on_loopback_until_sigterm(base):
 
 def test_cli_refuses_a_missing_directory_and_a_busy_port(base, tmp_path):
     r = subprocess.run([*VALIDATE, "view", str(tmp_path / "nope")], capture_output=True, text=True,
-                       env=subprocess_env(), timeout=60)
+                       env=subprocess_env(), timeout=60, check=False)
     assert r.returncode == 2 and "not a directory" in r.stderr
     with serve([base / "ledgers"]) as busy:
         r = subprocess.run([*VALIDATE, "view", str(base / "ledgers"), "--port", str(busy.server_address[1])],
-                           capture_output=True, text=True, env=subprocess_env(), timeout=60)
+                           capture_output=True, text=True, env=subprocess_env(), timeout=60, check=False)
     assert r.returncode == 2 and "--port: cannot listen" in r.stderr
 
 
@@ -397,7 +411,7 @@ def chromium(tmp_path: Path, *args: str) -> str:
     assert CHROMIUM.is_file(), f"{CHROMIUM} is missing: apt-get install -y chromium"
     profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path)
     proc = subprocess.run([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -424,7 +438,7 @@ def test_chromium_renders_the_run_page_and_applies_a_filter(server, tmp_path, ar
 def test_chromium_builds_no_script_from_agent_text(server, tmp_path, artifacts):
     _, run, _ = get(server, "/run/hostile")
     href = next(h for h in links(run) if "/task?" in h)
-    chromium(tmp_path, f"--screenshot={artifacts / 'task-page.png'}", "--window-size=1280,900",
+    chromium(tmp_path, f"--screenshot={artifacts / 'task-page.png'}", "--window-size=1280,2400",
              server.url.rstrip("/") + href)
     dom = chromium(tmp_path, "--dump-dom", server.url.rstrip("/") + href)
     assert "<script" not in dom and "<img" not in dom  # the browser parsed no element out of agent text

@@ -11,9 +11,10 @@ built from path segments and query pairs, each percent-encoded, never from raw t
 from __future__ import annotations
 
 import html
+import math
 import re
-from functools import lru_cache
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from urllib.parse import quote, urlencode
 
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]")
@@ -35,7 +36,7 @@ def text(value: object) -> Html:
 
 
 def num(value: float | None, digits: int = 4) -> Html:
-    if value is None or value != value:
+    if value is None or math.isnan(value):
         return Html("—")
     return Html(f"{value:.{digits}f}")
 
@@ -146,6 +147,8 @@ section.attempt{border:1px solid var(--line);border-radius:6px;padding:.2rem .9r
 section.attempt.superseded{opacity:.75;border-style:dashed}
 tr.v-excluded td:first-child{border-left:4px solid var(--fail)}tr.v-incomplete td:first-child{border-left:4px solid var(--inc)}
 .warn{color:var(--fail);font-weight:700}
+.n-pass{color:var(--pass);font-weight:700}.n-fail{color:var(--fail);font-weight:700}.n-inc{color:var(--inc);font-weight:700}
+.nw{white-space:nowrap}table.runs td:first-child,table.runs td:nth-child(8){white-space:nowrap}table.runs th:nth-child(6){max-width:11rem}
 """
 
 

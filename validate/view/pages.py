@@ -92,7 +92,13 @@ def _smoke_cell(e: RunEntry) -> Html:
     if latest is None:
         return badge("not run")
     word = badge("passed" if latest.result.get("passed") else "failed")
-    return join([word, " ", a(latest.entry, run_url(latest.run_key))]) if latest.run_key else word
+    return a(word, run_url(latest.run_key), title=f"smoke/{latest.entry}") if latest.run_key else word
+
+
+def _counts_cell(e: RunEntry) -> Html:
+    c = e.summary.counts
+    return Html(f'<span class="n-pass">{c.compatible}</span> / <span class="n-fail">{c.excluded}</span> / '
+                f'<span class="n-inc">{c.incomplete}</span> of {c.tasks}')
 
 
 def index_page(runs: Mapping[str, RunEntry], dirs: list[str]) -> bytes:
@@ -103,14 +109,15 @@ def index_page(runs: Mapping[str, RunEntry], dirs: list[str]) -> bytes:
     for e in ok:
         s, c = e.summary, e.summary.counts
         rows.append([run_link(e), s.kind, s.environment,
-                     join([e.contract.name if e.contract else "—", " ", tag("code", short(s.manifest_sha256))]),
-                     verdict_badge(e), Html(f'{c.compatible}'), Html(f'{c.excluded}'), Html(f'{c.incomplete}'),
-                     Html(str(c.tasks)), Html(str(c.attempts)), when(s.started_at), _smoke_cell(e),
-                     tag("span", "interrupted", class_="warn") if s.interrupted else ""])
+                     join([e.contract.name if e.contract else "—", Html("<br>"), tag("code", short(s.manifest_sha256))]),
+                     join([verdict_badge(e), Html("<br>") if s.interrupted else "",
+                           tag("span", "interrupted", class_="warn") if s.interrupted else ""]),
+                     _counts_cell(e), Html(str(c.attempts)), when(s.started_at), _smoke_cell(e)])
     body: list[object] = [tag("h1", "Validation runs"),
                           tag("p", f"{len(ok)} runs under {', '.join(dirs)}", class_="sub")]
-    body.append(table(["run", "kind", "environment", "contract", "dataset verdict", "compatible", "excluded",
-                       "incomplete", "tasks", "attempts", "started (UTC)", "smoke", ""], rows)
+    body.append(table(["run", "kind", "environment", "contract", "dataset verdict",
+                       "compatible / excluded / incomplete of tasks", "attempts", "started (UTC)", "smoke"], rows,
+                      cls="runs")
                 if rows else tag("p", "No run directory found (a run directory holds run.json).", class_="muted"))
     if bad:
         body += [tag("h2", "Not readable"),

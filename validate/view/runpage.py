@@ -3,8 +3,7 @@
 view is a link), the exclusion ledger, incomplete tasks, agents, probes, related runs,
 smoke tests, reports and the contract.
 
-It reads only small columns (`validate.view.tables`); a 1,000-task × 8-agent run renders in
-milliseconds (``bench/view_bench.py``).
+It reads only the small columns (`validate.view.tables`): never a reply, stdout or stderr.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import pyarrow.compute as pc
 
 from validate.view import tables
 from validate.view.catalog import RunEntry, is_plain_file
-from validate.view.markup import Html, a, badge, h, join, num, page, table, tag, text, tone
+from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone
 from validate.view.pages import file_url, kv, related, run_link, run_url, short, task_url, when
 
 #: The cap on rows of the ledger tables (the task table pages instead).
@@ -73,20 +72,23 @@ def _filter_form(e: RunEntry, f: tables.TaskFilter, phases: list[str], families:
 def _task_rows(e: RunEntry, rows: list[dict], f: tables.TaskFilter, many_phases: bool) -> Html:
     heads = ["task", "idx"] + (["phase"] if many_phases else []) + ["family", "verdict", "reason", "oracle",
                                                                       "best control", "margin", "attempts"]
+    samples = f.agent is not None and any(r["a_sample"] for r in rows)
     if f.agent is not None:
-        heads += [f"{f.agent}: sample", "status", "reward", "as expected"]
+        heads += [f"{f.agent}: sample"] * samples + [f"{f.agent}: status", "reward", "as expected"]
     body, classes = [], []
     for r in rows:
-        cells = [a(r["task_id"], task_url(e.key, r["phase"], r["task_id"])), Html(str(r["idx"]))]
+        cells = [a(r["task_id"], task_url(e.key, r["phase"], r["task_id"]), class_="nw"), Html(str(r["idx"]))]
         cells += [r["phase"]] if many_phases else []
         cells += [r["family"], badge(r["verdict"]), r["reason"] or "", r["oracle_reward"],
-                  join([r["max_control_agent"], " ", num(r["max_control_reward"])]) if r["max_control_agent"] else None,
+                  tag("span", r["max_control_agent"], " ", num(r["max_control_reward"]), class_="nw")
+                  if r["max_control_agent"] else None,
                   r["margin"], Html(str(r["n_attempts"]))]
         if f.agent is not None:
-            cells += [Html(str(r["a_sample"])), r["a_status"], r["a_reward"], badge("yes" if r["a_expected"] else "no")]
+            cells += [Html(str(r["a_sample"]))] * samples + [r["a_status"], r["a_reward"],
+                                                              badge("yes" if r["a_expected"] else "no")]
         body.append(cells)
         classes.append(f"v-{r['verdict']}")
-    return table(heads, body, row_classes=classes)
+    return table(heads, body, cls="tasks", row_classes=classes)
 
 
 def _pager(e: RunEntry, f: tables.TaskFilter, page_no: int, total: int) -> Html:
@@ -106,7 +108,7 @@ def _tasks_section(e: RunEntry, f: tables.TaskFilter, agent_rows: list[tables.Ag
     rows, page_no = tables.page_of(chosen, f.page)
     phases = tables.distinct(tasks, "phase")
     shown = (f"{chosen.num_rows} of {tasks.num_rows} tasks" if f.agent is None
-             else f"{chosen.num_rows} final attempts of {f.agent} on {tasks.num_rows} tasks")
+             else f"{chosen.num_rows} of {tasks.num_rows} tasks, each row with a final attempt of {f.agent}")
     return [tag("h2", "Tasks", id="tasks"),
             _filter_form(e, f, phases, tables.distinct(tasks, "family"), [r.agent for r in agent_rows]),
             tag("p", shown + (f", rows {(page_no - 1) * tables.PAGE_ROWS + 1}–{(page_no - 1) * tables.PAGE_ROWS + len(rows)}"
@@ -165,8 +167,8 @@ def _related(e: RunEntry, runs: Mapping[str, RunEntry]) -> list[object]:
     items = []
     if e.parent_key is not None and e.parent_key in runs:
         items.append(join(["a smoke rerun of the pool ", run_link(runs[e.parent_key])]))
-    items += [join([badge(o.verdict.verdict), " ", run_link(o), f" — {o.summary.kind}, {label}, started "
-                    f"{when(o.summary.started_at)}"]) for o, label in related(e, runs)]
+    items += [join([badge(o.verdict.verdict), " ", run_link(o),
+                    f" — {o.summary.kind}, {label}, started {when(o.summary.started_at)}"]) for o, label in related(e, runs)]
     out: list[object] = [tag("h2", "Related runs", id="related"),
                          _list(items) if items else tag("p", "No other run shares a contract with this one.",
                                                         class_="muted")]
@@ -214,8 +216,8 @@ def _contract(e: RunEntry) -> list[object]:
              *((f"variant {k}", f"{c.name} {c.sha256}; {c.tasks} tasks") for k, c in sorted(e.variants.items())),
              ("agents", ", ".join(s.agents)), ("backend", f"{s.backend} ({s.backend_version})"),
              ("image", f"{s.image} {s.image_digest}"),
-             ("machine", f"{mach.os or mach.system}, Linux {mach.kernel}, {mach.architecture}, "
-                         f"{mach.cpus} cores, {mach.memory_gib} GiB, Python {mach.python}"),
+             ("machine", (f"{mach.os or mach.system}, Linux {mach.kernel}, {mach.architecture}, "
+                          f"{mach.cpus} cores, {mach.memory_gib} GiB, Python {mach.python}")),
              ("code", s.code_commit + (f"; patch {s.patch.sha256} on {s.patch.base_commit}" if s.patch else "")),
              ("required criteria", ", ".join(s.required))]
     return [tag("h2", "Contract and execution", id="contract"), kv(pairs)]

@@ -131,7 +131,7 @@ def _handler(viewer: Viewer, log: Callable[[str], None] | None):
                 status, kind, body = viewer.handle(self.path)
             except HTTPError as e:
                 status, kind, body = e.status, "text/html; charset=utf-8", message_page(e.status, e.title, e.detail)
-            except (OSError, ValueError) as e:  # unreadable evidence (pyarrow's errors are both)
+            except (OSError, ValueError, NotInside) as e:  # unreadable or missing evidence (pyarrow raises the first two)
                 status, kind = 500, "text/html; charset=utf-8"
                 body = message_page(500, "Unreadable evidence", f"{type(e).__name__}: {e}")
             except Exception as e:  # noqa: BLE001 - a bug answers 500 and is logged; the server goes on
@@ -150,10 +150,10 @@ def _handler(viewer: Viewer, log: Callable[[str], None] | None):
             if not head_only:
                 self.wfile.write(body)
 
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:
             self._respond(head_only=False)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._respond(head_only=True)
 
         def log_message(self, fmt: str, *args) -> None:
