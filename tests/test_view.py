@@ -361,6 +361,14 @@ def test_unreadable_runs_are_named_and_the_server_goes_on(traps):
     assert get(s, "/run/trap")[0] == 200
 
 
+def test_runs_of_the_same_name_under_two_directories_both_get_a_page(base, tmp_path):
+    shutil.copytree(base / "ledgers/toy", tmp_path / "pool")
+    with serve([base / "ledgers", tmp_path]) as s:
+        _, index, _ = get(s, "/")
+        assert 'href="/run/pool"' in index and 'href="/run/pool~2"' in index
+        assert "deshuffle-papers" in get(s, "/run/pool")[1] and "toy · contract" in get(s, "/run/pool~2")[1]
+
+
 def test_other_hosts_and_methods_are_refused(server):
     status, body, _ = get(server, "/", host="evil.example")
     assert status == 403 and "pool" not in body

@@ -143,10 +143,6 @@ class RunEntry:
         return RunPaths(self.root)
 
     @property
-    def name(self) -> str:
-        return self.summary.run_id if self.summary else self.root.name
-
-    @property
     def latest_smoke(self) -> Smoke | None:
         done = [s for s in self.smokes if s.result is not None]
         return done[-1] if done else None

@@ -39,7 +39,7 @@ def file_url(key: str, *parts: str) -> str:
 
 
 def run_link(e: RunEntry) -> Html:
-    return a(e.name if e.parent_key is None else e.key, run_url(e.key))
+    return a(e.key, run_url(e.key))
 
 
 def verdict_badge(e: RunEntry) -> Html:
