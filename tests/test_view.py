@@ -240,13 +240,13 @@ def test_pool_and_pilot_of_one_contract_link_to_each_other(server):
 def test_report_entries_are_linked_and_served(server, base):
     (entry,) = (base / "ledgers/pool/reports").iterdir()
     _, body, _ = get(server, "/run/pool")
-    href = f"/run/pool/file/reports/{entry.name}/report.html"
+    href = f"/file/pool/reports/{entry.name}/report.html"
     assert f'href="{href}"' in body
     status, report, headers = get(server, href)
     assert status == 200 and report == (entry / "report.html").read_text()
     assert "script-src" not in headers["Content-Security-Policy"] and "default-src 'none'" in \
         headers["Content-Security-Policy"]
-    status, md, headers = get(server, f"/run/pool/file/reports/{entry.name}/report.md")
+    status, md, headers = get(server, f"/file/pool/reports/{entry.name}/report.md")
     assert status == 200 and headers["Content-Type"].startswith("text/markdown") and md.startswith("# ")
 
 
@@ -261,7 +261,7 @@ def test_every_link_on_every_page_resolves_and_nothing_is_written(server, base):
         seen.add(path)
         status, body, headers = get(server, path)
         assert status == 200, (path, body[:500])
-        if headers["Content-Type"].startswith("text/html") and "/file/" not in path:
+        if headers["Content-Type"].startswith("text/html") and not path.startswith("/file/"):
             todo += [h for h in links(body) if h.startswith("/")]
     assert len(seen) > 40  # index, 4 runs, their filters, every task, files
     assert snapshot(base / "ledgers") == before
@@ -312,21 +312,22 @@ def traps(base, tmp_path_factory):
 
 
 @pytest.mark.parametrize("path", [
-    "/run/trap/file/../../outside/secret.txt",
-    "/run/trap/file/%2e%2e/%2e%2e/outside/secret.txt",
-    "/run/trap/file/reports/..%2f..%2f..%2foutside%2fsecret.txt",
-    "/run/..%2f..%2foutside/file/secret.txt",
-    "/run/trap/file//etc/passwd",
-    "/run/trap/file/%2fetc%2fpasswd",
+    "/file/trap/../../outside/secret.txt",
+    "/file/trap/%2e%2e/%2e%2e/outside/secret.txt",
+    "/file/trap/reports/..%2f..%2f..%2foutside%2fsecret.txt",
+    "/file/..%2f..%2foutside/secret.txt",
+    "/file/../outside/secret.txt",
+    "/file/trap//etc/passwd",
+    "/file/trap/%2fetc%2fpasswd",
     "/../../outside/secret.txt",
-    "/run/trap/file/reports/20990101T000000000000Z/report.html",  # a symlink to the secret
-    "/run/trap/file/reports/20990102T000000000000Z/secret.txt",  # a symlinked entry, and not a report name
-    "/run/trap/file/reports/20990102T000000000000Z/report.html",
-    "/run/trap/file/variants/evil.json",
-    "/run/trap/file/smoke/20990101T000000000000Z/result.json",
-    "/run/trap/file/patch.diff",
-    "/run/trap/file/journal.jsonl",
-    "/run/trap/file/reports/x/report.html%00.json",
+    "/file/trap/reports/20990101T000000000000Z/report.html",  # a symlink to the secret
+    "/file/trap/reports/20990102T000000000000Z/secret.txt",  # a symlinked entry, and not a report name
+    "/file/trap/reports/20990102T000000000000Z/report.html",
+    "/file/trap/variants/evil.json",
+    "/file/trap/smoke/20990101T000000000000Z/result.json",
+    "/file/trap/patch.diff",
+    "/file/trap/journal.jsonl",
+    "/file/trap/reports/x/report.html%00.json",
     "/run/linked",
     "/run/nope",
     "/nope",

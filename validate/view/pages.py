@@ -35,7 +35,9 @@ def task_url(key: str, phase: str, task_id: str) -> str:
 
 
 def file_url(key: str, *parts: str) -> str:
-    return url(["run", key, "file", *parts])
+    """``/file/KEY/PATH``: the run directory's own layout under ``/file/``, so a report's relative
+    link to a sibling run (``../../../<run>/reports/…``) lands on that run's file."""
+    return url(["file", key, *parts])
 
 
 def run_link(e: RunEntry) -> Html:

@@ -5,7 +5,11 @@ Routes (``KEY`` is a run key, percent-encoded as one segment)::
     /                              the index of runs
     /run/KEY?family=&verdict=&…    a run's page (filters as query parameters)
     /run/KEY/task?phase=P&id=T     one task: its verdict and every attempt
-    /run/KEY/file/PATH             one of the run's own files, from a fixed list of names
+    /file/KEY/PATH                 one of the run's own files, from a fixed list of names
+    /file/KEY/                     the run directory itself: redirects to /run/KEY
+
+Files sit under ``/file/`` in the run directories' own layout, so the relative links a report
+makes to its sibling runs (``../../../<run>/…``) resolve here as they do on disk.
 
 A request whose ``Host`` is not this server's loopback address is refused (a web page
 cannot rebind a name to 127.0.0.1 and read the evidence). Pages carry a Content Security
@@ -27,6 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from validate.view import tables
 from validate.view.catalog import Catalog, NotInside, RunEntry, open_inside
+from validate.view.markup import url
 from validate.view.pages import index_page, message_page, task_page
 from validate.view.runpage import run_page
 
@@ -42,6 +47,12 @@ FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in
     (r"reports/[A-Za-z0-9._-]+/report\.md", "text/markdown; charset=utf-8"),
     (r"reports/[A-Za-z0-9._-]+/report\.json", "application/json"),
 ))
+
+
+class Redirect(Exception):  # noqa: N818 - not an error: the answer is elsewhere
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
 
 
 class HTTPError(Exception):
@@ -91,7 +102,8 @@ class Viewer:
     def handle(self, target: str) -> tuple[int, str, bytes]:
         split = urlsplit(target)
         raw = split.path.split("/")[1:]
-        if any(s in ("", ".", "..") for s in raw[1:]) and raw != [""]:
+        inner = raw[1:-1] if raw[0] == "file" and raw[-1] == "" else raw[1:]  # /file/KEY/: a run directory
+        if any(s in ("", ".", "..") for s in inner) and raw != [""]:
             raise HTTPError(404, "Not Found", "no such page")
         try:
             seg = [unquote(s, errors="strict") for s in raw]
@@ -110,8 +122,11 @@ class Viewer:
                     raise HTTPError(404, "Not Found", f"run {entry.key} has no task {q.get('id')!r} in phase "
                                                       f"{q.get('phase')!r}")
                 return 200, "text/html; charset=utf-8", task_page(entry, row)
-            if seg[2] == "file" and len(seg) > 3:
-                return self._file(entry, seg[3:])
+        if len(seg) >= 3 and seg[0] == "file":
+            entry, _ = self._run(seg[1])
+            if seg[2:] == [""]:
+                raise Redirect(url(["run", entry.key]))
+            return self._file(entry, seg[2:])
         raise HTTPError(404, "Not Found", "no such page")
 
 
@@ -129,6 +144,12 @@ def _handler(viewer: Viewer, log: Callable[[str], None] | None):
                 if not self._allowed_host():
                     raise HTTPError(403, "Forbidden", "this viewer answers only to 127.0.0.1 and localhost")
                 status, kind, body = viewer.handle(self.path)
+            except Redirect as e:
+                self.send_response(302)
+                self.send_header("Location", e.location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             except HTTPError as e:
                 status, kind, body = e.status, "text/html; charset=utf-8", message_page(e.status, e.title, e.detail)
             except (OSError, ValueError, NotInside) as e:  # unreadable or missing evidence (pyarrow raises the first two)
