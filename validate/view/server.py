@@ -49,7 +49,7 @@ FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in
 ))
 
 
-class Redirect(Exception):  # noqa: N818 - not an error: the answer is elsewhere
+class Redirect(Exception):  # not an error: the answer is elsewhere
     def __init__(self, location: str) -> None:
         super().__init__(location)
         self.location = location
