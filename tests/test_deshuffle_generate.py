@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-
-from environment.protocol import config_digest
 import subprocess
 import sys
 
@@ -12,8 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from environment.deshuffle import (
-    PARAGRAPHS_FILE, DeshuffleConfig, DeshuffleTaskset, analyze_ordering,
+    PARAGRAPHS_FILE,
+    DeshuffleConfig,
+    DeshuffleTaskset,
+    analyze_ordering,
 )
+from environment.protocol import config_digest
 from tests.conftest import ROOT
 
 
