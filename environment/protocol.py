@@ -222,6 +222,13 @@ class Environment:
     def scorer(self, config: BaseModel) -> ScorerSpec:
         return ScorerSpec()
 
+    def families(self, taskset: Taskset) -> list[str] | None:
+        """Every family the taskset can produce (the report names those a selection missed);
+        by default read off a finite taskset's tasks, unknown (None) for an infinite one."""
+        if taskset.size is None:
+            return None
+        return sorted({taskset.task(i).family for i in range(taskset.size)})
+
     def strata(self, task: Task) -> str:
         """The pilot's stratum of a task: by default its family."""
         return task.family

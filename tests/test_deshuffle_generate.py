@@ -10,8 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from environment.deshuffle import (
-    PARAGRAPHS_FILE, DeshuffleConfig, DeshuffleTaskset, analyze_ordering,
+    PARAGRAPHS_FILE,
+    DeshuffleConfig,
+    DeshuffleTaskset,
+    analyze_ordering,
 )
+from environment.protocol import config_digest
 from tests.conftest import ROOT
 
 
@@ -28,10 +32,34 @@ def test_task_structure(taskset3):
         assert 1 <= task.n_papers <= 3
         assert f"{task.n_papers} research papers" in task.prompt or task.n_papers == 1
         assert "\\boxed{" in task.prompt
-        assert task.id == f"deshuffle:{task.idx}:0"
+        assert task.id == f"deshuffle-papers/{config_digest(taskset3.config)}/{task.idx}"
+        assert task.family == task.paper_ids[0].split(":")[0] and task.meta == {"n_papers": task.n_papers,
+                                                                                 "n_units": len(rows)}
         assert task.hash.startswith("sha256:") and len(task.hash) == 71
         oracle = task.gold[0] if task.n_papers == 1 else task.gold
         assert analyze_ordering(f"\\boxed{{{json.dumps(oracle)}}}", task.gold)[0] == 1.0
+
+
+def test_the_shuffle_cannot_be_replayed_from_seed_and_idx(corpus):
+    """The shuffle's stream is keyed by the papers' true-order text: the same (seed, idx) over
+    a paper whose text differs by one character shuffles differently, and the old stream
+    keyed by (seed, idx) alone does not give the order."""
+    import hashlib
+    import random
+
+    ts = DeshuffleTaskset(DeshuffleConfig(), corpus)
+    task = ts.task(0)
+    m = task.n_labels
+    old = random.Random(int.from_bytes(hashlib.sha256(b"deshuffle-papers:0:0").digest()[:8], "big"))
+    old.random()
+    units = list(range(m))
+    for i in range(m - 1, 0, -1):
+        j = int(old.random() * (i + 1))
+        units[i], units[j] = units[j], units[i]
+    replay = [0] * m
+    for label, unit in enumerate(units, 1):
+        replay[unit] = label
+    assert tuple(replay) != task.gold[0]
 
 
 def test_gold_never_leaks_into_files_or_prompt(taskset3):

@@ -50,11 +50,7 @@ example:
   validate report ledgers/<pool-run> && validate audit ledgers/<pool-run>
 """
 
-#: Attempts at once unless -c says otherwise: two per usable core. An attempt waits on
-#: process start-up, the daemon and namespace teardown about as much as it computes; on
-#: 2 cores, -c 4 beat -c 2 on both backends (docs/performance.md).
-DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
-MAX_TASKS = 1_000_000
+from validate.api import DEFAULT_CONCURRENCY  # noqa: E402
 
 
 def _version() -> str:
@@ -165,8 +161,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     po = sub.add_parser("pool", help="oracle on every task → freeze the passes → controls on the frozen set → smoke")
     _run_options(po)
-    po.add_argument("--manifest-dir", type=Path, default=MANIFEST_DIR,
-                    help="where the frozen child manifest is also written (default: %(default)s)")
+    po.add_argument("--manifest-dir", type=Path, default=None,
+                    help="where the frozen child manifest is also written (default: beside --manifest)")
     po.add_argument("--smoke-sample", type=int, default=5, help="tasks the smoke test reruns; 0 skips it and the "
                     "dataset verdict stays INCOMPLETE until `validate smoke` (default: %(default)s)")
 
@@ -215,31 +211,18 @@ def cmd_image(args) -> int:
     return 0
 
 
-def _selection(args, size: int | None) -> tuple[list[int], str]:
-    if args.idx is not None:
-        try:
-            idx = [int(x) for x in args.idx.split(",") if x.strip()]
-        except ValueError:
-            raise ValidateError(f"--idx: expected comma-separated integers, got {args.idx!r}") from None
-        bad = [i for i in idx if i < 0 or (size is not None and i >= size) or i >= 2**63]
-        if bad or not idx:
-            limit = f" and < {size}" if size is not None else ""
-            raise ValidateError(f"--idx: every index must be ≥ 0{limit}; got {bad[:5] or 'none'}")
-        return idx, f"explicit idx list of {len(set(idx))} tasks"
-    stop = args.idx_stop if args.idx_stop is not None else (size if size is not None else 20)
-    start = args.idx_start
-    if start < 0 or stop <= start:
-        raise ValidateError(f"--idx-stop: must be greater than --idx-start ({start}), which must be ≥ 0")
-    if size is not None and stop > size:
-        raise ValidateError(f"--idx-stop: the taskset has {size} tasks (idx 0..{size - 1}); got {stop}")
-    if stop - start > MAX_TASKS:
-        raise ValidateError(f"--idx-stop: at most {MAX_TASKS:,} tasks per contract; got {stop - start:,}")
-    return list(range(start, stop)), f"contiguous idx range [{start}, {stop})"
+def _csv(text: str | None) -> list[str] | None:
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _idx(text: str | None) -> list[int] | None:
+    try:
+        return None if text is None else [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValidateError(f"--idx: expected comma-separated integers, got {text!r}") from None
 
 
 def _ceilings(items: list[str]) -> dict[str, float]:
-    import math
-
     out = {}
     for item in items:
         name, _, value = item.partition("=")
@@ -247,96 +230,36 @@ def _ceilings(items: list[str]) -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             raise ValidateError(f"--ceiling: expected CONTROL=REWARD, got {item!r}") from None
-        if not (math.isfinite(out[name.strip()]) and 0.0 <= out[name.strip()] <= 1.0):
-            raise ValidateError(f"--ceiling: {item!r}: the reward must be in [0, 1]")
     return out
 
 
 def cmd_freeze(args) -> int:
-    import tomllib
+    from validate import api
+    from validate.options import given
 
-    from environment.protocol import LoadHints
-    from validate import environments
-    from validate.contract import check_limits, freeze, load_taskset, write_manifest
-    from validate.options import given, model_values
-    from validate.patches import require
-    from validate.sandbox import Limits, open_sandbox
-
-    if args.env is None:
-        raise ValidateError("--env: no environment given and none is the default; install one")
-    env = environments.get(args.env)
-    base = {}
-    if args.config is not None:
-        try:
-            base = tomllib.loads(args.config.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise ValidateError(f"--config: {args.config}: not a readable TOML file ({e})") from None
-    config = model_values(env.Config, base, given(args, "cfg_"), str(args.config or "config"))
-    limits = check_limits(model_values(Limits, {}, given(args, "lim_"), "limits"))
-    code = require(args.allow_patch)
-    hints = LoadHints(search=tuple(args.data))
-    size = load_taskset(env, config, hints).size
-    idx, rule = _selection(args, size)
-    sandbox = open_sandbox(args.backend, image=args.image)
-    manifest = freeze(name=args.name, env_name=env.name, config=config, hints=hints, idx=idx, rule=rule,
-                      facts=sandbox.facts(), controls=None if args.controls is None else
-                      [c.strip() for c in args.controls.split(",") if c.strip()],
-                      ceilings=_ceilings(args.ceiling), pass_threshold=args.pass_threshold,
-                      exception_rule=args.exception_rule, min_task_count=args.min_count, git_commit=code.label,
-                      patch=code.patch, limits=limits, infra_retries=args.infra_retries)
-    path = write_manifest(manifest, args.out or MANIFEST_DIR / f"{args.name}.json")
+    manifest = api.freeze(
+        args.name, env=args.env, config=args.config, config_overrides=given(args, "cfg_"), idx=_idx(args.idx),
+        idx_start=args.idx_start, idx_stop=args.idx_stop, backend=args.backend, image=args.image,
+        limits=given(args, "lim_"), controls=_csv(args.controls), ceilings=_ceilings(args.ceiling),
+        pass_threshold=args.pass_threshold, exception_rule=args.exception_rule, min_count=args.min_count,
+        infra_retries=args.infra_retries, data=args.data, allow_patch=args.allow_patch, out=args.out)
+    path = args.out or MANIFEST_DIR / f"{args.name}.json"
     if args.json:
         out.print(manifest.to_json().decode(), end="", markup=False)
     else:
-        out.print(f"froze {len(manifest.tasks)} tasks of {env.name} → {path}  ({manifest.sha256})")
+        out.print(f"froze {len(manifest.tasks)} tasks of {manifest.environment.name} → {path}  ({manifest.sha256})",
+                  markup=False)
     return 0
 
 
 def cmd_verify(args) -> int:
-    from environment.protocol import LoadHints
-    from validate.contract import load_manifest, verify
-    from validate.sandbox import open_sandbox
+    from validate import api
 
-    m = load_manifest(args.manifest)
-    verify(m, open_sandbox(m.execution.backend, image=m.execution.image), LoadHints(search=tuple(args.data)))
+    m = api.verify(args.manifest, args.data)
     out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
               f"hashes, {len(m.expectations.agents)} agents, backend {m.execution.backend}, "
-              f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}")
+              f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}", markup=False)
     return 0
-
-
-def _context(args, phase: str):
-    """Load and verify the manifest, check the code, open the backend, pick the run directory."""
-    from environment.protocol import LoadHints
-    from validate.contract import load_manifest, verify
-    from validate.patches import require
-    from validate.paths import RunPaths
-    from validate.runner import RunContext
-    from validate.sandbox import open_sandbox
-
-    if args.concurrency < 1 or args.concurrency > 256:
-        raise ValidateError("--concurrency: must be between 1 and 256")
-    if args.resume is not None:
-        if not (args.resume / "manifest.json").is_file():
-            raise ValidateError(f"--resume: {args.resume} is not a run directory (no manifest.json)")
-        m = load_manifest(args.manifest or args.resume / "manifest.json")
-        root = args.resume
-    else:
-        if args.manifest is None:
-            raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
-        m = load_manifest(args.manifest)
-        from datetime import UTC, datetime
-
-        root = args.run_dir or LEDGER_DIR / f"{m.name}-{phase}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        if (root / "manifest.json").exists():
-            raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
-    code = require(args.allow_patch)
-    run_id = root.name  # the same before and after a resume
-    hints = LoadHints(search=tuple(args.data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=run_id)
-    env, taskset = verify(m, sandbox, hints)
-    return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root), run_id=run_id,
-                      code=code, hints=hints)
 
 
 class _Bar:
@@ -381,56 +304,43 @@ def _finish(args, summary, root, wall_s: float) -> int:
     return 0 if verdict.verdict == "PASS" else 1
 
 
-def _phase(args, phase: str, fn) -> int:
-    ctx = _context(args, phase)
+def _where(args) -> dict:
+    return dict(run_dir=args.run_dir, resume=args.resume, concurrency=args.concurrency, data=args.data,
+                allow_patch=args.allow_patch)
+
+
+def _phase(args, fn) -> int:
     with _Bar() as bar:
-        try:
-            summary = fn(ctx, bar.hooks)
-        finally:
-            ctx.sandbox.close()
-    return _finish(args, summary, ctx.paths.root, bar.wall_s)
+        summary = fn(bar.hooks)
+    return _finish(args, summary, args.resume or args.run_dir or LEDGER_DIR / summary.run_id, bar.wall_s)
 
 
 def cmd_run(args) -> int:
-    from validate.phases import run_agents
+    from validate import api
 
-    return _phase(args, args.phase, lambda ctx, hooks: run_agents(ctx, args.agents, args.phase, args.concurrency, hooks))
+    return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, hooks=hooks,
+                                              **_where(args)))
 
 
 def cmd_pool(args) -> int:
-    from validate.phases import pool
-    from validate.smoke import smoke
+    from validate import api
 
-    if args.smoke_sample < 0:
-        raise ValidateError("--smoke-sample: must be ≥ 0")
-
-    def smoke_step(ctx, frozen) -> str:
-        return "passed" if smoke(ctx, frozen, args.smoke_sample, log=lambda m: err.print(m)).passed else "failed"
-
-    return _phase(args, "pool", lambda ctx, hooks: pool(ctx, args.concurrency, hooks, manifest_dir=args.manifest_dir,
-                                                        smoke=smoke_step if args.smoke_sample else None))
+    return _phase(args, lambda hooks: api.pool(args.manifest, smoke_sample=args.smoke_sample,
+                                               manifest_dir=args.manifest_dir, hooks=hooks,
+                                               log=lambda m: err.print(m, markup=False), **_where(args)))
 
 
 def cmd_pilot(args) -> int:
-    from validate.phases import pilot
+    from validate import api
 
-    if args.per_stratum < 1:
-        raise ValidateError("--per-stratum: must be ≥ 1")
-    code = _phase(args, "pilot", lambda ctx, hooks: pilot(ctx, args.per_stratum, args.concurrency, hooks))
-    return code
+    return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, hooks=hooks,
+                                                **_where(args)))
 
 
 def cmd_smoke(args) -> int:
-    from validate.lifecycle import reopen
-    from validate.smoke import smoke
+    from validate import api
 
-    if args.sample < 1:
-        raise ValidateError("--sample: must be ≥ 1")
-    ctx, frozen = reopen(args.run_dir, tuple(args.data))
-    try:
-        result = smoke(ctx, frozen, args.sample, log=lambda msg: err.print(msg))
-    finally:
-        ctx.sandbox.close()
+    result = api.smoke(args.run_dir, sample=args.sample, data=args.data, log=lambda m: err.print(m, markup=False))
     (out if result.passed else err).print(("smoke PASSED: " if result.passed else "smoke FAILED: ") + result.summary,
                                           markup=False)
     for line in result.mismatches[:20]:
@@ -439,17 +349,17 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from validate.report import write_report
+    from validate import api
 
-    entry, verdict = write_report(args.run_dir)
+    entry, verdict = api.report(args.run_dir)
     out.print(f"{verdict.headline}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
     return 0
 
 
 def cmd_audit(args) -> int:
-    from validate.audit import audit
+    from validate import api
 
-    result = audit(args.run_dir, signature=args.signature, identity=args.identity, data=tuple(args.data))
+    result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data)
     for note in result.unchecked:
         err.print(f"NOT CHECKED {note}", markup=False)
     if result.problems:
@@ -462,9 +372,9 @@ def cmd_audit(args) -> int:
 
 
 def cmd_sign(args) -> int:
-    from validate.signing import sign
+    from validate import api
 
-    sig = sign(args.run_dir, args.key)
+    sig = api.sign(args.run_dir, args.key)
     out.print(f"signed {args.run_dir / 'checksums'} → {sig}", markup=False)
     return 0
 

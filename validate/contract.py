@@ -351,7 +351,11 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
         manifest = Manifest.model_validate(raw)
     except ValidationError as e:
         raise ContractError(f"{where}: field '{_first_error(e, '')}'") from None
-    if manifest.sha256 != manifest.content_sha256():
+    try:
+        own = manifest.content_sha256()
+    except ValueError as e:  # NaN or Infinity somewhere: no canonical JSON, so no hash
+        raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
+    if manifest.sha256 != own:
         raise ContractError(f"{where}: field 'sha256': the manifest's content does not match its sha256 "
                             f"(edited after freezing? freeze it again)")
     return manifest

@@ -116,6 +116,8 @@ class Run:
         required = REQUIRED[self.kind]
         ex = ctx.manifest.execution
         agents = sorted(set(pq.read_table(ctx.paths.attempts, columns=["agent"]).column("agent").to_pylist()))
+        every = ctx.env.families(ctx.taskset)
+        uncovered = None if every is None else sorted(set(every) - {v.family for v in verdicts})
         summary = RunSummary(
             run_id=ctx.run_id, kind=self.kind, groups=self.groups, environment=ctx.manifest.environment.name,
             manifest_sha256=ctx.manifest.sha256, frozen_manifest_sha256=frozen_sha256,
@@ -124,7 +126,7 @@ class Run:
             patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted,
             agents=agents, counts=c, required=list(required), facts=facts,
             dataset_verdict=dataset_verdict(facts, required), dataset_findings=findings,
-            strata=list(strata), probes=list(probes))
+            families_uncovered=uncovered, strata=list(strata), probes=list(probes))
         write_json(ctx.paths.summary, summary)
         write_checksums(ctx.paths)
         return summary

@@ -189,10 +189,15 @@ def _family_blocks(ev: RunEvidence) -> list:
     fam = t.groupby("family").agg(tasks=("task_id", "size"),
                                  compatible=("verdict", lambda v: int((v == "compatible").sum())),
                                  oracle=("oracle_reward", "mean"), margin=("margin", "min"))
+    missing = ev.summary.families_uncovered
+    cover = ("The environment does not list its families, so coverage is not stated." if missing is None else
+             f"Families the selection did not cover: {', '.join(missing)}." if missing else
+             "The selection covers every family the environment can produce.")
     return [("h2", "Per family"),
             ("table", ["family", "compatible / tasks", "mean oracle reward", "min margin"],
              [[f, _of(int(r.compatible), int(r.tasks)), _fmt(float(r.oracle)), _fmt(float(r.margin))]
-              for f, r in fam.iterrows()])]
+              for f, r in fam.iterrows()]),
+            ("p", [cover])]
 
 
 def _ledger_blocks(ev: RunEvidence) -> list:
@@ -234,6 +239,29 @@ def _attempt_blocks(ev: RunEvidence) -> list:
     return out
 
 
+def related_runs(ev: RunEvidence) -> list[tuple[str, str]]:
+    """Other runs beside this one of the same root contract (a pool and its pilot), each with a
+    link to its latest report (relative to a report of this run) or to its run directory."""
+    out = []
+    for other in sorted(p for p in ev.root.parent.iterdir() if p.is_dir() and p != ev.root):
+        try:
+            summary = RunSummary.model_validate_json((other / "run.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if summary.manifest_sha256 != ev.summary.manifest_sha256:
+            continue
+        reports = sorted((other / "reports").glob("*/report.html")) if (other / "reports").is_dir() else []
+        href = f"../../../{other.name}/" + (reports[-1].relative_to(other).as_posix() if reports else "")
+        smokes = sorted((other / "smoke").glob("*/result.json")) if (other / "smoke").is_dir() else []
+        facts = summary.facts
+        if smokes:
+            passed = bool(_json(smokes[-1]).get("passed"))
+            facts = facts.model_copy(update={"smoke": "passed" if passed else "failed"})
+        verdict = dataset_verdict(facts, summary.required).verdict
+        out.append((f"{summary.kind} {summary.run_id}: dataset verdict {verdict}", href))
+    return out
+
+
 def blocks(ev: RunEvidence) -> list:
     s = ev.summary
     verdict = current_verdict(ev)
@@ -242,6 +270,9 @@ def blocks(ev: RunEvidence) -> list:
            ("p", [_claim(ev, verdict)])]
     if s.interrupted:
         doc.append(("p", [Bold("This run was interrupted: its evidence is INCOMPLETE; resume it with --resume.")]))
+    related = related_runs(ev)
+    if related:
+        doc += [("h2", "Related runs of this contract"), ("links", related)]
     doc += [("h2", "Protocol criteria"),
             ("table", ["criterion", "status", "detail"], [[c.name, c.status, c.detail] for c in verdict.criteria]),
             ("h2", "Counts"), ("table", ["what", "count"], count_rows(ev)),
@@ -308,6 +339,9 @@ def to_markdown(doc: list) -> str:
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b[2]] + [""]
         elif b[0] == "svg":
             lines += [f"*{md_text(b[2])}: see report.html.*", ""]
+        elif b[0] == "links":
+            lines += [f"- [{md_text(text)}]({href.replace(' ', '%20').replace(')', '%29')})" for text, href in b[1]]
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -328,6 +362,10 @@ def to_html(doc: list) -> str:
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif b[0] == "svg":
             body.append(f'<figure role="img" aria-label="{html.escape(b[2])}">{b[1]}</figure>')
+        elif b[0] == "links":
+            items = "".join(f'<li><a href="{html.escape(href, quote=True)}">{html.escape(text)}</a></li>'
+                            for text, href in b[1])
+            body.append(f"<ul>{items}</ul>")
     style = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
              "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
              "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}svg{max-width:100%}")

@@ -81,6 +81,10 @@ def sample(frozen: Manifest, n: int) -> list[int]:
 
 
 def build_and_install(tmp: Path, log) -> tuple[Path, Path, Path]:
+    import importlib.util
+
+    if importlib.util.find_spec("build") is None or importlib.util.find_spec("wheel") is None:
+        raise ValidateError("smoke: building the wheel needs the [smoke] extra: pip install 'deshuffle-validate[smoke]'")
     src = source_root()
     dist = tmp / "dist"
     log("smoke: building the sdist and the wheel ...")

@@ -106,5 +106,8 @@ class RunSummary(BaseModel):
     facts: RunFacts
     dataset_verdict: DatasetVerdict
     dataset_findings: list[FindingRow] = Field(default_factory=list)
+    families_uncovered: list[str] | None = Field(
+        default=None, description="Families the environment can produce that no judged task belongs to (None: "
+                                  "the environment cannot list its families).")
     strata: list[Stratum] = Field(default_factory=list)
     probes: list[ProbeCheck] = Field(default_factory=list)

@@ -13,7 +13,6 @@ from environment.curator.themes import SPECS_DIR, load_specs
 from environment.curator.validate_dataset import dataset_findings, row_findings
 from environment.protocol import (
     AgentSpec,
-    ConfigError,
     Environment,
     Finding,
     LoadHints,
@@ -61,13 +60,13 @@ AGENTS: tuple[AgentSpec, ...] = (
 
 
 def _find_specs(hints: LoadHints) -> Path:
+    """A folder of theme specs among the ``--data`` places (other environments' data there is
+    skipped), else the specs shipped in this package; the revision check follows in the taskset."""
     for path in hints.search:
-        if path.is_dir() and any(path.glob("*.json")):
-            return path
         if path.is_dir() and (path / "specs").is_dir():
             return path / "specs"
-    if hints.search:
-        raise ConfigError(f"--data {', '.join(map(str, hints.search))}: no folder of curator theme specs (*.json)")
+        if path.is_dir() and any(path.glob("*.json")):
+            return path
     return SPECS_DIR
 
 

@@ -100,6 +100,10 @@ class DeshuffleEnvironment(Environment):
     def findings(self, task: DeshuffleTask) -> list[Finding]:
         return task_findings(task)
 
+    def families(self, taskset: DeshuffleTaskset) -> list[str]:
+        """A task's family is its anchor paper's source: every source the config admits."""
+        return sorted({p.source for p in taskset.papers})
+
     def strata(self, task: DeshuffleTask) -> str:
         size = "short" if len(task.gold[0]) <= SHORT_PAPER_UNITS else "long"
         return f"{task.family} / {'1 paper' if task.n_papers == 1 else 'several papers'} / {size}"

@@ -86,7 +86,11 @@ def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
              cache_dir: str | Path | None = None, timeout_s: float = 5.0,
              skip_invalid: bool = False, limits: CorpusLimits = DEFAULT_LIMITS) -> Corpus:
     """Download the pinned dataset revision and build a `Corpus` from it."""
-    from huggingface_hub import HfApi, hf_hub_download
+    try:
+        from huggingface_hub import HfApi, hf_hub_download
+    except ImportError:
+        raise CorpusError("corpus 'hub' needs the [hub] extra: pip install 'deshuffle-validate[hub]' (or point "
+                          f"the corpus at a local snapshot, e.g. --corpus {DEFAULT_CORPUS_HINT})") from None
 
     try:
         info = HfApi().dataset_info(repo, revision=revision, timeout=timeout_s)

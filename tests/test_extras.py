@@ -1,0 +1,36 @@
+"""The core install runs every phase; a command that needs an extra says which one."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+
+import pytest
+
+from environment.deshuffle import Corpus, CorpusError
+from tests.conftest import ROOT
+from validate.errors import ValidateError
+
+
+def test_the_core_is_lean():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {d.split(">")[0].split("=")[0].strip().lower() for d in project["dependencies"]}
+    assert core == {"pydantic", "pandas", "numpy", "pyarrow", "docker", "tenacity", "rich"}
+    assert {"smoke", "hub", "test"} <= set(project["optional-dependencies"])
+    assert not any("matplotlib" in d for d in project["dependencies"])
+
+
+def test_the_hub_corpus_names_its_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if not installed
+    with pytest.raises(CorpusError, match=r"\[hub\] extra"):
+        Corpus.from_hub()
+
+
+def test_the_smoke_test_names_its_extra(monkeypatch, tmp_path):
+    from validate import smoke
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "build" else real(name, *a))
+    with pytest.raises(ValidateError, match=r"\[smoke\] extra"):
+        smoke.build_and_install(tmp_path, print)

@@ -1,0 +1,63 @@
+"""Nothing an agent can read derives the answer. For every environment, the standing
+source-peek control (the environment's whole source plus the agent view) is played through
+the real harness and must not beat that environment's chance-level control; and the agent
+view names no task id, no idx, no seed and no hash."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pandas as pd
+import pytest
+
+from tests.conftest import make_ctx, make_manifest
+from validate.phases import run_agents
+from validate.workspace import agent_view
+
+pytestmark = pytest.mark.bwrap
+
+#: environment → (its chance-level control, tasks played, config)
+CASES = {
+    "deshuffle-papers": ("shuffled", list(range(40)), dict(max_papers=3)),
+    "twohop-env": ("empty", list(range(36)), {}),
+    "curator": ("random-count", list(range(20)), {}),
+}
+
+
+@pytest.mark.parametrize("env_name", list(CASES))
+def test_source_peek_does_not_beat_chance(sandboxes, tmp_path, env_name):
+    chance, idx, config = CASES[env_name]
+    sandbox = sandboxes("bwrap")
+    manifest = make_manifest(sandbox, idx=idx, env_name=env_name, controls=["source-peek", chance], **config)
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "controls", "run", 4)
+    a = pd.read_parquet(tmp_path / "run/attempts.parquet")
+    peek, base = (a.loc[a["agent"] == n, "reward"].fillna(0.0) for n in ("source-peek", chance))
+    print(f"\n{env_name}: source-peek mean {peek.mean():.4f} (max {peek.max():.4f}) vs {chance} {base.mean():.4f}")
+    assert len(peek) == len(idx) and (a["status"] != "harness_error").all()
+    assert peek.mean() <= base.mean() and peek.max() < manifest.expectations.pass_threshold
+
+
+@pytest.mark.parametrize("env_name", list(CASES))
+def test_the_agent_view_names_no_task_id_idx_seed_or_hash(sandboxes, env_name):
+    _, idx, config = CASES[env_name]
+    manifest = make_manifest(sandboxes("bwrap"), idx=idx[:5], env_name=env_name, **config)
+    from tests.conftest import HINTS
+    from validate.contract import check_environment
+
+    _, _, taskset = check_environment(manifest, HINTS)
+    opaque = set()
+    for entry in manifest.tasks:
+        task = taskset.task(entry.idx)
+        view = json.loads(agent_view(task, manifest.opaque_id(task.id)))
+        assert set(view) == {"id", "prompt", "meta"}
+        text = json.dumps(view)
+        assert task.id not in text and task.hash not in text and task.hash[7:23] not in text
+        assert entry.id.rsplit("/", 1)[0] not in text  # not even the config digest
+        assert len(view["id"]) == 16 and all(c in "0123456789abcdef" for c in view["id"])
+        assert str(entry.idx) != view["id"]
+        opaque.add(view["id"])
+    assert len(opaque) == len(manifest.tasks)
+    other = make_manifest(sandboxes("bwrap"), idx=idx[:1], env_name=env_name, **config)
+    assert other.opaque_id(other.tasks[0].id) != manifest.opaque_id(manifest.tasks[0].id)  # salted per contract
+    assert statistics.mean(len(t.skip) for t in manifest.tasks) >= 0

@@ -1,0 +1,238 @@
+"""The harness as a Python API: what the ``validate`` command does, callable from a notebook
+or a training pipeline without a subprocess. Each function returns a typed result (a
+`Manifest`, a `RunSummary`, an `AuditResult`, a `RunEvidence` with pandas dataframes) and
+raises a `validate.errors.ValidateError` subclass naming the field or file on bad input.
+
+    from validate import api
+
+    manifest = api.freeze("pool", config={"max_papers": 3}, idx_stop=100, data=["papers.jsonl.gz"])
+    summary = api.pool("manifests/pool.json", data=["papers.jsonl.gz"])
+    print(summary.dataset_verdict.headline, summary.counts.compatible)
+    run = api.load_run(summary_dir)            # run.tasks, run.attempts: DataFrames
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from environment.protocol import LoadHints
+from validate.errors import ValidateError
+from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
+
+#: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
+#: start-up, the daemon and namespace teardown about as much as it computes; on 2 cores,
+#: -c 4 beat -c 2 on both backends (docs/performance.md).
+DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
+MAX_TASKS = 1_000_000
+PathLike = str | Path
+
+
+def selection(size: int | None, idx: Sequence[int] | None = None, idx_start: int = 0,
+              idx_stop: int | None = None) -> tuple[list[int], str]:
+    """The task indices a contract holds and the rule in words; refuses what cannot be."""
+    if idx is not None:
+        bad = [i for i in idx if i < 0 or (size is not None and i >= size) or i >= 2**63]
+        if bad or not idx:
+            limit = f" and < {size}" if size is not None else ""
+            raise ValidateError(f"--idx: every index must be ≥ 0{limit}; got {bad[:5] or 'none'}")
+        return list(idx), f"explicit idx list of {len(set(idx))} tasks"
+    stop = idx_stop if idx_stop is not None else (size if size is not None else 20)
+    if idx_start < 0 or stop <= idx_start:
+        raise ValidateError(f"--idx-stop: must be greater than --idx-start ({idx_start}), which must be ≥ 0")
+    if size is not None and stop > size:
+        raise ValidateError(f"--idx-stop: the taskset has {size} tasks (idx 0..{size - 1}); got {stop}")
+    if stop - idx_start > MAX_TASKS:
+        raise ValidateError(f"--idx-stop: at most {MAX_TASKS:,} tasks per contract; got {stop - idx_start:,}")
+    return list(range(idx_start, stop)), f"contiguous idx range [{idx_start}, {stop})"
+
+
+def _ceilings(ceilings: dict[str, float] | None) -> dict[str, float]:
+    for name, value in (ceilings or {}).items():
+        if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise ValidateError(f"--ceiling: {name}={value!r}: the reward must be in [0, 1]")
+    return dict(ceilings or {})
+
+
+def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str, Any]) -> BaseModel:
+    from validate.options import model_values
+
+    if isinstance(config, BaseModel):
+        config = config.model_dump(mode="json")
+    where = "config"
+    if isinstance(config, str | Path):
+        where = str(config)
+        try:
+            config = tomllib.loads(Path(config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ValidateError(f"--config: {where}: not a readable TOML file ({e})") from None
+    return model_values(env.Config, dict(config or {}), overrides, where)
+
+
+def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | PathLike | None = None,
+           config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None, idx_start: int = 0,
+           idx_stop: int | None = None, backend: str = "docker", image: str = DEFAULT_IMAGE,
+           limits: dict[str, Any] | None = None, controls: Sequence[str] | None = None,
+           ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
+           exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
+           data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
+    """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it."""
+    from validate import environments
+    from validate.contract import check_limits, freeze as freeze_contract, load_taskset, write_manifest
+    from validate.options import model_values
+    from validate.patches import require
+    from validate.sandbox import Limits, open_sandbox
+
+    env_name = env or environments.default_name()
+    if env_name is None:
+        raise ValidateError("--env: no environment given and none is the default; install one")
+    environment = environments.get(env_name)
+    cfg = _config(environment, config, config_overrides or {})
+    lim = check_limits(model_values(Limits, {}, dict(limits or {}), "limits"))
+    code = require(allow_patch)
+    hints = LoadHints(search=tuple(Path(p) for p in data))
+    chosen, rule = selection(load_taskset(environment, cfg, hints).size, idx, idx_start, idx_stop)
+    sandbox = open_sandbox(backend, image=image)
+    manifest = freeze_contract(
+        name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
+        controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
+        min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries)
+    write_manifest(manifest, Path(out) if out is not None else MANIFEST_DIR / f"{name}.json")
+    return manifest
+
+
+def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
+    """Check a manifest against this machine; return it (or raise naming the field)."""
+    from validate.contract import load_manifest, verify as verify_contract
+    from validate.sandbox import open_sandbox
+
+    m = load_manifest(manifest)
+    verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
+                    LoadHints(search=tuple(Path(p) for p in data)))
+    return m
+
+
+def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
+            concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
+    """Load and verify the manifest, check the code, open the backend, pick the run directory."""
+    from validate.contract import load_manifest, verify as verify_contract
+    from validate.patches import require
+    from validate.paths import RunPaths
+    from validate.runner import RunContext
+    from validate.sandbox import open_sandbox
+
+    if not 1 <= concurrency <= 256:
+        raise ValidateError("--concurrency: must be between 1 and 256")
+    if resume is not None:
+        root = Path(resume)
+        if not (root / "manifest.json").is_file():
+            raise ValidateError(f"--resume: {root} is not a run directory (no manifest.json)")
+        m = load_manifest(manifest or root / "manifest.json")
+    else:
+        if manifest is None:
+            raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
+        m = load_manifest(manifest)
+        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        if (root / "manifest.json").exists():
+            raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+    code = require(allow_patch)
+    hints = LoadHints(search=tuple(Path(p) for p in data))
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=root.name)
+    env, taskset = verify_contract(m, sandbox, hints)
+    return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root),
+                      run_id=root.name, code=code, hints=hints)
+
+
+def _phase(ctx, fn: Callable):
+    try:
+        return fn(ctx)
+    finally:
+        ctx.sandbox.close()
+
+
+def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
+        hooks: dict | None = None, **where):
+    """Play `agents` on every task of the contract (one phase); return the run summary."""
+    from validate.phases import run_agents
+
+    ctx = context(manifest, kind=phase, **where)
+    return _phase(ctx, lambda c: run_agents(c, agents, phase, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
+
+
+def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, hooks: dict | None = None, **where):
+    """The representative pilot (strata × config variants, probes); return the run summary."""
+    from validate.phases import pilot as pilot_phase
+
+    if per_stratum < 1:
+        raise ValidateError("--per-stratum: must be ≥ 1")
+    ctx = context(manifest, kind="pilot", **where)
+    return _phase(ctx, lambda c: pilot_phase(c, per_stratum, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
+
+
+def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_dir: PathLike | None = None,
+         hooks: dict | None = None, log: Callable[[str], None] = print, **where):
+    """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
+    is also written beside the contract it came from (or into `manifest_dir`)."""
+    from validate.phases import pool as pool_phase
+    from validate.smoke import smoke as smoke_test
+
+    if smoke_sample < 0:
+        raise ValidateError("--smoke-sample: must be ≥ 0")
+    ctx = context(manifest, kind="pool", **where)
+    beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
+    if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
+        beside = None
+
+    def smoke_step(c, frozen) -> str:
+        return "passed" if smoke_test(c, frozen, smoke_sample, log=log).passed else "failed"
+
+    return _phase(ctx, lambda c: pool_phase(c, where.get("concurrency", DEFAULT_CONCURRENCY), hooks,
+                                            manifest_dir=beside, smoke=smoke_step if smoke_sample else None))
+
+
+def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
+    """A fresh-materialisation smoke test of a pool, appended to its run directory."""
+    from validate.lifecycle import reopen
+    from validate.smoke import smoke as smoke_test
+
+    if sample < 1:
+        raise ValidateError("--sample: must be ≥ 1")
+    ctx, frozen = reopen(run_dir, tuple(Path(p) for p in data))
+    return _phase(ctx, lambda c: smoke_test(c, frozen, sample, log=log))
+
+
+def report(run_dir: PathLike):
+    """Write a new report entry; return (its directory, the dataset verdict it states)."""
+    from validate.report import write_report
+
+    return write_report(Path(run_dir))
+
+
+def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str = "validate",
+          data: Sequence[PathLike] = ()):
+    """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
+    from validate.audit import audit as audit_run
+
+    return audit_run(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
+                     data=tuple(Path(p) for p in data))
+
+
+def sign(run_dir: PathLike, key: PathLike) -> Path:
+    from validate.signing import sign as sign_run
+
+    return sign_run(Path(run_dir), Path(key))
+
+
+def load_run(run_dir: PathLike):
+    """A run's evidence: ``.summary`` (`RunSummary`), ``.manifest`` and the dataframes
+    ``.attempts``, ``.tasks``, ``.exclusions``."""
+    from validate.report import load_run as load
+
+    return load(Path(run_dir))
