@@ -14,11 +14,13 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
+import zlib
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 import pytest
 
@@ -68,14 +70,15 @@ def _register_hostile(program: Path) -> str:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory, sandboxes):
-    """ledgers/{pool,pilot,hostile,toy} made for real through bwrap, each pool with a report."""
+    """ledgers/{pool,pilot,hostile,toy} made for real through bwrap; the pool and the pilot with a report."""
     root = tmp_path_factory.mktemp("view")
     ledgers = root / "ledgers"
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
     pool(make_ctx(manifest, sandbox, ledgers / "pool"), 4)
-    write_report(ledgers / "pool")
     pilot(make_ctx(manifest, sandbox, ledgers / "pilot"), 1, 4)
+    write_report(ledgers / "pool")  # it links the pilot (no report yet: its directory)
+    write_report(ledgers / "pilot")  # it links the pool's report
     program = root / "injector.py"
     program.write_text(INJECTOR)
     hostile = make_manifest(sandbox, idx=[0, 1], env_name=_register_hostile(program), controls=["injector"],
@@ -248,6 +251,21 @@ def test_report_entries_are_linked_and_served(server, base):
         headers["Content-Security-Policy"]
     status, md, headers = get(server, f"/file/pool/reports/{entry.name}/report.md")
     assert status == 200 and headers["Content-Type"].startswith("text/markdown") and md.startswith("# ")
+
+
+def test_a_reports_links_to_its_sibling_runs_resolve_in_the_viewer(server, base):
+    """The pool's report links the pilot's directory (written first, the pilot had no report);
+    the pilot's links the pool's report: relative links, which land on the right pages here."""
+    entries = {run: next((base / "ledgers" / run / "reports").iterdir()).name for run in ("pool", "pilot")}
+    targets = {}
+    for run, entry in entries.items():
+        here = f"/file/{run}/reports/{entry}/report.html"
+        targets[run] = [urljoin(here, h) for h in links(get(server, here)[1]) if not h.startswith("#")]
+    assert targets == {"pool": ["/file/pilot/"], "pilot": [f"/file/pool/reports/{entries['pool']}/report.html"]}
+    status, _, headers = get(server, "/file/pilot/")
+    assert status == 302 and headers["Location"] == "/run/pilot"
+    status, body, _ = get(server, targets["pilot"][0])
+    assert status == 200 and "Validation report" in body and "pool" in body
 
 
 def test_every_link_on_every_page_resolves_and_nothing_is_written(server, base):
@@ -425,18 +443,51 @@ def chromium(tmp_path: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_chromium_renders_the_run_page_and_applies_a_filter(server, tmp_path, artifacts):
-    from PIL import Image
+def png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and RGB rows of an 8-bit, non-interlaced RGB or RGBA PNG (what chromium
+    writes), decoded with the stdlib: a test dependency less for one screenshot."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, head = 8, b"", None
+    while pos < len(data):
+        (n,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + n]
+        assert zlib.crc32(kind + body) == struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])[0], kind
+        head = struct.unpack(">IIBBBBB", body) if kind == b"IHDR" else head
+        idat += body if kind == b"IDAT" else b""
+        pos += 12 + n
+    width, height, depth, colour, _, _, interlace = head
+    assert depth == 8 and colour in (2, 6) and interlace == 0, head
+    bpp = 3 if colour == 2 else 4
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            left, up = line[i - bpp] if i >= bpp else 0, prev[i]
+            corner = prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 0xFF
+        rows.append(bytes(b for j in range(0, stride, bpp) for b in line[j:j + 3]))
+        prev = line
+    return width, height, rows
 
+
+def test_chromium_renders_the_run_page_and_applies_a_filter(server, tmp_path, artifacts):
     shot = artifacts / "run-page.png"
     chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", server.url + "run/pool")
-    with Image.open(shot) as img:
-        assert img.format == "PNG" and img.size == (1280, 900)
-        rgb = img.convert("RGB")
-        colours = rgb.getcolors(maxcolors=1 << 20)
-        ink = sum(n for n, c in colours if c != (255, 255, 255))
-        assert len(colours) > 50 and ink > 0.05 * 1280 * 900  # text, tables and badges, not a blank page
-        assert rgb.getpixel((5, 5)) == (0x24, 0x29, 0x2F)  # the top bar: the page's own stylesheet applied
+    width, height, rows = png_pixels(shot.read_bytes())
+    assert (width, height) == (1280, 900)
+    pixels = [row[i:i + 3] for row in rows[::3] for i in range(0, len(row), 9)]  # every third pixel each way
+    ink = sum(p != b"\xff\xff\xff" for p in pixels)
+    assert len(set(pixels)) > 50 and ink > 0.05 * len(pixels)  # text, tables and badges, not a blank page
+    assert rows[5][15:18] == bytes([0x24, 0x29, 0x2F])  # the top bar: the page's own stylesheet applied
 
     dom = chromium(tmp_path, "--dump-dom", server.url + "run/toy?verdict=excluded&family=even")
     tasks = section(dom, "tasks", "ledger")
