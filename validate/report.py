@@ -78,12 +78,14 @@ def load_run(root: Path) -> RunEvidence:
     return ev
 
 
-def current_verdict(ev: RunEvidence) -> DatasetVerdict:
-    """The dataset verdict with the latest smoke test (run.json holds it as of the run's end)."""
-    facts = ev.summary.facts
-    if ev.latest_smoke is not None:
-        facts = facts.model_copy(update={"smoke": "passed" if ev.latest_smoke[1].get("passed") else "failed"})
-    return dataset_verdict(facts, ev.summary.required)
+def current_verdict(summary: RunSummary, smokes: dict[str, dict]) -> DatasetVerdict:
+    """The dataset verdict with the latest smoke test of `smokes` (entry name → result.json);
+    run.json holds it as of the run's end."""
+    facts = summary.facts
+    if smokes:
+        latest = smokes[max(smokes)]
+        facts = facts.model_copy(update={"smoke": "passed" if latest.get("passed") else "failed"})
+    return dataset_verdict(facts, summary.required)
 
 
 def count_rows(ev: RunEvidence) -> list[list[str]]:
@@ -243,7 +245,9 @@ def related_runs(ev: RunEvidence) -> list[tuple[str, str]]:
     """Other runs beside this one of the same root contract (a pool and its pilot), each with a
     link to its latest report (relative to a report of this run) or to its run directory."""
     out = []
-    for other in sorted(p for p in ev.root.parent.iterdir() if p.is_dir() and p != ev.root):
+    for other in sorted(p for p in ev.root.parent.iterdir() if p != ev.root and not p.is_symlink() and p.is_dir()):
+        if (other / "run.json").is_symlink():
+            continue
         try:
             summary = RunSummary.model_validate_json((other / "run.json").read_bytes())
         except (OSError, ValueError):
@@ -264,7 +268,7 @@ def related_runs(ev: RunEvidence) -> list[tuple[str, str]]:
 
 def blocks(ev: RunEvidence) -> list:
     s = ev.summary
-    verdict = current_verdict(ev)
+    verdict = current_verdict(ev.summary, ev.smokes)
     doc = [("h1", f"Validation report — {s.environment}, run {s.run_id}"),
            ("p", [Bold(verdict.headline)]),
            ("p", [_claim(ev, verdict)])]
@@ -389,7 +393,7 @@ def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
     doc = blocks(ev)
     paths = RunPaths(Path(root))
     entry = new_entry(paths.reports)
-    verdict = current_verdict(ev)
+    verdict = current_verdict(ev.summary, ev.smokes)
     atomic_write(entry / "report.md", to_markdown(doc).encode())
     atomic_write(entry / "report.html", to_html(doc).encode())
     record = ReportRecord(dataset_verdict=verdict, counts=count_rows(ev), attempts_sha256=file_sha256(paths.attempts),

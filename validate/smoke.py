@@ -150,11 +150,11 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
         idx = sample(frozen, n)
         child = derive(frozen, ctx.env, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
                        rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
-        entry = new_entry(ctx.paths.smoke)
-        write_manifest(child, entry / "manifest.json")
+        write_manifest(child, tmp / "smoke.json")
         log(f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ...")
-        data = [a for p in ctx.hints.search for a in ("--data", str(Path(p).resolve()))]
-        proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(entry / "manifest.json"),
+        places = [*getattr(ctx.taskset, "data_files", ()), *ctx.hints.search]
+        data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
+        proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
                                "--run-dir", str(tmp / "run"), "--phase", "smoke", "--agents", "all", "-c", "2", *data],
                               env=_env(venv, tmp / "work"), capture_output=True, text=True)
         if not (tmp / "run/attempts.parquet").exists():
@@ -170,6 +170,8 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
             summary=(f"{n_cmp - len(mismatches)}/{n_cmp} attempts of the installed wheel ({wheel.name}) in a fresh "
                      f"virtualenv equal the frozen run's (task, workspace and reply hashes, reward"
                      f"{f' within {tolerance}' if tolerance else ''})"))
+        entry = new_entry(ctx.paths.smoke)  # only now: a smoke test that failed to run leaves no entry
+        shutil.copy(tmp / "smoke.json", entry / "manifest.json")
         shutil.copytree(tmp / "run", entry / "run", ignore=shutil.ignore_patterns(".*"))
         write_json(entry / "result.json", result)
         write_checksums(ctx.paths)

@@ -80,7 +80,10 @@ class CuratorEnvironment(Environment):
         hints = hints or LoadHints()
         if not isinstance(config, CuratorConfig):
             config = CuratorConfig.model_validate(config)
-        return CuratorTaskset(config, load_specs(_find_specs(hints)), expected_revision=hints.revision)
+        specs = _find_specs(hints)
+        taskset = CuratorTaskset(config, load_specs(specs), expected_revision=hints.revision)
+        taskset.data_files = () if specs == SPECS_DIR else (specs,)
+        return taskset
 
     def agents(self, config: CuratorConfig) -> Sequence[AgentSpec]:
         return AGENTS

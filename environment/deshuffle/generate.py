@@ -20,6 +20,7 @@ import json
 import random
 from collections.abc import Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -190,6 +191,8 @@ class DeshuffleTaskset:
         self.corpus = corpus
         self.revision = corpus.revision
         self._digest = config_digest(config)
+        located = Path(corpus.location)
+        self.data_files: tuple[Path, ...] = (located,) if located.is_file() else ()
         # Each unit's text JSON-encoded once: a task's lines are then string joins.
         self._units = [[json.dumps(u, ensure_ascii=False) for u in _units(p, config.include_headers)]
                        for p in self.papers]

@@ -21,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import pandas as pd
 from pydantic import ValidationError
 
 from validate.jsonio import JSONInputError, loads
 from validate.paths import RunPaths
-from validate.report import RunEvidence, current_verdict
+from validate.report import current_verdict
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict
 
@@ -184,8 +183,7 @@ def _load(key: str, root: Path, parent_key: str | None) -> RunEntry:
             if files:
                 entry.reports[name] = files
     smokes = {s.entry: s.result for s in entry.smokes if s.result is not None}
-    entry.verdict = current_verdict(RunEvidence(root=root, manifest={}, summary=entry.summary, attempts=pd.DataFrame(),
-                                                tasks=pd.DataFrame(), exclusions=pd.DataFrame(), smokes=smokes))
+    entry.verdict = current_verdict(entry.summary, smokes)
     return entry
 
 
