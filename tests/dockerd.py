@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -197,4 +198,7 @@ def private_dockerd() -> PrivateDockerd:
     _DAEMON.start()
     import_docker(ImagePaths(DEFAULT_IMAGE), log=lambda _msg: None)
     yield _DAEMON
+    if _DAEMON.proc is not None and _DAEMON.proc.poll() is not None:  # someone else stopped it
+        warnings.warn(f"the test dockerd exited during the session ({_DAEMON.proc.returncode}); "
+                      f"its log ends: {_DAEMON.log_tail()}", stacklevel=1)
     _DAEMON.stop()

@@ -1,6 +1,7 @@
-"""Faults caused for real: the daemon dies mid-run, the harness is SIGKILLed mid-run, the
-image changes under a contract, the run directory's disk fills up. Infrastructure faults
-must never masquerade as task or agent failures, and a crash must lose nothing."""
+"""Faults caused for real: the suite's own dockerd dies mid-run (tests/dockerd.py; never the
+machine's daemon), the harness is SIGKILLed mid-run, the image's content changes under a
+contract, the run directory's disk fills up. Infrastructure faults must never masquerade as
+task or agent failures, and a crash must lose nothing."""
 
 from __future__ import annotations
 

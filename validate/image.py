@@ -242,6 +242,8 @@ def docker_image_packages(client, image_id: str, labels: dict[str, str]) -> dict
 
 
 class RootfsFacts(BaseModel):
+    """What bwrap reports of the image: all of it computed from the files, none of it read from a record."""
+
     digest: str = Field(description="'sha256:<hex>' of rootfs.tar (computed)")
     tree_digest: str = Field(description="digest of the unpacked tree (computed), equal to the tarball's")
     packages: dict[str, str] = Field(description="the tree's Debian packages, name → version")
