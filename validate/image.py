@@ -6,7 +6,8 @@ tarball using the machine's configured apt sources. The build is reproducible: w
 ``SOURCE_DATE_EPOCH`` set, mmdebstrap clamps every mtime and writes a name-sorted tar with
 numeric owners, and the hooks below overwrite the few files it copies from the host
 (hostname, resolv.conf, apt sources) and add the sandbox's mount points. Two builds from
-the same package versions give the same bytes, on any machine.
+the same package versions (with bookworm's mmdebstrap) give the same bytes, and nothing in
+them comes from the build host.
 
 The image's identity (`image_digest`) is the sha256 of that tarball. Docker imports it as
 one layer whose diff_id is exactly that digest (`import_docker` checks it); bwrap runs the
