@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian 12 machine (as root): system packages, dockerd, the project, the
-# sandbox image. Idempotent: a second run only checks. Used by the README and by .ci/run.
+# Prepare a fresh Debian 12 machine (as root) for this checkout: system packages; a venv at
+# .venv holding the project and its test extras; a dockerd that answers; the sandbox image.
+# Idempotent: a second run only checks. The README's two commands and .ci/run use it.
+#
+#   VALIDATE_IMAGE_DIR     the image store (default /var/lib/deshuffle-validate/images)
+#   DOCKER_HOST            the daemon to use (default: the machine's, /var/run/docker.sock)
+#   VALIDATE_DOCKERD_ROOT  with DOCKER_HOST=unix://PATH: if nothing answers there, start a
+#                          private dockerd on that socket whose data-root, exec-root, pidfile
+#                          and log live under this directory (stop it by its pidfile)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,21 +15,54 @@ need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v ssh >/dev/null || need+=(openssh-client)
 command -v pgrep >/dev/null || need+=(procps)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v ss >/dev/null || need+=(iproute2)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The project goes into its own venv: Debian's python3 is externally managed (PEP 668).
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -c "import validate, environment" || { echo "setup: the project did not install" >&2; exit 1; }
+
+start_private_dockerd() {
+  local root=$VALIDATE_DOCKERD_ROOT
+  mkdir -p "$root"
+  echo '{}' >"$root/daemon.json"  # not the machine's /etc/docker/daemon.json
+  echo "setup: starting a private dockerd on $DOCKER_HOST (state under $root)"
+  nohup dockerd --host="$DOCKER_HOST" --data-root="$root/data" --exec-root="$root/x" \
+    --pidfile="$root/dockerd.pid" --config-file="$root/daemon.json" \
+    --cgroup-parent="/dv-$(printf %s "$root" | sha256sum | cut -c1-12)" \
+    --iptables=false --ip6tables=false --bridge=none >"$root/dockerd.log" 2>&1 </dev/null &
+  dockerd_log=$root/dockerd.log
+}
+
 if ! docker info >/dev/null 2>&1; then
-  echo "setup: starting dockerd (no bridge, no iptables: containers get only lo)"
-  nohup dockerd --iptables=false --ip6tables=false --bridge=none >/var/log/deshuffle-dockerd.log 2>&1 &
-  echo $! > /var/run/deshuffle-dockerd.pid
-  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
-  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start; see /var/log/deshuffle-dockerd.log" >&2; exit 1; }
+  if [ -n "${VALIDATE_DOCKERD_ROOT:-}" ] && [[ "${DOCKER_HOST:-}" == unix://* ]]; then
+    start_private_dockerd
+  elif [ -z "${DOCKER_HOST:-}" ] && [ -d /run/systemd/system ]; then
+    echo "setup: starting docker.service"
+    systemctl start docker
+    dockerd_log="journalctl -u docker"
+  elif [ -z "${DOCKER_HOST:-}" ]; then
+    echo "setup: starting dockerd (no bridge, no iptables: containers get only lo)"
+    nohup dockerd --iptables=false --ip6tables=false --bridge=none >/var/log/deshuffle-dockerd.log 2>&1 </dev/null &
+    dockerd_log=/var/log/deshuffle-dockerd.log
+  else
+    echo "setup: DOCKER_HOST=$DOCKER_HOST does not answer (set VALIDATE_DOCKERD_ROOT to start a private dockerd there)" >&2
+    exit 1
+  fi
+  for _ in $(seq 1 120); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start; see $dockerd_log" >&2; exit 1; }
 fi
 
-python3 -m pip install -q -e '.[test]' 2>&1 | grep -v -e '^WARNING' -e 'pip as the' || true
-python3 -c "import validate, environment" || { echo "setup: the project did not install" >&2; exit 1; }
-validate image build
+.venv/bin/validate image build

@@ -13,6 +13,8 @@ import pytest
 from environment.deshuffle import Corpus, DeshuffleConfig, DeshuffleTaskset
 from environment.protocol import LoadHints
 
+pytest_plugins = ["tests.dockerd"]  # the suite's own dockerd: it never touches the machine's
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = Path(os.environ.get("DESHUFFLE_CORPUS", ROOT.parent / "shared/corpus/papers.jsonl.gz"))
 HINTS = LoadHints(search=(CORPUS_PATH,))

@@ -1,12 +1,17 @@
-"""Faults caused for real: the daemon dies mid-run, the harness is SIGKILLed mid-run, the
-image changes under a contract, the run directory's disk fills up. Infrastructure faults
-must never masquerade as task or agent failures, and a crash must lose nothing."""
+"""Faults caused for real: the suite's own dockerd dies mid-run (tests/dockerd.py; never the
+machine's daemon), the harness is SIGKILLed mid-run, the image's content changes under a
+contract, the run directory's disk fills up. Infrastructure faults must never masquerade as
+task or agent failures, and a crash must lose nothing."""
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import signal
 import subprocess
+import sys
+import tarfile
 import threading
 import time
 
@@ -16,7 +21,7 @@ import pytest
 
 from validate.contract import build_taskset, verify
 from validate.errors import ContractError, ProfileUnavailable
-from validate.evidence import Journal, read_attempts
+from validate.evidence import Journal, file_sha256, read_attempts
 from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
 from validate.agents import resolve
 from validate.runner import run
@@ -34,23 +39,10 @@ def verdict_view(root) -> list[tuple]:
     return list(zip(t["task_id"], t["compatible"], t["reason"].fillna(""), t["oracle_reward"], t["max_control_reward"]))
 
 
-def dockerd_pid() -> int:
-    return int(subprocess.run(["pidof", "dockerd"], capture_output=True, text=True, check=True).stdout.split()[0])
-
-
-def start_dockerd() -> None:
-    subprocess.Popen(["dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none"],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(120):
-        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.25)
-    raise RuntimeError("dockerd did not come back")
-
-
 @pytest.mark.docker
 @pytest.mark.slow
-def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, corpus_path, tmp_path):
+def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, corpus_path, tmp_path,
+                                                                       private_dockerd):
     sandbox = open_sandbox("docker", image=DEFAULT_IMAGE, run_label="fault-dockerd")
     manifest = make_manifest(corpus, corpus_path, sandbox, idx=list(range(8)), infra_retries=1)
     taskset = build_taskset(manifest.environment, corpus)
@@ -63,10 +55,10 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(corpus, 
         journal = RunPaths(tmp_path / "outage").journal
         while not journal.exists() or len(journal.read_bytes().splitlines()) < 4:
             time.sleep(0.05)
-        os.kill(dockerd_pid(), signal.SIGTERM)
         outage.set()
-        time.sleep(3)
-        start_dockerd()
+        private_dockerd.stop()  # the suite's own daemon, by its pidfile; never the machine's
+        time.sleep(1)
+        private_dockerd.start()
 
     t = threading.Thread(target=stop_then_restart)
     t.start()
@@ -123,18 +115,38 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
 
 
 @pytest.mark.docker
+def test_the_suite_talks_only_to_its_own_dockerd(private_dockerd):
+    assert os.environ["DOCKER_HOST"] == private_dockerd.host
+    assert docker.from_env().info()["DockerRootDir"] == str(private_dockerd.data_root)
+    listeners = subprocess.run(["ss", "-xlpn"], capture_output=True, text=True, check=True).stdout
+    [line] = [line for line in listeners.splitlines() if f" {private_dockerd.socket} " in line]
+    assert f"pid={int(private_dockerd.pidfile.read_text())}," in line  # the daemon this session started
+    probe = "import docker; print(docker.from_env().info()['DockerRootDir'])"  # a subprocess inherits it
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == str(private_dockerd.data_root)
+
+
+@pytest.mark.docker
 def test_image_changed_under_the_contract_is_refused(corpus, corpus_path, tmp_path):
     client = docker.from_env()
-    name = "deshuffle-validate-test:digest"
+    repo, tag = "deshuffle-validate-test", "digest"
+    name = f"{repo}:{tag}"
     tarball = ImagePaths(DEFAULT_IMAGE).tarball
-    client.api.import_image_from_file(str(tarball), repository=name.split(":")[0], tag="digest",
-                                      changes=["LABEL generation=1"])
+    changed = tmp_path / "changed.tar"  # the same packages and one more file: other content
+    shutil.copyfile(tarball, changed)
+    with tarfile.open(changed, "a") as tar:
+        extra = tarfile.TarInfo("etc/generation")
+        extra.size, extra.mode, extra.mtime = 2, 0o644, 1686355200
+        tar.addfile(extra, io.BytesIO(b"2\n"))
+    client.api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=["LABEL generation=1"])
     try:
         sandbox = open_sandbox("docker", image=name)
         manifest = make_manifest(corpus, corpus_path, sandbox, idx=[0])
+        assert manifest.execution.image_digest == "sha256:" + file_sha256(tarball)
         verify(manifest, sandbox)
-        client.api.import_image_from_file(str(tarball), repository=name.split(":")[0], tag="digest",
-                                          changes=["LABEL generation=2"])  # same name, new image
+        client.api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=["LABEL generation=2"])
+        verify(manifest, sandbox)  # a new image id, the same content: the digest is the content's
+        client.api.import_image_from_file(str(changed), repository=repo, tag=tag)  # same name, new content
         with pytest.raises(ContractError, match="execution.image_digest"):
             verify(manifest, sandbox)
         client.images.remove(name, force=True)

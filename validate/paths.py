@@ -18,22 +18,26 @@ A run directory (``ledgers/<run-id>/``)::
         checksums                 sha256 of every other file (``sha256sum -c`` format)
         checksums.sig             optional OpenSSH signature of checksums (`validate sign`)
 
-The sandbox image store (``validate image build``)::
+The sandbox image store (``validate image build``; ``$VALIDATE_IMAGE_DIR``, by default
+``/var/lib/deshuffle-validate/images``)::
 
     <image_dir>/<image-name>/
-        rootfs.tar           the Debian root filesystem (docker imports it)
+        rootfs.tar           the Debian root filesystem, built reproducibly; its sha256 is the
+                             image digest (docker imports it as one layer with that diff_id)
         rootfs/              the same, unpacked, for bwrap (world-readable, owned by root)
-        digest               sha256 of rootfs.tar: the bwrap profile's image digest
+        image.json           what the build recorded: digests of the tarball and of its tree,
+                             the Python version, the packages (name=version)
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: Default root of the image store; must be traversable by the sandbox uid, so not ~root.
-IMAGE_DIR = Path(os.environ.get("VALIDATE_IMAGE_DIR", "/var/lib/deshuffle-validate/images"))
+#: ``VALIDATE_IMAGE_DIR`` overrides it, read each time an `ImagePaths` is made.
+IMAGE_DIR = Path("/var/lib/deshuffle-validate/images")
 DEFAULT_IMAGE = "deshuffle-validate-sandbox:bookworm"
 MANIFEST_DIR = Path("manifests")
 LEDGER_DIR = Path("ledgers")
@@ -109,7 +113,7 @@ class RunPaths:
 @dataclass(frozen=True)
 class ImagePaths:
     name: str
-    base: Path = IMAGE_DIR
+    base: Path = field(default_factory=lambda: Path(os.environ.get("VALIDATE_IMAGE_DIR") or IMAGE_DIR))
 
     @property
     def root(self) -> Path:
@@ -124,5 +128,5 @@ class ImagePaths:
         return self.root / "rootfs"
 
     @property
-    def digest(self) -> Path:
-        return self.root / "digest"
+    def record(self) -> Path:
+        return self.root / "image.json"

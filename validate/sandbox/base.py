@@ -73,11 +73,20 @@ class ExecResult(BaseModel):
 class BackendFacts(BaseModel):
     """What a backend reports of itself; the contract's execution profile is checked against it."""
 
-    backend: str
-    image: str
-    image_digest: str
-    architecture: str
-    version: str
+    backend: str = Field(description="registry name of the backend (docker, bwrap, subprocess)")
+    image: str = Field(description="the sandbox image's name, e.g. deshuffle-validate-sandbox:bookworm")
+    image_digest: str = Field(description="'sha256:<hex>' of the image's root filesystem tarball: docker's "
+                                          "layer diff_id, bwrap's rootfs.tar; the same on every machine "
+                                          "that built the same package versions ('none' without an image)")
+    architecture: str = Field(description="CPU architecture in Docker's names (amd64, arm64)")
+    version: str = Field(description="the backend's own version, e.g. 'docker 20.10.24+dfsg1'")
+    packages: dict[str, str] = Field(default_factory=dict, description=(
+        "the image's Debian packages, name → version, read from the image's dpkg status "
+        "(empty for a backend without an image)"))
+    python: str = Field(default="", description="the image's Python version, e.g. '3.11.2' ('' without an image)")
+    tree_digest: str | None = Field(default=None, description=(
+        "bwrap: digest of the unpacked tree it runs, computed from the tree and equal to the "
+        "tarball's (see validate.image.tree_digest); None for other backends"))
 
 
 class Sandbox(ABC):

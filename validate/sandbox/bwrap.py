@@ -68,13 +68,13 @@ class BwrapSandbox(Sandbox):
         if missing:
             raise ProfileUnavailable(f"backend bwrap: cgroup v1 controllers {', '.join(missing)} are not mounted "
                                      f"under {CGROUP_ROOT} (only cgroup v1 is supported)")
-        if not (self.paths.digest.is_file() and (self.paths.rootfs / "usr/bin/python3").exists()):
-            raise ProfileUnavailable(f"execution.image: no unpacked rootfs for {self.image} at {self.paths.root}; "
-                                     f"build it with `validate image build`")
+        from validate.image import rootfs_facts
+
+        image = rootfs_facts(self.paths)  # refuses a tree that is not what rootfs.tar holds
         version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
-        return BackendFacts(backend=self.backend, image=self.image,
-                            image_digest=self.paths.digest.read_text().strip(),
-                            architecture=_docker_arch(platform.machine()), version=version)
+        return BackendFacts(backend=self.backend, image=self.image, image_digest=image.digest,
+                            architecture=_docker_arch(platform.machine()), version=version,
+                            packages=image.packages, python=image.python, tree_digest=image.tree_digest)
 
     def _cgroups(self, name: str, req: RunRequest) -> list[Path]:
         lim = req.limits

@@ -50,17 +50,28 @@ class DockerSandbox(Sandbox):
             pass  # facts() reports an unreachable daemon with a clear message
 
     def facts(self) -> BackendFacts:
+        # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
+        # was imported from: the image id also hashes the import's config and time, so it
+        # differs between two imports of the same bytes.
+        from validate.image import docker_image_packages, python_version
+
         try:
             version = self.client.version()
             image = self.client.images.get(self.image)
+            layers = list(image.attrs.get("RootFS", {}).get("Layers") or [])
+            if len(layers) != 1:
+                raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers, not the one "
+                                         f"imported root filesystem; build it with `validate image build`")
+            packages = docker_image_packages(self.client, image.id, labels={LABEL: self.run_label})
         except ImageNotFound:
             raise ProfileUnavailable(f"execution.image: {self.image} is not in the Docker daemon; "
                                      f"build it with `validate image build`") from None
         except (DockerException, requests.RequestException) as e:
             raise ProfileUnavailable(f"backend docker: the Docker daemon did not answer ({e})") from None
-        return BackendFacts(backend=self.backend, image=self.image, image_digest=image.id,
+        return BackendFacts(backend=self.backend, image=self.image, image_digest=layers[0],
                             architecture=image.attrs.get("Architecture", "unknown"),
-                            version=f"docker {version.get('Version', '?')}")
+                            version=f"docker {version.get('Version', '?')}",
+                            packages=packages, python=python_version(packages))
 
     def _create(self, req: RunRequest) -> str:
         """Create the container through the low-level API (the high-level `containers.create`

@@ -1,0 +1,172 @@
+"""The sandbox image: a reproducible build, its package list read from the image itself,
+one digest for both backends, and a bwrap tree that must be what the tarball holds."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+
+import pytest
+
+from validate.errors import ProfileUnavailable
+from validate.evidence import atomic_write, file_sha256
+from validate.image import (build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
+                            python_version, read_record, unpack_rootfs)
+from validate.paths import DEFAULT_IMAGE, ImagePaths
+from validate.sandbox import Limits, RunRequest
+from validate.sandbox.bwrap import BwrapSandbox
+
+STATUS = """\
+Package: python3.11
+Status: install ok installed
+Priority: optional
+Architecture: amd64
+Version: 3.11.2-6+deb12u6
+Description: Interactive high-level object-oriented language (version 3.11)
+ Package: not-a-field (a continuation line)
+ .
+ More text.
+
+Package: python3
+Status: install ok installed
+Architecture: amd64
+Version: 3.11.2-1+b1
+
+Package: removed-tool
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1.0-1
+Conffiles:
+ /etc/removed-tool.conf 0123456789abcdef0123456789abcdef
+
+Package: libc6
+Status: install ok installed
+Architecture: amd64
+Version: 2.36-9+deb12u10
+
+Package: libc6
+Status: install ok installed
+Architecture: i386
+Version: 2.36-9+deb12u10
+
+Package: base-passwd
+Status: install ok installed
+Architecture: amd64
+Version: 1:3.6.1
+"""
+
+
+def store_packages() -> dict[str, str]:
+    record = read_record(ImagePaths(DEFAULT_IMAGE))
+    assert record is not None, "no image record in the store: run `validate image build`"
+    return dict(line.split("=", 1) for line in record.packages)
+
+
+def test_dpkg_status_gives_installed_packages_only():
+    assert parse_dpkg_status(STATUS) == {
+        "base-passwd": "1:3.6.1", "libc6:amd64": "2.36-9+deb12u10", "libc6:i386": "2.36-9+deb12u10",
+        "python3": "3.11.2-1+b1", "python3.11": "3.11.2-6+deb12u6"}
+    assert list(parse_dpkg_status(STATUS)) == sorted(parse_dpkg_status(STATUS))
+
+
+def test_python_version_is_the_interpreter_packages_upstream_version():
+    assert python_version(parse_dpkg_status(STATUS)) == "3.11.2"
+    assert python_version({"python3": "1:3.12.6-1", "python3.12": "2:3.12.6-1+b2"}) == "3.12.6"
+    for packages in ({}, {"python3": "3.11.2-1+b1"}, {"python3.11": "3.11.2-6"}):
+        with pytest.raises(ProfileUnavailable, match="no python3 interpreter"):
+            python_version(packages)
+
+
+def test_package_differences_name_each_package_both_ways():
+    contract = {"libc6": "2.36-9+deb12u10", "python3.11": "3.11.2-6+deb12u1", "gone": "1.0"}
+    here = {"libc6": "2.36-9+deb12u10", "python3.11": "3.11.2-6", "extra": "2.0"}
+    assert package_differences(contract, here) == [
+        "extra: 2.0 here, not in the contract",
+        "gone: not installed here, 1.0 in the contract",
+        "python3.11: 3.11.2-6 here, 3.11.2-6+deb12u1 in the contract",
+    ]
+    assert package_differences(here, here) == []
+
+
+def test_the_store_records_what_its_tarball_holds():
+    paths = ImagePaths(DEFAULT_IMAGE)
+    record = read_record(paths)
+    assert record is not None
+    assert describe_tarball(paths.tarball) == record  # recomputed from the bytes, not trusted
+    assert record.digest == "sha256:" + file_sha256(paths.tarball)
+    packages = store_packages()
+    assert {"python3", "dash", "libc6"} <= packages.keys() and record.python.startswith("3.")
+
+
+@pytest.mark.docker
+@pytest.mark.bwrap
+def test_both_backends_report_the_same_image(sandboxes):
+    docker_facts, bwrap_facts = sandboxes("docker").facts(), sandboxes("bwrap").facts()
+    record = read_record(ImagePaths(DEFAULT_IMAGE))
+    # docker's layer diff_id of a plain tar import is the tarball's own sha256
+    assert docker_facts.image_digest == bwrap_facts.image_digest == record.digest
+    assert docker_facts.packages == bwrap_facts.packages == store_packages()
+    assert (bwrap_facts.tree_digest, docker_facts.tree_digest) == (record.tree_digest, None)
+    probe = ("python3", "-S", "-c", "import platform; print(platform.python_version())")
+    for backend, facts in (("docker", docker_facts), ("bwrap", bwrap_facts)):
+        res = sandboxes(backend).run(RunRequest(argv=probe, name=f"pyver-{backend}", limits=Limits(timeout_s=30)))
+        assert (res.exit_code, res.stdout.decode().strip()) == (0, facts.python), res.stderr
+
+
+def tiny_store(base) -> ImagePaths:
+    """A store holding a few-file image, built with tarfile, recorded and unpacked."""
+    paths = ImagePaths("tiny:test", base)
+    paths.root.mkdir(parents=True)
+    files = {"usr/bin/python3": (b"#!fake\n", 0o755), "var/lib/dpkg/status": (STATUS.encode(), 0o644),
+             "etc/motd": (b"hello\n", 0o644)}
+    with tarfile.open(paths.tarball, "w") as tar:
+        for d in (".", "usr", "usr/bin", "var", "var/lib", "var/lib/dpkg", "etc", "workspace"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for name, (data, mode) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("usr/bin/python3.11")
+        link.type, link.linkname = tarfile.LNKTYPE, "usr/bin/python3"
+        tar.addfile(link)
+        sym = tarfile.TarInfo("usr/bin/py")
+        sym.type, sym.linkname = tarfile.SYMTYPE, "python3"
+        tar.addfile(sym)
+    atomic_write(paths.record, describe_tarball(paths.tarball).model_dump_json().encode())
+    unpack_rootfs(paths, log=lambda _msg: None)
+    return paths
+
+
+@pytest.mark.bwrap
+def test_bwrap_refuses_a_tree_that_is_not_what_the_tarball_holds(tmp_path):
+    paths = tiny_store(tmp_path)
+    record = read_record(paths)
+    sandbox = BwrapSandbox(image="tiny:test", image_dir=tmp_path)
+    facts = sandbox.facts()
+    assert (facts.image_digest, facts.tree_digest, facts.python) == (record.digest, record.tree_digest, "3.11.2")
+    assert facts.packages["libc6:i386"] == "2.36-9+deb12u10"
+    motd = paths.rootfs / "etc/motd"
+    tampering = [lambda: motd.write_bytes(b"hello!\n"), lambda: motd.chmod(0o4755),
+                 lambda: os.chown(motd, 1000, 1000), lambda: (paths.rootfs / "etc/new").write_bytes(b""),
+                 lambda: motd.unlink()]
+    for tamper in tampering:
+        tamper()
+        with pytest.raises(ProfileUnavailable, match="is not what .* holds.*validate image build"):
+            sandbox.facts()
+        unpack_rootfs(paths, log=lambda _msg: None)  # unpacks the tarball anew: accepted again
+        assert sandbox.facts().tree_digest == record.tree_digest
+
+
+@pytest.mark.slow
+def test_two_builds_give_the_same_tarball(tmp_path):
+    """One more build, from the same apt sources as the store's, gives the same bytes."""
+    store = read_record(ImagePaths(DEFAULT_IMAGE))
+    assert store is not None, "no image record in the store: run `validate image build`"
+    again = build_rootfs(ImagePaths(DEFAULT_IMAGE, tmp_path), log=lambda _msg: None)
+    differences = package_differences(store_packages(), dict(p.split("=", 1) for p in again.packages))
+    assert again.digest == store.digest, differences or "the same packages gave other bytes"
+    assert again == store
+    assert file_sha256(ImagePaths(DEFAULT_IMAGE, tmp_path).tarball) == store.digest.removeprefix("sha256:")
