@@ -19,6 +19,7 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v pgrep >/dev/null || need+=(procps)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v ss >/dev/null || need+=(iproute2)
+command -v chromium >/dev/null || need+=(chromium)  # the viewer's tests drive a real headless browser
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
