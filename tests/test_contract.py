@@ -169,3 +169,16 @@ def test_config_errors_name_the_field(sandboxes):
         make_manifest(sandboxes("bwrap"), idx=[0], source="nature")
     with pytest.raises(ContractError, match="selection.idx: task -1"):
         make_manifest(sandboxes("bwrap"), idx=[-1, 2])
+
+
+@pytest.mark.bwrap
+def test_another_machines_image_names_the_packages_that_differ(bwrap_manifest, sandboxes):
+    m, _ = bwrap_manifest
+    assert m.execution.packages and m.execution.python and m.execution.tree_digest
+    packages = dict(m.execution.packages)
+    name = sorted(packages)[0]
+    packages[name] = packages[name] + "+other"
+    packages["made-up-package"] = "1.0"
+    forged = m.model_copy(update={"execution": m.execution.model_copy(update={"packages": packages})}).sealed()
+    with pytest.raises(ContractError, match=rf"execution.packages:.*{name}.*made-up-package"):
+        verify(forged, sandboxes("bwrap"), HINTS)
