@@ -166,9 +166,9 @@ class Taskset(Protocol):
     metric_names: tuple[str, ...]
     #: Number of tasks, or None for an infinite (procedurally generated) taskset.
     size: int | None
-    #: Optional: the data files the taskset was loaded from, so a fresh install elsewhere (the
-    #: smoke test) is told where they are; () when the data ships in the package.
-    data_files: tuple[Path, ...]
+    # Optional, read with getattr: ``data_files: tuple[Path, ...]``, the data files the
+    # taskset was loaded from, so a fresh install elsewhere (the smoke test) is told where
+    # they lie; absent or () when the data ships in the package.
 
     def task(self, idx: int) -> Task: ...
 
