@@ -42,7 +42,7 @@ def bare_docker() -> None:
 
 
 def bare_docker_api():
-    """The very container the harness creates (its `_create`: network disabled, limits,
+    """The very container the harness creates (its `create_container`: network disabled, limits,
     read-only, no caps), in a bare create/start/wait/remove loop: what is left between it
     and the harness is the harness's share."""
     import itertools
@@ -55,7 +55,7 @@ def bare_docker_api():
     numbers = itertools.count()
 
     def one() -> None:
-        cid = sandbox._create(RunRequest(argv=("python3", "-c", "pass"), name=f"bare-{next(numbers)}"))
+        cid = sandbox.create_container(RunRequest(argv=("python3", "-c", "pass"), name=f"bare-{next(numbers)}"))
         api.start(cid)
         api.wait(cid)
         api.remove_container(cid, force=True)

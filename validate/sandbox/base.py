@@ -4,6 +4,12 @@ A backend turns a `RunRequest` (argv, mounts, environment, limits) into an `Exec
 A failed command is not a failed sandbox: the agent's non-zero exit, OOM kill or timeout
 come back as data; a sandbox that cannot start or dies under the agent raises
 `SandboxError` (an infrastructure fault, which the runner retries).
+
+Which of the two happened is decided from the harness's own signals (bubblewrap's status
+pipe, the Docker daemon's state and events), never from what the agent controls: its exit
+code, its output. Every backend runs the agent under a watchdog inside the sandbox
+(`watchdog_argv`) that kills it `BACKSTOP_S` after its timeout even if the harness itself
+was killed; the harness's own timeout stays the primary one and is what `timed_out` records.
 """
 
 from __future__ import annotations
@@ -20,13 +26,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from validate.errors import SandboxError
 
+#: Seconds past `Limits.timeout_s` after which the watchdog inside the sandbox kills the agent:
+#: late enough that the harness's own timeout always comes first while the harness lives.
+BACKSTOP_S = 5.0
+
+
+def watchdog_argv(argv: tuple[str, ...], timeout_s: float) -> list[str]:
+    """`argv` under coreutils `timeout` as the sandbox's PID 1: when the backstop fires, or
+    whenever PID 1 exits, the kernel kills everything left in the sandbox's pid namespace."""
+    return ["/usr/bin/timeout", "-s", "KILL", f"{timeout_s + BACKSTOP_S:.3f}", *argv]
+
 
 class Mount(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    source: Path
-    target: str
-    read_only: bool = True
+    source: Path = Field(description="Host path bound into the sandbox.")
+    target: str = Field(description="Absolute path inside the sandbox.")
+    read_only: bool = Field(default=True, description="Bind read-only.")
 
 
 class Limits(BaseModel):
@@ -45,18 +61,33 @@ class Limits(BaseModel):
     #: dropped. Docker's log driver keeps only the last MiB, so past 1 MiB of output the
     #: docker backend keeps the head of that last MiB.
     max_log_bytes: int = Field(default=4096, ge=0)
+    storage_mb: int = Field(default=128, ge=1, description=(
+        "Bytes, in MiB, of the attempt's own storage (workspace, /tmp, agent files), all on one "
+        "size-capped tmpfs (validate.sandbox.storage): the sum of every file the agent writes."))
+    storage_inodes: int = Field(default=4096, ge=16, description=(
+        "Inodes (files, directories, symlinks) of the attempt's own storage, the tmpfs's nr_inodes."))
 
 
 class RunRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    argv: tuple[str, ...]
-    mounts: tuple[Mount, ...] = ()
-    env: dict[str, str] = {}
-    workdir: str = "/workspace"
-    limits: Limits = Limits()
-    #: A label for the sandbox instance (container name suffix, cgroup name); unique per run.
-    name: str
+    argv: tuple[str, ...] = Field(description="The agent's command, run under the watchdog (`watchdog_argv`).")
+    mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bound into the sandbox.")
+    env: dict[str, str] = Field(default={}, description="The agent's environment (nothing else is passed).")
+    workdir: str = Field(default="/workspace", description="The agent's working directory inside the sandbox.")
+    limits: Limits = Field(default=Limits(), description="Resource limits of this attempt.")
+    name: str = Field(description="A label for the sandbox instance (container name suffix, cgroup name); "
+                                  "unique per run.")
+    user: str = Field(default="65534:65534", pattern=r"^[1-9][0-9]*:[1-9][0-9]*$", description=(
+        "uid:gid the agent runs as; never root (0 is refused)."))
+    tmp: Path | None = Field(default=None, description=(
+        "A host directory bound read-write at /tmp, so that /tmp counts against the attempt's "
+        "storage; None gives the backend's own tmpfs of `limits.tmpfs_mb`."))
+
+    @property
+    def uid_gid(self) -> tuple[int, int]:
+        uid, gid = self.user.split(":")
+        return int(uid), int(gid)
 
 
 class ExecResult(BaseModel):
