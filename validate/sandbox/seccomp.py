@@ -51,7 +51,7 @@ PERSONALITY_ALLOWED = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 AF_VSOCK = 40
 
 _ACT_ALLOW, _ACT_KILL_PROCESS = 0x7FFF0000, 0x80000000
-_FLTATR_ACT_BADARCH = 1
+_FLTATR_ACT_BADARCH = 2
 _CMP_GT, _CMP_MASKED_EQ = 6, 7
 _LO32 = 0xFFFFFFFF
 
@@ -118,7 +118,9 @@ def filter_bpf() -> bytes:
     if not ctx:
         raise ProfileUnavailable("backend bwrap: seccomp_init failed")
     try:
-        lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS)
+        rc = lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS)
+        if rc != 0:
+            raise ProfileUnavailable(f"backend bwrap: libseccomp refused the bad-arch action: {os.strerror(-rc)}")
         eperm = _errno(errno.EPERM)
         for name in REFUSED:
             _add(lib, ctx, eperm, name, [])
