@@ -345,8 +345,10 @@ def test_no_host_path_is_visible_inside(backend, sandboxes):
     the image's unpacked rootfs, whose host path is in mountinfo; docker's overlay shows its
     /var/lib/docker paths.)"""
     sandbox = sandboxes(backend)
-    with hostile_run(sandbox, "introspect", Limits(max_log_bytes=1 << 20)) as (result, root):
+    with hostile_run(sandbox, "introspect", Limits(max_log_bytes=1 << 20), user="65533:65532") as (result, root):
         out = json.loads(result.stdout)
+    uid, gid, groups = out["uid_gid"]
+    assert (uid, gid) == (65533, 65532) and set(groups) <= {65532}  # the request's user, no other group
     assert out["cmdline_1"].startswith("/usr/bin/timeout -s KILL ") and "/agent/agent.py" in out["cmdline_1"]
     host_paths = [str(root), str(storage.DEFAULT_PARENT), str(AGENTS_DIR), str(Path.cwd()), "/var/lib", "/run/"]
     for key in ("cmdline_1", "environ", "cgroup"):

@@ -129,6 +129,6 @@ def test_inside_bwrap_escapes_are_refused_and_a_normal_program_works(sandboxes):
               "with tempfile.TemporaryFile() as fh: fh.write(b'x')\n"
               "print(json.dumps(subprocess.run(['python3', '-c', 'print(6 * 7)'], capture_output=True, text=True)"
               ".stdout.strip()))")
-    result = sandbox.run(RunRequest(argv=("python3", "-c", normal), name=f"seccomp-normal-{uuid.uuid4().hex[:8]}", workdir="/",
-                                    limits=Limits(timeout_s=30.0)))
+    result = sandbox.run(RunRequest(argv=("python3", "-c", normal), name=f"seccomp-normal-{uuid.uuid4().hex[:8]}",
+                                    workdir="/", limits=Limits(timeout_s=30.0)))
     assert (result.exit_code, json.loads(result.stdout)) == (0, "42"), result.stderr

@@ -50,17 +50,20 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    memory_mb: int = Field(default=512, ge=16)
-    cpus: float = Field(default=1.0, gt=0)
-    pids: int = Field(default=64, ge=4)
-    timeout_s: float = Field(default=60.0, gt=0)
-    tmpfs_mb: int = Field(default=64, ge=1)
-    #: Largest file the agent may write (RLIMIT_FSIZE): bounds a disk filler or a huge reply.
-    max_file_mb: int = Field(default=64, ge=1)
-    #: Bytes of stdout / stderr kept for the evidence (the head); the rest is drained and
-    #: dropped. Docker's log driver keeps only the last MiB, so past 1 MiB of output the
-    #: docker backend keeps the head of that last MiB.
-    max_log_bytes: int = Field(default=4096, ge=0)
+    memory_mb: int = Field(default=512, ge=16, description="Memory of the sandbox, MiB, no swap (tmpfs pages count).")
+    cpus: float = Field(default=1.0, gt=0, description="CPU quota, in cores.")
+    pids: int = Field(default=64, ge=4, description="Processes and threads the sandbox may hold at once.")
+    timeout_s: float = Field(default=60.0, gt=0, description=(
+        "Wall-clock limit, seconds, enforced by the harness (recorded as timed_out) and, "
+        "BACKSTOP_S later, by the watchdog inside the sandbox."))
+    tmpfs_mb: int = Field(default=64, ge=1, description=(
+        "Size, MiB, of the backend's own /tmp tmpfs; unused when the request brings its /tmp (`RunRequest.tmp`)."))
+    max_file_mb: int = Field(default=64, ge=1, description=(
+        "Largest file the agent may write, MiB (RLIMIT_FSIZE): bounds a disk filler or a huge reply."))
+    max_log_bytes: int = Field(default=4096, ge=0, description=(
+        "Bytes of stdout / stderr kept for the evidence (the head); the rest is drained and dropped. "
+        "Docker's log driver keeps only the last MiB, so past 1 MiB of output the docker backend "
+        "keeps the head of that last MiB."))
     storage_mb: int = Field(default=128, ge=1, description=(
         "Bytes, in MiB, of the attempt's own storage (workspace, /tmp, agent files), all on one "
         "size-capped tmpfs (validate.sandbox.storage): the sum of every file the agent writes."))
@@ -91,14 +94,15 @@ class RunRequest(BaseModel):
 
 
 class ExecResult(BaseModel):
-    """What happened to the agent. `exit_code` is None when it was killed by us."""
+    """What happened to the agent, once the harness knows the sandbox itself held."""
 
-    exit_code: int | None
-    timed_out: bool = False
-    oom_killed: bool = False
-    stdout: bytes = b""
-    stderr: bytes = b""
-    runtime_s: float
+    exit_code: int | None = Field(description="The agent's exit status (a signal's is 128 + n); None when it "
+                                               "timed out and the harness killed it.")
+    timed_out: bool = Field(default=False, description="The harness's own timeout fired and killed the sandbox.")
+    oom_killed: bool = Field(default=False, description="The kernel's OOM killer acted in the sandbox's cgroup.")
+    stdout: bytes = Field(default=b"", description="The head of stdout, `Limits.max_log_bytes` at most.")
+    stderr: bytes = Field(default=b"", description="The head of stderr, `Limits.max_log_bytes` at most.")
+    runtime_s: float = Field(description="Wall-clock seconds from the start to the end of the sandbox.")
 
 
 class BackendFacts(BaseModel):

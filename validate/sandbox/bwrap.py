@@ -83,7 +83,10 @@ class BwrapSandbox(Sandbox):
             dirs = [CGROUP_ROOT / c / PARENT / name for c in CONTROLLERS]
             _kill_cgroup(dirs[1])
             _remove_cgroups(dirs)
-        storage.sweep(storage.DEFAULT_PARENT, self.run_label)
+        try:
+            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
+        except PermissionError:
+            pass  # not root: facts() says bwrap needs root
 
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):
@@ -206,6 +209,9 @@ class _Launch:
         self.cgroups = cgroups
         self.status = b""
         self.pid1_fd: int | None = None
+        # close() (another thread, on Ctrl-C) may kill while the attempt's own thread closes:
+        # the pidfd must not be used after it is closed (its number could name another process).
+        self._lock = threading.Lock()
 
     def await_sandbox(self) -> None:
         """Read bwrap's first report (the sandbox's PID 1 exists), then move bwrap's monitor
@@ -233,6 +239,10 @@ class _Launch:
     def kill(self) -> None:
         """Kill the sandbox's PID 1 (its whole pid namespace goes with it) and let bwrap report
         the exit; then kill bwrap and anything left in the attempt's pids cgroup."""
+        with self._lock:
+            self._kill()
+
+    def _kill(self) -> None:
         if self.pid1_fd is not None:
             try:
                 signal.pidfd_send_signal(self.pid1_fd, signal.SIGKILL)
@@ -269,16 +279,17 @@ class _Launch:
     def close(self) -> None:
         """Release the pipes and pidfd; a bwrap that `supervise` never waited for (the start
         failed) is killed and reaped first."""
-        if self.proc.returncode is None and self.proc.poll() is None:
-            self.kill()
-            self.proc.wait()
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
-        os.close(self.status_fd)
-        if self.pid1_fd is not None:
-            os.close(self.pid1_fd)
-            self.pid1_fd = None
+        with self._lock:
+            if self.proc.returncode is None and self.proc.poll() is None:
+                self._kill()
+                self.proc.wait()
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
+            os.close(self.status_fd)
+            if self.pid1_fd is not None:
+                os.close(self.pid1_fd)
+                self.pid1_fd = None
 
 
 def _readable(fd: int, timeout_s: float) -> bool:

@@ -61,7 +61,10 @@ class DockerSandbox(Sandbox):
                 self._remove(c["Id"])
         except (DockerException, requests.RequestException):
             pass  # facts() reports an unreachable daemon with a clear message
-        storage.sweep(storage.DEFAULT_PARENT, self.run_label)
+        try:
+            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
+        except PermissionError:
+            pass  # not root: this process could not have mounted attempt storage either
 
     def facts(self) -> BackendFacts:
         try:
