@@ -355,6 +355,7 @@ def test_no_host_path_is_visible_inside(backend, sandboxes):
         assert not [p for p in host_paths if p in out[key]], (key, out[key])
     assert str(root) not in out["mountinfo"] and str(storage.DEFAULT_PARENT) not in out["mountinfo"]
     assert out["fds"] == [0, 1, 2, 3]  # stdio and its own listing: no status pipe, no seccomp fd
+    assert out["stdin"] == "/dev/null"
 
 
 def test_no_fd_leaks_over_200_attempts(backend, sandboxes):
@@ -396,21 +397,31 @@ with attempt_storage(label, "sleeper", limits, gid=65534) as root:
 
 
 @pytest.mark.slow
-def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start_sweeps(backend, tmp_path):
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start_sweeps(backend, when):
+    """The harness is SIGKILLed while its sandbox starts (bwrap half-way through its set-up,
+    a container just created) or while the agent runs: by the backstop nothing of the attempt
+    is left running; the next start with the same run label removes the rest."""
     label = f"killed-{uuid.uuid4().hex[:6]}"
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, backend, label, str(AGENTS_DIR / "sleeper.py")],
                                cwd=Path(__file__).resolve().parents[1])
-    alive = (lambda: docker.from_env().api.containers(filters={"label": f"deshuffle-validate={label}"}, quiet=True)) \
-        if backend == "docker" else (lambda: _procs_in(CGROUP_ROOT / "pids" / PARENT / f"{label}-{label}-sleeper"))
-    for _ in range(600):
-        if alive():
+    reply = storage.DEFAULT_PARENT / label / "sleeper" / "workspace" / "reply.txt"
+    if backend == "docker":
+        def alive() -> list:
+            return docker.from_env().api.containers(filters={"label": f"deshuffle-validate={label}"}, quiet=True)
+    else:
+        def alive() -> list:  # the sandbox's processes, and the launch chain on the host
+            chain = subprocess.run(["pgrep", "-f", f"{label}-{label}-sleeper"], capture_output=True, text=True)
+            return _procs_in(CGROUP_ROOT / "pids" / PARENT / f"{label}-{label}-sleeper") + chain.stdout.split()
+    for _ in range(1200):
+        if (alive() if when == "starting" else reply.exists()):
             break
         assert harness.poll() is None, "the harness ended before its sandbox was up"
-        time.sleep(0.05)
+        time.sleep(0.005 if when == "starting" else 0.05)
     started = time.monotonic()
     harness.kill()
     harness.wait()
-    deadline = started + 2.0 + BACKSTOP_S + 3.0  # its timeout, the backstop, the teardown
+    deadline = started + 2.0 + BACKSTOP_S + 1.0 + 3.0  # its timeout, the backstops, the teardown
     while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not alive(), "the sandbox outlived its backstop"

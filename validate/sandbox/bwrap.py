@@ -1,8 +1,9 @@
 """A daemonless profile: bubblewrap namespaces, an unprivileged uid, cgroup v1 limits.
 
-The launch chain, each step `exec`ing the next::
+The launch chain, each step `exec`ing the next (but the first, which forks it)::
 
-    sh (joins the attempt's memory/pids/cpu cgroups; ulimit -f caps file size)
+    sh (joins the attempt's memory/pids/cpu cgroups; ulimit -f caps file size; keeps the
+        status pipe's read end, see below; waits, then kills what is left of its group)
       → setpriv --reuid UID        (drop root *before* bwrap: a root-launched bwrap would
                                     map the sandbox uid back to host root)
       → bwrap --unshare-all --disable-userns --as-pid-1 --seccomp FD --json-status-fd FD
@@ -24,8 +25,13 @@ stderr (a cgroup join that failed, a bad mount, a missing program): an infrastru
 fault. With one, everything that happened is the agent's. On the harness's timeout the
 sandbox's PID 1 is killed first, so that bwrap still reports the exit; then the rest.
 
-Once the sandbox exists, bwrap's own monitor process is moved out of the attempt's memory
-and pids cgroups: an agent's OOM can then never take bwrap's report with it.
+Once the sandbox exists, bwrap's own monitor process and the shell above it are moved out
+of the attempt's memory and pids cgroups: an agent's OOM can then never take bwrap's report
+with it. If the harness
+is killed, the sandbox still ends at its backstop (its PID 1 is the watchdog). For that the
+status pipe must outlive the harness: were its last reader gone, bwrap's next status write
+would kill its monitor (SIGPIPE) half-way through the set-up, and bwrap's child would wait
+forever for a go that never comes. The first shell holds a reader for that reason.
 """
 
 from __future__ import annotations
@@ -52,10 +58,12 @@ PARENT = "deshuffle-validate"
 SANDBOX_UID = 65534
 #: Seconds bwrap may take to create the sandbox's PID 1 before the start counts as failed.
 START_TIMEOUT_S = 30.0
-# Join the attempt's cgroups and cap file size (ulimit -f counts 512-byte blocks), then exec.
-# A failure here leaves bwrap unstarted, so its status pipe stays empty: that is the signal.
+# Join the attempt's cgroups and cap file size (ulimit -f counts 512-byte blocks), then run
+# the rest of the chain with stdin from /dev/null: this shell's stdin is the status pipe's
+# read end, which it alone keeps while it waits; then it kills what is left of its process
+# group. A failure here leaves bwrap unstarted, so its status pipe stays empty: the signal.
 _JOIN = ('for d in "$1" "$2" "$3"; do echo $$ > "$d/cgroup.procs" || { echo "cannot join cgroup $d" >&2; '
-         'exit 1; }; done; ulimit -f "$4" || exit 1; shift 4; exec "$@"')
+         'exit 1; }; done; ulimit -f "$4" || exit 1; shift 4; "$@" </dev/null; kill -9 0')
 
 
 class BwrapSandbox(Sandbox):
@@ -164,7 +172,7 @@ class BwrapSandbox(Sandbox):
             os.close(status_w)
             raise
         try:
-            proc = subprocess.Popen(self._argv(req, cgroups, status_w, seccomp_fd), stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(self._argv(req, cgroups, status_w, seccomp_fd), stdin=status_r,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w, seccomp_fd),
                                     start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except OSError as e:
@@ -228,13 +236,22 @@ class _Launch:
             self.status += chunk
         try:
             pid1 = int(json.loads(self.status.split(b"\n", 1)[0])["child-pid"])
-            for controller in ("memory", "pids"):
-                (CGROUP_ROOT / controller / PARENT / "cgroup.procs").write_text(str(self.proc.pid))
-        except (ValueError, KeyError, OSError) as e:
+        except (ValueError, KeyError, TypeError) as e:
             self.kill()
-            raise SandboxError(f"bwrap: cannot take charge of the sandbox ({type(e).__name__}: {e}); "
-                               f"bwrap reported {self.status[:200]!r}") from None
-        self.pid1_fd = _pidfd_of_child(pid1, self.proc.pid)
+            raise SandboxError(f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}") from None
+        monitor = _parent(pid1)
+        if monitor <= 0 or _parent(monitor) != self.proc.pid:
+            return  # the sandbox is already over (a quick agent): nothing to move, nothing to kill
+        try:
+            for controller in ("memory", "pids"):
+                for pid in (monitor, self.proc.pid):
+                    (CGROUP_ROOT / controller / PARENT / "cgroup.procs").write_text(str(pid))
+        except ProcessLookupError:
+            return  # bwrap has just exited
+        except OSError as e:
+            self.kill()
+            raise SandboxError(f"bwrap: cannot move bwrap out of the attempt's cgroups: {e}") from None
+        self.pid1_fd = _pidfd_of_child(pid1, monitor)
 
     def kill(self) -> None:
         """Kill the sandbox's PID 1 (its whole pid namespace goes with it) and let bwrap report
@@ -298,17 +315,21 @@ def _readable(fd: int, timeout_s: float) -> bool:
     return bool(poller.poll(timeout_s * 1000))
 
 
+def _parent(pid: int) -> int:
+    """The parent pid of `pid` (-1 when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def _pidfd_of_child(pid: int, parent: int) -> int | None:
     """A pidfd for `pid` if it is still `parent`'s child (a pid alone could be reused)."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
         return None
-    try:
-        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        ppid = -1
-    if ppid != parent:
+    if _parent(pid) != parent:
         os.close(fd)
         return None
     return fd
