@@ -10,7 +10,7 @@ import time
 import pytest
 
 from validate.sandbox import base
-from validate.sandbox.base import BACKSTOP_S, RunRequest, supervise, watchdog_argv
+from validate.sandbox.base import BACKSTOP_S, Limits, RunRequest, supervise, watchdog_argv
 
 
 def start(code: str) -> subprocess.Popen:
@@ -65,3 +65,27 @@ def test_the_watchdog_kills_at_the_backstop_even_without_the_harness():
     proc = subprocess.run(watchdog_argv(("sleep", "60"), 0.5), capture_output=True)
     elapsed = time.monotonic() - t0
     assert proc.returncode == -9 and 0.5 + BACKSTOP_S - 0.1 <= elapsed < 0.5 + BACKSTOP_S + 5
+
+
+def test_the_subprocess_backend_kills_the_agents_whole_group_and_gives_it_its_tmp(tmp_path):
+    from validate.sandbox.subprocess import SubprocessSandbox
+
+    pidfile = tmp_path / "child.pid"
+    code = ("import os, subprocess, sys, time\n"
+            "print(os.environ['TMPDIR'], flush=True)\n"
+            f"child = subprocess.Popen(['sleep', '60']); open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+            "time.sleep(60)")
+    result = SubprocessSandbox().run(RunRequest(argv=("python3", "-c", code), name="sub", workdir=str(tmp_path),
+                                                tmp=tmp_path, limits=Limits(timeout_s=1.0)))
+    assert (result.timed_out, result.exit_code, result.stdout) == (True, None, f"{tmp_path}\n".encode())
+    child = int(pidfile.read_text())
+    for _ in range(100):
+        try:
+            state = open(f"/proc/{child}/stat").read().rsplit(") ", 1)[1][0]
+        except FileNotFoundError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("the agent's child outlived the attempt")
