@@ -2,7 +2,9 @@
 
 Each test plays a (sometimes hostile) agent through the whole attempt path (workspace →
 sandbox → reply → score) and checks both the recorded attempt and that nothing outside the
-sandbox changed.
+sandbox changed. The second half drives the backends directly with `RunRequest`s on a real
+attempt storage (`hostile_run`): agent or infrastructure, storage caps, refused system calls,
+what the agent can see of the host, file descriptors, a harness SIGKILLed mid-attempt.
 """
 
 from __future__ import annotations
