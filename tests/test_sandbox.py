@@ -302,16 +302,20 @@ def test_a_sandbox_that_cannot_start_is_infrastructure(backend, sandboxes, monke
     with pytest.raises(SandboxError, match="not-there"):
         sandbox.run(missing)
     if backend == "bwrap":
-        real = sandbox._cgroups
+        real, made = sandbox._cgroups, []
 
         def broken(name, req):
-            dirs = real(name, req)
-            return [dirs[0], dirs[1] / "no-such-cgroup", dirs[2]]
+            made.extend(real(name, req))
+            return [made[0], made[1] / "no-such-cgroup", made[2]]
 
         monkeypatch.setattr(sandbox, "_cgroups", broken)
-        with pytest.raises(SandboxError, match="did not start.*cannot join cgroup"):
-            with hostile_run(sandbox, "fake_exit125"):
-                pass
+        try:
+            with pytest.raises(SandboxError, match="did not start.*cannot join cgroup"):
+                with hostile_run(sandbox, "fake_exit125"):
+                    pass
+        finally:
+            for d in made:
+                d.rmdir()
 
 
 def test_the_attempt_storage_caps_bytes_and_files(backend, sandboxes):
