@@ -21,6 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -125,6 +126,10 @@ class BackendFacts(BaseModel):
     seccomp: str = Field(default="none", description=(
         "The syscall filter agents run under: bwrap's own 'sha256:<hex>' of the compiled BPF "
         "(validate.sandbox.seccomp); docker's built-in default profile of its version; 'none'"))
+    cgroup: Literal["v1", "v2", "none"] = Field(default="none", description=(
+        "The cgroup version the agents' limits are set through: bwrap's host hierarchy "
+        "(validate.sandbox.cgroups.detect), the Docker daemon's CgroupVersion; 'none' for a "
+        "backend that sets no cgroup limits (subprocess)"))
 
 
 class Sandbox(ABC):

@@ -1,8 +1,8 @@
-"""A daemonless profile: bubblewrap namespaces, an unprivileged uid, cgroup v1 limits.
+"""A daemonless profile: bubblewrap namespaces, an unprivileged uid, cgroup v1 or v2 limits.
 
 The launch chain, each step `exec`ing the next (but the first, which forks it)::
 
-    sh (joins the attempt's memory/pids/cpu cgroups; ulimit -f caps file size; keeps the
+    sh (joins the attempt's cgroups; ulimit -f caps file size; keeps the
         status pipe's read end, see below; waits, then kills what is left of its group)
       → setpriv --reuid UID        (drop root *before* bwrap: a root-launched bwrap would
                                     map the sandbox uid back to host root)
@@ -13,8 +13,8 @@ The launch chain, each step `exec`ing the next (but the first, which forks it)::
 The sandbox's root is the image's unpacked Debian rootfs, bound read-only (not the host's
 ``/``: no host sockets, no host ``/etc/shadow``), plus ``/proc``, a minimal ``/dev``, ``/tmp``
 (the request's own directory, else a tmpfs) and the attempt's mounts. Limits come from a
-fresh cgroup per attempt (memory without swap, pids, cpu quota); an OOM kill is read from
-``memory.oom_control``. The seccomp filter (`validate.sandbox.seccomp`) refuses what docker's
+fresh cgroup per attempt (memory without swap, pids, cpu quota), on cgroup v1 or v2
+(`validate.sandbox.cgroups`, which also reads whether the OOM killer fired). The seccomp filter (`validate.sandbox.seccomp`) refuses what docker's
 default profile refuses, nested user namespaces first.
 
 Agent or infrastructure is decided by bubblewrap's own status pipe, which the agent cannot
@@ -26,7 +26,7 @@ fault. With one, everything that happened is the agent's. On the harness's timeo
 sandbox's PID 1 is killed first, so that bwrap still reports the exit; then the rest.
 
 Once the sandbox exists, bwrap's own monitor process and the shell above it are moved out
-of the attempt's memory and pids cgroups: an agent's OOM can then never take bwrap's report
+of the attempt's limited cgroup: an agent's OOM can then never take bwrap's report
 with it. If the harness
 is killed, the sandbox still ends at its backstop (its PID 1 is the watchdog). For that the
 status pipe must outlive the harness: were its last reader gone, bwrap's next status write
@@ -50,11 +50,10 @@ from pathlib import Path
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp, storage
+from validate.sandbox.cgroups import CGROUP_ROOT, PARENT, Cgroups, open_cgroups
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("memory", "pids", "cpu")
-PARENT = "deshuffle-validate"
+__all__ = ["CGROUP_ROOT", "PARENT", "BwrapSandbox"]  # the cgroup names, for the tests of the v1 layout
 SANDBOX_UID = 65534
 #: Seconds bwrap may take to create the sandbox's PID 1 before the start counts as failed.
 START_TIMEOUT_S = 30.0
@@ -62,8 +61,9 @@ START_TIMEOUT_S = 30.0
 # the rest of the chain with stdin from /dev/null: this shell's stdin is the status pipe's
 # read end, which it alone keeps while it waits; then it kills what is left of its process
 # group. A failure here leaves bwrap unstarted, so its status pipe stays empty: the signal.
-_JOIN = ('for d in "$1" "$2" "$3"; do echo $$ > "$d/cgroup.procs" || { echo "cannot join cgroup $d" >&2; '
-         'exit 1; }; done; ulimit -f "$4" || exit 1; shift 4; "$@" </dev/null; kill -9 0')
+# $1 counts the cgroups that follow (v1: one per controller, v2: one).
+_JOIN = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1/cgroup.procs" || { echo "cannot join cgroup $1" >&2; '
+         'exit 1; }; shift; n=$((n - 1)); done; ulimit -f "$1" || exit 1; shift; "$@" </dev/null; kill -9 0')
 
 
 class BwrapSandbox(Sandbox):
@@ -76,6 +76,7 @@ class BwrapSandbox(Sandbox):
         self.run_label = run_label
         self._launches: dict[str, _Launch] = {}
         self._lock = threading.Lock()
+        self.cgroups: Cgroups = open_cgroups()
         self._sweep()
 
     #: sha256 of the seccomp program every sandbox of this backend runs under.
@@ -86,11 +87,7 @@ class BwrapSandbox(Sandbox):
     def _sweep(self) -> None:
         """Kill and remove what a killed earlier process of this same run left: the processes
         in its cgroups, the cgroups, its attempt storage."""
-        stale = sorted(p.name for p in (CGROUP_ROOT / "pids" / PARENT).glob(f"{self.run_label}-*") if p.is_dir())
-        for name in stale:
-            dirs = [CGROUP_ROOT / c / PARENT / name for c in CONTROLLERS]
-            _kill_cgroup(dirs[1])
-            _remove_cgroups(dirs)
+        self.cgroups.sweep(self.run_label)
         try:
             storage.sweep(storage.DEFAULT_PARENT, self.run_label)
         except PermissionError:
@@ -102,10 +99,7 @@ class BwrapSandbox(Sandbox):
                 raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install bubblewrap util-linux)")
         if os.geteuid() != 0:
             raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and drop to uid 65534")
-        missing = [c for c in CONTROLLERS if not (CGROUP_ROOT / c / "cgroup.procs").exists()]
-        if missing:
-            raise ProfileUnavailable(f"backend bwrap: cgroup v1 controllers {', '.join(missing)} are not mounted "
-                                     f"under {CGROUP_ROOT} (only cgroup v1 is supported)")
+        self.cgroups.check()
         from validate.image import rootfs_facts
 
         image = rootfs_facts(self.paths)  # refuses a tree that is not what rootfs.tar holds
@@ -113,34 +107,18 @@ class BwrapSandbox(Sandbox):
         return BackendFacts(backend=self.backend, image=self.image, image_digest=image.digest,
                             architecture=_docker_arch(platform.machine()), version=version,
                             packages=image.packages, python=image.python, tree_digest=image.tree_digest,
-                            seccomp=self.seccomp_sha256)
+                            seccomp=self.seccomp_sha256, cgroup=self.cgroups.version)
 
     def _cgroups(self, name: str, req: RunRequest) -> list[Path]:
-        lim = req.limits
-        dirs = [CGROUP_ROOT / c / PARENT / name for c in CONTROLLERS]
-        try:
-            for d in dirs:
-                d.mkdir(parents=True, exist_ok=True)
-            mem, pids, cpu = dirs
-            limit = str(lim.memory_mb * 1024 * 1024)
-            (mem / "memory.limit_in_bytes").write_text(limit)
-            if (mem / "memory.memsw.limit_in_bytes").exists():
-                (mem / "memory.memsw.limit_in_bytes").write_text(limit)
-            (mem / "memory.swappiness").write_text("0")
-            (pids / "pids.max").write_text(str(lim.pids))
-            (cpu / "cpu.cfs_period_us").write_text("100000")
-            (cpu / "cpu.cfs_quota_us").write_text(str(int(lim.cpus * 100000)))
-        except OSError as e:
-            _remove_cgroups(dirs)
-            raise SandboxError(f"bwrap: cannot set up cgroup {name}: {e}") from None
-        return dirs
+        """The attempt's cgroups, with its limits: those its launching shell joins."""
+        return self.cgroups.create(name, req.limits)
 
     def _argv(self, req: RunRequest, cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
         uid, gid = req.uid_gid
         blocks = req.limits.max_file_mb * 2048
         tmp = (["--bind", str(req.tmp), "/tmp"] if req.tmp is not None
                else ["--size", str(req.limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"])
-        argv = ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroups), str(blocks),
+        argv = ["/bin/sh", "-c", _JOIN, "sh", str(len(cgroups)), *map(str, cgroups), str(blocks),
                 "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                 "--inh-caps=-all", "--no-new-privs",
                 "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
@@ -161,7 +139,7 @@ class BwrapSandbox(Sandbox):
         try:
             return self._run(req, name, cgroups)
         finally:
-            _remove_cgroups(cgroups)
+            self.cgroups.remove(name)
 
     def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
         t0 = time.monotonic()
@@ -182,7 +160,7 @@ class BwrapSandbox(Sandbox):
         finally:
             os.close(status_w)
             os.close(seccomp_fd)
-        launch = _Launch(proc, status_r, cgroups)
+        launch = _Launch(proc, status_r, self.cgroups, name)
         with self._lock:
             self._launches[name] = launch
         try:
@@ -197,8 +175,7 @@ class BwrapSandbox(Sandbox):
         if exit_code is None:
             raise SandboxError(f"bwrap: the sandbox did not start (bwrap reported no exit; it exited "
                                f"{proc.returncode}): {stderr[:300]!r}")
-        oom_control = cgroups[0] / "memory.oom_control"
-        oom = oom_control.exists() and b"oom_kill 0" not in oom_control.read_bytes()
+        oom = self.cgroups.oom_killed(name)
         return ExecResult(exit_code=None if timed_out else exit_code, timed_out=timed_out, oom_killed=oom,
                           stdout=stdout, stderr=stderr, runtime_s=time.monotonic() - t0)
 
@@ -212,10 +189,11 @@ class BwrapSandbox(Sandbox):
 class _Launch:
     """One running bwrap: its status pipe, its sandbox's PID 1, and how to kill it all."""
 
-    def __init__(self, proc: subprocess.Popen, status_fd: int, cgroups: list[Path]) -> None:
+    def __init__(self, proc: subprocess.Popen, status_fd: int, cgroups: Cgroups, name: str) -> None:
         self.proc = proc
         self.status_fd = status_fd
         self.cgroups = cgroups
+        self.name = name
         self.status = b""
         self.pid1_fd: int | None = None
         # close() (another thread, on Ctrl-C) may kill while the attempt's own thread closes:
@@ -224,7 +202,7 @@ class _Launch:
 
     def await_sandbox(self) -> None:
         """Read bwrap's first report (the sandbox's PID 1 exists), then move bwrap's monitor
-        out of the attempt's memory and pids cgroups. `SandboxError` if bwrap ends first."""
+        out of the attempt's limited cgroup. `SandboxError` if bwrap ends first."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while b"\n" not in self.status:
             left = deadline - time.monotonic()
@@ -244,9 +222,7 @@ class _Launch:
         if monitor <= 0 or _parent(monitor) != self.proc.pid:
             return  # the sandbox is already over (a quick agent): nothing to move, nothing to kill
         try:
-            for controller in ("memory", "pids"):
-                for pid in (monitor, self.proc.pid):
-                    (CGROUP_ROOT / controller / PARENT / "cgroup.procs").write_text(str(pid))
+            self.cgroups.release(self.name, (monitor, self.proc.pid))
         except ProcessLookupError:
             return  # bwrap has just exited
         except OSError as e:
@@ -256,7 +232,7 @@ class _Launch:
 
     def kill(self) -> None:
         """Kill the sandbox's PID 1 (its whole pid namespace goes with it) and let bwrap report
-        the exit; then kill bwrap and anything left in the attempt's pids cgroup."""
+        the exit; then kill bwrap and anything left in the attempt's cgroup."""
         with self._lock:
             self._kill()
 
@@ -274,7 +250,7 @@ class _Launch:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        _kill_cgroup(self.cgroups[1])
+        self.cgroups.kill(self.name)
 
     def exit_code(self) -> int | None:
         """The sandbox's exit as bwrap reported it; None when bwrap reported none (its PID 1
@@ -334,35 +310,6 @@ def _pidfd_of_child(pid: int, parent: int) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def _kill_cgroup(pids_cgroup: Path) -> None:
-    procs = pids_cgroup / "cgroup.procs"
-    for _ in range(2000):  # the pid namespace tears down in a few ms: poll finely, up to 2 s
-        try:
-            pids = procs.read_text().split()
-        except OSError:
-            return
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.001)
-
-
-def _remove_cgroups(dirs: list[Path]) -> None:
-    for d in dirs:
-        for _ in range(2000):
-            try:
-                d.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.001)
 
 
 def _docker_arch(machine: str) -> str:

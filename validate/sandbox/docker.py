@@ -74,6 +74,8 @@ class DockerSandbox(Sandbox):
 
         try:
             version = self.client.version()
+            # Daemons before 20.10 report no CgroupVersion: they supported cgroup v1 only.
+            cgroup = "v2" if str(self.client.info().get("CgroupVersion", "1")) == "2" else "v1"
             image = self.client.images.get(self.image)
             layers = list(image.attrs.get("RootFS", {}).get("Layers") or [])
             if len(layers) != 1:
@@ -89,7 +91,7 @@ class DockerSandbox(Sandbox):
                             architecture=image.attrs.get("Architecture", "unknown"),
                             version=f"docker {version.get('Version', '?')}",
                             packages=packages, python=python_version(packages),
-                            seccomp=f"docker {version.get('Version', '?')} default profile")
+                            seccomp=f"docker {version.get('Version', '?')} default profile", cgroup=cgroup)
 
     def create_container(self, req: RunRequest) -> str:
         """Create the container of `req` through the low-level API (the high-level
