@@ -23,7 +23,7 @@ from pathlib import Path
 
 KERNEL_CACHE = Path(os.environ.get("VALIDATE_VM_KERNEL_CACHE", "/var/cache/deshuffle-validate/vm-kernel"))
 MODULES = ("virtio_pci", "9pnet_virtio", "9p", "overlay")
-_EXIT = re.compile(rb"^VM-EXIT (\d+)$", re.M)
+_EXIT = re.compile(rb"^VM-EXIT (\d+)$", re.MULTILINE)
 
 INIT = """#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -55,13 +55,13 @@ def kernel_tree(cache: Path = KERNEL_CACHE) -> Path:
     for tree in sorted(cache.glob("linux-image-*")):
         if list(tree.glob("boot/vmlinuz-*")):
             return tree
-    deps = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True)
+    deps = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True, check=False)
     found = re.search(r"Depends: (linux-image-\S+)", deps.stdout)
     if found is None:
         raise VMUnavailable(f"no kernel package: `apt-cache depends linux-image-amd64` said {deps.stderr.strip()!r}")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        got = subprocess.run(["apt-get", "download", found.group(1)], cwd=tmp, capture_output=True, text=True)
+        got = subprocess.run(["apt-get", "download", found.group(1)], cwd=tmp, capture_output=True, text=True, check=False)
         debs = list(Path(tmp).glob("*.deb"))
         if got.returncode != 0 or not debs:
             raise VMUnavailable(f"apt-get download {found.group(1)} failed: {got.stderr.strip()[-300:]}")

@@ -25,11 +25,10 @@ from pathlib import Path
 import pytest
 
 from validate.errors import ProfileUnavailable
-from validate.sandbox import Limits, RunRequest
+from validate.sandbox import Limits, RunRequest, cgroups
 from validate.sandbox.bwrap import BwrapSandbox
-from validate.sandbox import cgroups
-from validate.sandbox.cgroups import CGROUP_ROOT, CONTROLLERS, PARENT, V1Cgroups, V2Cgroups, detect, open_cgroups
-from validate.sandbox.cgroups import read_counters
+from validate.sandbox.cgroups import (CGROUP_ROOT, CONTROLLERS, PARENT, V1Cgroups, V2Cgroups, detect, open_cgroups,
+                                     read_counters)
 
 LABEL = f"cgtest-{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +95,7 @@ def host():
 
 
 def test_detect_names_the_hierarchy_mounted_at_the_root():
-    mounts = {line.split()[4]: line.split(" - ")[1].split()[0] for line in open("/proc/self/mountinfo")}
+    mounts = {line.split()[4]: line.split(" - ")[1].split()[0] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
     assert detect() == ("v2" if mounts.get(str(CGROUP_ROOT)) == "cgroup2" else "v1")
     assert open_cgroups().version == detect()
     assert isinstance(open_cgroups(), V2Cgroups if detect() == "v2" else V1Cgroups)
@@ -320,12 +319,18 @@ def test_bwrap_on_this_machines_hierarchy_sees_an_oom():
 
 
 @pytest.mark.bwrap
-def test_the_backend_facts_name_the_cgroup_version():
+def test_the_bwrap_facts_name_the_cgroup_version():
     sandbox = BwrapSandbox(run_label=LABEL)
     try:
         assert sandbox.facts().cgroup == detect()
     finally:
         sandbox.close()
+
+
+@pytest.mark.docker
+def test_the_docker_facts_name_the_daemons_cgroup_version(sandboxes):
+    """The suite's own dockerd runs on this machine's hierarchy: it must report the same one."""
+    assert sandboxes("docker").facts().cgroup == detect()
 
 
 # --- the same file in a VM with a pure cgroup v2 hierarchy --------------------------------
@@ -334,16 +339,17 @@ def test_the_backend_facts_name_the_cgroup_version():
 def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
     """This file, run in a VM whose only hierarchy is cgroup2 with every controller: the
     machine-hierarchy tests above are then v2's limits, OOM, pids cap, cpu throttling,
-    kills and sweeps, and bwrap's whole launch chain on v2 with its limits."""
+    kills and sweeps, bwrap's whole launch chain on v2 with its limits, and both backends'
+    facts (the suite's own dockerd runs in the VM too) must say v2."""
     from tests.cgroup2_vm import run_in_vm
 
     probe = f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; ' \
             f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split()]))\""
-    tests = (f'PYTHONDONTWRITEBYTECODE=1 "{sys.executable}" -m pytest -q -p no:cacheprovider '
-             f'tests/test_cgroups.py -k "not in_a_vm and not backend_facts"')
+    tests = (f'PYTHONDONTWRITEBYTECODE=1 "{sys.executable}" -m pytest -q -p no:cacheprovider --color=no '
+             f'tests/test_cgroups.py -k "not in_a_vm"')
     status, out = run_in_vm(f"cd {ROOT} && {probe} && {tests}")
     assert status == 0, out[-3000:]
     version, controllers = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
     assert version == "v2" and set(CONTROLLERS) <= set(controllers), out[:500]
-    expected = len([t for t in globals() if t.startswith("test_")]) - 2
+    expected = len([t for t in globals() if t.startswith("test_")]) - 1  # all but this one
     assert f"{expected} passed" in out, out[-3000:]

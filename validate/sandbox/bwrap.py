@@ -14,8 +14,9 @@ The sandbox's root is the image's unpacked Debian rootfs, bound read-only (not t
 ``/``: no host sockets, no host ``/etc/shadow``), plus ``/proc``, a minimal ``/dev``, ``/tmp``
 (the request's own directory, else a tmpfs) and the attempt's mounts. Limits come from a
 fresh cgroup per attempt (memory without swap, pids, cpu quota), on cgroup v1 or v2
-(`validate.sandbox.cgroups`, which also reads whether the OOM killer fired). The seccomp filter (`validate.sandbox.seccomp`) refuses what docker's
-default profile refuses, nested user namespaces first.
+(`validate.sandbox.cgroups`, which also reads whether the OOM killer fired). The seccomp
+filter (`validate.sandbox.seccomp`) refuses what docker's default profile refuses, nested
+user namespaces first.
 
 Agent or infrastructure is decided by bubblewrap's own status pipe, which the agent cannot
 reach (bwrap closes it before the sandbox's first program starts): it reports ``child-pid``
@@ -50,10 +51,10 @@ from pathlib import Path
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp, storage
-from validate.sandbox.cgroups import CGROUP_ROOT, PARENT, Cgroups, open_cgroups
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
+from validate.sandbox.cgroups import CGROUP_ROOT, PARENT, Cgroups, open_cgroups
 
-__all__ = ["CGROUP_ROOT", "PARENT", "BwrapSandbox"]  # the cgroup names, for the tests of the v1 layout
+__all__ = ["CGROUP_ROOT", "PARENT", "BwrapSandbox"]  # the tests still find the v1 layout through these
 SANDBOX_UID = 65534
 #: Seconds bwrap may take to create the sandbox's PID 1 before the start counts as failed.
 START_TIMEOUT_S = 30.0
