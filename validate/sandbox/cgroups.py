@@ -32,20 +32,31 @@ kill the group's processes, remove it, and `sweep` what a killed earlier run lef
   launch into the parent's memory and pids groups (it stays in the attempt's cpu group);
   OOM from ``memory.oom_control``.
 
-What was verified, and where (tests/test_cgroups.py): v1 on a real v1 host, a memory bomb
-included. v2 on a v1 host, on the test's own cgroup2 mount, which offers no memory, pids or
-cpu (v1 holds them): groups, joining by a real shell, release, kill (``cgroup.kill`` and
-pid by pid), removal and sweep; the limits, the controllers' enabling and the OOM and pids
-caps in a virtual machine booting a stock Debian 12 kernel with a pure v2 hierarchy.
+What was verified, and where (tests/test_cgroups.py). v1, on a real hybrid v1 host: the
+limits as written before this module existed, an OOM by a real memory bomb, the pids cap,
+cpu throttling, release, kill, sweep. v2, on the test's own cgroup2 mount of such a host,
+which offers none of memory, pids, cpu (v1 holds them): detection, the refusal naming the
+missing controllers, the layout, joining by a real shell, release into ``launch/``, no
+process in the parent or the attempt's group, ``cgroup.kill`` and the pid-by-pid kill of
+real process trees, removal, the sweep of one run label, and bwrap's launch chain through
+those groups. v2 with its controllers, in a VM booting Debian 12's kernel (6.1) with a
+pure cgroup2 hierarchy and no systemd (tests/cgroup2_vm.py): the controllers enabled at
+the root, the parent and the attempt, the limits read back, the OOM of a memory bomb read
+from ``memory.events``, pids.max stopping forks, cpu.max throttling, kills and sweeps, an
+OOM through bwrap's whole chain, and v2 in both backends' facts; once, by hand, the refusal
+of a cgroup namespace whose root holds a process. Not verified: a host
+whose hierarchy systemd manages (that it leaves a foreign top-level group and the
+controllers it needs alone, which docker's cgroupfs driver relies on too).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
@@ -223,22 +234,22 @@ class V2Cgroups(Cgroups):
             raise ProfileUnavailable(
                 f"backend bwrap: the cgroup v2 hierarchy at {self.root} does not offer {', '.join(missing)} "
                 f"(it offers: {' '.join(offered) or 'nothing'}); a controller still bound to a cgroup v1 "
-                f"mount is not available in v2: unmount that v1 hierarchy, or boot with cgroup v2 only")
+                f"mount is not available in v2: boot with cgroup v2 only (systemd.unified_cgroup_hierarchy=1)")
         try:
             self._enable_parent()
         except OSError as e:
             raise ProfileUnavailable(self._enable_error(e)) from None
 
     def _enable_parent(self) -> None:
-        """Enable the controllers for the parent's children (and for the parent, at the root)."""
+        """Enable the controllers at the root (for the parent) and in the parent (for the attempts)."""
         parent = self.root / self.parent
+        _enable(self.root, self.controllers)
         if not parent.is_dir():
             parent.mkdir(exist_ok=True)
-        _enable(self.root, self.controllers)
         _enable(parent, self.controllers)
 
     def _enable_error(self, e: OSError) -> str:
-        if e.errno == 16:  # EBUSY: the group holds processes, so its children get no controllers
+        if e.errno == errno.EBUSY:  # the group holds processes, so its children get no controllers
             return (f"backend bwrap: cannot enable {' '.join(self.controllers)} for {self.root / self.parent} "
                     f"({e.strerror}): the hierarchy's root holds processes and is not the machine's root "
                     f"(a container's cgroup namespace?); move them into a child group first, as "
@@ -324,7 +335,7 @@ def _procs(group: Path) -> list[int]:
         return []
 
 
-def _kill_each(list_pids) -> None:
+def _kill_each(list_pids: Callable[[], list[int]]) -> None:
     for _ in range(_POLLS):
         pids = list_pids()
         if not pids:
@@ -337,7 +348,7 @@ def _kill_each(list_pids) -> None:
         time.sleep(_POLL_S)
 
 
-def _wait_empty(list_pids) -> None:
+def _wait_empty(list_pids: Callable[[], list[int]]) -> None:
     for _ in range(_POLLS):
         if not list_pids():
             return
