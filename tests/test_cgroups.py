@@ -95,7 +95,8 @@ def host():
 
 
 def test_detect_names_the_hierarchy_mounted_at_the_root():
-    mounts = {line.split()[4]: line.split(" - ")[1].split()[0] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
+    mounts = {line.split()[4]: line.split(" - ")[1].split()[0] for line in mountinfo}  # mount point → fs type
     assert detect() == ("v2" if mounts.get(str(CGROUP_ROOT)) == "cgroup2" else "v1")
     assert open_cgroups().version == detect()
     assert isinstance(open_cgroups(), V2Cgroups if detect() == "v2" else V1Cgroups)
