@@ -108,7 +108,7 @@ def _message_of(body: object) -> tuple[dict, str | None, dict]:
     choice = body["choices"][0]
     msg = choice["message"]
     content = msg.get("content")
-    message = {"role": "assistant", "content": content if isinstance(content, str) else None}
+    message = {"role": "assistant", "content": content if isinstance(content, str) and content else None}
     if msg.get("tool_calls"):
         message["tool_calls"] = msg["tool_calls"]
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
@@ -148,7 +148,7 @@ def _assemble(lines) -> tuple[dict, str | None, dict]:
             finish = choice.get("finish_reason") or finish
     if not done:
         raise EndpointUnavailable("truncated", "the stream ended before [DONE]")
-    message = {"role": "assistant", "content": "".join(content) if content else None}
+    message = {"role": "assistant", "content": "".join(content) or None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     return message, finish, usage if isinstance(usage, dict) else {}
@@ -179,6 +179,9 @@ class ChatClient:
                                 timeout=(min(10.0, timeout_s), timeout_s)) as resp:
                 _check_status(resp)
                 if body.get("stream"):
+                    if "text/event-stream" not in resp.headers.get("Content-Type", ""):
+                        raise EndpointUnavailable("bad_response", f"a stream was asked for; got "
+                                                  f"{resp.headers.get('Content-Type')!r}: {resp.content[:200]!r}")
                     message, finish, usage = _assemble(resp.iter_lines())
                 else:
                     try:
