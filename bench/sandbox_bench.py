@@ -8,12 +8,14 @@ harness's own share, a bare API loop with the harness's container settings); for
 bwrap line the harness uses, minus the harness — and (b) the harness playing the ``empty``
 agent on N real tasks (materialise + run + score + record). It prints both rates and their
 ratio, measured in one run. Targets: docker harness ≥ 0.9 × bare; bwrap per attempt ≤ 2.5 ×
-a bare ``python3 -c pass``.
+a bare ``python3 -c pass``. ``--ambiguous`` adds the docker harness's rate on an agent that
+SIGKILLs itself (exit 137), the one case where it asks the daemon for the container's events.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -42,7 +44,7 @@ def bare_docker() -> None:
 
 
 def bare_docker_api():
-    """The very container the harness creates (its `_create`: network disabled, limits,
+    """The very container the harness creates (its `create_container`: network disabled, limits,
     read-only, no caps), in a bare create/start/wait/remove loop: what is left between it
     and the harness is the harness's share."""
     import itertools
@@ -55,7 +57,7 @@ def bare_docker_api():
     numbers = itertools.count()
 
     def one() -> None:
-        cid = sandbox._create(RunRequest(argv=("python3", "-c", "pass"), name=f"bare-{next(numbers)}"))
+        cid = sandbox.create_container(RunRequest(argv=("python3", "-c", "pass"), name=f"bare-{next(numbers)}"))
         api.start(cid)
         api.wait(cid)
         api.remove_container(cid, force=True)
@@ -64,10 +66,21 @@ def bare_docker_api():
 
 
 def bare_bwrap() -> None:
+    """The harness's own bwrap line (seccomp filter, no nested user namespaces, the watchdog
+    as PID 1), without the harness: no cgroups, no status pipe, no workspace."""
+    from validate.sandbox.base import watchdog_argv
+    from validate.sandbox.seccomp import filter_fd
+
     rootfs = str(ImagePaths(DEFAULT_IMAGE).rootfs)
-    subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bwrap", "--unshare-all",
-                    "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
-                    "--tmpfs", "/tmp", "--", "python3", "-c", "pass"], check=True, capture_output=True)
+    fd = filter_fd()
+    try:
+        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bwrap", "--unshare-all",
+                        "--unshare-user", "--disable-userns", "--die-with-parent", "--as-pid-1",
+                        "--seccomp", str(fd), "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
+                        "--tmpfs", "/tmp", "--", *watchdog_argv(("python3", "-c", "pass"), 60.0)],
+                       check=True, capture_output=True, pass_fds=(fd,))
+    finally:
+        os.close(fd)
 
 
 def bare_python() -> None:
@@ -75,9 +88,10 @@ def bare_python() -> None:
                    capture_output=True)
 
 
-def harness(backend: str, n: int, c: int, corpus: str) -> float:
+def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> float:
+    """Attempts/s of the harness playing `agent` (a registry name, or a tests/agents program)."""
     from environment.deshuffle import Corpus
-    from tests.conftest import make_ctx, make_manifest
+    from tests.conftest import hostile, make_ctx, make_manifest
     from validate.agents import resolve
     from validate.contract import build_taskset
     from validate.runner import run
@@ -91,9 +105,9 @@ def harness(backend: str, n: int, c: int, corpus: str) -> float:
     try:
         ctx = make_ctx(manifest, sandbox, taskset, tmp / "run")
         t0 = time.perf_counter()
-        written, verdicts = run(ctx, resolve("empty"), c)
+        written, verdicts = run(ctx, resolve(agent) if agent == "empty" else [hostile(agent)], c)
         elapsed = time.perf_counter() - t0
-        assert written["attempts"] == n and all(v.compatible for v in verdicts)
+        assert written["attempts"] == n and all(v.reason != "infrastructure_failure" for v in verdicts)
         return n / elapsed
     finally:
         sandbox.close()
@@ -107,6 +121,8 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY,
                     help="concurrency (default: the harness's, 2 per CPU core: %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
+    ap.add_argument("--ambiguous", action="store_true",
+                    help="docker: also the rate on an agent exiting 137 (the daemon's events are asked)")
     args = ap.parse_args()
     backends = ["docker", "bwrap"] if args.backend == "both" else [args.backend]
     print(f"n={args.n} attempts, concurrency {args.c}")
@@ -117,6 +133,9 @@ def main() -> None:
         print(f"docker  bare `docker run --network none` {bare:6.2f}/s   harness {ours:6.2f}/s   "
               f"harness/bare {ours / bare:5.2f}  (target ≥ 0.90)")
         print(f"        bare API loop, the harness's settings {same:6.2f}/s   harness/that {ours / same:5.2f}")
+        if args.ambiguous:
+            killed = harness("docker", args.n, args.c, args.corpus, agent="fake-kill")
+            print(f"        an agent exiting 137 (events asked) {killed:6.2f}/s   that/plain {killed / ours:5.2f}")
     if "bwrap" in backends:
         py_ms = 1000 / rate(bare_python, args.n, 1)
         bare = rate(bare_bwrap, args.n, args.c)

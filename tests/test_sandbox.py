@@ -2,25 +2,39 @@
 
 Each test plays a (sometimes hostile) agent through the whole attempt path (workspace →
 sandbox → reply → score) and checks both the recorded attempt and that nothing outside the
-sandbox changed.
+sandbox changed. The second half drives the backends directly with `RunRequest`s on a real
+attempt storage (`hostile_run`): agent or infrastructure, storage caps, refused system calls,
+what the agent can see of the host, file descriptors, a harness SIGKILLed mid-attempt.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
+import docker
 import pytest
 
 from validate.agents import REGISTRY
-from validate.runner import play
-from validate.sandbox import Limits
+from validate.errors import SandboxError
+from validate.paths import DEFAULT_IMAGE
+from validate.runner import judge, play
+from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
+from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.bwrap import CGROUP_ROOT, PARENT
-from tests.conftest import SANDBOX_BACKENDS, hostile, make_ctx, make_manifest
+from validate.sandbox.storage import attempt_storage
+from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest
 
 pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 
@@ -185,3 +199,253 @@ def test_tampering_with_the_workspace_changes_nothing_the_scorer_reads(backend, 
     assert att.status == "ok" and att.reward < 1.0 and att.as_expected
     # The evidence hashes the workspace as materialised, not as the agent left it.
     assert att.workspace_sha256 == attempt(backend, REGISTRY["empty"]).workspace_sha256
+
+
+# --- the backends driven directly with RunRequests ------------------------------------------
+
+RUN_LABEL = "pytest-direct"
+AGENT_UID = 65534
+
+
+@contextmanager
+def hostile_run(sandbox, agent: str, limits: Limits = LIMITS, user: str = "65534:65534", name: str | None = None):
+    """Run tests/agents/<agent>.py in `sandbox` the way an attempt will: workspace, /tmp and
+    the agent's files on one fresh attempt storage (a capped tmpfs). Yields (result, storage root)
+    while the storage still exists."""
+    uid, gid = (int(x) for x in user.split(":"))
+    name = name or f"{agent.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
+    with attempt_storage(RUN_LABEL, name, limits, gid=gid) as root:
+        ws, tmp, ad = root / "workspace", root / "tmp", root / "agent"
+        for d, owner, mode in ((ws, uid, 0o755), (tmp, uid, 0o700), (ad, 0, 0o755)):
+            d.mkdir(mode=mode)
+            os.chown(d, owner, gid if owner else 0)
+        shutil.copyfile(AGENTS_DIR / f"{agent}.py", ad / "agent.py")
+        req = RunRequest(argv=("python3", "-S", "/agent/agent.py"), limits=limits, name=name, user=user, tmp=tmp,
+                         mounts=(Mount(source=ws, target="/workspace", read_only=False),
+                                 Mount(source=ad, target="/agent")))
+        yield sandbox.run(req), root
+
+
+def run_json(sandbox, agent: str, limits: Limits = LIMITS) -> dict:
+    with hostile_run(sandbox, agent, limits) as (result, _):
+        assert result.exit_code == 0, (result.exit_code, result.stderr)
+        return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("fake, code", [("fake-kill", 137), ("fake-exit125", 125), ("fake-bwrap-error", 1)])
+def test_faked_infrastructure_faults_are_the_agents_own_failure(backend, corpus, corpus_path, sandboxes,
+                                                                 tmp_path, fake, code):
+    """The issue's three fakes, on both backends: recorded once, as the agent's failure, never
+    retried, and the task's reason is not infrastructure_failure."""
+    from validate.contract import build_taskset
+
+    sandbox = sandboxes(backend)
+    manifest = make_manifest(corpus, corpus_path, sandbox, idx=[0], limits=LIMITS, infra_retries=2)
+    ctx = make_ctx(manifest, sandbox, build_taskset(manifest.environment, corpus), tmp_path / "run")
+    rows = play(ctx, ctx.taskset.task(0), hostile(fake), 1)
+    assert [(r.status, r.exit_code, r.as_expected) for r in rows] == [("exit_nonzero", code, True)]
+    passed = play(ctx, ctx.taskset.task(0), REGISTRY["oracle"], 1)
+    (verdict,) = judge(ctx, [*rows, *passed], [REGISTRY["oracle"], hostile(fake)])
+    assert verdict.reason != "infrastructure_failure" and verdict.compatible, verdict
+
+
+def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
+    """Someone else kills the sandbox (docker kill; bwrap's own process): not the agent's doing."""
+    sandbox = sandboxes(backend)
+    name = f"victim-{uuid.uuid4().hex[:8]}"
+    killed = []
+
+    def kill_from_outside():
+        for _ in range(400):
+            if backend == "docker":
+                found = sandbox.client.api.containers(filters={"name": f"dv-{name}"}, quiet=True)
+                if found:
+                    time.sleep(0.5)
+                    killed.append(subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode)
+                    return
+            else:  # bwrap's monitor: the parent of the sandbox's PID 1, outside the attempt's cgroup
+                for pid in _procs_in(CGROUP_ROOT / "pids" / PARENT / f"pytest-{name}"):
+                    ppid = _stat(pid)[1]
+                    if _stat(ppid)[0] == "bwrap":
+                        time.sleep(0.5)
+                        os.kill(int(ppid), signal.SIGKILL)
+                        killed.append(ppid)
+                        return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_from_outside)
+    killer.start()
+    try:
+        with pytest.raises(SandboxError, match="killed from outside|did not start"):
+            with hostile_run(sandbox, "sleeper", Limits(timeout_s=20.0), name=name):
+                pass
+    finally:
+        killer.join()
+    assert killed
+
+
+def _stat(pid: str) -> tuple[str, str]:
+    """(command name, parent pid) of `pid`, ("", "") when it is gone."""
+    try:
+        head, tail = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+    except (OSError, ValueError):
+        return "", ""
+    return head.split("(", 1)[1], tail.split()[1]
+
+
+def test_a_sandbox_that_cannot_start_is_infrastructure(backend, sandboxes, monkeypatch, tmp_path):
+    """A bind source that is not there; for bwrap also a cgroup it cannot join (reported by
+    the missing status of bwrap, whatever the exit code)."""
+    sandbox = sandboxes(backend)
+    missing = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"nostart-{uuid.uuid4().hex[:8]}", workdir="/",
+                         mounts=(Mount(source=tmp_path / "not-there", target="/workspace"),))
+    with pytest.raises(SandboxError, match="not-there"):
+        sandbox.run(missing)
+    if backend == "bwrap":
+        real, made = sandbox._cgroups, []
+
+        def broken(name, req):
+            made.extend(real(name, req))
+            return [made[0], made[1] / "no-such-cgroup", made[2]]
+
+        monkeypatch.setattr(sandbox, "_cgroups", broken)
+        try:
+            with pytest.raises(SandboxError, match="did not start.*cannot join cgroup"):
+                with hostile_run(sandbox, "fake_exit125"):
+                    pass
+        finally:
+            for d in made:  # the run removed those it was given; the real pids one is ours to remove
+                if d.exists():
+                    d.rmdir()
+
+
+def test_the_attempt_storage_caps_bytes_and_files(backend, sandboxes):
+    sandbox = sandboxes(backend)
+    limits = Limits(memory_mb=256, timeout_s=60.0, max_file_mb=16, storage_mb=40, storage_inodes=300,
+                    max_log_bytes=65536)
+    with hostile_run(sandbox, "storage_filler", limits) as (result, root):
+        out = json.loads(result.stdout)
+        assert "No space left on device" in out["stopped"], out
+        assert 30 <= out["mib"] <= 40 and out["files"] >= 8  # spread over files of 4 MiB, each under the cap
+        vfs = os.statvfs(root)
+        assert vfs.f_bavail * vfs.f_frsize < 2 << 20
+    with hostile_run(sandbox, "inode_filler", limits) as (result, root):
+        out = json.loads(result.stdout)
+        assert "No space left on device" in out["stopped"], out
+        assert 280 <= out["files"] < 300
+        assert os.statvfs(root).f_favail == 0
+
+
+def test_nested_namespaces_and_privileged_calls_are_refused(backend, sandboxes):
+    out = run_json(sandboxes(backend), "escape_probe")
+    for probe in ("unshare_user", "clone_newuser", "mount", "keyctl", "bpf", "personality_no_aslr"):
+        assert out[probe] == "EPERM", (probe, out)
+    assert out["clone3"] == "ENOSYS" and out["personality_query"] == "ok"
+    assert out["unshare_program"].startswith("exit 1"), out
+    if backend == "bwrap":  # beyond docker 20.10's default profile, which allows these
+        assert (out["ptrace"], out["socket_vsock"], out["i386_abi"]) == ("EPERM", "EPERM", "killed by signal 31"), out
+
+
+def test_no_host_path_is_visible_inside(backend, sandboxes):
+    """PID 1's command line, the environment and the cgroups name nothing of the host; the
+    mount table does not show the attempt's storage path. (What it does show: bwrap's root is
+    the image's unpacked rootfs, whose host path is in mountinfo; docker's overlay shows its
+    /var/lib/docker paths.)"""
+    sandbox = sandboxes(backend)
+    with hostile_run(sandbox, "introspect", Limits(max_log_bytes=1 << 20), user="65533:65532") as (result, root):
+        out = json.loads(result.stdout)
+    uid, gid, groups = out["uid_gid"]
+    assert (uid, gid) == (65533, 65532) and set(groups) <= {65532}  # the request's user, no other group
+    assert out["cmdline_1"].startswith("/usr/bin/timeout -s KILL ") and "/agent/agent.py" in out["cmdline_1"]
+    host_paths = [str(root), str(storage.DEFAULT_PARENT), str(AGENTS_DIR), str(Path.cwd()), "/var/lib", "/run/"]
+    for key in ("cmdline_1", "environ", "cgroup"):
+        assert not [p for p in host_paths if p in out[key]], (key, out[key])
+    assert str(root) not in out["mountinfo"] and str(storage.DEFAULT_PARENT) not in out["mountinfo"]
+    assert out["fds"] == [0, 1, 2, 3]  # stdio and its own listing: no status pipe, no seccomp fd
+    assert out["stdin"] == "/dev/null"
+
+
+def test_no_fd_leaks_over_200_attempts(backend, sandboxes):
+    sandbox = sandboxes(backend)
+
+    def one(i: int) -> int:
+        req = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"fd-{i}-{uuid.uuid4().hex[:8]}", workdir="/",
+                         limits=Limits(timeout_s=30.0))
+        return sandbox.run(req).exit_code
+
+    with ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(one, range(20))) == {0}  # warm up: the daemon client's connection pool
+        before = sorted(os.listdir("/proc/self/fd"))
+        assert set(pool.map(one, range(200))) == {0}
+    after = sorted(os.listdir("/proc/self/fd"))
+    assert len(after) <= len(before), (before, after)
+
+
+HARNESS = """
+import sys
+from pathlib import Path
+from validate.paths import DEFAULT_IMAGE
+from validate.sandbox import Limits, Mount, RunRequest, open_sandbox
+from validate.sandbox.storage import attempt_storage
+
+backend, label, agent = sys.argv[1:4]
+sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label=label)
+limits = Limits(timeout_s=2.0, storage_mb=8)
+with attempt_storage(label, "sleeper", limits, gid=65534) as root:
+    for d in ("workspace", "agent"):
+        (root / d).mkdir(mode=0o755)
+    import os
+    os.chown(root / "workspace", 65534, 65534)
+    (root / "agent" / "agent.py").write_bytes(Path(agent).read_bytes())
+    sandbox.run(RunRequest(argv=("python3", "-S", "/agent/agent.py"), limits=limits, name=f"{label}-sleeper",
+                           mounts=(Mount(source=root / "workspace", target="/workspace", read_only=False),
+                                   Mount(source=root / "agent", target="/agent"))))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start_sweeps(backend, when):
+    """The harness is SIGKILLed while its sandbox starts (bwrap half-way through its set-up,
+    a container just created) or while the agent runs: by the backstop nothing of the attempt
+    is left running; the next start with the same run label removes the rest."""
+    label = f"killed-{uuid.uuid4().hex[:6]}"
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, backend, label, str(AGENTS_DIR / "sleeper.py")],
+                               cwd=Path(__file__).resolve().parents[1])
+    reply = storage.DEFAULT_PARENT / label / "sleeper" / "workspace" / "reply.txt"
+    if backend == "docker":
+        def alive() -> list:
+            return docker.from_env().api.containers(filters={"label": f"deshuffle-validate={label}"}, quiet=True)
+    else:
+        def alive() -> list:  # the sandbox's processes, and the launch chain on the host
+            chain = subprocess.run(["pgrep", "-f", f"{label}-{label}-sleeper"], capture_output=True, text=True)
+            return _procs_in(CGROUP_ROOT / "pids" / PARENT / f"{label}-{label}-sleeper") + chain.stdout.split()
+    for _ in range(1200):
+        if (alive() if when == "starting" else reply.exists()):
+            break
+        assert harness.poll() is None, "the harness ended before its sandbox was up"
+        time.sleep(0.005 if when == "starting" else 0.05)
+    started = time.monotonic()
+    harness.kill()
+    harness.wait()
+    deadline = started + 2.0 + BACKSTOP_S + 1.0 + 3.0  # its timeout, the backstops, the teardown
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(), "the sandbox outlived its backstop"
+    assert (storage.DEFAULT_PARENT / label / "sleeper").is_dir()  # left by the killed harness
+    leftovers = open_sandbox(backend, image=DEFAULT_IMAGE, run_label=label)  # the next start
+    try:
+        assert not (storage.DEFAULT_PARENT / label).exists()
+        if backend == "docker":
+            assert leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
+        else:
+            assert list((CGROUP_ROOT / "pids" / PARENT).glob(f"{label}-*")) == []
+    finally:
+        leftovers.close()
+
+
+def _procs_in(cgroup: Path) -> list[str]:
+    try:
+        return (cgroup / "cgroup.procs").read_text().split()
+    except OSError:
+        return []

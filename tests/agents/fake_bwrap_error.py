@@ -1,7 +1,5 @@
-"""Prints what bwrap prints when it cannot set up, then exits 1: an infrastructure fault faked."""
-import os
+"""Fakes bwrap's own failure message: `bwrap:` at the head of stderr, then exit 1."""
 import sys
 
-sys.stderr.write("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
-sys.stderr.flush()
-os._exit(1)
+sys.stderr.write("bwrap: execvp python3: No such file or directory\n")
+sys.exit(1)

@@ -4,6 +4,12 @@ A backend turns a `RunRequest` (argv, mounts, environment, limits) into an `Exec
 A failed command is not a failed sandbox: the agent's non-zero exit, OOM kill or timeout
 come back as data; a sandbox that cannot start or dies under the agent raises
 `SandboxError` (an infrastructure fault, which the runner retries).
+
+Which of the two happened is decided from the harness's own signals (bubblewrap's status
+pipe, the Docker daemon's state and events), never from what the agent controls: its exit
+code, its output. Every backend runs the agent under a watchdog inside the sandbox
+(`watchdog_argv`) that kills it `BACKSTOP_S` after its timeout even if the harness itself
+was killed; the harness's own timeout stays the primary one and is what `timed_out` records.
 """
 
 from __future__ import annotations
@@ -20,13 +26,23 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from validate.errors import SandboxError
 
+#: Seconds past `Limits.timeout_s` after which the watchdog inside the sandbox kills the agent:
+#: late enough that the harness's own timeout always comes first while the harness lives.
+BACKSTOP_S = 5.0
+
+
+def watchdog_argv(argv: tuple[str, ...], timeout_s: float) -> list[str]:
+    """`argv` under coreutils `timeout` as the sandbox's PID 1: when the backstop fires, or
+    whenever PID 1 exits, the kernel kills everything left in the sandbox's pid namespace."""
+    return ["/usr/bin/timeout", "-s", "KILL", f"{timeout_s + BACKSTOP_S:.3f}", *argv]
+
 
 class Mount(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    source: Path
-    target: str
-    read_only: bool = True
+    source: Path = Field(description="Host path bound into the sandbox.")
+    target: str = Field(description="Absolute path inside the sandbox.")
+    read_only: bool = Field(default=True, description="Bind read-only.")
 
 
 class Limits(BaseModel):
@@ -34,40 +50,59 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    memory_mb: int = Field(default=512, ge=16)
-    cpus: float = Field(default=1.0, gt=0)
-    pids: int = Field(default=64, ge=4)
-    timeout_s: float = Field(default=60.0, gt=0)
-    tmpfs_mb: int = Field(default=64, ge=1)
-    #: Largest file the agent may write (RLIMIT_FSIZE): bounds a disk filler or a huge reply.
-    max_file_mb: int = Field(default=64, ge=1)
-    #: Bytes of stdout / stderr kept for the evidence (the head); the rest is drained and
-    #: dropped. Docker's log driver keeps only the last MiB, so past 1 MiB of output the
-    #: docker backend keeps the head of that last MiB.
-    max_log_bytes: int = Field(default=4096, ge=0)
+    memory_mb: int = Field(default=512, ge=16, description="Memory of the sandbox, MiB, no swap (tmpfs pages count).")
+    cpus: float = Field(default=1.0, gt=0, description="CPU quota, in cores.")
+    pids: int = Field(default=64, ge=4, description="Processes and threads the sandbox may hold at once.")
+    timeout_s: float = Field(default=60.0, gt=0, description=(
+        "Wall-clock limit, seconds, enforced by the harness (recorded as timed_out) and, "
+        "BACKSTOP_S later, by the watchdog inside the sandbox."))
+    tmpfs_mb: int = Field(default=64, ge=1, description=(
+        "Size, MiB, of the backend's own /tmp tmpfs; unused when the request brings its /tmp (`RunRequest.tmp`)."))
+    max_file_mb: int = Field(default=64, ge=1, description=(
+        "Largest file the agent may write, MiB (RLIMIT_FSIZE): bounds a disk filler or a huge reply."))
+    max_log_bytes: int = Field(default=4096, ge=0, description=(
+        "Bytes of stdout / stderr kept for the evidence (the head); the rest is drained and dropped. "
+        "Docker's log driver keeps only the last MiB, so past 1 MiB of output the docker backend "
+        "keeps the head of that last MiB."))
+    storage_mb: int = Field(default=128, ge=1, description=(
+        "Bytes, in MiB, of the attempt's own storage (workspace, /tmp, agent files), all on one "
+        "size-capped tmpfs (validate.sandbox.storage): the sum of every file the agent writes."))
+    storage_inodes: int = Field(default=4096, ge=16, description=(
+        "Inodes (files, directories, symlinks) of the attempt's own storage, the tmpfs's nr_inodes."))
 
 
 class RunRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    argv: tuple[str, ...]
-    mounts: tuple[Mount, ...] = ()
-    env: dict[str, str] = {}
-    workdir: str = "/workspace"
-    limits: Limits = Limits()
-    #: A label for the sandbox instance (container name suffix, cgroup name); unique per run.
-    name: str
+    argv: tuple[str, ...] = Field(description="The agent's command, run under the watchdog (`watchdog_argv`).")
+    mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bound into the sandbox.")
+    env: dict[str, str] = Field(default={}, description="The agent's environment (nothing else is passed).")
+    workdir: str = Field(default="/workspace", description="The agent's working directory inside the sandbox.")
+    limits: Limits = Field(default=Limits(), description="Resource limits of this attempt.")
+    name: str = Field(description="A label for the sandbox instance (container name suffix, cgroup name); "
+                                  "unique per run.")
+    user: str = Field(default="65534:65534", pattern=r"^[1-9][0-9]*:[1-9][0-9]*$", description=(
+        "uid:gid the agent runs as; never root (0 is refused)."))
+    tmp: Path | None = Field(default=None, description=(
+        "A host directory bound read-write at /tmp, so that /tmp counts against the attempt's "
+        "storage; None gives the backend's own tmpfs of `limits.tmpfs_mb`."))
+
+    @property
+    def uid_gid(self) -> tuple[int, int]:
+        uid, gid = self.user.split(":")
+        return int(uid), int(gid)
 
 
 class ExecResult(BaseModel):
-    """What happened to the agent. `exit_code` is None when it was killed by us."""
+    """What happened to the agent, once the harness knows the sandbox itself held."""
 
-    exit_code: int | None
-    timed_out: bool = False
-    oom_killed: bool = False
-    stdout: bytes = b""
-    stderr: bytes = b""
-    runtime_s: float
+    exit_code: int | None = Field(description="The agent's exit status (a signal's is 128 + n); None when it "
+                                               "timed out and the harness killed it.")
+    timed_out: bool = Field(default=False, description="The harness's own timeout fired and killed the sandbox.")
+    oom_killed: bool = Field(default=False, description="The kernel's OOM killer acted in the sandbox's cgroup.")
+    stdout: bytes = Field(default=b"", description="The head of stdout, `Limits.max_log_bytes` at most.")
+    stderr: bytes = Field(default=b"", description="The head of stderr, `Limits.max_log_bytes` at most.")
+    runtime_s: float = Field(description="Wall-clock seconds from the start to the end of the sandbox.")
 
 
 class BackendFacts(BaseModel):

@@ -1,23 +1,45 @@
 """A daemonless profile: bubblewrap namespaces, an unprivileged uid, cgroup v1 limits.
 
-The launch chain, each step `exec`ing the next::
+The launch chain, each step `exec`ing the next (but the first, which forks it)::
 
-    sh (joins the attempt's memory/pids/cpu cgroups; ulimit -f caps file size)
-      → setpriv --reuid 65534      (drop root *before* bwrap: a root-launched bwrap would
+    sh (joins the attempt's memory/pids/cpu cgroups; ulimit -f caps file size; keeps the
+        status pipe's read end, see below; waits, then kills what is left of its group)
+      → setpriv --reuid UID        (drop root *before* bwrap: a root-launched bwrap would
                                     map the sandbox uid back to host root)
-      → bwrap --unshare-all        (no network, own pid/ipc/uts namespaces, no capabilities)
+      → bwrap --unshare-all --disable-userns --as-pid-1 --seccomp FD --json-status-fd FD
+      → /usr/bin/timeout -s KILL (timeout_s + BACKSTOP_S)   (PID 1 of the sandbox)
       → python3 /agent/agent.py
 
 The sandbox's root is the image's unpacked Debian rootfs, bound read-only (not the host's
-``/``: no host sockets, no host ``/etc/shadow``), plus a tmpfs ``/tmp``, ``/proc``, a
-minimal ``/dev`` and the attempt's mounts. Limits come from a fresh cgroup per attempt
-(memory without swap, pids, cpu quota); an OOM kill is read from ``memory.oom_control``.
+``/``: no host sockets, no host ``/etc/shadow``), plus ``/proc``, a minimal ``/dev``, ``/tmp``
+(the request's own directory, else a tmpfs) and the attempt's mounts. Limits come from a
+fresh cgroup per attempt (memory without swap, pids, cpu quota); an OOM kill is read from
+``memory.oom_control``. The seccomp filter (`validate.sandbox.seccomp`) refuses what docker's
+default profile refuses, nested user namespaces first.
+
+Agent or infrastructure is decided by bubblewrap's own status pipe, which the agent cannot
+reach (bwrap closes it before the sandbox's first program starts): it reports ``child-pid``
+once the sandbox's PID 1 exists, and ``exit-code`` at the end only if that PID 1 was
+executed. No ``exit-code`` means the sandbox never started, whatever the exit code or
+stderr (a cgroup join that failed, a bad mount, a missing program): an infrastructure
+fault. With one, everything that happened is the agent's. On the harness's timeout the
+sandbox's PID 1 is killed first, so that bwrap still reports the exit; then the rest.
+
+Once the sandbox exists, bwrap's own monitor process and the shell above it are moved out
+of the attempt's memory and pids cgroups: an agent's OOM can then never take bwrap's report
+with it. If the harness
+is killed, the sandbox still ends at its backstop (its PID 1 is the watchdog). For that the
+status pipe must outlive the harness: were its last reader gone, bwrap's next status write
+would kill its monitor (SIGPIPE) half-way through the set-up, and bwrap's child would wait
+forever for a go that never comes. The first shell holds a reader for that reason.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import select
 import shutil
 import signal
 import subprocess
@@ -27,15 +49,21 @@ from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise
+from validate.sandbox import seccomp, storage
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("memory", "pids", "cpu")
 PARENT = "deshuffle-validate"
 SANDBOX_UID = 65534
-# Join the attempt's cgroups and cap file size (ulimit -f counts 512-byte blocks), then exec.
-_JOIN = ('for d in "$1" "$2" "$3"; do echo $$ > "$d/cgroup.procs" || exit 125; done; '
-         'ulimit -f "$4" || exit 125; shift 4; exec "$@"')
+#: Seconds bwrap may take to create the sandbox's PID 1 before the start counts as failed.
+START_TIMEOUT_S = 30.0
+# Join the attempt's cgroups and cap file size (ulimit -f counts 512-byte blocks), then run
+# the rest of the chain with stdin from /dev/null: this shell's stdin is the status pipe's
+# read end, which it alone keeps while it waits; then it kills what is left of its process
+# group. A failure here leaves bwrap unstarted, so its status pipe stays empty: the signal.
+_JOIN = ('for d in "$1" "$2" "$3"; do echo $$ > "$d/cgroup.procs" || { echo "cannot join cgroup $d" >&2; '
+         'exit 1; }; done; ulimit -f "$4" || exit 1; shift 4; "$@" </dev/null; kill -9 0')
 
 
 class BwrapSandbox(Sandbox):
@@ -46,17 +74,27 @@ class BwrapSandbox(Sandbox):
         self.image = image
         self.paths = ImagePaths(image) if image_dir is None else ImagePaths(image, image_dir)
         self.run_label = run_label
-        self._procs: dict[str, subprocess.Popen] = {}
+        self._launches: dict[str, _Launch] = {}
         self._lock = threading.Lock()
         self._sweep()
 
+    #: sha256 of the seccomp program every sandbox of this backend runs under.
+    @property
+    def seccomp_sha256(self) -> str:
+        return seccomp.filter_sha256()
+
     def _sweep(self) -> None:
-        """Kill and remove what a crashed earlier process of this same run left in its cgroups."""
+        """Kill and remove what a killed earlier process of this same run left: the processes
+        in its cgroups, the cgroups, its attempt storage."""
         stale = sorted(p.name for p in (CGROUP_ROOT / "pids" / PARENT).glob(f"{self.run_label}-*") if p.is_dir())
         for name in stale:
             dirs = [CGROUP_ROOT / c / PARENT / name for c in CONTROLLERS]
-            self._kill_cgroup(dirs[1])
-            self._remove_cgroups(dirs)
+            _kill_cgroup(dirs[1])
+            _remove_cgroups(dirs)
+        try:
+            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
+        except PermissionError:
+            pass  # not root: facts() says bwrap needs root
 
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):
@@ -92,26 +130,29 @@ class BwrapSandbox(Sandbox):
             (cpu / "cpu.cfs_period_us").write_text("100000")
             (cpu / "cpu.cfs_quota_us").write_text(str(int(lim.cpus * 100000)))
         except OSError as e:
-            self._remove_cgroups(dirs)
+            _remove_cgroups(dirs)
             raise SandboxError(f"bwrap: cannot set up cgroup {name}: {e}") from None
         return dirs
 
-    def _argv(self, req: RunRequest, cgroups: list[Path]) -> list[str]:
+    def _argv(self, req: RunRequest, cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
+        uid, gid = req.uid_gid
         blocks = req.limits.max_file_mb * 2048
+        tmp = (["--bind", str(req.tmp), "/tmp"] if req.tmp is not None
+               else ["--size", str(req.limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"])
         argv = ["/bin/sh", "-c", _JOIN, "sh", *map(str, cgroups), str(blocks),
-                "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+                "setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
                 "--inh-caps=-all", "--no-new-privs",
-                "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+                "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                "--new-session", "--as-pid-1", "--json-status-fd", str(status_fd), "--seccomp", str(seccomp_fd),
                 "--ro-bind", str(self.paths.rootfs), "/",
-                "--proc", "/proc", "--dev", "/dev",
-                "--size", str(req.limits.tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp",
+                "--proc", "/proc", "--dev", "/dev", *tmp,
                 "--hostname", "sandbox", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
                 "--setenv", "HOME", "/tmp"]
         for m in req.mounts:
             argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
         for k, v in sorted(req.env.items()):
             argv += ["--setenv", k, v]
-        return [*argv, "--chdir", req.workdir, "--", *req.argv]
+        return [*argv, "--chdir", req.workdir, "--", *watchdog_argv(req.argv, req.limits.timeout_s)]
 
     def run(self, req: RunRequest) -> ExecResult:
         name = f"{self.run_label}-{req.name}"
@@ -119,75 +160,208 @@ class BwrapSandbox(Sandbox):
         try:
             return self._run(req, name, cgroups)
         finally:
-            self._remove_cgroups(cgroups)
+            _remove_cgroups(cgroups)
 
     def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
         t0 = time.monotonic()
+        status_r, status_w = os.pipe()
         try:
-            proc = subprocess.Popen(self._argv(req, cgroups), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            seccomp_fd = seccomp.filter_fd()
+        except BaseException:
+            os.close(status_r)
+            os.close(status_w)
+            raise
+        try:
+            proc = subprocess.Popen(self._argv(req, cgroups, status_w, seccomp_fd), stdin=status_r,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w, seccomp_fd),
                                     start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except OSError as e:
+            os.close(status_r)
             raise SandboxError(f"bwrap: cannot start: {e}") from None
-        with self._lock:
-            self._procs[name] = proc
-        try:
-            timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes,
-                                                  kill=lambda: self._kill(proc, cgroups[1]))
         finally:
-            with self._lock:
-                self._procs.pop(name, None)
-        runtime = time.monotonic() - t0
-        code = proc.returncode
-        if code == 125 or (code == 1 and stderr.startswith(b"bwrap:")):
-            raise SandboxError(f"bwrap: the sandbox did not start (exit {code}): {stderr[:300]!r}")
-        oom = b"oom_kill 0" not in (cgroups[0] / "memory.oom_control").read_bytes() \
-            if (cgroups[0] / "memory.oom_control").exists() else False
-        return ExecResult(exit_code=None if timed_out else code, timed_out=timed_out, oom_killed=oom,
-                          stdout=stdout, stderr=stderr, runtime_s=runtime)
-
-    @classmethod
-    def _kill(cls, proc: subprocess.Popen, pids_cgroup: Path) -> None:
+            os.close(status_w)
+            os.close(seccomp_fd)
+        launch = _Launch(proc, status_r, cgroups)
+        with self._lock:
+            self._launches[name] = launch
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        cls._kill_cgroup(pids_cgroup)
-
-    @staticmethod
-    def _kill_cgroup(pids_cgroup: Path) -> None:
-        procs = pids_cgroup / "cgroup.procs"
-        for _ in range(2000):  # the pid namespace tears down in a few ms: poll finely, up to 2 s
-            try:
-                pids = procs.read_text().split()
-            except OSError:
-                return
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.001)
-
-    @staticmethod
-    def _remove_cgroups(dirs: list[Path]) -> None:
-        for d in dirs:
-            for _ in range(2000):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.001)
+            launch.await_sandbox()
+            timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes,
+                                                  kill=launch.kill)
+            exit_code = launch.exit_code()
+        finally:
+            launch.close()
+            with self._lock:
+                self._launches.pop(name, None)
+        if exit_code is None:
+            raise SandboxError(f"bwrap: the sandbox did not start (bwrap reported no exit; it exited "
+                               f"{proc.returncode}): {stderr[:300]!r}")
+        oom_control = cgroups[0] / "memory.oom_control"
+        oom = oom_control.exists() and b"oom_kill 0" not in oom_control.read_bytes()
+        return ExecResult(exit_code=None if timed_out else exit_code, timed_out=timed_out, oom_killed=oom,
+                          stdout=stdout, stderr=stderr, runtime_s=time.monotonic() - t0)
 
     def close(self) -> None:
         with self._lock:
-            procs = list(self._procs.items())
-        for name, proc in procs:
-            self._kill(proc, CGROUP_ROOT / "pids" / PARENT / name)
+            launches = list(self._launches.values())
+        for launch in launches:
+            launch.kill()
+
+
+class _Launch:
+    """One running bwrap: its status pipe, its sandbox's PID 1, and how to kill it all."""
+
+    def __init__(self, proc: subprocess.Popen, status_fd: int, cgroups: list[Path]) -> None:
+        self.proc = proc
+        self.status_fd = status_fd
+        self.cgroups = cgroups
+        self.status = b""
+        self.pid1_fd: int | None = None
+        # close() (another thread, on Ctrl-C) may kill while the attempt's own thread closes:
+        # the pidfd must not be used after it is closed (its number could name another process).
+        self._lock = threading.Lock()
+
+    def await_sandbox(self) -> None:
+        """Read bwrap's first report (the sandbox's PID 1 exists), then move bwrap's monitor
+        out of the attempt's memory and pids cgroups. `SandboxError` if bwrap ends first."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while b"\n" not in self.status:
+            left = deadline - time.monotonic()
+            if left <= 0 or not _readable(self.status_fd, left):
+                self.kill()
+                raise SandboxError(f"bwrap: no sandbox after {START_TIMEOUT_S:.0f} s")
+            chunk = os.read(self.status_fd, 4096)
+            if not chunk:
+                return  # bwrap ended before its sandbox existed: exit_code() will say so
+            self.status += chunk
+        try:
+            pid1 = int(json.loads(self.status.split(b"\n", 1)[0])["child-pid"])
+        except (ValueError, KeyError, TypeError) as e:
+            self.kill()
+            raise SandboxError(f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}") from None
+        monitor = _parent(pid1)
+        if monitor <= 0 or _parent(monitor) != self.proc.pid:
+            return  # the sandbox is already over (a quick agent): nothing to move, nothing to kill
+        try:
+            for controller in ("memory", "pids"):
+                for pid in (monitor, self.proc.pid):
+                    (CGROUP_ROOT / controller / PARENT / "cgroup.procs").write_text(str(pid))
+        except ProcessLookupError:
+            return  # bwrap has just exited
+        except OSError as e:
+            self.kill()
+            raise SandboxError(f"bwrap: cannot move bwrap out of the attempt's cgroups: {e}") from None
+        self.pid1_fd = _pidfd_of_child(pid1, monitor)
+
+    def kill(self) -> None:
+        """Kill the sandbox's PID 1 (its whole pid namespace goes with it) and let bwrap report
+        the exit; then kill bwrap and anything left in the attempt's pids cgroup."""
+        with self._lock:
+            self._kill()
+
+    def _kill(self) -> None:
+        if self.pid1_fd is not None:
+            try:
+                signal.pidfd_send_signal(self.pid1_fd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+            try:
+                self.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _kill_cgroup(self.cgroups[1])
+
+    def exit_code(self) -> int | None:
+        """The sandbox's exit as bwrap reported it; None when bwrap reported none (its PID 1
+        was never executed). Call after bwrap has exited."""
+        os.set_blocking(self.status_fd, False)
+        try:
+            while chunk := os.read(self.status_fd, 65536):
+                self.status += chunk
+        except BlockingIOError:
+            pass  # a writer survived bwrap (it cannot: bwrap closes the pipe before the exec)
+        for line in self.status.splitlines():
+            try:
+                report = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(report, dict) and isinstance(report.get("exit-code"), int):
+                return report["exit-code"]
+        return None
+
+    def close(self) -> None:
+        """Release the pipes and pidfd; a bwrap that `supervise` never waited for (the start
+        failed) is killed and reaped first."""
+        with self._lock:
+            if self.proc.returncode is None and self.proc.poll() is None:
+                self._kill()
+                self.proc.wait()
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
+            os.close(self.status_fd)
+            if self.pid1_fd is not None:
+                os.close(self.pid1_fd)
+                self.pid1_fd = None
+
+
+def _readable(fd: int, timeout_s: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))
+
+
+def _parent(pid: int) -> int:
+    """The parent pid of `pid` (-1 when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _pidfd_of_child(pid: int, parent: int) -> int | None:
+    """A pidfd for `pid` if it is still `parent`'s child (a pid alone could be reused)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if _parent(pid) != parent:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _kill_cgroup(pids_cgroup: Path) -> None:
+    procs = pids_cgroup / "cgroup.procs"
+    for _ in range(2000):  # the pid namespace tears down in a few ms: poll finely, up to 2 s
+        try:
+            pids = procs.read_text().split()
+        except OSError:
+            return
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.001)
+
+
+def _remove_cgroups(dirs: list[Path]) -> None:
+    for d in dirs:
+        for _ in range(2000):
+            try:
+                d.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.001)
 
 
 def _docker_arch(machine: str) -> str:

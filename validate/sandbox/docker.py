@@ -1,11 +1,19 @@
 """The reference profile: a fresh Docker container per attempt, through the Docker SDK.
 
 Each container: the network disabled (a fresh namespace holding only ``lo``), memory (no
-swap), cpu and pids limits, read-only root with a tmpfs ``/tmp``, user 65534:65534, every
-capability dropped, no-new-privileges, an RLIMIT_FSIZE cap, a capped json-file log. On the timeout the
-container is killed. A container that exits 137 while neither OOM-killed nor timed out was
-killed from outside (the agent runs as PID 1, which cannot be SIGKILLed from inside its
-own namespace): that is an infrastructure fault.
+swap), cpu and pids limits, read-only root with ``/tmp`` (the request's own directory, else a
+tmpfs capped in bytes and inodes), the request's user (65534:65534 unless told), every
+capability dropped, no-new-privileges, docker's default seccomp profile, an RLIMIT_FSIZE cap,
+a capped json-file log. Its PID 1 is coreutils ``timeout``, which kills the agent
+`BACKSTOP_S` past its timeout, so no container outlives its limit even when the harness
+is killed; the harness's own timeout (it kills the container) comes first and is recorded.
+
+Agent or infrastructure is decided from the daemon, never from the exit code the agent
+chooses: a failed create or start, a lost connection, an error in the container's state,
+and a kill the harness did not send (a ``kill`` event of the daemon: someone's
+``docker kill`` or ``docker stop``, the daemon shutting down) are infrastructure faults;
+OOM is read from the container's state (and its ``oom`` event). The events are asked for
+only when the exit is ambiguous, a signal's (128 + n), so a plain exit costs nothing more.
 """
 
 from __future__ import annotations
@@ -20,9 +28,13 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox
+from validate.sandbox import storage
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, watchdog_argv
 
 LABEL = "deshuffle-validate"
+#: Seconds past now the events of an ambiguous exit are awaited (the daemon logs a kill
+#: right after it signals, which can be just after the exit is reported).
+EVENTS_GRACE_S = 0.1
 
 
 class DockerSandbox(Sandbox):
@@ -42,12 +54,17 @@ class DockerSandbox(Sandbox):
         self._sweep()
 
     def _sweep(self) -> None:
-        """Remove containers a crashed earlier process of this same run left behind."""
+        """Remove what a killed earlier process of this same run left: its containers (a
+        running one is past its limit by its backstop at the latest), its attempt storage."""
         try:
-            for c in self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.run_label}"}):
-                self._remove(c.id)
+            for c in self.client.api.containers(all=True, quiet=True, filters={"label": f"{LABEL}={self.run_label}"}):
+                self._remove(c["Id"])
         except (DockerException, requests.RequestException):
             pass  # facts() reports an unreachable daemon with a clear message
+        try:
+            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
+        except PermissionError:
+            pass  # not root: this process could not have mounted attempt storage either
 
     def facts(self) -> BackendFacts:
         # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
@@ -73,12 +90,19 @@ class DockerSandbox(Sandbox):
                             version=f"docker {version.get('Version', '?')}",
                             packages=packages, python=python_version(packages))
 
-    def _create(self, req: RunRequest) -> str:
-        """Create the container through the low-level API (the high-level `containers.create`
-        adds an inspect per attempt) and return its id."""
+    def create_container(self, req: RunRequest) -> str:
+        """Create the container of `req` through the low-level API (the high-level
+        `containers.create` adds an inspect per attempt) and return its id."""
         lim = req.limits
         fsize = lim.max_file_mb * 1024 * 1024
         api = self.client.api
+        mounts = [Mount(target=m.target, source=str(m.source), type="bind", read_only=m.read_only)
+                  for m in req.mounts]
+        tmpfs = None
+        if req.tmp is None:
+            tmpfs = {"/tmp": f"size={lim.tmpfs_mb}m,nr_inodes={lim.storage_inodes},mode=1777"}
+        else:
+            mounts.append(Mount(target="/tmp", source=str(req.tmp), type="bind", read_only=False))
         host_config = api.create_host_config(
             network_mode="none",
             mem_limit=f"{lim.memory_mb}m",
@@ -86,20 +110,19 @@ class DockerSandbox(Sandbox):
             nano_cpus=int(lim.cpus * 1e9),
             pids_limit=lim.pids,
             read_only=True,
-            tmpfs={"/tmp": f"size={lim.tmpfs_mb}m,mode=1777"},
+            tmpfs=tmpfs,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             ulimits=[Ulimit(name="fsize", soft=fsize, hard=fsize)],
             log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
-            mounts=[Mount(target=m.target, source=str(m.source), type="bind", read_only=m.read_only)
-                    for m in req.mounts],
+            mounts=mounts,
         )
         return api.create_container(
             self.image,
-            command=list(req.argv),
+            command=watchdog_argv(req.argv, lim.timeout_s),
             name=f"dv-{req.name}",
             labels={LABEL: self.run_label},
-            user="65534:65534",
+            user=req.user,
             working_dir=req.workdir,
             environment=dict(req.env),
             # With the network disabled, runc gives the container a fresh namespace holding only
@@ -115,29 +138,29 @@ class DockerSandbox(Sandbox):
         api = self.client.api
         cid = None
         try:
-            cid = self._create(req)
+            cid = self.create_container(req)
             with self._lock:
                 self._live.add(cid)
+            since = time.time()
             t0 = time.monotonic()
             api.start(cid)
-            timed_out = False
+            timed_out, waited = False, {}
             try:
-                exit_code = api.wait(cid, timeout=lim.timeout_s).get("StatusCode")
+                waited = api.wait(cid, timeout=lim.timeout_s)
             except requests.exceptions.ConnectionError:
                 if time.monotonic() - t0 < lim.timeout_s * 0.99:
                     raise  # the daemon went away, not our timeout
-                timed_out, exit_code = True, None
+                timed_out = True
                 try:
                     api.kill(cid)
                 except APIError:
                     pass  # it exited between the timeout and the kill
             runtime = time.monotonic() - t0
-            oom = bool(api.inspect_container(cid)["State"].get("OOMKilled"))
-            if exit_code == 137 and not oom and not timed_out:
-                raise SandboxError(f"container dv-{req.name} was killed from outside (exit 137)")
+            state = api.inspect_container(cid)["State"]
+            oom = self._judge(cid, req.name, since, waited, state, timed_out)
             stdout, stderr = self._logs(cid)
-            return ExecResult(exit_code=exit_code, timed_out=timed_out, oom_killed=oom,
-                              stdout=stdout[: lim.max_log_bytes], stderr=stderr[: lim.max_log_bytes],
+            return ExecResult(exit_code=None if timed_out else state.get("ExitCode"), timed_out=timed_out,
+                              oom_killed=oom, stdout=stdout[: lim.max_log_bytes], stderr=stderr[: lim.max_log_bytes],
                               runtime_s=runtime)
         except SandboxError:
             raise
@@ -146,6 +169,34 @@ class DockerSandbox(Sandbox):
         finally:
             if cid is not None:
                 self._remove(cid)
+
+    def _judge(self, cid: str, name: str, since: float, waited: dict, state: dict, timed_out: bool) -> bool:
+        """Whether the agent was OOM-killed; `SandboxError` when the daemon says the container
+        failed or was killed by someone other than the harness."""
+        error = (waited.get("Error") or {}).get("Message") or state.get("Error")
+        if error:
+            raise SandboxError(f"container dv-{name}: the daemon reports {error!r}")
+        oom = bool(state.get("OOMKilled"))
+        if timed_out or oom or not isinstance(state.get("ExitCode"), int) or state["ExitCode"] < 128:
+            return oom
+        # A signal's exit: the agent's own (it may kill itself) or someone else's. Ask the daemon.
+        actions = self._events(cid, since)
+        kills = [signal for action, signal in actions if action == "kill"]
+        if kills:
+            raise SandboxError(f"container dv-{name} was killed from outside (signal {', '.join(kills)}, "
+                               f"exit {state['ExitCode']}); the harness sent no kill")
+        return any(action == "oom" for action, _ in actions)
+
+    def _events(self, cid: str, since: float) -> list[tuple[str, str]]:
+        """(action, signal) of the daemon's events for container `cid` since `since`; the
+        stream ends a moment after now, so an event logged just after the exit is seen."""
+        stream = self.client.api.events(since=since, until=time.time() + EVENTS_GRACE_S, decode=True,
+                                        filters={"type": "container", "container": cid})
+        try:
+            return [(e.get("Action", ""), str(e.get("Actor", {}).get("Attributes", {}).get("signal", "")))
+                    for e in stream]
+        finally:
+            stream.close()
 
     def _logs(self, cid: str) -> tuple[bytes, bytes]:
         """stdout and stderr in one request. `APIClient.logs` inspects the container before

@@ -3,18 +3,23 @@
 It does not isolate the network, so a task that needs a container (deshuffle-papers sets
 ``network_allow=[]``) is never run on it: the runner records such an attempt as an
 unsupported execution contract. Mount targets are rewritten to their host sources in the
-environment variables, since there is no filesystem namespace.
+environment variables, since there is no filesystem namespace; the request's ``tmp`` becomes
+``TMPDIR``. The agent runs as the harness's own user (``user`` is not applied) under the
+host's ``timeout`` as a backstop, in its own process group, which the harness kills whole.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import signal
 import subprocess
 import sys
 import time
 
 from validate.errors import SandboxError
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise
+from validate.sandbox import storage
+from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 
 
 class SubprocessSandbox(Sandbox):
@@ -23,6 +28,10 @@ class SubprocessSandbox(Sandbox):
 
     def __init__(self, image: str = "host", run_label: str = "adhoc", **_: object) -> None:
         self.image = image
+        try:
+            storage.sweep(storage.DEFAULT_PARENT, run_label)  # what a killed earlier process of this run left
+        except PermissionError:
+            pass  # not root: this process could not have mounted attempt storage either
 
     def facts(self) -> BackendFacts:
         return BackendFacts(backend=self.backend, image="host", image_digest="none",
@@ -38,14 +47,25 @@ class SubprocessSandbox(Sandbox):
             return s
 
         env = {k: host(v) for k, v in req.env.items()}
-        argv = [sys.executable if a == "python3" else host(a) for a in req.argv]
+        if req.tmp is not None:
+            env["TMPDIR"] = str(req.tmp)
+        argv = watchdog_argv(tuple(sys.executable if a == "python3" else host(a) for a in req.argv),
+                             req.limits.timeout_s)
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(argv, cwd=host(req.workdir), env={"PATH": "/usr/bin:/bin", **env},
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
         except OSError as e:
             raise SandboxError(f"subprocess: cannot start: {e}") from None
-        timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes, kill=proc.kill)
+
+        def kill() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+        timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes, kill=kill)
         return ExecResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out,
                           stdout=stdout, stderr=stderr,
                           runtime_s=time.monotonic() - t0)
