@@ -43,7 +43,6 @@ from validate.paths import SANDBOX_WORKSPACE
 from validate.records import AGENT_STATUSES, Attempt
 from validate.runner import Hooks, Interrupted, RunContext
 from validate.sandbox import Mount, RunRequest
-from validate.sandbox.session import open_session
 from validate.workspace import AGENT_UID, workspace_sha256
 
 MODEL_AGENT = "model"
@@ -125,7 +124,7 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
                              workdir=SANDBOX_WORKSPACE, limits=limits,
                              name=f"{task.idx}-model-{play.phase}-{uuid.uuid4().hex[:8]}")
         t0 = time.monotonic()
-        session = open_session(ctx.sandbox, request)
+        session = ctx.sandbox.session(request)
         try:
             session.start()
             stats["sandbox_s"] = time.monotonic() - t0

@@ -218,6 +218,15 @@ class DockerSandbox(Sandbox):
         with self._lock:
             self._live.discard(container_id)
 
+    def track(self, container_id: str) -> None:
+        """Count a container made outside `run` (a live session's) among those `close` removes."""
+        with self._lock:
+            self._live.add(container_id)
+
+    def remove(self, container_id: str) -> None:
+        """Remove a container now (kept for `close` if the daemon does not answer)."""
+        self._remove(container_id)
+
     def close(self) -> None:
         with self._lock:
             live = sorted(self._live)

@@ -29,14 +29,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from validate.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.base import ExecResult, RunRequest, Sandbox
+from validate.sandbox.base import BACKSTOP_S, ExecResult, RunRequest, Sandbox  # noqa: F401 - BACKSTOP_S: the docstring's
 
 SESSIONS: dict[str, str] = {
+    "docker": "validate.sandbox.docker_session:DockerSession",
+    "bwrap": "validate.sandbox.bwrap_session:BwrapSession",
     "subprocess": "validate.sandbox.subprocess_session:SubprocessSession",
 }
 
-#: Seconds past the request's timeout at which the watchdog ends the sandbox on its own.
-BACKSTOP_S = 5.0
 #: Exit status of `read_argv` when the path is not a regular file (the message is on stderr).
 NOT_A_FILE = 3
 #: Exit status of `read_argv` / `write_argv` when the path does not exist (read) or cannot be written.
