@@ -14,6 +14,7 @@ import pytest
 from environment.deshuffle.baseline import MODEL_NAME
 from environment.deshuffle.baseline import policy as baseline
 from environment.protocol import ScorerSpec
+from tests.conftest import SANDBOX_BACKENDS
 from validate.eval import contract as ec
 from validate.eval.agent import check_call, converse, opening
 from validate.eval.client import ChatClient
@@ -21,7 +22,7 @@ from validate.localserver import Faults, serve
 from validate.sandbox import Mount, RunRequest, open_sandbox
 from validate.sandbox.session import open_session
 
-BACKENDS = [pytest.param("subprocess")]
+BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
 PARENT = ec.DatasetParent(manifest_name="m", manifest_sha256="sha256:m", manifest_path="m.json", pool_run_id="pool",
                           pool_run_dir="ledgers/pool", pool_manifest_sha256="sha256:p", pool_checksums_sha256="sha256:c",
                           dataset_verdict="PASS", environment="deshuffle-papers", task_count=1)
@@ -36,18 +37,24 @@ def contract(base_url: str, model: str = MODEL_NAME, **limits) -> ec.EvalContrac
 
 
 @pytest.fixture
-def workspace(tmp_path, taskset3):
+def workspace(taskset3):
+    from validate.eval.runner import lay_out
+    from validate.workspace import temp_storage
+
     task = taskset3.task(7)
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    for name, data in task.files.items():
-        (ws / name).write_bytes(data)
-    return task, ws
+    with temp_storage() as root:
+        (mount,) = lay_out(root, task)
+        yield task, mount.source
 
 
-def play(backend, c, task, ws, temperature=0.0, seed=1, deadline_s=60.0, key=None):
-    sandbox = open_sandbox(backend, image="host" if backend == "subprocess" else None)
-    request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),), name="agent-test")
+@pytest.fixture
+def sandbox(sandboxes):
+    return lambda backend: open_sandbox("subprocess", image="host") if backend == "subprocess" else sandboxes(backend)
+
+
+def play(sandbox, c, task, ws, temperature=0.0, seed=1, deadline_s=60.0, key=None):
+    request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),), name="agent-test",
+                         env={"HOME": "/tmp"})
     with open_session(sandbox, request) as session:
         conv = opening(c, task.prompt, dict(task.meta))
         converse(ChatClient(c.model.base_url, api_key=key), c, session, conv, temperature, seed,
@@ -56,11 +63,11 @@ def play(backend, c, task, ws, temperature=0.0, seed=1, deadline_s=60.0, key=Non
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperature_0(backend, workspace, taskset3):
+def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperature_0(sandbox, backend, workspace, taskset3):
     task, ws = workspace
     with serve({MODEL_NAME: baseline}) as server:
         c = contract(server.base_url)
-        a, b = play(backend, c, task, ws), play(backend, c, task, ws, seed=99)
+        a, b = play(sandbox(backend), c, task, ws), play(sandbox(backend), c, task, ws, seed=99)
         sent = [r.body for r in server.requests]
     assert a.termination == "answer" and len(a.turns) == 2
     call = a.turns[0].calls[0]
@@ -75,21 +82,21 @@ def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperat
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_samples_differ_by_seed_above_temperature_0(backend, workspace):
+def test_samples_differ_by_seed_above_temperature_0(sandbox, backend, workspace):
     task, ws = workspace
     with serve({MODEL_NAME: baseline}) as server:
         c = contract(server.base_url)
-        replies = {play(backend, c, task, ws, temperature=1.0, seed=s).reply for s in range(4)}
-        again = play(backend, c, task, ws, temperature=1.0, seed=0).reply
+        replies = {play(sandbox(backend), c, task, ws, temperature=1.0, seed=s).reply for s in range(4)}
+        again = play(sandbox(backend), c, task, ws, temperature=1.0, seed=0).reply
     assert len(replies) > 1
     assert again in replies  # the same seed samples the same answer
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_malformed_tool_arguments_are_the_models_failure_and_the_conversation_goes_on(backend, workspace):
+def test_malformed_tool_arguments_are_the_models_failure_and_the_conversation_goes_on(sandbox, backend, workspace):
     task, ws = workspace
     with serve({MODEL_NAME: baseline}, faults=Faults(malformed_tool_args_first_n=1)) as server:
-        conv = play(backend, contract(server.base_url), task, ws)
+        conv = play(sandbox(backend), contract(server.base_url), task, ws)
         second = server.requests[1].body
     bad = conv.turns[0].calls[0]
     assert not bad.well_formed and "not valid JSON" in bad.error and bad.exit_code is None
@@ -125,12 +132,12 @@ def scripted(commands: list[str]):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_tool_limits_timeout_and_cut_output_and_max_turns(backend, workspace):
+def test_tool_limits_timeout_and_cut_output_and_max_turns(sandbox, backend, workspace):
     task, ws = workspace
     cmds = ["sleep 5", "head -c 5000 /workspace/paragraphs.jsonl", "echo oops >&2; exit 3"]
     with serve({"s": scripted(cmds)}) as server:
         c = contract(server.base_url, model="s", tool_timeout_s=0.5, max_tool_output_bytes=1000, max_turns=3)
-        conv = play(backend, c, task, ws)
+        conv = play(sandbox(backend), c, task, ws)
     slow, big, fails = (t.calls[0] for t in conv.turns)
     assert slow.timed_out and slow.exit_code is None and "timed out" in slow.output
     assert big.output_cut and big.output.endswith("[output cut: only the first 1000 bytes are shown]")
@@ -139,20 +146,20 @@ def test_tool_limits_timeout_and_cut_output_and_max_turns(backend, workspace):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_attempt_deadline_ends_the_conversation(backend, workspace):
+def test_the_attempt_deadline_ends_the_conversation(sandbox, backend, workspace):
     task, ws = workspace
     with serve({"s": scripted(["sleep 3"] * 5)}) as server:
-        conv = play(backend, contract(server.base_url, model="s", tool_timeout_s=10), task, ws, deadline_s=1.0)
+        conv = play(sandbox(backend), contract(server.base_url, model="s", tool_timeout_s=10), task, ws, deadline_s=1.0)
     assert conv.termination == "timeout" and conv.turns[0].calls[0].timed_out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_api_key_never_reaches_the_sandbox(backend, workspace):
+def test_the_api_key_never_reaches_the_sandbox(sandbox, backend, workspace):
     task, ws = workspace
     with serve({"s": scripted(["env; cat /proc/self/environ | tr '\\0' '\\n'; ls -la /workspace"])},
                api_key="sk-never-in-the-sandbox") as server:
         c = contract(server.base_url, model="s")
-        conv = play(backend, c, task, ws, key="sk-never-in-the-sandbox")
+        conv = play(sandbox(backend), c, task, ws, key="sk-never-in-the-sandbox")
     out = conv.turns[0].calls[0]
     assert out.exit_code == 0 and "paragraphs.jsonl" in out.output
     assert "sk-never-in-the-sandbox" not in out.output

@@ -29,6 +29,8 @@ from validate.sandbox.base import ExecResult
 from validate.sandbox.docker_session import shield
 from validate.sandbox.session import Session
 
+#: Seconds the command server may take to say it is ready.
+START_TIMEOUT_S = 30.0
 #: Seconds past a command's timeout the harness waits for the server's answer.
 ANSWER_GRACE_S = 10.0
 
@@ -104,6 +106,7 @@ def run(req):
 def kept_open(kept, poller):
     return sum(1 for k in kept if k < 1000000) > sum(1 for k in kept if k >= 1000000)
 
+answers.write(b'{"ready": true}\n')
 for line in requests:
     answers.write(json.dumps(run(json.loads(line))).encode() + b"\n")
 """
@@ -127,6 +130,8 @@ class BwrapSession(Session):
         shield(self.launch.pid1)
         self.answers = self.launch.proc.stdout.fileno()
         self.buffer = b""
+        if self._answer(time.monotonic() + START_TIMEOUT_S) != {"ready": True}:
+            raise SandboxError("bwrap session: the command server did not say it is ready")
 
     def _stderr(self) -> str:
         try:
@@ -171,7 +176,7 @@ class BwrapSession(Session):
                 raise SandboxError("bwrap session: the sandbox's command server stopped answering")
             chunk = os.read(self.answers, 1 << 20)
             if not chunk:
-                raise SandboxError(f"bwrap session: the sandbox ended under the command: {self._stderr()}")
+                raise SandboxError(f"bwrap session: the sandbox ended: {self._stderr()}")
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         try:
