@@ -74,7 +74,7 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     r.checked.append(f"{len(a)} attempts against the manifest")
 
 
-def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: pd.DataFrame, threshold: float,
+def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tuple, list], threshold: float,
              r: AuditResult, paths: EvalPaths) -> None:
     by_key = {s.key(): s for s in samples}
     keys = {(a.phase, a.task_id, a.agent, a.sample, a.attempt) for a in attempts}
@@ -94,7 +94,7 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: pd.DataFr
                 r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try {a.attempt}: solved "
                                   f"{s.solved} / class {s.failure_class} ({s.failure_rule}) do not follow from its "
                                   f"status, reward and facts")
-    counts = turns.groupby(_KEY).size().to_dict() if len(turns) else {}
+    counts = {k: len(v) for k, v in turns.items()}
     if any(k not in by_key for k in counts) or any(counts.get(k, 0) != s.turns for k, s in by_key.items()):
         r.problems.append(f"{paths.trajectories}: turn rows do not match the sample rows' turn counts")
     r.checked.append("every sample row, solved flag and failure class re-derived")

@@ -24,7 +24,7 @@ from validate.errors import ValidateError
 from validate.eval.contract import differences
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.render import to_html, to_markdown
-from validate.eval.report import EvalEvidence, load_eval, pct
+from validate.eval.report import EvalEvidence, load_eval, mean, pct
 from validate.evidence import atomic_write, new_entry
 from validate.paths import LEDGER_DIR
 
@@ -93,12 +93,16 @@ def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Comparis
     a, b = load_eval(run_a), load_eval(run_b)
     varied = _check(a, b)
     sa, sb = a.summary, b.summary
-    overall = [(name, pct(x), pct(y), _delta(x.value, y.value)) for name, x, y in (
+    shown = lambda name, r: mean(r) if "reward" in name else pct(r)  # noqa: E731 - rewards are means, not rates
+    overall = [(name, shown(name, x), shown(name, y), _delta(x.value, y.value)) for name, x, y in (
         ("pass@1 (greedy)", sa.greedy.pass_at_1, sb.greedy.pass_at_1),
         (f"pass@{sa.sampled.k}", sa.sampled.pass_at_k, sb.sampled.pass_at_k),
         ("mean sample accuracy", sa.sampled.mean_accuracy, sb.sampled.mean_accuracy),
         (f"pass^{sa.sampled.k}", sa.sampled.pass_hat_k, sb.sampled.pass_hat_k),
-        ("mean sampled reward", sa.sampled.mean_reward, sb.sampled.mean_reward))]
+        ("mean sampled reward", sa.sampled.mean_reward, sb.sampled.mean_reward),
+        (f"mean best-of-{sa.sampled.k} reward", sa.sampled.best_reward, sb.sampled.best_reward),
+        ("mean within-task reward std", sa.sampled.reward_std, sb.sampled.reward_std),
+        ("mean greedy reward", sa.greedy.mean_reward, sb.greedy.mean_reward))]
     overall.append(("zero-variance groups", f"{sa.sampled.zero_variance}/{sa.sampled.eligible}",
                     f"{sb.sampled.zero_variance}/{sb.sampled.eligible}",
                     f"{sb.sampled.zero_variance - sa.sampled.zero_variance:+d}"))

@@ -98,6 +98,9 @@ class TaskEval(BaseModel):
     pass_hat_k: float | None = Field(default=None, description="Unbiased pass^k (eligible only).")
     accuracy: float | None = Field(default=None, description="solved / n_valid.")
     mean_reward: float | None = Field(default=None, description="Mean reward of the valid samples.")
+    best_reward: float | None = Field(default=None, description="Highest reward of the valid samples (best of k).")
+    reward_std: float | None = Field(default=None, description="Population standard deviation of the valid samples' "
+                                                               "rewards: the group's RL signal.")
     zero_variance: bool | None = Field(default=None, description="All k rewards equal (eligible only).")
 
 
@@ -118,7 +121,9 @@ def task_eval(task_id: str, family: str, samples: Sequence[Sample], k: int, thre
     n, c = len(valid), sum(is_solved(s, threshold) for s in valid)
     out = dict(task_id=task_id, family=family, n_valid=n, n_lost=k - n, lost=sorted(lost), solved=c,
                rewards=rewards, accuracy=c / n if n else None,
-               mean_reward=statistics.fmean(r for r in rewards if r is not None) if n else None)
+               mean_reward=statistics.fmean(r for r in rewards if r is not None) if n else None,
+               best_reward=max((r for r in rewards if r is not None), default=None),
+               reward_std=statistics.pstdev(r for r in rewards if r is not None) if n else None)
     if n < k:
         reasons = ", ".join(f"{lost.count(why)} {why}" for why in sorted(set(lost)))
         return TaskEval(**out, eligible=False, excluded_reason=f"{n}/{k} valid samples ({reasons})")
@@ -160,6 +165,9 @@ class SampledMetrics(BaseModel):
     mean_accuracy: Rate = Field(description="Mean sample accuracy c/n over eligible tasks.")
     headroom: float | None = Field(description="pass@k − mean accuracy: exploration headroom.")
     mean_reward: Rate = Field(description="Mean reward over the eligible tasks' samples.")
+    best_reward: Rate = Field(description="Mean best-of-k reward over eligible tasks: pass@k's analogue for the "
+                                          "reward itself.")
+    reward_std: Rate = Field(description="Mean within-task reward standard deviation over eligible tasks.")
     zero_variance: int = Field(description="Eligible tasks whose k rewards are all equal.")
     zero_variance_solved: int = Field(description="... all solved.")
     zero_variance_failed: int = Field(description="... all unsolved.")
@@ -197,7 +205,8 @@ def sampled_metrics(tasks: Sequence[TaskEval], k: int) -> SampledMetrics:
                                                                  if not t.eligible),
         samples_lost=dict(sorted(lost.items())), pass_at_k=p_k, pass_hat_k=rate(sum(t.pass_hat_k for t in ok), len(ok)),
         mean_accuracy=acc, headroom=None if p_k.value is None else p_k.value - acc.value,
-        mean_reward=rate(sum(t.mean_reward for t in ok), len(ok)), zero_variance=len(zero),
+        mean_reward=rate(sum(t.mean_reward for t in ok), len(ok)), best_reward=rate(sum(t.best_reward for t in ok), len(ok)),
+        reward_std=rate(sum(t.reward_std for t in ok), len(ok)), zero_variance=len(zero),
         zero_variance_solved=sum(1 for t in ok if t.zero_variance and t.solved == t.n_valid),
         zero_variance_failed=sum(1 for t in ok if t.zero_variance and t.solved == 0),
         zero_variance_tasks=zero)

@@ -41,7 +41,7 @@ class EvalEvidence:
     summary: EvalSummary
     attempts: pd.DataFrame
     samples: pd.DataFrame
-    turns: pd.DataFrame
+    turns: dict[tuple, list[dict]]
     tasks: pd.DataFrame
 
 
@@ -53,16 +53,31 @@ def load_eval(root: Path) -> EvalEvidence:
         return EvalEvidence(paths=paths, contract=load(paths.contract),
                             summary=EvalSummary.model_validate_json(paths.summary.read_bytes()),
                             attempts=pd.read_parquet(paths.run.attempts), samples=pd.read_parquet(paths.samples),
-                            turns=pd.read_parquet(paths.trajectories), tasks=pd.read_parquet(paths.tasks))
+                            turns=_turns(paths), tasks=pd.read_parquet(paths.tasks))
     except (OSError, ValueError) as e:
         raise EvidenceError(f"{root}: unreadable eval evidence ({e})") from None
 
 
+def _turns(paths: EvalPaths) -> dict[tuple, list[dict]]:
+    """Turn rows by attempt key, as plain values (pyarrow's: None stays None)."""
+    import pyarrow.parquet as pq
+
+    out: dict[tuple, list[dict]] = {}
+    for row in pq.read_table(paths.trajectories).to_pylist():
+        out.setdefault(tuple(row[k] for k in ("phase", "task_id", "agent", "sample", "attempt")), []).append(row)
+    return {k: sorted(v, key=lambda r: r["turn"]) for k, v in out.items()}
+
+
 def pct(r: Rate) -> str:
     if r.value is None:
-        return f"— (0 counted)"
+        return "— (0 counted)"
     num = f"{r.numerator:g}" if float(r.numerator).is_integer() else f"{r.numerator:.2f}"
     return f"{100 * r.value:.1f} % ({num}/{r.denominator})"
+
+
+def mean(r: Rate) -> str:
+    """A mean reward with its count."""
+    return "— (0 counted)" if r.value is None else f"{r.value:.4f} (over {r.denominator})"
 
 
 def headline(s: EvalSummary) -> str:
@@ -89,7 +104,7 @@ def _contract_rows(c: EvalContract) -> list[list[str]]:
             ["dataset", f"{p.manifest_name} {p.manifest_sha256}, {p.task_count} tasks, pool run {p.pool_run_id}"],
             ["model", f"{c.model.id} @ {c.model.revision}"],
             ["endpoint", f"{c.model.endpoint_kind} via {c.model.server} at {c.model.base_url}; key from "
-                         f"{'$' + c.model.api_key_env if c.model.api_key_env else 'no key'}"],
+                         f"{'$' + c.model.api_key_env if c.model.api_key_env else 'none (no API key sent)'}"],
             ["agent", f"{c.agent.name} {c.agent.version} ({c.agent.source_sha256})"],
             ["prompts", f"system {c.prompts.system_sha256}; user {c.prompts.user_sha256}"],
             ["tools", f"{', '.join(t['function']['name'] for t in c.tools)} ({c.tools_sha256})"],
@@ -106,11 +121,13 @@ def _metric_blocks(s: EvalSummary) -> list:
     lost = "; ".join(f"{why}: {n}" for why, n in g.lost.items()) or "none"
     rows = [["pass@1 (solved / valid)", pct(g.pass_at_1)], ["pass@1 over all tasks (lost = unsolved)",
                                                             pct(g.pass_at_1_all)],
-            ["mean greedy reward", pct(g.mean_reward)], ["tasks lost in the greedy pass", lost]]
+            ["mean greedy reward", mean(g.mean_reward)], ["tasks lost in the greedy pass", lost]]
     srows = [[f"pass@{m.k} (unbiased, over eligible tasks)", pct(m.pass_at_k)],
              ["mean sample accuracy", pct(m.mean_accuracy)],
              ["exploration headroom (pass@k − accuracy)", "—" if m.headroom is None else f"{m.headroom:.4f}"],
-             [f"pass^{m.k} (all {m.k} solved)", pct(m.pass_hat_k)], ["mean sampled reward", pct(m.mean_reward)],
+             [f"pass^{m.k} (all {m.k} solved)", pct(m.pass_hat_k)], ["mean sampled reward", mean(m.mean_reward)],
+             [f"mean best-of-{m.k} reward", mean(m.best_reward)],
+             ["mean within-task reward std (RL signal)", mean(m.reward_std)],
              ["eligible tasks (k valid samples)", f"{m.eligible}/{m.tasks}"],
              ["samples lost", "; ".join(f"{why}: {n}" for why, n in m.samples_lost.items()) or "none"],
              ["zero-variance groups", f"{m.zero_variance}/{m.eligible} (all solved {m.zero_variance_solved}, "
@@ -160,8 +177,8 @@ def _class_blocks(s: EvalSummary) -> list:
 
 
 def _family_blocks(s: EvalSummary) -> list:
-    rows = [[f.family, str(f.tasks), pct(f.greedy_pass_at_1), pct(f.greedy_mean_reward), pct(f.pass_at_k),
-             pct(f.mean_accuracy), pct(f.mean_reward)] for f in s.families]
+    rows = [[f.family, str(f.tasks), pct(f.greedy_pass_at_1), mean(f.greedy_mean_reward), pct(f.pass_at_k),
+             pct(f.mean_accuracy), mean(f.mean_reward)] for f in s.families]
     return [("h2", "Per family"), ("table", ["family", "tasks", "pass@1", "greedy reward", f"pass@{s.sampled.k}",
                                              "sample accuracy", "sampled reward"], rows)]
 
@@ -174,9 +191,11 @@ def _task_blocks(ev: EvalEvidence) -> list:
         greedy = "—" if g is None or pd.isna(g["reward"]) else f"{g['reward']:.4f}"
         rows.append([t.task_id, t.family, greedy, f"{t.solved}/{t.n_valid}" + (f" ({t.n_lost} lost)" if t.n_lost else ""),
                      "—" if pd.isna(t.mean_reward) else f"{t.mean_reward:.4f}",
+                     "—" if pd.isna(t.best_reward) else f"{t.best_reward:.4f}",
                      "—" if pd.isna(t.pass_at_k) else f"{t.pass_at_k:.3f}", "yes" if t.zero_variance else ""])
     return [("h2", "Per task"), ("table", ["task", "family", "greedy reward", "solved / valid samples",
-                                           "mean sampled reward", f"pass@{ev.summary.sampled.k}", "zero variance"],
+                                           "mean sampled reward", "best sampled reward", f"pass@{ev.summary.sampled.k}",
+                                           "zero variance"],
                                  rows)]
 
 
