@@ -86,7 +86,8 @@ def sandboxes():
 
     def get(backend: str):
         if backend not in opened:
-            opened[backend] = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="pytest")
+            # One label per session: another session's sweep must not take this one's sandboxes.
+            opened[backend] = open_sandbox(backend, image=DEFAULT_IMAGE, run_label=f"pytest-{os.getpid()}")
         return opened[backend]
 
     yield get
@@ -109,3 +110,13 @@ def make_ctx(manifest, sandbox, run_dir) -> RunContext:
     env, _, taskset = check_environment(manifest, HINTS)
     return RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(run_dir),
                       run_id=run_dir.name, code=code_state(), hints=HINTS, backoff_s=(0.05, 0.2))
+
+
+AGENTS_DIR = ROOT / "tests" / "agents"
+
+
+def hostile(name: str):
+    """A hostile agent of tests/agents/ (or a deshuffle agent), as the hostile environment declares it."""
+    env = environments.get("deshuffle-hostile")
+    specs = {a.name: a for a in env.agents(env.Config())}
+    return specs[name.replace("_", "-")]

@@ -16,7 +16,7 @@ from tests.conftest import make_ctx, make_manifest
 from validate.phases import run_agents
 from validate.runner import Play, play_task
 from validate.sandbox import open_sandbox
-from validate.workspace import temp_storage
+from validate.sandbox.storage import attempt_storage
 
 CONTROLS = ["empty", "shuffled", "identity", "reversed", "singletons", "malformed", "source-peek"]
 CONFIGS = [dict(min_papers=1, max_papers=1, include_headers=False),
@@ -162,8 +162,8 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
     ctx = make_ctx(manifest, sandbox, tmp_path / "iso")
 
     @contextmanager
-    def fragile_storage():
-        with temp_storage() as root:
+    def fragile_storage(name, limits, gid):
+        with attempt_storage(ctx.run_id, name, limits, gid=gid) as root:
             yield root
             if (root / "workspace/d").exists():
                 raise RecursionError("maximum recursion depth exceeded while removing the tree")

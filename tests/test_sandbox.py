@@ -26,33 +26,41 @@ from pathlib import Path
 import docker
 import pytest
 
-from validate.agents import REGISTRY
 from validate.errors import SandboxError
 from validate.paths import DEFAULT_IMAGE
-from validate.runner import judge, play
+from validate.runner import Play, judge, play_task
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.bwrap import CGROUP_ROOT, PARENT
 from validate.sandbox.storage import attempt_storage
-from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest
+from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 
 pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 
 LIMITS = Limits(memory_mb=256, pids=64, timeout_s=4.0, max_file_mb=64)
 
 
+REGISTRY = {name: hostile(name) for name in ("oracle", "empty")}
+
+
+def contract(sandbox, agent, limits: Limits = LIMITS, idx: int = 0, infra_retries: int = 0):
+    controls = [agent.name] if agent.role == "control" else ["empty"]
+    return make_manifest(sandbox, idx=[idx], env_name="deshuffle-hostile", controls=controls, limits=limits,
+                         infra_retries=infra_retries)
+
+
+def play(ctx, task, agent, first: int = 1):
+    return play_task(ctx, Play("run", ctx.manifest, ctx.taskset, [task.idx], [agent]), task, agent, 0, first)
+
+
 @pytest.fixture
-def attempt(corpus, corpus_path, sandboxes, tmp_path):
+def attempt(sandboxes, tmp_path):
     """Play one agent on task 0 (one paper) of a small manifest; return the final attempt."""
 
     def go(backend: str, agent, limits: Limits = LIMITS, idx: int = 0):
         sandbox = sandboxes(backend)
-        manifest = make_manifest(corpus, corpus_path, sandbox, idx=[idx], limits=limits, infra_retries=0)
-        from validate.contract import build_taskset
-
-        taskset = build_taskset(manifest.environment, corpus)
-        ctx = make_ctx(manifest, sandbox, taskset, tmp_path / "run")
-        rows = play(ctx, taskset.task(idx), agent, 1)
+        ctx = make_ctx(contract(sandbox, agent, limits, idx), sandbox, tmp_path / f"run-{uuid.uuid4().hex[:6]}")
+        rows = play(ctx, ctx.taskset.task(idx), agent)
         assert len(rows) == 1
         return rows[0]
 
@@ -78,7 +86,7 @@ def assert_no_sandbox_processes() -> None:
 
 
 def probe_json(att) -> dict:
-    assert att.status == "ok", (att.status, att.stderr)
+    assert att.status == "no_reply" and att.exit_code == 0, (att.status, att.stderr)  # it prints, no reply
     return json.loads(att.stdout)
 
 
@@ -86,7 +94,7 @@ def test_oracle_passes_and_empty_is_rejected(backend, attempt):
     ok = attempt(backend, REGISTRY["oracle"])
     assert (ok.status, ok.reward, ok.as_expected, ok.exit_code) == ("ok", 1.0, True, 0)
     empty = attempt(backend, REGISTRY["empty"])
-    assert (empty.status, empty.reward, empty.reply_sha256, empty.as_expected) == ("ok", 0.0, None, True)
+    assert (empty.status, empty.reward, empty.reply_sha256, empty.as_expected) == ("no_reply", 0.0, None, True)
 
 
 def test_no_network_of_any_kind(backend, attempt):
@@ -170,10 +178,12 @@ def test_nothing_is_left_behind(backend, attempt, sandboxes):
     attempt(backend, REGISTRY["oracle"])
     if backend == "docker":
         client = sandboxes("docker").client
-        assert client.containers.list(all=True, filters={"label": "deshuffle-validate=pytest"}) == []
+        label = sandboxes("docker").run_label
+        assert client.containers.list(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
     else:
+        label = sandboxes("bwrap").run_label
         for c in ("memory", "pids", "cpu"):  # this session's run label only: other runs may be live
-            assert list((CGROUP_ROOT / c / PARENT).glob("pytest-*")) == []
+            assert list((CGROUP_ROOT / c / PARENT).glob(f"{label}-*")) == []
 
 
 def test_infinite_loop_times_out(backend, attempt):
@@ -190,7 +200,7 @@ def test_disk_fillers_are_stopped(backend, attempt):
 
 def test_background_process_does_not_outlive_the_attempt(backend, attempt, tmp_path):
     att = attempt(backend, hostile("daemon"))
-    assert att.status == "ok"
+    assert att.status == "no_reply" and att.exit_code == 0
     assert_no_sandbox_processes()
 
 
@@ -233,20 +243,19 @@ def run_json(sandbox, agent: str, limits: Limits = LIMITS) -> dict:
 
 
 @pytest.mark.parametrize("fake, code", [("fake-kill", 137), ("fake-exit125", 125), ("fake-bwrap-error", 1)])
-def test_faked_infrastructure_faults_are_the_agents_own_failure(backend, corpus, corpus_path, sandboxes,
-                                                                 tmp_path, fake, code):
+def test_faked_infrastructure_faults_are_the_agents_own_failure(backend, sandboxes, tmp_path, fake, code):
     """The issue's three fakes, on both backends: recorded once, as the agent's failure, never
     retried, and the task's reason is not infrastructure_failure."""
-    from validate.contract import build_taskset
-
     sandbox = sandboxes(backend)
-    manifest = make_manifest(corpus, corpus_path, sandbox, idx=[0], limits=LIMITS, infra_retries=2)
-    ctx = make_ctx(manifest, sandbox, build_taskset(manifest.environment, corpus), tmp_path / "run")
-    rows = play(ctx, ctx.taskset.task(0), hostile(fake), 1)
+    agent = hostile(fake)
+    manifest = make_manifest(sandbox, idx=[0], env_name="deshuffle-hostile", controls=[agent.name], limits=LIMITS,
+                             infra_retries=2)
+    ctx = make_ctx(manifest, sandbox, tmp_path / "run")
+    rows = play(ctx, ctx.taskset.task(0), agent)
     assert [(r.status, r.exit_code, r.as_expected) for r in rows] == [("exit_nonzero", code, True)]
-    passed = play(ctx, ctx.taskset.task(0), REGISTRY["oracle"], 1)
-    (verdict,) = judge(ctx, [*rows, *passed], [REGISTRY["oracle"], hostile(fake)])
-    assert verdict.reason != "infrastructure_failure" and verdict.compatible, verdict
+    passed = play(ctx, ctx.taskset.task(0), REGISTRY["oracle"])
+    (verdict,) = judge(ctx, [*rows, *passed], "run", manifest, ctx.taskset, ("run",))
+    assert verdict.reason != "infrastructure_failure" and verdict.verdict == "compatible", verdict
 
 
 def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
@@ -264,7 +273,7 @@ def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
                     killed.append(subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode)
                     return
             else:  # bwrap's monitor: the parent of the sandbox's PID 1, outside the attempt's cgroup
-                for pid in _procs_in(CGROUP_ROOT / "pids" / PARENT / f"pytest-{name}"):
+                for pid in _procs_in(CGROUP_ROOT / "pids" / PARENT / f"{sandbox.run_label}-{name}"):
                     ppid = _stat(pid)[1]
                     if _stat(ppid)[0] == "bwrap":
                         time.sleep(0.5)

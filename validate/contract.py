@@ -110,6 +110,8 @@ class ExecutionProfile(BaseModel):
     tree_digest: str | None = Field(default=None, description="Digest of the unpacked tree bwrap runs.")
     packages: dict[str, str] = Field(default_factory=dict, description="The image's Debian packages, name → version.")
     python: str = Field(default="", description="The image's Python version.")
+    seccomp: str = Field(default="none", description="The syscall filter agents run under (bwrap: the compiled "
+                                                     "BPF's sha256; docker: its version's default profile).")
     architecture: str
     backend_version: str
     network: Literal["none"] = "none"
@@ -121,7 +123,7 @@ class ExecutionProfile(BaseModel):
         "/agent ro (agent program, agentlib.py, support files, task.json)",
         "/answer_key ro (only agents that see the answer key: answer.json)",
         "/agent/source ro (only agents that see the environment's source)",
-        "/tmp rw (counted in the attempt's storage)",
+        "/tmp rw (on the attempt's own tmpfs, counted in its storage)",
     ]
     root_filesystem: str = "read-only"
     limits: Limits = Limits()
@@ -269,6 +271,9 @@ def check_limits(limits: Limits) -> Limits:
     memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     if limits.memory_mb > memory_mb:
         raise ContractError(f"--memory-mb: this machine has {memory_mb} MiB; got {limits.memory_mb}")
+    if limits.storage_mb >= limits.memory_mb:
+        raise ContractError(f"--storage-mb: the attempt's storage is memory (a tmpfs) and counts against --memory-mb "
+                            f"({limits.memory_mb}); keep it below, got {limits.storage_mb}")
     if limits.timeout_s > 86400:
         raise ContractError(f"--timeout-s: at most one day (86400 s); got {limits.timeout_s}")
     return limits
@@ -277,8 +282,8 @@ def check_limits(limits: Limits) -> Limits:
 def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
     try:
         return ExecutionProfile(backend=facts.backend, image=facts.image, image_digest=facts.image_digest,
-                                tree_digest=getattr(facts, "tree_digest", None),
-                                packages=getattr(facts, "packages", {}) or {}, python=getattr(facts, "python", ""),
+                                tree_digest=facts.tree_digest,
+                                packages=facts.packages, python=facts.python, seccomp=facts.seccomp,
                                 architecture=facts.architecture, backend_version=facts.version, **execution)
     except ValidationError as e:
         raise ContractError(_first_error(e, "execution")) from None
@@ -415,15 +420,15 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
     if sandbox.backend != ex.backend:
         raise _mismatch("execution.backend", ex.backend, sandbox.backend)
     facts = sandbox.facts()
-    if ex.packages and getattr(facts, "packages", None) is not None and facts.packages != ex.packages:
+    if ex.packages and facts.packages != ex.packages:
         from validate.image import package_differences
 
         diff = package_differences(ex.packages, facts.packages)
         raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
                             f"{' …' if len(diff) > 10 else ''}")
     checks = [("image", facts.image), ("image_digest", facts.image_digest), ("architecture", facts.architecture),
-              ("backend_version", facts.version), ("tree_digest", getattr(facts, "tree_digest", None)),
-              ("python", getattr(facts, "python", ""))]
+              ("backend_version", facts.version), ("tree_digest", facts.tree_digest), ("python", facts.python),
+              ("seccomp", facts.seccomp)]
     for field, actual in checks:
         if getattr(ex, field) != actual:
             raise _mismatch(f"execution.{field}", getattr(ex, field), actual)

@@ -37,7 +37,9 @@ from validate.paths import SANDBOX_WORKSPACE, RunPaths
 from validate.records import Attempt, FindingRow, TaskVerdict
 from validate.sandbox import RunRequest, Sandbox
 from validate.verdicts import Outcome, as_expected, decide
-from validate.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, temp_storage, workspace_sha256
+from validate.sandbox import Limits
+from validate.sandbox.storage import attempt_storage
+from validate.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
 
 Hooks = dict[str, Callable]
 
@@ -57,8 +59,9 @@ class RunContext:
     code: CodeState
     #: Where the environment's data was looked for (``--data``); smoke and pilot variants reuse it.
     hints: LoadHints = field(default_factory=LoadHints)
-    #: Makes each attempt's empty directory (and removes it after): see `validate.workspace`.
-    storage: Callable[[], AbstractContextManager[Path]] = temp_storage
+    #: Makes each attempt's empty directory (and removes it after), given its name, its limits and
+    #: the agent's gid; by default its own capped tmpfs (`validate.sandbox.storage`).
+    storage: Callable[[str, Limits, int], AbstractContextManager[Path]] | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     #: Seconds to wait between infrastructure retries: (multiplier, max) of an exponential backoff.
     backoff_s: tuple[float, float] = (1.0, 10.0)
@@ -89,9 +92,12 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
     """Materialise, run, read back; fill `row` with what happened; return the reply."""
     ex = play.manifest.execution
     source = source_files(ctx.env) if agent.sees_source else None
-    with materialise(task, agent, play.manifest.opaque_id(task.id), ctx.storage, source) as m:
+    name = f"{task.idx}-{agent.name}-{uuid.uuid4().hex[:8]}"
+    make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.run_id, n, lim, gid=gid))
+    with materialise(task, agent, play.manifest.opaque_id(task.id), lambda gid: make(name, ex.limits, gid),
+                     source) as m:
         request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env, workdir=SANDBOX_WORKSPACE,
-                             limits=ex.limits, name=f"{task.idx}-{agent.name}-{uuid.uuid4().hex[:8]}")
+                             limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
         result = ctx.sandbox.run(request)
         row.update(runtime_s=result.runtime_s, exit_code=result.exit_code, oom_killed=result.oom_killed,
                    timed_out=result.timed_out, stdout=result.stdout.decode("utf-8", "replace"),

@@ -1,6 +1,7 @@
 """Materialise one attempt on the host, and read its reply back.
 
-    <attempt dir>/            mode 0711 root: traversable, not listable; removed after the attempt
+    <attempt dir>/            the attempt's own tmpfs (validate.sandbox.storage): bytes and inodes
+                              capped, mode 0710 root:<agent gid>; unmounted after the attempt
         workspace/            → /workspace (rw), owned by the agent's uid: the task's files
         tmp/                  → /tmp (rw), owned by the agent's uid
         agent/                → /agent (ro): agent.py, agentlib.py, support files, task.json,
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +34,7 @@ from validate.paths import REPLY_FILE, SANDBOX_AGENT, SANDBOX_ANSWER_KEY, SANDBO
 from validate.sandbox import Mount
 
 AGENT_UID = 65534
-KEY_UID = AGENT_UID  # 65533 once the backends run each request as its own user
+KEY_UID = 65533
 
 
 def workspace_sha256(files: dict[str, bytes]) -> str:
@@ -77,8 +77,7 @@ def _dir(path: Path, mode: int, owner: int = 0) -> Path:
 def lay_out(root: Path, task: Task, agent: AgentSpec, opaque_id: str,
             source: list[tuple[str, Path]] | None = None) -> Materialised:
     """Write the attempt's files under `root` (an empty directory) and say how to mount them."""
-    uid = KEY_UID if agent.sees_answer_key else AGENT_UID
-    root.chmod(0o711)
+    uid = agent_uid(agent)
     ws, tmp = _dir(root / "workspace", 0o755, uid), _dir(root / "tmp", 0o700, uid)
     for name, data in task.files.items():
         _write(ws / name, data, 0o644, uid)
@@ -104,11 +103,16 @@ def lay_out(root: Path, task: Task, agent: AgentSpec, opaque_id: str,
     return Materialised(root=root, mounts=tuple(mounts), env=env, user=f"{uid}:{uid}", tmp=tmp)
 
 
+def agent_uid(agent: AgentSpec) -> int:
+    """The uid (and gid) an agent runs as: agents that see the answer key have their own."""
+    return KEY_UID if agent.sees_answer_key else AGENT_UID
+
+
 @contextmanager
 def materialise(task: Task, agent: AgentSpec, opaque_id: str, storage, source=None) -> Iterator[Materialised]:
-    """Lay the attempt out in a fresh directory from `storage` (a context manager yielding an
-    empty directory, removed with everything in it on exit)."""
-    with storage() as root:
+    """Lay the attempt out in a fresh directory from `storage` (a context manager, given the
+    agent's gid, yielding an empty directory and removing it with everything in it on exit)."""
+    with storage(agent_uid(agent)) as root:
         yield lay_out(Path(root), task, agent, opaque_id, source)
 
 
@@ -154,12 +158,15 @@ def read_reply(path: Path, max_bytes: int) -> bytes | None:
 
 
 @contextmanager
-def temp_storage(base: Path | None = None) -> Iterator[Path]:
-    """A plain temporary directory (no quota), removed after."""
+def temp_storage(gid: int | None = None, base: Path | None = None) -> Iterator[Path]:
+    """A plain temporary directory (no quota: for tests of other things), removed after."""
     import tempfile
+
+    from validate.sandbox.storage import remove_tree
 
     root = Path(tempfile.mkdtemp(prefix="attempt-", dir=base))
     try:
+        root.chmod(0o711)
         yield root
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        remove_tree(root)

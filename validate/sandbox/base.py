@@ -122,6 +122,9 @@ class BackendFacts(BaseModel):
     tree_digest: str | None = Field(default=None, description=(
         "bwrap: digest of the unpacked tree it runs, computed from the tree and equal to the "
         "tarball's (see validate.image.tree_digest); None for other backends"))
+    seccomp: str = Field(default="none", description=(
+        "The syscall filter agents run under: bwrap's own 'sha256:<hex>' of the compiled BPF "
+        "(validate.sandbox.seccomp); docker's built-in default profile of its version; 'none'"))
 
 
 class Sandbox(ABC):

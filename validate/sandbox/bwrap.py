@@ -112,7 +112,8 @@ class BwrapSandbox(Sandbox):
         version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
         return BackendFacts(backend=self.backend, image=self.image, image_digest=image.digest,
                             architecture=_docker_arch(platform.machine()), version=version,
-                            packages=image.packages, python=image.python, tree_digest=image.tree_digest)
+                            packages=image.packages, python=image.python, tree_digest=image.tree_digest,
+                            seccomp=self.seccomp_sha256)
 
     def _cgroups(self, name: str, req: RunRequest) -> list[Path]:
         lim = req.limits

@@ -88,7 +88,8 @@ class DockerSandbox(Sandbox):
         return BackendFacts(backend=self.backend, image=self.image, image_digest=layers[0],
                             architecture=image.attrs.get("Architecture", "unknown"),
                             version=f"docker {version.get('Version', '?')}",
-                            packages=packages, python=python_version(packages))
+                            packages=packages, python=python_version(packages),
+                            seccomp=f"docker {version.get('Version', '?')} default profile")
 
     def create_container(self, req: RunRequest) -> str:
         """Create the container of `req` through the low-level API (the high-level
