@@ -43,7 +43,7 @@ def workspace(taskset3):
 
     task = taskset3.task(7)
     with temp_storage() as root:
-        (mount,) = lay_out(root, task)
+        (mount,), _ = lay_out(root, task)
         yield task, mount.source
 
 

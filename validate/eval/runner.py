@@ -43,6 +43,7 @@ from validate.paths import SANDBOX_WORKSPACE
 from validate.records import AGENT_STATUSES, Attempt
 from validate.runner import Hooks, Interrupted, RunContext
 from validate.sandbox import Mount, RunRequest
+from validate.sandbox.storage import attempt_storage
 from validate.workspace import AGENT_UID, workspace_sha256
 
 MODEL_AGENT = "model"
@@ -70,17 +71,20 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def lay_out(root: Path, task: Task) -> tuple[Mount, ...]:
-    """The task's files in ``root/workspace`` (owned by the sandbox's user), mounted read-write."""
-    root.chmod(0o711)
+def lay_out(root: Path, task: Task) -> tuple[tuple[Mount, ...], Path]:
+    """The task's files in ``root/workspace`` and an empty ``root/tmp``, both owned by the
+    sandbox's user: the workspace mount (read-write) and the request's /tmp. The model agent
+    gets no /agent directory: its view (prompt and public meta) reaches it as messages."""
+    for sub, mode in (("workspace", 0o755), ("tmp", 0o700)):
+        (root / sub).mkdir(mode=mode)
+        os.chown(root / sub, AGENT_UID, AGENT_UID)
+        (root / sub).chmod(mode)
     ws = root / "workspace"
-    ws.mkdir(mode=0o755)
-    os.chown(ws, AGENT_UID, AGENT_UID)
     for name, data in task.files.items():
         (ws / name).write_bytes(data)
         os.chown(ws / name, AGENT_UID, AGENT_UID)
         (ws / name).chmod(0o644)
-    return (Mount(source=ws, target=SANDBOX_WORKSPACE, read_only=False),)
+    return (Mount(source=ws, target=SANDBOX_WORKSPACE, read_only=False),), root / "tmp"
 
 
 def _status(conv: Conversation, max_reply_bytes: int) -> tuple[str, bytes | None]:
@@ -118,11 +122,13 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
     """Materialise, start the session, play, stop: fills `conv`, `row` and `stats`."""
     ctx, contract = ec.run, ec.contract
     limits = ctx.manifest.execution.limits.model_copy(update={"timeout_s": contract.limits.attempt_timeout_s})
-    with ctx.storage() as root:
-        mounts = lay_out(Path(root), task)
+    name = f"{task.idx}-model-{play.phase}-{uuid.uuid4().hex[:8]}"
+    make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.run_id, n, lim, gid=gid))
+    with make(name, limits, AGENT_UID) as root:
+        mounts, tmp = lay_out(Path(root), task)
         request = RunRequest(argv=(), mounts=mounts, env={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
-                             workdir=SANDBOX_WORKSPACE, limits=limits,
-                             name=f"{task.idx}-model-{play.phase}-{uuid.uuid4().hex[:8]}")
+                             workdir=SANDBOX_WORKSPACE, limits=limits, name=name, user=f"{AGENT_UID}:{AGENT_UID}",
+                             tmp=tmp)
         t0 = time.monotonic()
         session = ctx.sandbox.session(request)
         try:
