@@ -153,3 +153,10 @@ def test_a_broken_environment_package_is_a_clear_error(tmp_path):
     env["PYTHONPATH"] = f"{tmp_path / 'site'}:{env['PYTHONPATH']}"
     r = cli("freeze", "--env", "broken", "--name", "x", cwd=tmp_path, env=env)
     assert r.returncode == 2 and "does not import" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_unreachable_daemon_names_the_socket_and_the_fix(tmp_path):
+    env = subprocess_env(DOCKER_HOST=f"unix://{tmp_path}/nobody.sock")
+    r = cli("freeze", "--name", "x", "--data", str(CORPUS_PATH), "--allow-patch", cwd=tmp_path, env=env)
+    assert r.returncode == 2 and f"{tmp_path}/nobody.sock" in r.stderr
+    assert "scripts/setup.sh" in r.stderr and "--backend bwrap" in r.stderr and "Traceback" not in r.stderr

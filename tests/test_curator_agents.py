@@ -18,7 +18,7 @@ from environment.curator import CuratorConfig, CuratorEnvironment
 from environment.curator.env import AGENTS, PACKAGE_DIR
 from environment.curator.validate_dataset import dataset_report, random_expectation
 from validate.agents import source_files
-from validate.workspace import AGENT_UID, lay_out
+from validate.workspace import agent_uid, lay_out
 
 pytestmark = pytest.mark.slow
 ENV = CuratorEnvironment()
@@ -46,11 +46,13 @@ def base():
 
 def run_agent(agent, task, base: Path, source=None) -> bytes | None:
     root = Path(tempfile.mkdtemp(dir=base))
+    root.chmod(0o711)  # as the harness's attempt storage lets the agent through
     m = lay_out(root, task, agent, opaque_id=f"opaque-{task.idx:04d}", source=source)
+    uid = agent_uid(agent)  # agents that see the answer key run as their own uid, which alone can read it
     env = {"WORKSPACE": str(root / "workspace"), "AGENT_DIR": str(root / "agent"),
            "ANSWER_KEY_DIR": str(root / "answer_key"), "PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(["python3", "-S", str(root / "agent" / "agent.py")], cwd=root / "workspace", env=env,
-                          user=AGENT_UID, group=AGENT_UID, capture_output=True, timeout=60, check=False)
+                          user=uid, group=uid, capture_output=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     reply = m.reply_path.read_bytes() if m.reply_path.exists() else None
     shutil.rmtree(root)

@@ -180,6 +180,9 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
 
 @pytest.mark.bwrap
 def test_a_deep_tree_left_by_an_agent_is_cleaned_up(sandboxes, tmp_path):
+    from validate.sandbox import Limits
+
+    # Inodes enough for the whole 5,000-deep tree: the removal, not the cap, is under test.
     _, attempts, _ = run_all(sandboxes("bwrap"), tmp_path / "deep", [0], agents="controls",
-                             env_name="deshuffle-hostile", controls=["deep-tree"])
+                             env_name="deshuffle-hostile", controls=["deep-tree"], limits=Limits(storage_inodes=20000))
     assert attempts["status"].tolist() == ["no_reply"]

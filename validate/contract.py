@@ -356,8 +356,8 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
         manifest = Manifest.model_validate(raw)
     except ValidationError as e:
         raise ContractError(f"{where}: field '{_first_error(e, '')}'") from None
-    try:
-        own = manifest.content_sha256()
+    try:  # the document as written: a field added later (with its default) does not change its hash
+        own = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
     except ValueError as e:  # NaN or Infinity somewhere: no canonical JSON, so no hash
         raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
     if manifest.sha256 != own:
