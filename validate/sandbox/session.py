@@ -184,3 +184,12 @@ def open_session(sandbox: Sandbox, request: RunRequest) -> Session:
                                  f"{', '.join(SESSIONS)}")
     module, cls = spec.split(":")
     return getattr(importlib.import_module(module), cls)(sandbox, request)
+
+
+def run_in_session(sandbox: Sandbox, request: RunRequest) -> ExecResult:
+    """A one-shot run as a composition of a session: start → exec the agent → stop. (The
+    reply is read by the caller from the workspace, as after `Sandbox.run`.) The backends keep
+    their direct `run`: bench/eval_bench.py --composition measures why (docs/evaluation.md)."""
+    with open_session(sandbox, request) as session:
+        return session.exec(request.argv, timeout_s=request.limits.timeout_s,
+                            max_output_bytes=request.limits.max_log_bytes)
