@@ -15,7 +15,7 @@ import re
 
 from validate.report import md_text
 
-STYLE = ("body{font-family:system-ui,sans-serif;max-width:80rem;margin:2rem auto;padding:0 1rem;color:#222}"
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:80rem;margin:2rem auto;padding:0 1rem;color:#222}h1,h2,h3{overflow-wrap:anywhere}"
          "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
          "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}"
          ".msg{border:1px solid #ccc;border-radius:4px;margin:.4rem 0}.msg header{font-size:.8rem;padding:.2rem .5rem;"

@@ -232,8 +232,14 @@ def blocks(ev: EvalEvidence) -> list:
     doc += [("h2", "What the agent did (final attempts)"),
             ("table", ["", GREEDY_PHASE, SAMPLED_PHASE], _ops_rows(s.operations))]
     doc += _class_blocks(s)
-    doc.append(("h2", "Trajectories (a seeded sample of solved and failed attempts)"))
-    for key in pick(ev, s.run_id):
+    shown = pick(ev, s.run_id)
+    solved = int(ev.samples["solved"].sum())
+    doc += [("h2", "Trajectories (a seeded sample of solved and failed attempts)"),
+            ("p", [f"Up to {SHOWN} solved and {SHOWN} failed final attempts per pass (failed ones spread over their "
+                   f"rules), chosen with a RNG seeded by the run id: {len(shown)} shown. "
+                   + ("No attempt solved its task, so none of them is a success." if solved == 0 else
+                      f"{solved} attempt(s) solved their task.")])]
+    for key in shown:
         doc += trajectories.blocks(ev, key)
     doc += _task_blocks(ev)
     span = (s.finished_at - s.started_at).total_seconds()
