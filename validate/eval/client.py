@@ -121,12 +121,12 @@ def _assemble(lines) -> tuple[dict, str | None, dict]:
     calls: dict[int, dict] = {}
     finish, usage, done = None, {}, False
     for raw in lines:
-        if not raw.startswith(b"data:"):
-            continue
+        if done or not raw.startswith(b"data:"):
+            continue  # after [DONE]: read to the end of the body, so the connection goes back to the pool
         data = raw[5:].strip()
         if data == b"[DONE]":
             done = True
-            break
+            continue
         try:
             chunk = json.loads(data)
         except ValueError:
