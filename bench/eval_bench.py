@@ -85,7 +85,7 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
 
 
 def composition(backend: str, n: int, c: int) -> None:
-    from bench.sandbox_bench import bare_bwrap, bare_docker, rate
+    from bench.sandbox_bench import bare_bwrap, bare_docker, bare_python, rate
     from validate.sandbox import Mount, RunRequest, open_sandbox
     from validate.sandbox.session import run_in_session
     from validate.workspace import temp_storage
@@ -113,12 +113,7 @@ def composition(backend: str, n: int, c: int) -> None:
                   f"session composition {composed:.2f}/s ({composed / bare:.2f}× bare, target ≥ 0.90; "
                   f"{composed / direct:.2f}× direct)")
         else:
-            import subprocess
-
-            t0 = time.perf_counter()
-            for _ in range(n):
-                subprocess.run([sys.executable, "-c", "pass"], check=True)
-            bare_py = (time.perf_counter() - t0) / n
+            bare_py = 1 / rate(bare_python, n, 1)  # the image's python3 -c pass, as bench/sandbox_bench.py
             one_direct, one_composed = rate(attempt(False), n // 2, 1), rate(attempt(True), n // 2, 1)
             print(f"bwrap, -c {c}: bare bwrap {rate(bare_bwrap, n, c):.2f}/s; direct run {direct:.2f}/s; session "
                   f"composition {composed:.2f}/s ({composed / direct:.2f}× direct)")
