@@ -49,9 +49,8 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     if frozen.execution.backend != backend:
         sys.exit(f"--backend: the pool ran on {frozen.execution.backend}; evaluate on that backend")
     work = Path(tempfile.mkdtemp(prefix="eval-bench-"))
-    from validate import environments
-    from validate.contract import check_environment
     from environment.protocol import LoadHints
+    from validate.contract import check_environment
 
     env, _, taskset = check_environment(frozen, LoadHints())
     sub = derive(frozen, env, taskset, name=f"{frozen.name}.bench", idx=frozen.selection.idx[:n],
@@ -76,7 +75,8 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     parts = {k: sum(r[k] for r in rows) for k in ("model_s", "endpoint_wait_s", "tool_s", "sandbox_s", "score_s")}
     rest = total - sum(parts.values())
     print(f"eval, {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s = {summary.attempts / wall:.2f} "
-          f"attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward {summary.greedy.mean_reward.value:.3f})")
+          f"attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
+          f"{summary.greedy.mean_reward.value:.3f})")
     print(f"per attempt: {statistics.fmean(r['wall_s'] for r in rows) * 1000:.0f} ms mean wall")
     for name, value in [*parts.items(), ("harness (the rest)", rest)]:
         print(f"  {name:<22} {value / len(rows) * 1000:8.1f} ms   {100 * value / total:5.1f} %")

@@ -24,7 +24,8 @@ from validate.sandbox.session import open_session
 
 BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
 PARENT = ec.DatasetParent(manifest_name="m", manifest_sha256="sha256:m", manifest_path="m.json", pool_run_id="pool",
-                          pool_run_dir="ledgers/pool", pool_manifest_sha256="sha256:p", pool_checksums_sha256="sha256:c",
+                          pool_run_dir="ledgers/pool", pool_manifest_sha256="sha256:p",
+                          pool_checksums_sha256="sha256:c",
                           dataset_verdict="PASS", environment="deshuffle-papers", task_count=1)
 MANIFEST = types.SimpleNamespace(environment=types.SimpleNamespace(scorer=ScorerSpec(), revision="sha256:r"),
                                  expectations=types.SimpleNamespace(pass_threshold=1.0))
@@ -63,7 +64,8 @@ def play(sandbox, c, task, ws, temperature=0.0, seed=1, deadline_s=60.0, key=Non
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperature_0(sandbox, backend, workspace, taskset3):
+def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperature_0(sandbox, backend, workspace,
+                                                                                       taskset3):
     task, ws = workspace
     with serve({MODEL_NAME: baseline}) as server:
         c = contract(server.base_url)

@@ -57,7 +57,8 @@ def test_every_combination_gets_exactly_the_first_applying_rule():
     terminations = [None, "answer", "max_tokens", "empty_answer", "max_turns", "context_length", "timeout"]
     seen = set()
     for status, term, parsed, reward, calls, time_split in itertools.product(
-            statuses, terminations, [None, 0.0, 1.0], [None, 0.0, 0.5], [(0, 0), (2, 2), (3, 1)], [(1.0, 2.0), (2.0, 1.0)]):
+            statuses, terminations, [None, 0.0, 1.0], [None, 0.0, 0.5], [(0, 0), (2, 2), (3, 1)],
+            [(1.0, 2.0), (2.0, 1.0)]):
         f = Facts(status, reward, False, term, parsed, calls[0], calls[1], *time_split)
         cls, rule = classify(f)
         first = next((r for r in RULES if r.applies(f)), NO_RULE)

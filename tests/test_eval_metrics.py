@@ -11,8 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from validate.eval.metrics import (
-    GREEDY_PHASE, SAMPLED_PHASE, Sample, family_rows, final_samples, greedy_metrics, pass_at_k, pass_hat_k,
-    sampled_metrics, task_eval,
+    GREEDY_PHASE,
+    SAMPLED_PHASE,
+    Sample,
+    family_rows,
+    final_samples,
+    greedy_metrics,
+    pass_at_k,
+    pass_hat_k,
+    sampled_metrics,
+    task_eval,
 )
 
 
@@ -91,7 +99,8 @@ def test_sampled_metrics_keep_denominators_and_count_zero_variance_groups():
     tasks = [task_eval("all", "x", [s("all", i) for i in range(k)], k, 1.0),
              task_eval("none", "x", [s("none", i, reward=0.0) for i in range(k)], k, 1.0),
              task_eval("half", "y", [s("half", i, reward=float(i % 2)) for i in range(k)], k, 1.0),
-             task_eval("lost", "y", [s("lost", i, status="infrastructure_error", reward=None) for i in range(k)], k, 1.0)]
+             task_eval("lost", "y", [s("lost", i, status="infrastructure_error", reward=None) for i in range(k)], k,
+                       1.0)]
     m = sampled_metrics(tasks, k)
     assert (m.tasks, m.eligible) == (4, 3)
     assert m.excluded == [("lost", "0/4 valid samples (4 lost to infrastructure after its retries)")]

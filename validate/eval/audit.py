@@ -61,7 +61,7 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     if ((a["attempt"] < latest) != a["superseded"]).any():
         r.problems.append(f"{where}: superseded flags do not follow the try numbers")
     hashes = {t.id: t.hash for t in manifest.tasks}
-    bad = a[[hashes.get(t) != h for t, h in zip(a["task_id"], a["task_hash"])]]
+    bad = a[[hashes.get(t) != h for t, h in zip(a["task_id"], a["task_hash"], strict=True)]]
     if len(bad):
         r.problems.append(f"{where}: {len(bad)} attempt(s) name a task or hash the manifest does not hold")
     if set(a["agent"]) - {"model"} or set(a["role"]) - {"model"}:
@@ -102,8 +102,8 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
 
 def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r: AuditResult) -> None:
     from validate.eval.report import headline, pick
-    from validate.report import md_text
     from validate.eval.summary import summarize, task_table
+    from validate.report import md_text
 
     c, s = ev.contract, ev.summary
     families = {row.task_id: row.family for row in ev.tasks.itertuples()}

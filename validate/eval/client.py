@@ -160,7 +160,8 @@ class ChatClient:
     def __init__(self, base_url: str, api_key: str | None = None, request_timeout_s: float = 120.0,
                  retries: int = 4, max_wait_s: float = 30.0, backoff_s: float = 0.5) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
-        self.timeout_s, self.retries, self.max_wait_s, self.backoff_s = request_timeout_s, retries, max_wait_s, backoff_s
+        self.timeout_s, self.retries = request_timeout_s, retries
+        self.max_wait_s, self.backoff_s = max_wait_s, backoff_s
         self.http = requests.Session()
         adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64, max_retries=0)
         self.http.mount("http://", adapter)

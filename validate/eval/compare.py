@@ -27,6 +27,7 @@ from validate.eval.render import to_html, to_markdown
 from validate.eval.report import EvalEvidence, load_eval, mean, pct
 from validate.evidence import atomic_write, new_entry
 from validate.paths import LEDGER_DIR
+from validate.records import AGENT_STATUSES
 
 #: Fields of the eval contract two compared evals must share.
 MUST_MATCH = ("parent.manifest_sha256", "parent.task_count", "reward", "k")
@@ -84,8 +85,9 @@ def _delta(a: float | None, b: float | None) -> str:
 
 def _greedy(ev: EvalEvidence) -> dict[str, float | None]:
     g = ev.attempts[(ev.attempts["phase"] == GREEDY_PHASE) & ~ev.attempts["superseded"]]
-    valid = g["status"].isin(["ok", "no_reply", "exit_nonzero", "timeout", "oom", "reply_too_large"])
-    return {t: (None if not v or pd.isna(r) else float(r)) for t, r, v in zip(g["task_id"], g["reward"], valid)}
+    valid = g["status"].isin(list(AGENT_STATUSES))
+    rows = zip(g["task_id"], g["reward"], valid, strict=True)
+    return {t: (None if not v or pd.isna(r) else float(r)) for t, r, v in rows}
 
 
 def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Comparison, Path]:

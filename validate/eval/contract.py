@@ -215,8 +215,8 @@ def _error(e: ValidationError, where: str) -> ContractError:
 
 
 def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelSpec, reward_code: str,
-          system_template: str = DEFAULT_SYSTEM, user_template: str = DEFAULT_USER, sampling: Sampling = Sampling(),
-          limits: AgentLimits = AgentLimits(), k: int = 8, git_commit: str = "",
+          system_template: str = DEFAULT_SYSTEM, user_template: str = DEFAULT_USER, sampling: Sampling | None = None,
+          limits: AgentLimits | None = None, k: int = 8, git_commit: str = "",
           patch: PatchInfo | None = None) -> EvalContract:
     """A sealed eval contract (no checks of the parent: see `validate.eval.freeze`)."""
     tools = [BASH_TOOL]
@@ -227,8 +227,9 @@ def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelS
         return EvalContract(
             name=name, created_at=datetime.now(UTC), parent=parent, model=model,
             agent=AgentImpl(name=AGENT_NAME, version=AGENT_VERSION, source_sha256=agent_source_sha256()),
-            prompts=prompts, tools=tools, tools_sha256=sha256_tag(canonical_json(tools)), sampling=sampling,
-            limits=limits, k=k, harness_version=validate.__version__, git_commit=git_commit, patch=patch,
+            prompts=prompts, tools=tools, tools_sha256=sha256_tag(canonical_json(tools)),
+            sampling=sampling or Sampling(), limits=limits or AgentLimits(), k=k,
+            harness_version=validate.__version__, git_commit=git_commit, patch=patch,
             reward=RewardSpec(scorer=manifest.environment.scorer, pass_threshold=manifest.expectations.pass_threshold,
                               revision=manifest.environment.revision, code_sha256=reward_code),
         ).sealed()

@@ -17,7 +17,8 @@ from validate.evidence import file_sha256
 from validate.paths import RunPaths
 
 
-def parent_of(pool_run: Path, manifest: Path | None = None, data: tuple[Path, ...] = ()) -> tuple[DatasetParent, Manifest]:
+def parent_of(pool_run: Path, manifest: Path | None = None,
+              data: tuple[Path, ...] = ()) -> tuple[DatasetParent, Manifest]:
     """The parent record of an eval on `pool_run`'s frozen set, and that frozen manifest."""
     from validate.audit import audit
     from validate.errors import EvidenceError

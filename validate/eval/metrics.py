@@ -205,7 +205,8 @@ def sampled_metrics(tasks: Sequence[TaskEval], k: int) -> SampledMetrics:
                                                                  if not t.eligible),
         samples_lost=dict(sorted(lost.items())), pass_at_k=p_k, pass_hat_k=rate(sum(t.pass_hat_k for t in ok), len(ok)),
         mean_accuracy=acc, headroom=None if p_k.value is None else p_k.value - acc.value,
-        mean_reward=rate(sum(t.mean_reward for t in ok), len(ok)), best_reward=rate(sum(t.best_reward for t in ok), len(ok)),
+        mean_reward=rate(sum(t.mean_reward for t in ok), len(ok)),
+        best_reward=rate(sum(t.best_reward for t in ok), len(ok)),
         reward_std=rate(sum(t.reward_std for t in ok), len(ok)), zero_variance=len(zero),
         zero_variance_solved=sum(1 for t in ok if t.zero_variance and t.solved == t.n_valid),
         zero_variance_failed=sum(1 for t in ok if t.zero_variance and t.solved == 0),
@@ -233,7 +234,8 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
             family=f, tasks=len({t.task_id for t in mine} | {s.task_id for s in greedy if s.family == f}),
             greedy_pass_at_1=rate(sum(is_solved(s, threshold) for s in g), len(g)),
             greedy_mean_reward=rate(sum(s.reward or 0.0 for s in g), len(g)),
-            pass_at_k=rate(sum(t.pass_at_k for t in ok), len(ok)), mean_accuracy=rate(sum(t.accuracy for t in ok), len(ok)),
+            pass_at_k=rate(sum(t.pass_at_k for t in ok), len(ok)),
+            mean_accuracy=rate(sum(t.accuracy for t in ok), len(ok)),
             mean_reward=rate(sum(t.mean_reward for t in ok), len(ok))))
     return out
 

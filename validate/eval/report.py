@@ -189,7 +189,8 @@ def _task_blocks(ev: EvalEvidence) -> list:
     for t in ev.tasks.itertuples():
         g = a.loc[t.task_id] if t.task_id in a.index else None
         greedy = "—" if g is None or pd.isna(g["reward"]) else f"{g['reward']:.4f}"
-        rows.append([t.task_id, t.family, greedy, f"{t.solved}/{t.n_valid}" + (f" ({t.n_lost} lost)" if t.n_lost else ""),
+        solved = f"{t.solved}/{t.n_valid}" + (f" ({t.n_lost} lost)" if t.n_lost else "")
+        rows.append([t.task_id, t.family, greedy, solved,
                      "—" if pd.isna(t.mean_reward) else f"{t.mean_reward:.4f}",
                      "—" if pd.isna(t.best_reward) else f"{t.best_reward:.4f}",
                      "—" if pd.isna(t.pass_at_k) else f"{t.pass_at_k:.3f}", "yes" if t.zero_variance else ""])

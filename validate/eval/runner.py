@@ -269,7 +269,8 @@ def pending(done: Iterable[Attempt], play: EvalPlay) -> list[tuple[int, int, int
     return out
 
 
-def execute(ec: EvalContext, journal: Journal, play: EvalPlay, concurrency: int = 1, hooks: Hooks | None = None) -> None:
+def execute(ec: EvalContext, journal: Journal, play: EvalPlay, concurrency: int = 1,
+            hooks: Hooks | None = None) -> None:
     """Play every pending (task, sample) and journal it. On Ctrl-C: stop handing out work, kill
     what runs, keep what finished, and raise `Interrupted`."""
     ctx, hooks = ec.run, hooks or {}

@@ -18,8 +18,17 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from validate.eval.metrics import (
-    GREEDY_PHASE, SAMPLED_PHASE, FamilyRow, GreedyMetrics, SampledMetrics, TaskEval, family_rows, final_samples,
-    greedy_metrics, sampled_metrics, task_eval,
+    GREEDY_PHASE,
+    SAMPLED_PHASE,
+    FamilyRow,
+    GreedyMetrics,
+    SampledMetrics,
+    TaskEval,
+    family_rows,
+    final_samples,
+    greedy_metrics,
+    sampled_metrics,
+    task_eval,
 )
 from validate.eval.records import SampleRow
 from validate.patches import PatchInfo
