@@ -76,6 +76,14 @@ def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str
     return model_values(env.Config, dict(config or {}), overrides, where)
 
 
+def _config_file(config) -> str | None:
+    if not isinstance(config, str | Path):
+        return None
+    from environment.protocol import sha256_tag
+
+    return f"{Path(config).name} {sha256_tag(Path(config).read_bytes())}"
+
+
 def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | PathLike | None = None,
            config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None, idx_start: int = 0,
            idx_stop: int | None = None, backend: str = "docker", image: str = DEFAULT_IMAGE,
@@ -103,7 +111,8 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
-        min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries)
+        min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
+        config_file=_config_file(config))
     write_manifest(manifest, Path(out) if out is not None else MANIFEST_DIR / f"{name}.json")
     return manifest
 

@@ -172,9 +172,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sm.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a pool's run directory")
     sm.add_argument("--sample", type=int, default=5, help="tasks rerun, evenly spaced (default: %(default)s)")
     sm.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+    sm.add_argument("--json", action="store_true", help="print the smoke result (smoke/<time>/result.json) as JSON")
 
     rp = sub.add_parser("report", help="write a new report (Markdown and self-contained HTML) into RUN_DIR/reports/")
     rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rp.add_argument("--json", action="store_true", help="print the report's record (report.json) as JSON")
 
     au = sub.add_parser("audit", help="re-derive a run's verdicts and counts from its evidence")
     au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -182,6 +184,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                     help="also verify checksums.sig against this OpenSSH allowed-signers file")
     au.add_argument("--identity", default="validate", help="the signer identity to verify (default: %(default)s)")
     au.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+    au.add_argument("--json", action="store_true", help="print the audit's result (problems, checked, unchecked)")
 
     sg = sub.add_parser("sign", help="sign RUN_DIR/checksums with an OpenSSH key (ssh-keygen -Y sign)")
     sg.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -406,6 +409,9 @@ def cmd_smoke(args) -> int:
     from validate import api
 
     result = api.smoke(args.run_dir, sample=args.sample, data=args.data, log=lambda m: err.print(m, markup=False))
+    if args.json:
+        out.print(result.model_dump_json(indent=2), markup=False)
+        return 0 if result.passed else 1
     (out if result.passed else err).print(("smoke PASSED: " if result.passed else "smoke FAILED: ") + result.summary,
                                           markup=False)
     for line in result.mismatches[:20]:
@@ -417,6 +423,9 @@ def cmd_report(args) -> int:
     from validate import api
 
     entry, verdict = api.report(args.run_dir)
+    if args.json:
+        out.print((entry / "report.json").read_text(), markup=False, end="")
+        return 0
     out.print(f"{verdict.headline}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
     return 0
 
@@ -425,6 +434,12 @@ def cmd_audit(args) -> int:
     from validate import api
 
     result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data)
+    if args.json:
+        import dataclasses
+        import json
+
+        out.print(json.dumps(dataclasses.asdict(result), indent=2), markup=False)
+        return 1 if result.problems else 0
     for note in result.unchecked:
         err.print(f"NOT CHECKED {note}", markup=False)
     if result.problems:
