@@ -113,7 +113,7 @@ def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r:
                                           "finished_at", "interrupted")}
     again = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
     if again.model_dump(mode="json") != s.model_dump(mode="json"):
-        diff = [f for f in again.model_fields if getattr(again, f) != getattr(s, f)]
+        diff = [f for f in type(again).model_fields if getattr(again, f) != getattr(s, f)]
         r.problems.append(f"{ev.paths.summary}: does not recompute from the evidence (fields {', '.join(diff)})")
     tasks = [t.model_dump() for t in task_table(attempts, task_ids, families, c.k, c.reward.pass_threshold)]
     if tasks != pq.read_table(ev.paths.tasks).to_pylist():
