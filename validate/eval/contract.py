@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 import validate
 from environment.protocol import ScorerSpec, canonical_json, sha256_tag
@@ -170,7 +170,9 @@ class EvalContract(_Frozen):
     harness_version: str = Field(description="The harness's version.")
     git_commit: str = Field(description="The commit frozen from.")
     patch: PatchInfo | None = Field(default=None, description="The uncommitted change frozen with, if any.")
-    sha256: str = Field(default="", description="sha256 of every other field's canonical JSON.")
+    sha256: str = Field(default="", description="sha256 of every other field's canonical JSON, as written.")
+    #: The document as read (`parse`): what a run directory copies, byte for byte.
+    _source: bytes | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _tools(self) -> EvalContract:
@@ -188,7 +190,8 @@ class EvalContract(_Frozen):
         return self.model_copy(update={"sha256": self.content_sha256()})
 
     def to_json(self) -> bytes:
-        return pretty(self.model_dump(mode="json"))
+        """The document as it was read, or (for one built here) as it is written."""
+        return self._source if self._source is not None else pretty(self.model_dump(mode="json"))
 
 
 def request_seed(root: int, task_id: str, sample: int) -> int:
@@ -251,9 +254,14 @@ def parse(data: bytes, where: str) -> EvalContract:
         contract = EvalContract.model_validate(raw)
     except ValidationError as e:
         raise ContractError(f"{where}: field '{_error(e, '')}'") from None
-    if contract.sha256 != contract.content_sha256():
+    try:  # the document as written: a field a later version adds (with its default) does not change its hash
+        own = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
+    except ValueError as e:
+        raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
+    if contract.sha256 != own:
         raise ContractError(f"{where}: field 'sha256': the contract's content does not match its sha256 "
                             f"(edited after freezing? freeze it again)")
+    contract._source = bytes(data)
     return contract
 
 
