@@ -204,3 +204,31 @@ def test_audit_catches_a_reclassified_failure(passed_pool, server, tmp_path):
     problems = api.eval_audit(root).problems
     assert any("do not follow from its status" in p for p in problems)
     assert any("eval.json: does not recompute" in p for p in problems)
+
+
+def test_the_command_line(passed_pool, server, tmp_path):
+    import subprocess
+
+    from tests.conftest import VALIDATE, subprocess_env
+
+    def cli(*args):
+        return subprocess.run([*VALIDATE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                              env=subprocess_env())
+
+    common = ["--pool-run", str(passed_pool), "--model", MODEL_NAME, "--model-revision", "test", "--base-url",
+              server.base_url, "--server", "localserver", "--data", str(CORPUS_PATH), "--allow-patch"]
+    r = cli("eval", "freeze", "--name", "cli", *common, "-k", "2", "--temperature", "0.5", "--max-turns", "4")
+    assert r.returncode == 0 and "froze eval cli" in r.stdout, r.stderr
+    assert json.loads((tmp_path / "manifests/cli.json").read_text())["limits"]["max_turns"] == 4
+    r = cli("eval", "run", "--contract", "manifests/cli.json", "--run-dir", "ledgers/cli", "--passes", "greedy",
+            "--data", str(CORPUS_PATH), "--allow-patch")
+    assert r.returncode == 0 and r.stdout.startswith("pass@1 (greedy, temperature 0)"), r.stderr
+    assert cli("eval", "report", "ledgers/cli").returncode == 0
+    r = cli("eval", "audit", "ledgers/cli")
+    assert r.returncode == 0 and r.stdout.startswith("audit passed"), r.stdout
+    r = cli("eval", "freeze", "--name", "bad", *common, "--temperature", "9")
+    assert r.returncode == 2 and "--temperature" in r.stderr
+    r = cli("eval", "freeze", "--name", "bad", *common[:1], str(tmp_path), *common[2:])
+    assert r.returncode == 2 and "froze no set" in r.stderr
+    r = cli("compare", "ledgers/cli", str(tmp_path / "nowhere"))
+    assert r.returncode == 2 and "not an eval run directory" in r.stderr
