@@ -14,7 +14,8 @@ from tests.conftest import CORPUS_PATH
 from validate.audit import audit
 from validate.summary import RunSummary
 
-LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir() if p.is_dir())
+#: Validation runs (run.json); the eval runs and compares are tests/test_eval_committed.py's.
+LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir() if (p / "run.json").is_file())
 DATA = (CORPUS_PATH,)
 
 

@@ -22,13 +22,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-
-from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
 from environment.protocol import ScorerUnavailable, Task, sha256_tag
 from validate.errors import SandboxError
@@ -41,7 +38,8 @@ from validate.eval.records import SampleRow, TurnRow
 from validate.evidence import Journal
 from validate.paths import SANDBOX_WORKSPACE
 from validate.records import AGENT_STATUSES, Attempt
-from validate.runner import Hooks, Interrupted, RunContext
+from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
+from validate.runner import unsupported as unsupported_row
 from validate.sandbox import Mount, RunRequest
 from validate.sandbox.storage import attempt_storage
 from validate.workspace import AGENT_UID, workspace_sha256
@@ -222,15 +220,13 @@ def facts_of(a, s: SampleRow) -> classes.Facts:
 
 def unsupported(ec: EvalContext, play: EvalPlay, task: Task, sample: int, number: int) -> tuple[Attempt, Entry]:
     ctx = ec.run
-    key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-               agent=MODEL_AGENT, sample=sample, attempt=number)
-    a = Attempt(**key, role="model", started_at=_now(), finished_at=_now(), status="unsupported_execution_contract",
-                error_class="NEEDS_CONTAINER", error_message=f"the task needs network isolation and backend "
-                f"{ctx.sandbox.backend} provides none", workspace_sha256=workspace_sha256(dict(task.files)),
-                backend=ctx.sandbox.backend, image_digest=ctx.manifest.execution.image_digest)
+    key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role="model", sample=sample, attempt=number)
+    a = unsupported_row(ctx, task, key, ctx.manifest.execution.image_digest)
     seed = request_seed(ec.contract.sampling.seed, task.id, sample)
     conv = opening(ec.contract, task.prompt, dict(task.meta))
-    return a, Entry(sample=sample_row(key, task, conv, a, {}, ec.contract, play.temperature, seed), turns=[])
+    row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
+                   agent=MODEL_AGENT, sample=sample, attempt=number)
+    return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, play.temperature, seed), turns=[])
 
 
 def play_task(ec: EvalContext, play: EvalPlay, task: Task, sample: int, first: int) -> list[tuple[Attempt, Entry]]:
@@ -238,78 +234,30 @@ def play_task(ec: EvalContext, play: EvalPlay, task: Task, sample: int, first: i
     ctx = ec.run
     if task.requires_network_isolation and not ctx.sandbox.isolates_network:
         return [unsupported(ec, play, task, sample, first)]
-    tries: list[tuple[Attempt, Entry]] = []
-    mult, top = ctx.backoff_s
-    retrying = Retrying(retry=retry_if_result(lambda r: r[0].status == "infrastructure_error"
-                                              and not ctx.stop.is_set()),
-                        stop=stop_after_attempt(1 + ctx.manifest.execution.infra_retries),
-                        wait=wait_exponential(multiplier=mult, max=top), retry_error_callback=lambda state: None)
-    for attempt in retrying:
-        with attempt:
-            result = attempt_once(ec, play, task, sample, first + len(tries))
-            tries.append(result)
-        if not attempt.retry_state.outcome.failed:
-            attempt.retry_state.set_result(result)
-    return tries
+    return with_retries(ctx, ctx.manifest.execution.infra_retries,
+                        lambda n: attempt_once(ec, play, task, sample, first + n),
+                        lambda r: r[0].status == "infrastructure_error")
 
 
 def pending(done: Iterable[Attempt], play: EvalPlay) -> list[tuple[int, int, int]]:
     """(idx, sample, next try number) with no final attempt yet."""
-    latest: dict[tuple[int, int], tuple[int, str]] = {}
-    for a in done:
-        key = (a.idx, a.sample)
-        if a.phase == play.phase and a.agent == MODEL_AGENT and (key not in latest or a.attempt > latest[key][0]):
-            latest[key] = (a.attempt, a.status)
-    out = []
-    for idx in play.idx:
-        for sample in range(play.samples):
-            number, status = latest.get((idx, sample), (0, "infrastructure_error"))
-            if status == "infrastructure_error":
-                out.append((idx, sample, number + 1))
-    return out
+    keys = [(idx, MODEL_AGENT, sample) for idx in play.idx for sample in range(play.samples)]
+    return [(idx, sample, n) for idx, _, sample, n in pending_keys(done, play.phase, keys)]
 
 
 def execute(ec: EvalContext, journal: Journal, play: EvalPlay, concurrency: int = 1,
             hooks: Hooks | None = None) -> None:
-    """Play every pending (task, sample) and journal it. On Ctrl-C: stop handing out work, kill
-    what runs, keep what finished, and raise `Interrupted`."""
+    """Play every pending (task, sample) and journal it (see `validate.runner.run_pool`)."""
     ctx, hooks = ec.run, hooks or {}
     task_of = lru_cache(maxsize=max(8, 4 * concurrency))(ctx.taskset.task)
-    todo = pending(journal, play)
-    if "on_plan" in hooks:
-        hooks["on_plan"](len(todo))
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval") as pool:
-        queue = iter(todo)
-        running: dict[Future, tuple] = {}
 
-        def submit_next() -> None:
-            item = next(queue, None)
-            if item is not None:
-                idx, sample, number = item
-                running[pool.submit(play_task, ec, play, task_of(idx), sample, number)] = item
+    def record(results: list[tuple[Attempt, Entry]]) -> None:
+        for _, entry in results:
+            ec.journal.append(entry)
+        journal.append([a for a, _ in results])
+        for a, _ in results:
+            if "on_attempt" in hooks:
+                hooks["on_attempt"](a)
 
-        for _ in range(concurrency):
-            submit_next()
-        try:
-            while running:
-                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    running.pop(fut)
-                    results = fut.result()
-                    if ctx.stop.is_set():
-                        continue  # killed by our own stop: not evidence, rerun on resume
-                    for _, entry in results:
-                        ec.journal.append(entry)
-                    journal.append([a for a, _ in results])
-                    for a, _ in results:
-                        if "on_attempt" in hooks:
-                            hooks["on_attempt"](a)
-                    submit_next()
-        except KeyboardInterrupt:
-            ctx.stop.set()
-            ctx.sandbox.close()
-            for fut in running:
-                fut.cancel()
-            wait(list(running))
-            raise Interrupted(f"interrupted: what finished is recorded in {ctx.paths.root}; "
-                              f"continue with `validate eval run --resume {ctx.paths.root}`") from None
+    run_pool(ctx, pending(journal, play), lambda item: play_task(ec, play, task_of(item[0]), item[1], item[2]),
+             record, concurrency, hooks, resume="`validate eval run --resume`")
