@@ -217,10 +217,17 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
     return _phase(ctx, lambda c: smoke_test(c, frozen, sample, log=log))
 
 
+def _is_eval(run_dir: PathLike) -> bool:
+    return (Path(run_dir) / "eval-contract.json").is_file()
+
+
 def report(run_dir: PathLike):
-    """Write a new report entry; return (its directory, the dataset verdict it states)."""
+    """Write a new report entry; return (its directory, the dataset verdict it states). An eval
+    run directory gets an eval report (`eval_report`), and (its directory, None)."""
     from validate.report import write_report
 
+    if _is_eval(run_dir):
+        return eval_report(run_dir), None
     return write_report(Path(run_dir))
 
 
@@ -229,6 +236,11 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
     """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
     from validate.audit import audit as audit_run
 
+    if _is_eval(run_dir):
+        if signature is not None:
+            raise ValidateError("--signature: sign and verify the eval run's checksums with `validate sign`/`audit` "
+                                "of its pool; an eval run's own signature is not supported yet")
+        return eval_audit(run_dir)
     return audit_run(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
                      data=tuple(Path(p) for p in data))
 

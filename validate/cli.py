@@ -426,7 +426,8 @@ def cmd_report(args) -> int:
     if args.json:
         out.print((entry / "report.json").read_text(), markup=False, end="")
         return 0
-    out.print(f"{verdict.headline}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+    what = verdict.headline if verdict else "eval report"
+    out.print(f"{what}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
     return 0
 
 
