@@ -1,4 +1,5 @@
-"""Pool-sized runs: 250, 500 and 1,000 tasks × (oracle + 5 controls) on the local corpus.
+"""Pool-sized runs: 250, 500 and 1,000 tasks × (oracle + 5 controls) on the local corpus,
+each attempt on its own capped tmpfs, bwrap under its seccomp filter, both under the watchdog.
 
     python bench/pool_bench.py [--backend bwrap|docker|both] [--sizes 250,500,1000] [-c N]
 
@@ -20,39 +21,43 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validate.cli import DEFAULT_CONCURRENCY  # noqa: E402
-AGENTS = "oracle,empty,shuffled,identity,reversed,malformed"
+from validate.api import DEFAULT_CONCURRENCY  # noqa: E402
+
+#: The oracle and the controls of the earlier benches (source-peek and singletons are extra).
+CONTROLS = "empty,shuffled,identity,reversed,malformed"
 
 CHILD = r"""
 import json, resource, shutil, sys, tempfile, time
 from pathlib import Path
-from environment.deshuffle import Corpus, DeshuffleConfig
-from validate.agents import CONTROLS, resolve
-from validate.contract import CorpusSpec, EnvironmentSpec, freeze, verify
+from environment.protocol import LoadHints
+from validate import environments
+from validate.contract import check_environment, freeze
+from validate.patches import code_state
 from validate.paths import DEFAULT_IMAGE, RunPaths
-from validate.runner import RunContext, run
+from validate.phases import run_agents
+from validate.runner import RunContext
 from validate.sandbox import open_sandbox
 
-backend, n, c, corpus_path, agents = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-corpus = Corpus.from_path(corpus_path)
+backend, n, c, corpus_path, controls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+hints = LoadHints(search=(Path(corpus_path),))
+env = environments.get("deshuffle-papers")
 sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label=f"bench{n}")
-env = EnvironmentSpec(config=DeshuffleConfig(min_papers=1, max_papers=3),
-                      corpus=CorpusSpec(kind="local", location=corpus_path, revision=corpus.revision))
-manifest = freeze(name="bench", env=env, idx=list(range(n)), rule="bench", facts=sandbox.facts(), corpus=corpus,
-                  control_max_reward=dict.fromkeys(CONTROLS))
+config = env.Config(corpus=corpus_path, min_papers=1, max_papers=3)
+manifest = freeze(name="bench", env_name=env.name, config=config, hints=hints, idx=list(range(n)), rule="bench",
+                  facts=sandbox.facts(), controls=controls.split(","), git_commit=code_state().label)
 root = Path(tempfile.mkdtemp(prefix="pool-bench-"))
 try:
     t0 = time.perf_counter()
-    taskset = verify(manifest, sandbox)
-    ctx = RunContext(manifest=manifest, sandbox=sandbox, taskset=taskset, paths=RunPaths(root / "run"),
-                     run_id=f"bench{n}", phase="controls", image_digest=manifest.execution.image_digest)
-    written, verdicts = run(ctx, resolve(agents), c)
+    env, _, taskset = check_environment(manifest, hints)
+    ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(root / "run"),
+                     run_id=f"bench{n}", code=code_state(), hints=hints)
+    summary = run_agents(ctx, "all", "run", c)
     wall = time.perf_counter() - t0
 finally:
     sandbox.close()
     shutil.rmtree(root, ignore_errors=True)
-print(json.dumps({"tasks": n, "attempts": written["attempts"], "wall_s": wall,
-                  "compatible": sum(v.compatible for v in verdicts),
+print(json.dumps({"tasks": n, "attempts": summary.counts.attempts, "wall_s": wall,
+                  "compatible": summary.counts.compatible,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -66,11 +71,11 @@ def main() -> None:
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     backends = ["bwrap", "docker"] if args.backend == "both" else [args.backend]
-    print(f"agents: {AGENTS}; concurrency {args.c}")
+    print(f"agents: oracle,{CONTROLS}; concurrency {args.c}")
     print(f"{'backend':8s} {'tasks':>6s} {'attempts':>9s} {'wall':>10s} {'attempts/s':>11s} {'peak RSS':>9s}  compatible")
     for backend in backends:
         for n in map(int, args.sizes.split(",")):
-            out = subprocess.run([sys.executable, "-c", CHILD, backend, str(n), str(args.c), args.corpus, AGENTS],
+            out = subprocess.run([sys.executable, "-c", CHILD, backend, str(n), str(args.c), args.corpus, CONTROLS],
                                  cwd=ROOT, capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"{backend:8s} {n:6d}  FAILED: {out.stderr.strip()[-500:]}")

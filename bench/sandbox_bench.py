@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validate.cli import DEFAULT_CONCURRENCY  # noqa: E402
+from validate.api import DEFAULT_CONCURRENCY  # noqa: E402
 from validate.paths import DEFAULT_IMAGE, ImagePaths  # noqa: E402
 
 
@@ -89,25 +89,38 @@ def bare_python() -> None:
 
 
 def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> float:
-    """Attempts/s of the harness playing `agent` (a registry name, or a tests/agents program)."""
-    from environment.deshuffle import Corpus
-    from tests.conftest import hostile, make_ctx, make_manifest
-    from validate.agents import resolve
-    from validate.contract import build_taskset
-    from validate.runner import run
+    """Attempts/s of the harness playing one control on n tasks: a deshuffle control, or a
+    program of tests/agents/ (the hostile environment the tests register)."""
+    from environment.protocol import LoadHints
+    from validate import environments
+    from validate.contract import check_environment, freeze
+    from validate.patches import code_state
+    from validate.paths import RunPaths
+    from validate.phases import run_agents
+    from validate.runner import RunContext
     from validate.sandbox import open_sandbox
 
-    corpus_obj = Corpus.from_path(corpus)
+    env_name = "deshuffle-papers"
+    if agent != "empty":
+        from tests.hostile import HostileDeshuffle
+
+        environments.register(HostileDeshuffle)
+        env_name = HostileDeshuffle.name
+    hints = LoadHints(search=(Path(corpus),))
+    env = environments.get(env_name)
     sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench")
-    manifest = make_manifest(corpus_obj, corpus, sandbox, idx=list(range(n)))
-    taskset = build_taskset(manifest.environment, corpus_obj)
+    manifest = freeze(name="bench", env_name=env_name, config=env.Config(corpus=corpus), hints=hints,
+                      idx=list(range(n)), rule="bench", facts=sandbox.facts(), controls=[agent.replace("_", "-")],
+                      git_commit=code_state().label)
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
-        ctx = make_ctx(manifest, sandbox, taskset, tmp / "run")
+        env, _, taskset = check_environment(manifest, hints)
+        ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(tmp / "run"),
+                         run_id="bench", code=code_state(), hints=hints)
         t0 = time.perf_counter()
-        written, verdicts = run(ctx, resolve(agent) if agent == "empty" else [hostile(agent)], c)
+        summary = run_agents(ctx, "controls", "run", c)
         elapsed = time.perf_counter() - t0
-        assert written["attempts"] == n and all(v.reason != "infrastructure_failure" for v in verdicts)
+        assert summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
         return n / elapsed
     finally:
         sandbox.close()

@@ -138,6 +138,9 @@ class ScorerSpec(BaseModel):
     pass_threshold: float = Field(default=1.0, description="A reward at or above this is a pass.")
     details: dict[str, str] = Field(
         default_factory=dict, description="Further frozen facts (a judge's model id, its prompt's sha256, ...).")
+    env_vars: tuple[str, ...] = Field(
+        default=(), description="Names (never values) of the environment variables the scorer reads, e.g. a "
+                                "judge's API key; a rerun elsewhere (the smoke test) passes them on.")
 
 
 @runtime_checkable

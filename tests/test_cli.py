@@ -153,3 +153,27 @@ def test_a_broken_environment_package_is_a_clear_error(tmp_path):
     env["PYTHONPATH"] = f"{tmp_path / 'site'}:{env['PYTHONPATH']}"
     r = cli("freeze", "--env", "broken", "--name", "x", cwd=tmp_path, env=env)
     assert r.returncode == 2 and "does not import" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_unreachable_daemon_names_the_socket_and_the_fix(tmp_path):
+    env = subprocess_env(DOCKER_HOST=f"unix://{tmp_path}/nobody.sock")
+    r = cli("freeze", "--name", "x", "--data", str(CORPUS_PATH), "--allow-patch", cwd=tmp_path, env=env)
+    assert r.returncode == 2 and f"{tmp_path}/nobody.sock" in r.stderr
+    assert "scripts/setup.sh" in r.stderr and "--backend bwrap" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.bwrap
+def test_a_paragraph_holding_u2028_runs_every_phase_cleanly(tmp_path):
+    """Such a paragraph once made every phase run all attempts, then exit 3."""
+    texts = [f"Paragraph {i} of the paper\u2028with a line separator and\u2029a paragraph one." for i in range(9)]
+    record = {"paper_id": "arxiv:sep", "source": "arxiv", "license": "CC-BY-4.0",
+              "paragraphs": [{"text": t, "section": "Body"} for t in texts]}
+    (tmp_path / "sep.jsonl").write_text(json.dumps(record) + "\n")
+    r = cli("freeze", "--name", "sep", "--corpus", str(tmp_path / "sep.jsonl"), "--idx-stop", "3", "--backend",
+            "bwrap", "--allow-patch", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = cli("run", "--manifest", "manifests/sep.json", "--run-dir", "ledgers/sep", "--allow-patch", cwd=tmp_path)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.stdout.startswith("Dataset verdict: PASS") and "3/3 tasks compatible" in r.stdout
+    assert cli("report", "ledgers/sep", cwd=tmp_path).returncode == 0
+    assert cli("audit", "ledgers/sep", "--json", cwd=tmp_path).returncode == 0

@@ -1,40 +1,67 @@
-"""The evidence committed under ledgers/ checks out, and stops checking out when touched."""
+"""The evidence committed under ledgers/ checks out — every verdict and count re-derived, with
+the findings re-derived from the real corpus and packaged data — and stops checking out when
+touched."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
+from tests.conftest import CORPUS_PATH
 from validate.audit import audit
+from validate.summary import RunSummary
 
-LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir() if p.is_dir())
+#: Validation runs (run.json); the eval runs and compares are tests/test_eval_committed.py's.
+LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir() if (p / "run.json").is_file())
+DATA = (CORPUS_PATH,)
 
 
-def test_there_is_a_pilot_and_a_full_pool():
-    names = [p.name for p in LEDGERS]
-    assert any("-pilot-" in n for n in names) and any("-pool-" in n for n in names)
-    pool = next(p for p in LEDGERS if "-pool-" in p.name)
-    tasks = pd.read_parquet(pool / "tasks.parquet")
-    assert len(tasks) >= 1000 and set(tasks["n_papers"]) == {1, 2, 3}
-    assert (pool / "report.md").exists() and (pool / "report.html").exists()
-    assert (pool / "smoke/result.json").exists()
+def summary(run_dir: Path) -> RunSummary:
+    return RunSummary.model_validate_json((run_dir / "run.json").read_bytes())
+
+
+def latest_report(run_dir: Path) -> Path:
+    return sorted((run_dir / "reports").iterdir())[-1]
+
+
+def test_every_environment_has_a_passing_pool_with_a_report_and_a_smoke_test():
+    pools = {}
+    for run_dir in LEDGERS:
+        s = summary(run_dir)
+        if s.kind == "pool":
+            pools.setdefault(s.environment, []).append(run_dir)
+    assert {"deshuffle-papers", "twohop-env", "curator"} <= set(pools)
+    for env, dirs in pools.items():
+        for run_dir in dirs:
+            s = summary(run_dir)
+            assert s.dataset_verdict.verdict == "PASS", (run_dir.name, s.dataset_verdict.headline)
+            assert s.backend == "docker" and list((run_dir / "smoke").glob("*/result.json"))
+            first = (latest_report(run_dir) / "report.md").read_text().splitlines()[2]
+            assert first == "**Dataset verdict: PASS**", first
+    deshuffle = [summary(d) for d in pools["deshuffle-papers"]]
+    assert max(s.counts.tasks for s in deshuffle) >= 1000
+    curator = {json.loads((d / "manifest.json").read_text())["environment"]["scorer"]["deterministic"]
+               for d in pools["curator"]}
+    assert curator == {True, False}  # one pool without the judge, one with it
+    assert any(summary(d).kind == "pilot" and summary(d).environment == "deshuffle-papers" for d in LEDGERS)
 
 
 @pytest.mark.parametrize("run_dir", LEDGERS, ids=[p.name for p in LEDGERS])
 def test_committed_run_passes_audit(run_dir):
-    assert audit(run_dir) == []
+    result = audit(run_dir, data=DATA)
+    assert result.problems == [] and not result.unchecked, (result.problems, result.unchecked)
 
 
-@pytest.mark.parametrize("name", ["attempts.parquet", "report.md", "manifest.json", "run.json"])
+@pytest.mark.parametrize("name", ["attempts.parquet", "tasks.parquet", "manifest.json", "run.json"])
 def test_one_changed_byte_fails_audit_naming_the_file(tmp_path, name):
-    pool = next(p for p in LEDGERS if "-pool-" in p.name)
+    pool = next(p for p in LEDGERS if summary(p).kind == "pool" and summary(p).environment == "twohop-env")
     copy = tmp_path / pool.name
     shutil.copytree(pool, copy)
     data = bytearray((copy / name).read_bytes())
     data[len(data) // 3] ^= 0x20
     (copy / name).write_bytes(bytes(data))
-    problems = audit(copy)
+    problems = audit(copy, data=DATA).problems
     assert problems and any(name in p for p in problems), problems

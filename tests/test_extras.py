@@ -16,7 +16,7 @@ from validate.errors import ValidateError
 def test_the_core_is_lean():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = {d.split(">")[0].split("=")[0].strip().lower() for d in project["dependencies"]}
-    assert core == {"pydantic", "pandas", "numpy", "pyarrow", "docker", "tenacity", "rich"}
+    assert core == {"pydantic", "pandas", "numpy", "pyarrow", "docker", "requests", "tenacity", "rich"}
     assert {"smoke", "hub", "test"} <= set(project["optional-dependencies"])
     assert not any("matplotlib" in d for d in project["dependencies"])
 

@@ -76,6 +76,14 @@ def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str
     return model_values(env.Config, dict(config or {}), overrides, where)
 
 
+def _config_file(config) -> str | None:
+    if not isinstance(config, str | Path):
+        return None
+    from environment.protocol import sha256_tag
+
+    return f"{Path(config).name} {sha256_tag(Path(config).read_bytes())}"
+
+
 def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | PathLike | None = None,
            config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None, idx_start: int = 0,
            idx_stop: int | None = None, backend: str = "docker", image: str = DEFAULT_IMAGE,
@@ -103,7 +111,8 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
-        min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries)
+        min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
+        config_file=_config_file(config))
     write_manifest(manifest, Path(out) if out is not None else MANIFEST_DIR / f"{name}.json")
     return manifest
 
@@ -208,10 +217,17 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
     return _phase(ctx, lambda c: smoke_test(c, frozen, sample, log=log))
 
 
+def _is_eval(run_dir: PathLike) -> bool:
+    return (Path(run_dir) / "eval-contract.json").is_file()
+
+
 def report(run_dir: PathLike):
-    """Write a new report entry; return (its directory, the dataset verdict it states)."""
+    """Write a new report entry; return (its directory, the dataset verdict it states). An eval
+    run directory gets an eval report (`eval_report`), and (its directory, None)."""
     from validate.report import write_report
 
+    if _is_eval(run_dir):
+        return eval_report(run_dir), None
     return write_report(Path(run_dir))
 
 
@@ -220,6 +236,11 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
     """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
     from validate.audit import audit as audit_run
 
+    if _is_eval(run_dir):
+        if signature is not None:
+            raise ValidateError("--signature: sign and verify the eval run's checksums with `validate sign`/`audit` "
+                                "of its pool; an eval run's own signature is not supported yet")
+        return eval_audit(run_dir)
     return audit_run(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
                      data=tuple(Path(p) for p in data))
 
@@ -236,3 +257,108 @@ def load_run(run_dir: PathLike):
     from validate.report import load_run as load
 
     return load(Path(run_dir))
+
+
+# --- model evaluation (protocol part 2) ----------------------------------------------------
+
+def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: str, base_url: str,
+                server: str = "openai-compatible", api_key_env: str | None = None, manifest: PathLike | None = None,
+                system_template: str | None = None, user_template: str | None = None,
+                sampling: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, k: int = 8,
+                data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
+    """Freeze an eval contract on a pool run's frozen set (refused unless its dataset verdict is
+    PASS and its audit passes); write it (default ``manifests/<name>.json``) and return it."""
+    from validate import environments
+    from validate.eval import contract as ec
+    from validate.eval.freeze import parent_of
+    from validate.options import model_values
+    from validate.patches import require
+
+    code = require(allow_patch)
+    parent, frozen = parent_of(Path(pool_run), None if manifest is None else Path(manifest),
+                               tuple(Path(p) for p in data))
+    env = environments.get(frozen.environment.name)
+    try:
+        model_spec = ec.ModelSpec(id=model, revision=model_revision, server=server, base_url=base_url,
+                                  api_key_env=api_key_env)
+    except ValueError as e:  # pydantic's ValidationError names the field
+        raise ValidateError(f"--model/--base-url/--api-key-env: {e}") from None
+    contract = ec.build(
+        name=name, parent=parent, manifest=frozen, model=model_spec,
+        reward_code=ec.reward_code_sha256(env.source_files()),
+        system_template=ec.DEFAULT_SYSTEM if system_template is None else system_template,
+        user_template=ec.DEFAULT_USER if user_template is None else user_template,
+        sampling=model_values(ec.Sampling, {}, dict(sampling or {}), "sampling"),
+        limits=model_values(ec.AgentLimits, {}, dict(limits or {}), "limits"), k=k,
+        git_commit=code.label, patch=code.patch)
+    from validate.evidence import atomic_write
+
+    atomic_write(Path(out) if out is not None else MANIFEST_DIR / f"{name}.json", contract.to_json())
+    return contract
+
+
+def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = None, passes: Sequence[str] = ("greedy",
+             "sampled"), hooks: dict | None = None, run_dir: PathLike | None = None, resume: PathLike | None = None,
+             concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
+    """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
+    pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
+    from validate.eval import contract as ec
+    from validate.eval.client import ChatClient
+    from validate.eval.freeze import dataset_manifest
+    from validate.eval.run import PASSES, evaluate
+
+    bad = [p for p in passes if p not in PASSES]
+    if bad or not passes:
+        raise ValidateError(f"--passes: choose from {', '.join(PASSES)}; got {', '.join(bad) or 'none'}")
+    if resume is not None:
+        root = Path(resume)
+        if not (root / "eval-contract.json").is_file():
+            raise ValidateError(f"--resume: {root} is not an eval run directory (no eval-contract.json)")
+        c = ec.load(contract or root / "eval-contract.json")
+        manifest = manifest or root / "manifest.json"
+    else:
+        if contract is None:
+            raise ValidateError("--contract: required (or --resume RUN_DIR to continue an eval)")
+        c = ec.load(contract)
+        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-eval-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        if (root / "manifest.json").exists():
+            raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+    m_path = Path(manifest) if manifest is not None else Path(c.parent.manifest_path)
+    dataset_manifest(c.parent, m_path)  # refuses any other task set
+    key = None
+    if c.model.api_key_env is not None:
+        key = os.environ.get(c.model.api_key_env)
+        if not key:
+            raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not set; "
+                                f"export the endpoint's API key in it")
+    ctx = context(m_path, kind="eval", run_dir=root if resume is None else None, resume=resume,
+                  concurrency=concurrency, data=data, allow_patch=allow_patch)
+    lim = c.limits
+    client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries, lim.retry_max_wait_s)
+    try:
+        return _phase(ctx, lambda x: evaluate(x, c, client, concurrency, hooks, tuple(passes)))
+    finally:
+        client.close()
+
+
+def eval_report(run_dir: PathLike) -> Path:
+    """Write a new eval report entry (report.md, report.html, report.json); return its directory."""
+    from validate.eval.report import write_report
+
+    return write_report(Path(run_dir))
+
+
+def eval_audit(run_dir: PathLike):
+    """Re-derive an eval run's sample rows, classes, metrics and reports; return the `AuditResult`."""
+    from validate.eval.audit import audit as audit_eval
+
+    return audit_eval(Path(run_dir))
+
+
+def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
+    """Per-task and per-family deltas of two evals under the same dataset contract; refused
+    (naming the field) when their dataset contract, reward or k differ. Returns the comparison
+    and the directory it was written to."""
+    from validate.eval.compare import compare as compare_runs
+
+    return compare_runs(Path(run_a), Path(run_b), None if out is None else Path(out))

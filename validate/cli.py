@@ -40,6 +40,8 @@ phases (the validation protocol, in order):
   report        the report (Markdown + self-contained HTML) of a run directory
   audit         re-derive a run directory's verdicts and counts from its evidence
   sign          sign a run directory's checksums with an OpenSSH key
+  eval          evaluate a model on a validated dataset: freeze, run, report, audit
+  compare       per-task and per-family deltas of two evals of the same dataset contract
 
 Every phase writes Parquet evidence under ledgers/<run-id>/ and resumes with --resume.
 
@@ -170,9 +172,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sm.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a pool's run directory")
     sm.add_argument("--sample", type=int, default=5, help="tasks rerun, evenly spaced (default: %(default)s)")
     sm.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+    sm.add_argument("--json", action="store_true", help="print the smoke result (smoke/<time>/result.json) as JSON")
 
     rp = sub.add_parser("report", help="write a new report (Markdown and self-contained HTML) into RUN_DIR/reports/")
     rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rp.add_argument("--json", action="store_true", help="print the report's record (report.json) as JSON")
 
     au = sub.add_parser("audit", help="re-derive a run's verdicts and counts from its evidence")
     au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -180,10 +184,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                     help="also verify checksums.sig against this OpenSSH allowed-signers file")
     au.add_argument("--identity", default="validate", help="the signer identity to verify (default: %(default)s)")
     au.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+    au.add_argument("--json", action="store_true", help="print the audit's result (problems, checked, unchecked)")
 
     sg = sub.add_parser("sign", help="sign RUN_DIR/checksums with an OpenSSH key (ssh-keygen -Y sign)")
     sg.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     sg.add_argument("--key", type=Path, required=True, help="the private key file")
+
+    _eval_parser(sub)
+    _compare_parser(sub)
 
     vw = sub.add_parser("view", help="browse runs in a web browser (a read-only page served on 127.0.0.1)",
                         description="Serve a local page listing the runs under DIR (a run directory, or a directory "
@@ -194,6 +202,66 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     vw.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (default: 0, any free port)")
     vw.add_argument("--log", action="store_true", help="print each request on stderr")
     return p
+
+
+def _eval_parser(sub) -> None:
+    from validate.eval.contract import AgentLimits, Sampling
+    from validate.options import add_model_options
+
+    ev = sub.add_parser("eval", help="evaluate a model on a validated dataset (protocol part 2)",
+                        description="Evaluate a model on a pool's frozen set: freeze an eval contract (only on a "
+                                    "dataset verdict PASS), run it (pass@1 at temperature 0, then k samples), report, "
+                                    "audit.")
+    acts = ev.add_subparsers(dest="eval_command", required=True, metavar="ACTION")
+    f = acts.add_parser("freeze", help="write an eval contract on a pool run's frozen set")
+    f.add_argument("--name", required=True, help="contract name; written to manifests/<name>.json")
+    f.add_argument("--pool-run", type=Path, required=True, metavar="RUN_DIR",
+                   help="the pool run whose frozen set is evaluated (its dataset verdict must be PASS)")
+    f.add_argument("--manifest", type=Path, default=None, help="the frozen dataset manifest (must be the pool run's; "
+                                                              "default: the run's frozen-manifest.json)")
+    f.add_argument("--model", required=True, help="the model name sent in requests")
+    f.add_argument("--model-revision", required=True, help="the exact checkpoint (a commit, a sha256, a tag)")
+    f.add_argument("--base-url", required=True, help="the endpoint, e.g. http://127.0.0.1:8000/v1")
+    f.add_argument("--server", default="openai-compatible", help="what serves it: vllm, llama.cpp, openai, "
+                                                                 "localserver (default: %(default)s)")
+    f.add_argument("--api-key-env", default=None, metavar="VAR", help="name of the environment variable holding "
+                                                                      "the API key (the key is never recorded)")
+    f.add_argument("--system-template", type=Path, default=None, metavar="FILE",
+                   help="system prompt template ($prompt, $meta_json); default: the harness's")
+    f.add_argument("--user-template", type=Path, default=None, metavar="FILE", help="user prompt template "
+                                                                                    "(default: $prompt)")
+    f.add_argument("-k", type=int, default=8, help="samples per task in the sampled pass (default: %(default)s)")
+    f.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+    f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes")
+    f.add_argument("--out", type=Path, default=None, help="contract path (default: manifests/<name>.json)")
+    add_model_options(f.add_argument_group("sampling"), Sampling, "smp_", skip=())
+    add_model_options(f.add_argument_group("agent limits"), AgentLimits, "alim_", skip=())
+    r = acts.add_parser("run", help="run an eval contract: pass@1 (greedy) and k samples per task")
+    r.add_argument("--contract", type=Path, default=None, help="the eval contract (with --resume: the run's own)")
+    r.add_argument("--manifest", type=Path, default=None, help="the frozen dataset manifest (default: the path "
+                                                              "recorded in the contract)")
+    r.add_argument("--passes", default="greedy,sampled", help="which passes (default: %(default)s)")
+    r.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help="attempts at once (default: %(default)s)")
+    where = r.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
+    where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
+                       help="continue an eval: rerun only missing and infrastructure-failed attempts")
+    r.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
+    r.add_argument("--allow-patch", action="store_true", help="run code with uncommitted changes (stored)")
+    r.add_argument("--json", action="store_true", help="print eval.json")
+    rp = acts.add_parser("report", help="write a new eval report into RUN_DIR/reports/")
+    rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    au = acts.add_parser("audit", help="re-derive an eval run's classes, metrics and reports from its evidence")
+    au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+
+def _compare_parser(sub) -> None:
+    c = sub.add_parser("compare", help="per-task and per-family deltas of two evals of the same dataset contract")
+    c.add_argument("run_a", type=Path, metavar="RUN_A")
+    c.add_argument("run_b", type=Path, metavar="RUN_B")
+    c.add_argument("--out", type=Path, default=None, help="where the comparison entry is written "
+                                                          "(default: ledgers/compare/<A>--<B>/)")
 
 
 def _default_env() -> str | None:
@@ -341,6 +409,9 @@ def cmd_smoke(args) -> int:
     from validate import api
 
     result = api.smoke(args.run_dir, sample=args.sample, data=args.data, log=lambda m: err.print(m, markup=False))
+    if args.json:
+        out.print(result.model_dump_json(indent=2), markup=False)
+        return 0 if result.passed else 1
     (out if result.passed else err).print(("smoke PASSED: " if result.passed else "smoke FAILED: ") + result.summary,
                                           markup=False)
     for line in result.mismatches[:20]:
@@ -352,7 +423,11 @@ def cmd_report(args) -> int:
     from validate import api
 
     entry, verdict = api.report(args.run_dir)
-    out.print(f"{verdict.headline}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+    if args.json:
+        out.print((entry / "report.json").read_text(), markup=False, end="")
+        return 0
+    what = verdict.headline if verdict else "eval report"
+    out.print(f"{what}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
     return 0
 
 
@@ -360,6 +435,12 @@ def cmd_audit(args) -> int:
     from validate import api
 
     result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data)
+    if args.json:
+        import dataclasses
+        import json
+
+        out.print(json.dumps(dataclasses.asdict(result), indent=2), markup=False)
+        return 1 if result.problems else 0
     for note in result.unchecked:
         err.print(f"NOT CHECKED {note}", markup=False)
     if result.problems:
@@ -402,9 +483,71 @@ def cmd_view(args) -> int:
     return 0
 
 
+def _template(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValidateError(f"{path}: cannot read the template ({e})") from None
+
+
+def cmd_eval(args) -> int:
+    from validate import api
+    from validate.options import given
+
+    if args.eval_command == "freeze":
+        c = api.eval_freeze(args.name, pool_run=args.pool_run, manifest=args.manifest, model=args.model,
+                            model_revision=args.model_revision, base_url=args.base_url, server=args.server,
+                            api_key_env=args.api_key_env, system_template=_template(args.system_template),
+                            user_template=_template(args.user_template), sampling=given(args, "smp_"),
+                            limits=given(args, "alim_"), k=args.k, data=args.data, allow_patch=args.allow_patch,
+                            out=args.out)
+        out.print(f"froze eval {c.name}: {c.model.id}@{c.model.revision} on {c.parent.task_count} tasks of "
+                  f"{c.parent.manifest_name}, k={c.k} → {args.out or MANIFEST_DIR / (args.name + '.json')}  "
+                  f"({c.sha256})", markup=False)
+        return 0
+    if args.eval_command == "run":
+        with _Bar() as bar:
+            s = api.eval_run(args.contract, manifest=args.manifest, passes=_csv(args.passes) or [], hooks=bar.hooks,
+                             run_dir=args.run_dir, resume=args.resume, concurrency=args.concurrency, data=args.data,
+                             allow_patch=args.allow_patch)
+        if args.json:
+            out.print(s.model_dump_json(indent=2), markup=False)
+        else:
+            from validate.eval.report import headline
+
+            out.print(headline(s), markup=False)
+            out.print(f"run {s.run_id}: {s.attempts} attempts ({s.superseded} superseded) in {bar.wall_s:.1f} s; "
+                      f"evidence in {args.resume or args.run_dir or LEDGER_DIR / s.run_id}", markup=False)
+        return 1 if s.interrupted else 0
+    if args.eval_command == "report":
+        entry = api.eval_report(args.run_dir)
+        out.print(f"wrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+        return 0
+    result = api.eval_audit(args.run_dir)
+    if result.problems:
+        for p in result.problems:
+            out.print(f"FAIL {p}", markup=False)
+        err.print(f"audit failed: {len(result.problems)} problem(s) in {args.run_dir}", style="red")
+        return 1
+    out.print(f"audit passed: {args.run_dir} ({'; '.join(result.checked)})", markup=False)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from validate import api
+
+    result, entry = api.compare(args.run_a, args.run_b, out=args.out)
+    for name, a, b, d in result.overall:
+        out.print(f"{name}: {a} → {b} ({d})", markup=False)
+    out.print(f"varied: {', '.join(f for f, _, _ in result.varied) or 'nothing'}; wrote {entry}", markup=False)
+    return 0
+
+
 COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run, "pool": cmd_pool,
             "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign,
-            "view": cmd_view}
+            "view": cmd_view, "eval": cmd_eval, "compare": cmd_compare}
 
 
 def _sigterm_as_interrupt(signum, frame):

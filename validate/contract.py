@@ -169,6 +169,8 @@ class Manifest(BaseModel):
     harness_version: str
     git_commit: str
     patch: PatchInfo | None = Field(default=None, description="The uncommitted change the freeze ran with, if any.")
+    config_file: str | None = Field(default=None, description="The TOML file the config was read from: its name "
+                                                               "and sha256 (the config itself is environment.config).")
     #: Salt of the opaque task ids agents see (sha256 of salt and task id): agents never see
     #: the manifest, so they cannot map an opaque id back to a task.
     salt: str = Field(pattern=r"^[0-9a-f]{32}$")
@@ -292,7 +294,8 @@ def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
 def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx: Sequence[int], rule: str,
            facts: BackendFacts, controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
            pass_threshold: float | None = None, exception_rule: str = "strict", min_task_count: int | None = None,
-           git_commit: str = "", patch: PatchInfo | None = None, **execution: Any) -> Manifest:
+           git_commit: str = "", patch: PatchInfo | None = None, config_file: str | None = None,
+           **execution: Any) -> Manifest:
     """Build and seal a root manifest: generate every selected task and record its hash."""
     env = environments.get(env_name)
     taskset = load_taskset(env, config, hints)
@@ -311,7 +314,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
                                       exception_rule=exception_rule),
             execution=profile(facts, **execution),
             min_task_count=len(tasks) if min_task_count is None else min_task_count,
-            harness_version=validate.__version__, git_commit=git_commit, patch=patch,
+            harness_version=validate.__version__, git_commit=git_commit, patch=patch, config_file=config_file,
             salt=secrets.token_hex(16),
         ).sealed()
     except ValidationError as e:
@@ -356,8 +359,8 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
         manifest = Manifest.model_validate(raw)
     except ValidationError as e:
         raise ContractError(f"{where}: field '{_first_error(e, '')}'") from None
-    try:
-        own = manifest.content_sha256()
+    try:  # the document as written: a field added later (with its default) does not change its hash
+        own = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
     except ValueError as e:  # NaN or Infinity somewhere: no canonical JSON, so no hash
         raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
     if manifest.sha256 != own:

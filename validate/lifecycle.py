@@ -30,7 +30,6 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "pool": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
     "pilot": ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
               "chance_controls"),
-    "smoke-rerun": ("complete", "one_reason", "patches"),
 }
 
 

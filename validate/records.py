@@ -33,6 +33,9 @@ Status = Literal[
     "scorer_error",                    # the environment's scorer raised on this reply
 ]
 AGENT_STATUSES: tuple[str, ...] = ("ok", "no_reply", "exit_nonzero", "timeout", "oom", "reply_too_large")
+# A model attempt (role "model", `validate.eval`) maps onto the same statuses: ok, it answered;
+# no_reply, it did not (no final message, out of turns, over the context); timeout, the
+# attempt's wall clock ran out; error_class then holds how the conversation ended.
 #: Outcomes that are exceptions in the protocol's sense: the harness, not the agent, failed.
 EXCEPTION_STATUSES: tuple[str, ...] = ("infrastructure_error", "harness_error")
 

@@ -24,10 +24,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from environment.protocol import AgentSpec, Environment, LoadHints, ScorerUnavailable, Task, Taskset, sha256_tag
+from environment.protocol import (
+    AgentSpec,
+    Environment,
+    LoadHints,
+    ScorerUnavailable,
+    Task,
+    Taskset,
+    sha256_tag,
+)
 from validate.agents import source_files
 from validate.contract import Manifest, TaskEntry
 from validate.errors import SandboxError, ValidateError
@@ -35,11 +44,16 @@ from validate.evidence import Journal
 from validate.patches import CodeState
 from validate.paths import SANDBOX_WORKSPACE, RunPaths
 from validate.records import Attempt, FindingRow, TaskVerdict
-from validate.sandbox import RunRequest, Sandbox
-from validate.verdicts import Outcome, as_expected, decide
-from validate.sandbox import Limits
+from validate.sandbox import Limits, RunRequest, Sandbox
 from validate.sandbox.storage import attempt_storage
-from validate.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
+from validate.verdicts import Outcome, as_expected, decide
+from validate.workspace import (
+    NotAReply,
+    ReplyTooLarge,
+    materialise,
+    read_reply,
+    workspace_sha256,
+)
 
 Hooks = dict[str, Callable]
 
@@ -147,64 +161,86 @@ def attempt_once(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, samp
     return Attempt(**row)
 
 
+def unsupported(ctx: RunContext, task: Task, key: dict, image_digest: str) -> Attempt:
+    """The row of an attempt the backend cannot run: the task needs a network-isolated sandbox."""
+    return Attempt(**key, task_id=task.id, idx=task.idx, task_hash=task.hash, started_at=_now(), finished_at=_now(),
+                   status="unsupported_execution_contract", error_class="NEEDS_CONTAINER",
+                   error_message=f"the task needs network isolation and backend {ctx.sandbox.backend} provides none",
+                   workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
+                   image_digest=image_digest)
+
+
+T = TypeVar("T")
+
+
+def with_retries(ctx: RunContext, infra_retries: int, once: Callable[[int], T], failed: Callable[[T], bool]) -> list[T]:
+    """Every try of one unit of work: `once(try_index)` again while `failed(result)` (an
+    infrastructure fault), with exponential backoff, at most ``1 + infra_retries`` times;
+    each try is kept."""
+    tries: list[T] = []
+    mult, cap = ctx.backoff_s
+    retrying = Retrying(retry=retry_if_result(lambda r: failed(r) and not ctx.stop.is_set()),
+                        stop=stop_after_attempt(1 + infra_retries), wait=wait_exponential(multiplier=mult, max=cap),
+                        retry_error_callback=lambda state: None)
+    for attempt in retrying:
+        with attempt:
+            result = once(len(tries))
+            tries.append(result)
+        if not attempt.retry_state.outcome.failed:
+            attempt.retry_state.set_result(result)
+    return tries
+
+
 def play_task(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, first: int) -> list[Attempt]:
     """Every try of one (task, agent, sample): retried only on infrastructure faults."""
     if task.requires_network_isolation and not ctx.sandbox.isolates_network:
-        return [Attempt(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                        agent=agent.name, role=agent.role, sample=sample, attempt=first, started_at=_now(),
-                        finished_at=_now(), status="unsupported_execution_contract", error_class="NEEDS_CONTAINER",
-                        error_message=f"the task needs network isolation and backend {ctx.sandbox.backend} "
-                                      f"provides none", workspace_sha256=workspace_sha256(dict(task.files)),
-                        backend=ctx.sandbox.backend, image_digest=play.manifest.execution.image_digest)]
-    tries: list[Attempt] = []
-    mult, cap = ctx.backoff_s
-    retrying = Retrying(retry=retry_if_result(lambda a: a.status == "infrastructure_error" and not ctx.stop.is_set()),
-                        stop=stop_after_attempt(1 + play.manifest.execution.infra_retries),
-                        wait=wait_exponential(multiplier=mult, max=cap), retry_error_callback=lambda state: None)
-    for attempt in retrying:
-        with attempt:
-            row = attempt_once(ctx, play, task, agent, sample, first + len(tries))
-            tries.append(row)
-        if not attempt.retry_state.outcome.failed:
-            attempt.retry_state.set_result(row)
-    return tries
+        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
+                   attempt=first)
+        return [unsupported(ctx, task, key, play.manifest.execution.image_digest)]
+    return with_retries(ctx, play.manifest.execution.infra_retries,
+                        lambda n: attempt_once(ctx, play, task, agent, sample, first + n),
+                        lambda a: a.status == "infrastructure_error")
+
+
+def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
+    """``(idx, agent, sample, next try number)`` of each key with no final attempt recorded in
+    `phase` yet (a final attempt is anything but an infrastructure error)."""
+    latest: dict[tuple[int, str, int], tuple[int, str]] = {}
+    for a in done:
+        key = (a.idx, a.agent, a.sample)
+        if a.phase == phase and (key not in latest or a.attempt > latest[key][0]):
+            latest[key] = (a.attempt, a.status)
+    out = []
+    for key in keys:
+        number, status = latest.get(key, (0, "infrastructure_error"))
+        if status == "infrastructure_error":
+            out.append((*key, number + 1))
+    return out
 
 
 def pending(done: Iterable[Attempt], play: Play) -> list[tuple[int, AgentSpec, int, int]]:
     """(idx, agent, sample, next try number) still to run: no final attempt recorded yet."""
-    latest: dict[tuple[int, str, int], tuple[int, str]] = {}
-    for a in done:
-        key = (a.idx, a.agent, a.sample)
-        if a.phase == play.phase and (key not in latest or a.attempt > latest[key][0]):
-            latest[key] = (a.attempt, a.status)
-    out = []
-    for idx in play.idx:
-        for agent in play.agents:
-            for sample in range(play.samples):
-                number, status = latest.get((idx, agent.name, sample), (0, "infrastructure_error"))
-                if status == "infrastructure_error":
-                    out.append((idx, agent, sample, number + 1))
-    return out
+    specs = {a.name: a for a in play.agents}
+    keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples)]
+    return [(idx, specs[name], sample, n) for idx, name, sample, n in pending_keys(done, play.phase, keys)]
 
 
-def execute(ctx: RunContext, journal: Journal, play: Play, concurrency: int = 1, hooks: Hooks | None = None) -> None:
-    """Play every pending (task, agent, sample) and journal it. On Ctrl-C: stop handing out
-    work, kill what runs, keep what finished, and raise `Interrupted`."""
+def run_pool(ctx: RunContext, todo: list, work: Callable, record: Callable[[list], None], concurrency: int,
+             hooks: Hooks | None = None, resume: str = "--resume") -> None:
+    """Run `work(item)` for each item of `todo` on `concurrency` threads, `record` each result
+    in the order they finish, and hand out the next item only after. On Ctrl-C: stop handing
+    out work, kill what runs (`ctx.sandbox.close`), keep what finished, raise `Interrupted`."""
     hooks = hooks or {}
-    task_of = lru_cache(maxsize=max(8, 4 * concurrency))(play.taskset.task)
-    skip = {e.idx: e.skip for e in play.manifest.tasks}
-    todo = [item for item in pending(journal, play) if item[1].name not in skip.get(item[0], {})]
     if "on_plan" in hooks:
         hooks["on_plan"](len(todo))
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="attempt") as pool:
         queue = iter(todo)
-        running: dict[Future, tuple] = {}
+        running: dict[Future, object] = {}
 
         def submit_next() -> None:
             item = next(queue, None)
             if item is not None:
-                idx, agent, sample, number = item
-                running[pool.submit(play_task, ctx, play, task_of(idx), agent, sample, number)] = item
+                running[pool.submit(work, item)] = item
 
         for _ in range(concurrency):
             submit_next()
@@ -216,10 +252,7 @@ def execute(ctx: RunContext, journal: Journal, play: Play, concurrency: int = 1,
                     rows = fut.result()
                     if ctx.stop.is_set():
                         continue  # killed by our own stop: not evidence, rerun on resume
-                    journal.append(rows)
-                    for row in rows:
-                        if "on_attempt" in hooks:
-                            hooks["on_attempt"](row)
+                    record(rows)
                     submit_next()
         except KeyboardInterrupt:
             ctx.stop.set()
@@ -228,7 +261,24 @@ def execute(ctx: RunContext, journal: Journal, play: Play, concurrency: int = 1,
                 fut.cancel()
             wait(list(running))
             raise Interrupted(f"interrupted: what finished is recorded in {ctx.paths.root}; "
-                              f"continue with --resume {ctx.paths.root}") from None
+                              f"continue with {resume} {ctx.paths.root}") from None
+
+
+def execute(ctx: RunContext, journal: Journal, play: Play, concurrency: int = 1, hooks: Hooks | None = None) -> None:
+    """Play every pending (task, agent, sample) that applies and journal it (see `run_pool`)."""
+    hooks = hooks or {}
+    task_of = lru_cache(maxsize=max(8, 4 * concurrency))(play.taskset.task)
+    skip = {e.idx: e.skip for e in play.manifest.tasks}
+    todo = [item for item in pending(journal, play) if item[1].name not in skip.get(item[0], {})]
+
+    def record(rows: list[Attempt]) -> None:
+        journal.append(rows)
+        for row in rows:
+            if "on_attempt" in hooks:
+                hooks["on_attempt"](row)
+
+    run_pool(ctx, todo, lambda item: play_task(ctx, play, task_of(item[0]), item[1], item[2], item[3]), record,
+             concurrency, hooks)
 
 
 def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Manifest, taskset: Taskset,

@@ -98,8 +98,8 @@ def build_and_install(tmp: Path, log) -> tuple[Path, Path, Path]:
     return wheel, sdist, venv
 
 
-def _env(venv: Path, home: Path) -> dict[str, str]:
-    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+def _env(venv: Path, home: Path, extra: tuple[str, ...] = ()) -> dict[str, str]:
+    env = {k: os.environ[k] for k in (*PASSED_ENV, *extra) if k in os.environ}
     return {**env, "PATH": f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home)}
 
 
@@ -156,7 +156,8 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
         data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
         proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
                                "--run-dir", str(tmp / "run"), "--phase", "smoke", "--agents", "all", "-c", "2", *data],
-                              env=_env(venv, tmp / "work"), capture_output=True, text=True)
+                              env=_env(venv, tmp / "work", ctx.manifest.environment.scorer.env_vars),
+                              capture_output=True, text=True)
         if not (tmp / "run/attempts.parquet").exists():
             raise ValidateError(f"smoke: the installed `validate run` left no evidence (exit {proc.returncode}): "
                                 f"{proc.stderr.strip()[-1500:]}")

@@ -84,7 +84,7 @@ class RunSummary(BaseModel):
 
     schema_version: Literal[2] = 2
     run_id: str
-    kind: Literal["run", "pool", "pilot", "smoke-rerun", "eval"]
+    kind: Literal["run", "pool", "pilot", "eval"]
     groups: list[JudgedGroup] = Field(description="How tasks.parquet's verdicts were judged, in order.")
     environment: str
     manifest_sha256: str

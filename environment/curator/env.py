@@ -115,7 +115,8 @@ class CuratorEnvironment(Environment):
                           details={"mode": "judged", "reward": "0.7 intruder Jaccard + 0.3 theme grade",
                                    "judge_model": j.model, "judge_base_url": j.base_url,
                                    "judge_api_key_var": j.api_key_var, "judge_temperature": "0",
-                                   "judge_prompt_sha256": TEMPLATE_SHA256})
+                                   "judge_prompt_sha256": TEMPLATE_SHA256},
+                          env_vars=(j.api_key_var,))
 
     def source_files(self) -> list[tuple[str, Path]]:
         """The package's code without ``specs/``: the gold is hand-authored data, like a

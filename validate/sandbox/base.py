@@ -146,6 +146,12 @@ class Sandbox(ABC):
     def run(self, request: RunRequest) -> ExecResult:
         """Run one agent in a fresh sandbox; raise `SandboxError` on an infrastructure fault."""
 
+    def session(self, request: RunRequest):
+        """A live session of this backend for `request`, not yet started (`validate.sandbox.session`)."""
+        from validate.sandbox.session import open_session
+
+        return open_session(self, request)
+
     def close(self) -> None:  # noqa: B027 - a backend with nothing to clean up keeps this default
         """Stop and remove everything still running. Safe to call twice."""
 

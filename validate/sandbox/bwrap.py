@@ -142,8 +142,9 @@ class BwrapSandbox(Sandbox):
         finally:
             self.cgroups.remove(name)
 
-    def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
-        t0 = time.monotonic()
+    def launch(self, req: RunRequest, name: str, cgroups: list[Path], pass_fds: tuple[int, ...] = ()) -> _Launch:
+        """Start bwrap for `req` in `cgroups` and register it under `name` (`close` kills it);
+        `pass_fds` reach the sandbox's program open. The caller awaits the sandbox."""
         status_r, status_w = os.pipe()
         try:
             seccomp_fd = seccomp.filter_fd()
@@ -153,7 +154,8 @@ class BwrapSandbox(Sandbox):
             raise
         try:
             proc = subprocess.Popen(self._argv(req, cgroups, status_w, seccomp_fd), stdin=status_r,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w, seccomp_fd),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    pass_fds=(status_w, seccomp_fd, *pass_fds),
                                     start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except OSError as e:
             os.close(status_r)
@@ -164,6 +166,22 @@ class BwrapSandbox(Sandbox):
         launch = _Launch(proc, status_r, self.cgroups, name)
         with self._lock:
             self._launches[name] = launch
+        return launch
+
+    def release(self, name: str, cgroups: list[Path]) -> None:
+        """Unregister the launch `name` (killed and closed by its owner) and remove its cgroups."""
+        with self._lock:
+            self._launches.pop(name, None)
+        _remove_cgroups(cgroups)
+
+    def cgroups(self, name: str, req: RunRequest) -> list[Path]:
+        """The attempt's memory, pids and cpu cgroups, made and limited (`SandboxError` if not)."""
+        return self._cgroups(name, req)
+
+    def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
+        t0 = time.monotonic()
+        launch = self.launch(req, name, cgroups)
+        proc = launch.proc
         try:
             launch.await_sandbox()
             timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes,
@@ -197,6 +215,8 @@ class _Launch:
         self.name = name
         self.status = b""
         self.pid1_fd: int | None = None
+        #: The sandbox's PID 1 as the host sees it (0 until `await_sandbox` read it).
+        self.pid1 = 0
         # close() (another thread, on Ctrl-C) may kill while the attempt's own thread closes:
         # the pidfd must not be used after it is closed (its number could name another process).
         self._lock = threading.Lock()
@@ -219,6 +239,7 @@ class _Launch:
         except (ValueError, KeyError, TypeError) as e:
             self.kill()
             raise SandboxError(f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}") from None
+        self.pid1 = pid1
         monitor = _parent(pid1)
         if monitor <= 0 or _parent(monitor) != self.proc.pid:
             return  # the sandbox is already over (a quick agent): nothing to move, nothing to kill

@@ -37,6 +37,16 @@ LABEL = "deshuffle-validate"
 EVENTS_GRACE_S = 0.1
 
 
+def unreachable(error: Exception) -> str:
+    """What to say when the daemon does not answer: which socket was tried, and the fix."""
+    import os
+
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (the default; DOCKER_HOST is unset)"
+    return (f"backend docker: no Docker daemon answers at {host} ({type(error).__name__}: {error}). Start one with "
+            f"`bash scripts/setup.sh` (as root), point DOCKER_HOST at a running daemon, or freeze the contract for "
+            f"bwrap (`validate freeze --backend bwrap ...`)")
+
+
 class DockerSandbox(Sandbox):
     backend = "docker"
     isolates_network = True
@@ -47,8 +57,7 @@ class DockerSandbox(Sandbox):
         try:
             self.client = docker.from_env(timeout=60, max_pool_size=pool_size)
         except DockerException as e:
-            raise ProfileUnavailable(f"backend docker: the Docker daemon is not reachable ({e}); "
-                                     f"start dockerd or choose another backend") from None
+            raise ProfileUnavailable(unreachable(e)) from None
         self._live: set[str] = set()
         self._lock = threading.Lock()
         self._sweep()
@@ -86,7 +95,7 @@ class DockerSandbox(Sandbox):
             raise ProfileUnavailable(f"execution.image: {self.image} is not in the Docker daemon; "
                                      f"build it with `validate image build`") from None
         except (DockerException, requests.RequestException) as e:
-            raise ProfileUnavailable(f"backend docker: the Docker daemon did not answer ({e})") from None
+            raise ProfileUnavailable(unreachable(e)) from None
         return BackendFacts(backend=self.backend, image=self.image, image_digest=layers[0],
                             architecture=image.attrs.get("Architecture", "unknown"),
                             version=f"docker {version.get('Version', '?')}",
@@ -220,6 +229,15 @@ class DockerSandbox(Sandbox):
             return  # keep it in _live: close() tries again
         with self._lock:
             self._live.discard(container_id)
+
+    def track(self, container_id: str) -> None:
+        """Count a container made outside `run` (a live session's) among those `close` removes."""
+        with self._lock:
+            self._live.add(container_id)
+
+    def remove(self, container_id: str) -> None:
+        """Remove a container now (kept for `close` if the daemon does not answer)."""
+        self._remove(container_id)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,146 @@
+"""Eval attempts per second with the heuristic baseline, and the harness's own share of an attempt.
+
+    python bench/eval_bench.py --pool-run ledgers/<pool run> [--backend docker] [-n 100] [-c N]
+    python bench/eval_bench.py --composition [--backend docker|bwrap|both] [-n 60] [-c N]
+
+The first mode evaluates the heuristic baseline (behind the real local server, on loopback)
+greedily on the first N tasks of a passed pool's frozen set, through the real harness
+(sessions, trajectories, journals, Parquet), and prints, from that one run: attempts/s,
+and where an attempt's wall time went — the model (its requests, the server's policy
+included), the bash commands, the sandbox session's start and stop, scoring, and the rest,
+the harness itself. The harness's own share is everything but the model and the commands.
+
+The second mode measures a one-shot agent run as a composition of a session (start → exec
+→ stop, `validate.sandbox.session.run_in_session`) against the backend's direct `run` and
+the bare loops of bench/sandbox_bench.py, at the same concurrency, in one invocation.
+Targets for replacing the direct run: docker ≥ 0.9 × bare ``docker run``; bwrap per attempt
+≤ 2.5 × a bare ``python3 -c pass``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from validate.cli import DEFAULT_CONCURRENCY  # noqa: E402
+from validate.paths import DEFAULT_IMAGE  # noqa: E402
+
+
+def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
+    import pyarrow.parquet as pq
+
+    from environment.deshuffle.baseline import MODEL_NAME, policy
+    from validate.api import context
+    from validate.contract import derive, write_manifest
+    from validate.eval import contract as ec
+    from validate.eval.client import ChatClient
+    from validate.eval.freeze import parent_of
+    from validate.eval.run import evaluate
+    from validate.localserver import serve
+
+    parent, frozen = parent_of(pool_run)
+    if frozen.execution.backend != backend:
+        sys.exit(f"--backend: the pool ran on {frozen.execution.backend}; evaluate on that backend")
+    work = Path(tempfile.mkdtemp(prefix="eval-bench-"))
+    from environment.protocol import LoadHints
+    from validate.contract import check_environment
+
+    env, _, taskset = check_environment(frozen, LoadHints())
+    sub = derive(frozen, env, taskset, name=f"{frozen.name}.bench", idx=frozen.selection.idx[:n],
+                 rule=f"eval bench: the first {n} tasks of {frozen.name}")
+    write_manifest(sub, work / "bench.json")
+    parent = parent.model_copy(update={"manifest_sha256": sub.sha256, "manifest_name": sub.name,
+                                       "manifest_path": str(work / "bench.json"), "task_count": len(sub.tasks)})
+    with serve({MODEL_NAME: policy}) as server:
+        contract = ec.build(name="bench", parent=parent, manifest=sub, reward_code="sha256:bench",
+                            model=ec.ModelSpec(id=MODEL_NAME, revision="bench", server="localserver",
+                                               base_url=server.base_url))
+        ctx = context(work / "bench.json", kind="eval", run_dir=work / "run", concurrency=c, allow_patch=True)
+        client = ChatClient(server.base_url)
+        t0 = time.perf_counter()
+        try:
+            summary = evaluate(ctx, contract, client, c, passes=("greedy",))
+        finally:
+            ctx.sandbox.close()
+        wall = time.perf_counter() - t0
+    rows = pq.read_table(work / "run" / "samples.parquet").to_pylist()
+    total = sum(r["wall_s"] for r in rows)
+    parts = {k: sum(r[k] for r in rows) for k in ("model_s", "endpoint_wait_s", "tool_s", "sandbox_s", "score_s")}
+    rest = total - sum(parts.values())
+    print(f"eval, {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s = {summary.attempts / wall:.2f} "
+          f"attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
+          f"{summary.greedy.mean_reward.value:.3f})")
+    print(f"per attempt: {statistics.fmean(r['wall_s'] for r in rows) * 1000:.0f} ms mean wall")
+    for name, value in [*parts.items(), ("harness (the rest)", rest)]:
+        print(f"  {name:<22} {value / len(rows) * 1000:8.1f} ms   {100 * value / total:5.1f} %")
+    own = total - parts["model_s"] - parts["endpoint_wait_s"] - parts["tool_s"]
+    print(f"harness's own share (all but the model and the commands): {100 * own / total:.1f} % of the wall time")
+
+
+def composition(backend: str, n: int, c: int) -> None:
+    from bench.sandbox_bench import bare_bwrap, bare_docker, bare_python, rate
+    from validate.sandbox import Mount, RunRequest, open_sandbox
+    from validate.sandbox.session import run_in_session
+    from validate.workspace import temp_storage
+
+    sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench-composition")
+    counter = iter(range(10**9))
+
+    def attempt(via_session: bool):
+        def one() -> None:
+            with temp_storage() as root:
+                ws = root / "ws"
+                ws.mkdir()
+                req = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"comp-{next(counter)}",
+                                 mounts=(Mount(source=ws, target="/workspace", read_only=False),))
+                r = run_in_session(sandbox, req) if via_session else sandbox.run(req)
+                assert r.exit_code == 0, r
+        return one
+
+    try:
+        direct = rate(attempt(False), n, c)
+        composed = rate(attempt(True), n, c)
+        if backend == "docker":
+            bare = rate(bare_docker, n, c)
+            print(f"docker, -c {c}: bare `docker run` {bare:.2f}/s; direct run {direct:.2f}/s ({direct / bare:.2f}×); "
+                  f"session composition {composed:.2f}/s ({composed / bare:.2f}× bare, target ≥ 0.90; "
+                  f"{composed / direct:.2f}× direct)")
+        else:
+            bare_py = 1 / rate(bare_python, n, 1)  # the image's python3 -c pass, as bench/sandbox_bench.py
+            one_direct, one_composed = rate(attempt(False), n // 2, 1), rate(attempt(True), n // 2, 1)
+            print(f"bwrap, -c {c}: bare bwrap {rate(bare_bwrap, n, c):.2f}/s; direct run {direct:.2f}/s; session "
+                  f"composition {composed:.2f}/s ({composed / direct:.2f}× direct)")
+            print(f"bwrap, one at a time: python3 -c pass {bare_py * 1000:.1f} ms; direct {1000 / one_direct:.1f} ms "
+                  f"({1 / one_direct / bare_py:.2f}×); composition {1000 / one_composed:.1f} ms "
+                  f"({1 / one_composed / bare_py:.2f}×, target ≤ 2.5)")
+    finally:
+        sandbox.close()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pool-run", type=Path, help="a passed pool run (its frozen set is evaluated)")
+    p.add_argument("--composition", action="store_true", help="measure the one-shot run as a session composition")
+    p.add_argument("--backend", default="docker", choices=["docker", "bwrap", "both"])
+    p.add_argument("-n", type=int, default=100, help="tasks (eval) or attempts per loop (composition)")
+    p.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY, help="concurrency")
+    args = p.parse_args()
+    backends = ["docker", "bwrap"] if args.backend == "both" else [args.backend]
+    for backend in backends:
+        if args.composition:
+            composition(backend, args.n, args.c)
+        elif args.pool_run is None:
+            p.error("--pool-run is required (or --composition)")
+        else:
+            eval_rate(args.pool_run, backend, args.n, args.c)
+
+
+if __name__ == "__main__":
+    main()

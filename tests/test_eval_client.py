@@ -1,0 +1,156 @@
+"""The chat-completions client against real servers on loopback: every endpoint fault is typed
+(`EndpointUnavailable` retried, Retry-After honoured; `EndpointRejected` at once), streamed
+and plain answers assemble alike, and the API key goes only into the Authorization header."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
+from validate.localserver import Faults, serve
+
+BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+
+
+def policy(request: dict) -> dict:
+    if not any(m["role"] == "tool" for m in request["messages"]):
+        return {"tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "bash", "arguments": {"command": "ls -la /workspace"}}}]}
+    return {"content": "the answer is \\boxed{[1, 2]}"}
+
+
+def body(stream: bool, **extra) -> dict:
+    b = {"model": "m", "messages": [{"role": "user", "content": "hi there"}], "tools": [BASH], "stream": stream,
+         **extra}
+    if stream:
+        b["stream_options"] = {"include_usage": True}
+    return b
+
+
+@pytest.fixture
+def server():
+    with serve({"m": policy}) as s:
+        yield s
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_plain_and_streamed_answers_assemble_alike(server, stream):
+    done = ChatClient(server.base_url, retries=0).complete(body(stream))
+    call = done.message["tool_calls"][0]
+    assert call["id"] == "c1" and call["function"]["name"] == "bash"
+    assert json.loads(call["function"]["arguments"]) == {"command": "ls -la /workspace"}
+    assert done.finish_reason == "tool_calls" and done.tries == 1 and done.faults == []
+    assert done.prompt_tokens > 0
+    assert done.completion_tokens == 5  # "bash" + the four whitespace tokens of the arguments
+    assert done.message["content"] is None
+
+
+def test_a_429_is_retried_after_its_retry_after(server):
+    server.set_faults(Faults(rate_limit_first_n=2, retry_after_s=1))
+    t0 = time.monotonic()
+    done = ChatClient(server.base_url, retries=3, backoff_s=0.01).complete(body(True))
+    assert time.monotonic() - t0 >= 2.0, "Retry-After: 1 was not honoured twice"
+    assert done.tries == 3 and done.faults == ["rate_limited", "rate_limited"] and done.wait_s >= 2.0
+    assert [r.status for r in server.requests] == [429, 429, 200]
+
+
+def test_a_429_that_outlasts_the_retries_is_unavailable(server):
+    server.set_faults(Faults(rate_limit_first_n=10, retry_after_s=0))
+    with pytest.raises(EndpointUnavailable) as e:
+        ChatClient(server.base_url, retries=2, backoff_s=0.01).complete(body(False))
+    assert e.value.kind == "rate_limited" and e.value.status == 429 and e.value.tries == 3
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize("faults,kind", [
+    (Faults(server_error_first_n=2, server_error_status=503), "server_error"),
+    (Faults(truncate_first_n=2), "truncated"),
+    (Faults(garbage_first_n=2), "bad_response"),
+    (Faults(drop_first_n=2), "connection"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_transient_faults_are_retried_then_answered(server, faults, kind, stream):
+    server.set_faults(faults)
+    done = ChatClient(server.base_url, retries=2, backoff_s=0.01).complete(body(stream))
+    assert done.faults == [kind, kind] and done.message["tool_calls"]
+    with pytest.raises(EndpointUnavailable) as e:
+        server.set_faults(faults)
+        ChatClient(server.base_url, retries=1, backoff_s=0.01).complete(body(stream))
+    assert e.value.kind == kind
+
+
+def test_a_slow_endpoint_times_out():
+    with serve({"m": policy}, faults=Faults(delay_s=3.0)) as server:
+        t0 = time.monotonic()
+        with pytest.raises(EndpointUnavailable) as e:
+            ChatClient(server.base_url, request_timeout_s=0.3, retries=1, backoff_s=0.01).complete(body(True))
+        assert e.value.kind == "timeout" and e.value.tries == 2
+        assert time.monotonic() - t0 < 2.5
+
+
+def test_the_deadline_bounds_every_try_and_wait(server):
+    server.set_faults(Faults(rate_limit_first_n=10, retry_after_s=5))
+    t0 = time.monotonic()
+    with pytest.raises(EndpointUnavailable):
+        ChatClient(server.base_url, retries=5, max_wait_s=30).complete(body(False), deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - t0 < 1.5, "waited past the attempt's deadline"
+
+
+def test_connection_refused_is_unavailable():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    with pytest.raises(EndpointUnavailable) as e:
+        ChatClient(f"http://127.0.0.1:{port}/v1", retries=2, backoff_s=0.01).complete(body(False))
+    assert e.value.kind == "connection" and e.value.tries == 3
+
+
+def test_a_wrong_key_or_model_is_rejected_at_once_and_the_key_stays_in_the_header():
+    with serve({"m": policy}, api_key="sekret-key") as server:
+        with pytest.raises(EndpointRejected) as e:
+            ChatClient(server.base_url, api_key="wrong", retries=3).complete(body(False))
+        assert e.value.status == 401 and e.value.auth and len(server.requests) == 1
+        with pytest.raises(EndpointRejected) as e:
+            ChatClient(server.base_url, api_key="sekret-key", retries=3).complete(body(False, model="nope"))
+        assert e.value.status == 404 and e.value.auth
+        done = ChatClient(server.base_url, api_key="sekret-key").complete(body(False))
+        assert done.message["tool_calls"]
+        last = server.requests[-1]
+        assert last.authorized and last.headers["authorization"] == "<redacted>"
+        assert "sekret-key" not in json.dumps(last.body)
+
+
+class _ContextTooLong(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        data = json.dumps({"error": {"message": "This model's maximum context length is 4096 tokens. However, you "
+                                                "requested 9000 tokens.", "type": "BadRequestError"}}).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_context_length_refusal_is_told_apart_from_a_bad_request(server):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ContextTooLong)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(EndpointRejected) as e:
+            ChatClient(f"http://127.0.0.1:{httpd.server_address[1]}/v1").complete(body(False))
+        assert e.value.context_length and not e.value.auth
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    with pytest.raises(EndpointRejected) as e:  # the local server refuses a request body it cannot read
+        ChatClient(server.base_url).complete(body(False, temperature=7))
+    assert e.value.status == 400 and not e.value.context_length and "temperature" in str(e.value)

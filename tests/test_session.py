@@ -1,0 +1,164 @@
+"""Live sandbox sessions (`validate.sandbox.session`) on real docker and real bwrap: the same
+confinement as a one-shot run (network off, user, read-only root, limits, bwrap's seccomp
+filter), a failed command is data, a dead sandbox a `SandboxError`, read/write refuse what
+an agent planted, the watchdog ends a sandbox nobody stops, and `close` ends live sessions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SANDBOX_BACKENDS
+from validate.errors import SandboxError
+from validate.sandbox import Limits, Mount, RunRequest
+from validate.sandbox.session import NotAFile
+
+SESSION_BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
+
+
+@pytest.fixture
+def workspace():
+    from validate.workspace import temp_storage
+
+    with temp_storage() as root:  # traversable by the sandbox's user, unlike pytest's 0700 tmp_path
+        root.chmod(0o711)
+        yield _workspace(root)
+
+
+def _workspace(root: Path) -> Path:
+    ws = root / "ws"
+    ws.mkdir()
+    os.chown(ws, 65534, 65534)
+    (ws / "data.txt").write_text("hello\n")
+    return ws
+
+
+@pytest.mark.bwrap
+def test_a_sandbox_that_cannot_start_fails_the_start(sandboxes, tmp_path):
+    with pytest.raises(SandboxError, match="Can't find source path"):
+        sandboxes("bwrap").session(request(tmp_path / "missing", "nostart")).start()
+
+
+def request(ws: Path, name: str, **limits) -> RunRequest:
+    return RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),),
+                      env={"GREETING": "hi"}, name=f"{name}-{os.getpid()}-{time.monotonic_ns() % 10**9}",
+                      limits=Limits(**{"timeout_s": 60.0, **limits}))
+
+
+def sandbox_of(sandboxes, backend):
+    if backend == "subprocess":
+        from validate.sandbox import open_sandbox
+
+        return open_sandbox("subprocess", image="host")
+    return sandboxes(backend)
+
+
+@pytest.mark.parametrize("backend", SESSION_BACKENDS)
+def test_commands_run_in_the_workspace_with_the_requests_environment(sandboxes, backend, workspace):
+    with sandbox_of(sandboxes, backend).session(request(workspace, "basic")) as s:
+        r = s.exec(["bash", "-c", "cat data.txt; echo $GREETING; echo oops >&2; exit 3"], timeout_s=20)
+        assert (r.exit_code, r.stdout, r.stderr, r.timed_out) == (3, b"hello\nhi\n", b"oops\n", False)
+        assert s.exec(["bash", "-c", "cat > copy.txt"], stdin=b"piped in", timeout_s=20).exit_code == 0
+        assert (workspace / "copy.txt").read_bytes() == b"piped in"  # the same workspace, live
+        big = s.exec(["head", "-c", "300000", "/dev/zero"], timeout_s=20, max_output_bytes=1000)
+        assert big.exit_code == 0 and big.stdout == b"\0" * 1000
+        missing = s.exec(["no-such-program"], timeout_s=20)
+        assert missing.exit_code in (126, 127)
+
+
+@pytest.mark.parametrize("backend", SESSION_BACKENDS)
+def test_a_command_past_its_timeout_is_killed_and_the_session_goes_on(sandboxes, backend, workspace):
+    with sandbox_of(sandboxes, backend).session(request(workspace, "timeout")) as s:
+        t0 = time.monotonic()
+        r = s.exec(["bash", "-c", "sleep 30 & sleep 30"], timeout_s=1.0)
+        assert r.timed_out and r.exit_code is None and time.monotonic() - t0 < 15
+        assert s.exec(["true"], timeout_s=20).exit_code == 0
+
+
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_the_session_is_confined_like_a_one_shot_run(sandboxes, backend, workspace):
+    with sandboxes(backend).session(request(workspace, "confined", memory_mb=128)) as s:
+        assert s.exec(["id", "-u"], timeout_s=20).stdout == b"65534\n"
+        net = s.exec(["python3", "-c", "import socket; print(sorted(n for _, n in socket.if_nameindex()))"],
+                     timeout_s=20)
+        assert net.stdout.strip() == b"['lo']"
+        ro = s.exec(["bash", "-c", "echo x > /etc/passwd"], timeout_s=20)
+        assert ro.exit_code != 0
+        oom = s.exec(["python3", "-c", "x = bytearray(1024 ** 3)"], timeout_s=30)
+        assert oom.oom_killed and oom.exit_code == 137
+        assert s.exec(["echo", "alive"], timeout_s=20).stdout == b"alive\n"  # the OOM took the command only
+        if backend == "bwrap":  # the seccomp filter holds for commands too
+            code = ("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+                    "print(libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))")  # CLONE_NEWUSER
+            userns = s.exec(["python3", "-c", code], timeout_s=20)
+            assert userns.stdout == b"-1 Operation not permitted\n"
+
+
+@pytest.mark.parametrize("backend", SESSION_BACKENDS)
+def test_read_and_write_refuse_what_an_agent_planted(sandboxes, backend, workspace):
+    with sandbox_of(sandboxes, backend).session(request(workspace, "rw")) as s:
+        s.write("/workspace/reply.txt", b"42\n")
+        assert s.read("/workspace/reply.txt", 100) == b"42\n"
+        assert s.read("/workspace/absent.txt", 100) is None
+        s.exec(["bash", "-c", "ln -s /etc/passwd link; mkfifo fifo; mkdir dir; head -c 500 /dev/zero > big"],
+               timeout_s=20)
+        for name in ("link", "fifo", "dir", "big"):
+            with pytest.raises(NotAFile):
+                s.read(f"/workspace/{name}", 100)
+        with pytest.raises(SandboxError):
+            s.write("/workspace/link", b"through the symlink")
+        assert b"through" not in Path("/etc/passwd").read_bytes()
+
+
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_a_sandbox_killed_from_outside_is_an_infrastructure_fault(sandboxes, backend, workspace):
+    sb = sandboxes(backend)
+    with sb.session(request(workspace, "killed")) as s:
+        assert s.exec(["true"], timeout_s=20).exit_code == 0
+        if backend == "docker":
+            sb.client.api.kill(s.cid)
+        else:
+            os.kill(s.launch.pid1, signal.SIGKILL)
+        with pytest.raises(SandboxError):
+            s.exec(["true"], timeout_s=20)
+        s.stop()
+        s.stop()  # safe twice
+
+
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_the_watchdog_ends_a_session_nobody_stops(sandboxes, backend, workspace):
+    sb = sandboxes(backend)
+    s = sb.session(request(workspace, "watchdog", timeout_s=1.0)).start()
+    try:
+        time.sleep(1.0 + 5.0 + 2.0)  # the request's timeout, the backstop, and slack
+        if backend == "docker":
+            assert not sb.client.api.inspect_container(s.cid)["State"]["Running"]
+        else:
+            assert s.launch.proc.poll() is not None or not Path(f"/proc/{s.launch.pid1}").exists()
+        with pytest.raises(SandboxError):
+            s.exec(["true"])  # nothing is left of the deadline either
+            raise SandboxError("the deadline passed")
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_close_ends_live_sessions(sandboxes, backend, workspace):
+    from validate.sandbox import open_sandbox
+
+    sb = open_sandbox(backend, image=sandboxes(backend).image, run_label="pytest-session-close")
+    s = sb.session(request(workspace, "close")).start()
+    sb.close()
+    with pytest.raises(SandboxError):
+        s.exec(["true"], timeout_s=20)
+    s.stop()
+    if backend == "docker":
+        assert not sb.client.api.containers(all=True, filters={"label": "deshuffle-validate=pytest-session-close"})
+    else:
+        out = subprocess.run(["pgrep", "-f", f"close-{os.getpid()}"], capture_output=True, text=True).stdout
+        assert not out.strip()

@@ -1,0 +1,156 @@
+"""Re-check an eval run directory without rerunning anything (`validate eval audit RUN_DIR`).
+
+Nothing the run wrote about itself is trusted:
+
+1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra.
+2. Contracts: the eval contract's and the dataset manifest's own sha256 hold; the eval
+   contract's parent is that manifest; eval.json names both.
+3. Attempts: keys unique, superseded flags follow the try numbers, every attempt is the
+   model's (agent ``model``, role ``model``) on a task of the manifest with its hash, in
+   ``eval-greedy`` (sample 0) or ``eval`` (samples 0..k−1).
+4. Samples and trajectories: exactly one sample row per attempt; its ``solved`` flag and its
+   failure class and rule re-derived (`validate.eval.classes`); each attempt's turn rows
+   number exactly its ``turns``.
+5. Metrics: eval.json and eval-tasks.parquet recomputed from the attempts and sample rows
+   (`validate.eval.summary`); each report's headline and shown trajectories re-derived.
+
+Each problem names its file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from validate.audit import AuditResult
+from validate.contract import ContractError, load_manifest
+from validate.eval.contract import load
+from validate.eval.evidence import EvalPaths
+from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
+from validate.eval.records import SampleRow
+from validate.eval.runner import facts_of
+from validate.evidence import file_sha256, read_attempts, sealed_files
+from validate.paths import RunPaths
+from validate.records import AGENT_STATUSES, Attempt
+
+_KEY = ["phase", "task_id", "agent", "sample", "attempt"]
+
+
+def _seal(paths: RunPaths, r: AuditResult) -> None:
+    if not paths.checksums.exists():
+        r.problems.append(f"{paths.checksums}: missing")
+        return
+    listed = dict(reversed(line.split("  ", 1)) for line in paths.checksums.read_text().splitlines() if "  " in line)
+    present = {p.relative_to(paths.root).as_posix() for p in sealed_files(paths)}
+    for name in sorted(set(listed) ^ present):
+        r.problems.append(f"{paths.root / name}: " + ("listed in checksums but missing" if name in listed
+                                                        else "present but not listed in checksums"))
+    for name in sorted(set(listed) & present):
+        if file_sha256(paths.root / name) != listed[name]:
+            r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
+    r.checked.append(f"checksums over {len(present)} files")
+
+
+def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:
+    if a.duplicated(_KEY).any():
+        r.problems.append(f"{where}: an attempt key (phase, task, agent, sample, try) repeats")
+    latest = a.groupby(["phase", "task_id", "agent", "sample"])["attempt"].transform("max")
+    if ((a["attempt"] < latest) != a["superseded"]).any():
+        r.problems.append(f"{where}: superseded flags do not follow the try numbers")
+    hashes = {t.id: t.hash for t in manifest.tasks}
+    bad = a[[hashes.get(t) != h for t, h in zip(a["task_id"], a["task_hash"], strict=True)]]
+    if len(bad):
+        r.problems.append(f"{where}: {len(bad)} attempt(s) name a task or hash the manifest does not hold")
+    if set(a["agent"]) - {"model"} or set(a["role"]) - {"model"}:
+        r.problems.append(f"{where}: attempts of an agent or role other than the model")
+    if set(a["phase"]) - {GREEDY_PHASE, SAMPLED_PHASE}:
+        r.problems.append(f"{where}: attempts of phases {sorted(set(a['phase']) - {GREEDY_PHASE, SAMPLED_PHASE})}")
+    wrong = ((a["phase"] == GREEDY_PHASE) & (a["sample"] != 0)) | ((a["phase"] == SAMPLED_PHASE) & (a["sample"] >= k))
+    if wrong.any():
+        r.problems.append(f"{where}: sample numbers outside the pass's range")
+    r.checked.append(f"{len(a)} attempts against the manifest")
+
+
+def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tuple, list], threshold: float,
+             r: AuditResult, paths: EvalPaths) -> None:
+    by_key = {s.key(): s for s in samples}
+    keys = {(a.phase, a.task_id, a.agent, a.sample, a.attempt) for a in attempts}
+    if set(by_key) != keys or len(by_key) != len(samples):
+        r.problems.append(f"{paths.samples}: the sample rows are not exactly one per attempt")
+    from validate.eval.classes import classify
+
+    bad = 0
+    for a in attempts:
+        s = by_key.get((a.phase, a.task_id, a.agent, a.sample, a.attempt))
+        if s is None:
+            continue
+        solved = a.status in AGENT_STATUSES and a.reward is not None and a.reward >= threshold
+        if solved != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
+            bad += 1
+            if bad <= 5:
+                r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try {a.attempt}: solved "
+                                  f"{s.solved} / class {s.failure_class} ({s.failure_rule}) do not follow from its "
+                                  f"status, reward and facts")
+    counts = {k: len(v) for k, v in turns.items()}
+    if any(k not in by_key for k in counts) or any(counts.get(k, 0) != s.turns for k, s in by_key.items()):
+        r.problems.append(f"{paths.trajectories}: turn rows do not match the sample rows' turn counts")
+    r.checked.append("every sample row, solved flag and failure class re-derived")
+
+
+def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r: AuditResult) -> None:
+    from validate.eval.report import headline, pick
+    from validate.eval.summary import summarize, task_table
+    from validate.report import md_text
+
+    c, s = ev.contract, ev.summary
+    families = {row.task_id: row.family for row in ev.tasks.itertuples()}
+    task_ids = [t.id for t in manifest.tasks]
+    identity = {f: getattr(s, f) for f in ("run_id", "contract_sha256", "manifest_sha256", "environment", "model",
+                                          "backend", "image_digest", "machine", "code_commit", "patch", "started_at",
+                                          "finished_at", "interrupted")}
+    again = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
+    if again.model_dump(mode="json") != s.model_dump(mode="json"):
+        diff = [f for f in type(again).model_fields if getattr(again, f) != getattr(s, f)]
+        r.problems.append(f"{ev.paths.summary}: does not recompute from the evidence (fields {', '.join(diff)})")
+    tasks = [t.model_dump() for t in task_table(attempts, task_ids, families, c.k, c.reward.pass_threshold)]
+    if tasks != pq.read_table(ev.paths.tasks).to_pylist():
+        r.problems.append(f"{ev.paths.tasks}: does not recompute from the attempts")
+    for rec in sorted(ev.paths.run.reports.glob("*/report.json")) if ev.paths.run.reports.is_dir() else []:
+        data = json.loads(rec.read_text())
+        if data.get("headline") != headline(s) or data.get("shown") != [list(k) for k in pick(ev, s.run_id)]:
+            r.problems.append(f"{rec}: its headline or shown trajectories are not the evidence's")
+        if md_text(headline(s)) not in (rec.parent / "report.md").read_text():
+            r.problems.append(f"{rec.parent / 'report.md'}: does not state the evidence's headline")
+    r.checked.append("eval.json, eval-tasks.parquet and every report recomputed")
+
+
+def audit(root: Path) -> AuditResult:
+    from validate.errors import EvidenceError
+    from validate.eval.report import load_eval
+
+    paths = EvalPaths(RunPaths(Path(root)))
+    r = AuditResult()
+    if not paths.contract.is_file():
+        r.problems.append(f"{paths.root}: not an eval run directory (no eval-contract.json)")
+        return r
+    _seal(paths.run, r)
+    try:
+        contract, manifest = load(paths.contract), load_manifest(paths.run.manifest)
+        ev = load_eval(paths.root)
+    except (ContractError, EvidenceError) as e:
+        r.problems.append(str(e))
+        return r
+    if contract.parent.manifest_sha256 != manifest.sha256:
+        r.problems.append(f"{paths.contract}: its parent is not manifest.json ({manifest.sha256})")
+    if (ev.summary.contract_sha256, ev.summary.manifest_sha256) != (contract.sha256, manifest.sha256):
+        r.problems.append(f"{paths.summary}: names another contract or manifest")
+    r.checked.append("both contracts and their hash chain")
+    _attempts(ev.attempts, manifest, contract.k, r, paths.run.attempts)
+    attempts = read_attempts(paths.run)
+    samples = [SampleRow.model_validate(row) for row in pq.read_table(paths.samples).to_pylist()]
+    _samples(attempts, samples, ev.turns, contract.reward.pass_threshold, r, paths)
+    _metrics(ev, attempts, samples, manifest, r)
+    return r

@@ -1,0 +1,196 @@
+"""Live sessions of the bwrap backend: one sandbox kept alive, commands served from inside it.
+
+The sandbox is launched exactly as a one-shot run's (`BwrapSandbox.launch`: the same
+cgroups, uid, seccomp filter, namespaces, mounts and watchdog as PID 1); its program is a
+small stdlib command server (`SERVER`, run as ``python3 -S``) that reads one request per
+line from a pipe the harness holds (passed in as an inherited fd) and answers each on its
+stdout. Every command is a child of that server, so it runs under all of the sandbox's
+confinement — the seccomp filter included, which a process entered from outside with
+``nsenter`` would not inherit; that, and one exec less per command, is why the server was
+chosen over ``nsenter`` (docs/evaluation.md has the figures).
+
+The server kills a command's process group at its timeout and keeps the head of its output
+(the rest drained and dropped). The harness exempts the watchdog and the server from the OOM
+killer (oom_score_adj −1000) and reads an OOM kill off the attempt's memory cgroup
+(``oom_kill`` before and after). A server that stops answering — the sandbox died — is a
+`SandboxError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import time
+
+from validate.errors import SandboxError
+from validate.sandbox.base import ExecResult
+from validate.sandbox.docker_session import shield
+from validate.sandbox.session import Session
+
+#: Seconds the command server may take to say it is ready.
+START_TIMEOUT_S = 30.0
+#: Seconds past a command's timeout the harness waits for the server's answer.
+ANSWER_GRACE_S = 10.0
+
+SERVER = r"""
+import base64, json, os, select, signal, subprocess, sys, time
+requests = os.fdopen(int(sys.argv[1]), "rb")
+answers = os.fdopen(1, "wb", buffering=0)
+
+def kill(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+def run(req):
+    t0 = time.monotonic()
+    try:
+        p = subprocess.Popen(req["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    except OSError as e:
+        return {"exit": 126 if isinstance(e, PermissionError) else 127, "timed_out": False, "stdout": "",
+                "stderr": base64.b64encode(("cannot run: %s" % e.strerror).encode()).decode(), "runtime_s": 0.0}
+    data, keep = base64.b64decode(req["stdin"]), req["keep"]
+    kept = {p.stdout.fileno(): bytearray(), p.stderr.fileno(): bytearray()}
+    poller = select.poll()
+    for fd in kept:
+        poller.register(fd, select.POLLIN)
+    exit_fd = os.pidfd_open(p.pid)
+    poller.register(exit_fd, select.POLLIN)
+    stdin_fd = p.stdin.fileno()
+    if data:
+        os.set_blocking(stdin_fd, False)
+        poller.register(stdin_fd, select.POLLOUT)
+    else:
+        p.stdin.close()
+    deadline, exited, timed_out, grace = t0 + req["timeout_s"], False, False, None
+    while kept_open(kept, poller) or not exited:
+        until = grace if exited else deadline
+        left = until - time.monotonic()
+        if left <= 0:
+            if not exited:
+                timed_out = True
+                kill(p)
+            break
+        for fd, ev in poller.poll(left * 1000):
+            if fd == exit_fd:
+                exited, grace = True, time.monotonic() + 1.0
+                poller.unregister(exit_fd)
+            elif fd == stdin_fd:
+                try:
+                    data = data[os.write(stdin_fd, data[:65536]):]
+                except OSError:
+                    data = b""
+                if not data:
+                    poller.unregister(stdin_fd)
+                    p.stdin.close()
+            else:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    poller.unregister(fd)
+                    kept[fd + 1000000] = None
+                elif len(kept[fd]) < keep:
+                    kept[fd] += chunk[:keep - len(kept[fd])]
+    p.wait()
+    kill(p)
+    os.close(exit_fd)
+    code = p.returncode if p.returncode >= 0 else 128 - p.returncode
+    out, err = kept[p.stdout.fileno()], kept[p.stderr.fileno()]
+    return {"exit": None if timed_out else code, "timed_out": timed_out,
+            "stdout": base64.b64encode(bytes(out)).decode(), "stderr": base64.b64encode(bytes(err)).decode(),
+            "runtime_s": time.monotonic() - t0}
+
+def kept_open(kept, poller):
+    return sum(1 for k in kept if k < 1000000) > sum(1 for k in kept if k >= 1000000)
+
+answers.write(b'{"ready": true}\n')
+for line in requests:
+    answers.write(json.dumps(run(json.loads(line))).encode() + b"\n")
+"""
+
+
+class BwrapSession(Session):
+    def _start(self) -> None:
+        sb = self.sandbox
+        self.name = f"{sb.run_label}-{self.request.name}"
+        self.cgroups = sb.cgroups(self.name, self.request)
+        self.launch = None
+        req_r, self.req_w = os.pipe()
+        try:
+            request = self.request.model_copy(update={"argv": ("python3", "-S", "-c", SERVER, str(req_r))})
+            self.launch = sb.launch(request, self.name, self.cgroups, pass_fds=(req_r,))
+        finally:
+            os.close(req_r)
+        self.launch.await_sandbox()
+        if not self.launch.pid1:
+            raise SandboxError(f"bwrap session: the sandbox did not start: {self._stderr()}")
+        shield(self.launch.pid1)
+        self.answers = self.launch.proc.stdout.fileno()
+        self.buffer = b""
+        if self._answer(time.monotonic() + START_TIMEOUT_S) != {"ready": True}:
+            raise SandboxError("bwrap session: the command server did not say it is ready")
+
+    def _stderr(self) -> str:
+        try:
+            os.set_blocking(self.launch.proc.stderr.fileno(), False)
+            return repr(self.launch.proc.stderr.read(300) or b"")
+        except (OSError, TypeError):
+            return "''"
+
+    def _oom_kills(self) -> int | None:
+        try:
+            for line in (self.cgroups[0] / "memory.oom_control").read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
+        before = self._oom_kills()
+        t0 = time.monotonic()
+        line = json.dumps({"argv": list(argv), "stdin": base64.b64encode(stdin).decode(), "timeout_s": timeout_s,
+                           "keep": keep}).encode() + b"\n"
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(self.req_w, view):]
+        except OSError as e:
+            raise SandboxError(f"bwrap session: the sandbox is gone ({e.strerror})") from None
+        answer = self._answer(t0 + timeout_s + ANSWER_GRACE_S)
+        after = self._oom_kills()
+        oom = before is not None and after is not None and after > before
+        return ExecResult(exit_code=answer["exit"], timed_out=answer["timed_out"], oom_killed=oom,
+                          stdout=base64.b64decode(answer["stdout"]), stderr=base64.b64decode(answer["stderr"]),
+                          runtime_s=time.monotonic() - t0)
+
+    def _answer(self, deadline: float) -> dict:
+        poller = select.poll()
+        poller.register(self.answers, select.POLLIN)
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not poller.poll(left * 1000):
+                raise SandboxError("bwrap session: the sandbox's command server stopped answering")
+            chunk = os.read(self.answers, 1 << 20)
+            if not chunk:
+                raise SandboxError(f"bwrap session: the sandbox ended: {self._stderr()}")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise SandboxError(f"bwrap session: an unreadable answer: {line[:200]!r}") from None
+
+    def _stop(self) -> None:
+        if getattr(self, "req_w", None) is not None:
+            os.close(self.req_w)
+            self.req_w = None
+        launch = getattr(self, "launch", None)
+        if launch is not None:
+            launch.kill()
+            launch.close()
+        if getattr(self, "cgroups", None) is not None:
+            self.sandbox.release(self.name, self.cgroups)

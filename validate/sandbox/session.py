@@ -1,0 +1,195 @@
+"""Live sandbox sessions: one sandbox kept running for an attempt, commands run inside it.
+
+A `Session` is made from a `RunRequest` (mounts, environment, limits, user: the same as a
+one-shot run; its ``argv`` is unused) and lives from `start` to `stop`::
+
+    with open_session(sandbox, request) as s:       # start(): the sandbox exists, idle
+        r = s.exec(["bash", "-c", "ls"], timeout_s=10)   # an ExecResult, like a one-shot run
+        data = s.read("/workspace/reply.txt", 4096)
+        s.write("/workspace/notes.txt", b"...")
+    # stop(): everything in it is gone (safe to call twice)
+
+A failed command is data (its exit code, ``timed_out``, ``oom_killed``); a sandbox that
+cannot start, or died, raises `SandboxError` (an infrastructure fault). The sandbox's PID 1
+is a watchdog that ends the whole sandbox at the request's deadline
+(``limits.timeout_s`` + `BACKSTOP_S` after the start) even if the harness is killed.
+
+`read` and `write` are commands inside the sandbox, as the sandbox's user: they see what
+the sandbox sees, and a path the agent made into a symlink, FIFO or directory is refused
+as it is by the host-side reply reader (`validate.workspace.read_reply`).
+
+Implementations are loaded lazily by backend name (`SESSIONS`), like the backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from validate.errors import ProfileUnavailable, SandboxError
+from validate.sandbox.base import BACKSTOP_S, ExecResult, RunRequest, Sandbox  # noqa: F401 - BACKSTOP_S: the docstring's
+
+SESSIONS: dict[str, str] = {
+    "docker": "validate.sandbox.docker_session:DockerSession",
+    "bwrap": "validate.sandbox.bwrap_session:BwrapSession",
+    "subprocess": "validate.sandbox.subprocess_session:SubprocessSession",
+}
+
+#: Exit status of `read_argv` when the path is not a regular file (the message is on stderr).
+NOT_A_FILE = 3
+#: Exit status of `read_argv` / `write_argv` when the path does not exist (read) or cannot be written.
+NO_SUCH_FILE = 4
+
+# Reads at most N+1 bytes of a regular file without following a symlink or blocking on a FIFO.
+_READ = r"""
+import os, stat, sys
+p, n = sys.argv[1], int(sys.argv[2])
+try:
+    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+except FileNotFoundError:
+    sys.exit(4)
+except OSError as e:
+    sys.stderr.write("not a regular file: %s" % e.strerror); sys.exit(3)
+if not stat.S_ISREG(os.fstat(fd).st_mode):
+    sys.stderr.write("not a regular file"); sys.exit(3)
+left = n + 1
+while left > 0:
+    b = os.read(fd, min(left, 1 << 20))
+    if not b:
+        break
+    sys.stdout.buffer.write(b); left -= len(b)
+"""
+# Writes stdin to a path, refusing to follow a symlink at the last component.
+_WRITE = r"""
+import os, sys
+p = sys.argv[1]
+try:
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+except OSError as e:
+    sys.stderr.write("cannot write: %s" % e.strerror); sys.exit(4)
+data = sys.stdin.buffer.read()
+while data:
+    data = data[os.write(fd, data):]
+"""
+
+
+def read_argv(path: str, max_bytes: int) -> list[str]:
+    return ["python3", "-S", "-c", _READ, path, str(max_bytes)]
+
+
+def write_argv(path: str) -> list[str]:
+    return ["python3", "-S", "-c", _WRITE, path]
+
+
+class NotAFile(Exception):
+    """`read` of a path that is a symlink, FIFO, directory or device, or of a file over the cap:
+    what the agent left, never an infrastructure fault."""
+
+
+class Session(ABC):
+    """One live sandbox. Subclasses implement `_start`, `_exec` and `_stop`."""
+
+    def __init__(self, sandbox: Sandbox, request: RunRequest) -> None:
+        self.sandbox, self.request = sandbox, request
+        self.started_at: float | None = None
+        self._stopped = False
+
+    @property
+    def deadline(self) -> float:
+        """`time.monotonic` instant at which the request's timeout runs out."""
+        if self.started_at is None:
+            raise SandboxError("session: not started")
+        return self.started_at + self.request.limits.timeout_s
+
+    def start(self) -> Session:
+        if self.started_at is not None:
+            raise SandboxError("session: already started")
+        self.started_at = time.monotonic()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def exec(self, argv: Sequence[str], stdin: bytes = b"", timeout_s: float | None = None,
+             max_output_bytes: int | None = None) -> ExecResult:
+        """Run `argv` inside the sandbox (workdir, env and user of the request). `timeout_s`
+        defaults to what is left of the request's; output beyond `max_output_bytes` (default
+        ``limits.max_log_bytes``) is dropped."""
+        if self.started_at is None or self._stopped:
+            raise SandboxError("session: exec on a session that is not running")
+        left = self.deadline - time.monotonic()
+        timeout = left if timeout_s is None else min(timeout_s, left)
+        keep = self.request.limits.max_log_bytes if max_output_bytes is None else max_output_bytes
+        if timeout <= 0:
+            return ExecResult(exit_code=None, timed_out=True, runtime_s=0.0)
+        return self._exec(tuple(argv), stdin, timeout, keep)
+
+    def read(self, path: str, max_bytes: int) -> bytes | None:
+        """The bytes of a regular file inside the sandbox; None when it does not exist;
+        `NotAFile` for anything else or a file over `max_bytes`."""
+        r = self.exec(read_argv(path, max_bytes), timeout_s=30.0, max_output_bytes=max_bytes + 1)
+        if r.exit_code == NO_SUCH_FILE:
+            return None
+        if r.exit_code == NOT_A_FILE:
+            raise NotAFile(f"{path}: {r.stderr.decode('utf-8', 'replace')[:200]}")
+        if r.exit_code != 0:
+            raise SandboxError(f"session: reading {path} failed (exit {r.exit_code}, timed out {r.timed_out}): "
+                               f"{r.stderr[:200]!r}")
+        if len(r.stdout) > max_bytes:
+            raise NotAFile(f"{path}: larger than {max_bytes} bytes")
+        return r.stdout
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write `data` to `path` inside the sandbox, as the sandbox's user."""
+        r = self.exec(write_argv(path), stdin=data, timeout_s=30.0)
+        if r.exit_code != 0:
+            raise SandboxError(f"session: writing {path} failed (exit {r.exit_code}): "
+                               f"{r.stderr.decode('utf-8', 'replace')[:200]}")
+
+    def stop(self) -> None:
+        """End the sandbox and everything in it. Safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop()
+
+    def __enter__(self) -> Session:
+        return self if self.started_at is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @abstractmethod
+    def _start(self) -> None:
+        """Create the sandbox with its watchdog as PID 1; raise `SandboxError` if it cannot."""
+
+    @abstractmethod
+    def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
+        """Run one command; its own failure is data; a dead sandbox raises `SandboxError`."""
+
+    @abstractmethod
+    def _stop(self) -> None:
+        """Remove the sandbox; never raises."""
+
+
+def open_session(sandbox: Sandbox, request: RunRequest) -> Session:
+    """A session of `sandbox`'s backend for `request`, not yet started."""
+    spec = SESSIONS.get(sandbox.backend)
+    if spec is None:
+        raise ProfileUnavailable(f"execution.backend: {sandbox.backend} has no live sessions; known: "
+                                 f"{', '.join(SESSIONS)}")
+    module, cls = spec.split(":")
+    return getattr(importlib.import_module(module), cls)(sandbox, request)
+
+
+def run_in_session(sandbox: Sandbox, request: RunRequest) -> ExecResult:
+    """A one-shot run as a composition of a session: start → exec the agent → stop. (The
+    reply is read by the caller from the workspace, as after `Sandbox.run`.) The backends keep
+    their direct `run`: bench/eval_bench.py --composition measures why (docs/evaluation.md)."""
+    with open_session(sandbox, request) as session:
+        return session.exec(request.argv, timeout_s=request.limits.timeout_s,
+                            max_output_bytes=request.limits.max_log_bytes)
