@@ -77,7 +77,8 @@ class BwrapSandbox(Sandbox):
         self.run_label = run_label
         self._launches: dict[str, _Launch] = {}
         self._lock = threading.Lock()
-        self.cgroups: Cgroups = open_cgroups()
+        #: The host's cgroup hierarchy (v1 or v2) the attempts' groups live in.
+        self.hierarchy: Cgroups = open_cgroups()
         self._sweep()
 
     #: sha256 of the seccomp program every sandbox of this backend runs under.
@@ -88,7 +89,7 @@ class BwrapSandbox(Sandbox):
     def _sweep(self) -> None:
         """Kill and remove what a killed earlier process of this same run left: the processes
         in its cgroups, the cgroups, its attempt storage."""
-        self.cgroups.sweep(self.run_label)
+        self.hierarchy.sweep(self.run_label)
         try:
             storage.sweep(storage.DEFAULT_PARENT, self.run_label)
         except PermissionError:
@@ -100,7 +101,7 @@ class BwrapSandbox(Sandbox):
                 raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install bubblewrap util-linux)")
         if os.geteuid() != 0:
             raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and drop to uid 65534")
-        self.cgroups.check()
+        self.hierarchy.check()
         from validate.image import rootfs_facts
 
         image = rootfs_facts(self.paths)  # refuses a tree that is not what rootfs.tar holds
@@ -108,11 +109,11 @@ class BwrapSandbox(Sandbox):
         return BackendFacts(backend=self.backend, image=self.image, image_digest=image.digest,
                             architecture=_docker_arch(platform.machine()), version=version,
                             packages=image.packages, python=image.python, tree_digest=image.tree_digest,
-                            seccomp=self.seccomp_sha256, cgroup=self.cgroups.version)
+                            seccomp=self.seccomp_sha256, cgroup=self.hierarchy.version)
 
     def _cgroups(self, name: str, req: RunRequest) -> list[Path]:
         """The attempt's cgroups, with its limits: those its launching shell joins."""
-        return self.cgroups.create(name, req.limits)
+        return self.hierarchy.create(name, req.limits)
 
     def _argv(self, req: RunRequest, cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
         uid, gid = req.uid_gid
@@ -140,7 +141,7 @@ class BwrapSandbox(Sandbox):
         try:
             return self._run(req, name, cgroups)
         finally:
-            self.cgroups.remove(name)
+            self.hierarchy.remove(name)
 
     def launch(self, req: RunRequest, name: str, cgroups: list[Path], pass_fds: tuple[int, ...] = ()) -> _Launch:
         """Start bwrap for `req` in `cgroups` and register it under `name` (`close` kills it);
@@ -163,7 +164,7 @@ class BwrapSandbox(Sandbox):
         finally:
             os.close(status_w)
             os.close(seccomp_fd)
-        launch = _Launch(proc, status_r, self.cgroups, name)
+        launch = _Launch(proc, status_r, self.hierarchy, name)
         with self._lock:
             self._launches[name] = launch
         return launch
@@ -172,10 +173,10 @@ class BwrapSandbox(Sandbox):
         """Unregister the launch `name` (killed and closed by its owner) and remove its cgroups."""
         with self._lock:
             self._launches.pop(name, None)
-        _remove_cgroups(cgroups)
+        self.hierarchy.remove(name)
 
     def cgroups(self, name: str, req: RunRequest) -> list[Path]:
-        """The attempt's memory, pids and cpu cgroups, made and limited (`SandboxError` if not)."""
+        """The attempt's cgroups (v1: memory, pids, cpu; v2: one), made and limited (`SandboxError` if not)."""
         return self._cgroups(name, req)
 
     def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
@@ -194,7 +195,7 @@ class BwrapSandbox(Sandbox):
         if exit_code is None:
             raise SandboxError(f"bwrap: the sandbox did not start (bwrap reported no exit; it exited "
                                f"{proc.returncode}): {stderr[:300]!r}")
-        oom = self.cgroups.oom_killed(name)
+        oom = self.hierarchy.oom_killed(name)
         return ExecResult(exit_code=None if timed_out else exit_code, timed_out=timed_out, oom_killed=oom,
                           stdout=stdout, stderr=stderr, runtime_s=time.monotonic() - t0)
 
@@ -208,10 +209,10 @@ class BwrapSandbox(Sandbox):
 class _Launch:
     """One running bwrap: its status pipe, its sandbox's PID 1, and how to kill it all."""
 
-    def __init__(self, proc: subprocess.Popen, status_fd: int, cgroups: Cgroups, name: str) -> None:
+    def __init__(self, proc: subprocess.Popen, status_fd: int, hierarchy: Cgroups, name: str) -> None:
         self.proc = proc
         self.status_fd = status_fd
-        self.cgroups = cgroups
+        self.hierarchy = hierarchy
         self.name = name
         self.status = b""
         self.pid1_fd: int | None = None
@@ -244,7 +245,7 @@ class _Launch:
         if monitor <= 0 or _parent(monitor) != self.proc.pid:
             return  # the sandbox is already over (a quick agent): nothing to move, nothing to kill
         try:
-            self.cgroups.release(self.name, (monitor, self.proc.pid))
+            self.hierarchy.release(self.name, (monitor, self.proc.pid))
         except ProcessLookupError:
             return  # bwrap has just exited
         except OSError as e:
@@ -272,7 +273,7 @@ class _Launch:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        self.cgroups.kill(self.name)
+        self.hierarchy.kill(self.name)
 
     def exit_code(self) -> int | None:
         """The sandbox's exit as bwrap reported it; None when bwrap reported none (its PID 1

@@ -118,8 +118,13 @@ class Cgroups(ABC):
         group, so that an agent's OOM cannot take them. `ProcessLookupError` if one is gone."""
 
     @abstractmethod
+    def oom_kills(self, name: str) -> int | None:
+        """How many processes of the attempt the kernel's OOM killer has killed so far (None:
+        unreadable, e.g. no memory controller); a session compares it before and after a command."""
+
     def oom_killed(self, name: str) -> bool:
         """Whether the kernel's OOM killer killed a process of the attempt."""
+        return (self.oom_kills(name) or 0) > 0
 
     @abstractmethod
     def pids(self, name: str) -> list[int]:
@@ -185,12 +190,8 @@ class V1Cgroups(Cgroups):
             for pid in pids:
                 (self.root / controller / self.parent / "cgroup.procs").write_text(str(pid))
 
-    def oom_killed(self, name: str) -> bool:
-        try:
-            text = (self._dirs(name)[0] / "memory.oom_control").read_text()
-        except FileNotFoundError:
-            return False
-        return read_counters(text).get("oom_kill", 0) > 0
+    def oom_kills(self, name: str) -> int | None:
+        return _counter(self._dirs(name)[0] / "memory.oom_control", "oom_kill")
 
     def pids(self, name: str) -> list[int]:
         return _procs(self._dirs(name)[1])
@@ -286,12 +287,8 @@ class V2Cgroups(Cgroups):
         for pid in pids:
             procs.write_text(str(pid))
 
-    def oom_killed(self, name: str) -> bool:
-        try:
-            text = (self._node(name) / self.AGENT / "memory.events").read_text()
-        except FileNotFoundError:
-            return False
-        return read_counters(text).get("oom_kill", 0) > 0
+    def oom_kills(self, name: str) -> int | None:
+        return _counter(self._node(name) / self.AGENT / "memory.events", "oom_kill")
 
     def pids(self, name: str) -> list[int]:
         return _procs(self._node(name) / self.AGENT)
@@ -326,6 +323,13 @@ def _enable(group: Path, controllers: tuple[str, ...]) -> None:
     wanted = [c for c in controllers if c not in enabled]
     if wanted:
         (group / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+
+
+def _counter(file: Path, key: str) -> int | None:
+    try:
+        return read_counters(file.read_text()).get(key)
+    except OSError:
+        return None
 
 
 def _procs(group: Path) -> list[int]:
