@@ -20,6 +20,8 @@ command -v pgrep >/dev/null || need+=(procps)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v ss >/dev/null || need+=(iproute2)
 command -v chromium >/dev/null || need+=(chromium)  # the viewer's tests drive a real headless browser
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)  # a cgroup-v2-only VM tests bwrap on v2
+[ -x /bin/busybox ] || need+=(busybox-static)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

@@ -31,7 +31,7 @@ from validate.paths import DEFAULT_IMAGE
 from validate.runner import Play, judge, play_task
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
-from validate.sandbox.bwrap import CGROUP_ROOT, PARENT
+from validate.sandbox.cgroups import open_cgroups
 from validate.sandbox.storage import attempt_storage
 from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 
@@ -182,8 +182,7 @@ def test_nothing_is_left_behind(backend, attempt, sandboxes):
         assert client.containers.list(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
     else:
         label = sandboxes("bwrap").run_label
-        for c in ("memory", "pids", "cpu"):  # this session's run label only: other runs may be live
-            assert list((CGROUP_ROOT / c / PARENT).glob(f"{label}-*")) == []
+        assert sandboxes("bwrap").hierarchy.names(label) == []  # this session's run label only: other runs may be live
 
 
 def test_infinite_loop_times_out(backend, attempt):
@@ -273,7 +272,7 @@ def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
                     killed.append(subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode)
                     return
             else:  # bwrap's monitor: the parent of the sandbox's PID 1, outside the attempt's cgroup
-                for pid in _procs_in(CGROUP_ROOT / "pids" / PARENT / f"{sandbox.run_label}-{name}"):
+                for pid in map(str, sandbox.hierarchy.pids(f"{sandbox.run_label}-{name}")):
                     ppid = _stat(pid)[1]
                     if _stat(ppid)[0] == "bwrap":
                         time.sleep(0.5)
@@ -315,7 +314,7 @@ def test_a_sandbox_that_cannot_start_is_infrastructure(backend, sandboxes, monke
 
         def broken(name, req):
             made.extend(real(name, req))
-            return [made[0], made[1] / "no-such-cgroup", made[2]]
+            return [*made[:-1], made[-1] / "no-such-cgroup"]
 
         monkeypatch.setattr(sandbox, "_cgroups", broken)
         try:
@@ -428,7 +427,7 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
     else:
         def alive() -> list:  # the sandbox's processes, and the launch chain on the host
             chain = subprocess.run(["pgrep", "-f", f"{label}-{label}-sleeper"], capture_output=True, text=True)
-            return _procs_in(CGROUP_ROOT / "pids" / PARENT / f"{label}-{label}-sleeper") + chain.stdout.split()
+            return [*map(str, open_cgroups().pids(f"{label}-{label}-sleeper")), *chain.stdout.split()]
     for _ in range(1200):
         if (alive() if when == "starting" else reply.exists()):
             break
@@ -448,13 +447,6 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
         if backend == "docker":
             assert leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
         else:
-            assert list((CGROUP_ROOT / "pids" / PARENT).glob(f"{label}-*")) == []
+            assert leftovers.hierarchy.names(label) == []
     finally:
         leftovers.close()
-
-
-def _procs_in(cgroup: Path) -> list[str]:
-    try:
-        return (cgroup / "cgroup.procs").read_text().split()
-    except OSError:
-        return []

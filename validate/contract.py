@@ -112,6 +112,10 @@ class ExecutionProfile(BaseModel):
     python: str = Field(default="", description="The image's Python version.")
     seccomp: str = Field(default="none", description="The syscall filter agents run under (bwrap: the compiled "
                                                      "BPF's sha256; docker: its version's default profile).")
+    cgroup: Literal["v1", "v2", "none"] | None = Field(
+        default=None, description="The cgroup version the limits are set through (bwrap: the host's hierarchy; "
+                                  "docker: the daemon's CgroupVersion; none: subprocess); None: not recorded "
+                                  "(a contract frozen before the field).")
     architecture: str
     backend_version: str
     network: Literal["none"] = "none"
@@ -286,6 +290,7 @@ def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
         return ExecutionProfile(backend=facts.backend, image=facts.image, image_digest=facts.image_digest,
                                 tree_digest=facts.tree_digest,
                                 packages=facts.packages, python=facts.python, seccomp=facts.seccomp,
+                                cgroup=facts.cgroup,
                                 architecture=facts.architecture, backend_version=facts.version, **execution)
     except ValidationError as e:
         raise ContractError(_first_error(e, "execution")) from None
@@ -432,6 +437,8 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
     checks = [("image", facts.image), ("image_digest", facts.image_digest), ("architecture", facts.architecture),
               ("backend_version", facts.version), ("tree_digest", facts.tree_digest), ("python", facts.python),
               ("seccomp", facts.seccomp)]
+    if ex.cgroup is not None:
+        checks.append(("cgroup", facts.cgroup))
     for field, actual in checks:
         if getattr(ex, field) != actual:
             raise _mismatch(f"execution.{field}", getattr(ex, field), actual)

@@ -52,9 +52,8 @@ from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp, storage
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
-from validate.sandbox.cgroups import CGROUP_ROOT, PARENT, Cgroups, open_cgroups
+from validate.sandbox.cgroups import Cgroups, open_cgroups
 
-__all__ = ["CGROUP_ROOT", "PARENT", "BwrapSandbox"]  # the tests still find the v1 layout through these
 SANDBOX_UID = 65534
 #: Seconds bwrap may take to create the sandbox's PID 1 before the start counts as failed.
 START_TIMEOUT_S = 30.0

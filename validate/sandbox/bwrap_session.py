@@ -45,11 +45,17 @@ def kill(p):
     except OSError:
         pass
 
+def killable():
+    # The server and the watchdog are shielded from the OOM killer (-1000); a command is not:
+    # raising one's own oom_score_adj needs no privilege.
+    with open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("0")
+
 def run(req):
     t0 = time.monotonic()
     try:
         p = subprocess.Popen(req["argv"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True)
+                             start_new_session=True, preexec_fn=killable)
     except OSError as e:
         return {"exit": 126 if isinstance(e, PermissionError) else 127, "timed_out": False, "stdout": "",
                 "stderr": base64.b64encode(("cannot run: %s" % e.strerror).encode()).decode(), "runtime_s": 0.0}
@@ -127,11 +133,11 @@ class BwrapSession(Session):
         self.launch.await_sandbox()
         if not self.launch.pid1:
             raise SandboxError(f"bwrap session: the sandbox did not start: {self._stderr()}")
-        shield(self.launch.pid1)
         self.answers = self.launch.proc.stdout.fileno()
         self.buffer = b""
         if self._answer(time.monotonic() + START_TIMEOUT_S) != {"ready": True}:
             raise SandboxError("bwrap session: the command server did not say it is ready")
+        shield(self.launch.pid1)  # now the server exists: it and the watchdog, never its commands
 
     def _stderr(self) -> str:
         try:
@@ -141,13 +147,7 @@ class BwrapSession(Session):
             return "''"
 
     def _oom_kills(self) -> int | None:
-        try:
-            for line in (self.cgroups[0] / "memory.oom_control").read_text().splitlines():
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-        except (OSError, ValueError):
-            return None
-        return None
+        return self.sandbox.hierarchy.oom_kills(self.name)
 
     def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
         before = self._oom_kills()
