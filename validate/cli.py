@@ -441,14 +441,20 @@ def cmd_audit(args) -> int:
 
         out.print(json.dumps(dataclasses.asdict(result), indent=2), markup=False)
         return 1 if result.problems else 0
+    return print_audit(result, args.run_dir)
+
+
+def print_audit(result, run_dir) -> int:
+    """An audit's outcome for a person: what was not checked, each problem, the verdict line;
+    the exit code (1 on any problem)."""
     for note in result.unchecked:
         err.print(f"NOT CHECKED {note}", markup=False)
     if result.problems:
         for p in result.problems:
             out.print(f"FAIL {p}", markup=False)
-        err.print(f"audit failed: {len(result.problems)} problem(s) in {args.run_dir}", style="red")
+        err.print(f"audit failed: {len(result.problems)} problem(s) in {run_dir}", style="red")
         return 1
-    out.print(f"audit passed: {args.run_dir} ({'; '.join(result.checked)})", markup=False)
+    out.print(f"audit passed: {run_dir} ({'; '.join(result.checked)})", markup=False)
     return 0
 
 
@@ -525,14 +531,7 @@ def cmd_eval(args) -> int:
         entry = api.eval_report(args.run_dir)
         out.print(f"wrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
         return 0
-    result = api.eval_audit(args.run_dir)
-    if result.problems:
-        for p in result.problems:
-            out.print(f"FAIL {p}", markup=False)
-        err.print(f"audit failed: {len(result.problems)} problem(s) in {args.run_dir}", style="red")
-        return 1
-    out.print(f"audit passed: {args.run_dir} ({'; '.join(result.checked)})", markup=False)
-    return 0
+    return print_audit(api.eval_audit(args.run_dir), args.run_dir)
 
 
 def cmd_compare(args) -> int:
