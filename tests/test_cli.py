@@ -142,6 +142,15 @@ def test_the_toy_environment_from_tests_runs_through_its_entry_point(tmp_path):
     assert set(tasks["meta"].map(lambda m: tuple(m))) == {("count",)}
     assert cli("report", "ledgers/r", cwd=tmp_path).returncode == 0
     assert cli("audit", "ledgers/r", cwd=tmp_path).returncode == 0
+    # a pool leaves the broken task out of its frozen set, and its audit re-derives that set
+    assert cli("freeze", "--env", "toy", "--name", "toy9", "--backend", "bwrap", "--broken", "[3]", "--min-count", "9",
+               "--allow-patch", cwd=tmp_path).returncode == 0
+    r = cli("pool", "--manifest", "manifests/toy9.json", "--run-dir", "ledgers/pool", "--allow-patch",
+            "--smoke-sample", "0", cwd=tmp_path)
+    frozen = json.loads((tmp_path / "ledgers/pool/frozen-manifest.json").read_text())
+    assert sorted(t["idx"] for t in frozen["tasks"]) == [0, 1, 2, 4, 5, 6, 7, 8, 9], r.stdout
+    audited = cli("audit", "ledgers/pool", cwd=tmp_path)
+    assert audited.returncode == 0, audited.stdout
 
 
 def test_a_broken_environment_package_is_a_clear_error(tmp_path):

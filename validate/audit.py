@@ -208,10 +208,17 @@ def _same(a, b) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and abs(a - b) < 1e-12)
 
 
-def _frozen(attempts: pd.DataFrame, manifests: dict[str, Manifest], r: AuditResult, where: Path) -> None:
+def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str, Manifest], r: AuditResult,
+            where: Path) -> None:
+    """The frozen set is the oracle's exception-free passes, decided as the pool decided them:
+    with each task's findings (those stored in tasks.parquet, which `_verdicts` holds to the
+    environment's), so a task with a blocking finding is never frozen."""
+    from environment.protocol import Finding
+
     root, frozen = manifests.get("manifest.json"), manifests.get("frozen-manifest.json")
     if frozen is None or root is None:
         return
+    findings_of = {row.task_id: [Finding(**f) for f in row.findings] for row in ev_tasks.itertuples()}
     exp = root.expectations
     oracle = exp.named("oracle")[0]
     o = attempts[(attempts["phase"] == "oracle") & (attempts["agent"] == oracle)]
@@ -219,7 +226,7 @@ def _frozen(attempts: pd.DataFrame, manifests: dict[str, Manifest], r: AuditResu
     for tid, grp in o.groupby("task_id"):
         outs = [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
                         x.error_class, x.error_message) for x in grp.itertuples()]
-        d = decide(outs, [oracle], exp.rules(), exp.pass_threshold, exp.exception_rule, [])
+        d = decide(outs, [oracle], exp.rules(), exp.pass_threshold, exp.exception_rule, findings_of.get(tid, []))
         if d.verdict == "compatible":
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:
@@ -269,7 +276,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     _attempts(attempts, by_phase, r, paths.attempts)
     regen = _findings_from_env(paths, manifests, data, r)
     _verdicts(tables["tasks.parquet"], attempts, s, manifests, regen, r, paths.tasks)
-    _frozen(attempts, manifests, r, paths.frozen_manifest)
+    _frozen(attempts, tables["tasks.parquet"], manifests, r, paths.frozen_manifest)
     check_counts(ev, tables, manifests, r)
     check_smokes(ev, paths, manifests, r)
     check_reports(ev, paths, r)
