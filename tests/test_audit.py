@@ -144,6 +144,24 @@ def test_the_dataset_verdict_in_run_json_edited(pooled):
     fails(pooled, "does not follow from its facts")
 
 
+def test_a_smoke_pass_claimed_in_run_json_without_its_smoke_evidence(pooled):
+    """run.json says the smoke test passed (its verdict recomputed to match) while smoke/ holds
+    no entry: the report must not print PASS from run.json's word, and the audit names it."""
+    from validate.report import current_verdict
+    from validate.summary import RunSummary
+    from validate.verdicts import dataset_verdict
+
+    s = RunSummary.model_validate_json((pooled / "run.json").read_bytes())
+    assert not (pooled / "smoke").exists() and s.facts.smoke == "not run"
+    facts = s.facts.model_copy(update={"smoke": "passed"})
+    forged = s.model_copy(update={"facts": facts, "dataset_verdict": dataset_verdict(facts, s.required)})
+    assert forged.dataset_verdict.verdict == "PASS"
+    (pooled / "run.json").write_text(forged.model_dump_json())
+    assert current_verdict(forged, {}).verdict == "INCOMPLETE"  # from the entries that exist
+    reseal(pooled)
+    fails(pooled, "facts.smoke is 'passed' but the smoke entries say 'not run'")
+
+
 def test_run_json_counts_edited(run):
     summary = json.loads((run / "run.json").read_text())
     summary["counts"]["compatible"] += 1

@@ -59,6 +59,8 @@ def check_counts(ev, tables, manifests, r) -> None:
 
     if f.chance_controls != chance_means(ev.root / "attempts.parquet", manifests["manifest.json"].expectations.rules()):
         r.problems.append(f"{where}: the chance-level controls' means differ from the attempts'")
+    if f.interrupted != s.interrupted:
+        r.problems.append(f"{where}: facts.interrupted is not the run's interrupted")
     if f.min_task_count != manifests["manifest.json"].min_task_count:
         r.problems.append(f"{where}: facts.min_task_count is not the contract's")
     if (f.patch == "documented") != (s.patch is not None) or (
@@ -92,6 +94,7 @@ def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
 
 
 def check_smokes(ev, paths: RunPaths, manifests, r) -> None:
+    from validate.report import smoke_outcome
     from validate.smoke import compare
 
     tolerance = manifests["manifest.json"].environment.scorer.smoke_tolerance
@@ -107,6 +110,10 @@ def check_smokes(ev, paths: RunPaths, manifests, r) -> None:
         m = manifests.get(f"smoke/{name}/manifest.json")
         if m is None or m.sha256 != result.get("manifest_sha256"):
             r.problems.append(f"{entry / 'result.json'}: manifest_sha256 is not its sample contract's")
+    said = ev.summary.facts.smoke  # as of the run's end: the run's own entry, the first one
+    first = smoke_outcome({k: ev.smokes[k] for k in sorted(ev.smokes)[:1]})
+    if said != "not run" and said != first:
+        r.problems.append(f"{paths.summary}: facts.smoke is {said!r} but the smoke entries say {first!r}")
     if ev.smokes:
         r.checked.append(f"{len(ev.smokes)} smoke entries recomputed")
 

@@ -78,13 +78,16 @@ def load_run(root: Path) -> RunEvidence:
     return ev
 
 
+def smoke_outcome(smokes: dict[str, dict]) -> str:
+    """The smoke criterion from the evidence alone: the latest entry of `smokes` (entry name →
+    result.json), or "not run" when there is none."""
+    return ("passed" if smokes[max(smokes)].get("passed") else "failed") if smokes else "not run"
+
+
 def current_verdict(summary: RunSummary, smokes: dict[str, dict]) -> DatasetVerdict:
-    """The dataset verdict with the latest smoke test of `smokes` (entry name → result.json);
-    run.json holds it as of the run's end."""
-    facts = summary.facts
-    if smokes:
-        latest = smokes[max(smokes)]
-        facts = facts.model_copy(update={"smoke": "passed" if latest.get("passed") else "failed"})
+    """The dataset verdict with the smoke criterion taken from `smokes`, the entries that exist,
+    never from run.json's copy (which says what it was at the run's end)."""
+    facts = summary.facts.model_copy(update={"smoke": smoke_outcome(smokes)})
     return dataset_verdict(facts, summary.required)
 
 
