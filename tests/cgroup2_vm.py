@@ -16,9 +16,11 @@ from __future__ import annotations
 import gzip
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 KERNEL_CACHE = Path(os.environ.get("VALIDATE_VM_KERNEL_CACHE", "/var/cache/deshuffle-validate/vm-kernel"))
@@ -36,6 +38,7 @@ mount -t overlay overlay -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /
 mount -t proc proc /newroot/proc; mount -t sysfs sys /newroot/sys; mount -t devtmpfs dev /newroot/dev
 mount -t cgroup2 none /newroot/sys/fs/cgroup
 mount -t tmpfs tmpfs /newroot/tmp; mount -t tmpfs tmpfs /newroot/run
+for p in $(cat /keep); do mkdir -p "/newroot$p" && mount -o bind "/lower$p" "/newroot$p"; done
 cp /bin/busybox /command /stage2 /newroot/run/
 exec switch_root /newroot /run/busybox sh /run/stage2
 """
@@ -99,7 +102,7 @@ def _newc(entries: list[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def _initramfs(tree: Path, command: str) -> bytes:
+def _initramfs(tree: Path, command: str, keep: tuple[str, ...]) -> bytes:
     busybox = shutil.which("busybox")
     if busybox is None or b"ld-linux" in Path(busybox).read_bytes()[:4096]:  # a dynamic one has no libc there
         raise VMUnavailable("a static busybox is needed for the VM's init: apt-get install busybox-static")
@@ -108,19 +111,29 @@ def _initramfs(tree: Path, command: str) -> bytes:
     entries = [(d, directory, b"") for d in ("bin", "dev", "proc", "sys", "mods")]
     entries += [("bin/busybox", file | 0o111, Path(busybox).read_bytes()), ("init", file | 0o111, INIT.encode()),
                 ("stage2", file, STAGE2.encode()),
-                ("command", file, command.encode()), ("modules", file, " ".join(p.name[:-3] for p in mods).encode())]
+                ("command", file, command.encode()), ("modules", file, " ".join(p.name[:-3] for p in mods).encode()),
+                ("keep", file, " ".join(keep).encode())]
     entries += [(f"mods/{p.name}", file, p.read_bytes()) for p in mods]
     return gzip.compress(_newc(entries), compresslevel=1)
 
 
-def run_in_vm(command: str, timeout_s: float = 1800.0, memory_mb: int = 2048) -> tuple[int, str]:
-    """Boot the VM, run `command` (sh) as root in it; return (its exit status, its output)."""
+def run_in_vm(command: str, env: Mapping[str, str] | None = None, timeout_s: float = 1800.0,
+              memory_mb: int = 2048) -> tuple[int, str]:
+    """Boot the VM, run `command` (sh) as root in it, with `env` exported (the command otherwise
+    starts with an empty environment); return (its exit status, its output). A value of `env`
+    that is a directory under /tmp or /run, which the VM covers with its own tmpfs, stays
+    visible there (bound read-only from the host): a fresh image store under /tmp is one."""
+    env = dict(env or {})
+    keep = tuple(sorted(v for v in env.values() if v.startswith(("/tmp/", "/run/")) and Path(v).is_dir()))
+    if any(c.isspace() for p in keep for c in p):
+        raise ValueError(f"a path with white space cannot be kept visible in the VM: {keep}")
+    command = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items())) + command
     qemu = shutil.which("qemu-system-x86_64")
     if qemu is None:
         raise VMUnavailable("qemu is needed to boot a cgroup v2 kernel: apt-get install qemu-system-x86")
     tree = kernel_tree()
     with tempfile.TemporaryDirectory(prefix="cgroup2-vm-") as tmp:
-        (Path(tmp) / "initrd.gz").write_bytes(_initramfs(tree, command))
+        (Path(tmp) / "initrd.gz").write_bytes(_initramfs(tree, command, keep))
         out = Path(tmp) / "serial1"
         argv = [qemu, "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(min(os.cpu_count() or 1, 2)),
                 "-m", str(memory_mb), "-display", "none", "-nic", "none", "-no-reboot",

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from validate.errors import ProfileUnavailable
+from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest, cgroups
 from validate.sandbox.bwrap import BwrapSandbox
 from validate.sandbox.cgroups import (CGROUP_ROOT, CONTROLLERS, PARENT, V1Cgroups, V2Cgroups, detect, open_cgroups,
@@ -345,12 +346,19 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
     from tests.cgroup2_vm import run_in_vm
 
     probe = f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; ' \
-            f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split()]))\""
+            f"from validate.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; " \
+            f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split(), " \
+            f"str(store), ImagePaths(DEFAULT_IMAGE).tarball.is_file()]))\""
     tests = (f'PYTHONDONTWRITEBYTECODE=1 "{sys.executable}" -m pytest -q -p no:cacheprovider --color=no '
              f'tests/test_cgroups.py -k "not in_a_vm"')
-    status, out = run_in_vm(f"cd {ROOT} && {probe} && {tests}")
+    # What CI points at fresh temporary places (the image store, the corpus, the VM's kernel)
+    # must be what the tests in the VM use too, not what this machine happens to hold.
+    passed_on = ("VALIDATE_IMAGE_DIR", "DESHUFFLE_CORPUS", "VALIDATE_DATA_DIR")
+    status, out = run_in_vm(f"cd {ROOT} && {probe} && {tests}",
+                            env={k: os.environ[k] for k in passed_on if k in os.environ})
     assert status == 0, out[-3000:]
-    version, controllers = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
+    version, controllers, store, tarball = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
     assert version == "v2" and set(CONTROLLERS) <= set(controllers), out[:500]
+    assert store == str(ImagePaths(DEFAULT_IMAGE).base) and tarball, out[:500]  # this run's store, not the machine's
     expected = len([t for t in globals() if t.startswith("test_")]) - 1  # all but this one
     assert f"{expected} passed" in out, out[-3000:]
