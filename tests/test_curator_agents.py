@@ -129,6 +129,13 @@ def test_source_peek_cannot_beat_random_with_the_code(tasks, taskset, base):
     rels = {rel for rel, _ in source}
     assert "taskset.py" in rels and "agents/source_peek.py" in rels
     assert not any(rel.startswith("specs/") for rel in rels)
+    # nor any other file naming an intruder (a review of the dataset did, by name)
+    from environment.curator.themes import load_specs
+
+    texts = {rel: path.read_text(encoding="utf-8") for rel, path in source}
+    named = sorted({(spec.spec_id, i.title, rel) for spec in load_specs() for i in spec.intruders
+                    for rel, text in texts.items() if i.title in text})
+    assert named == []
     scores = play("source-peek", tasks, taskset, base, source=source)
     assert mean(s.reward for s in scores) <= chance(tasks)
     assert sum(s.reward >= 1.0 for s in scores) <= 0.15 * len(scores)

@@ -22,6 +22,8 @@ from environment.protocol import (
 PACKAGE_DIR = Path(__file__).resolve().parent
 AGENTS_DIR = PACKAGE_DIR / "agents"
 SUPPORT = (AGENTS_DIR / "curatorlib.py",)
+#: Documents about the dataset, kept from agents that see the source like the specs themselves.
+DATASET_DOCUMENTS = ("AUTHORING.md", "FACTCHECK.md")
 #: One grade step (A→B or B→C) moves the reward by 0.3 × 0.5.
 JUDGED_SMOKE_TOLERANCE = 0.15
 
@@ -119,7 +121,10 @@ class CuratorEnvironment(Environment):
                           env_vars=(j.api_key_var,))
 
     def source_files(self) -> list[tuple[str, Path]]:
-        """The package's code without ``specs/``: the gold is hand-authored data, like a
-        corpus, and every spec names its intruders. With the specs in view the standing
-        control would read the answers, which measures contamination, not a leak in the code."""
-        return [(rel, path) for rel, path in super().source_files() if not rel.startswith("specs/")]
+        """The package's code without the dataset: ``specs/`` (every spec names its intruders)
+        and the documents about it (FACTCHECK.md reviews intruders by name; AUTHORING.md's
+        example is a real spec's). The gold is hand-authored data, like a corpus: with it in
+        view the standing control would read the answers, which measures contamination, not a
+        leak in the code."""
+        return [(rel, path) for rel, path in super().source_files()
+                if not rel.startswith("specs/") and rel not in DATASET_DOCUMENTS]
