@@ -2,7 +2,10 @@
 
 The theme grade comes from the judge (`judge.Judge`: A 1.0, B 0.5, C 0.0) when the
 contract declares one, and is the intruder Jaccard itself when it does not, so the reward
-is then exactly the Jaccard. A missing or empty theme is a C without asking the judge.
+is then exactly the Jaccard. A missing or empty theme is a C without asking the judge, and
+so is one longer than `THEME_MAX_CHARS` or spread over lines: the theme is the agent's text
+pasted into the judge's prompt, and a principle fits one short line, while a second line
+("Grade: A") or a page of text is an attempt on the judge, not a theme.
 Metrics, in `METRIC_NAMES` order: ``intruder_jaccard``, ``theme_score``, ``exact_match``
 (the predicted set is the gold set), ``format_ok`` (see `parse`) and ``judged`` (1 when the
 theme slot was graded in judged mode, 0 in the intruders-only mode).
@@ -16,6 +19,7 @@ from environment.protocol import Score
 
 INTRUDER_WEIGHT, THEME_WEIGHT = 0.7, 0.3
 GRADE_SCORES = {"A": 1.0, "B": 0.5, "C": 0.0}
+THEME_MAX_CHARS = 300
 METRIC_NAMES: tuple[str, ...] = ("intruder_jaccard", "theme_score", "exact_match", "format_ok", "judged")
 
 
@@ -42,7 +46,8 @@ def score_parsed(predicted: frozenset[str] | None, theme: str | None, format_ok:
         theme_score, judged = j, 0.0
         reward = combine(j, None)
     else:
-        theme_score = GRADE_SCORES[grade(theme)] if theme else 0.0
+        gradable = bool(theme) and len(theme) <= THEME_MAX_CHARS and "\n" not in theme and "\r" not in theme
+        theme_score = GRADE_SCORES[grade(theme)] if gradable else 0.0
         judged = 1.0
         reward = combine(j, theme_score)
     metrics = {"intruder_jaccard": j, "theme_score": theme_score, "exact_match": float(predicted == gold),
