@@ -21,7 +21,8 @@ command -v setpriv >/dev/null || need+=(util-linux)
 command -v ss >/dev/null || need+=(iproute2)
 command -v chromium >/dev/null || need+=(chromium)  # the viewer's tests drive a real headless browser
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)  # a cgroup-v2-only VM tests bwrap on v2
-[ -x /bin/busybox ] || need+=(busybox-static)
+# the package, not /bin/busybox: Debian's initramfs-tools brings a dynamic busybox, useless as an init
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
@@ -41,10 +42,14 @@ start_private_dockerd() {
   local root=$VALIDATE_DOCKERD_ROOT
   mkdir -p "$root"
   echo '{}' >"$root/daemon.json"  # not the machine's /etc/docker/daemon.json
+  local tag
+  tag=dv-$(printf %s "$root" | sha256sum | cut -c1-12)
   echo "setup: starting a private dockerd on $DOCKER_HOST (state under $root)"
+  # Own cgroup parent, and own containerd namespaces: a containerd already running on the
+  # machine (Debian's containerd.service) would otherwise hold our containers beside its own.
   nohup dockerd --host="$DOCKER_HOST" --data-root="$root/data" --exec-root="$root/x" \
     --pidfile="$root/dockerd.pid" --config-file="$root/daemon.json" \
-    --cgroup-parent="/dv-$(printf %s "$root" | sha256sum | cut -c1-12)" \
+    --cgroup-parent="/$tag" --containerd-namespace="$tag" --containerd-plugins-namespace="$tag-plugins" \
     --iptables=false --ip6tables=false --bridge=none >"$root/dockerd.log" 2>&1 </dev/null &
   dockerd_log=$root/dockerd.log
 }

@@ -56,6 +56,10 @@ class PrivateDockerd:
                 f"--exec-root={self.exec_root}", f"--pidfile={self.pidfile}",
                 f"--config-file={self.config}",  # not the machine's /etc/docker/daemon.json
                 f"--cgroup-parent={self.cgroup_parent}",
+                # a containerd already running on the machine (Debian's containerd.service) is
+                # shared by every dockerd that finds it: our containers go in our own namespace
+                f"--containerd-namespace={self.root.name}",
+                f"--containerd-plugins-namespace={self.root.name}-plugins",
                 "--iptables=false", "--ip6tables=false", "--bridge=none"]
 
     def start(self, timeout_s: float = 120.0) -> None:
