@@ -129,7 +129,7 @@ def unpack_rootfs(paths: ImagePaths, log=print) -> None:
     for parent in [paths.root, *paths.root.parents]:
         if parent == Path("/"):
             break
-        parent.chmod(parent.stat().st_mode | 0o055)  # traversable by the sandbox uid
+        parent.chmod(parent.stat().st_mode | 0o011)  # traversable (not listable) by the sandbox uid
     log(f"rootfs unpacked for bwrap: {paths.rootfs} ({record.digest[:19]}…)")
 
 
