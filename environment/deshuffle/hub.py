@@ -84,8 +84,10 @@ def _unreachable(repo: str, revision: str, err: Exception) -> CorpusError:
 
 def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
              cache_dir: str | Path | None = None, timeout_s: float = 5.0,
-             skip_invalid: bool = False, limits: CorpusLimits = DEFAULT_LIMITS) -> Corpus:
-    """Download the pinned dataset revision and build a `Corpus` from it."""
+             skip_invalid: bool = False, limits: CorpusLimits = DEFAULT_LIMITS,
+             endpoint: str | None = None) -> Corpus:
+    """Download the pinned dataset revision and build a `Corpus` from it. `endpoint` is the
+    hub's base URL (None: huggingface_hub's own, which `HF_ENDPOINT` sets)."""
     try:
         from huggingface_hub import HfApi, hf_hub_download
     except ImportError:
@@ -93,7 +95,7 @@ def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
                           f"the corpus at a local snapshot, e.g. --corpus {DEFAULT_CORPUS_HINT})") from None
 
     try:
-        info = HfApi().dataset_info(repo, revision=revision, timeout=timeout_s)
+        info = HfApi(endpoint=endpoint).dataset_info(repo, revision=revision, timeout=timeout_s)
     except Exception as e:  # noqa: BLE001 - any transport/HTTP error means "not reachable"
         raise _unreachable(repo, revision, e) from None
     names = sorted(s.rfilename for s in (info.siblings or [])
@@ -105,7 +107,7 @@ def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
         for name in names:
             try:
                 local = hf_hub_download(repo, name, repo_type="dataset", revision=revision,
-                                        cache_dir=cache_dir, etag_timeout=timeout_s)
+                                        cache_dir=cache_dir, etag_timeout=timeout_s, endpoint=endpoint)
             except Exception as e:  # noqa: BLE001
                 raise _unreachable(repo, revision, e) from None
             yield from iter_hub_file(f"{repo}@{revision}/{name}", Path(local), limits)
