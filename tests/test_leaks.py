@@ -6,7 +6,6 @@ view names no task id, no idx, no seed and no hash."""
 from __future__ import annotations
 
 import json
-import statistics
 
 import pandas as pd
 import pytest
@@ -55,9 +54,7 @@ def test_the_agent_view_names_no_task_id_idx_seed_or_hash(sandboxes, env_name):
         assert task.id not in text and task.hash not in text and task.hash[7:23] not in text
         assert entry.id.rsplit("/", 1)[0] not in text  # not even the config digest
         assert len(view["id"]) == 16 and all(c in "0123456789abcdef" for c in view["id"])
-        assert str(entry.idx) != view["id"]
         opaque.add(view["id"])
     assert len(opaque) == len(manifest.tasks)
     other = make_manifest(sandboxes("bwrap"), idx=idx[:1], env_name=env_name, **config)
     assert other.opaque_id(other.tasks[0].id) != manifest.opaque_id(manifest.tasks[0].id)  # salted per contract
-    assert statistics.mean(len(t.skip) for t in manifest.tasks) >= 0
