@@ -6,14 +6,12 @@ Runs the pure solver (temperature 0) on tasks 0..N-1 of the 1–3 paper config w
 headings, for each ``include_headers`` setting; prints the solver's time per task
 (median and p95, and per paragraph) and the mean reward, grouping F1 and Kendall tau for
 one paper and for several, next to the shuffled control's reward on the same tasks and
-the ratio between them. The oracle scores 1.0 on every task.
+the ratio between them, and the oracle's (the gold reply's) reward.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import statistics
 import sys
 import time
@@ -24,17 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from environment.deshuffle import PARAGRAPHS_FILE, Corpus, DeshuffleConfig, DeshuffleTaskset  # noqa: E402
 from environment.deshuffle.baseline import answer, parse_paragraphs, solve  # noqa: E402
-
-
-def shuffled_reply(task) -> str:
-    """The shuffled control's reply, drawn as its agent program draws it."""
-    order = list(range(1, task.n_labels + 1))
-    rng = random.Random(int(task.hash.split(":")[1][:16], 16))
-    rng.shuffle(order)
-    k = task.n_papers
-    cuts = sorted(rng.sample(range(1, len(order)), k - 1)) if k > 1 else []
-    groups = [order[a:b] for a, b in zip([0] + cuts, cuts + [len(order)], strict=True)]
-    return f"\\boxed{{{json.dumps(groups[0] if k == 1 else groups)}}}"
+from tests.deshuffle_shuffled import shuffled_reply  # noqa: E402
 
 
 def run(taskset: DeshuffleTaskset, n_tasks: int) -> None:
@@ -45,7 +33,9 @@ def run(taskset: DeshuffleTaskset, n_tasks: int) -> None:
         groups = solve(paragraphs, task.n_papers, temperature=0.0)
         elapsed = time.perf_counter() - t0
         score = taskset.score(task, answer(groups, task.n_papers))
-        rows.append((task.n_papers, task.n_labels, elapsed, score, taskset.score(task, shuffled_reply(task)).reward))
+        oracle = taskset.score(task, answer([list(p) for p in task.gold], task.n_papers)).reward
+        rows.append((task.n_papers, task.n_labels, elapsed, score,
+                     taskset.score(task, shuffled_reply(task, opaque_id=task.id)).reward, oracle))
     times = sorted(r[2] for r in rows)
     print(f"  solver time per task: median {statistics.median(times) * 1e3:.0f} ms, "
           f"p95 {times[int(0.95 * (len(times) - 1))] * 1e3:.0f} ms, "
@@ -54,10 +44,11 @@ def run(taskset: DeshuffleTaskset, n_tasks: int) -> None:
         sel = [r for r in rows if keep(r[0])]
         base = statistics.mean(r[3].reward for r in sel)
         shuf = statistics.mean(r[4] for r in sel)
+        orac = statistics.mean(r[5] for r in sel)
         f1 = statistics.mean(r[3].metrics["grouping_f1"] for r in sel)
         tau = statistics.mean(r[3].metrics["norm_kendall_tau"] for r in sel)
         print(f"  {label} n={len(sel):3d}  heuristic baseline {base:.3f} (F1 {f1:.3f}, tau {tau:.3f})   "
-              f"shuffled control {shuf:.3f}   baseline/shuffled {base / shuf:.2f}x   oracle 1.000")
+              f"shuffled control {shuf:.3f}   baseline/shuffled {base / shuf:.2f}x   oracle {orac:.3f}")
 
 
 def main() -> None:

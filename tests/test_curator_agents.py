@@ -7,9 +7,6 @@ sandbox's environment variables pointing at those directories. Scored in intrude
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 from statistics import mean
 
 import pytest
@@ -17,8 +14,8 @@ import pytest
 from environment.curator import CuratorConfig, CuratorEnvironment
 from environment.curator.env import AGENTS, PACKAGE_DIR
 from environment.curator.validate_dataset import dataset_report, random_expectation
+from tests.agent_play import attempt_base, run_agent
 from validate.agents import source_files
-from validate.workspace import agent_uid, lay_out
 
 pytestmark = pytest.mark.slow
 ENV = CuratorEnvironment()
@@ -37,26 +34,9 @@ def tasks(taskset):
 
 @pytest.fixture(scope="module")
 def base():
-    # the sandbox user must be able to reach the attempt dirs: not under root's private tmp
-    root = Path(tempfile.mkdtemp(prefix="curator-agents-"))
-    root.chmod(0o711)
+    root = attempt_base()
     yield root
     shutil.rmtree(root, ignore_errors=True)
-
-
-def run_agent(agent, task, base: Path, source=None) -> bytes | None:
-    root = Path(tempfile.mkdtemp(dir=base))
-    root.chmod(0o711)  # as the harness's attempt storage lets the agent through
-    m = lay_out(root, task, agent, opaque_id=f"opaque-{task.idx:04d}", source=source)
-    uid = agent_uid(agent)  # agents that see the answer key run as their own uid, which alone can read it
-    env = {"WORKSPACE": str(root / "workspace"), "AGENT_DIR": str(root / "agent"),
-           "ANSWER_KEY_DIR": str(root / "answer_key"), "PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(["python3", "-S", str(root / "agent" / "agent.py")], cwd=root / "workspace", env=env,
-                          user=uid, group=uid, capture_output=True, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr.decode()
-    reply = m.reply_path.read_bytes() if m.reply_path.exists() else None
-    shutil.rmtree(root)
-    return reply
 
 
 def play(name, tasks, taskset, base, source=None):

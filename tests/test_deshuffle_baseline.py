@@ -5,7 +5,6 @@ deterministic at temperature 0, sampling above it."""
 from __future__ import annotations
 
 import json
-import random
 import statistics
 import subprocess
 
@@ -14,21 +13,10 @@ import requests
 
 from environment.deshuffle import PARAGRAPHS_FILE, parse_partition
 from environment.deshuffle.baseline import BASH_TOOL, MODEL_NAME, answer, parse_paragraphs, policy, solve
+from tests.deshuffle_shuffled import shuffled_reply
 from validate.localserver import serve
 
 N_TASKS = 200
-
-
-def shuffled_reply(task) -> str:
-    """The shuffled control's reply, drawn as validate/agents/programs/shuffled.py draws it."""
-    order = [x for paper in task.gold for x in paper]
-    order.sort()
-    rng = random.Random(int(task.hash.split(":")[1][:16], 16))
-    rng.shuffle(order)
-    k = task.n_papers
-    cuts = sorted(rng.sample(range(1, len(order)), k - 1)) if k > 1 else []
-    groups = [order[a:b] for a, b in zip([0] + cuts, cuts + [len(order)], strict=True)]
-    return f"\\boxed{{{json.dumps(groups[0] if k == 1 else groups)}}}"
 
 
 def first_turn(task, **extra) -> dict:
@@ -53,9 +41,26 @@ def played(taskset3):
         reply = policy(after_tool(task, task.files[PARAGRAPHS_FILE].decode(), temperature=0))["content"]
         rows.append({"k": task.n_papers, "reply": reply, "n_labels": task.n_labels,
                      "baseline": taskset3.score(task, reply).reward,
-                     "shuffled": taskset3.score(task, shuffled_reply(task)).reward,
+                     "shuffled": taskset3.score(task, shuffled_reply(task, opaque_id=task.id)).reward,
                      "oracle": taskset3.score(task, f"\\boxed{{{json.dumps([list(p) for p in task.gold])}}}").reward})
     return rows
+
+
+def test_the_host_shuffled_reply_is_the_shuffled_agents_own(taskset3):
+    """The comparison above stands for the real control only if the host's draw is its draw."""
+    import shutil
+
+    from environment.deshuffle.env import DeshuffleEnvironment
+    from tests.agent_play import attempt_base, run_agent
+
+    agent = next(a for a in DeshuffleEnvironment().agents(taskset3.config) if a.name == "shuffled")
+    base = attempt_base()
+    try:
+        for task in taskset3.tasks(0, 6):
+            opaque = f"opaque-{task.idx:04d}"
+            assert run_agent(agent, task, base, opaque_id=opaque).decode().strip() == shuffled_reply(task, opaque)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow
