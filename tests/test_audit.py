@@ -171,14 +171,17 @@ def test_run_json_counts_edited(run):
     fails(run, "counts")
 
 
-def test_an_exclusion_reason_changed(run):
-    def to_excluded(rows):
-        rows[1].update(verdict="excluded", reason="invalid_task_or_verifier")
-        return rows
-
-    edit_table(run / "tasks.parquet", to_excluded)
+def test_an_exclusion_added_to_the_ledger_alone(run):
+    """tasks.parquet untouched: only the exclusion ledger names a compatible task."""
+    task = pq.read_table(run / "tasks.parquet").to_pylist()[1]
+    assert task["verdict"] == "compatible"
+    table = pq.read_table(run / "exclusions.parquet")
+    row = {name: task.get(name) for name in table.schema.names}
+    row.update(reason="invalid_task_or_verifier", detail="forged")
+    pq.write_table(pa.Table.from_pylist([*table.to_pylist(), row], schema=table.schema), run / "exclusions.parquet")
     reseal(run)
-    fails(run, "exclusions.parquet")
+    problems = fails(run, "exclusions.parquet")
+    assert not any("tasks.parquet" in p for p in problems), problems
 
 
 def test_as_expected_flipped_on_a_control(run):
