@@ -69,8 +69,10 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.termination == "max_turns" and f.tool_calls > f.malformed_tool_calls),
     Rule("context-exceeded", "capability", "the conversation outgrew the model's context",
          lambda f: f.termination == "context_length"),
+    # Strictly more time in tools than in model calls, and some: with no time measured on
+    # either side (0 >= 0) nothing says the model spent it, so no rule applies.
     Rule("timeout-in-tools", "capability", "the attempt's time ran out, mostly spent in the model's own commands",
-         lambda f: f.termination == "timeout" and f.tool_s >= f.model_s),
+         lambda f: f.termination == "timeout" and f.tool_s > f.model_s and f.tool_s > 0),
 )
 NO_RULE = Rule("no-rule", "uncertain", "no rule applies", lambda f: True)
 
