@@ -2,7 +2,8 @@
 
 Nothing the run wrote about itself is trusted:
 
-1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra.
+1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra, every
+   line well formed (`validate.audit.check_seal`, the one check both audits run).
 2. Contracts: the eval contract's and the dataset manifest's own sha256 hold; the eval
    contract's parent is that manifest; eval.json names both.
 3. Attempts: keys unique, superseded flags follow the try numbers, every attempt is the
@@ -25,33 +26,18 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit import AuditResult
+from validate.audit import AuditResult, check_seal
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
 from validate.eval.records import SampleRow
 from validate.eval.runner import facts_of
-from validate.evidence import file_sha256, read_attempts, sealed_files
+from validate.evidence import read_attempts
 from validate.paths import RunPaths
 from validate.records import AGENT_STATUSES, Attempt
 
 _KEY = ["phase", "task_id", "agent", "sample", "attempt"]
-
-
-def _seal(paths: RunPaths, r: AuditResult) -> None:
-    if not paths.checksums.exists():
-        r.problems.append(f"{paths.checksums}: missing")
-        return
-    listed = dict(reversed(line.split("  ", 1)) for line in paths.checksums.read_text().splitlines() if "  " in line)
-    present = {p.relative_to(paths.root).as_posix() for p in sealed_files(paths)}
-    for name in sorted(set(listed) ^ present):
-        r.problems.append(f"{paths.root / name}: " + ("listed in checksums but missing" if name in listed
-                                                        else "present but not listed in checksums"))
-    for name in sorted(set(listed) & present):
-        if file_sha256(paths.root / name) != listed[name]:
-            r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
-    r.checked.append(f"checksums over {len(present)} files")
 
 
 def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:
@@ -136,7 +122,7 @@ def audit(root: Path) -> AuditResult:
     if not paths.contract.is_file():
         r.problems.append(f"{paths.root}: not an eval run directory (no eval-contract.json)")
         return r
-    _seal(paths.run, r)
+    check_seal(paths.run, r)
     try:
         contract, manifest = load(paths.contract), load_manifest(paths.run.manifest)
         ev = load_eval(paths.root)
