@@ -15,11 +15,12 @@ from validate.eval.metrics import (
     SAMPLED_PHASE,
     Sample,
     family_rows,
-    final_samples,
+    final_attempts,
     greedy_metrics,
     pass_at_k,
     pass_hat_k,
     sampled_metrics,
+    samples_of,
     task_eval,
 )
 
@@ -131,7 +132,7 @@ def test_final_samples_take_the_last_try_of_each_sample():
             self.status, self.reward = status, reward
 
     rows = [A(0, 2, "ok", 1.0), A(0, 1, "infrastructure_error", None), A(1, 1, "ok", float("nan"))]
-    out = final_samples(rows, {"t": "fam"})
+    out = samples_of(final_attempts(rows), {"t": "fam"})
     assert out == [Sample(SAMPLED_PHASE, "t", "fam", 0, "ok", 1.0), Sample(SAMPLED_PHASE, "t", "fam", 1, "ok", None)]
 
 

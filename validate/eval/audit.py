@@ -88,7 +88,7 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
 
 def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r: AuditResult) -> None:
     from validate.eval.report import headline, pick
-    from validate.eval.summary import summarize, task_table
+    from validate.eval.summary import summarize
     from validate.report import md_text
 
     c, s = ev.contract, ev.summary
@@ -97,12 +97,11 @@ def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r:
     identity = {f: getattr(s, f) for f in ("run_id", "contract_sha256", "manifest_sha256", "environment", "model",
                                           "backend", "image_digest", "machine", "code_commit", "patch", "started_at",
                                           "finished_at", "interrupted")}
-    again = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
+    again, tasks = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
     if again.model_dump(mode="json") != s.model_dump(mode="json"):
         diff = [f for f in type(again).model_fields if getattr(again, f) != getattr(s, f)]
         r.problems.append(f"{ev.paths.summary}: does not recompute from the evidence (fields {', '.join(diff)})")
-    tasks = [t.model_dump() for t in task_table(attempts, task_ids, families, c.k, c.reward.pass_threshold)]
-    if tasks != pq.read_table(ev.paths.tasks).to_pylist():
+    if [t.model_dump() for t in tasks] != pq.read_table(ev.paths.tasks).to_pylist():
         r.problems.append(f"{ev.paths.tasks}: does not recompute from the attempts")
     for rec in sorted(ev.paths.run.reports.glob("*/report.json")) if ev.paths.run.reports.is_dir() else []:
         data = json.loads(rec.read_text())

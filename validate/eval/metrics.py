@@ -240,14 +240,20 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
     return out
 
 
-def final_samples(rows: Iterable, family_of: dict[str, str]) -> list[Sample]:
-    """`Sample`s of the final attempts among `rows` (attempts with phase, task_id, sample,
-    attempt, status, reward): the highest try of each (phase, task, sample)."""
-    best: dict[tuple[str, str, int], tuple[int, Sample]] = {}
+def final_attempts(rows: Iterable) -> list:
+    """The final attempt of each (phase, task, sample) among `rows` (attempts with phase,
+    task_id, sample, attempt): its highest try, in key order. The one selection of final
+    attempts; it agrees with `validate.records.Attempt.superseded` as the journal sets it,
+    but reads only the try numbers, so a stored flag is never trusted."""
+    best: dict[tuple[str, str, int], object] = {}
     for r in rows:
         key = (r.phase, r.task_id, int(r.sample))
-        if key not in best or r.attempt > best[key][0]:
-            reward = None if r.reward is None or r.reward != r.reward else float(r.reward)
-            best[key] = (int(r.attempt), Sample(r.phase, r.task_id, family_of.get(r.task_id, "?"), int(r.sample),
-                                                r.status, reward))
-    return [s for _, s in (best[k] for k in sorted(best))]
+        if key not in best or r.attempt > best[key].attempt:
+            best[key] = r
+    return [best[k] for k in sorted(best)]
+
+
+def samples_of(final: Iterable, family_of: dict[str, str]) -> list[Sample]:
+    """The `Sample` of each of `final` (see `final_attempts`); a NaN reward reads as None."""
+    return [Sample(r.phase, r.task_id, family_of.get(r.task_id, "?"), int(r.sample), r.status,
+                   None if r.reward is None or r.reward != r.reward else float(r.reward)) for r in final]
