@@ -21,6 +21,7 @@ from validate.eval.metrics import (
     pass_hat_k,
     sampled_metrics,
     samples_of,
+    solved,
     task_eval,
 )
 
@@ -145,3 +146,11 @@ def test_family_rows_split_greedy_and_sampled_by_family():
     assert rows["x"].greedy_pass_at_1.value == 1.0 and rows["x"].pass_at_k.value == 1.0 and rows["x"].tasks == 1
     assert rows["y"].greedy_pass_at_1.value == 0.0 and rows["y"].greedy_mean_reward.value == pytest.approx(0.2)
     assert rows["y"].pass_at_k.value == 0.0
+
+
+@pytest.mark.parametrize("status,reward,expected", [
+    ("ok", 1.0, True), ("ok", 0.99, False), ("timeout", 1.0, True), ("no_reply", None, False),
+    ("ok", float("nan"), False), ("infrastructure_error", 1.0, False), ("scorer_error", 1.0, False),
+])
+def test_solved_is_a_valid_attempt_reaching_the_threshold(status, reward, expected):
+    assert solved(status, reward, 1.0) is expected

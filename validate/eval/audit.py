@@ -30,12 +30,12 @@ from validate.audit import AuditResult, check_seal
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
-from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
+from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, solved
 from validate.eval.records import SampleRow
 from validate.eval.runner import facts_of
 from validate.evidence import read_attempts
 from validate.paths import RunPaths
-from validate.records import AGENT_STATUSES, Attempt
+from validate.records import Attempt
 
 _KEY = ["phase", "task_id", "agent", "sample", "attempt"]
 
@@ -73,8 +73,7 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
         s = by_key.get((a.phase, a.task_id, a.agent, a.sample, a.attempt))
         if s is None:
             continue
-        solved = a.status in AGENT_STATUSES and a.reward is not None and a.reward >= threshold
-        if solved != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
+        if solved(a.status, a.reward, threshold) != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
             bad += 1
             if bad <= 5:
                 r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try {a.attempt}: solved "

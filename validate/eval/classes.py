@@ -16,10 +16,10 @@ went. Nothing the model wrote is read as an instruction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 FailureClass = Literal["infrastructure", "invalid_task_or_verifier", "harness", "capability", "uncertain"]
-CLASSES: tuple[str, ...] = ("infrastructure", "invalid_task_or_verifier", "harness", "capability", "uncertain")
+CLASSES: tuple[str, ...] = get_args(FailureClass)
 
 
 class Facts(NamedTuple):
@@ -37,7 +37,7 @@ class Facts(NamedTuple):
 
 class Rule(NamedTuple):
     id: str
-    failure_class: str
+    failure_class: FailureClass
     description: str
     applies: Callable[[Facts], bool]
 
@@ -77,7 +77,7 @@ RULES: tuple[Rule, ...] = (
 NO_RULE = Rule("no-rule", "uncertain", "no rule applies", lambda f: True)
 
 
-def classify(f: Facts) -> tuple[str | None, str | None]:
+def classify(f: Facts) -> tuple[FailureClass | None, str | None]:
     """(failure class, rule id) of an attempt; (None, None) when it was solved."""
     if f.solved:
         return None, None
