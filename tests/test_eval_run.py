@@ -195,6 +195,12 @@ def test_resume_plays_only_what_is_missing(passed_pool, server, tmp_path):
     assert again.attempts == 5 * (1 + K) and again.greedy == first.greedy
     assert len(server.requests) - before == 2 * 5 * K  # two requests per sampled attempt, none for the greedy ones
     assert api.eval_audit(tmp_path / "run-r").problems == []
+    # attempts/s over the attempts' own span, not over the resuming session's alone
+    a = pq.read_table(tmp_path / "run-r" / "attempts.parquet").to_pandas()
+    span = (a["finished_at"].max() - a["started_at"].min()).total_seconds()
+    assert span > (again.finished_at - again.started_at).total_seconds()
+    md = (api.eval_report(tmp_path / "run-r") / "report.md").read_text()
+    assert f"{span:.0f} s of wall time, {again.attempts / span:.2f} attempts/s." in md
 
 
 def test_compare_lists_what_varied_and_refuses_another_dataset_or_k(passed_pool, server, tmp_path):
