@@ -17,7 +17,7 @@ from environment.protocol import ScorerSpec
 from tests.conftest import SANDBOX_BACKENDS
 from validate.eval import contract as ec
 from validate.eval.agent import check_call, converse, opening
-from validate.eval.client import ChatClient
+from validate.eval.client import ChatClient, EndpointUnavailable
 from validate.localserver import Faults, serve
 from validate.sandbox import Mount, RunRequest, open_sandbox
 from validate.sandbox.session import open_session
@@ -153,6 +153,23 @@ def test_the_attempt_deadline_ends_the_conversation(sandbox, backend, workspace)
     with serve({"s": scripted(["sleep 3"] * 5)}) as server:
         conv = play(sandbox(backend), contract(server.base_url, model="s", tool_timeout_s=10), task, ws, deadline_s=1.0)
     assert conv.termination == "timeout" and conv.turns[0].calls[0].timed_out
+
+
+def test_a_request_in_flight_at_the_deadline_is_the_endpoints_fault_with_its_wait(sandbox, workspace):
+    task, ws = workspace
+    with serve({MODEL_NAME: baseline}, faults=Faults(delay_s=5.0)) as server:
+        c = contract(server.base_url)
+        request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),), name="hung",
+                             env={"HOME": "/tmp"})
+        with open_session(sandbox("subprocess"), request) as session:
+            conv = opening(c, task.prompt, dict(task.meta))
+            t0 = time.monotonic()
+            with pytest.raises(EndpointUnavailable) as info:
+                converse(ChatClient(server.base_url, request_timeout_s=1.0, retries=1, max_wait_s=0.1), c, session,
+                         conv, 0.0, 1, t0 + 2.0)
+    assert info.value.kind == "timeout" and info.value.tries == 2
+    assert 1.8 < info.value.wait_s <= time.monotonic() - t0  # the whole wait, up to the deadline
+    assert conv.termination is None and conv.turns == []  # not the model's timeout
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -35,6 +35,9 @@ def facts(**kw) -> Facts:
     (dict(status="timeout", termination="timeout", tool_s=5.0, model_s=1.0), ("capability", "timeout-in-tools")),
     # what no rule covers is uncertain, never a guess:
     (dict(status="timeout", termination="timeout", tool_s=0.5, model_s=9.0), ("uncertain", "no-rule")),
+    # nothing measured on either side (a hung endpoint used to land here as 0 >= 0), or a tie:
+    (dict(status="timeout", termination="timeout", tool_s=0.0, model_s=0.0), ("uncertain", "no-rule")),
+    (dict(status="timeout", termination="timeout", tool_s=2.0, model_s=2.0), ("uncertain", "no-rule")),
     (dict(status="no_reply", termination="max_turns", tool_calls=4, malformed_tool_calls=4), ("uncertain", "no-rule")),
     (dict(parsed=None, reward=0.0), ("uncertain", "no-rule")),
 ])

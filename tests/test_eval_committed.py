@@ -71,3 +71,14 @@ def test_an_edited_contract_is_refused_by_its_own_hash(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps(raw))
     with pytest.raises(ContractError, match="field 'sha256'"):
         load(tmp_path / "c.json")
+
+
+def test_a_malformed_or_non_utf8_checksums_line_is_a_finding_not_a_crash(tmp_path):
+    # The eval audit runs the dataset audit's seal check (`validate.audit.check_seal`); its own
+    # copy skipped lines without a digest and raised UnicodeDecodeError on a non-UTF-8 file.
+    copy = tmp_path / EVALS[0].name
+    shutil.copytree(EVALS[0], copy)
+    with (copy / "checksums").open("ab") as f:
+        f.write(b"not-a-digest  eval.json\n\xff\xfe  x\n")
+    problems = audit(copy).problems
+    assert any("checksums line" in p and "malformed" in p for p in problems), problems

@@ -15,11 +15,13 @@ from validate.eval.metrics import (
     SAMPLED_PHASE,
     Sample,
     family_rows,
-    final_samples,
+    final_attempts,
     greedy_metrics,
     pass_at_k,
     pass_hat_k,
     sampled_metrics,
+    samples_of,
+    solved,
     task_eval,
 )
 
@@ -131,7 +133,7 @@ def test_final_samples_take_the_last_try_of_each_sample():
             self.status, self.reward = status, reward
 
     rows = [A(0, 2, "ok", 1.0), A(0, 1, "infrastructure_error", None), A(1, 1, "ok", float("nan"))]
-    out = final_samples(rows, {"t": "fam"})
+    out = samples_of(final_attempts(rows), {"t": "fam"})
     assert out == [Sample(SAMPLED_PHASE, "t", "fam", 0, "ok", 1.0), Sample(SAMPLED_PHASE, "t", "fam", 1, "ok", None)]
 
 
@@ -144,3 +146,11 @@ def test_family_rows_split_greedy_and_sampled_by_family():
     assert rows["x"].greedy_pass_at_1.value == 1.0 and rows["x"].pass_at_k.value == 1.0 and rows["x"].tasks == 1
     assert rows["y"].greedy_pass_at_1.value == 0.0 and rows["y"].greedy_mean_reward.value == pytest.approx(0.2)
     assert rows["y"].pass_at_k.value == 0.0
+
+
+@pytest.mark.parametrize("status,reward,expected", [
+    ("ok", 1.0, True), ("ok", 0.99, False), ("timeout", 1.0, True), ("no_reply", None, False),
+    ("ok", float("nan"), False), ("infrastructure_error", 1.0, False), ("scorer_error", 1.0, False),
+])
+def test_solved_is_a_valid_attempt_reaching_the_threshold(status, reward, expected):
+    assert solved(status, reward, 1.0) is expected

@@ -135,6 +135,27 @@ def test_an_endpoint_that_stays_down_is_infrastructure_never_the_models_failure(
     assert all(kind in r["error_message"] for r in rows)
 
 
+def test_an_endpoint_hung_past_the_attempts_deadline_is_infrastructure_and_its_wait_is_kept(passed_pool, server,
+                                                                                              tmp_path):
+    # The reviewer's reproduction: every request hangs 5 s, a request times out after 1 s, the
+    # attempt after 2 s. The second try of the request is cut by the deadline; that wait was
+    # scored as the model's timeout (class capability, rule timeout-in-tools on 0 >= 0) and
+    # its time was in neither model_s nor endpoint_wait_s.
+    s = _faulty(passed_pool, server, tmp_path, "hung", Faults(delay_s=5.0), request_timeout_s=1.0,
+                attempt_timeout_s=2.0)
+    assert s.greedy.valid == 0 and s.greedy.lost == {"lost to infrastructure after its retries": 5}
+    assert {(c.failure_class, c.rule) for c in s.failure_classes} == {("infrastructure", "infrastructure-error")}
+    assert s.operations["eval-greedy"].timeout_terminations == 0
+    samples = pq.read_table(tmp_path / "run-hung" / "samples.parquet").to_pylist()
+    assert len(samples) == 5 * 3  # every task, every try (infra_retries=2)
+    for row in samples:
+        assert row["termination"] is None and row["model_s"] == 0.0 and row["tool_s"] == 0.0
+        # both tries: the first's full 1 s and the second's, cut by the deadline (the clock started with the sandbox)
+        assert 1.0 < row["endpoint_wait_s"] <= row["wall_s"] and row["endpoint_wait_s"] + row["sandbox_s"] > 1.9, row
+        assert row["endpoint_tries"] == 2 and row["failure_rule"] == "infrastructure-error"
+    assert api.eval_audit(tmp_path / "run-hung").problems == []
+
+
 def test_a_rate_limit_inside_the_retries_costs_time_not_the_sample(passed_pool, server, tmp_path):
     s = _faulty(passed_pool, server, tmp_path, "429", Faults(rate_limit_first_n=3, retry_after_s=1))
     assert s.greedy.valid == 5 and s.errors == []
@@ -174,6 +195,12 @@ def test_resume_plays_only_what_is_missing(passed_pool, server, tmp_path):
     assert again.attempts == 5 * (1 + K) and again.greedy == first.greedy
     assert len(server.requests) - before == 2 * 5 * K  # two requests per sampled attempt, none for the greedy ones
     assert api.eval_audit(tmp_path / "run-r").problems == []
+    # attempts/s over the attempts' own span, not over the resuming session's alone
+    a = pq.read_table(tmp_path / "run-r" / "attempts.parquet").to_pandas()
+    span = (a["finished_at"].max() - a["started_at"].min()).total_seconds()
+    assert span > (again.finished_at - again.started_at).total_seconds()
+    md = (api.eval_report(tmp_path / "run-r") / "report.md").read_text()
+    assert f"{span:.0f} s of wall time, {again.attempts / span:.2f} attempts/s." in md
 
 
 def test_compare_lists_what_varied_and_refuses_another_dataset_or_k(passed_pool, server, tmp_path):

@@ -43,7 +43,9 @@ class AuditResult:
     unchecked: list[str] = field(default_factory=list)
 
 
-def _seal(paths: RunPaths, r: AuditResult) -> None:
+def check_seal(paths: RunPaths, r: AuditResult) -> None:
+    """Check 1, the seal (every run directory's, the eval audit's too): ``checksums`` lists
+    exactly the sealed files, each line well formed, every sha256 matching."""
     if not paths.checksums.exists():
         r.problems.append(f"{paths.checksums}: missing")
         return
@@ -246,7 +248,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     if not paths.manifest.is_file():
         r.problems.append(f"{paths.root}: not a run directory (no manifest.json)")
         return r
-    _seal(paths, r)
+    check_seal(paths, r)
     if signature is not None:
         from validate.signing import verify_signature
 

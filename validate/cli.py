@@ -526,7 +526,9 @@ def cmd_eval(args) -> int:
             out.print(headline(s), markup=False)
             out.print(f"run {s.run_id}: {s.attempts} attempts ({s.superseded} superseded) in {bar.wall_s:.1f} s; "
                       f"evidence in {args.resume or args.run_dir or LEDGER_DIR / s.run_id}", markup=False)
-        return 1 if s.interrupted else 0
+        # An interrupted eval never returns here: `evaluate` finishes the evidence and re-raises
+        # Interrupted, which `main` turns into 130. A summary that came back is a finished run.
+        return 0
     if args.eval_command == "report":
         entry = api.eval_report(args.run_dir)
         out.print(f"wrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)

@@ -17,8 +17,15 @@ no tool call ends the conversation: its text is the answer.
 How it ended (`Termination`): ``answer``; ``max_tokens`` (the answer was cut at
 max_tokens; scored as it is); ``empty_answer``; ``max_turns``; ``context_length`` (the
 endpoint refused the conversation as longer than the model's context); ``timeout`` (the
-attempt's wall clock). Endpoint faults after retries (`EndpointUnavailable`), a refused
-request (`EndpointRejected`) and a dead sandbox (`SandboxError`) are raised to the runner.
+attempt's wall clock, run out while the harness holds the turn: between model calls or in the
+model's commands). Endpoint faults after retries (`EndpointUnavailable`), a refused request
+(`EndpointRejected`) and a dead sandbox (`SandboxError`) are raised to the runner, the
+exception carrying the time spent on the request that never answered (``wait_s``).
+
+The attempt's clock running out *while a model request is in flight* is such an endpoint
+fault too, never a ``timeout`` of the model: the harness saw no progress of the model during
+that wait, and the endpoint is infrastructure. Calling it the model's timeout scored a hung
+endpoint as an unsolved sample and dropped the wait from the evidence.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from environment.protocol import sha256_tag
-from validate.eval.client import ChatClient, Completion, EndpointRejected, EndpointUnavailable
+from validate.eval.client import ChatClient, Completion, EndpointRejected
 from validate.eval.contract import EvalContract
 from validate.eval.records import ToolCallRow
 from validate.sandbox.session import Session
@@ -154,11 +161,6 @@ def converse(client: ChatClient, contract: EvalContract, session: Session, conv:
         except EndpointRejected as e:
             if e.context_length:
                 conv.termination = "context_length"
-                return conv
-            raise
-        except EndpointUnavailable as e:
-            if time.monotonic() >= deadline - 0.05 and e.kind == "timeout":
-                conv.termination = "timeout"  # the attempt's own clock, not the endpoint's fault
                 return conv
             raise
         content = done.message.get("content")

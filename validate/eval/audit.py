@@ -2,7 +2,8 @@
 
 Nothing the run wrote about itself is trusted:
 
-1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra.
+1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra, every
+   line well formed (`validate.audit.check_seal`, the one check both audits run).
 2. Contracts: the eval contract's and the dataset manifest's own sha256 hold; the eval
    contract's parent is that manifest; eval.json names both.
 3. Attempts: keys unique, superseded flags follow the try numbers, every attempt is the
@@ -25,33 +26,18 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit import AuditResult
+from validate.audit import AuditResult, check_seal
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
-from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
+from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, solved
 from validate.eval.records import SampleRow
 from validate.eval.runner import facts_of
-from validate.evidence import file_sha256, read_attempts, sealed_files
+from validate.evidence import read_attempts
 from validate.paths import RunPaths
-from validate.records import AGENT_STATUSES, Attempt
+from validate.records import Attempt
 
 _KEY = ["phase", "task_id", "agent", "sample", "attempt"]
-
-
-def _seal(paths: RunPaths, r: AuditResult) -> None:
-    if not paths.checksums.exists():
-        r.problems.append(f"{paths.checksums}: missing")
-        return
-    listed = dict(reversed(line.split("  ", 1)) for line in paths.checksums.read_text().splitlines() if "  " in line)
-    present = {p.relative_to(paths.root).as_posix() for p in sealed_files(paths)}
-    for name in sorted(set(listed) ^ present):
-        r.problems.append(f"{paths.root / name}: " + ("listed in checksums but missing" if name in listed
-                                                        else "present but not listed in checksums"))
-    for name in sorted(set(listed) & present):
-        if file_sha256(paths.root / name) != listed[name]:
-            r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
-    r.checked.append(f"checksums over {len(present)} files")
 
 
 def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:
@@ -87,8 +73,7 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
         s = by_key.get((a.phase, a.task_id, a.agent, a.sample, a.attempt))
         if s is None:
             continue
-        solved = a.status in AGENT_STATUSES and a.reward is not None and a.reward >= threshold
-        if solved != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
+        if solved(a.status, a.reward, threshold) != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
             bad += 1
             if bad <= 5:
                 r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try {a.attempt}: solved "
@@ -102,7 +87,7 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
 
 def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r: AuditResult) -> None:
     from validate.eval.report import headline, pick
-    from validate.eval.summary import summarize, task_table
+    from validate.eval.summary import summarize
     from validate.report import md_text
 
     c, s = ev.contract, ev.summary
@@ -111,12 +96,11 @@ def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r:
     identity = {f: getattr(s, f) for f in ("run_id", "contract_sha256", "manifest_sha256", "environment", "model",
                                           "backend", "image_digest", "machine", "code_commit", "patch", "started_at",
                                           "finished_at", "interrupted")}
-    again = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
+    again, tasks = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
     if again.model_dump(mode="json") != s.model_dump(mode="json"):
         diff = [f for f in type(again).model_fields if getattr(again, f) != getattr(s, f)]
         r.problems.append(f"{ev.paths.summary}: does not recompute from the evidence (fields {', '.join(diff)})")
-    tasks = [t.model_dump() for t in task_table(attempts, task_ids, families, c.k, c.reward.pass_threshold)]
-    if tasks != pq.read_table(ev.paths.tasks).to_pylist():
+    if [t.model_dump() for t in tasks] != pq.read_table(ev.paths.tasks).to_pylist():
         r.problems.append(f"{ev.paths.tasks}: does not recompute from the attempts")
     for rec in sorted(ev.paths.run.reports.glob("*/report.json")) if ev.paths.run.reports.is_dir() else []:
         data = json.loads(rec.read_text())
@@ -136,7 +120,7 @@ def audit(root: Path) -> AuditResult:
     if not paths.contract.is_file():
         r.problems.append(f"{paths.root}: not an eval run directory (no eval-contract.json)")
         return r
-    _seal(paths.run, r)
+    check_seal(paths.run, r)
     try:
         contract, manifest = load(paths.contract), load_manifest(paths.run.manifest)
         ev = load_eval(paths.root)

@@ -16,10 +16,10 @@ went. Nothing the model wrote is read as an instruction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 FailureClass = Literal["infrastructure", "invalid_task_or_verifier", "harness", "capability", "uncertain"]
-CLASSES: tuple[str, ...] = ("infrastructure", "invalid_task_or_verifier", "harness", "capability", "uncertain")
+CLASSES: tuple[str, ...] = get_args(FailureClass)
 
 
 class Facts(NamedTuple):
@@ -37,7 +37,7 @@ class Facts(NamedTuple):
 
 class Rule(NamedTuple):
     id: str
-    failure_class: str
+    failure_class: FailureClass
     description: str
     applies: Callable[[Facts], bool]
 
@@ -69,13 +69,15 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.termination == "max_turns" and f.tool_calls > f.malformed_tool_calls),
     Rule("context-exceeded", "capability", "the conversation outgrew the model's context",
          lambda f: f.termination == "context_length"),
+    # Strictly more time in tools than in model calls, and some: with no time measured on
+    # either side (0 >= 0) nothing says the model spent it, so no rule applies.
     Rule("timeout-in-tools", "capability", "the attempt's time ran out, mostly spent in the model's own commands",
-         lambda f: f.termination == "timeout" and f.tool_s >= f.model_s),
+         lambda f: f.termination == "timeout" and f.tool_s > f.model_s and f.tool_s > 0),
 )
 NO_RULE = Rule("no-rule", "uncertain", "no rule applies", lambda f: True)
 
 
-def classify(f: Facts) -> tuple[str | None, str | None]:
+def classify(f: Facts) -> tuple[FailureClass | None, str | None]:
     """(failure class, rule id) of an attempt; (None, None) when it was solved."""
     if f.solved:
         return None, None

@@ -61,8 +61,10 @@ def lost_reason(status: str) -> str | None:
     return None if is_valid(status) else LOST_REASONS.get(status, f"status {status}")
 
 
-def is_solved(s: Sample, threshold: float) -> bool:
-    return is_valid(s.status) and s.reward is not None and s.reward >= threshold
+def solved(status: str, reward: float | None, threshold: float) -> bool:
+    """The one "solved" rule: a valid attempt whose reward reaches the pass threshold (a
+    missing or NaN reward never does)."""
+    return is_valid(status) and reward is not None and reward >= threshold
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -118,7 +120,7 @@ def task_eval(task_id: str, family: str, samples: Sequence[Sample], k: int, thre
         else:
             lost.append(why)
             rewards.append(None)
-    n, c = len(valid), sum(is_solved(s, threshold) for s in valid)
+    n, c = len(valid), sum(solved(s.status, s.reward, threshold) for s in valid)
     out = dict(task_id=task_id, family=family, n_valid=n, n_lost=k - n, lost=sorted(lost), solved=c,
                rewards=rewards, accuracy=c / n if n else None,
                mean_reward=statistics.fmean(r for r in rewards if r is not None) if n else None,
@@ -185,9 +187,9 @@ def greedy_metrics(samples: Iterable[Sample], task_ids: Sequence[str], threshold
             valid.append(s)
         else:
             lost[why] = lost.get(why, 0) + 1
-    solved = sum(is_solved(s, threshold) for s in valid)
-    return GreedyMetrics(tasks=len(task_ids), valid=len(valid), lost=dict(sorted(lost.items())), solved=solved,
-                         pass_at_1=rate(solved, len(valid)), pass_at_1_all=rate(solved, len(task_ids)),
+    c = sum(solved(s.status, s.reward, threshold) for s in valid)
+    return GreedyMetrics(tasks=len(task_ids), valid=len(valid), lost=dict(sorted(lost.items())), solved=c,
+                         pass_at_1=rate(c, len(valid)), pass_at_1_all=rate(c, len(task_ids)),
                          mean_reward=rate(sum(s.reward or 0.0 for s in valid), len(valid)))
 
 
@@ -232,7 +234,7 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
         ok = [t for t in mine if t.eligible]
         out.append(FamilyRow(
             family=f, tasks=len({t.task_id for t in mine} | {s.task_id for s in greedy if s.family == f}),
-            greedy_pass_at_1=rate(sum(is_solved(s, threshold) for s in g), len(g)),
+            greedy_pass_at_1=rate(sum(solved(s.status, s.reward, threshold) for s in g), len(g)),
             greedy_mean_reward=rate(sum(s.reward or 0.0 for s in g), len(g)),
             pass_at_k=rate(sum(t.pass_at_k for t in ok), len(ok)),
             mean_accuracy=rate(sum(t.accuracy for t in ok), len(ok)),
@@ -240,14 +242,20 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
     return out
 
 
-def final_samples(rows: Iterable, family_of: dict[str, str]) -> list[Sample]:
-    """`Sample`s of the final attempts among `rows` (attempts with phase, task_id, sample,
-    attempt, status, reward): the highest try of each (phase, task, sample)."""
-    best: dict[tuple[str, str, int], tuple[int, Sample]] = {}
+def final_attempts(rows: Iterable) -> list:
+    """The final attempt of each (phase, task, sample) among `rows` (attempts with phase,
+    task_id, sample, attempt): its highest try, in key order. The one selection of final
+    attempts; it agrees with `validate.records.Attempt.superseded` as the journal sets it,
+    but reads only the try numbers, so a stored flag is never trusted."""
+    best: dict[tuple[str, str, int], object] = {}
     for r in rows:
         key = (r.phase, r.task_id, int(r.sample))
-        if key not in best or r.attempt > best[key][0]:
-            reward = None if r.reward is None or r.reward != r.reward else float(r.reward)
-            best[key] = (int(r.attempt), Sample(r.phase, r.task_id, family_of.get(r.task_id, "?"), int(r.sample),
-                                                r.status, reward))
-    return [s for _, s in (best[k] for k in sorted(best))]
+        if key not in best or r.attempt > best[key].attempt:
+            best[key] = r
+    return [best[k] for k in sorted(best)]
+
+
+def samples_of(final: Iterable, family_of: dict[str, str]) -> list[Sample]:
+    """The `Sample` of each of `final` (see `final_attempts`); a NaN reward reads as None."""
+    return [Sample(r.phase, r.task_id, family_of.get(r.task_id, "?"), int(r.sample), r.status,
+                   None if r.reward is None or r.reward != r.reward else float(r.reward)) for r in final]

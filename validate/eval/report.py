@@ -243,10 +243,21 @@ def blocks(ev: EvalEvidence) -> list:
     for key in shown:
         doc += trajectories.blocks(ev, key)
     doc += _task_blocks(ev)
-    span = (s.finished_at - s.started_at).total_seconds()
-    doc += [("h2", "Timing"), ("p", [f"{s.attempts} attempts ({s.superseded} superseded) from {s.started_at} to "
-                                     f"{s.finished_at}: {span:.0f} s, {s.attempts / max(span, 1e-9):.2f} attempts/s."])]
+    doc += [("h2", "Timing"), ("p", [_timing(ev)])]
     return doc
+
+
+def _timing(ev: EvalEvidence) -> str:
+    """The attempts' own span, as the dataset report does: the summary's started_at is the
+    latest session's start, so after a resume it would count the earlier sessions' attempts
+    over the last session's time and inflate attempts/s."""
+    s, a = ev.summary, ev.attempts
+    if not len(a):
+        return f"No attempts (the run from {s.started_at} to {s.finished_at})."
+    t0, t1 = a["started_at"].min(), a["finished_at"].max()
+    span = (t1 - t0).total_seconds()
+    return (f"{s.attempts} attempts ({s.superseded} superseded) from {t0} to {t1}: {span:.0f} s of wall time, "
+            f"{s.attempts / max(span, 1e-9):.2f} attempts/s.")
 
 
 class EvalReportRecord(BaseModel):

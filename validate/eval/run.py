@@ -20,7 +20,7 @@ from validate.eval.contract import EvalContract
 from validate.eval.evidence import EvalJournal, EvalPaths, latest_entries, write_side_tables
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
 from validate.eval.runner import EvalContext, EvalPlay, execute
-from validate.eval.summary import EvalSummary, summarize, task_table
+from validate.eval.summary import EvalSummary, summarize
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_parquet
 from validate.records import arrow_schema, flat_row
 from validate.runner import Hooks, Interrupted, RunContext
@@ -86,15 +86,14 @@ def finish(ec: EvalContext, journal: Journal, interrupted: bool) -> EvalSummary:
     families = {e.id: ctx.taskset.task(e.idx).family for e in ctx.manifest.tasks}
     task_ids = [e.id for e in ctx.manifest.tasks]
     threshold = contract.reward.pass_threshold
-    tasks = task_table(attempts, task_ids, families, contract.k, threshold)
-    write_parquet(paths.tasks, (flat_row(t) for t in tasks), arrow_schema(type(tasks[0]))) if tasks else None
     m = contract.model
-    summary = summarize(
+    summary, tasks = summarize(
         attempts, [e.sample for e in entries.values()], task_ids, families, contract.k, threshold,
         run_id=ctx.run_id, contract_sha256=contract.sha256, manifest_sha256=ctx.manifest.sha256,
         environment=ctx.manifest.environment.name, model=f"{m.id}@{m.revision}", backend=ctx.sandbox.backend,
         image_digest=ctx.manifest.execution.image_digest, machine=machine(), code_commit=ctx.code.label,
         patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted)
+    write_parquet(paths.tasks, (flat_row(t) for t in tasks), arrow_schema(type(tasks[0]))) if tasks else None
     write_json(paths.summary, summary)
     write_checksums(ctx.paths)
     return summary

@@ -34,10 +34,11 @@ from validate.eval.agent import Conversation, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
 from validate.eval.contract import EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
+from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
 from validate.evidence import Journal
 from validate.paths import SANDBOX_WORKSPACE
-from validate.records import AGENT_STATUSES, Attempt
+from validate.records import Attempt
 from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
 from validate.runner import unsupported as unsupported_row
 from validate.sandbox import Mount, RunRequest
@@ -192,7 +193,6 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
                temperature: float, seed: int) -> SampleRow:
     calls = [c for t in conv.turns for c in t.calls]
     comps = [t.completion for t in conv.turns]
-    solved = a.status in AGENT_STATUSES and a.reward is not None and a.reward >= contract.reward.pass_threshold
     s = SampleRow(**key, family=task.family, termination=conv.termination, turns=len(conv.turns),
                   tool_calls=len(calls), malformed_tool_calls=sum(not c.well_formed for c in calls),
                   tool_failures=sum(c.well_formed and (c.exit_code != 0 or c.timed_out or c.oom_killed) for c in calls),
@@ -204,7 +204,8 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
                   model_s=sum(c.latency_s for c in comps),
                   endpoint_wait_s=sum(c.wait_s for c in comps) + stats.get("endpoint_wait_s", 0.0),
                   tool_s=conv.tool_s, sandbox_s=stats.get("sandbox_s", 0.0), score_s=stats.get("score_s", 0.0),
-                  wall_s=a.runtime_s or 0.0, temperature=temperature, seed=seed, solved=solved,
+                  wall_s=a.runtime_s or 0.0, temperature=temperature, seed=seed,
+                  solved=solved(a.status, a.reward, contract.reward.pass_threshold),
                   parsed=a.metrics.get("parsed_ok"))
     cls, rule = classes.classify(facts_of(a, s))
     return s.model_copy(update={"failure_class": cls, "failure_rule": rule})

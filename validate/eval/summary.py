@@ -22,12 +22,15 @@ from validate.eval.metrics import (
     SAMPLED_PHASE,
     FamilyRow,
     GreedyMetrics,
+    Sample,
     SampledMetrics,
     TaskEval,
     family_rows,
-    final_samples,
+    final_attempts,
     greedy_metrics,
+    is_valid,
     sampled_metrics,
+    samples_of,
     task_eval,
 )
 from validate.eval.records import SampleRow
@@ -131,33 +134,24 @@ def _ops(final: list, rows: dict[tuple, SampleRow]) -> Operations:
         environment_errors=status["infrastructure_error"], harness_errors=status["harness_error"])
 
 
-def final_attempts(attempts: Sequence) -> list:
-    """The highest try of each (phase, task, sample), in key order."""
-    best: dict[tuple, object] = {}
-    for a in attempts:
-        key = (a.phase, a.task_id, int(a.sample))
-        if key not in best or a.attempt > best[key].attempt:
-            best[key] = a
-    return [best[k] for k in sorted(best)]
-
-
 def _key(a) -> tuple:
     return (a.phase, a.task_id, a.agent, int(a.sample), int(a.attempt))
 
 
 def summarize(attempts: Sequence, samples: Sequence[SampleRow], task_ids: Sequence[str], families: dict[str, str],
-              k: int, threshold: float, **identity) -> EvalSummary:
-    """The summary of an eval run (see the module docstring); `identity` fills the rest."""
+              k: int, threshold: float, **identity) -> tuple[EvalSummary, list[TaskEval]]:
+    """The summary of an eval run (see the module docstring) and its task table
+    (eval-tasks.parquet), both from one selection of the final attempts; `identity` fills the
+    rest of the summary."""
     final = final_attempts(attempts)
+    scored = samples_of(final, families)
     rows = {s.key(): s for s in samples}
-    tasks = task_table(attempts, task_ids, families, k, threshold)
-    greedy = [s for s in final_samples(attempts, families) if s.phase == GREEDY_PHASE]
-    errors = Counter((a.phase, a.status, a.error_class or "") for a in attempts
-                     if a.status in ("infrastructure_error", "harness_error", "scorer_error",
-                                     "unsupported_execution_contract"))
+    tasks = task_table(scored, task_ids, families, k, threshold)
+    greedy = [s for s in scored if s.phase == GREEDY_PHASE]
+    errors = Counter((a.phase, a.status, a.error_class or "") for a in attempts if not is_valid(a.status))
     classes = Counter((a.phase, rows[_key(a)].failure_class, rows[_key(a)].failure_rule) for a in final
                       if _key(a) in rows and rows[_key(a)].failure_class is not None)
-    return EvalSummary(
+    summary = EvalSummary(
         **identity, pass_threshold=threshold, attempts=len(attempts),
         superseded=len(attempts) - len(final), greedy=greedy_metrics(greedy, task_ids, threshold),
         sampled=sampled_metrics(tasks, k), families=family_rows(greedy, tasks, threshold),
@@ -165,13 +159,14 @@ def summarize(attempts: Sequence, samples: Sequence[SampleRow], task_ids: Sequen
         errors=[ErrorCount(phase=p, status=s, error_class=e, attempts=n) for (p, s, e), n in sorted(errors.items())],
         failure_classes=[ClassCount(phase=p, failure_class=c, rule=r, attempts=n)
                          for (p, c, r), n in sorted(classes.items())])
+    return summary, tasks
 
 
-def task_table(attempts: Sequence, task_ids: Sequence[str], families: dict[str, str], k: int,
+def task_table(scored: Sequence[Sample], task_ids: Sequence[str], families: dict[str, str], k: int,
                threshold: float) -> list[TaskEval]:
-    """One `TaskEval` per task of the sampled pass (eval-tasks.parquet)."""
+    """One `TaskEval` per task of the sampled pass, from the final samples (`samples_of`)."""
     by_task: dict[str, list] = {}
-    for s in final_samples(attempts, families):
+    for s in scored:
         if s.phase == SAMPLED_PHASE:
             by_task.setdefault(s.task_id, []).append(s)
     return [task_eval(t, families.get(t, "?"), by_task.get(t, []), k, threshold) for t in task_ids]
