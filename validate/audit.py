@@ -108,13 +108,17 @@ def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, where: Path) -> None:
-    keys = ["phase", "task_id", "agent", "sample", "attempt"]
-    if a.duplicated(keys).any():
+def check_attempt_keys(a: pd.DataFrame, r: AuditResult, where: Path) -> None:
+    """Each (phase, task, agent, sample, try) once, and exactly the earlier tries superseded."""
+    if a.duplicated(["phase", "task_id", "agent", "sample", "attempt"]).any():
         r.problems.append(f"{where}: an attempt key (phase, task, agent, sample, try) repeats")
     latest = a.groupby(["phase", "task_id", "agent", "sample"])["attempt"].transform("max")
     if ((a["attempt"] < latest) != a["superseded"]).any():
         r.problems.append(f"{where}: superseded flags do not follow the try numbers")
+
+
+def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, where: Path) -> None:
+    check_attempt_keys(a, r, where)
     for phase, group in a.groupby("phase"):
         m = by_phase.get(phase)
         if m is None:

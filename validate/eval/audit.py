@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit import AuditResult, check_seal
+from validate.audit import AuditResult, check_attempt_keys, check_seal
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
@@ -37,15 +37,9 @@ from validate.evidence import read_attempts
 from validate.paths import RunPaths
 from validate.records import Attempt
 
-_KEY = ["phase", "task_id", "agent", "sample", "attempt"]
-
 
 def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:
-    if a.duplicated(_KEY).any():
-        r.problems.append(f"{where}: an attempt key (phase, task, agent, sample, try) repeats")
-    latest = a.groupby(["phase", "task_id", "agent", "sample"])["attempt"].transform("max")
-    if ((a["attempt"] < latest) != a["superseded"]).any():
-        r.problems.append(f"{where}: superseded flags do not follow the try numbers")
+    check_attempt_keys(a, r, where)
     hashes = {t.id: t.hash for t in manifest.tasks}
     bad = a[[hashes.get(t) != h for t, h in zip(a["task_id"], a["task_hash"], strict=True)]]
     if len(bad):
