@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from validate.evidence import file_sha256
 from validate.paths import RunPaths
 from validate.records import TaskVerdict
-from validate.summary import Counts, ProbeCheck
+from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
 
 
@@ -26,22 +26,12 @@ def verdict_rows(path: Path) -> list[TaskVerdict]:
 
 
 def check_counts(ev, tables, manifests, r) -> None:
-    from validate.lifecycle import REQUIRED
+    from validate.lifecycle import REQUIRED, counts
 
     s, where = ev.summary, ev.root / "run.json"
     verdicts = verdict_rows(ev.root / "tasks.parquet")
     a = tables["attempts.parquet"]
-    by_reason: dict[str, int] = {}
-    for v in verdicts:
-        if v.reason:
-            by_reason[v.reason] = by_reason.get(v.reason, 0) + 1
-    recount = Counts(tasks=len(verdicts), compatible=sum(v.verdict == "compatible" for v in verdicts),
-                     excluded=sum(v.verdict == "excluded" for v in verdicts),
-                     incomplete=sum(v.verdict == "incomplete" for v in verdicts),
-                     excluded_by_reason=dict(sorted(by_reason.items())), attempts=len(a),
-                     superseded=int(a["superseded"].sum()),
-                     exceptions=int(a["status"].isin(["infrastructure_error", "harness_error"]).sum()),
-                     retried_passes=sum(v.verdict == "compatible" and v.retried for v in verdicts))
+    recount = counts(verdicts, ev.root / "attempts.parquet")  # the run's own counting, on the ledgers
     if recount != s.counts:
         r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' {recount.model_dump()}")
     excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == "excluded"}
