@@ -238,9 +238,14 @@ def entries(env: Environment, config: BaseModel, taskset: Taskset, idx: Sequence
             task = taskset.task(i)
         except (ValueError, IndexError) as e:
             raise ContractError(f"selection.idx: task {i}: {e}") from None
-        skip = {a.name: why for a in specs if (why := env.not_applicable(a, task)) is not None}
+        skip = skips(env, specs, task)
         out.append(TaskEntry(id=task.id, idx=task.idx, hash=task.hash, skip=skip))
     return out
+
+
+def skips(env: Environment, specs: Sequence, task) -> dict[str, str]:
+    """Agent name → why it cannot test `task`, for each of `specs` the environment excuses."""
+    return {a.name: why for a in specs if (why := env.not_applicable(a, task)) is not None}
 
 
 def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] | None,
@@ -418,7 +423,7 @@ def check_tasks(manifest: Manifest, env: Environment, config: BaseModel, taskset
         task = taskset.task(entry.idx)
         if (task.id, task.hash) != (entry.id, entry.hash):
             raise _mismatch(f"tasks[{i}].hash ({entry.id})", entry.hash, task.hash)
-        skip = {a.name: why for a in specs if (why := env.not_applicable(a, task)) is not None}
+        skip = skips(env, specs, task)
         if skip != entry.skip:
             raise _mismatch(f"tasks[{i}].skip ({entry.id})", entry.skip, skip)
 
