@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 
 import pytest
 
 from environment.protocol import LoadHints, canonical_json, sha256_tag
-from tests.conftest import HINTS, make_manifest
+from tests.conftest import HINTS, ROOT, make_manifest
 from validate.contract import load_manifest, verify, write_manifest
 from validate.errors import ContractError, ProfileUnavailable
 from validate.sandbox import open_sandbox
@@ -103,7 +104,10 @@ def test_changed_corpus_is_refused(corpus_path, sandboxes, tmp_path):
 @pytest.mark.bwrap
 def test_the_corpus_is_found_by_its_revision_not_the_working_directory(corpus_path, sandboxes, tmp_path,
                                                                          monkeypatch):
-    default = make_manifest(sandboxes("bwrap"), idx=[0], corpus="../shared/corpus/papers.jsonl.gz")
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("VALIDATE_DATA_DIR", str(empty))  # not a corpus a cache on this machine holds
+    default = make_manifest(sandboxes("bwrap"), idx=[0], corpus=os.path.relpath(corpus_path, ROOT))
     monkeypatch.chdir(tmp_path)  # the relative path means nothing here ...
     verify(default, sandboxes("bwrap"), LoadHints())  # ... but it is found below the project's root
     m = make_manifest(sandboxes("bwrap"), idx=[0], corpus="data/papers.jsonl.gz")
