@@ -86,6 +86,9 @@ def test_bad_files(tmp_path):
         Corpus.from_path(tmp_path / "bad.jsonl")
     with pytest.raises(CorpusError, match="duplicated"):
         Corpus.from_path(write_jsonl(tmp_path / "d.jsonl", [good("arxiv:1"), good("arxiv:1")]))
+    # a task's family is read from its anchor paper's id: the id must name the paper's source
+    with pytest.raises(CorpusError, match="does not start with its source"):
+        Corpus.from_path(write_jsonl(tmp_path / "s.jsonl", [good("plos:1")]))
 
 
 def test_hub_unreachable_fails_fast_with_guidance(tmp_path):

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: CC BY (any version, or unstated) and CC0; CC BY-SA, -NC, -ND are outside it.
 _LICENCE_OK = re.compile(r"^(CC-BY(-\d(\.\d)?)?( \(.*\))?|CC0(-1\.0)?)$")
@@ -136,6 +136,14 @@ class Paper(BaseModel):
         if not v.strip():
             raise ValueError("is blank")
         return v
+
+    @model_validator(mode="after")
+    def _id_names_its_source(self) -> Paper:
+        # a task's family is its anchor paper's id prefix; it must be the paper's source
+        if not self.paper_id.startswith(self.source + ":"):
+            raise ValueError(f"paper_id {_show(self.paper_id)} does not start with its source "
+                             f"{_show(self.source)} and a colon (the form is <source>:<id>)")
+        return self
 
     @field_validator("license")
     @classmethod
