@@ -3,9 +3,9 @@
 Nothing is lost on a crash: each finished attempt is appended to ``journal.jsonl`` and
 fsynced before the next is handed out; a line cut short by a crash is dropped on reading
 (its attempt is simply rerun by ``--resume``). Parquet files are written whole to a temp
-file and renamed, so none is ever half-written. `finalize` folds the journal into
-``attempts.parquet`` (marking superseded attempts), writes the verdict tables, the run
-summary and the ``checksums`` file (``sha256sum -c`` format).
+file and renamed, so none is ever half-written. `fold` folds the journal into
+``attempts.parquet`` (marking superseded attempts); `write_verdicts`, the run summary and
+`write_checksums` (``sha256sum -c`` format) follow (`validate.lifecycle.Run` orders them).
 """
 
 from __future__ import annotations
@@ -217,20 +217,12 @@ def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel]
     return write_parquet(path, (flat_row(r, metric_names) for r in records), arrow_schema(model, metric_names, meta))
 
 
-def fold(journal: Journal) -> tuple[int, list[str]]:
-    """Fold the journal into attempts.parquet (streamed, superseded attempts flagged); return
-    the attempt count and the agents seen."""
+def fold(journal: Journal) -> None:
+    """Fold the journal into attempts.parquet (streamed, superseded attempts flagged)."""
     journal.close()
-    agents: set[str] = set()
-
-    def rows() -> Iterator[dict]:
-        for a in journal.marked():
-            agents.add(a.agent)
-            yield flat_row(a, journal.metric_names)
-
-    n = write_parquet(journal.paths.attempts, rows(), arrow_schema(Attempt, journal.metric_names))
+    rows = (flat_row(a, journal.metric_names) for a in journal.marked())
+    write_parquet(journal.paths.attempts, rows, arrow_schema(Attempt, journal.metric_names))
     journal.paths.journal.unlink(missing_ok=True)
-    return n, sorted(agents)
 
 
 def write_verdicts(paths: RunPaths, verdicts: list[TaskVerdict]) -> None:
