@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from environment.curator.themes import SPECS_DIR, TIERS, ThemeSpec, load_specs
-from environment.protocol import canonical_json
+from environment.protocol import canonical_json, sha256_tag
 
 MIN_ITEMS, MAX_ITEMS = 8, 12
 EVAL_FRACTION = 0.2
@@ -112,7 +112,7 @@ def dataset_bytes(rows: Sequence[dict]) -> bytes:
 
 
 def revision(rows: Sequence[dict]) -> str:
-    return "sha256:" + sha256_hex(dataset_bytes(rows))
+    return sha256_tag(dataset_bytes(rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

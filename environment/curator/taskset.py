@@ -25,7 +25,7 @@ from environment.curator.judge import Judge, JudgeConfig
 from environment.curator.parse import parse_reply
 from environment.curator.score import METRIC_NAMES, score_parsed
 from environment.curator.themes import TIERS, ThemeSpec, Tier
-from environment.protocol import ConfigError, Score, config_digest
+from environment.protocol import ConfigError, Score, config_digest, sha256_tag
 
 ENV_NAME = "curator"
 
@@ -85,7 +85,7 @@ class CuratorTask(BaseModel):
         view = {"id": self.id, "prompt": self.prompt,
                 "files": {k: sha256_hex(v) for k, v in sorted(self.files.items())},
                 "answer_key": sha256_hex(self.answer_key)}
-        return f"sha256:{sha256_hex(canonical_json(view))}"
+        return sha256_tag(canonical_json(view))
 
 
 def _task(row: dict, idx: int, digest: str) -> CuratorTask:

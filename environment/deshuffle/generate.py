@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from environment.deshuffle.corpus import Corpus, Paper
 from environment.deshuffle.score import METRIC_NAMES, analyze_ordering
-from environment.protocol import Score, canonical_json, config_digest
+from environment.protocol import Score, canonical_json, config_digest, sha256_tag
 
 ENV_NAME = "deshuffle-papers"
 PARAGRAPHS_FILE = "paragraphs.jsonl"
@@ -131,7 +131,7 @@ class DeshuffleTask(BaseModel):
             "files": {k: sha256_hex(v) for k, v in self.files.items()},
             "gold": self.gold,
         }
-        return f"sha256:{sha256_hex(canonical_json(view))}"
+        return sha256_tag(canonical_json(view))
 
     @property
     def answer_key(self) -> bytes:
