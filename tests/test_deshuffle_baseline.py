@@ -150,3 +150,9 @@ def test_a_whole_episode_over_http_with_a_real_bash(taskset3, tmp_path):
     score = taskset3.score(task, final["message"]["content"])
     assert score.metrics["parsed_ok"] == 1.0 and 0.0 < score.reward < 1.0
     assert [r.status for r in server.requests] == [200, 200, 200]
+
+
+def test_a_request_without_a_seed_is_answered_the_same_way_twice(taskset3):
+    task = next(t for t in taskset3.tasks(0, 20) if t.n_labels > 20)
+    request = after_tool(task, task.files[PARAGRAPHS_FILE].decode(), temperature=2.0)  # no seed
+    assert "seed" not in request and policy(request)["content"] == policy(request)["content"]

@@ -253,7 +253,7 @@ def order_group(members: list[int], texts: list[str], sim: np.ndarray, temperatu
 
 
 def solve(paragraphs: list[tuple[int, str]], k: int, temperature: float = 0.0,
-          seed: int | None = None) -> list[list[int]]:
+          seed: int = 0) -> list[list[int]]:
     """Heuristic partition of (label, text) paragraphs into at most k ordered groups."""
     if not paragraphs:
         return []
@@ -355,7 +355,8 @@ def answer(groups: list[list[int]], k: int) -> str:
 def policy(request: dict) -> dict:
     """The local server's policy: read the file with ``bash``, then answer.
 
-    Temperature as in the OpenAI API: absent means 1. The seed is the request's ``seed``.
+    Temperature as in the OpenAI API: absent means 1. The seed is the request's ``seed``
+    (absent means 0: the same request always gets the same answer).
     """
     messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     prompt = "\n".join(_text(m) for m in messages if m.get("role") == "user")
@@ -368,5 +369,5 @@ def policy(request: dict) -> dict:
             "name": "bash", "arguments": json.dumps({"command": READ_COMMAND})}}]}
     temperature = request.get("temperature")
     temperature = 1.0 if temperature is None else float(temperature)
-    groups = solve(parse_paragraphs("\n".join(tool_results) or prompt), k, temperature, request.get("seed"))
+    groups = solve(parse_paragraphs("\n".join(tool_results) or prompt), k, temperature, request.get("seed") or 0)
     return {"content": answer(complete(groups, k, n_labels), k)}
