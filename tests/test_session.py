@@ -5,6 +5,7 @@ an agent planted, the watchdog ends a sandbox nobody stops, and `close` ends liv
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from tests.conftest import SANDBOX_BACKENDS
 from validate.errors import SandboxError
 from validate.sandbox import Limits, Mount, RunRequest
-from validate.sandbox.session import NotAFile
+from validate.sandbox.session import NotAFile, SandboxEnded
 
 SESSION_BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
 
@@ -121,13 +122,74 @@ def test_a_sandbox_killed_from_outside_is_an_infrastructure_fault(sandboxes, bac
     with sb.session(request(workspace, "killed")) as s:
         assert s.exec(["true"], timeout_s=20).exit_code == 0
         if backend == "docker":
-            sb.client.api.kill(s.cid)
+            sb.client.api.kill(s.cid)  # the daemon logs a kill the harness did not send
         else:
-            os.kill(s.launch.pid1, signal.SIGKILL)
+            # bwrap's monitor, outside the sandbox's pid namespace (out of the agent's reach):
+            # it dies without reporting an exit. (An outside SIGKILL of the sandbox's PID 1
+            # reads exactly as the agent's own end, exit 137: see bwrap_session.)
+            os.kill(_parent(s.launch.pid1), signal.SIGKILL)
         with pytest.raises(SandboxError):
             s.exec(["true"], timeout_s=20)
         s.stop()
         s.stop()  # safe twice
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+HOSTILE = [pytest.param("docker", "kill -TERM 1", marks=pytest.mark.docker),
+           pytest.param("bwrap", "kill -9 $PPID", marks=pytest.mark.bwrap),
+           pytest.param("bwrap", "kill -TERM 1", marks=pytest.mark.bwrap)]
+
+
+@pytest.mark.parametrize(("backend", "command"), HOSTILE)
+def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastructure(sandboxes, backend, command,
+                                                                                     workspace):
+    with sandboxes(backend).session(request(workspace, "hostile")) as s:
+        try:
+            r = s.exec(["bash", "-c", command], timeout_s=20)
+            assert not r.timed_out  # the command's own end: whatever it reports, it was quick
+            s.exec(["true"], timeout_s=20)
+        except SandboxError as e:
+            pytest.fail(f"the agent's own doing was taken for an infrastructure fault: {e}")
+        except SandboxEnded as e:
+            assert "before its deadline" in str(e)
+        else:
+            pytest.fail("the sandbox outlived the agent's kill of its PID 1 / command server")
+        with pytest.raises(SandboxEnded):  # and it stays ended
+            s.exec(["true"], timeout_s=20)
+
+
+@pytest.mark.parametrize(("backend", "command"), HOSTILE)
+def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure(sandboxes, backend, command,
+                                                                                   taskset3, tmp_path):
+    from tests.conftest import make_ctx, make_manifest
+    from validate.eval.client import ChatClient
+    from validate.eval.runner import EvalContext, EvalPlay, attempt_once
+    from validate.localserver import serve
+    from tests.test_eval_agent import contract
+
+    # The kill; one more command, which the dying sandbox takes down with it if it starts at
+    # all; an answer, which the conversation must never reach.
+    def hostile(body: dict) -> dict:
+        done = sum(m.get("role") == "tool" for m in body["messages"])
+        if done < 2:
+            return {"content": None, "tool_calls": [{"id": f"c{done}", "type": "function", "function": {
+                "name": "bash", "arguments": json.dumps({"command": "sleep 10" if done else command})}}]}
+        return {"content": "the sandbox outlived the kill"}
+
+    sb = sandboxes(backend)
+    ctx = make_ctx(make_manifest(sb, idx=[7], max_papers=3), sb, tmp_path / "run")
+    with serve({"hostile": hostile}) as server:
+        ec = EvalContext(run=ctx, contract=contract(server.base_url, model="hostile"),
+                         client=ChatClient(server.base_url), journal=None)
+        attempt, entry = attempt_once(ec, EvalPlay("greedy", 0.0, 1, [7]), ctx.taskset.task(7), 0, 1)
+    assert attempt.status == "exit_nonzero", (attempt.status, attempt.error_message)
+    assert attempt.error_class == "SandboxEnded" and "before its deadline" in attempt.error_message
+    assert attempt.reward is not None and not entry.sample.solved  # scored as it stands: no final message
+    assert entry.sample.failure_class != "infrastructure"
+    assert entry.sample.termination is None and len(entry.turns) in (1, 2)  # cut short in a tool call
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)

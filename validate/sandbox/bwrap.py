@@ -220,6 +220,8 @@ class _Launch:
         # close() (another thread, on Ctrl-C) may kill while the attempt's own thread closes:
         # the pidfd must not be used after it is closed (its number could name another process).
         self._lock = threading.Lock()
+        #: Whether the harness has killed this launch (a session then knows the end is its own).
+        self.killed = False
 
     def await_sandbox(self) -> None:
         """Read bwrap's first report (the sandbox's PID 1 exists), then move bwrap's monitor
@@ -252,10 +254,12 @@ class _Launch:
             raise SandboxError(f"bwrap: cannot move bwrap out of the attempt's cgroups: {e}") from None
         self.pid1_fd = _pidfd_of_child(pid1, monitor)
 
-    def kill(self) -> None:
+    def kill(self, cause: bool = True) -> None:
         """Kill the sandbox's PID 1 (its whole pid namespace goes with it) and let bwrap report
-        the exit; then kill bwrap and anything left in the attempt's cgroup."""
+        the exit; then kill bwrap and anything left in the attempt's cgroup. `cause` False:
+        the kill only clears away a sandbox already broken, it is not why it ended."""
         with self._lock:
+            self.killed = self.killed or cause
             self._kill()
 
     def _kill(self) -> None:

@@ -169,7 +169,7 @@ class DockerSandbox(Sandbox):
                     pass  # it exited between the timeout and the kill
             runtime = time.monotonic() - t0
             state = api.inspect_container(cid)["State"]
-            oom = self._judge(cid, req.name, since, waited, state, timed_out)
+            oom = self.judge(cid, req.name, since, waited, state, timed_out)
             stdout, stderr = self._logs(cid)
             return ExecResult(exit_code=None if timed_out else state.get("ExitCode"), timed_out=timed_out,
                               oom_killed=oom, stdout=stdout[: lim.max_log_bytes], stderr=stderr[: lim.max_log_bytes],
@@ -182,9 +182,10 @@ class DockerSandbox(Sandbox):
             if cid is not None:
                 self._remove(cid)
 
-    def _judge(self, cid: str, name: str, since: float, waited: dict, state: dict, timed_out: bool) -> bool:
+    def judge(self, cid: str, name: str, since: float, waited: dict, state: dict, timed_out: bool) -> bool:
         """Whether the agent was OOM-killed; `SandboxError` when the daemon says the container
-        failed or was killed by someone other than the harness."""
+        failed or was killed by someone other than the harness (its ``kill`` events since
+        `since`, a ``time.time()``). A one-shot run and a live session judge an exit alike."""
         error = (waited.get("Error") or {}).get("Message") or state.get("Error")
         if error:
             raise SandboxError(f"container dv-{name}: the daemon reports {error!r}")

@@ -10,7 +10,13 @@ one-shot run; its ``argv`` is unused) and lives from `start` to `stop`::
     # stop(): everything in it is gone (safe to call twice)
 
 A failed command is data (its exit code, ``timed_out``, ``oom_killed``); a sandbox that
-cannot start, or died, raises `SandboxError` (an infrastructure fault). The sandbox's PID 1
+cannot start, or that the harness sees die from a harness-side cause (a daemon error, a
+kill the harness did not send, bwrap reporting no exit), raises `SandboxError` (an
+infrastructure fault). A sandbox that ends under a command before the deadline with no
+such cause raises `SandboxEnded`: every process in it, its PID 1 and command server
+included, runs as the agent's uid, so what ended it is the agent (``kill -TERM 1``,
+``kill -9 $PPID``): a terminal result of the attempt, never retried as infrastructure.
+``timed_out`` comes from the harness's own clock only. The sandbox's PID 1
 is a watchdog that ends the whole sandbox at the request's deadline
 (``limits.timeout_s`` + `BACKSTOP_S` after the start) even if the harness is killed.
 
@@ -28,7 +34,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from validate.errors import ProfileUnavailable, SandboxError
+from validate.errors import ProfileUnavailable, SandboxError, ValidateError
 from validate.sandbox.base import BACKSTOP_S, ExecResult, RunRequest, Sandbox  # noqa: F401 - BACKSTOP_S: the docstring's
 
 SESSIONS: dict[str, str] = {
@@ -88,6 +94,12 @@ class NotAFile(Exception):
     what the agent left, never an infrastructure fault."""
 
 
+class SandboxEnded(ValidateError):
+    """The sandbox ended under a command before its deadline and the harness saw no cause of
+    its own: the agent's doing. Deliberately not a `SandboxError` (not retried as
+    infrastructure); the attempt ends and is scored as it stands."""
+
+
 class Session(ABC):
     """One live sandbox. Subclasses implement `_start`, `_exec` and `_stop`."""
 
@@ -95,6 +107,8 @@ class Session(ABC):
         self.sandbox, self.request = sandbox, request
         self.started_at: float | None = None
         self._stopped = False
+        #: Why the agent ended the sandbox (`SandboxEnded`), once it did.
+        self.ended: str | None = None
 
     @property
     def deadline(self) -> float:
@@ -121,12 +135,18 @@ class Session(ABC):
         ``limits.max_log_bytes``) is dropped."""
         if self.started_at is None or self._stopped:
             raise SandboxError("session: exec on a session that is not running")
+        if self.ended is not None:
+            raise SandboxEnded(self.ended)
         left = self.deadline - time.monotonic()
         timeout = left if timeout_s is None else min(timeout_s, left)
         keep = self.request.limits.max_log_bytes if max_output_bytes is None else max_output_bytes
         if timeout <= 0:
             return ExecResult(exit_code=None, timed_out=True, runtime_s=0.0)
-        return self._exec(tuple(argv), stdin, timeout, keep)
+        try:
+            return self._exec(tuple(argv), stdin, timeout, keep)
+        except SandboxEnded as e:
+            self.ended = str(e)
+            raise
 
     def read(self, path: str, max_bytes: int) -> bytes | None:
         """The bytes of a regular file inside the sandbox; None when it does not exist;
@@ -169,7 +189,8 @@ class Session(ABC):
 
     @abstractmethod
     def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
-        """Run one command; its own failure is data; a dead sandbox raises `SandboxError`."""
+        """Run one command; its own failure is data; a sandbox that died of a harness-side
+        cause raises `SandboxError`, one that ended otherwise before the deadline `SandboxEnded`."""
 
     @abstractmethod
     def _stop(self) -> None:
