@@ -264,6 +264,34 @@ def test_v2_kill_and_sweep_pid_by_pid_without_cgroup_kill(v2mount, monkeypatch):
     check_kill_and_sweep(V2Cgroups(v2mount, controllers=()))
 
 
+def test_the_oom_counter_of_a_process_is_read_from_its_own_group(v2mount, host, monkeypatch):
+    """`oom_kills_of_pid` (docker sessions): v2 reads the pid's group's memory.events (on the
+    test's own mount, which has no memory controller: the file it asks for is recorded), v1
+    the pid's memory group's memory.oom_control, here a real one."""
+    cg, name = V2Cgroups(v2mount, controllers=()), attempt_name()
+    proc = join(cg.create(name, Limits()), "exec sleep 60")
+    try:
+        wait_for(lambda: proc.pid in cg.pids(name))
+        asked = []
+        monkeypatch.setattr(cgroups, "_counter", lambda file, key: asked.append((file, key)) or 7)
+        assert cgroups.oom_kills_of_pid(proc.pid, v2mount) == 7
+        assert asked == [(v2mount / PARENT / name / "agent" / "memory.events", "oom_kill")]
+    finally:
+        cg.kill(name)
+        cg.remove(name)
+    monkeypatch.undo()
+    assert cgroups.oom_kills_of_pid(0) is None and cgroups.oom_kills_of_pid(2 ** 22 + 1) is None
+    if host.version == "v1":
+        calm = attempt_name()
+        proc = join(host.create(calm, Limits()), "exec sleep 60")
+        try:
+            wait_for(lambda: proc.pid in host.pids(calm))
+            assert cgroups.oom_kills_of_pid(proc.pid) == host.oom_kills(calm) == 0
+        finally:
+            host.kill(calm)
+            host.remove(calm)
+
+
 def test_oom_counters_are_read_from_the_kernels_format():
     events = "low 0\nhigh 0\nmax 1520\noom 3\noom_kill 2\noom_group_kill 0\n"  # memory.events, Linux 6.1
     assert read_counters(events) == {"low": 0, "high": 0, "max": 1520, "oom": 3, "oom_kill": 2, "oom_group_kill": 0}

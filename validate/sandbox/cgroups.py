@@ -93,6 +93,26 @@ def read_counters(text: str) -> dict[str, int]:
     return counters
 
 
+def oom_kills_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> int | None:
+    """The ``oom_kill`` counter of the memory cgroup process `pid` is in (a docker container's
+    PID 1: the container's group), from ``memory.events`` on v2 or ``memory.oom_control`` on
+    v1; None when unreadable (no such process, no memory controller)."""
+    if not pid:
+        return None
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v2 = detect(root) == "v2"
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if v2 and controllers == "":
+            return _counter(root / path.lstrip("/") / "memory.events", "oom_kill")
+        if not v2 and "memory" in controllers.split(","):
+            return _counter(root / "memory" / path.lstrip("/") / "memory.oom_control", "oom_kill")
+    return None
+
+
 class Cgroups(ABC):
     """The attempts' groups on one hierarchy; every method takes the attempt's name."""
 

@@ -31,27 +31,11 @@ from docker.utils.socket import frames_iter
 
 from validate.errors import SandboxError
 from validate.sandbox.base import ExecResult
+from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.session import SandboxEnded, Session
 
 #: Seconds past a command's timeout the harness waits for its stream before declaring the session dead.
 STREAM_GRACE_S = 10.0
-CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
-
-
-def oom_kills(host_pid: int | None) -> int | None:
-    """The `oom_kill` counter of the memory cgroup of host process `host_pid` (cgroup v1)."""
-    if not host_pid:
-        return None
-    try:
-        for line in Path(f"/proc/{host_pid}/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if "memory" in controllers.split(","):
-                for entry in (CGROUP_MEMORY / path.lstrip("/") / "memory.oom_control").read_text().splitlines():
-                    if entry.startswith("oom_kill "):
-                        return int(entry.split()[1])
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def shield(host_pid: int) -> None:
@@ -113,7 +97,7 @@ class DockerSession(Session):
 
     def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
         api = self.sandbox.client.api
-        before = oom_kills(self.pid)
+        before = oom_kills_of_pid(self.pid)
         t0 = time.monotonic()
         try:
             exec_id = api.exec_create(self.cid, ["/usr/bin/timeout", "-s", "KILL", f"{timeout_s:.3f}", *argv],
@@ -131,7 +115,7 @@ class DockerSession(Session):
         # 126/127: also how the runtime reports an exec into a container that has just stopped.
         if (info.get("Running") or not isinstance(code, int) or code >= 126) and not self._judge_end():
             return ExecResult(exit_code=None, timed_out=True, stdout=out, stderr=err, runtime_s=runtime)
-        after = oom_kills(self.pid)
+        after = oom_kills_of_pid(self.pid)
         oom = before is not None and after is not None and after > before
         # Timed out by the harness's clock: past the command's time (t0 precedes the container's
         # `timeout`, so its kill lands later), or a command still running (its `timeout`
