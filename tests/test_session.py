@@ -1,7 +1,8 @@
 """Live sandbox sessions (`validate.sandbox.session`) on real docker and real bwrap: the same
 confinement as a one-shot run (network off, user, read-only root, limits, bwrap's seccomp
-filter), a failed command is data, a dead sandbox a `SandboxError`, read/write refuse what
-an agent planted, the watchdog ends a sandbox nobody stops, and `close` ends live sessions."""
+filter), a failed command is data, a sandbox killed from outside a `SandboxError`, one the
+agent ends its attempt's own end, the watchdog ends a sandbox nobody stops, and `close`
+ends live sessions."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from tests.conftest import SANDBOX_BACKENDS
 from validate.errors import SandboxError
 from validate.sandbox import Limits, Mount, RunRequest
-from validate.sandbox.session import NotAFile, SandboxEnded
+from validate.sandbox.session import SandboxEnded
 
 SESSION_BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
 
@@ -98,22 +99,6 @@ def test_the_session_is_confined_like_a_one_shot_run(sandboxes, backend, workspa
                     "print(libc.unshare(0x10000000), os.strerror(ctypes.get_errno()))")  # CLONE_NEWUSER
             userns = s.exec(["python3", "-c", code], timeout_s=20)
             assert userns.stdout == b"-1 Operation not permitted\n"
-
-
-@pytest.mark.parametrize("backend", SESSION_BACKENDS)
-def test_read_and_write_refuse_what_an_agent_planted(sandboxes, backend, workspace):
-    with sandbox_of(sandboxes, backend).session(request(workspace, "rw")) as s:
-        s.write("/workspace/reply.txt", b"42\n")
-        assert s.read("/workspace/reply.txt", 100) == b"42\n"
-        assert s.read("/workspace/absent.txt", 100) is None
-        s.exec(["bash", "-c", "ln -s /etc/passwd link; mkfifo fifo; mkdir dir; head -c 500 /dev/zero > big"],
-               timeout_s=20)
-        for name in ("link", "fifo", "dir", "big"):
-            with pytest.raises(NotAFile):
-                s.read(f"/workspace/{name}", 100)
-        with pytest.raises(SandboxError):
-            s.write("/workspace/link", b"through the symlink")
-        assert b"through" not in Path("/etc/passwd").read_bytes()
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)

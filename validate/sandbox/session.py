@@ -5,8 +5,6 @@ one-shot run; its ``argv`` is unused) and lives from `start` to `stop`::
 
     with open_session(sandbox, request) as s:       # start(): the sandbox exists, idle
         r = s.exec(["bash", "-c", "ls"], timeout_s=10)   # an ExecResult, like a one-shot run
-        data = s.read("/workspace/reply.txt", 4096)
-        s.write("/workspace/notes.txt", b"...")
     # stop(): everything in it is gone (safe to call twice)
 
 A failed command is data (its exit code, ``timed_out``, ``oom_killed``); a sandbox that
@@ -19,10 +17,6 @@ included, runs as the agent's uid, so what ended it is the agent (``kill -TERM 1
 ``timed_out`` comes from the harness's own clock only. The sandbox's PID 1
 is a watchdog that ends the whole sandbox at the request's deadline
 (``limits.timeout_s`` + `BACKSTOP_S` after the start) even if the harness is killed.
-
-`read` and `write` are commands inside the sandbox, as the sandbox's user: they see what
-the sandbox sees, and a path the agent made into a symlink, FIFO or directory is refused
-as it is by the host-side reply reader (`validate.workspace.read_reply`).
 
 Implementations are loaded lazily by backend name (`SESSIONS`), like the backends.
 """
@@ -42,56 +36,6 @@ SESSIONS: dict[str, str] = {
     "bwrap": "validate.sandbox.bwrap_session:BwrapSession",
     "subprocess": "validate.sandbox.subprocess_session:SubprocessSession",
 }
-
-#: Exit status of `read_argv` when the path is not a regular file (the message is on stderr).
-NOT_A_FILE = 3
-#: Exit status of `read_argv` / `write_argv` when the path does not exist (read) or cannot be written.
-NO_SUCH_FILE = 4
-
-# Reads at most N+1 bytes of a regular file without following a symlink or blocking on a FIFO.
-_READ = r"""
-import os, stat, sys
-p, n = sys.argv[1], int(sys.argv[2])
-try:
-    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-except FileNotFoundError:
-    sys.exit(4)
-except OSError as e:
-    sys.stderr.write("not a regular file: %s" % e.strerror); sys.exit(3)
-if not stat.S_ISREG(os.fstat(fd).st_mode):
-    sys.stderr.write("not a regular file"); sys.exit(3)
-left = n + 1
-while left > 0:
-    b = os.read(fd, min(left, 1 << 20))
-    if not b:
-        break
-    sys.stdout.buffer.write(b); left -= len(b)
-"""
-# Writes stdin to a path, refusing to follow a symlink at the last component.
-_WRITE = r"""
-import os, sys
-p = sys.argv[1]
-try:
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-except OSError as e:
-    sys.stderr.write("cannot write: %s" % e.strerror); sys.exit(4)
-data = sys.stdin.buffer.read()
-while data:
-    data = data[os.write(fd, data):]
-"""
-
-
-def read_argv(path: str, max_bytes: int) -> list[str]:
-    return ["python3", "-S", "-c", _READ, path, str(max_bytes)]
-
-
-def write_argv(path: str) -> list[str]:
-    return ["python3", "-S", "-c", _WRITE, path]
-
-
-class NotAFile(Exception):
-    """`read` of a path that is a symlink, FIFO, directory or device, or of a file over the cap:
-    what the agent left, never an infrastructure fault."""
 
 
 class SandboxEnded(ValidateError):
@@ -147,28 +91,6 @@ class Session(ABC):
         except SandboxEnded as e:
             self.ended = str(e)
             raise
-
-    def read(self, path: str, max_bytes: int) -> bytes | None:
-        """The bytes of a regular file inside the sandbox; None when it does not exist;
-        `NotAFile` for anything else or a file over `max_bytes`."""
-        r = self.exec(read_argv(path, max_bytes), timeout_s=30.0, max_output_bytes=max_bytes + 1)
-        if r.exit_code == NO_SUCH_FILE:
-            return None
-        if r.exit_code == NOT_A_FILE:
-            raise NotAFile(f"{path}: {r.stderr.decode('utf-8', 'replace')[:200]}")
-        if r.exit_code != 0:
-            raise SandboxError(f"session: reading {path} failed (exit {r.exit_code}, timed out {r.timed_out}): "
-                               f"{r.stderr[:200]!r}")
-        if len(r.stdout) > max_bytes:
-            raise NotAFile(f"{path}: larger than {max_bytes} bytes")
-        return r.stdout
-
-    def write(self, path: str, data: bytes) -> None:
-        """Write `data` to `path` inside the sandbox, as the sandbox's user."""
-        r = self.exec(write_argv(path), stdin=data, timeout_s=30.0)
-        if r.exit_code != 0:
-            raise SandboxError(f"session: writing {path} failed (exit {r.exit_code}): "
-                               f"{r.stderr.decode('utf-8', 'replace')[:200]}")
 
     def stop(self) -> None:
         """End the sandbox and everything in it. Safe to call twice."""
