@@ -50,7 +50,7 @@ from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
-from validate.sandbox import seccomp, storage
+from validate.sandbox import seccomp
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 from validate.sandbox.cgroups import Cgroups, open_cgroups
 
@@ -87,12 +87,8 @@ class BwrapSandbox(Sandbox):
 
     def _sweep(self) -> None:
         """Kill and remove what a killed earlier process of this same run left: the processes
-        in its cgroups, the cgroups, its attempt storage."""
+        in its cgroups, the cgroups (its attempt storage: `open_sandbox`)."""
         self.hierarchy.sweep(self.run_label)
-        try:
-            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
-        except PermissionError:
-            pass  # not root: facts() says bwrap needs root
 
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):

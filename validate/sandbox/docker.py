@@ -28,7 +28,6 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE
-from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, watchdog_argv
 
 LABEL = "deshuffle-validate"
@@ -64,16 +63,13 @@ class DockerSandbox(Sandbox):
 
     def _sweep(self) -> None:
         """Remove what a killed earlier process of this same run left: its containers (a
-        running one is past its limit by its backstop at the latest), its attempt storage."""
+        running one is past its limit by its backstop at the latest; its attempt storage:
+        `open_sandbox`)."""
         try:
             for c in self.client.api.containers(all=True, quiet=True, filters={"label": f"{LABEL}={self.run_label}"}):
                 self._remove(c["Id"])
         except (DockerException, requests.RequestException):
             pass  # facts() reports an unreachable daemon with a clear message
-        try:
-            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
-        except PermissionError:
-            pass  # not root: this process could not have mounted attempt storage either
 
     def facts(self) -> BackendFacts:
         # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
