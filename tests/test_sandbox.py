@@ -310,13 +310,13 @@ def test_a_sandbox_that_cannot_start_is_infrastructure(backend, sandboxes, monke
     with pytest.raises(SandboxError, match="not-there"):
         sandbox.run(missing)
     if backend == "bwrap":
-        real, made = sandbox._cgroups, []
+        real, made = sandbox.cgroups, []
 
         def broken(name, req):
             made.extend(real(name, req))
             return [*made[:-1], made[-1] / "no-such-cgroup"]
 
-        monkeypatch.setattr(sandbox, "_cgroups", broken)
+        monkeypatch.setattr(sandbox, "cgroups", broken)
         try:
             with pytest.raises(SandboxError, match="did not start.*cannot join cgroup"):
                 with hostile_run(sandbox, "fake_exit125"):

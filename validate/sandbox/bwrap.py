@@ -106,10 +106,6 @@ class BwrapSandbox(Sandbox):
                             packages=image.packages, python=image.python, tree_digest=image.tree_digest,
                             seccomp=self.seccomp_sha256, cgroup=self.hierarchy.version)
 
-    def _cgroups(self, name: str, req: RunRequest) -> list[Path]:
-        """The attempt's cgroups, with its limits: those its launching shell joins."""
-        return self.hierarchy.create(name, req.limits)
-
     def _argv(self, req: RunRequest, cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
         uid, gid = req.uid_gid
         blocks = req.limits.max_file_mb * 2048
@@ -132,7 +128,7 @@ class BwrapSandbox(Sandbox):
 
     def run(self, req: RunRequest) -> ExecResult:
         name = f"{self.run_label}-{req.name}"
-        cgroups = self._cgroups(name, req)
+        cgroups = self.cgroups(name, req)
         try:
             return self._run(req, name, cgroups)
         finally:
@@ -171,8 +167,9 @@ class BwrapSandbox(Sandbox):
         self.hierarchy.remove(name)
 
     def cgroups(self, name: str, req: RunRequest) -> list[Path]:
-        """The attempt's cgroups (v1: memory, pids, cpu; v2: one), made and limited (`SandboxError` if not)."""
-        return self._cgroups(name, req)
+        """The attempt's cgroups (v1: memory, pids, cpu; v2: one), made and limited (`SandboxError`
+        if not): those its launching shell joins."""
+        return self.hierarchy.create(name, req.limits)
 
     def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
         t0 = time.monotonic()
