@@ -38,6 +38,20 @@ def watchdog_argv(argv: tuple[str, ...], timeout_s: float) -> list[str]:
     return ["/usr/bin/timeout", "-s", "KILL", f"{timeout_s + BACKSTOP_S:.3f}", *argv]
 
 
+def shield(host_pid: int) -> None:
+    """Make `host_pid` and its children exempt from the OOM killer (best effort, root)."""
+    pids = [host_pid]
+    try:
+        pids += [int(p) for p in Path(f"/proc/{host_pid}/task/{host_pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    for pid in pids:
+        try:
+            Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+        except OSError:
+            pass
+
+
 class Mount(BaseModel):
     model_config = ConfigDict(frozen=True)
 

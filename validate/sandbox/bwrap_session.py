@@ -31,8 +31,7 @@ import subprocess
 import time
 
 from validate.errors import SandboxError
-from validate.sandbox.base import ExecResult
-from validate.sandbox.docker_session import shield
+from validate.sandbox.base import ExecResult, shield
 from validate.sandbox.session import SandboxEnded, Session
 
 #: Seconds the command server may take to say it is ready.

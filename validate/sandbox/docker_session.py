@@ -30,26 +30,12 @@ from docker.errors import DockerException
 from docker.utils.socket import frames_iter
 
 from validate.errors import SandboxError
-from validate.sandbox.base import ExecResult
+from validate.sandbox.base import ExecResult, shield
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.session import SandboxEnded, Session
 
 #: Seconds past a command's timeout the harness waits for its stream before declaring the session dead.
 STREAM_GRACE_S = 10.0
-
-
-def shield(host_pid: int) -> None:
-    """Make `host_pid` and its children exempt from the OOM killer (best effort, root)."""
-    pids = [host_pid]
-    try:
-        pids += [int(p) for p in Path(f"/proc/{host_pid}/task/{host_pid}/children").read_text().split()]
-    except (OSError, ValueError):
-        pass
-    for pid in pids:
-        try:
-            Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
-        except OSError:
-            pass
 
 
 class DockerSession(Session):
