@@ -253,6 +253,25 @@ def test_v2_groups_join_release_and_are_removed(v2mount):
     assert not (v2mount / PARENT / name).exists()
 
 
+def test_v2_enables_the_parents_controllers_once_not_per_attempt(v2mount, monkeypatch):
+    cg = V2Cgroups(v2mount, controllers=())
+    calls = []
+    real = cg._enable_parent
+    monkeypatch.setattr(cg, "_enable_parent", lambda: calls.append(1) or real())
+    names = [attempt_name(), attempt_name()]
+    for name in names:  # without check() first (a backend used without its facts): the first create
+        cg.create(name, Limits())
+    assert calls == [1] and all((v2mount / PARENT / n / "agent").is_dir() for n in names)
+    for name in names:
+        cg.remove(name)
+    checked = V2Cgroups(v2mount, controllers=())
+    monkeypatch.setattr(checked, "_enable_parent", lambda: calls.append(2) or real())
+    checked.check()
+    checked.create(names[0], Limits())
+    checked.remove(names[0])
+    assert calls == [1, 2]  # check() did it; create did not again
+
+
 def test_v2_kill_and_sweep_with_cgroup_kill(v2mount, monkeypatch):
     if (v2mount / "cgroup.kill").exists():  # Linux ≥ 5.14: one write, never a pid-by-pid kill
         monkeypatch.setattr(cgroups, "_kill_each", lambda _: pytest.fail("killed pid by pid despite cgroup.kill"))

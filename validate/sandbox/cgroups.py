@@ -244,6 +244,10 @@ class V2Cgroups(Cgroups):
                  controllers: tuple[str, ...] = CONTROLLERS) -> None:
         super().__init__(root, parent)
         self.controllers = controllers
+        # Whether the root and the parent have the controllers enabled: once per instance.
+        # `check` (from the backend's facts, before any production run) does it; `create`
+        # does it only when nothing did, as for a backend used without its facts.
+        self._enabled = False
 
     def _node(self, name: str) -> Path:
         return self.root / self.parent / name
@@ -260,6 +264,7 @@ class V2Cgroups(Cgroups):
             self._enable_parent()
         except OSError as e:
             raise ProfileUnavailable(self._enable_error(e)) from None
+        self._enabled = True
 
     def _enable_parent(self) -> None:
         """Enable the controllers at the root (for the parent) and in the parent (for the attempts)."""
@@ -281,7 +286,9 @@ class V2Cgroups(Cgroups):
         node = self._node(name)
         agent = node / self.AGENT
         try:
-            self._enable_parent()
+            if not self._enabled:
+                self._enable_parent()
+                self._enabled = True
             node.mkdir()
             _enable(node, self.controllers)
             agent.mkdir()
