@@ -2,7 +2,8 @@
 
 A backend turns a `RunRequest` (argv, mounts, environment, limits) into an `ExecResult`.
 A failed command is not a failed sandbox: the agent's non-zero exit, OOM kill or timeout
-come back as data; a sandbox that cannot start or dies under the agent raises
+come back as data, and so does a sandbox the agent itself ends (its PID 1 runs as the
+agent's uid); a sandbox that cannot start, or that a harness-side cause ends, raises
 `SandboxError` (an infrastructure fault, which the runner retries).
 
 Which of the two happened is decided from the harness's own signals (bubblewrap's status
