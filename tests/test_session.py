@@ -135,7 +135,7 @@ def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastruct
         try:
             r = s.exec(["bash", "-c", command], timeout_s=20)
             assert not r.timed_out  # the command's own end: whatever it reports, it was quick
-            s.exec(["true"], timeout_s=20)
+            s.exec(["sleep", "10"], timeout_s=20)  # taken down by the dying sandbox if it starts at all
         except SandboxError as e:
             pytest.fail(f"the agent's own doing was taken for an infrastructure fault: {e}")
         except SandboxEnded as e:
