@@ -83,6 +83,16 @@ def test_a_command_past_its_timeout_is_killed_and_the_session_goes_on(sandboxes,
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_a_process_left_behind_writing_now_and_then_does_not_hold_the_session(sandboxes, backend, workspace):
+    with sandboxes(backend).session(request(workspace, "leftover")) as s:
+        t0 = time.monotonic()
+        r = s.exec(["bash", "-c", "setsid bash -c 'while :; do echo x; sleep 1; done' & echo started"], timeout_s=2.0)
+        assert time.monotonic() - t0 < 2.0 + 10.0 + 5.0  # its timeout, the stream's grace, slack
+        assert r.stdout.startswith(b"started") and (r.timed_out or r.exit_code == 0)
+        assert s.exec(["echo", "alive"], timeout_s=20).stdout == b"alive\n"
+
+
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 def test_the_session_is_confined_like_a_one_shot_run(sandboxes, backend, workspace):
     with sandboxes(backend).session(request(workspace, "confined", memory_mb=128)) as s:
         assert s.exec(["id", "-u"], timeout_s=20).stdout == b"65534\n"
