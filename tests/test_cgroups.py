@@ -254,6 +254,25 @@ def test_v2_groups_join_release_and_are_removed(v2mount):
     assert not (v2mount / PARENT / name).exists()
 
 
+def test_v2_enables_the_parents_controllers_once_not_per_attempt(v2mount, monkeypatch):
+    cg = V2Cgroups(v2mount, controllers=())
+    calls = []
+    real = cg._enable_parent
+    monkeypatch.setattr(cg, "_enable_parent", lambda: calls.append(1) or real())
+    names = [attempt_name(), attempt_name()]
+    for name in names:  # without check() first (a backend used without its facts): the first create
+        cg.create(name, Limits())
+    assert calls == [1] and all((v2mount / PARENT / n / "agent").is_dir() for n in names)
+    for name in names:
+        cg.remove(name)
+    checked = V2Cgroups(v2mount, controllers=())
+    monkeypatch.setattr(checked, "_enable_parent", lambda: calls.append(2) or real())
+    checked.check()
+    checked.create(names[0], Limits())
+    checked.remove(names[0])
+    assert calls == [1, 2]  # check() did it; create did not again
+
+
 def test_v2_kill_and_sweep_with_cgroup_kill(v2mount, monkeypatch):
     if (v2mount / "cgroup.kill").exists():  # Linux ≥ 5.14: one write, never a pid-by-pid kill
         monkeypatch.setattr(cgroups, "_kill_each", lambda _: pytest.fail("killed pid by pid despite cgroup.kill"))
@@ -263,6 +282,34 @@ def test_v2_kill_and_sweep_with_cgroup_kill(v2mount, monkeypatch):
 def test_v2_kill_and_sweep_pid_by_pid_without_cgroup_kill(v2mount, monkeypatch):
     monkeypatch.setattr(V2Cgroups, "KILL_FILE", "cgroup.kill-of-a-kernel-before-5.14")
     check_kill_and_sweep(V2Cgroups(v2mount, controllers=()))
+
+
+def test_the_oom_counter_of_a_process_is_read_from_its_own_group(v2mount, host, monkeypatch):
+    """`oom_kills_of_pid` (docker sessions): v2 reads the pid's group's memory.events (on the
+    test's own mount, which has no memory controller: the file it asks for is recorded), v1
+    the pid's memory group's memory.oom_control, here a real one."""
+    cg, name = V2Cgroups(v2mount, controllers=()), attempt_name()
+    proc = join(cg.create(name, Limits()), "exec sleep 60")
+    try:
+        wait_for(lambda: proc.pid in cg.pids(name))
+        asked = []
+        monkeypatch.setattr(cgroups, "_counter", lambda file, key: asked.append((file, key)) or 7)
+        assert cgroups.oom_kills_of_pid(proc.pid, v2mount) == 7
+        assert asked == [(v2mount / PARENT / name / "agent" / "memory.events", "oom_kill")]
+    finally:
+        cg.kill(name)
+        cg.remove(name)
+    monkeypatch.undo()
+    assert cgroups.oom_kills_of_pid(0) is None and cgroups.oom_kills_of_pid(2 ** 22 + 1) is None
+    if host.version == "v1":
+        calm = attempt_name()
+        proc = join(host.create(calm, Limits()), "exec sleep 60")
+        try:
+            wait_for(lambda: proc.pid in host.pids(calm))
+            assert cgroups.oom_kills_of_pid(proc.pid) == host.oom_kills(calm) == 0
+        finally:
+            host.kill(calm)
+            host.remove(calm)
 
 
 def test_oom_counters_are_read_from_the_kernels_format():

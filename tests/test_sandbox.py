@@ -310,13 +310,13 @@ def test_a_sandbox_that_cannot_start_is_infrastructure(backend, sandboxes, monke
     with pytest.raises(SandboxError, match="not-there"):
         sandbox.run(missing)
     if backend == "bwrap":
-        real, made = sandbox._cgroups, []
+        real, made = sandbox.cgroups, []
 
         def broken(name, req):
             made.extend(real(name, req))
             return [*made[:-1], made[-1] / "no-such-cgroup"]
 
-        monkeypatch.setattr(sandbox, "_cgroups", broken)
+        monkeypatch.setattr(sandbox, "cgroups", broken)
         try:
             with pytest.raises(SandboxError, match="did not start.*cannot join cgroup"):
                 with hostile_run(sandbox, "fake_exit125"):
@@ -450,3 +450,22 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
             assert leftovers.hierarchy.names(label) == []
     finally:
         leftovers.close()
+
+
+def test_opening_a_backend_sweeps_the_attempt_storage_its_run_left(backend):
+    """`open_sandbox`, the one place every backend is opened through, sweeps the run's attempt
+    storage (a killed run's tmpfs, still mounted and full), and only that run's."""
+    label, other = f"swept-{uuid.uuid4().hex[:6]}", f"kept-{uuid.uuid4().hex[:6]}"
+    for run in (label, other):
+        target = storage.DEFAULT_PARENT / run / "left"
+        target.mkdir(parents=True)
+        storage.mount_tmpfs(target, Limits(storage_mb=1))
+        (target / "workspace").mkdir()
+        (target / "workspace" / "reply.txt").write_text("42")
+    try:
+        open_sandbox(backend, image=DEFAULT_IMAGE, run_label=label).close()
+        assert not (storage.DEFAULT_PARENT / label).exists()
+        assert (storage.DEFAULT_PARENT / other / "left" / "workspace" / "reply.txt").read_text() == "42"
+    finally:
+        storage.sweep(storage.DEFAULT_PARENT, label)
+        storage.sweep(storage.DEFAULT_PARENT, other)

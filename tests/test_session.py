@@ -1,10 +1,12 @@
 """Live sandbox sessions (`validate.sandbox.session`) on real docker and real bwrap: the same
 confinement as a one-shot run (network off, user, read-only root, limits, bwrap's seccomp
-filter), a failed command is data, a dead sandbox a `SandboxError`, read/write refuse what
-an agent planted, the watchdog ends a sandbox nobody stops, and `close` ends live sessions."""
+filter), a failed command is data, a sandbox killed from outside a `SandboxError`, one the
+agent ends its attempt's own end, the watchdog ends a sandbox nobody stops, and `close`
+ends live sessions."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +18,7 @@ import pytest
 from tests.conftest import SANDBOX_BACKENDS
 from validate.errors import SandboxError
 from validate.sandbox import Limits, Mount, RunRequest
-from validate.sandbox.session import NotAFile
+from validate.sandbox.session import SandboxEnded
 
 SESSION_BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
 
@@ -81,6 +83,16 @@ def test_a_command_past_its_timeout_is_killed_and_the_session_goes_on(sandboxes,
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
+def test_a_process_left_behind_writing_now_and_then_does_not_hold_the_session(sandboxes, backend, workspace):
+    with sandboxes(backend).session(request(workspace, "leftover")) as s:
+        t0 = time.monotonic()
+        r = s.exec(["bash", "-c", "setsid bash -c 'while :; do echo x; sleep 1; done' & echo started"], timeout_s=2.0)
+        assert time.monotonic() - t0 < 2.0 + 10.0 + 5.0  # its timeout, the stream's grace, slack
+        assert r.stdout.startswith(b"started") and (r.timed_out or r.exit_code == 0)
+        assert s.exec(["echo", "alive"], timeout_s=20).stdout == b"alive\n"
+
+
+@pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 def test_the_session_is_confined_like_a_one_shot_run(sandboxes, backend, workspace):
     with sandboxes(backend).session(request(workspace, "confined", memory_mb=128)) as s:
         assert s.exec(["id", "-u"], timeout_s=20).stdout == b"65534\n"
@@ -99,35 +111,80 @@ def test_the_session_is_confined_like_a_one_shot_run(sandboxes, backend, workspa
             assert userns.stdout == b"-1 Operation not permitted\n"
 
 
-@pytest.mark.parametrize("backend", SESSION_BACKENDS)
-def test_read_and_write_refuse_what_an_agent_planted(sandboxes, backend, workspace):
-    with sandbox_of(sandboxes, backend).session(request(workspace, "rw")) as s:
-        s.write("/workspace/reply.txt", b"42\n")
-        assert s.read("/workspace/reply.txt", 100) == b"42\n"
-        assert s.read("/workspace/absent.txt", 100) is None
-        s.exec(["bash", "-c", "ln -s /etc/passwd link; mkfifo fifo; mkdir dir; head -c 500 /dev/zero > big"],
-               timeout_s=20)
-        for name in ("link", "fifo", "dir", "big"):
-            with pytest.raises(NotAFile):
-                s.read(f"/workspace/{name}", 100)
-        with pytest.raises(SandboxError):
-            s.write("/workspace/link", b"through the symlink")
-        assert b"through" not in Path("/etc/passwd").read_bytes()
-
-
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 def test_a_sandbox_killed_from_outside_is_an_infrastructure_fault(sandboxes, backend, workspace):
     sb = sandboxes(backend)
     with sb.session(request(workspace, "killed")) as s:
         assert s.exec(["true"], timeout_s=20).exit_code == 0
         if backend == "docker":
-            sb.client.api.kill(s.cid)
+            sb.client.api.kill(s.cid)  # the daemon logs a kill the harness did not send
         else:
-            os.kill(s.launch.pid1, signal.SIGKILL)
+            # bwrap's monitor, outside the sandbox's pid namespace (out of the agent's reach):
+            # it dies without reporting an exit. (An outside SIGKILL of the sandbox's PID 1
+            # reads exactly as the agent's own end, exit 137: see bwrap_session.)
+            os.kill(_parent(s.launch.pid1), signal.SIGKILL)
         with pytest.raises(SandboxError):
             s.exec(["true"], timeout_s=20)
         s.stop()
         s.stop()  # safe twice
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+HOSTILE = [pytest.param("docker", "kill -TERM 1", marks=pytest.mark.docker),
+           pytest.param("bwrap", "kill -9 $PPID", marks=pytest.mark.bwrap),
+           pytest.param("bwrap", "kill -TERM 1", marks=pytest.mark.bwrap)]
+
+
+@pytest.mark.parametrize(("backend", "command"), HOSTILE)
+def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastructure(sandboxes, backend, command,
+                                                                                     workspace):
+    with sandboxes(backend).session(request(workspace, "hostile")) as s:
+        try:
+            r = s.exec(["bash", "-c", command], timeout_s=20)
+            assert not r.timed_out  # the command's own end: whatever it reports, it was quick
+            s.exec(["sleep", "10"], timeout_s=20)  # taken down by the dying sandbox if it starts at all
+        except SandboxError as e:
+            pytest.fail(f"the agent's own doing was taken for an infrastructure fault: {e}")
+        except SandboxEnded as e:
+            assert "before its deadline" in str(e)
+        else:
+            pytest.fail("the sandbox outlived the agent's kill of its PID 1 / command server")
+        with pytest.raises(SandboxEnded):  # and it stays ended
+            s.exec(["true"], timeout_s=20)
+
+
+@pytest.mark.parametrize(("backend", "command"), HOSTILE)
+def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure(sandboxes, backend, command,
+                                                                                   taskset3, tmp_path):
+    from tests.conftest import make_ctx, make_manifest
+    from validate.eval.client import ChatClient
+    from validate.eval.runner import EvalContext, EvalPlay, attempt_once
+    from validate.localserver import serve
+    from tests.test_eval_agent import contract
+
+    # The kill; one more command, which the dying sandbox takes down with it if it starts at
+    # all; an answer, which the conversation must never reach.
+    def hostile(body: dict) -> dict:
+        done = sum(m.get("role") == "tool" for m in body["messages"])
+        if done < 2:
+            return {"content": None, "tool_calls": [{"id": f"c{done}", "type": "function", "function": {
+                "name": "bash", "arguments": json.dumps({"command": "sleep 10" if done else command})}}]}
+        return {"content": "the sandbox outlived the kill"}
+
+    sb = sandboxes(backend)
+    ctx = make_ctx(make_manifest(sb, idx=[7], max_papers=3), sb, tmp_path / "run")
+    with serve({"hostile": hostile}) as server:
+        ec = EvalContext(run=ctx, contract=contract(server.base_url, model="hostile"),
+                         client=ChatClient(server.base_url), journal=None)
+        attempt, entry = attempt_once(ec, EvalPlay("greedy", 0.0, 1, [7]), ctx.taskset.task(7), 0, 1)
+    assert attempt.status == "exit_nonzero", (attempt.status, attempt.error_message)
+    assert attempt.error_class == "SandboxEnded" and "before its deadline" in attempt.error_message
+    assert attempt.reward is not None and not entry.sample.solved  # scored as it stands: no final message
+    assert entry.sample.failure_class != "infrastructure"
+    assert entry.sample.termination is None and len(entry.turns) in (1, 2)  # cut short in a tool call
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)

@@ -6,14 +6,17 @@ conversation is played (`validate.eval.agent.converse`), the session is stopped,
 final message is scored on the host by the environment's own scorer. The attempt's
 `SampleRow` and turns go to the eval journal first, then its row to the attempts journal.
 
-Errors land in the row like the dataset runner's (`validate.runner`): a dead sandbox, an
-endpoint that stayed unavailable through its retries, a scorer dependency that failed, or
-an endpoint refusing the key or the model (401/403/404) → ``infrastructure_error``,
-retried as a new try; an endpoint refusing a request the harness built, or any other
-exception of the harness → ``harness_error``; the scorer raising on a reply →
-``scorer_error``. The model's own failures (no answer, out of turns, timeout, a reply over
-max_reply_bytes) are data. Attempt keys are (phase, task, agent, sample, try): the k
-samples of a task never collide with infrastructure retries.
+Errors land in the row like the dataset runner's (`validate.runner`): a sandbox that died
+of a harness-side cause (`SandboxError`), an endpoint that stayed unavailable through its
+retries, a scorer dependency that failed, or an endpoint refusing the key or the model
+(401/403/404) → ``infrastructure_error``, retried as a new try; an endpoint refusing a
+request the harness built, or any other exception of the harness → ``harness_error``; the
+scorer raising on a reply → ``scorer_error``. The model's own failures (no answer, out of
+turns, timeout, a reply over max_reply_bytes) are data; so is a sandbox its commands ended
+before the deadline (`SandboxEnded`, e.g. ``kill -TERM 1``): ``exit_nonzero``, the
+conversation over, what it left scored (cut mid-turn, it has no final message: scored as
+empty). Attempt keys are (phase, task, agent, sample, try): the k samples of a task never
+collide with infrastructure retries.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from validate.records import Attempt
 from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
 from validate.runner import unsupported as unsupported_row
 from validate.sandbox import Mount, RunRequest
+from validate.sandbox.session import SandboxEnded
 from validate.sandbox.storage import attempt_storage
 from validate.workspace import AGENT_UID, workspace_sha256
 
@@ -130,17 +134,22 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
                              tmp=tmp)
         t0 = time.monotonic()
         session = ctx.sandbox.session(request)
+        ended = None
         try:
             session.start()
             stats["sandbox_s"] = time.monotonic() - t0
             converse(ec.client, contract, session, conv, play.temperature, seed, session.deadline)
+        except SandboxEnded as e:
+            ended = e  # the agent ended its own sandbox: the conversation is over, scored as it stands
         finally:
             t1 = time.monotonic()
             session.stop()
             stats["sandbox_s"] = stats.get("sandbox_s", 0.0) + time.monotonic() - t1
     status, reply = _status(conv, ctx.manifest.execution.max_reply_bytes)
     row["status"] = status
-    if status != "ok":
+    if ended is not None:
+        row.update(status="exit_nonzero", error_class="SandboxEnded", error_message=str(ended)[:2000])
+    elif status != "ok":
         row.update(error_class=conv.termination, error_message=f"the conversation ended: {conv.termination}"
                    + (f" (reply over {ctx.manifest.execution.max_reply_bytes} bytes)" if status == "reply_too_large"
                       else ""))

@@ -2,7 +2,8 @@
 
 A backend turns a `RunRequest` (argv, mounts, environment, limits) into an `ExecResult`.
 A failed command is not a failed sandbox: the agent's non-zero exit, OOM kill or timeout
-come back as data; a sandbox that cannot start or dies under the agent raises
+come back as data, and so does a sandbox the agent itself ends (its PID 1 runs as the
+agent's uid); a sandbox that cannot start, or that a harness-side cause ends, raises
 `SandboxError` (an infrastructure fault, which the runner retries).
 
 Which of the two happened is decided from the harness's own signals (bubblewrap's status
@@ -36,6 +37,20 @@ def watchdog_argv(argv: tuple[str, ...], timeout_s: float) -> list[str]:
     """`argv` under coreutils `timeout` as the sandbox's PID 1: when the backstop fires, or
     whenever PID 1 exits, the kernel kills everything left in the sandbox's pid namespace."""
     return ["/usr/bin/timeout", "-s", "KILL", f"{timeout_s + BACKSTOP_S:.3f}", *argv]
+
+
+def shield(host_pid: int) -> None:
+    """Make `host_pid` and its children exempt from the OOM killer (best effort, root)."""
+    pids = [host_pid]
+    try:
+        pids += [int(p) for p in Path(f"/proc/{host_pid}/task/{host_pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        pass
+    for pid in pids:
+        try:
+            Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+        except OSError:
+            pass
 
 
 class Mount(BaseModel):

@@ -50,7 +50,7 @@ from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
-from validate.sandbox import seccomp, storage
+from validate.sandbox import seccomp
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 from validate.sandbox.cgroups import Cgroups, open_cgroups
 
@@ -87,12 +87,8 @@ class BwrapSandbox(Sandbox):
 
     def _sweep(self) -> None:
         """Kill and remove what a killed earlier process of this same run left: the processes
-        in its cgroups, the cgroups, its attempt storage."""
+        in its cgroups, the cgroups (its attempt storage: `open_sandbox`)."""
         self.hierarchy.sweep(self.run_label)
-        try:
-            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
-        except PermissionError:
-            pass  # not root: facts() says bwrap needs root
 
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):
@@ -109,10 +105,6 @@ class BwrapSandbox(Sandbox):
                             architecture=_docker_arch(platform.machine()), version=version,
                             packages=image.packages, python=image.python, tree_digest=image.tree_digest,
                             seccomp=self.seccomp_sha256, cgroup=self.hierarchy.version)
-
-    def _cgroups(self, name: str, req: RunRequest) -> list[Path]:
-        """The attempt's cgroups, with its limits: those its launching shell joins."""
-        return self.hierarchy.create(name, req.limits)
 
     def _argv(self, req: RunRequest, cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
         uid, gid = req.uid_gid
@@ -136,7 +128,7 @@ class BwrapSandbox(Sandbox):
 
     def run(self, req: RunRequest) -> ExecResult:
         name = f"{self.run_label}-{req.name}"
-        cgroups = self._cgroups(name, req)
+        cgroups = self.cgroups(name, req)
         try:
             return self._run(req, name, cgroups)
         finally:
@@ -175,8 +167,9 @@ class BwrapSandbox(Sandbox):
         self.hierarchy.remove(name)
 
     def cgroups(self, name: str, req: RunRequest) -> list[Path]:
-        """The attempt's cgroups (v1: memory, pids, cpu; v2: one), made and limited (`SandboxError` if not)."""
-        return self._cgroups(name, req)
+        """The attempt's cgroups (v1: memory, pids, cpu; v2: one), made and limited (`SandboxError`
+        if not): those its launching shell joins."""
+        return self.hierarchy.create(name, req.limits)
 
     def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
         t0 = time.monotonic()
@@ -220,6 +213,8 @@ class _Launch:
         # close() (another thread, on Ctrl-C) may kill while the attempt's own thread closes:
         # the pidfd must not be used after it is closed (its number could name another process).
         self._lock = threading.Lock()
+        #: Whether the harness has killed this launch (a session then knows the end is its own).
+        self.killed = False
 
     def await_sandbox(self) -> None:
         """Read bwrap's first report (the sandbox's PID 1 exists), then move bwrap's monitor
@@ -252,10 +247,12 @@ class _Launch:
             raise SandboxError(f"bwrap: cannot move bwrap out of the attempt's cgroups: {e}") from None
         self.pid1_fd = _pidfd_of_child(pid1, monitor)
 
-    def kill(self) -> None:
+    def kill(self, cause: bool = True) -> None:
         """Kill the sandbox's PID 1 (its whole pid namespace goes with it) and let bwrap report
-        the exit; then kill bwrap and anything left in the attempt's cgroup."""
+        the exit; then kill bwrap and anything left in the attempt's cgroup. `cause` False:
+        the kill only clears away a sandbox already broken, it is not why it ended."""
         with self._lock:
+            self.killed = self.killed or cause
             self._kill()
 
     def _kill(self) -> None:

@@ -12,8 +12,13 @@ chosen over ``nsenter`` (docs/evaluation.md has the figures).
 The server kills a command's process group at its timeout and keeps the head of its output
 (the rest drained and dropped). The harness exempts the watchdog and the server from the OOM
 killer (oom_score_adj −1000) and reads an OOM kill off the attempt's memory cgroup
-(``oom_kill`` before and after). A server that stops answering — the sandbox died — is a
-`SandboxError`.
+(``oom_kill`` before and after). A server that stops answering is judged by the harness's own
+signals: bwrap's status pipe reporting no exit (its monitor, outside the agent's reach,
+died) or a kill by the harness is a `SandboxError`; past the deadline it is the watchdog (a
+timeout by the harness's clock); otherwise the sandbox ran and ended, or its server was
+stopped, by something of the agent's uid (``kill -9 $PPID``): `SandboxEnded`. An outside
+SIGKILL of the sandbox's PID 1 cannot be told from that (bwrap reports it as exit 137
+either way) and counts as the agent's.
 """
 
 from __future__ import annotations
@@ -22,17 +27,19 @@ import base64
 import json
 import os
 import select
+import subprocess
 import time
 
 from validate.errors import SandboxError
-from validate.sandbox.base import ExecResult
-from validate.sandbox.docker_session import shield
-from validate.sandbox.session import Session
+from validate.sandbox.base import ExecResult, shield
+from validate.sandbox.session import SandboxEnded, Session
 
 #: Seconds the command server may take to say it is ready.
 START_TIMEOUT_S = 30.0
 #: Seconds past a command's timeout the harness waits for the server's answer.
 ANSWER_GRACE_S = 10.0
+#: Seconds bwrap may take to report the sandbox's exit once its server has gone.
+EXIT_GRACE_S = 5.0
 
 SERVER = r"""
 import base64, json, os, select, signal, subprocess, sys, time
@@ -135,7 +142,11 @@ class BwrapSession(Session):
             raise SandboxError(f"bwrap session: the sandbox did not start: {self._stderr()}")
         self.answers = self.launch.proc.stdout.fileno()
         self.buffer = b""
-        if self._answer(time.monotonic() + START_TIMEOUT_S) != {"ready": True}:
+        try:
+            ready = self._answer(time.monotonic() + START_TIMEOUT_S)
+        except _NoAnswer as e:  # nothing of the agent's has run yet
+            raise SandboxError(f"bwrap session: {e} before it was ready: {self._stderr()}") from None
+        if ready != {"ready": True}:
             raise SandboxError("bwrap session: the command server did not say it is ready")
         shield(self.launch.pid1)  # now the server exists: it and the watchdog, never its commands
 
@@ -159,13 +170,39 @@ class BwrapSession(Session):
             while view:
                 view = view[os.write(self.req_w, view):]
         except OSError as e:
-            raise SandboxError(f"bwrap session: the sandbox is gone ({e.strerror})") from None
-        answer = self._answer(t0 + timeout_s + ANSWER_GRACE_S)
+            answer = self._gone(f"its request pipe failed ({e.strerror})")
+        else:
+            try:
+                answer = self._answer(t0 + timeout_s + ANSWER_GRACE_S)
+            except _NoAnswer as e:
+                answer = self._gone(str(e))
         after = self._oom_kills()
         oom = before is not None and after is not None and after > before
-        return ExecResult(exit_code=answer["exit"], timed_out=answer["timed_out"], oom_killed=oom,
-                          stdout=base64.b64decode(answer["stdout"]), stderr=base64.b64decode(answer["stderr"]),
-                          runtime_s=time.monotonic() - t0)
+        try:
+            return _result(answer, oom, t0)
+        except (KeyError, TypeError, ValueError):  # pydantic's ValidationError and binascii.Error are ValueErrors
+            return _result(self._gone(f"an unreadable answer: {str(answer)[:200]!r}"), oom, t0)
+
+    def _gone(self, why: str) -> dict:
+        """Judge a server that gave no answer (see the module): a timed-out answer when the
+        session's deadline has passed, else `SandboxError` or `SandboxEnded`."""
+        launch = self.launch
+        if launch.killed:
+            raise SandboxError(f"bwrap session: the harness ended the sandbox ({why})")
+        try:
+            launch.proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            # A server stopped or wedged by the agent: this sandbox serves no more. The kill
+            # clears away what the agent broke; it is not the cause.
+            launch.kill(cause=False)
+            launch.proc.wait()
+        exit_code = launch.exit_code()
+        if exit_code is None:
+            raise SandboxError(f"bwrap session: bwrap reported no exit of the sandbox ({why}): {self._stderr()}")
+        if time.monotonic() >= self.deadline:
+            return {"exit": None, "timed_out": True, "stdout": "", "stderr": ""}
+        raise SandboxEnded(f"bwrap session: the sandbox ended under the agent's command before its deadline "
+                           f"({why}; its PID 1 exited {exit_code}); the harness saw no cause of its own")
 
     def _answer(self, deadline: float) -> dict:
         poller = select.poll()
@@ -173,16 +210,19 @@ class BwrapSession(Session):
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not poller.poll(left * 1000):
-                raise SandboxError("bwrap session: the sandbox's command server stopped answering")
+                raise _NoAnswer("the command server stopped answering")
             chunk = os.read(self.answers, 1 << 20)
             if not chunk:
-                raise SandboxError(f"bwrap session: the sandbox ended: {self._stderr()}")
+                raise _NoAnswer("the command server's pipe closed")
             self.buffer += chunk
         line, self.buffer = self.buffer.split(b"\n", 1)
         try:
-            return json.loads(line)
+            answer = json.loads(line)
         except ValueError:
-            raise SandboxError(f"bwrap session: an unreadable answer: {line[:200]!r}") from None
+            answer = None
+        if not isinstance(answer, dict):  # the agent (same uid) can write into the server's pipe
+            raise _NoAnswer(f"an unreadable answer: {line[:200]!r}")
+        return answer
 
     def _stop(self) -> None:
         if getattr(self, "req_w", None) is not None:
@@ -194,3 +234,13 @@ class BwrapSession(Session):
             launch.close()
         if getattr(self, "cgroups", None) is not None:
             self.sandbox.release(self.name, self.cgroups)
+
+
+def _result(answer: dict, oom: bool, t0: float) -> ExecResult:
+    return ExecResult(exit_code=answer["exit"], timed_out=answer["timed_out"], oom_killed=oom,
+                      stdout=base64.b64decode(answer["stdout"]), stderr=base64.b64decode(answer["stderr"]),
+                      runtime_s=time.monotonic() - t0)
+
+
+class _NoAnswer(Exception):
+    """The command server gave no answer (its pipe closed, or it stayed silent past its time)."""

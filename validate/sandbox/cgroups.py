@@ -93,6 +93,26 @@ def read_counters(text: str) -> dict[str, int]:
     return counters
 
 
+def oom_kills_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> int | None:
+    """The ``oom_kill`` counter of the memory cgroup process `pid` is in (a docker container's
+    PID 1: the container's group), from ``memory.events`` on v2 or ``memory.oom_control`` on
+    v1; None when unreadable (no such process, no memory controller)."""
+    if not pid:
+        return None
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v2 = detect(root) == "v2"
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if v2 and controllers == "":
+            return _counter(root / path.lstrip("/") / "memory.events", "oom_kill")
+        if not v2 and "memory" in controllers.split(","):
+            return _counter(root / "memory" / path.lstrip("/") / "memory.oom_control", "oom_kill")
+    return None
+
+
 class Cgroups(ABC):
     """The attempts' groups on one hierarchy; every method takes the attempt's name."""
 
@@ -224,6 +244,10 @@ class V2Cgroups(Cgroups):
                  controllers: tuple[str, ...] = CONTROLLERS) -> None:
         super().__init__(root, parent)
         self.controllers = controllers
+        # Whether the root and the parent have the controllers enabled: once per instance.
+        # `check` (from the backend's facts, before any production run) does it; `create`
+        # does it only when nothing did, as for a backend used without its facts.
+        self._enabled = False
 
     def _node(self, name: str) -> Path:
         return self.root / self.parent / name
@@ -240,6 +264,7 @@ class V2Cgroups(Cgroups):
             self._enable_parent()
         except OSError as e:
             raise ProfileUnavailable(self._enable_error(e)) from None
+        self._enabled = True
 
     def _enable_parent(self) -> None:
         """Enable the controllers at the root (for the parent) and in the parent (for the attempts)."""
@@ -261,7 +286,9 @@ class V2Cgroups(Cgroups):
         node = self._node(name)
         agent = node / self.AGENT
         try:
-            self._enable_parent()
+            if not self._enabled:
+                self._enable_parent()
+                self._enabled = True
             node.mkdir()
             _enable(node, self.controllers)
             agent.mkdir()

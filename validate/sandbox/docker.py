@@ -28,7 +28,6 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE
-from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, watchdog_argv
 
 LABEL = "deshuffle-validate"
@@ -64,29 +63,26 @@ class DockerSandbox(Sandbox):
 
     def _sweep(self) -> None:
         """Remove what a killed earlier process of this same run left: its containers (a
-        running one is past its limit by its backstop at the latest), its attempt storage."""
+        running one is past its limit by its backstop at the latest; its attempt storage:
+        `open_sandbox`)."""
         try:
             for c in self.client.api.containers(all=True, quiet=True, filters={"label": f"{LABEL}={self.run_label}"}):
                 self._remove(c["Id"])
         except (DockerException, requests.RequestException):
             pass  # facts() reports an unreachable daemon with a clear message
-        try:
-            storage.sweep(storage.DEFAULT_PARENT, self.run_label)
-        except PermissionError:
-            pass  # not root: this process could not have mounted attempt storage either
 
     def facts(self) -> BackendFacts:
         # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
         # was imported from: the image id also hashes the import's config and time, so it
         # differs between two imports of the same bytes.
-        from validate.image import docker_image_packages, python_version
+        from validate.image import _layers, docker_image_packages, python_version
 
         try:
             version = self.client.version()
             # Daemons before 20.10 report no CgroupVersion: they supported cgroup v1 only.
             cgroup = "v2" if str(self.client.info().get("CgroupVersion", "1")) == "2" else "v1"
             image = self.client.images.get(self.image)
-            layers = list(image.attrs.get("RootFS", {}).get("Layers") or [])
+            layers = _layers(image)
             if len(layers) != 1:
                 raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers, not the one "
                                          f"imported root filesystem; build it with `validate image build`")
@@ -169,7 +165,7 @@ class DockerSandbox(Sandbox):
                     pass  # it exited between the timeout and the kill
             runtime = time.monotonic() - t0
             state = api.inspect_container(cid)["State"]
-            oom = self._judge(cid, req.name, since, waited, state, timed_out)
+            oom = self.judge(cid, req.name, since, waited, state, timed_out)
             stdout, stderr = self._logs(cid)
             return ExecResult(exit_code=None if timed_out else state.get("ExitCode"), timed_out=timed_out,
                               oom_killed=oom, stdout=stdout[: lim.max_log_bytes], stderr=stderr[: lim.max_log_bytes],
@@ -182,9 +178,10 @@ class DockerSandbox(Sandbox):
             if cid is not None:
                 self._remove(cid)
 
-    def _judge(self, cid: str, name: str, since: float, waited: dict, state: dict, timed_out: bool) -> bool:
+    def judge(self, cid: str, name: str, since: float, waited: dict, state: dict, timed_out: bool) -> bool:
         """Whether the agent was OOM-killed; `SandboxError` when the daemon says the container
-        failed or was killed by someone other than the harness."""
+        failed or was killed by someone other than the harness (its ``kill`` events since
+        `since`, a ``time.time()``). A one-shot run and a live session judge an exit alike."""
         error = (waited.get("Error") or {}).get("Message") or state.get("Error")
         if error:
             raise SandboxError(f"container dv-{name}: the daemon reports {error!r}")

@@ -5,18 +5,18 @@ one-shot run; its ``argv`` is unused) and lives from `start` to `stop`::
 
     with open_session(sandbox, request) as s:       # start(): the sandbox exists, idle
         r = s.exec(["bash", "-c", "ls"], timeout_s=10)   # an ExecResult, like a one-shot run
-        data = s.read("/workspace/reply.txt", 4096)
-        s.write("/workspace/notes.txt", b"...")
     # stop(): everything in it is gone (safe to call twice)
 
 A failed command is data (its exit code, ``timed_out``, ``oom_killed``); a sandbox that
-cannot start, or died, raises `SandboxError` (an infrastructure fault). The sandbox's PID 1
+cannot start, or that the harness sees die from a harness-side cause (a daemon error, a
+kill the harness did not send, bwrap reporting no exit), raises `SandboxError` (an
+infrastructure fault). A sandbox that ends under a command before the deadline with no
+such cause raises `SandboxEnded`: every process in it, its PID 1 and command server
+included, runs as the agent's uid, so what ended it is the agent (``kill -TERM 1``,
+``kill -9 $PPID``): a terminal result of the attempt, never retried as infrastructure.
+``timed_out`` comes from the harness's own clock only. The sandbox's PID 1
 is a watchdog that ends the whole sandbox at the request's deadline
 (``limits.timeout_s`` + `BACKSTOP_S` after the start) even if the harness is killed.
-
-`read` and `write` are commands inside the sandbox, as the sandbox's user: they see what
-the sandbox sees, and a path the agent made into a symlink, FIFO or directory is refused
-as it is by the host-side reply reader (`validate.workspace.read_reply`).
 
 Implementations are loaded lazily by backend name (`SESSIONS`), like the backends.
 """
@@ -28,7 +28,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from validate.errors import ProfileUnavailable, SandboxError
+from validate.errors import ProfileUnavailable, SandboxError, ValidateError
 from validate.sandbox.base import BACKSTOP_S, ExecResult, RunRequest, Sandbox  # noqa: F401 - BACKSTOP_S: the docstring's
 
 SESSIONS: dict[str, str] = {
@@ -37,55 +37,11 @@ SESSIONS: dict[str, str] = {
     "subprocess": "validate.sandbox.subprocess_session:SubprocessSession",
 }
 
-#: Exit status of `read_argv` when the path is not a regular file (the message is on stderr).
-NOT_A_FILE = 3
-#: Exit status of `read_argv` / `write_argv` when the path does not exist (read) or cannot be written.
-NO_SUCH_FILE = 4
 
-# Reads at most N+1 bytes of a regular file without following a symlink or blocking on a FIFO.
-_READ = r"""
-import os, stat, sys
-p, n = sys.argv[1], int(sys.argv[2])
-try:
-    fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-except FileNotFoundError:
-    sys.exit(4)
-except OSError as e:
-    sys.stderr.write("not a regular file: %s" % e.strerror); sys.exit(3)
-if not stat.S_ISREG(os.fstat(fd).st_mode):
-    sys.stderr.write("not a regular file"); sys.exit(3)
-left = n + 1
-while left > 0:
-    b = os.read(fd, min(left, 1 << 20))
-    if not b:
-        break
-    sys.stdout.buffer.write(b); left -= len(b)
-"""
-# Writes stdin to a path, refusing to follow a symlink at the last component.
-_WRITE = r"""
-import os, sys
-p = sys.argv[1]
-try:
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-except OSError as e:
-    sys.stderr.write("cannot write: %s" % e.strerror); sys.exit(4)
-data = sys.stdin.buffer.read()
-while data:
-    data = data[os.write(fd, data):]
-"""
-
-
-def read_argv(path: str, max_bytes: int) -> list[str]:
-    return ["python3", "-S", "-c", _READ, path, str(max_bytes)]
-
-
-def write_argv(path: str) -> list[str]:
-    return ["python3", "-S", "-c", _WRITE, path]
-
-
-class NotAFile(Exception):
-    """`read` of a path that is a symlink, FIFO, directory or device, or of a file over the cap:
-    what the agent left, never an infrastructure fault."""
+class SandboxEnded(ValidateError):
+    """The sandbox ended under a command before its deadline and the harness saw no cause of
+    its own: the agent's doing. Deliberately not a `SandboxError` (not retried as
+    infrastructure); the attempt ends and is scored as it stands."""
 
 
 class Session(ABC):
@@ -95,6 +51,8 @@ class Session(ABC):
         self.sandbox, self.request = sandbox, request
         self.started_at: float | None = None
         self._stopped = False
+        #: Why the agent ended the sandbox (`SandboxEnded`), once it did.
+        self.ended: str | None = None
 
     @property
     def deadline(self) -> float:
@@ -121,34 +79,18 @@ class Session(ABC):
         ``limits.max_log_bytes``) is dropped."""
         if self.started_at is None or self._stopped:
             raise SandboxError("session: exec on a session that is not running")
+        if self.ended is not None:
+            raise SandboxEnded(self.ended)
         left = self.deadline - time.monotonic()
         timeout = left if timeout_s is None else min(timeout_s, left)
         keep = self.request.limits.max_log_bytes if max_output_bytes is None else max_output_bytes
         if timeout <= 0:
             return ExecResult(exit_code=None, timed_out=True, runtime_s=0.0)
-        return self._exec(tuple(argv), stdin, timeout, keep)
-
-    def read(self, path: str, max_bytes: int) -> bytes | None:
-        """The bytes of a regular file inside the sandbox; None when it does not exist;
-        `NotAFile` for anything else or a file over `max_bytes`."""
-        r = self.exec(read_argv(path, max_bytes), timeout_s=30.0, max_output_bytes=max_bytes + 1)
-        if r.exit_code == NO_SUCH_FILE:
-            return None
-        if r.exit_code == NOT_A_FILE:
-            raise NotAFile(f"{path}: {r.stderr.decode('utf-8', 'replace')[:200]}")
-        if r.exit_code != 0:
-            raise SandboxError(f"session: reading {path} failed (exit {r.exit_code}, timed out {r.timed_out}): "
-                               f"{r.stderr[:200]!r}")
-        if len(r.stdout) > max_bytes:
-            raise NotAFile(f"{path}: larger than {max_bytes} bytes")
-        return r.stdout
-
-    def write(self, path: str, data: bytes) -> None:
-        """Write `data` to `path` inside the sandbox, as the sandbox's user."""
-        r = self.exec(write_argv(path), stdin=data, timeout_s=30.0)
-        if r.exit_code != 0:
-            raise SandboxError(f"session: writing {path} failed (exit {r.exit_code}): "
-                               f"{r.stderr.decode('utf-8', 'replace')[:200]}")
+        try:
+            return self._exec(tuple(argv), stdin, timeout, keep)
+        except SandboxEnded as e:
+            self.ended = str(e)
+            raise
 
     def stop(self) -> None:
         """End the sandbox and everything in it. Safe to call twice."""
@@ -169,7 +111,8 @@ class Session(ABC):
 
     @abstractmethod
     def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
-        """Run one command; its own failure is data; a dead sandbox raises `SandboxError`."""
+        """Run one command; its own failure is data; a sandbox that died of a harness-side
+        cause raises `SandboxError`, one that ended otherwise before the deadline `SandboxEnded`."""
 
     @abstractmethod
     def _stop(self) -> None:

@@ -18,7 +18,6 @@ import sys
 import time
 
 from validate.errors import SandboxError
-from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 
 
@@ -27,11 +26,7 @@ class SubprocessSandbox(Sandbox):
     isolates_network = False
 
     def __init__(self, image: str = "host", run_label: str = "adhoc", **_: object) -> None:
-        self.image = image
-        try:
-            storage.sweep(storage.DEFAULT_PARENT, run_label)  # what a killed earlier process of this run left
-        except PermissionError:
-            pass  # not root: this process could not have mounted attempt storage either
+        self.image = image  # (the attempt storage a killed earlier run left: `open_sandbox` sweeps it)
 
     def facts(self) -> BackendFacts:
         return BackendFacts(backend=self.backend, image="host", image_digest="none",
