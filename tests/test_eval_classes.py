@@ -5,9 +5,11 @@ over every combination of the facts the rules read."""
 from __future__ import annotations
 
 import itertools
+from typing import get_args
 
 import pytest
 
+from validate.eval.agent import Termination
 from validate.eval.classes import CLASSES, NO_RULE, RULES, Facts, classify, rule_table
 
 
@@ -32,6 +34,7 @@ def facts(**kw) -> Facts:
     (dict(status="no_reply", termination="max_turns", tool_calls=3, malformed_tool_calls=1),
      ("capability", "out-of-turns")),
     (dict(status="no_reply", termination="context_length"), ("capability", "context-exceeded")),
+    (dict(status="exit_nonzero", termination="sandbox_ended"), ("capability", "sandbox-ended")),
     (dict(status="timeout", termination="timeout", tool_s=5.0, model_s=1.0), ("capability", "timeout-in-tools")),
     # what no rule covers is uncertain, never a guess:
     (dict(status="timeout", termination="timeout", tool_s=0.5, model_s=9.0), ("uncertain", "no-rule")),
@@ -57,7 +60,7 @@ def test_an_infrastructure_status_wins_over_everything_the_conversation_says():
 def test_every_combination_gets_exactly_the_first_applying_rule():
     statuses = ["ok", "no_reply", "timeout", "exit_nonzero", "infrastructure_error", "harness_error", "scorer_error",
                 "unsupported_execution_contract"]
-    terminations = [None, "answer", "max_tokens", "empty_answer", "max_turns", "context_length", "timeout"]
+    terminations = [None, *get_args(Termination)]
     seen = set()
     for status, term, parsed, reward, calls, time_split in itertools.product(
             statuses, terminations, [None, 0.0, 1.0], [None, 0.0, 0.5], [(0, 0), (2, 2), (3, 1)],

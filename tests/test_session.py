@@ -183,8 +183,10 @@ def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure
     assert attempt.status == "exit_nonzero", (attempt.status, attempt.error_message)
     assert attempt.error_class == "SandboxEnded" and "before its deadline" in attempt.error_message
     assert attempt.reward is not None and not entry.sample.solved  # scored as it stands: no final message
-    assert entry.sample.failure_class != "infrastructure"
-    assert entry.sample.termination is None and len(entry.turns) in (1, 2)  # cut short in a tool call
+    assert (entry.sample.failure_class, entry.sample.failure_rule) == ("capability", "sandbox-ended")
+    assert entry.sample.termination == "sandbox_ended" and len(entry.turns) in (1, 2)  # cut short in a tool call
+    ended = [c for t in entry.turns for c in t.tool_calls if c.error and "ended the sandbox" in c.error]
+    assert len(ended) == 1  # the call that ended it is in the trajectory
 
 
 @pytest.mark.parametrize("backend", SANDBOX_BACKENDS)

@@ -16,7 +16,9 @@ class ProfileUnavailable(ValidateError):
 
 
 class SandboxError(ValidateError):
-    """An infrastructure fault: the sandbox could not start, or died under the agent.
+    """An infrastructure fault: the sandbox could not start, or ended for a harness-side cause
+    (the daemon's error or a kill the harness did not send; what the agent's own commands do
+    to it is `validate.sandbox.session.SandboxEnded`).
 
     Retryable. Never raised for the agent's own failure (exit code, timeout, OOM): those
     come back as data in `ExecResult`.

@@ -144,7 +144,7 @@ def import_docker(paths: ImagePaths, log=print) -> str:
         client = docker.from_env(timeout=600)
         try:
             image = client.images.get(paths.name)
-            if _layers(image) == [record.digest]:
+            if image_layers(image) == [record.digest]:
                 log(f"docker image {paths.name}: {image.id} (present)")
                 return image.id
         except ImageNotFound:
@@ -154,8 +154,8 @@ def import_docker(paths: ImagePaths, log=print) -> str:
         image = client.images.get(paths.name)
     except DockerException as e:
         raise ProfileUnavailable(f"image build: cannot import into Docker ({e}); is dockerd running?") from None
-    if _layers(image) != [record.digest]:
-        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers {_layers(image)}, "
+    if image_layers(image) != [record.digest]:
+        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers {image_layers(image)}, "
                                  f"not the one layer {record.digest}")
     log(f"docker image {paths.name}: {image.id} (layer {record.digest[:19]}…)")
     return image.id
@@ -401,7 +401,7 @@ def _hash_stream(fh, keep: bool) -> tuple[str, bytes]:
     return sha.hexdigest(), bytes(kept)
 
 
-def _layers(image) -> list[str]:
+def image_layers(image) -> list[str]:
     return list(image.attrs.get("RootFS", {}).get("Layers") or [])
 
 

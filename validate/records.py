@@ -23,7 +23,7 @@ SCHEMA_VERSION = 2
 Status = Literal[
     "ok",                              # the agent exited 0 and left a reply; it was scored
     "no_reply",                        # the agent exited 0 without a regular reply file; scored as empty
-    "exit_nonzero",                    # the agent crashed or exited non-zero; its reply (if any) was scored
+    "exit_nonzero",                    # crashed or exited non-zero (a model: its commands ended its sandbox); reply scored
     "timeout",                         # killed at the wall-clock limit; its reply (if any) was scored
     "oom",                             # killed by the memory limit; its reply (if any) was scored
     "reply_too_large",                 # the reply exceeded max_reply_bytes; scored as empty

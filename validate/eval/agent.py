@@ -18,8 +18,11 @@ How it ended (`Termination`): ``answer``; ``max_tokens`` (the answer was cut at
 max_tokens; scored as it is); ``empty_answer``; ``max_turns``; ``context_length`` (the
 endpoint refused the conversation as longer than the model's context); ``timeout`` (the
 attempt's wall clock, run out while the harness holds the turn: between model calls or in the
-model's commands). Endpoint faults after retries (`EndpointUnavailable`), a refused request
-(`EndpointRejected`) and a dead sandbox (`SandboxError`) are raised to the runner, the
+model's commands); ``sandbox_ended`` (a command of the model ended its own sandbox before the
+deadline, `SandboxEnded`: the call is recorded with that error, and no answer follows).
+Endpoint faults after retries (`EndpointUnavailable`), a refused request
+(`EndpointRejected`) and a sandbox that failed for a harness-side cause (`SandboxError`) are
+raised to the runner, the
 exception carrying the time spent on the request that never answered (``wait_s``).
 
 The attempt's clock running out *while a model request is in flight* is such an endpoint
@@ -39,9 +42,10 @@ from environment.protocol import sha256_tag
 from validate.eval.client import ChatClient, Completion, EndpointRejected
 from validate.eval.contract import EvalContract
 from validate.eval.records import ToolCallRow
-from validate.sandbox.session import Session
+from validate.sandbox.session import SandboxEnded, Session
 
-Termination = Literal["answer", "max_tokens", "empty_answer", "max_turns", "context_length", "timeout"]
+Termination = Literal["answer", "max_tokens", "empty_answer", "max_turns", "context_length", "timeout",
+                      "sandbox_ended"]
 
 
 def cap(text: str, max_bytes: int) -> str:
@@ -130,6 +134,15 @@ def run_call(session: Session, contract: EvalContract, call: object, index: int,
     return clean, {"role": "tool", "tool_call_id": clean["id"], "content": text}, ToolCallRow(**row)
 
 
+def ended_call_row(contract: EvalContract, call: object, index: int, turn: int, e: SandboxEnded) -> ToolCallRow:
+    """The row of the tool call whose command ended the sandbox (no tool message followed)."""
+    clean, _, _ = check_call(call, index, turn)
+    fn = clean["function"]
+    return ToolCallRow(call_id=clean["id"], name=cap(fn["name"], 256),
+                       arguments=cap(fn["arguments"], contract.limits.stored_message_bytes), well_formed=True,
+                       error=cap(f"the command ended the sandbox: {e}", 2000), output_sha256=sha256_tag(b""))
+
+
 def request_body(contract: EvalContract, messages: list[dict], temperature: float, seed: int) -> dict:
     s = contract.sampling
     body = {"model": contract.model.id, "messages": messages, "tools": contract.tools, "tool_choice": "auto",
@@ -176,7 +189,13 @@ def converse(client: ChatClient, contract: EvalContract, session: Session, conv:
         tool_messages = []
         t0 = time.monotonic()
         for i, call in enumerate(calls):
-            clean, message, row = run_call(session, contract, call, i, turn, deadline)
+            try:
+                clean, message, row = run_call(session, contract, call, i, turn, deadline)
+            except SandboxEnded as e:  # the model's own command ended its sandbox: its conversation is over
+                step.calls.append(ended_call_row(contract, call, i, turn, e))
+                conv.tool_s += time.monotonic() - t0
+                conv.termination = "sandbox_ended"
+                return conv
             history.append(clean)
             tool_messages.append(message)
             step.calls.append(row)

@@ -69,6 +69,8 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.termination == "max_turns" and f.tool_calls > f.malformed_tool_calls),
     Rule("context-exceeded", "capability", "the conversation outgrew the model's context",
          lambda f: f.termination == "context_length"),
+    Rule("sandbox-ended", "capability", "a command of the model ended its own sandbox before the deadline",
+         lambda f: f.termination == "sandbox_ended"),
     # Strictly more time in tools than in model calls, and some: with no time measured on
     # either side (0 >= 0) nothing says the model spent it, so no rule applies.
     Rule("timeout-in-tools", "capability", "the attempt's time ran out, mostly spent in the model's own commands",

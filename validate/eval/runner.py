@@ -13,9 +13,9 @@ retries, a scorer dependency that failed, or an endpoint refusing the key or the
 request the harness built, or any other exception of the harness → ``harness_error``; the
 scorer raising on a reply → ``scorer_error``. The model's own failures (no answer, out of
 turns, timeout, a reply over max_reply_bytes) are data; so is a sandbox its commands ended
-before the deadline (`SandboxEnded`, e.g. ``kill -TERM 1``): ``exit_nonzero``, the
-conversation over, what it left scored (cut mid-turn, it has no final message: scored as
-empty). Attempt keys are (phase, task, agent, sample, try): the k samples of a task never
+before the deadline (`SandboxEnded`, e.g. ``kill -TERM 1``; termination ``sandbox_ended``):
+``exit_nonzero``, the conversation over, what it left scored (cut mid-turn, it has no final
+message: scored as empty). Attempt keys are (phase, task, agent, sample, try): the k samples of a task never
 collide with infrastructure retries.
 """
 
@@ -45,7 +45,6 @@ from validate.records import Attempt
 from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
 from validate.runner import unsupported as unsupported_row
 from validate.sandbox import Mount, RunRequest
-from validate.sandbox.session import SandboxEnded
 from validate.sandbox.storage import attempt_storage
 from validate.workspace import AGENT_UID, workspace_sha256
 
@@ -93,6 +92,8 @@ def lay_out(root: Path, task: Task) -> tuple[tuple[Mount, ...], Path]:
 def _status(conv: Conversation, max_reply_bytes: int) -> tuple[str, bytes | None]:
     if conv.termination == "timeout":
         return "timeout", None
+    if conv.termination == "sandbox_ended":
+        return "exit_nonzero", None
     if conv.reply is None:
         return "no_reply", None
     reply = conv.reply.encode("utf-8", "replace")
@@ -134,21 +135,18 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
                              tmp=tmp)
         t0 = time.monotonic()
         session = ctx.sandbox.session(request)
-        ended = None
         try:
             session.start()
             stats["sandbox_s"] = time.monotonic() - t0
             converse(ec.client, contract, session, conv, play.temperature, seed, session.deadline)
-        except SandboxEnded as e:
-            ended = e  # the agent ended its own sandbox: the conversation is over, scored as it stands
         finally:
             t1 = time.monotonic()
             session.stop()
             stats["sandbox_s"] = stats.get("sandbox_s", 0.0) + time.monotonic() - t1
     status, reply = _status(conv, ctx.manifest.execution.max_reply_bytes)
     row["status"] = status
-    if ended is not None:
-        row.update(status="exit_nonzero", error_class="SandboxEnded", error_message=str(ended)[:2000])
+    if conv.termination == "sandbox_ended":  # the model's command ended it: over, scored as it stands
+        row.update(error_class="SandboxEnded", error_message=conv.turns[-1].calls[-1].error)
     elif status != "ok":
         row.update(error_class=conv.termination, error_message=f"the conversation ended: {conv.termination}"
                    + (f" (reply over {ctx.manifest.execution.max_reply_bytes} bytes)" if status == "reply_too_large"

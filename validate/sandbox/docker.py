@@ -75,14 +75,14 @@ class DockerSandbox(Sandbox):
         # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
         # was imported from: the image id also hashes the import's config and time, so it
         # differs between two imports of the same bytes.
-        from validate.image import _layers, docker_image_packages, python_version
+        from validate.image import docker_image_packages, image_layers, python_version
 
         try:
             version = self.client.version()
             # Daemons before 20.10 report no CgroupVersion: they supported cgroup v1 only.
             cgroup = "v2" if str(self.client.info().get("CgroupVersion", "1")) == "2" else "v1"
             image = self.client.images.get(self.image)
-            layers = _layers(image)
+            layers = image_layers(image)
             if len(layers) != 1:
                 raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers, not the one "
                                          f"imported root filesystem; build it with `validate image build`")
