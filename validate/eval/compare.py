@@ -149,13 +149,13 @@ def _f(x: float | None) -> str:
 
 
 def write(c: Comparison, where: Path) -> Path:
-    from validate.evidence import file_sha256
+    from validate.evidence import write_checksums
+    from validate.paths import RunPaths
 
     entry = new_entry(where)
     doc = blocks(c)
     atomic_write(entry / "compare.md", to_markdown(doc).encode())
     atomic_write(entry / "compare.html", to_html(doc, "Eval comparison").encode())
     atomic_write(entry / "compare.json", c.model_dump_json(indent=2).encode() + b"\n")
-    lines = [f"{file_sha256(p)}  {p.name}\n" for p in sorted(entry.iterdir()) if p.is_file()]
-    atomic_write(entry / "checksums", "".join(lines).encode())
+    write_checksums(RunPaths(entry))  # the entry is sealed as a run directory is
     return entry
