@@ -65,3 +65,24 @@ def test_one_changed_byte_fails_audit_naming_the_file(tmp_path, name):
     (copy / name).write_bytes(bytes(data))
     problems = audit(copy, data=DATA).problems
     assert problems and any(name in p for p in problems), problems
+
+
+def test_a_smoke_rerun_missing_an_attempt_is_a_mismatch_not_a_smaller_pass(tmp_path):
+    """A rerun cut short (one oracle attempt gone) must not compare clean on what it kept."""
+    import pyarrow.parquet as pq
+
+    from validate.smoke import compare
+
+    pool = next(p for p in LEDGERS if summary(p).kind == "pool" and summary(p).environment == "twohop-env")
+    entry = next((pool / "smoke").iterdir())
+    rerun = tmp_path / "run"
+    shutil.copytree(entry / "run", rerun)
+    tolerance = json.loads((pool / "manifest.json").read_text())["environment"]["scorer"]["smoke_tolerance"]
+    n, mismatches = compare(pool, rerun, tolerance)
+    assert n > 0 and mismatches == []
+    table = pq.read_table(rerun / "attempts.parquet")
+    rows = table.to_pylist()
+    gone = next(r for r in rows if r["agent"] == "oracle")
+    pq.write_table(table.from_pylist([r for r in rows if r is not gone], schema=table.schema), rerun / "attempts.parquet")
+    n, mismatches = compare(pool, rerun, tolerance)
+    assert mismatches == [f"{(gone['task_id'], 'oracle')}: missing from the rerun"]

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 import validate
 from environment.protocol import sha256_tag
-from validate.contract import Manifest, derive, write_manifest
+from validate.contract import Manifest, derive, load_manifest, write_manifest
 from validate.errors import ValidateError
 from validate.evidence import new_entry, write_checksums, write_json
 from validate.runner import RunContext
@@ -123,7 +123,9 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
         return a[~a["superseded"]].set_index(KEY)
 
     before, after = final(frozen_run), final(rerun)
-    mismatches = []
+    sample_contract = load_manifest(rerun / "manifest.json")
+    expected = [(t.id, agent) for t in sample_contract.tasks for agent in sample_contract.expectations.required(t.skip)]
+    mismatches = [f"{key}: missing from the rerun" for key in expected if key not in after.index]
     for key, row in after.iterrows():
         if row["status"] in ("infrastructure_error", "harness_error"):
             mismatches.append(f"{key}: {row['status']} in the rerun: {row['error_message']}")
