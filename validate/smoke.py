@@ -35,6 +35,7 @@ from environment.protocol import sha256_tag
 from validate.contract import Manifest, derive, load_manifest, write_manifest
 from validate.errors import ValidateError
 from validate.evidence import new_entry, write_checksums, write_json
+from validate.records import EXCEPTION_STATUSES
 from validate.runner import RunContext
 
 KEY = ["task_id", "agent"]
@@ -127,7 +128,7 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
     expected = [(t.id, agent) for t in sample_contract.tasks for agent in sample_contract.expectations.required(t.skip)]
     mismatches = [f"{key}: missing from the rerun" for key in expected if key not in after.index]
     for key, row in after.iterrows():
-        if row["status"] in ("infrastructure_error", "harness_error"):
+        if row["status"] in EXCEPTION_STATUSES:
             mismatches.append(f"{key}: {row['status']} in the rerun: {row['error_message']}")
             continue
         if key not in before.index:
