@@ -144,6 +144,16 @@ def test_the_dataset_verdict_in_run_json_edited(pooled):
     fails(pooled, "does not follow from its facts")
 
 
+def test_a_verdict_of_a_phase_no_group_covers(run):
+    """A verdict row under a phase run.json never judged is not re-derived, so it is refused."""
+    def edit(rows):
+        return [*rows, {**rows[0], "phase": "elsewhere"}]
+
+    edit_table(run / "tasks.parquet", edit)
+    reseal(run)
+    fails(run, "which no verdict group of run.json covers")
+
+
 def test_a_smoke_pass_claimed_in_run_json_without_its_smoke_evidence(pooled):
     """run.json says the smoke test passed (its verdict recomputed to match) while smoke/ holds
     no entry: the report must not print PASS from run.json's word, and the audit names it."""

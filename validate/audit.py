@@ -174,10 +174,12 @@ def _verdicts(ev_tasks: pd.DataFrame, attempts: pd.DataFrame, summary, manifests
               where: Path) -> None:
     from environment.protocol import Finding
 
+    skipped = 0
     for g in summary.groups:
         tasks_m, exp_m = manifests.get(g.manifest), manifests.get(g.expectations)
         if tasks_m is None or exp_m is None:
             r.problems.append(f"{where}: group {g.phase} names a contract file this run lacks")
+            skipped += 1
             continue
         mine = ev_tasks[ev_tasks["phase"] == g.phase]
         if sorted(mine["task_id"]) != sorted(t.id for t in tasks_m.tasks) or mine["task_id"].duplicated().any():
@@ -206,7 +208,13 @@ def _verdicts(ev_tasks: pd.DataFrame, attempts: pd.DataFrame, summary, manifests
                 if bad <= 5:
                     r.problems.append(f"{where}: {v.task_id}: verdict {got[0]} ({got[1]}) but its attempts give "
                                       f"{d.verdict} ({d.reason}): {d.detail[:200]}")
-    r.checked.append("every verdict re-derived from its attempts")
+    stray = sorted(set(ev_tasks["phase"]) - {g.phase for g in summary.groups})
+    if stray:
+        r.problems.append(f"{where}: verdicts of phase(s) {stray}, which no verdict group of run.json covers")
+    if not summary.groups or skipped:  # a claim only for what was done
+        r.problems.append(f"{where}: {skipped} of {len(summary.groups)} verdict groups could not be re-derived")
+    else:
+        r.checked.append("every verdict re-derived from its attempts")
 
 
 def _same(a, b) -> bool:
