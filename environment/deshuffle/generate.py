@@ -6,9 +6,14 @@ one stream Python guarantees across versions; integer draws are ``floor(random()
 - the *selection* stream, seeded with ``sha256("deshuffle-papers:<seed>:<idx>")``, draws the
   paper count and the co-papers;
 - the *shuffle* stream, seeded with sha256 of the seed, idx and every chosen unit's text *in
-  true order*. Replaying it needs the answer, so nothing an agent can see (the shuffled
-  texts, the prompt, the public meta, even this source and the idx) lets it replay the
-  shuffle. A shuffle seeded from (seed, idx) alone was replayable from the task id.
+  true order*. Replaying it needs the answer, so what an agent sees (the shuffled texts, the
+  prompt, the public meta, even this source and the idx) does not replay the shuffle; at
+  most it *checks* a guessed order (and seed, idx), by replaying that guess and comparing
+  the result with the displayed order. That is a search over M! orders of a one-paper
+  task's M units per (seed, idx) guess: 362,880 for the shortest paper of the local corpus
+  (9 units), out of reach in an attempt's time for the corpus's papers, but a corpus of
+  papers of 7 units or fewer would make it a real shortcut. A shuffle seeded from
+  (seed, idx) alone was replayable from the task id.
 
 No ``hash()``, no set order.
 """
