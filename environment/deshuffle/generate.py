@@ -11,8 +11,8 @@ one stream Python guarantees across versions; integer draws are ``floor(random()
   most it *checks* a guessed order (and seed, idx), by replaying that guess and comparing
   the result with the displayed order. That is a search over M! orders of a one-paper
   task's M units per (seed, idx) guess: 362,880 for the shortest paper of the local corpus
-  (9 units), out of reach in an attempt's time for the corpus's papers, but a corpus of
-  papers of 7 units or fewer would make it a real shortcut. A shuffle seeded from
+  (9 units), more for every other (not tried as an attack here); a corpus of papers of a
+  few units would make it a real shortcut. A shuffle seeded from
   (seed, idx) alone was replayable from the task id.
 
 No ``hash()``, no set order.
