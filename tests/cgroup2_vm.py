@@ -118,13 +118,15 @@ def _initramfs(tree: Path, command: str, keep: tuple[str, ...]) -> bytes:
 
 
 def run_in_vm(command: str, env: Mapping[str, str] | None = None, timeout_s: float = 1800.0,
-              memory_mb: int = 2048) -> tuple[int, str]:
+              memory_mb: int = 2048, visible: tuple[Path, ...] = ()) -> tuple[int, str]:
     """Boot the VM, run `command` (sh) as root in it, with `env` exported (the command otherwise
     starts with an empty environment); return (its exit status, its output). A value of `env`
     that is a directory under /tmp or /run, which the VM covers with its own tmpfs, stays
-    visible there (bound read-only from the host): a fresh image store under /tmp is one."""
+    visible there (bound read-only from the host): a fresh image store under /tmp is one. So
+    does each directory of `visible` (a checkout under /tmp, the corpus beside it)."""
     env = dict(env or {})
-    keep = tuple(sorted(v for v in env.values() if v.startswith(("/tmp/", "/run/")) and Path(v).is_dir()))
+    dirs = [*env.values(), *(str(Path(d).resolve()) for d in visible)]
+    keep = tuple(sorted({v for v in dirs if v.startswith(("/tmp/", "/run/")) and Path(v).is_dir()}))
     if any(c.isspace() for p in keep for c in p):
         raise ValueError(f"a path with white space cannot be kept visible in the VM: {keep}")
     command = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items())) + command

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CORPUS_PATH
 from validate.errors import ProfileUnavailable
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest, cgroups
@@ -401,8 +402,10 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
     # What CI points at fresh temporary places (the image store, the corpus, the VM's kernel)
     # must be what the tests in the VM use too, not what this machine happens to hold.
     passed_on = ("VALIDATE_IMAGE_DIR", "DESHUFFLE_CORPUS", "VALIDATE_DATA_DIR")
+    # The checkout and the corpus beside it may live under /tmp, which the VM covers with a tmpfs.
     status, out = run_in_vm(f"cd {ROOT} && {probe} && {tests}",
-                            env={k: os.environ[k] for k in passed_on if k in os.environ})
+                            env={k: os.environ[k] for k in passed_on if k in os.environ},
+                            visible=(ROOT, CORPUS_PATH.parent))
     assert status == 0, out[-3000:]
     version, controllers, store, tarball = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
     assert version == "v2" and set(CONTROLLERS) <= set(controllers), out[:500]
