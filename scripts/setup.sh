@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for this checkout: system packages; a venv at
-# .venv holding the project and its test extras; a dockerd that answers; the sandbox image.
+# .venv holding the project; a dockerd that answers; the sandbox image. With --test, also
+# what only the test suite needs: its Python extras, a headless browser (the viewer's tests)
+# and a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel).
 # Idempotent: a second run only checks. The README's two commands and .ci/run use it.
+#
+#   bash scripts/setup.sh [--test]
 #
 #   VALIDATE_IMAGE_DIR     the image store (default /var/lib/deshuffle-validate/images)
 #   DOCKER_HOST            the daemon to use (default: the machine's, /var/run/docker.sock)
@@ -11,6 +15,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+test_extras=0
+case "${1:-}" in
+  "") ;;
+  --test) test_extras=1 ;;
+  *) echo "setup: unknown option ${1} (the only option is --test: also install what the test suite needs)" >&2; exit 2 ;;
+esac
+
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v bwrap >/dev/null || need+=(bubblewrap)
@@ -19,10 +30,12 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v pgrep >/dev/null || need+=(procps)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v ss >/dev/null || need+=(iproute2)
-command -v chromium >/dev/null || need+=(chromium)  # the viewer's tests drive a real headless browser
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)  # a cgroup-v2-only VM tests bwrap on v2
-# the package, not /bin/busybox: Debian's initramfs-tools brings a dynamic busybox, useless as an init
-dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+if [ "$test_extras" = 1 ]; then
+  command -v chromium >/dev/null || need+=(chromium)  # the viewer's tests drive a real headless browser
+  command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)  # a cgroup-v2-only VM tests bwrap on v2
+  # the package, not /bin/busybox: Debian's initramfs-tools brings a dynamic busybox, useless as an init
+  dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+fi
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
@@ -35,7 +48,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+extras=smoke  # the pool's smoke test builds the wheel
+[ "$test_extras" = 1 ] && extras=test
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
 .venv/bin/python -c "import validate, environment" || { echo "setup: the project did not install" >&2; exit 1; }
 
 start_private_dockerd() {
