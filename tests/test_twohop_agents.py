@@ -4,7 +4,8 @@ support files and task.json, answer_key/ only for agents that see it, agent/sour
 for the source-peek control), with WORKSPACE, AGENT_DIR and ANSWER_KEY_DIR set.
 
 The oracle scores 1.0 on all 36; every control scores 0 on every task except where
-`control_may_pass` says its pass is right by construction; source-peek, with an opaque id,
+`control_may_pass` says its pass is right by construction, and each control the host
+predicts replies exactly its prediction; source-peek, with an opaque id,
 scores no better than the empty control — and handed a leaky id or meta, it does answer.
 """
 
@@ -22,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from environment.twohop import TwohopConfig, TwohopEnvironment
+from environment.twohop.agents_spec import predicted
+from environment.twohop.score import parse_reply
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTLIB = ROOT / "validate" / "agents" / "agentlib.py"
@@ -101,6 +104,20 @@ def test_each_control_fails_everywhere_it_is_not_right_by_construction(tmp_path,
         assert broken == ([1.0] * 5 if name == "always-unknown" else [0.0] * 5)
     if name == "modal-city":
         assert sum(got) > 0 and 2 * sum(got) < 36, "right only where the modal city is the answer"
+
+
+@pytest.mark.parametrize("name", ["always-unknown", "modal-city", "plausible-entity"])
+def test_each_program_replies_what_the_host_predicts_on_every_task(tmp_path, name):
+    """The contract freezes a control out of a task by its predicted reply
+    (`agents_spec.predicted`); the program itself must give exactly that reply everywhere."""
+    spec = SPECS[name]
+
+    def one(t):
+        return parse_reply(run_agent(tmp_path / f"{name}-{t.idx}", t, spec))
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(one, TASKS))
+    assert got == [predicted(name, t.universe, t.question)[0] for t in TASKS]
 
 
 def test_source_peek_does_no_better_than_empty(tmp_path):

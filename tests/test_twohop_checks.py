@@ -160,3 +160,25 @@ def test_control_passes_declared_expected_are_exactly_the_legitimate_ones(tasks)
         assert (ENV.not_applicable(SPECS["modal-city"], t) is not None) == (t.rows == (modal,))
         for name in ("empty", "one-hop", "wrong-case", "source-peek"):
             assert ENV.not_applicable(SPECS[name], t) is None
+
+
+def test_a_control_is_frozen_out_by_its_answer_not_its_name(tasks):
+    """The same control, the same question: frozen out when the task's answer is what it would
+    reply, played when it is not — whatever the category or the control's name suggests."""
+    modal = tasks[0].universe.modal_hq_city()
+    named = next(t for t in tasks if t.family == "twohop" and t.rows != (modal,))
+    broken = next(t for t in tasks if t.family == "broken")
+
+    def frozen_out(name, task, rows):
+        return ENV.not_applicable(SPECS[name], dataclasses.replace(task, rows=rows)) is not None
+
+    assert frozen_out("always-unknown", named, (UNKNOWN,))  # a whole chain, yet its answer is `unknown`
+    assert not frozen_out("always-unknown", broken, named.rows)  # a broken task whose answer is a name
+    assert frozen_out("modal-city", named, (modal,)) and not frozen_out("modal-city", named, named.rows)
+    assert not frozen_out("modal-city", named, (modal.lower(),))  # compared exactly, like the scorer
+    # plausible-entity follows the chain: frozen out where its answer is the gold, played where it is not
+    assert frozen_out("plausible-entity", named, named.rows)
+    assert not frozen_out("plausible-entity", named, (UNKNOWN,))
+    assert not frozen_out("plausible-entity", broken, broken.rows)
+    for name in ("empty", "one-hop", "wrong-case", "source-peek"):  # no prediction: never frozen out
+        assert not frozen_out(name, named, named.rows) and not frozen_out(name, broken, (UNKNOWN,))

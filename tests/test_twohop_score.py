@@ -105,3 +105,17 @@ def test_arbitrary_json_never_raises_and_only_the_gold_scores(value):
 def test_any_rows_score_one_iff_they_equal_the_gold(rows):
     reward, _ = score_reply(json.dumps({"rows": rows}, ensure_ascii=False).encode(), TWOHOP.rows)
     assert reward == float(tuple(rows) == TWOHOP.rows)
+
+
+def test_a_duplicate_key_is_malformed_not_the_last_one_scored():
+    """Python's reader keeps the last duplicate: this reply would score 1.0 on a task whose
+    answer is Mokirith while also saying `unknown`. A key twice, at any depth, does not parse."""
+    task = next(t for t in TASKS if t.rows == ("Mokirith",))
+    reply = b'{"rows":["unknown"],"rows":["Mokirith"]}'
+    assert json.loads(reply) == {"rows": ["Mokirith"]}  # what a plain reader makes of it
+    assert score(task, reply) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0})
+    assert score(task, reply.decode()) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0})
+    assert score(task, b'{"rows":["Mokirith"]}').reward == 1.0
+    assert parse_reply(b'{"rows":["Mokirith"],"rows":["Mokirith"]}') is None  # even when both agree
+    assert parse_reply(b'{"rows":[{"a":1,"a":2}]}') is None
+    assert parse_reply(b'{"rows":["Mokirith"],"extra":{"k":1,"k":2}}') is None

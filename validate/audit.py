@@ -240,7 +240,8 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     for tid, grp in o.groupby("task_id"):
         outs = [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
                         x.error_class, x.error_message) for x in grp.itertuples()]
-        d = decide(outs, [oracle], exp.rules(), exp.pass_threshold, exp.exception_rule, findings_of.get(tid, []))
+        d = decide(outs, [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
+                   findings_of.get(tid, []))  # the oracle alone, as the pool judged it at freeze
         if d.verdict == "compatible":
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:

@@ -305,10 +305,15 @@ def cmd_freeze(args) -> int:
     from validate import api
     from validate.options import given
 
+    controls = _csv(args.controls)
+    if controls == []:  # refused before anything is loaded; `contract.agent_entries` refuses it for the API
+        raise ValidateError(f"--controls: a contract must name at least one negative control, got "
+                            f"{args.controls!r}; name one (comma-separated) or omit --controls for every control "
+                            f"the environment declares")
     manifest = api.freeze(
         args.name, env=args.env, config=args.config, config_overrides=given(args, "cfg_"), idx=_idx(args.idx),
         idx_start=args.idx_start, idx_stop=args.idx_stop, backend=args.backend, image=args.image,
-        limits=given(args, "lim_"), controls=_csv(args.controls), ceilings=_ceilings(args.ceiling),
+        limits=given(args, "lim_"), controls=controls, ceilings=_ceilings(args.ceiling),
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule, min_count=args.min_count,
         infra_retries=args.infra_retries, data=args.data, allow_patch=args.allow_patch, out=args.out)
     path = args.out or MANIFEST_DIR / f"{args.name}.json"

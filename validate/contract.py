@@ -96,6 +96,10 @@ class Expectations(BaseModel):
     def named(self, *roles: str) -> list[str]:
         return [n for n, a in self.agents.items() if a.role in roles]
 
+    def testing(self, skip: dict[str, str]) -> list[str]:
+        """The controls that can test a task with this `skip` (those not frozen out of it)."""
+        return [n for n in self.named("control") if n not in skip]
+
     def required(self, skip: dict[str, str]) -> list[str]:
         """The oracle and the controls a task must have, all but those that do not apply to it."""
         return [n for n, a in self.agents.items() if a.role in ("oracle", "control") and n not in skip]
@@ -191,6 +195,9 @@ class Manifest(BaseModel):
             raise ValueError("tasks: task ids repeat")
         if len(self.expectations.named("oracle")) != 1:
             raise ValueError("expectations.agents: exactly one oracle")
+        if not self.expectations.named("control"):
+            raise ValueError("expectations.agents: no negative control; a contract names at least one "
+                             "(freeze it again with --controls)")
         if task_list_sha256(self.tasks) != self.task_list_sha256:
             raise ValueError("task_list_sha256: does not match the task list")
         return self
@@ -258,6 +265,10 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
     if bad:
         raise ContractError(f"expectations.agents: {', '.join(bad)} is not a control of {env.name}; "
                             f"its controls: {', '.join(known)}")
+    if not chosen:  # the protocol's pass is an oracle pass AND a control rejection on every task
+        raise ContractError(f"--controls: a contract must name at least one negative control (a task no control "
+                            f"rejects is never compatible); name one of {env.name}'s controls "
+                            f"({', '.join(known) or 'it declares none'}) or omit --controls for all of them")
     out = {}
     for name, a in specs.items():
         if a.role == "control" and name not in chosen:

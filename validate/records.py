@@ -44,6 +44,11 @@ Reason = Literal[
     "unsupported_execution_contract",
     "invalid_task_or_verifier",
     "oracle_fails_on_valid_task",
+    # The contract names controls, but every one is frozen out of this task (its environment's
+    # not_applicable, the manifest's per-task skip): no rejection can be shown, so the oracle's
+    # pass proves nothing about the reward here. Last: the contract alone decides it, so any
+    # reason the run itself found is the more telling one.
+    "no_negative_control",
 ]
 #: Verdict precedence: the first reason that applies is the task's one reason.
 REASON_ORDER: tuple[str, ...] = typing.get_args(Reason)

@@ -1,9 +1,10 @@
 """Verdicts as pure functions: a task's attempts in, one task verdict out; a run's facts in,
 one dataset verdict out. No I/O, so `validate audit` re-derives both from the evidence.
 
-A task is **compatible** iff, in this run, the oracle and every control the contract names
-have a final attempt, the oracle passes, every control stays under its ceiling, no blocking
-finding applies, and there was no exception (under the contract's exception rule). It is
+A task is **compatible** iff at least one control the contract names can test it (is not
+frozen out of it) and, in this run, the oracle and every such control have a final attempt,
+the oracle passes, every control stays under its ceiling, no blocking finding applies, and
+there was no exception (under the contract's exception rule). It is
 **excluded** with exactly one reason, the first that applies of `REASON_ORDER`, when the
 evidence already decides it, and **incomplete** (neither) when an agent the contract names
 never ran and nothing else decided it.
@@ -80,6 +81,18 @@ def _final(attempts: Iterable[Outcome]) -> tuple[list[Outcome], dict[str, Outcom
     return every, final
 
 
+def no_control_can_test(required: Sequence[str], rules: dict[str, Rule]) -> str | None:
+    """Why no negative control can test a task, or None. `rules` are the contract's agents;
+    `required` the oracle and the controls not frozen out of this task. A rule set without any
+    control is an oracle-only judgement (the pool's freeze step), not a contract: a contract
+    naming none is refused when it is frozen and when it is read (`validate.contract`)."""
+    named = sorted(n for n, r in rules.items() if r.role == "control")
+    if not named or any(rules[n].role == "control" for n in required if n in rules):
+        return None
+    return (f"no negative control can test this task: every control the contract names ({', '.join(named)}) is "
+            f"frozen out of it, so nothing shows that a wrong answer fails here")
+
+
 def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str, Rule], pass_threshold: float,
            exception_rule: str, findings: Sequence[Finding]) -> Decision:
     """One task's verdict from all its attempts in the run (superseded included). `required`:
@@ -124,6 +137,9 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     if oracle is not None and not as_expected(rules[oracle.agent], oracle.status, oracle.reward, pass_threshold):
         return verdict("excluded", "oracle_fails_on_valid_task",
                        f"oracle status {oracle.status}, reward {oracle.reward} < {pass_threshold}")
+    untestable = no_control_can_test(required, rules)
+    if untestable:
+        return verdict("excluded", "no_negative_control", untestable)
     missing = [name for name in required if name not in final]
     if missing:
         return verdict("incomplete", None, f"no attempt in this run for {', '.join(missing)}", missing)

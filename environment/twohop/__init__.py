@@ -29,8 +29,9 @@ Decisions where the seed is silent
       question up — and a network reaches models that could answer for it.
 
 Controls that are right somewhere by construction (``always-unknown`` on broken,
-``plausible-entity`` off broken, ``modal-city`` on the modal city's tasks) are declared in
-`agents_spec.control_may_pass` and reach the harness through the seam's
+``plausible-entity`` off broken, ``modal-city`` on the modal city's tasks) are found by
+comparing what each would reply (`agents_spec.predicted`) with the task's answer
+(`agents_spec.control_may_pass`), and reach the harness through the seam's
 `Environment.not_applicable`: the contract freezes, per task, which control cannot test it
 and why, and that control is not played there.
 """

@@ -5,17 +5,22 @@ The programs live in ``agents/`` (package data, not an importable package: they 
 sandbox under ``python3 -S`` with the harness's ``agentlib.py`` and, where declared, the
 support module ``factlib.py`` beside them).
 
-Expected control passes (`control_may_pass`): a binary reward cannot keep every control
-under 1.0 on every task, because three controls are right by construction somewhere —
+Which control cannot test which task (`control_may_pass`, frozen into the contract through
+`Environment.not_applicable`) is decided by the answer, not by the control's name: each
+control whose reply the host can compute from the facts every task shares (`predicted`) is
+frozen out of exactly the tasks whose gold rows equal that reply — it would pass by being
+right, so it cannot show that a wrong answer fails there. At seed 0 that is
 
-- ``always-unknown`` on the ``broken`` category (5 of 36: ``unknown`` *is* their answer);
-- ``plausible-entity`` on every category but ``broken`` (it solves what can be solved and
-  only fabricates where the chain breaks; its failure is judged on the 5 broken tasks);
-- ``modal-city`` on the tasks whose answer is the city hosting the most organisations
-  (the dataset checks keep every answer's share under 1/2; the ``modal_city_control``
-  dataset finding names those tasks — at seed 0, one of 36).
+- ``always-unknown`` (fixed answer ``unknown``) on the ``broken`` category (5 of 36);
+- ``modal-city`` (fixed answer: the city hosting the most organisations) on the tasks with
+  that answer (the dataset checks keep every answer's share under 1/2; the
+  ``modal_city_control`` dataset finding names those tasks — at seed 0, one of 36);
+- ``plausible-entity`` (the solver's rows where the chain is whole, a fabrication where it
+  breaks) on every category but ``broken``; its failure is judged on the 5 broken tasks.
 
-Every other control must score 0 on every task.
+The other controls read what the host does not stand in for (the answer key, the source, or
+nothing at all) and must score 0 on every task. The agents' tests hold every program to its
+prediction on every task.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from environment.protocol import AgentSpec
-from environment.twohop.solver import UNKNOWN
+from environment.twohop.solver import UNKNOWN, Question, resolve
+from environment.twohop.universe import HQ, LIVES_IN, LOCATED, WORKS_FOR, Universe
 
 AGENTS_DIR = Path(__file__).resolve().parent / "agents"
 FACTLIB = AGENTS_DIR / "factlib.py"
@@ -56,12 +62,59 @@ def agent_specs() -> list[AgentSpec]:
     ]
 
 
-def control_may_pass(agent: str, gold: tuple[str, ...], modal_city: str) -> str | None:
-    """Why ``agent`` passing a task whose answer is ``gold`` is expected, or None."""
-    if agent == "always-unknown" and gold == (UNKNOWN,):
-        return "the answer is `unknown`: declining is correct here"
-    if agent == "plausible-entity" and gold != (UNKNOWN,):
-        return "the chain is whole, so this control solves it; it is judged where the chain breaks"
-    if agent == "modal-city" and gold == (modal_city,):
-        return f"the answer is the modal headquarters city {modal_city}"
+def _maps(universe: Universe) -> dict[str, dict[str, str]]:
+    """The facts as the agents' ``factlib.facts()`` reads them: ``{relation: {subject: object}}``."""
+    out: dict[str, dict[str, str]] = {}
+    for f in universe.facts:
+        out.setdefault(f.relation, {})[f.subject] = f.object
+    return out
+
+
+def _modal(mapping: dict[str, str]) -> str | None:
+    """``factlib.modal``: the most frequent value (ties: the smallest), or None."""
+    counts: dict[str, int] = {}
+    for v in mapping.values():
+        counts[v] = counts.get(v, 0) + 1
+    return min(counts, key=lambda v: (-counts[v], v)) if counts else None
+
+
+def _plausible(universe: Universe, question: Question) -> tuple[str, ...]:
+    """What ``plausible_entity.py`` replies: the chain where it is whole, else a plausible
+    stand-in (the home city, its country, the commonest value), never a decline it can avoid."""
+    m = _maps(universe)
+    employer, hq, country, home = (m.get(r, {}) for r in (WORKS_FOR, HQ, LOCATED, LIVES_IN))
+    kind, subject = question
+    city = hq.get(employer.get(subject, ""))
+    if kind == "employer_city":
+        return (city or home.get(subject) or _modal(hq) or UNKNOWN,)
+    if kind == "employer_country":
+        return (country.get(city or "") or country.get(home.get(subject, "")) or _modal(country) or UNKNOWN,)
+    place = (lambda c: c) if kind == "city_employees" else country.get
+    rows = sorted(p for p, o in employer.items() if hq.get(o) and place(hq[o]) == subject)
+    rows = rows or sorted(p for p, c in home.items() if place(c) == subject)
+    return tuple(rows) or (UNKNOWN,)
+
+
+def predicted(agent: str, universe: Universe, question: Question) -> tuple[tuple[str, ...], str] | None:
+    """The rows control `agent` replies to `question` over `universe`, and in words why its
+    pass there is right, where the host can compute them; None for a control whose reply
+    depends on what the host does not model (the answer key, the source) or that replies
+    nothing (which never parses, so never equals an answer)."""
+    if agent == "always-unknown":  # a fixed answer
+        return (UNKNOWN,), "the answer is `unknown`: declining is correct here"
+    if agent == "modal-city":  # a fixed answer for the universe
+        city = universe.modal_hq_city()
+        return (city,), f"the answer is the modal headquarters city {city}"
+    if agent == "plausible-entity":
+        rows = _plausible(universe, question)
+        if resolve(universe.facts, question).derivable:
+            return rows, "the chain is whole, so this control solves it; it is judged where the chain breaks"
+        return rows, f"the chain breaks and its fallback finds nothing either: it answers {list(rows)}"
     return None
+
+
+def control_may_pass(agent: str, universe: Universe, question: Question, gold: tuple[str, ...]) -> str | None:
+    """Why ``agent`` cannot test a task whose answer is ``gold``: its predicted reply is that
+    answer (compared, never assumed from the name); None when it can test it."""
+    guess = predicted(agent, universe, question)
+    return guess[1] if guess is not None and guess[0] == tuple(gold) else None

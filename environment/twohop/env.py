@@ -169,9 +169,10 @@ class TwohopEnvironment(Environment):
                                    "unknown": "the literal lower-case word unknown"})
 
     def not_applicable(self, agent: AgentSpec, task: TwohopTask) -> str | None:
-        """Why a control cannot test this task: its fixed answer is this task's answer (see
-        `agents_spec.control_may_pass`). The harness does not play it here."""
-        return control_may_pass(agent.name, task.rows, task.universe.modal_hq_city()) \
+        """Why a control cannot test this task: what it would reply (its fixed answer, or its
+        prediction from the facts) is this task's answer (`agents_spec.control_may_pass`).
+        The harness does not play it here."""
+        return control_may_pass(agent.name, task.universe, task.question, task.rows) \
             or super().not_applicable(agent, task)
 
     def multi_hop_report(self, taskset: TwohopTaskset) -> tuple[int, int, int]:

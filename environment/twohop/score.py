@@ -2,8 +2,11 @@
 
 The reply is the text the agent leaves in ``reply.txt``: exactly one JSON object
 ``{"rows": [...]}`` whose only key is ``rows``, a list of strings (surrounding whitespace
-is ignored). Anything else — not UTF-8, not JSON, nested too deep, another key, a
-non-string row, larger than `MAX_REPLY_BYTES` — does not parse and scores 0. A parsed
+is ignored). Anything else — not UTF-8, not JSON, nested too deep, another key, a key twice
+in any object, a non-string row, larger than `MAX_REPLY_BYTES` — does not parse and scores 0.
+A repeated key is refused rather than resolved: JSON leaves its meaning open and Python's
+reader keeps the last, so ``{"rows":["unknown"],"rows":["X"]}`` would be one answer to this
+scorer and another to a reader keeping the first (a hedge that must not earn the reward). A parsed
 reply scores 1.0 iff its rows equal the gold rows exactly: same strings, same case, same
 order, no Unicode normalisation. ``Unknown`` and ``none`` are therefore as wrong as any
 other name where ``unknown`` is expected.
@@ -18,6 +21,18 @@ METRIC_NAMES = ("parsed_ok", "exact_match")
 MAX_REPLY_BYTES = 64 * 1024
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """json's object hook: refuse an object that names a key twice (at any depth)."""
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _DuplicateKey("a key appears twice in one object")
+    return dict(pairs)
+
+
 def parse_reply(reply: bytes | str) -> tuple[str, ...] | None:
     """The reply's rows, or None when it is not exactly ``{"rows": [str, ...]}``."""
     if isinstance(reply, str):
@@ -28,7 +43,7 @@ def parse_reply(reply: bytes | str) -> tuple[str, ...] | None:
     if len(reply) > MAX_REPLY_BYTES:
         return None
     try:
-        value = json.loads(reply.decode("utf-8"))
+        value = json.loads(reply.decode("utf-8"), object_pairs_hook=_unique_keys)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or list(value) != ["rows"] or not isinstance(value["rows"], list):

@@ -2,8 +2,12 @@
 
 `parent_of` reads a pool run directory and refuses unless (1) the run froze a set, (2) its
 current dataset verdict (`validate.report.current_verdict`, the latest smoke test counted)
-is PASS, (3) `validate audit` of the run finds no problem, and (4) a dataset manifest given
-beside it is that run's frozen set, byte for byte.
+is PASS, (3) `validate audit` of the run finds no problem, (4) the run's contract names a
+negative control and every frozen task was tested by one (not frozen out of it, and a final,
+exception-free control attempt on it in the evidence: the protocol's "oracle pass AND control
+rejection", re-checked here rather than trusted to the verdict; checked before (2) and (3),
+since a refusal needs no trust in the evidence and names its cause), and (5) a dataset
+manifest given beside it is that run's frozen set, byte for byte.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ def parent_of(pool_run: Path, manifest: Path | None = None,
         ev = load_run(paths.root)
     except EvidenceError as e:
         raise ContractError(f"--pool-run: {e}") from None
+    for name, raw in (("manifest.json", ev.manifest), ("frozen-manifest.json", ev.frozen)):
+        if not _controls_of(raw):
+            raise ContractError(f"--pool-run: {paths.root}: its {name} names no negative control; an eval runs "
+                                f"only on tasks a control was shown to reject (freeze a contract with --controls)")
+    frozen = load_manifest(paths.frozen_manifest)
+    _every_task_tested(paths.root, frozen, ev.attempts)
     verdict = current_verdict(ev.summary, ev.smokes)
     if verdict.verdict != "PASS":
         raise ContractError(f"--pool-run: {paths.root}: the dataset verdict is {verdict.verdict}, not PASS "
@@ -40,7 +50,6 @@ def parent_of(pool_run: Path, manifest: Path | None = None,
     if result.problems:
         shown = "; ".join(result.problems[:3]) + (" …" if len(result.problems) > 3 else "")
         raise ContractError(f"--pool-run: `validate audit {paths.root}` failed: {shown}")
-    frozen = load_manifest(paths.frozen_manifest)
     if manifest is not None and Path(manifest).read_bytes() != paths.frozen_manifest.read_bytes():
         given = load_manifest(manifest)
         raise ContractError(f"--manifest: {manifest} ({given.sha256}) is not the frozen set of {paths.root} "
@@ -63,3 +72,31 @@ def dataset_manifest(parent: DatasetParent, given: Path | None) -> Manifest:
         raise ContractError(f"--manifest: {where} has sha256 {m.sha256}, but the eval contract's parent is "
                             f"{parent.manifest_sha256} ({parent.manifest_name})")
     return m
+
+
+def _controls_of(raw: object) -> list[str]:
+    """The control names of a manifest's raw JSON (any shape: it is read before validation)."""
+    exp = raw.get("expectations") if isinstance(raw, dict) else None
+    agents = exp.get("agents") if isinstance(exp, dict) else None
+    if not isinstance(agents, dict):
+        return []
+    return sorted(n for n, a in agents.items() if isinstance(a, dict) and a.get("role") == "control")
+
+
+def _every_task_tested(root: Path, frozen: Manifest, attempts) -> None:
+    """Refuse a frozen set with a task no control can test (the contract froze every control
+    out of it) or none did (no final, exception-free control attempt on it in the pool)."""
+    from validate.records import AGENT_STATUSES
+
+    untestable = [t.id for t in frozen.tasks if not frozen.expectations.testing(t.skip)]
+    if untestable:
+        raise ContractError(f"--pool-run: {root}: no negative control can test {len(untestable)} frozen task(s) "
+                            f"(every control is frozen out of them: {', '.join(untestable[:3])}"
+                            f"{' …' if len(untestable) > 3 else ''}); an eval runs only on tested tasks")
+    final = attempts[(attempts["role"] == "control") & ~attempts["superseded"].astype(bool)
+                     & attempts["status"].isin(AGENT_STATUSES)]
+    untested = sorted({t.id for t in frozen.tasks} - set(final["task_id"]))
+    if untested:
+        raise ContractError(f"--pool-run: {root}: {len(untested)} frozen task(s) have no final, exception-free "
+                            f"control attempt ({', '.join(untested[:3])}{' …' if len(untested) > 3 else ''}); "
+                            f"an eval runs only on tasks a control tested")
