@@ -101,7 +101,7 @@ def test_source_peek_finds_nothing_in_bwrap_without_the_secret(contract, sandbox
     assert (a["status"] == "no_reply").all() and (a["reward"].fillna(0.0) == 0.0).all()
     for row in a.itertuples():
         # It did search (the replays it tried are counted) and confirmed nothing.
-        assert "no order confirmed" in row.stderr and int(row.stderr.split()[1]) > 1000, row.stderr
+        assert "no order confirmed" in row.stderr and int(row.stderr.split()[1]) >= 500, row.stderr
 
 
 def test_every_contract_regenerates_its_tasks_with_its_own_secret(contract, sandboxes):

@@ -8,10 +8,11 @@ Its attacks, each one that worked against an earlier version of this environment
    with the source a guessed order is checked by replaying it (`replaylib`). From a heuristic
    answer it tries every order within two moves, against every guess of the key's other
    inputs: secrets — none (the replayable generator) and every hex string its view holds
-   (and the secret the harness derives from a 32-hex salt); seed 0; idx 0..63. Against a
-   secretless generator a search like it, from the heuristic baseline's answer, found the
-   gold of one task in 60. Its start is the baseline itself when the sandbox can import it
-   (it needs numpy), else a crude stdlib order; one-paper tasks only.
+   (and the secret the harness derives from a 32-hex salt); seed 0; idx 0..63; within a
+   budget of replays (`HASHED_BYTES`). Against a secretless generator this search, from the
+   heuristic baseline's answer, found the gold of one task in 60 (tests/test_deshuffle_secret.py
+   shows it does with the secret). Its start is the baseline itself when the sandbox can
+   import it (it needs numpy), else a crude stdlib order; one-paper tasks only.
 2. **Old replay.** A task id naming idx and seed (``deshuffle:<idx>:<seed>``) let an agent
    replay a stream seeded from exactly those.
 3. **Commitment.** A task hash shown to the agent committed to the gold unsalted; every
@@ -33,7 +34,9 @@ from replaylib import search
 
 SOURCE = os.path.join(AGENT_DIR, "source")
 IDX_GUESSES = range(64)
-BUDGET = 20_000
+#: Replays per task: bytes hashed over the task's text (about 0.2-0.5 s whatever the paper,
+#: since it is played on every task of every pool), within 500..10,000 replays.
+HASHED_BYTES = 50_000_000
 HEX = re.compile(r"(?<![0-9a-f])([0-9a-f]{64}|[0-9a-f]{32})(?![0-9a-f])")
 CITATION = re.compile(r"\[(\d{1,3})")
 
@@ -112,7 +115,8 @@ def main():
     candidates = [c for c in candidates if any(hashlib.sha256(dumps([c]).encode()).hexdigest() == h
                                                for h in commitments) or not commitments]
     guesses = [(s, 0, i) for s in secret_guesses(text) for i in IDX_GUESSES]
-    found, tried = search(heuristic(texts), texts, guesses, moves=2, budget=BUDGET)
+    budget = max(500, min(10_000, HASHED_BYTES // sum(len(t) + 1 for t in texts.values())))
+    found, tried = search(heuristic(texts), texts, guesses, moves=2, budget=budget)
     if found is not None:
         candidates.insert(0, found)
     print(f"source-peek: {tried} replays ({len(guesses)} key guesses), "
