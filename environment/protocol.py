@@ -8,7 +8,8 @@ entry-point group of any installed distribution (this repository registers its o
 - ``Config``: a pydantic model of its settings, with a ``schema_version`` field; frozen into
   every contract manifest as ``environment.config``;
 - ``load(config, hints)``: a `Taskset`, whose ``revision`` names its content immutably
-  (a corpus's sha256, a dataset file's sha256) and whose ``task(idx)`` is deterministic;
+  (a corpus's sha256, a dataset file's sha256) and whose ``task(idx)`` is deterministic
+  given the config, the content and ``hints.secret`` (the contract's task secret);
 - ``taskset.score(task, reply, cache_dir)``: reward and metrics, computed on the host;
 - ``agents(config)``: the oracle, the negative controls (each saying what failure it tests)
   and the partial-credit probes, as `AgentSpec` programs run inside the sandbox;
@@ -190,6 +191,11 @@ class LoadHints:
     revision: str | None = None
     #: Further files or folders to search for the data (``--data`` on the command line).
     search: tuple[Path, ...] = field(default_factory=tuple)
+    #: The contract's task secret (hex; None outside a contract): an environment that draws
+    #: tasks at random mixes it into every stream an agent could otherwise replay, so nothing
+    #: in the agent's view (its source included) checks a guessed answer. Never shown to an
+    #: agent; kept out of repr so no log or traceback prints it.
+    secret: str | None = field(default=None, repr=False)
 
 
 class ConfigError(ValueError):

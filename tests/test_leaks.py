@@ -1,7 +1,7 @@
 """Nothing an agent can read derives the answer. For every environment, the standing
 source-peek control (the environment's whole source plus the agent view) is played through
 the real harness and must not beat that environment's chance-level control; and the agent
-view names no task id, no idx, no seed and no hash."""
+view names no task id, no idx, no seed, no hash, no salt and no task secret."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ def test_source_peek_does_not_beat_chance(sandboxes, tmp_path, env_name):
 
 
 @pytest.mark.parametrize("env_name", list(CASES))
-def test_the_agent_view_names_no_task_id_idx_seed_or_hash(sandboxes, env_name):
+def test_the_agent_view_names_no_task_id_idx_seed_hash_or_secret(sandboxes, env_name):
     _, idx, config = CASES[env_name]
     manifest = make_manifest(sandboxes("bwrap"), idx=idx[:5], env_name=env_name, **config)
     from tests.conftest import HINTS
-    from validate.contract import check_environment
+    from validate.contract import check_environment, task_secret
 
-    _, _, taskset = check_environment(manifest, HINTS)
+    env, _, taskset = check_environment(manifest, HINTS)
     opaque = set()
     for entry in manifest.tasks:
         task = taskset.task(entry.idx)
@@ -55,6 +55,11 @@ def test_the_agent_view_names_no_task_id_idx_seed_or_hash(sandboxes, env_name):
         assert entry.id.rsplit("/", 1)[0] not in text  # not even the config digest
         assert len(view["id"]) == 16 and all(c in "0123456789abcdef" for c in view["id"])
         opaque.add(view["id"])
+        # Neither the salt nor the task secret derived from it is anywhere an agent reads.
+        readable = [text.encode(), task.prompt.encode(), *task.files.values(),
+                    *(path.read_bytes() for _, path in env.source_files())]
+        for hidden in (manifest.salt, task_secret(manifest.salt)):
+            assert not any(hidden.encode() in blob for blob in readable)
     assert len(opaque) == len(manifest.tasks)
     other = make_manifest(sandboxes("bwrap"), idx=idx[:1], env_name=env_name, **config)
     assert other.opaque_id(other.tasks[0].id) != manifest.opaque_id(manifest.tasks[0].id)  # salted per contract

@@ -162,8 +162,7 @@ def _findings_from_env(paths: RunPaths, manifests: dict[str, Manifest], data: tu
         key = manifest.environment.config.__repr__()
         if key not in sets:
             config = env.Config.model_validate(manifest.environment.config)
-            sets[key] = load_taskset(env, config, LoadHints(revision=manifest.environment.revision,
-                                                             search=tuple(data)))
+            sets[key] = load_taskset(env, config, manifest.hints(data))
         return env.findings(sets[key].task(idx))
 
     r.checked.append("findings re-derived from the environment")

@@ -10,6 +10,7 @@ naming the field on any mismatch.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -180,7 +181,8 @@ class Manifest(BaseModel):
     config_file: str | None = Field(default=None, description="The TOML file the config was read from: its name "
                                                                "and sha256 (the config itself is environment.config).")
     #: Salt of the opaque task ids agents see (sha256 of salt and task id): agents never see
-    #: the manifest, so they cannot map an opaque id back to a task.
+    #: the manifest, so they cannot map an opaque id back to a task. The task secret handed
+    #: to the environment's `load` is derived from it (`task_secret`).
     salt: str = Field(pattern=r"^[0-9a-f]{32}$")
     parent_sha256: str | None = None
     sha256: str = ""
@@ -213,6 +215,18 @@ class Manifest(BaseModel):
 
     def opaque_id(self, task_id: str) -> str:
         return sha256_tag(f"{self.salt}\n{task_id}".encode())[7:23]
+
+    def hints(self, search: Sequence[Path] = ()) -> LoadHints:
+        """How to load this contract's taskset: its revision and its task secret."""
+        return LoadHints(revision=self.environment.revision, search=tuple(search), secret=task_secret(self.salt))
+
+
+def task_secret(salt: str) -> str:
+    """The secret an environment mixes into its tasks' random streams, derived from the salt
+    (which every child contract inherits) under its own tag: the input starts with a non-hex
+    byte, so it never equals an opaque id's ``salt + "\n" + id``, and neither value can be
+    read back from the other or from the opaque ids an agent sees."""
+    return sha256_tag(f"task-secret\n{salt}".encode())[7:]
 
 
 def task_list_sha256(entries: Sequence[TaskEntry]) -> str:
@@ -319,7 +333,8 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
            **execution: Any) -> Manifest:
     """Build and seal a root manifest: generate every selected task and record its hash."""
     env = environments.get(env_name)
-    taskset = load_taskset(env, config, hints)
+    salt = secrets.token_hex(16)
+    taskset = load_taskset(env, config, dataclasses.replace(hints, secret=task_secret(salt)))
     scorer = env.scorer(config)
     idx = sorted(set(idx))
     agents = agent_entries(env, config, controls, ceilings or {})
@@ -336,7 +351,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
             execution=profile(facts, **execution),
             min_task_count=len(tasks) if min_task_count is None else min_task_count,
             harness_version=validate.__version__, git_commit=git_commit, patch=patch, config_file=config_file,
-            salt=secrets.token_hex(16),
+            salt=salt,
         ).sealed()
     except ValidationError as e:
         raise ContractError(_first_error(e, "")) from None
@@ -410,7 +425,7 @@ def check_environment(manifest: Manifest, hints: LoadHints) -> tuple[Environment
     spec = manifest.environment
     env = environments.get(spec.name)
     config = env_config(env, spec.config)
-    taskset = load_taskset(env, config, LoadHints(revision=spec.revision, search=hints.search))
+    taskset = load_taskset(env, config, manifest.hints(hints.search))
     if taskset.revision != spec.revision:
         raise _mismatch("environment.revision", spec.revision, taskset.revision)
     if env.scorer(config) != spec.scorer:

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from environment.protocol import LoadHints, Taskset
+from environment.protocol import Taskset
 from validate.agents import resolve
 from validate.contract import Manifest, derive, load_manifest, load_taskset, write_manifest
 from validate.evidence import Journal, atomic_write
@@ -129,7 +129,7 @@ def _variants(ctx: RunContext, sample: list[int], per_stratum: int) -> list[_Var
     for name, variant in ctx.env.pilot_variants(config):
         copy = ctx.paths.variants / f"{name}.json"
         taskset = ctx.taskset if variant == config else load_taskset(
-            ctx.env, variant, LoadHints(revision=ctx.manifest.environment.revision, search=ctx.hints.search))
+            ctx.env, variant, ctx.manifest.hints(ctx.hints.search))
         if copy.exists():
             child = load_manifest(copy)
         else:

@@ -1,7 +1,7 @@
 """A rule-based stand-in for the theme judge, for tests and local runs with no LLM.
 
 ``policy(request) -> {"role": "assistant", "content": "A" | "B" | "C"}`` reads the hidden
-principle, the decoy and the proposed theme out of the request `judge.Judge` sends and
+principle, the decoy and the proposed theme (a JSON string) out of the request `judge.Judge` sends and
 grades by word overlap (stemmed content words, `curatorlib.tokens`):
 
 - **A** when the theme's words cover at least 80 % of the principle's and add little else
@@ -15,11 +15,15 @@ Serve it with ``python -m validate.localserver --model judge=environment.curator
 
 from __future__ import annotations
 
+import json
 import re
 
 from environment.curator.agents.curatorlib import tokens
 
-_FIELDS = re.compile(r"Hidden principle: (?P<principle>.*)\nDecoy: (?P<decoy>.*)\nProposed theme: (?P<theme>.*)\n")
+# The theme is a JSON string (ASCII-escaped, so on one line); a prompt it is not found in,
+# or not a JSON string, is not graded.
+_FIELDS = re.compile(r"Hidden principle: (?P<principle>.*)\nDecoy: (?P<decoy>.*)\n"
+                     r"Proposed theme \(a JSON string, data only\): (?P<theme>.*)\n")
 
 
 def _overlap(a: set[str], b: set[str]) -> float:
@@ -41,6 +45,10 @@ def grade(principle: str, decoy: str, theme: str) -> str:
 def policy(request: dict) -> dict:
     user = next((m.get("content", "") for m in request.get("messages", []) if m.get("role") == "user"), "")
     match = _FIELDS.search(user if isinstance(user, str) else "")
-    if match is None:
+    try:
+        theme = json.loads(match["theme"]) if match else None
+    except ValueError:
+        theme = None
+    if not isinstance(theme, str):
         return {"role": "assistant", "content": "I cannot find a principle and a theme to compare."}
-    return {"role": "assistant", "content": grade(match["principle"], match["decoy"], match["theme"])}
+    return {"role": "assistant", "content": grade(match["principle"], match["decoy"], theme)}

@@ -4,8 +4,11 @@ The theme grade comes from the judge (`judge.Judge`: A 1.0, B 0.5, C 0.0) when t
 contract declares one, and is the intruder Jaccard itself when it does not, so the reward
 is then exactly the Jaccard. A missing or empty theme is a C without asking the judge, and
 so is one longer than `THEME_MAX_CHARS` or spread over lines: the theme is the agent's text
-pasted into the judge's prompt, and a principle fits one short line, while a second line
-("Grade: A") or a page of text is an attempt on the judge, not a theme.
+quoted into the judge's prompt, and a principle fits one short line, while a second line
+("Grade: A") or a page of text is an attempt on the judge, not a theme. A line is what
+Python's `str.splitlines` says it is, so every line boundary counts: ``\n``, ``\r``,
+``\v``, ``\f``, ``\x1c``–``\x1e``, U+0085, U+2028, U+2029 (the judge sees the theme
+JSON-escaped anyway; see `judge`).
 Metrics, in `METRIC_NAMES` order: ``intruder_jaccard``, ``theme_score``, ``exact_match``
 (the predicted set is the gold set), ``format_ok`` (see `parse`) and ``judged`` (1 when the
 theme slot was graded in judged mode, 0 in the intruders-only mode).
@@ -30,6 +33,11 @@ def jaccard(predicted: frozenset[str] | None, gold: frozenset[str]) -> float:
     return len(predicted & gold) / len(predicted | gold)
 
 
+def one_line(text: str) -> bool:
+    """No line boundary anywhere, by Python's own set (`str.splitlines`), a trailing one too."""
+    return text.splitlines() == [text]
+
+
 def combine(j: float, theme: float | None) -> float:
     """The reward from the intruder Jaccard and the theme score (None: intruders-only mode)."""
     if theme is None:
@@ -46,7 +54,7 @@ def score_parsed(predicted: frozenset[str] | None, theme: str | None, format_ok:
         theme_score, judged = j, 0.0
         reward = combine(j, None)
     else:
-        gradable = bool(theme) and len(theme) <= THEME_MAX_CHARS and "\n" not in theme and "\r" not in theme
+        gradable = bool(theme) and len(theme) <= THEME_MAX_CHARS and one_line(theme)
         theme_score = GRADE_SCORES[grade(theme)] if gradable else 0.0
         judged = 1.0
         reward = combine(j, theme_score)

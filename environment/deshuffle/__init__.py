@@ -11,8 +11,9 @@ Task generation
     before a paragraph whenever ``section`` changes to a non-empty value. All units of all
     k papers are shuffled together and labelled 1..M in displayed order (line j of
     ``paragraphs.jsonl`` is ``{"label": j, "text": ...}``), so a displayed order can already
-    be correct. Every random choice comes from (seed, idx) only (see `generate.Rng`): the
-    same corpus revision, config and idx give byte-identical files and the same hash.
+    be correct. Every random choice comes from (seed, idx), the shuffle also from the
+    contract's task secret and the true-order text (see `generate`): the same corpus
+    revision, config, secret and idx give byte-identical files and the same hash.
 
 Task identity
     ``id`` is ``deshuffle-papers/<config digest>/<idx>`` (unique per config); ``hash`` is

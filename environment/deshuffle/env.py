@@ -60,9 +60,9 @@ def load_corpus(config: DeshuffleConfig, hints: LoadHints) -> Corpus:
         raise ConfigError(f"corpus: {e}") from None
 
 
-def _agent(name: str, role: str, tests: str, **kw) -> AgentSpec:
+def _agent(name: str, role: str, tests: str, extra: tuple[Path, ...] = (), **kw) -> AgentSpec:
     return AgentSpec(name=name, role=role, program=AGENTS / f"{name.replace('-', '_')}.py",
-                     support=(AGENTS / "deshufflelib.py",), tests=tests, **kw)
+                     support=(AGENTS / "deshufflelib.py", *extra), tests=tests, **kw)
 
 
 class DeshuffleEnvironment(Environment):
@@ -72,7 +72,7 @@ class DeshuffleEnvironment(Environment):
     def load(self, config: DeshuffleConfig, hints: LoadHints = LoadHints()) -> DeshuffleTaskset:
         corpus = load_corpus(config, hints)
         try:
-            return DeshuffleTaskset(config, corpus)
+            return DeshuffleTaskset(config, corpus, secret=hints.secret or "")
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
@@ -86,9 +86,10 @@ class DeshuffleEnvironment(Environment):
             _agent("reversed", "control", "the scorer rewards direction (concordance), not mere adjacency"),
             _agent("singletons", "control", "over-splitting cannot earn the ordering term (no comparable pair)"),
             _agent("malformed", "control", "an invalid partition (a label twice) scores 0"),
-            _agent("source-peek", "control", "nothing the agent can read derives the answer, even with this "
-                   "environment's source: replaying the generator from the id, commitments in the view",
-                   sees_source=True),
+            _agent("source-peek", "control", "nothing the agent can read derives or checks the answer, even "
+                   "with this environment's source: replaying the generator for orders near a heuristic answer "
+                   "(the contract's secret is not in its view), from the id, commitments in the view",
+                   sees_source=True, extra=(AGENTS / "replaylib.py",)),
             _agent("probe-swap", "probe", "partial credit: one adjacent swap scores between controls and oracle",
                    sees_answer_key=True),
             _agent("probe-merge", "probe", "partial credit: two papers merged into one group",

@@ -1,19 +1,26 @@
-"""Deterministic task generation: (corpus revision, config, idx) → identical bytes anywhere.
+"""Deterministic task generation: (corpus revision, config, secret, idx) → identical bytes anywhere.
 
 Two random streams per task, each a `random.Random` of which only ``random()`` is used (the
 one stream Python guarantees across versions; integer draws are ``floor(random() * n)``):
 
 - the *selection* stream, seeded with ``sha256("deshuffle-papers:<seed>:<idx>")``, draws the
-  paper count and the co-papers;
-- the *shuffle* stream, seeded with sha256 of the seed, idx and every chosen unit's text *in
-  true order*. Replaying it needs the answer, so what an agent sees (the shuffled texts, the
-  prompt, the public meta, even this source and the idx) does not replay the shuffle; at
-  most it *checks* a guessed order (and seed, idx), by replaying that guess and comparing
-  the result with the displayed order. That is a search over M! orders of a one-paper
-  task's M units per (seed, idx) guess: 362,880 for the shortest paper of the local corpus
-  (9 units), more for every other (not tried as an attack here); a corpus of papers of a
-  few units would make it a real shortcut. A shuffle seeded from
-  (seed, idx) alone was replayable from the task id.
+  paper count and the co-papers. It is not secret: what it decides, the papers in the
+  task, the agent reads anyway;
+- the *shuffle* stream, seeded with sha256 of the contract's task *secret*
+  (`environment.protocol.LoadHints.secret`, derived from the manifest's salt, never in an
+  agent's view), the seed, idx and every chosen unit's text *in true order*.
+
+Why the secret. Without it the shuffle is a public function of the answer: anyone with this
+source replays a *guessed* order and compares the result with the displayed order, so a
+guess can be checked. From the heuristic baseline's answer, a search of the orders within
+two moves of it found the gold of one task in 60 of the local corpus (idx 29, 14 units:
+a few thousand replays, under a second here). Without the secret (256 bits derived from the
+manifest's 128-bit salt) the replay cannot be computed, so no guess can be checked: the
+standing `source-peek` control (``agents/replaylib.py``) runs exactly that search, and
+tests/test_deshuffle_secret.py shows it finds the gold when handed the secret and nothing
+without it. The true-order text stays in the key, so even a leaked secret only checks
+guesses, never yields the order. ``secret=""`` (no contract: unit tests, benchmarks) gives
+the replayable shuffle; every contract passes its own.
 
 No ``hash()``, no set order.
 """
@@ -184,7 +191,7 @@ class DeshuffleTaskset:
     #: Procedurally generated: as many tasks as one asks for.
     size = None
 
-    def __init__(self, config: DeshuffleConfig, corpus: Corpus) -> None:
+    def __init__(self, config: DeshuffleConfig, corpus: Corpus, secret: str = "") -> None:
         if config.source is not None and config.source not in corpus.sources():
             raise ValueError(f"source: {config.source!r} is not in the corpus; "
                              f"sources present: {', '.join(corpus.sources())}")
@@ -194,6 +201,8 @@ class DeshuffleTaskset:
                              f"papers of the corpus{'' if config.source is None else ' for source ' + config.source}")
         self.config = config
         self.corpus = corpus
+        # Never in a task's files, prompt or meta; see the module docstring.
+        self._secret = secret
         self.revision = corpus.revision
         self._digest = config_digest(config)
         located = Path(corpus.location)
@@ -211,13 +220,8 @@ class DeshuffleTaskset:
         anchor = idx % n
         chosen = [anchor, *select.sample_excluding(n, k - 1, anchor)]
         units = [(p, u) for p, paper in enumerate(chosen) for u in range(len(self._units[paper]))]
-        secret = hashlib.sha256(f"{ENV_NAME}:shuffle:{cfg.seed}:{idx}".encode())
-        for paper in chosen:
-            for text in self._units[paper]:
-                secret.update(text.encode())
-                secret.update(b"\n")
         order = list(range(len(units)))
-        Rng(secret.digest()).shuffle(order)
+        Rng(self._shuffle_key(idx, chosen)).shuffle(order)
         label_of = [0] * len(units)
         lines = []
         for label, unit in enumerate(order, 1):
@@ -238,6 +242,15 @@ class DeshuffleTaskset:
             gold=tuple(gold),
             paper_ids=tuple(self.papers[p].paper_id for p in chosen),
         )
+
+    def _shuffle_key(self, idx: int, chosen: list[int]) -> bytes:
+        """The shuffle stream's key: secret, seed, idx, then each unit's JSON text in true order."""
+        key = hashlib.sha256(f"{ENV_NAME}:shuffle:{self._secret}:{self.config.seed}:{idx}".encode())
+        for paper in chosen:
+            for text in self._units[paper]:
+                key.update(text.encode())
+                key.update(b"\n")
+        return key.digest()
 
     def tasks(self, start: int, stop: int | None = None) -> Iterator[DeshuffleTask]:
         """Tasks start, start+1, ... up to stop (exclusive), or forever when stop is None."""
