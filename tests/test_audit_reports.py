@@ -346,3 +346,32 @@ def test_a_comparison_whose_runs_changed_since(tmp_path):
     (b / "eval.json").write_text(json.dumps(summary, indent=1))
     problems = audit_compare(entry).problems
     assert any("eval.json" in p and "cannot be computed again" in p for p in problems), problems
+
+
+def test_forged_earlier_eval_ledgers(tmp_path):
+    """An eval report rendered from a made-up 'earlier' eval.json (a resume would have kept
+    the real one there) fails: the copy does not pass the eval audit."""
+    from validate.eval.audit import audit as eval_audit
+    from validate.eval.report import EVAL_INPUTS, render
+    from validate.evidence import atomic_write, file_sha256, ledger_key, new_entry
+
+    root = _eval_copy(tmp_path, EVALS[0])
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    for n in EVAL_INPUTS:
+        shutil.copyfile(root / n, stage / n)
+    summary = json.loads((stage / "eval.json").read_text())
+    summary["greedy"]["pass_at_1"]["numerator"] = summary["greedy"]["pass_at_1"]["denominator"]
+    summary["greedy"]["pass_at_1"]["value"] = 1.0
+    (stage / "eval.json").write_text(json.dumps(summary, indent=2) + "\n")
+    kept = root / "earlier" / ledger_key({n: file_sha256(stage / n) for n in EVAL_INPUTS})
+    kept.parent.mkdir()
+    stage.rename(kept)
+    entry = new_entry(root / "reports")
+    for name, data in render(kept).items():
+        atomic_write(entry / name, data)
+    assert "pass@1 (greedy, temperature 0) 100.0 %" in (entry / "report.md").read_text()
+    reseal(root)
+    problems = eval_audit(root).problems
+    assert any(p.startswith(f"{kept} (the ledgers of an earlier report)") and "eval.json" in p for p in problems), \
+        problems

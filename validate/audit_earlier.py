@@ -7,8 +7,9 @@ render a report from them. It is evidence of this run only if it is an earlier s
   ``superseded`` flag of an old one may change), and the run's attempts are audited;
 - every task verdict's findings are the run's own for that task (the run's are held to the
   environment);
-- everything the audit re-derives holds on it: the full `validate.audit.audit` runs on a
-  scratch run directory made of exactly that copy, the patch and the smoke entries it names.
+- everything the audit re-derives holds on it: the full audit (`validate.audit.audit`, or
+  `validate.eval.audit.audit` for an eval run) runs on a scratch run directory made of
+  exactly that copy, the contract, the patch and the smoke entries it names.
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def _among_the_runs(paths: RunPaths, src: Path, r) -> bool:
         r.problems.append(f"{src / 'attempts.parquet'}: {len(stray)} attempt(s) that are not among the run's own "
                           f"(e.g. {stray[0].get('task_id')}/{stray[0].get('agent')} try {stray[0].get('attempt')}): "
                           f"not an earlier state of this run")
-    findings = {(x["phase"], x["task_id"]): _key({"f": x["findings"]}) for x in _rows(paths.tasks, ())}
-    wrong = [x["task_id"] for x in _rows(src / "tasks.parquet", ())
-             if findings.get((x["phase"], x["task_id"])) != _key({"f": x["findings"]})]
+    wrong = []
+    if (src / "tasks.parquet").is_file():  # a validation run's verdicts (an eval run has none)
+        findings = {(x["phase"], x["task_id"]): _key({"f": x["findings"]}) for x in _rows(paths.tasks, ())}
+        wrong = [x["task_id"] for x in _rows(src / "tasks.parquet", ())
+                 if findings.get((x["phase"], x["task_id"])) != _key({"f": x["findings"]})]
     if wrong:
         r.problems.append(f"{src / 'tasks.parquet'}: the findings of {len(wrong)} task(s) (e.g. {wrong[0]}) are not "
                           f"the run's own")
@@ -58,16 +61,20 @@ def _scratch(paths: RunPaths, src: Path, names: list[str], into: Path) -> Path:
         if parts[0] == "smoke" and len(parts) == 3:
             shutil.copytree(paths.smoke / parts[1], root / "smoke" / parts[1], dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("result.json"))
-    if paths.patch.is_file():
-        shutil.copyfile(paths.patch, root / "patch.diff")
+    for own in (paths.manifest, paths.patch):  # never rewritten by a resume (it refuses another)
+        if own.is_file() and not (root / own.name).exists():
+            shutil.copyfile(own, root / own.name)
     write_checksums(RunPaths(root))  # our own copy: its seal is not the question here
     return root
 
 
-def check_earlier(paths: RunPaths, src: Path, names: list[str], r) -> bool:
-    """Whether the copy at `src` (the files `names`) is an earlier state of this run whose
-    verdicts and counts hold; every problem is recorded, naming `src`."""
-    from validate.audit import audit
+def check_earlier(paths: RunPaths, src: Path, names: list[str], r, kind: str = "run") -> bool:
+    """Whether the copy at `src` (the files `names`) is an earlier state of this run (of this
+    `kind`: "run" or "eval") whose derived files all hold; every problem is recorded, naming `src`."""
+    if kind == "eval":
+        from validate.eval.audit import audit
+    else:
+        from validate.audit import audit
 
     if not _among_the_runs(paths, src, r):
         return False

@@ -100,10 +100,18 @@ def _rendered(kind: str, entries: list[Path], check, r) -> None:
                          else f"{equal} {kind} re-rendered and equal")
 
 
-def _run_report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool]) -> bool:
+def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: str) -> bool:
+    """One report entry of a run (`kind` "run") or an eval run ("eval"), rendered again from
+    the files its report.json names, with the renderer it names."""
     from validate.evidence import ledger_source
-    from validate.report import RENDERER, render
 
+    if kind == "eval":
+        from validate.eval.report import RENDERER
+        from validate.eval.report import render as render_eval
+
+        render = lambda src, names: render_eval(src)  # noqa: E731 - an eval report reads a fixed set
+    else:
+        from validate.report import RENDERER, render
     record = _record(entry / "report.json", RENDERER, r)
     if record is None:
         return False
@@ -112,11 +120,11 @@ def _run_report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool]) -> bool
         r.problems.append(f"{entry / 'report.json'}: the files it was rendered from (ledgers) are neither this run's "
                           f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
         return False
-    if src != paths.root:
+    if src != paths.root:  # a copy kept at a resume: evidence only once audited itself
         from validate.audit_earlier import check_earlier
 
         if src not in kept:
-            kept[src] = check_earlier(paths, src, sorted(record["ledgers"]), r)
+            kept[src] = check_earlier(paths, src, sorted(record["ledgers"]), r, kind=kind)
         if not kept[src]:
             return False
     return _compare_files(entry, render(src, list(record["ledgers"])), r)
@@ -144,23 +152,8 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
 def check_rendered(ev, paths: RunPaths, r) -> None:
     """A run directory's reports and smoke results, each rendered again (`validate audit`)."""
     kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
-    _rendered("reports", _entries(paths.reports), lambda e: _run_report(paths, e, r, kept), r)
+    _rendered("reports", _entries(paths.reports), lambda e: _report(paths, e, r, kept, "run"), r)
     _rendered("smoke results", _entries(paths.smoke), lambda e: _smoke_result(paths, e, r), r)
-
-
-def _eval_report(paths: RunPaths, entry: Path, r) -> bool:
-    from validate.eval.report import RENDERER, render
-    from validate.evidence import ledger_source
-
-    record = _record(entry / "report.json", RENDERER, r)
-    if record is None:
-        return False
-    src = ledger_source(paths, record["ledgers"])
-    if src is None:
-        r.problems.append(f"{entry / 'report.json'}: the files it was rendered from (ledgers) are neither this run's "
-                          f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
-        return False
-    return _compare_files(entry, render(src), r)
 
 
 def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
@@ -209,7 +202,8 @@ def check_eval_rendered(ev, paths, r) -> None:
     from validate.audit import check_seal
 
     run = paths.run
-    _rendered("eval reports", _entries(run.reports), lambda e: _eval_report(run, e, r), r)
+    kept: dict[Path, bool] = {}
+    _rendered("eval reports", _entries(run.reports), lambda e: _report(run, e, r, kept, "eval"), r)
 
     def one(entry: Path) -> bool:
         before, said = len(r.problems), len(r.checked)
