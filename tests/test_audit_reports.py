@@ -264,6 +264,13 @@ def test_an_extra_file_in_a_report_entry(run):
 
 
 @pytest.mark.bwrap
+def test_a_stray_page_beside_the_report_entries(run):
+    (run / "reports" / "latest.html").write_text("<p>Dataset verdict: PASS</p>")
+    reseal(run)
+    fails(run, "latest.html: not an entry")
+
+
+@pytest.mark.bwrap
 def test_an_unknown_renderer_version(run):
     entry = report_dir(run)
     edit(entry / "report.json", '"renderer": "run-report/2"', '"renderer": "run-report/99"')

@@ -18,13 +18,11 @@ gone or changed) is a problem, never a note: its claims would otherwise go unche
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from validate.jsonio import loads
 from validate.paths import RunPaths
-
-REPORT_FILES = ("report.html", "report.json", "report.md")
 
 
 def first_difference(stored: bytes, expected: bytes) -> str:
@@ -65,8 +63,8 @@ def _record(path: Path, renderer: str, r) -> dict | None:
     """report.json (or compare.json) as JSON naming `renderer` and its ``ledgers``, or None
     with the problem recorded."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as e:
+        data = loads(path.read_bytes())
+    except (OSError, ValueError) as e:  # JSONInputError is a ValueError
         r.problems.append(f"{path}: unreadable ({type(e).__name__}: {e})")
         return None
     if not isinstance(data, dict) or data.get("renderer") != renderer:
@@ -83,8 +81,20 @@ def _record(path: Path, renderer: str, r) -> dict | None:
     return data
 
 
-def _entries(parent: Path) -> list[Path]:
-    return sorted(p for p in parent.iterdir() if p.is_dir()) if parent.is_dir() else []
+def _entries(parent: Path, r=None) -> list[Path]:
+    """The entries (plain directories) under `parent`; with `r`, anything else there (a file,
+    a symlink) is a problem: it would be sealed, shown, and never rendered again."""
+    if not parent.is_dir() or parent.is_symlink():
+        if r is not None and parent.is_symlink():
+            r.problems.append(f"{parent}: a symlink, not a directory of entries")
+        return []
+    out = []
+    for p in sorted(parent.iterdir()):
+        if p.is_dir() and not p.is_symlink():
+            out.append(p)
+        elif r is not None:
+            r.problems.append(f"{p}: not an entry (a plain directory) of {parent.name}/; nothing renders it")
+    return out
 
 
 def _rendered(kind: str, entries: list[Path], check, r) -> None:
@@ -137,6 +147,10 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
     if not (entry / "run/attempts.parquet").is_file() or not (entry / "manifest.json").is_file():
         r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet, manifest.json)")
         return False
+    extra = sorted(p.name for p in entry.iterdir() if p.name not in ("manifest.json", "result.json", "run"))
+    if extra:
+        r.problems.append(f"{entry}: holds {', '.join(extra)}, which a smoke test does not write")
+        return False
     stored = SmokeResult.model_validate_json((entry / "result.json").read_bytes())
     tolerance = load_manifest(paths.manifest).environment.scorer.smoke_tolerance
     process = {f: getattr(stored, f) for f in PROCESS_FIELDS}
@@ -152,8 +166,8 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
 def check_rendered(ev, paths: RunPaths, r) -> None:
     """A run directory's reports and smoke results, each rendered again (`validate audit`)."""
     kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
-    _rendered("reports", _entries(paths.reports), lambda e: _report(paths, e, r, kept, "run"), r)
-    _rendered("smoke results", _entries(paths.smoke), lambda e: _smoke_result(paths, e, r), r)
+    _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, "run"), r)
+    _rendered("smoke results", _entries(paths.smoke, r), lambda e: _smoke_result(paths, e, r), r)
 
 
 def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
@@ -203,7 +217,7 @@ def check_eval_rendered(ev, paths, r) -> None:
 
     run = paths.run
     kept: dict[Path, bool] = {}
-    _rendered("eval reports", _entries(run.reports), lambda e: _report(run, e, r, kept, "eval"), r)
+    _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, "eval"), r)
 
     def one(entry: Path) -> bool:
         before, said = len(r.problems), len(r.checked)
