@@ -52,6 +52,10 @@ def test_every_environment_has_a_passing_pool_with_a_report_and_a_smoke_test():
 @pytest.mark.parametrize("run_dir", LEDGERS, ids=[p.name for p in LEDGERS])
 def test_committed_run_passes_audit(run_dir):
     result = audit(run_dir, data=DATA)
+    stale = [p for p in result.problems if "names no renderer version" in p]
+    assert not stale, (f"{run_dir.name}: its report was written before the audit rendered reports again byte for "
+                       f"byte, so it cannot be checked; re-record it (`validate report {run_dir.name}`, or the run) "
+                       f"and commit the new entry", stale)
     assert result.problems == [] and not result.unchecked, (result.problems, result.unchecked)
 
 

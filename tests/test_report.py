@@ -32,3 +32,32 @@ def test_the_plot_is_a_self_contained_svg_with_n_ceilings_and_a_legend():
     assert svg.startswith("<svg") and svg.endswith("</svg>") and "http" not in svg.replace("http://www.w3.org", "")
     assert "n=5" in svg and "n=3" in svg and "n=0" in svg and "&lt;b&gt;" in svg
     assert "pass threshold 1" in svg and "control ceiling" in svg and 'stroke-dasharray="4 3"' in svg
+
+
+def test_a_report_reads_exactly_the_files_it_names(tmp_path):
+    """Rendering is a pure function of the named files: a later smoke entry, a sibling run or
+    a move changes nothing until it is named; a name outside a report's inputs is refused."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    from validate.errors import EvidenceError
+    from validate.report import load_run, render, report_inputs
+
+    src = Path(__file__).resolve().parents[1] / "ledgers" / "twohop-pool-20261130T224755Z"
+    root = tmp_path / "a" / src.name
+    shutil.copytree(src, root)
+    names = report_inputs(root)
+    assert "run.json" in names and any(n.startswith("smoke/") for n in names)
+    before = render(root, names)
+    (smoke,) = (root / "smoke").iterdir()
+    shutil.copytree(smoke, root / "smoke" / "99990101T000000000000Z")
+    shutil.copytree(root, tmp_path / "a" / "sibling")
+    moved = tmp_path / "b" / "elsewhere"
+    shutil.copytree(root, moved)
+    assert render(root, names) == before == render(moved, names)
+    again = render(root, report_inputs(root))
+    assert again != before and b"the latest of 2" in again["report.md"]
+    with pytest.raises(EvidenceError, match="checksums is not a file a report reads"):
+        load_run(root, [*names, "checksums"])

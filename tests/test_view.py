@@ -77,8 +77,8 @@ def base(tmp_path_factory, sandboxes):
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
     pool(make_ctx(manifest, sandbox, ledgers / "pool"), 4)
     pilot(make_ctx(manifest, sandbox, ledgers / "pilot"), 1, 4)
-    write_report(ledgers / "pool")  # it links the pilot (no report yet: its directory)
-    write_report(ledgers / "pilot")  # it links the pool's report
+    write_report(ledgers / "pool")
+    write_report(ledgers / "pilot")
     program = root / "injector.py"
     program.write_text(INJECTOR)
     hostile = make_manifest(sandbox, idx=[0, 1], env_name=_register_hostile(program), controls=["injector"],
@@ -253,19 +253,15 @@ def test_report_entries_are_linked_and_served(server, base):
     assert status == 200 and headers["Content-Type"].startswith("text/markdown") and md.startswith("# ")
 
 
-def test_a_reports_links_to_its_sibling_runs_resolve_in_the_viewer(server, base):
-    """The pool's report links the pilot's directory (written first, the pilot had no report);
-    the pilot's links the pool's report: relative links, which land on the right pages here."""
-    entries = {run: next((base / "ledgers" / run / "reports").iterdir()).name for run in ("pool", "pilot")}
-    targets = {}
-    for run, entry in entries.items():
+def test_a_report_links_no_other_run_and_the_viewer_relates_them(server, base):
+    """A report is rendered from its own run's sealed evidence alone (the audit renders it
+    again), so it names no sibling run; the viewer's run page relates the pool and its pilot."""
+    for run in ("pool", "pilot"):
+        entry = next((base / "ledgers" / run / "reports").iterdir()).name
         here = f"/file/{run}/reports/{entry}/report.html"
-        targets[run] = [urljoin(here, h) for h in links(get(server, here)[1]) if not h.startswith("#")]
-    assert targets == {"pool": ["/file/pilot/"], "pilot": [f"/file/pool/reports/{entries['pool']}/report.html"]}
-    status, _, headers = get(server, "/file/pilot/")
-    assert status == 302 and headers["Location"] == "/run/pilot"
-    status, body, _ = get(server, targets["pilot"][0])
-    assert status == 200 and "Validation report" in body and "pool" in body
+        assert [h for h in links(get(server, here)[1]) if not h.startswith("#")] == []
+    assert 'href="/run/pilot"' in section(get(server, "/run/pool")[1], "related", "tasks")
+    assert 'href="/run/pool"' in section(get(server, "/run/pilot")[1], "related", "tasks")
 
 
 def test_every_link_on_every_page_resolves_and_nothing_is_written(server, base):

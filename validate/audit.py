@@ -253,7 +253,8 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
 
 def audit(root: Path, signature: Path | None = None, identity: str = "validate", data: tuple = ()) -> AuditResult:
     """Every problem found (each naming its file), what was checked, and what could not be."""
-    from validate.audit_counts import check_counts, check_reports, check_smokes
+    from validate.audit_counts import check_counts, check_smokes
+    from validate.audit_reports import check_rendered
 
     paths = RunPaths(Path(root))
     r = AuditResult()
@@ -293,5 +294,5 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     _frozen(attempts, tables["tasks.parquet"], manifests, r, paths.frozen_manifest)
     check_counts(ev, tables, manifests, r)
     check_smokes(ev, paths, manifests, r)
-    check_reports(ev, paths, r)
+    check_rendered(ev, paths, r)
     return r

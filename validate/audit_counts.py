@@ -1,12 +1,11 @@
-"""Audit, second half: the numbers. run.json's counts, facts and dataset verdict, every smoke
-entry's comparison, and every report's verdict line and Counts table are recomputed from the
-ledgers; the reports are *parsed* (Markdown tables, HTML tables), not searched for a string.
+"""Audit, second half: the numbers. run.json's counts, facts and dataset verdict are
+recomputed from the ledgers, and its smoke fact is held to the smoke entries. The documents
+(reports, smoke results) are rendered again and compared byte for byte by
+`validate.audit_reports`.
 """
 
 from __future__ import annotations
 
-import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
@@ -84,132 +83,11 @@ def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
 
 
 def check_smokes(ev, paths: RunPaths, manifests, r) -> None:
+    """run.json's smoke fact against the entries (each entry's result.json is derived again
+    byte for byte by `validate.audit_reports.check_rendered`)."""
     from validate.report import smoke_outcome
-    from validate.smoke import compare
 
-    tolerance = manifests["manifest.json"].environment.scorer.smoke_tolerance
-    for name, result in ev.smokes.items():
-        entry = paths.smoke / name
-        if not (entry / "run/attempts.parquet").exists():
-            r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet)")
-            continue
-        n, mismatches = compare(paths.root, entry / "run", tolerance)
-        if (n, mismatches) != (result.get("compared"), result.get("mismatches")) \
-                or result.get("passed") != (not mismatches and n > 0):
-            r.problems.append(f"{entry / 'result.json'}: its comparison does not recompute from the two ledgers")
-        m = manifests.get(f"smoke/{name}/manifest.json")
-        if m is None or m.sha256 != result.get("manifest_sha256"):
-            r.problems.append(f"{entry / 'result.json'}: manifest_sha256 is not its sample contract's")
     said = ev.summary.facts.smoke  # as of the run's end: the run's own entry, the first one
     first = smoke_outcome({k: ev.smokes[k] for k in sorted(ev.smokes)[:1]})
     if said != "not run" and said != first:
         r.problems.append(f"{paths.summary}: facts.smoke is {said!r} but the smoke entries say {first!r}")
-    if ev.smokes:
-        r.checked.append(f"{len(ev.smokes)} smoke entries recomputed")
-
-
-class _Tables(HTMLParser):
-    """The text of every <p> and every table (rows of cells) of an HTML page, in order."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.paragraphs: list[str] = []
-        self.tables: list[list[list[str]]] = []
-        self._text: list[str] | None = None
-        self._row: list[str] | None = None
-
-    def handle_starttag(self, tag, attrs):
-        if tag in ("p", "td", "th"):
-            self._text = []
-        elif tag == "table":
-            self.tables.append([])
-        elif tag == "tr":
-            self._row = []
-
-    def handle_endtag(self, tag):
-        if tag == "p" and self._text is not None:
-            self.paragraphs.append("".join(self._text))
-            self._text = None
-        elif tag in ("td", "th") and self._text is not None and self._row is not None:
-            self._row.append("".join(self._text))
-            self._text = None
-        elif tag == "tr" and self._row is not None:
-            self.tables[-1].append(self._row)
-            self._row = None
-
-    def handle_data(self, data):
-        if self._text is not None:
-            self._text.append(data)
-
-
-def _md_unescape(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text.replace("**", ""))
-
-
-def md_section_table(md: str, heading: str) -> list[list[str]] | None:
-    """The first table after ``## heading`` in a Markdown document, header row excluded."""
-    lines = md.splitlines()
-    try:
-        at = next(i for i, line in enumerate(lines) if _md_unescape(line) == f"## {heading}")
-    except StopIteration:
-        return None
-    rows = []
-    for line in lines[at + 1:]:
-        if line.startswith("## "):
-            break
-        if line.startswith("|"):
-            cells = re.split(r"(?<!\\)\|", line.strip()[1:-1])
-            rows.append([_md_unescape(c.strip()) for c in cells])
-    return [row for row in rows[2:]] if len(rows) >= 2 else None
-
-
-def md_verdict_line(md: str) -> str | None:
-    for line in md.splitlines():
-        if line.startswith("**") and "Dataset verdict" in line:
-            return _md_unescape(line)
-    return None
-
-
-def check_reports(ev, paths: RunPaths, r) -> None:
-    from validate.report import ReportRecord, current_verdict
-
-    entries = sorted(p for p in paths.reports.glob("*") if p.is_dir()) if paths.reports.is_dir() else []
-    attempts_sha, tasks_sha = file_sha256(paths.attempts), file_sha256(paths.tasks)
-    for entry in entries:
-        try:
-            record = ReportRecord.model_validate_json((entry / "report.json").read_bytes())
-            md = (entry / "report.md").read_text(encoding="utf-8")
-            page = _Tables()
-            page.feed((entry / "report.html").read_text(encoding="utf-8"))
-        except Exception as e:  # noqa: BLE001 - any unreadable report is the finding
-            r.problems.append(f"{entry}: unreadable report ({type(e).__name__}: {e})")
-            continue
-        if (record.attempts_sha256, record.tasks_sha256) != (attempts_sha, tasks_sha):
-            r.unchecked.append(f"{entry}: built from earlier ledgers (the run was resumed since); kept as it was")
-            continue
-        from validate.report import count_rows
-
-        expected = count_rows(ev)
-        smokes = {k: v for k, v in ev.smokes.items() if record.smoke_entry is not None and k <= record.smoke_entry}
-        verdict = current_verdict(ev.summary, smokes)
-        if record.counts != expected or record.dataset_verdict != verdict:
-            r.problems.append(f"{entry / 'report.json'}: its counts or verdict differ from the ledgers'")
-        if md_section_table(md, "Counts") != expected:
-            r.problems.append(f"{entry / 'report.md'}: its Counts table differs from the ledgers'")
-        if md_verdict_line(md) != verdict.headline:
-            r.problems.append(f"{entry / 'report.md'}: its first line is not the dataset verdict {verdict.verdict}")
-        html_counts = html_counts_table(page)
-        if html_counts != expected:
-            r.problems.append(f"{entry / 'report.html'}: its Counts table differs from the ledgers'")
-        if not page.paragraphs or page.paragraphs[0] != verdict.headline:
-            r.problems.append(f"{entry / 'report.html'}: its first line is not the dataset verdict {verdict.verdict}")
-    if entries:
-        r.checked.append(f"{len(entries)} reports parsed and recomputed")
-
-
-def html_counts_table(page: _Tables) -> list[list[str]] | None:
-    """The rows (header excluded) of the Counts table: the one headed "what | count"."""
-    for table in page.tables:
-        if table and table[0] == ["what", "count"]:
-            return table[1:]
-    return None

@@ -6,12 +6,19 @@ fsynced before the next is handed out; a line cut short by a crash is dropped on
 file and renamed, so none is ever half-written. `fold` folds the journal into
 ``attempts.parquet`` (marking superseded attempts); `write_verdicts`, the run summary and
 `write_checksums` (``sha256sum -c`` format) follow (`validate.lifecycle.Run` orders them).
+
+A report names the files it was rendered from (``report.json``'s ``ledgers``: path → sha256).
+A resume rewrites some of them, so `open_run` first copies the set a report names into
+``earlier/<key>/`` (`keep_earlier`), sealed with the rest; `ledger_source` finds a report's
+set again — the run's own files, or that copy — so the audit can re-render it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+import shutil
 import os
 import tempfile
 import threading
@@ -112,14 +119,66 @@ def new_entry(parent: Path) -> Path:
 
 
 def open_run(paths: RunPaths, manifest_json: bytes) -> None:
-    """Create the run directory with its manifest copy, or check that a resumed run's matches."""
+    """Create the run directory with its manifest copy, or check that a resumed run's matches
+    (and keep the ledgers its reports were rendered from, which the resume will rewrite)."""
     paths.root.mkdir(parents=True, exist_ok=True)
     if paths.manifest.exists():
         if paths.manifest.read_bytes() != manifest_json:
             raise EvidenceError(f"{paths.manifest}: this run directory was made with another manifest; "
                                 f"resume it with that manifest or start a new run directory")
+        keep_earlier(paths)
         return
     atomic_write(paths.manifest, manifest_json)
+
+
+EARLIER = "earlier"
+
+
+def ledger_key(ledgers: dict[str, str]) -> str:
+    """The name of a set of input files (path → sha256): the sha256 of its canonical JSON."""
+    return hashlib.sha256(json.dumps(ledgers, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _matches(base: Path, ledgers: dict[str, str]) -> bool:
+    return all((base / name).is_file() and file_sha256(base / name) == digest for name, digest in ledgers.items())
+
+
+def _safe(name: str) -> bool:
+    parts = Path(name).parts
+    return bool(parts) and not Path(name).is_absolute() and ".." not in parts and parts[0] != EARLIER
+
+
+def ledger_source(paths: RunPaths, ledgers: dict[str, str]) -> Path | None:
+    """Where a report's input files are now, each with its recorded sha256: the run directory
+    itself, or the copy kept at a resume; None if neither holds them all."""
+    if not ledgers or not all(_safe(n) for n in ledgers):
+        return None
+    for base in (paths.root, paths.root / EARLIER / ledger_key(ledgers)):
+        if base.is_dir() and _matches(base, ledgers):
+            return base
+    return None
+
+
+def keep_earlier(paths: RunPaths) -> None:
+    """Copy every input set a report names that the run directory holds now into
+    ``earlier/<key>/`` (same relative paths), before a resume rewrites it. Copies, not moves:
+    the resume reads attempts.parquet to continue. The copy is sealed by the next checksums."""
+    for record in sorted(paths.reports.glob("*/report.json")) if paths.reports.is_dir() else []:
+        try:
+            ledgers = json.loads(record.read_bytes()).get("ledgers")
+        except (OSError, ValueError, AttributeError):
+            continue  # an unreadable report is the audit's finding, not the resume's
+        if not isinstance(ledgers, dict) or not all(_safe(n) for n in ledgers):
+            continue
+        dest = paths.root / EARLIER / ledger_key(ledgers)
+        if dest.exists() or not _matches(paths.root, ledgers):
+            continue
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        for name in ledgers:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(paths.root / name, tmp / name)
+        os.replace(tmp, dest)  # whole or absent: a crash leaves only a dot-directory
 
 
 class Journal:

@@ -15,6 +15,7 @@ A run directory (``ledgers/<run-id>/``)::
         scorer-cache/             answers a scorer must not recompute (a judge's), by request hash
         smoke/<UTC time>/         each fresh-materialisation smoke test (never overwritten)
         reports/<UTC time>/       each report.md, report.html, report.json (never overwritten)
+        earlier/<key>/            the files a report was rendered from, kept when a resume rewrote them
         checksums                 sha256 of every other file (``sha256sum -c`` format)
         checksums.sig             optional OpenSSH signature of checksums (`validate sign`)
 

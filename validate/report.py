@@ -1,12 +1,15 @@
 """The report of a run directory, for reviewers: Markdown and one self-contained HTML.
 
-Built from the evidence files alone (no data, no sandbox). Its first line is the dataset
-verdict; every count carries its denominator; the claim is scoped to the machine,
-architecture, backend and image the run used. Each report is a new entry
-``reports/<UTC time>/`` (``report.md``, ``report.html``, and ``report.json`` with the counts
-it states and the ledgers it was built from), so `validate audit` can check every report
-against the ledgers it claims to describe. Agent-provided text (replies, stderr, error
-messages) is escaped for Markdown and HTML alike.
+Rendered from sealed evidence alone, as a pure function of it: the files a report reads are
+named in its ``report.json`` (``ledgers``: path → sha256; the contract, run.json, the three
+Parquet ledgers, the frozen and variant contracts, the smoke results that existed), nothing
+else is read (no clock, no other run directory), and ``renderer`` names this module's
+version. So `validate audit` renders every report again from those files and demands the
+stored report.md, report.html and report.json byte for byte (`validate.audit_reports`).
+Its first line is the dataset verdict; every count carries its denominator; the claim is
+scoped to the machine, architecture, backend and image the run used. Each report is a new
+entry ``reports/<UTC time>/``. Agent-provided text (replies, stderr, error messages) is
+escaped for Markdown and HTML alike.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from validate.errors import EvidenceError
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
@@ -58,8 +61,29 @@ class RunEvidence:
         return max(self.smokes.items()) if self.smokes else None
 
 
-def load_run(root: Path) -> RunEvidence:
+#: The files every report reads (beside the frozen and variant contracts and the smoke results).
+LEDGER_FILES = ("attempts.parquet", "exclusions.parquet", "manifest.json", "run.json", "tasks.parquet")
+
+
+def report_inputs(root: Path) -> list[str]:
+    """The files a report of this run directory is rendered from now, relative to it, sorted."""
     paths = RunPaths(Path(root))
+    names = [*LEDGER_FILES, *(["frozen-manifest.json"] if paths.frozen_manifest.exists() else [])]
+    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.variants.glob("*.json"))] \
+        if paths.variants.is_dir() else []
+    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.smoke.glob("*/result.json"))] \
+        if paths.smoke.is_dir() else []
+    return sorted(names)
+
+
+def load_run(root: Path, names: list[str] | None = None) -> RunEvidence:
+    """A run's evidence; with `names` (from `report_inputs`, or a report's record), exactly
+    those files and no other (a report's inputs)."""
+    paths = RunPaths(Path(root))
+    names = report_inputs(paths.root) if names is None else names
+    missing = [n for n in LEDGER_FILES if n not in names]
+    if missing:
+        raise EvidenceError(f"{paths.root}: the report inputs lack {', '.join(missing)}")
     try:
         summary = RunSummary.model_validate(_json(paths.summary))
         ev = RunEvidence(root=paths.root, manifest=_json(paths.manifest), summary=summary,
@@ -69,12 +93,16 @@ def load_run(root: Path) -> RunEvidence:
         raise EvidenceError(f"{paths.summary}: not a run summary ({e.errors()[0]['msg']})") from None
     except (OSError, ValueError) as e:
         raise EvidenceError(f"{paths.root}: unreadable evidence ({e})") from None
-    if paths.frozen_manifest.exists():
-        ev.frozen = _json(paths.frozen_manifest)
-    for p in sorted(paths.variants.glob("*.json")) if paths.variants.is_dir() else []:
-        ev.variants[p.stem] = _json(p)
-    for p in sorted(paths.smoke.glob("*/result.json")) if paths.smoke.is_dir() else []:
-        ev.smokes[p.parent.name] = _json(p)
+    for name in sorted(names):
+        parts = name.split("/")
+        if name == "frozen-manifest.json":
+            ev.frozen = _json(paths.root / name)
+        elif len(parts) == 2 and parts[0] == "variants" and parts[1].endswith(".json"):
+            ev.variants[parts[1].removesuffix(".json")] = _json(paths.root / name)
+        elif len(parts) == 3 and parts[0] == "smoke" and parts[2] == "result.json":
+            ev.smokes[parts[1]] = _json(paths.root / name)
+        elif name not in LEDGER_FILES:
+            raise EvidenceError(f"{paths.root}: {name} is not a file a report reads")
     return ev
 
 
@@ -244,31 +272,6 @@ def _attempt_blocks(ev: RunEvidence) -> list:
     return out
 
 
-def related_runs(ev: RunEvidence) -> list[tuple[str, str]]:
-    """Other runs beside this one of the same root contract (a pool and its pilot), each with a
-    link to its latest report (relative to a report of this run) or to its run directory."""
-    out = []
-    for other in sorted(p for p in ev.root.parent.iterdir() if p != ev.root and not p.is_symlink() and p.is_dir()):
-        if (other / "run.json").is_symlink():
-            continue
-        try:
-            summary = RunSummary.model_validate_json((other / "run.json").read_bytes())
-        except (OSError, ValueError):
-            continue
-        if summary.manifest_sha256 != ev.summary.manifest_sha256:
-            continue
-        reports = sorted((other / "reports").glob("*/report.html")) if (other / "reports").is_dir() else []
-        href = f"../../../{other.name}/" + (reports[-1].relative_to(other).as_posix() if reports else "")
-        smokes = sorted((other / "smoke").glob("*/result.json")) if (other / "smoke").is_dir() else []
-        facts = summary.facts
-        if smokes:
-            passed = bool(_json(smokes[-1]).get("passed"))
-            facts = facts.model_copy(update={"smoke": "passed" if passed else "failed"})
-        verdict = dataset_verdict(facts, summary.required).verdict
-        out.append((f"{summary.kind} {summary.run_id}: dataset verdict {verdict}", href))
-    return out
-
-
 def blocks(ev: RunEvidence) -> list:
     s = ev.summary
     verdict = current_verdict(ev.summary, ev.smokes)
@@ -277,9 +280,6 @@ def blocks(ev: RunEvidence) -> list:
            ("p", [_claim(ev, verdict)])]
     if s.interrupted:
         doc.append(("p", [Bold("This run was interrupted: its evidence is INCOMPLETE; resume it with --resume.")]))
-    related = related_runs(ev)
-    if related:
-        doc += [("h2", "Related runs of this contract"), ("links", related)]
     doc += [("h2", "Protocol criteria"),
             ("table", ["criterion", "status", "detail"], [[c.name, c.status, c.detail] for c in verdict.criteria]),
             ("h2", "Counts"), ("table", ["what", "count"], count_rows(ev)),
@@ -346,9 +346,6 @@ def to_markdown(doc: list) -> str:
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b[2]] + [""]
         elif b[0] == "svg":
             lines += [f"*{md_text(b[2])}: see report.html.*", ""]
-        elif b[0] == "links":
-            lines += [f"- [{md_text(text)}]({href.replace(' ', '%20').replace(')', '%29')})" for text, href in b[1]]
-            lines.append("")
     return "\n".join(lines)
 
 
@@ -369,10 +366,6 @@ def to_html(doc: list) -> str:
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         elif b[0] == "svg":
             body.append(f'<figure role="img" aria-label="{html.escape(b[2])}">{b[1]}</figure>')
-        elif b[0] == "links":
-            items = "".join(f'<li><a href="{html.escape(href, quote=True)}">{html.escape(text)}</a></li>'
-                            for text, href in b[1])
-            body.append(f"<ul>{items}</ul>")
     style = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
              "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
              "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}svg{max-width:100%}")
@@ -380,28 +373,40 @@ def to_html(doc: list) -> str:
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-class ReportRecord(BaseModel):
-    """report.json: what a report states and what it was built from."""
+#: This renderer's version, recorded in each report.json. The audit re-renders a report with
+#: the renderer it names and knows only this one: bump it whenever a change here (or in
+#: `validate.plot`, `validate.verdicts`' headlines) changes a byte of a report, so an older
+#: report fails the audit by name instead of by a puzzling difference.
+RENDERER = "run-report/2"
 
+
+class ReportRecord(BaseModel):
+    """report.json: what a report states, and exactly what it was rendered from."""
+
+    renderer: str = Field(description="The renderer's version (`RENDERER` when written).")
     dataset_verdict: DatasetVerdict
     counts: list[list[str]]
-    attempts_sha256: str
-    tasks_sha256: str
-    smoke_entry: str | None
+    ledgers: dict[str, str] = Field(description="Each file the report was rendered from (relative to the run "
+                                                "directory) → its sha256.")
+
+
+def render(src: Path, names: list[str]) -> dict[str, bytes]:
+    """report.md, report.html and report.json of the evidence `names` under `src` (the run
+    directory, or the copy of a report's inputs kept at a resume): a pure function of them."""
+    ev = load_run(Path(src), sorted(names))
+    doc = blocks(ev)
+    record = ReportRecord(renderer=RENDERER, dataset_verdict=current_verdict(ev.summary, ev.smokes),
+                          counts=count_rows(ev), ledgers={n: file_sha256(Path(src) / n) for n in sorted(names)})
+    return {"report.md": to_markdown(doc).encode(), "report.html": to_html(doc).encode(),
+            "report.json": record.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
     """Write a new report entry; return its directory and the verdict it states."""
-    ev = load_run(Path(root))
-    doc = blocks(ev)
     paths = RunPaths(Path(root))
+    files = render(paths.root, report_inputs(paths.root))
     entry = new_entry(paths.reports)
-    verdict = current_verdict(ev.summary, ev.smokes)
-    atomic_write(entry / "report.md", to_markdown(doc).encode())
-    atomic_write(entry / "report.html", to_html(doc).encode())
-    record = ReportRecord(dataset_verdict=verdict, counts=count_rows(ev), attempts_sha256=file_sha256(paths.attempts),
-                          tasks_sha256=file_sha256(paths.tasks),
-                          smoke_entry=ev.latest_smoke[0] if ev.latest_smoke else None)
-    atomic_write(entry / "report.json", record.model_dump_json(indent=2).encode() + b"\n")
+    for name, data in files.items():
+        atomic_write(entry / name, data)
     write_checksums(paths)
-    return entry, verdict
+    return entry, ReportRecord.model_validate_json(files["report.json"]).dataset_verdict

@@ -15,7 +15,9 @@
 
 Each smoke test is a new entry ``smoke/<UTC time>/`` of the run directory (its result, the
 sample's contract and the rerun's ledgers); nothing earlier is touched. The run's checksums
-are rewritten to cover it.
+are rewritten to cover it. ``result.json`` is `smoke_result` of the two ledgers, the sample
+contract and the facts of the build (wheel, sdist, where they imported from, the rerun's exit
+code), serialised by `result_json`: the audit derives it again and compares it byte for byte.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import validate
 from environment.protocol import sha256_tag
 from validate.contract import Manifest, derive, load_manifest, write_manifest
 from validate.errors import ValidateError
-from validate.evidence import new_entry, write_checksums, write_json
+from validate.evidence import atomic_write, new_entry, write_checksums
 from validate.records import EXCEPTION_STATUSES
 from validate.runner import RunContext
 
@@ -143,6 +145,30 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
     return len(after), mismatches
 
 
+#: The fields of result.json that record the build and the rerun's process, not derivable
+#: from the ledgers (the seal is their only guard); every other field is derived.
+PROCESS_FIELDS = ("wheel", "wheel_sha256", "sdist", "sdist_sha256", "imported_from", "rerun_exit_code")
+
+
+def smoke_result(frozen_run: Path, rerun: Path, sample_manifest: Path, tolerance: float,
+                 process: dict) -> SmokeResult:
+    """The result of a smoke test from its evidence alone: the frozen run's and the rerun's
+    attempts, the sample's contract, the scorer's tolerance and the `PROCESS_FIELDS`."""
+    child = load_manifest(sample_manifest)
+    n_cmp, mismatches = compare(frozen_run, rerun, tolerance)
+    return SmokeResult(
+        passed=not mismatches and n_cmp > 0, sample_idx=list(child.selection.idx), manifest_sha256=child.sha256,
+        compared=n_cmp, mismatches=mismatches, **process,
+        summary=(f"{n_cmp - len(mismatches)}/{n_cmp} attempts of the installed wheel ({process['wheel']}) in a fresh "
+                 f"virtualenv equal the frozen run's (task, workspace and reply hashes, reward"
+                 f"{f' within {tolerance}' if tolerance else ''})"))
+
+
+def result_json(result: SmokeResult) -> bytes:
+    """result.json's bytes (as `validate.evidence.write_json` writes a model)."""
+    return result.model_dump_json(indent=2).encode() + b"\n"
+
+
 def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
     """Smoke-test `frozen` against the evidence of `ctx`'s run; record it as a new entry there."""
     tmp = Path(tempfile.mkdtemp(prefix="validate-smoke-"))
@@ -164,20 +190,16 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
         if not (tmp / "run/attempts.parquet").exists():
             raise ValidateError(f"smoke: the installed `validate run` left no evidence (exit {proc.returncode}): "
                                 f"{proc.stderr.strip()[-1500:]}")
-        tolerance = ctx.manifest.environment.scorer.smoke_tolerance
-        n_cmp, mismatches = compare(ctx.paths.root, tmp / "run", tolerance)
-        passed = not mismatches and n_cmp > 0
-        result = SmokeResult(
-            passed=passed, sample_idx=idx, manifest_sha256=child.sha256, wheel=wheel.name,
-            wheel_sha256=sha256_tag(wheel.read_bytes()), sdist=sdist.name, sdist_sha256=sha256_tag(sdist.read_bytes()),
-            imported_from=imported, compared=n_cmp, mismatches=mismatches, rerun_exit_code=proc.returncode,
-            summary=(f"{n_cmp - len(mismatches)}/{n_cmp} attempts of the installed wheel ({wheel.name}) in a fresh "
-                     f"virtualenv equal the frozen run's (task, workspace and reply hashes, reward"
-                     f"{f' within {tolerance}' if tolerance else ''})"))
+        process = dict(wheel=wheel.name, wheel_sha256=sha256_tag(wheel.read_bytes()), sdist=sdist.name,
+                       sdist_sha256=sha256_tag(sdist.read_bytes()), imported_from=imported,
+                       rerun_exit_code=proc.returncode)
         entry = new_entry(ctx.paths.smoke)  # only now: a smoke test that failed to run leaves no entry
         shutil.copy(tmp / "smoke.json", entry / "manifest.json")
         shutil.copytree(tmp / "run", entry / "run", ignore=shutil.ignore_patterns(".*"))
-        write_json(entry / "result.json", result)
+        # From the entry's own copies, exactly as the audit will derive it again.
+        result = smoke_result(ctx.paths.root, entry / "run", entry / "manifest.json",
+                              ctx.manifest.environment.scorer.smoke_tolerance, process)
+        atomic_write(entry / "result.json", result_json(result))
         write_checksums(ctx.paths)
         return result
     finally:

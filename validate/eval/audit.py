@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from validate.audit import AuditResult, check_attempt_keys, check_seal
+from validate.audit_reports import check_eval_rendered
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
@@ -131,4 +132,5 @@ def audit(root: Path) -> AuditResult:
     samples = [SampleRow.model_validate(row) for row in pq.read_table(paths.samples).to_pylist()]
     _samples(attempts, samples, ev.turns, contract.reward.pass_threshold, r, paths)
     _metrics(ev, attempts, samples, manifest, r)
+    check_eval_rendered(ev, paths, r)
     return r

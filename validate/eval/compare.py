@@ -10,7 +10,11 @@ The comparison (``compare.md``, ``compare.html``, ``compare.json`` in a new entr
 ``--out``, by default ``ledgers/compare/<A>--<B>/<UTC time>/``, sealed with checksums)
 holds the overall deltas (B − A) of pass@1, pass@k, mean accuracy and zero-variance
 counts with their denominators, per-family deltas, and per-task deltas of the greedy
-reward and the sampled mean reward, largest changes first.
+reward and the sampled mean reward, largest changes first. compare.json names the
+renderer's version and each file of A and B it was computed from (``A/eval.json`` → sha256
+…); `comparison` and `render` are pure functions of those files, so the eval audit computes
+and renders the entry again and demands all three files byte for byte
+(`validate.audit_reports`).
 """
 
 from __future__ import annotations
@@ -61,6 +65,14 @@ class Comparison(BaseModel):
     overall: list[tuple[str, str, str, str]] = Field(description="(metric, A, B, B − A).")
     families: list[tuple[str, str, str, str, str]] = Field(description="(family, pass@1 A, B, pass@k A, B).")
     tasks: list[TaskDelta] = Field(description="Per task, largest change first.")
+    renderer: str = Field(description="The renderer's version (`RENDERER` when written).")
+    ledgers: dict[str, str] = Field(description="Each file of A and B it was computed from (``A/…``, ``B/…``) → "
+                                                "its sha256.")
+
+
+#: This renderer's version; the audit knows only this one (bump it whenever a change here
+#: changes a byte of a comparison).
+RENDERER = "compare/2"
 
 
 def _check(a: EvalEvidence, b: EvalEvidence) -> list[str]:
@@ -92,6 +104,15 @@ def _greedy(ev: EvalEvidence) -> dict[str, float | None]:
 
 def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Comparison, Path]:
     """The comparison of two eval runs, and the entry it was written to."""
+    result = comparison(run_a, run_b)
+    return result, write(result, out if out is not None else LEDGER_DIR / "compare" / f"{result.run_a}--{result.run_b}")
+
+
+def comparison(run_a: Path, run_b: Path) -> Comparison:
+    """The comparison of two eval runs from their evidence alone."""
+    from validate.eval.report import EVAL_INPUTS
+    from validate.evidence import file_sha256
+
     a, b = load_eval(run_a), load_eval(run_b)
     varied = _check(a, b)
     sa, sb = a.summary, b.summary
@@ -121,11 +142,11 @@ def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Comparis
                                sampled_b=None if pd.isna(u["mean_reward"]) else u["mean_reward"],
                                solved_a=f"{t.solved}/{t.n_valid}", solved_b=f"{u['solved']}/{u['n_valid']}"))
     tasks.sort(key=lambda d: (-abs(d.delta), d.task_id))
-    result = Comparison(run_a=sa.run_id, run_b=sb.run_id, contract_a=a.contract.sha256, contract_b=b.contract.sha256,
-                        dataset=a.contract.parent.manifest_sha256,
-                        varied=[(f, str(_value(a, f)), str(_value(b, f))) for f in varied],
-                        overall=overall, families=families, tasks=tasks)
-    return result, write(result, out if out is not None else LEDGER_DIR / "compare" / f"{sa.run_id}--{sb.run_id}")
+    ledgers = {f"{side}/{n}": file_sha256(Path(d) / n) for side, d in (("A", run_a), ("B", run_b)) for n in EVAL_INPUTS}
+    return Comparison(run_a=sa.run_id, run_b=sb.run_id, contract_a=a.contract.sha256, contract_b=b.contract.sha256,
+                      dataset=a.contract.parent.manifest_sha256,
+                      varied=[(f, str(_value(a, f)), str(_value(b, f))) for f in varied],
+                      overall=overall, families=families, tasks=tasks, renderer=RENDERER, ledgers=ledgers)
 
 
 def blocks(c: Comparison) -> list:
@@ -148,14 +169,19 @@ def _f(x: float | None) -> str:
     return "—" if x is None else f"{x:.4f}"
 
 
+def render(c: Comparison) -> dict[str, bytes]:
+    """The entry's three files, from the comparison alone."""
+    doc = blocks(c)
+    return {"compare.md": to_markdown(doc).encode(), "compare.html": to_html(doc, "Eval comparison").encode(),
+            "compare.json": c.model_dump_json(indent=2).encode() + b"\n"}
+
+
 def write(c: Comparison, where: Path) -> Path:
     from validate.evidence import write_checksums
     from validate.paths import RunPaths
 
     entry = new_entry(where)
-    doc = blocks(c)
-    atomic_write(entry / "compare.md", to_markdown(doc).encode())
-    atomic_write(entry / "compare.html", to_html(doc, "Eval comparison").encode())
-    atomic_write(entry / "compare.json", c.model_dump_json(indent=2).encode() + b"\n")
+    for name, data in render(c).items():
+        atomic_write(entry / name, data)
     write_checksums(RunPaths(entry))  # the entry is sealed as a run directory is
     return entry

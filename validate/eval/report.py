@@ -6,8 +6,10 @@ the dataset contract, the machine and the sandbox; every count has its denominat
 samples are counted, never dropped; the failure classes are shown with the rules that gave
 them; and a sample of solved and failed trajectories is rendered message by message. Model
 text, tool output and error messages are escaped in both formats. Each report is a new
-``reports/<UTC time>/`` entry with ``report.json`` (the numbers it states, the files it was
-built from) for `validate eval audit`.
+``reports/<UTC time>/`` entry with ``report.json`` (its headline, the trajectories it shows,
+the renderer's version and each file it was rendered from with its sha256). `render` is a
+pure function of those files (no clock, nothing else read): `validate eval audit` renders
+every report again and demands all three files byte for byte (`validate.audit_reports`).
 """
 
 from __future__ import annotations
@@ -260,26 +262,45 @@ def _timing(ev: EvalEvidence) -> str:
             f"{s.attempts / max(span, 1e-9):.2f} attempts/s.")
 
 
+#: This renderer's version, recorded in each report.json; the audit knows only this one (bump
+#: it whenever a change here, in `validate.eval.render` or `validate.eval.trajectories`
+#: changes a byte of a report).
+RENDERER = "eval-report/2"
+
+#: The files an eval report is rendered from (`load_eval` reads exactly these).
+EVAL_INPUTS = ("attempts.parquet", "eval-contract.json", "eval-tasks.parquet", "eval.json", "samples.parquet",
+               "trajectories.parquet")
+
+
 class EvalReportRecord(BaseModel):
     """report.json of an eval report."""
 
+    renderer: str = Field(description="The renderer's version (`RENDERER` when written).")
     headline: str = Field(description="The report's first line.")
-    summary_sha256: str = Field(description="sha256 of the eval.json it was built from.")
-    attempts_sha256: str = Field(description="sha256 of attempts.parquet.")
-    samples_sha256: str = Field(description="sha256 of samples.parquet.")
     shown: list[list] = Field(description="Keys of the trajectories it renders.")
+    ledgers: dict[str, str] = Field(description="Each file it was rendered from (relative to the run directory) "
+                                                "→ its sha256.")
+
+
+def render(src: Path) -> dict[str, bytes]:
+    """report.md, report.html and report.json of the eval evidence under `src` (the run
+    directory, or the copy of a report's inputs kept at a resume)."""
+    ev = load_eval(Path(src))
+    doc = blocks(ev)
+    record = EvalReportRecord(renderer=RENDERER, headline=headline(ev.summary),
+                              shown=[list(k) for k in pick(ev, ev.summary.run_id)],
+                              ledgers={n: file_sha256(Path(src) / n) for n in EVAL_INPUTS})
+    return {"report.md": to_markdown(doc).encode(), "report.html": to_html(doc, "Eval report").encode(),
+            "report.json": record.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def write_report(root: Path) -> Path:
-    ev = load_eval(Path(root))
-    doc = blocks(ev)
-    entry = new_entry(ev.paths.run.reports)
-    atomic_write(entry / "report.md", to_markdown(doc).encode())
-    atomic_write(entry / "report.html", to_html(doc, "Eval report").encode())
-    record = EvalReportRecord(headline=headline(ev.summary), summary_sha256=file_sha256(ev.paths.summary),
-                              attempts_sha256=file_sha256(ev.paths.run.attempts),
-                              samples_sha256=file_sha256(ev.paths.samples),
-                              shown=[list(k) for k in pick(ev, ev.summary.run_id)])
-    atomic_write(entry / "report.json", record.model_dump_json(indent=2).encode() + b"\n")
-    write_checksums(ev.paths.run)
+    paths = EvalPaths(RunPaths(Path(root)))
+    if not paths.contract.is_file():
+        raise EvidenceError(f"{root}: not an eval run directory (no eval-contract.json)")
+    files = render(paths.root)
+    entry = new_entry(paths.run.reports)
+    for name, data in files.items():
+        atomic_write(entry / name, data)
+    write_checksums(paths.run)
     return entry

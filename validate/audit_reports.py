@@ -1,0 +1,228 @@
+"""Audit: every document a run holds is rendered again from sealed evidence and compared
+byte for byte — never parsed, never searched for a string.
+
+- Run reports (``reports/<t>/``): `validate.report.render` of the files report.json names
+  (``ledgers``), found in the run directory or in the copy a resume kept (``earlier/<key>/``,
+  `validate.evidence.ledger_source`; such a copy is itself audited first,
+  `validate.audit_earlier`), with the renderer report.json names. report.md, report.html and
+  report.json must equal it, and the entry must hold nothing else.
+- Smoke results (``smoke/<t>/result.json``): `validate.smoke.smoke_result` of the run's and the
+  rerun's ledgers and the sample contract (the build's facts taken from result.json itself).
+- Eval reports: `validate.eval.report.render` likewise; compare entries
+  (``<ledgers>/compare/<A>--<B>/<t>/``) that name an audited eval run: `comparison` of A's and
+  B's evidence and its `render`, and their own seal.
+
+A document that cannot be rendered again (an unknown renderer version, inputs that are
+gone or changed) is a problem, never a note: its claims would otherwise go unchecked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from validate.jsonio import loads
+from validate.paths import RunPaths
+
+
+def first_difference(stored: bytes, expected: bytes) -> str:
+    """Where `stored` first departs from `expected`: the byte offset, the heading it falls
+    under and whether in a table, and the two texts there (short, repr'd: stored text is
+    hostile)."""
+    at = next((i for i, (x, y) in enumerate(zip(stored, expected)) if x != y), min(len(stored), len(expected)))
+    before = expected[:at].decode("utf-8", "replace")
+    heads = re.findall(r"(?m)^#+ (.*)$", before) or re.findall(r"<h[1-3]>(.*?)</h[1-3]>", before)
+    line = before.rsplit("\n", 1)[-1]
+    in_table = line.startswith("|") or before.rfind("<table") > before.rfind("</table>")
+    where = f" in the {heads[-1]} {'table' if in_table else 'section'}" if heads else ""
+    return (f"first difference at byte {at}{where}: {stored[at:at + 60].decode('utf-8', 'replace')!r} where the "
+            f"evidence renders {expected[at:at + 60].decode('utf-8', 'replace')!r}")
+
+
+def _compare_files(entry: Path, files: dict[str, bytes], r, seal: tuple[str, ...] = ()) -> bool:
+    """The entry holds exactly `files` (and its own `seal` files), each byte for byte; a
+    problem per departure."""
+    ok = True
+    extra = sorted(p.name for p in entry.iterdir() if p.name not in files and p.name not in seal)
+    if extra:
+        r.problems.append(f"{entry}: holds {', '.join(extra)}, which its renderer does not write")
+        ok = False
+    for name, expected in files.items():
+        path = entry / name
+        stored = path.read_bytes() if path.is_file() else None
+        if stored is None:
+            r.problems.append(f"{path}: missing")
+            ok = False
+        elif stored != expected:
+            r.problems.append(f"{path}: is not what its evidence renders ({first_difference(stored, expected)})")
+            ok = False
+    return ok
+
+
+def _record(path: Path, renderer: str, r) -> dict | None:
+    """report.json (or compare.json) as JSON naming `renderer` and its ``ledgers``, or None
+    with the problem recorded."""
+    try:
+        data = loads(path.read_bytes())
+    except (OSError, ValueError) as e:  # JSONInputError is a ValueError
+        r.problems.append(f"{path}: unreadable ({type(e).__name__}: {e})")
+        return None
+    if not isinstance(data, dict) or data.get("renderer") != renderer:
+        said = data.get("renderer") if isinstance(data, dict) else None
+        what = "names no renderer version (written before the audit re-rendered documents)" if said is None \
+            else f"names renderer {str(said)[:40]!r}"
+        r.problems.append(f"{path}: {what}, and this audit can render again only with {renderer}; a document it "
+                          f"cannot render again is not evidence: write a new one")
+        return None
+    ledgers = data.get("ledgers")
+    if not isinstance(ledgers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in ledgers.items()):
+        r.problems.append(f"{path}: names no input files (ledgers)")
+        return None
+    return data
+
+
+def _entries(parent: Path, r=None) -> list[Path]:
+    """The entries (plain directories) under `parent`; with `r`, anything else there (a file,
+    a symlink) is a problem: it would be sealed, shown, and never rendered again."""
+    if not parent.is_dir() or parent.is_symlink():
+        if r is not None and parent.is_symlink():
+            r.problems.append(f"{parent}: a symlink, not a directory of entries")
+        return []
+    out = []
+    for p in sorted(parent.iterdir()):
+        if p.is_dir() and not p.is_symlink():
+            out.append(p)
+        elif r is not None:
+            r.problems.append(f"{p}: not an entry (a plain directory) of {parent.name}/; nothing renders it")
+    return out
+
+
+def _rendered(kind: str, entries: list[Path], check, r) -> None:
+    """Run `check(entry) -> bool` on each entry and say honestly how many were equal."""
+    equal = 0
+    for entry in entries:
+        try:
+            equal += bool(check(entry))
+        except Exception as e:  # noqa: BLE001 - evidence that breaks the renderer is the finding
+            r.problems.append(f"{entry}: cannot be rendered again ({type(e).__name__}: {e})")
+    if entries:
+        r.checked.append(f"{equal} of {len(entries)} {kind} re-rendered and equal" if equal < len(entries)
+                         else f"{equal} {kind} re-rendered and equal")
+
+
+def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: str) -> bool:
+    """One report entry of a run (`kind` "run") or an eval run ("eval"), rendered again from
+    the files its report.json names, with the renderer it names."""
+    from validate.evidence import ledger_source
+
+    if kind == "eval":
+        from validate.eval.report import RENDERER
+        from validate.eval.report import render as render_eval
+
+        render = lambda src, names: render_eval(src)  # noqa: E731 - an eval report reads a fixed set
+    else:
+        from validate.report import RENDERER, render
+    record = _record(entry / "report.json", RENDERER, r)
+    if record is None:
+        return False
+    src = ledger_source(paths, record["ledgers"])
+    if src is None:
+        r.problems.append(f"{entry / 'report.json'}: the files it was rendered from (ledgers) are neither this run's "
+                          f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
+        return False
+    if src != paths.root:  # a copy kept at a resume: evidence only once audited itself
+        from validate.audit_earlier import check_earlier
+
+        if src not in kept:
+            kept[src] = check_earlier(paths, src, sorted(record["ledgers"]), r, kind=kind)
+        if not kept[src]:
+            return False
+    return _compare_files(entry, render(src, list(record["ledgers"])), r)
+
+
+def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
+    from validate.contract import load_manifest
+    from validate.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
+
+    if not (entry / "run/attempts.parquet").is_file() or not (entry / "manifest.json").is_file():
+        r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet, manifest.json)")
+        return False
+    extra = sorted(p.name for p in entry.iterdir() if p.name not in ("manifest.json", "result.json", "run"))
+    if extra:
+        r.problems.append(f"{entry}: holds {', '.join(extra)}, which a smoke test does not write")
+        return False
+    stored = SmokeResult.model_validate_json((entry / "result.json").read_bytes())
+    tolerance = load_manifest(paths.manifest).environment.scorer.smoke_tolerance
+    process = {f: getattr(stored, f) for f in PROCESS_FIELDS}
+    expected = result_json(smoke_result(paths.root, entry / "run", entry / "manifest.json", tolerance, process))
+    got = (entry / "result.json").read_bytes()
+    if got != expected:
+        r.problems.append(f"{entry / 'result.json'}: does not derive again from the two ledgers "
+                          f"({first_difference(got, expected)})")
+        return False
+    return True
+
+
+def check_rendered(ev, paths: RunPaths, r) -> None:
+    """A run directory's reports and smoke results, each rendered again (`validate audit`)."""
+    kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
+    _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, "run"), r)
+    _rendered("smoke results", _entries(paths.smoke, r), lambda e: _smoke_result(paths, e, r), r)
+
+
+def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
+    """One compare entry: computed again from A's and B's evidence (by default the run
+    directories beside ``compare/``) and rendered again, byte for byte."""
+    from validate.eval.compare import RENDERER, comparison, render
+    from validate.evidence import file_sha256
+
+    record = _record(entry / "compare.json", RENDERER, r)
+    if record is None:
+        return False
+    home = entry.parent.parent.parent  # <ledgers>/compare/<A>--<B>/<t>
+    dirs = {side: (runs or {}).get(str(record.get(f"run_{side.lower()}")), home / str(record.get(f"run_{side.lower()}")))
+            for side in ("A", "B")}
+    for name, digest in sorted(record["ledgers"].items()):
+        side, _, rel = name.partition("/")
+        path = dirs[side] / rel if side in dirs and rel and ".." not in Path(rel).parts else None
+        if path is None or not path.is_file() or file_sha256(path) != digest:
+            r.problems.append(f"{entry / 'compare.json'}: was not computed from {path or name} as it is now "
+                              f"(missing or changed): it cannot be computed again")
+            return False
+    seal = (RunPaths(entry).checksums.name, RunPaths(entry).signature.name)  # a compare entry is sealed alone
+    return _compare_files(entry, render(comparison(dirs["A"], dirs["B"])), r, seal)
+
+
+def audit_compare(entry: Path, runs: dict[str, Path] | None = None):
+    """A compare entry's whole audit: its seal, then `check_compare`."""
+    from validate.audit import AuditResult, check_seal
+
+    r = AuditResult()
+    check_seal(RunPaths(Path(entry)), r)
+    _rendered("comparisons", [Path(entry)], lambda e: check_compare(e, r, runs), r)
+    return r
+
+
+def _compares_of(root: Path) -> list[Path]:
+    """Compare entries beside this eval run (``../compare/*--*/<t>/``) whose pair names it."""
+    parent = root.parent / "compare"
+    pairs = [d for d in _entries(parent) if root.name in d.name.split("--")]
+    return [e for d in pairs for e in _entries(d)]
+
+
+def check_eval_rendered(ev, paths, r) -> None:
+    """An eval run's reports and the compare entries that name it, rendered again
+    (`validate eval audit`); `paths` is the run's `EvalPaths`."""
+    from validate.audit import check_seal
+
+    run = paths.run
+    kept: dict[Path, bool] = {}
+    _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, "eval"), r)
+
+    def one(entry: Path) -> bool:
+        before, said = len(r.problems), len(r.checked)
+        check_seal(RunPaths(entry), r)
+        del r.checked[said:]  # the seal's own line: counted in the comparisons' line instead
+        return check_compare(entry, r, {paths.root.name: paths.root}) and len(r.problems) == before
+
+    _rendered("comparisons", _compares_of(paths.root), one, r)
