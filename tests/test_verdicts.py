@@ -42,6 +42,13 @@ def test_only_the_oracle_ran_is_incomplete_not_compatible():
     assert "no attempt in this run for empty, shuffled" in v.detail
 
 
+def test_what_is_missing_has_one_order_whatever_the_order_of_required():
+    """The run judges with the contract it froze, the audit with the one it reads back (keys
+    sorted): the same task must give the same `missing` and detail either way."""
+    a, b = d([o("oracle")], required=["oracle", "shuffled", "empty"]), d([o("oracle")], required=REQUIRED)
+    assert (a.missing, a.detail) == (b.missing, b.detail) == (["empty", "shuffled"], b.detail)
+
+
 def test_an_oracle_failure_decides_even_without_controls():
     v = d([o("oracle", reward=0.4)])
     assert (v.verdict, v.reason) == ("excluded", "oracle_fails_on_valid_task")

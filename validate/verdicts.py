@@ -140,7 +140,7 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     untestable = no_control_can_test(required, rules)
     if untestable:
         return verdict("excluded", "no_negative_control", untestable)
-    missing = [name for name in required if name not in final]
+    missing = sorted(name for name in required if name not in final)  # one order, whatever the dict order of `required`
     if missing:
         return verdict("incomplete", None, f"no attempt in this run for {', '.join(missing)}", missing)
     retried = any(a.status in EXCEPTION_STATUSES for a in every)
