@@ -143,7 +143,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, "
                                          "unpack it for bwrap")
     b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
-    b.add_argument("--backends", default="bwrap,docker", help="which backends to prepare, in order (default: %(default)s)")
+    b.add_argument("--backends", default="bwrap,docker",
+                   help="which backends to prepare, in order (default: %(default)s)")
 
     _freeze_parser(sub, _env_name(argv or []) or _default_env())
 
