@@ -140,17 +140,15 @@ class BwrapSandbox(Sandbox):
 
     def run(self, req: RunRequest) -> ExecResult:
         name = f"{self.run_label}-{req.name}"
-        cgroups = self.hierarchy.create(name, req.limits)
+        cgroups = self.cgroups(name, req)
         try:
             return self._run(req, name, cgroups)
         finally:
             self.hierarchy.remove(name)
 
     def launch(self, req: RunRequest, name: str, cgroups: list[Path], pass_fds: tuple[int, ...] = ()) -> Launch:
-        """Start bwrap for `req` in `cgroups` (the attempt's, made and limited by
-        `hierarchy.create`: those its launching shell joins) and register it under `name`
-        (`close` kills it); `pass_fds` reach the sandbox's program open. The caller awaits
-        the sandbox."""
+        """Start bwrap for `req` in `cgroups` and register it under `name` (`close` kills it);
+        `pass_fds` reach the sandbox's program open. The caller awaits the sandbox."""
         status_r, status_w = os.pipe()
         try:
             seccomp_fd = seccomp.filter_fd()
@@ -173,6 +171,11 @@ class BwrapSandbox(Sandbox):
         with self._lock:
             self._launches[name] = launch
         return launch
+
+    def cgroups(self, name: str, req: RunRequest) -> list[Path]:
+        """The attempt's cgroups (v1: memory, pids, cpu; v2: one), made and limited (`SandboxError`
+        if not): those its launching shell joins."""
+        return self.hierarchy.create(name, req.limits)
 
     def _run(self, req: RunRequest, name: str, cgroups: list[Path]) -> ExecResult:
         t0 = time.monotonic()
@@ -212,7 +215,7 @@ class BwrapSandbox(Sandbox):
         return live
 
     def _start_server(self, live: BwrapLive) -> None:
-        live.cgroups = self.hierarchy.create(live.name, live.request.limits)
+        live.cgroups = self.cgroups(live.name, live.request)
         req_r, live.requests_w = os.pipe()
         try:
             request = live.request.model_copy(update={"argv": ("python3", "-S", "-c", server.SERVER, str(req_r))})
