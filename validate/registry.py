@@ -19,6 +19,8 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
+    """The classes of one entry-point group, by name (see the module)."""
+
     def __init__(self, group: str, *, base: type[T], key: str, field: str, kind: str,
                  error: type[Exception]) -> None:
         #: `group`: the entry-point group; `key`: the class attribute holding its name;
