@@ -74,3 +74,12 @@ def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freez
                        text=True, env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'subprocess', 'toy')" \
         in r.stderr
+
+
+def test_a_backend_without_live_sessions_refuses_one_by_name():
+    from validate.sandbox import RunRequest
+
+    session = open_sandbox("toy", image="host").session(RunRequest(argv=(), name="no-session"))
+    with pytest.raises(ProfileUnavailable, match="execution.backend: toy has no live sessions"):
+        session.start()
+    session.stop()  # safe after a failed start
