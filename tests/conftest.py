@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = Path(os.environ.get("DESHUFFLE_CORPUS", ROOT.parent / "shared/corpus/papers.jsonl.gz"))
 HINTS = LoadHints(search=(CORPUS_PATH,))
 
-# Environments and a sandbox backend that live in tests/, registered through an entry-point group exactly as a
-# third-party distribution registers its own: a dist-info folder on sys.path.
+# Environments and a sandbox backend that live in tests/, registered through entry-point groups
+# exactly as a third-party distribution registers its own: a dist-info folder on sys.path.
 TEST_DIST = Path(__file__).resolve().parent / "_dist"
 ENTRY_POINTS = """[validate.environments]
 toy = tests.toyenv:ToyEnvironment
