@@ -19,12 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = Path(os.environ.get("DESHUFFLE_CORPUS", ROOT.parent / "shared/corpus/papers.jsonl.gz"))
 HINTS = LoadHints(search=(CORPUS_PATH,))
 
-# Environments that live in tests/, registered through an entry-point group exactly as a
-# third-party distribution registers its own: a dist-info folder on sys.path.
+# Environments and a sandbox backend that live in tests/, registered through entry-point groups
+# exactly as a third-party distribution registers its own: a dist-info folder on sys.path.
 TEST_DIST = Path(__file__).resolve().parent / "_dist"
 ENTRY_POINTS = """[validate.environments]
 toy = tests.toyenv:ToyEnvironment
 deshuffle-hostile = tests.hostile:HostileDeshuffle
+
+[validate.backends]
+toy = tests.toybackend:ToyBackend
 """
 
 
@@ -77,7 +80,22 @@ from validate.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
 from validate.runner import RunContext  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
 
-SANDBOX_BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), pytest.param("bwrap", marks=pytest.mark.bwrap)]
+
+
+def _confining_backends() -> list[str]:
+    """The backends this project registers (pyproject.toml; not a test's) that confine the
+    agent, network included: each is tested under the marker of its own name."""
+    from importlib.metadata import entry_points
+
+    from validate.sandbox import backend_class
+
+    ours = {ep.name for ep in entry_points(group="validate.backends")
+            if ep.dist is not None and ep.dist.name == "deshuffle-validate"}
+    return sorted(name for name in ours if backend_class(name).isolates_network)
+
+
+SANDBOX_BACKENDS = [pytest.param(name, marks=getattr(pytest.mark, name)) for name in _confining_backends()]
+assert SANDBOX_BACKENDS, "no confining sandbox backend is registered: is the project installed? (pip install -e .)"
 
 
 @pytest.fixture(scope="session")

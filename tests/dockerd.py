@@ -195,7 +195,7 @@ def pytest_unconfigure(config) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def private_dockerd() -> PrivateDockerd:
     """The session's own dockerd, with the sandbox image imported from the image store."""
-    from validate.image import import_docker
+    from validate.sandbox.docker.image import import_docker
     from validate.paths import DEFAULT_IMAGE, ImagePaths
 
     assert _DAEMON is not None and os.environ["DOCKER_HOST"] == _DAEMON.host

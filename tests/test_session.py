@@ -117,12 +117,12 @@ def test_a_sandbox_killed_from_outside_is_an_infrastructure_fault(sandboxes, bac
     with sb.session(request(workspace, "killed")) as s:
         assert s.exec(["true"], timeout_s=20).exit_code == 0
         if backend == "docker":
-            sb.client.api.kill(s.cid)  # the daemon logs a kill the harness did not send
+            sb.client.api.kill(s.live.cid)  # the daemon logs a kill the harness did not send
         else:
             # bwrap's monitor, outside the sandbox's pid namespace (out of the agent's reach):
             # it dies without reporting an exit. (An outside SIGKILL of the sandbox's PID 1
-            # reads exactly as the agent's own end, exit 137: see bwrap_session.)
-            os.kill(_parent(s.launch.pid1), signal.SIGKILL)
+            # reads exactly as the agent's own end, exit 137: see validate.sandbox.bwrap.backend.)
+            os.kill(_parent(s.live.launch.pid1), signal.SIGKILL)
         with pytest.raises(SandboxError):
             s.exec(["true"], timeout_s=20)
         s.stop()
@@ -196,9 +196,9 @@ def test_the_watchdog_ends_a_session_nobody_stops(sandboxes, backend, workspace)
     try:
         time.sleep(1.0 + 5.0 + 2.0)  # the request's timeout, the backstop, and slack
         if backend == "docker":
-            assert not sb.client.api.inspect_container(s.cid)["State"]["Running"]
+            assert not sb.client.api.inspect_container(s.live.cid)["State"]["Running"]
         else:
-            assert s.launch.proc.poll() is not None or not Path(f"/proc/{s.launch.pid1}").exists()
+            assert s.live.launch.proc.poll() is not None or not Path(f"/proc/{s.live.launch.pid1}").exists()
         with pytest.raises(SandboxError):
             s.exec(["true"])  # nothing is left of the deadline either
             raise SandboxError("the deadline passed")

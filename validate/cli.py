@@ -72,7 +72,7 @@ def _env_name(argv: list[str]) -> str | None:
 def _freeze_parser(sub, env_name: str | None) -> None:
     from validate import environments
     from validate.options import add_model_options
-    from validate.sandbox import Limits
+    from validate.sandbox import Limits, backend_names
 
     f = sub.add_parser("freeze", help="write a contract manifest",
                        description="Freeze a contract: generate the selected tasks of an environment and record "
@@ -100,8 +100,8 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                           "counts, and the claim says how many tasks needed one (default: strict)")
     exp.add_argument("--min-count", type=int, default=None, help="minimum compatible tasks (default: every task)")
     ex = f.add_argument_group("execution profile")
-    ex.add_argument("--backend", default="docker", choices=["docker", "bwrap", "subprocess"],
-                    help="sandbox backend (default: docker)")
+    ex.add_argument("--backend", default="docker", choices=backend_names(),
+                    help="sandbox backend, one of the installed (`validate.backends`; default: docker)")
     ex.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image (default: {DEFAULT_IMAGE})")
     ex.add_argument("--infra-retries", type=int, default=2, help="further tries after an infrastructure fault "
                                                                   "(default: 2)")
@@ -143,7 +143,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, "
                                          "unpack it for bwrap")
     b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
-    b.add_argument("--backends", default="docker,bwrap", help="which backends to prepare (default: %(default)s)")
+    b.add_argument("--backends", default="bwrap,docker",
+                   help="which backends to prepare, in order (default: %(default)s)")
 
     _freeze_parser(sub, _env_name(argv or []) or _default_env())
 

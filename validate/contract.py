@@ -25,7 +25,7 @@ from environment.protocol import canonical_json, sha256_tag
 from validate import environments
 from validate.errors import ContractError
 from validate.patches import PatchInfo
-from validate.sandbox import Limits, Sandbox
+from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts
 from validate.verdicts import Rule
 
@@ -109,7 +109,7 @@ class Expectations(BaseModel):
 class ExecutionProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["docker", "bwrap", "subprocess"]
+    backend: BackendName
     image: str
     image_digest: str = Field(description="Content digest of the root filesystem (the same on every backend).")
     tree_digest: str | None = Field(default=None, description="Digest of the unpacked tree bwrap runs.")

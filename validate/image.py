@@ -9,12 +9,14 @@ numeric owners, and the hooks below overwrite the few files it copies from the h
 the same package versions (with bookworm's mmdebstrap) give the same bytes, and nothing in
 them comes from the build host.
 
-The image's identity (`image_digest`) is the sha256 of that tarball. Docker imports it as
-one layer whose diff_id is exactly that digest (`import_docker` checks it); bwrap runs the
-same tree unpacked and, once per process, checks that the tree on disk is still what the
-tarball holds (`rootfs_facts`; `tree_digest` caches file hashes by inode and ctime). Both
-backends read the image's Debian packages from the image itself, so a contract made
-elsewhere can name the packages that differ (`package_differences`). See `validate.paths`
+The image's identity (`image_digest`) is the sha256 of that tarball. Each backend makes
+the built tarball runnable for itself (`Sandbox.prepare_image`, called by `build`, which
+knows no backend by name): docker imports it as one layer whose diff_id is exactly that
+digest (`validate.sandbox.docker.image`); bwrap runs the same tree unpacked (`unpack_rootfs`)
+and, once per process, checks that the tree on disk is still what the tarball holds
+(`rootfs_facts`; `tree_digest` caches file hashes by inode and ctime). Backends read the
+image's Debian packages from the image itself, so a contract made elsewhere can name the
+packages that differ (`package_differences`). See `validate.paths`
 for the store's layout.
 """
 
@@ -111,7 +113,7 @@ def describe_tarball(tarball: Path) -> ImageRecord:
 
 def unpack_rootfs(paths: ImagePaths, log=print) -> None:
     """Unpack the tarball for bwrap (unless the tree already is what it holds)."""
-    record = _require_record(paths)
+    record = require_record(paths)
     if paths.rootfs.is_dir() and tree_digest(paths.rootfs) == record.tree_digest:
         log(f"rootfs unpacked: {paths.rootfs} ({record.digest[:19]}…)")
         return
@@ -133,41 +135,17 @@ def unpack_rootfs(paths: ImagePaths, log=print) -> None:
     log(f"rootfs unpacked for bwrap: {paths.rootfs} ({record.digest[:19]}…)")
 
 
-def import_docker(paths: ImagePaths, log=print) -> str:
-    """Import the tarball into the Docker daemon of ``DOCKER_HOST`` under the image's name
-    (unless the image there already is that one layer); returns the image id."""
-    import docker
-    from docker.errors import DockerException, ImageNotFound
-
-    record = _require_record(paths)
-    try:
-        client = docker.from_env(timeout=600)
-        try:
-            image = client.images.get(paths.name)
-            if image_layers(image) == [record.digest]:
-                log(f"docker image {paths.name}: {image.id} (present)")
-                return image.id
-        except ImageNotFound:
-            pass
-        repo, _, tag = paths.name.partition(":")
-        client.api.import_image_from_file(str(paths.tarball), repository=repo, tag=tag or "latest")
-        image = client.images.get(paths.name)
-    except DockerException as e:
-        raise ProfileUnavailable(f"image build: cannot import into Docker ({e}); is dockerd running?") from None
-    if image_layers(image) != [record.digest]:
-        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers {image_layers(image)}, "
-                                 f"not the one layer {record.digest}")
-    log(f"docker image {paths.name}: {image.id} (layer {record.digest[:19]}…)")
-    return image.id
-
-
 def build(name: str, backends: list[str], log=print) -> None:
+    """Build the image's rootfs tarball, then let each backend named prepare it for itself
+    (`Sandbox.prepare_image`); an unknown name is refused, naming the installed backends,
+    before anything is built."""
+    from validate.sandbox import backend_class
+
+    classes = [backend_class(b) for b in backends]
     paths = ImagePaths(name)
     build_rootfs(paths, log)
-    if "bwrap" in backends:
-        unpack_rootfs(paths, log)
-    if "docker" in backends:
-        import_docker(paths, log)
+    for cls in classes:
+        cls.prepare_image(paths, log)
 
 
 # --- what an image holds --------------------------------------------------------------------
@@ -220,28 +198,6 @@ def package_differences(expected: dict[str, str], actual: dict[str, str]) -> lis
     return lines
 
 
-def docker_image_packages(client, image_id: str, labels: dict[str, str]) -> dict[str, str]:
-    """The packages of a Docker image, read from its dpkg status through a created (never
-    started) container; once per image id and process."""
-    if image_id not in _DOCKER_PACKAGES:
-        from docker.errors import NotFound
-
-        api = client.api
-        cid = api.create_container(image_id, command=["/bin/true"], network_disabled=True, labels=labels)["Id"]
-        try:
-            chunks, _ = api.get_archive(cid, "/" + DPKG_STATUS)
-            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
-                member = tar.next()
-                text = tar.extractfile(member).read().decode()
-        except NotFound:
-            raise ProfileUnavailable(f"execution.image: {image_id} has no /{DPKG_STATUS}; build the image "
-                                     f"with `validate image build`") from None
-        finally:
-            api.remove_container(cid, force=True)
-        _DOCKER_PACKAGES[image_id] = parse_dpkg_status(text)
-    return _DOCKER_PACKAGES[image_id]
-
-
 class RootfsFacts(BaseModel):
     """What bwrap reports of the image: all of it computed from the files, none of it read from a record."""
 
@@ -272,7 +228,6 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
 # a device's numbers). Names, contents, owners and modes count; mtimes do not. A tarball's
 # tree is computed the same way from its members, so the two compare.
 
-_DOCKER_PACKAGES: dict[str, dict[str, str]] = {}
 _FILE_HASHES: dict[tuple[int, ...], str] = {}
 _TARBALLS: dict[tuple[object, ...], tuple[str, str]] = {}
 
@@ -401,11 +356,7 @@ def _hash_stream(fh, keep: bool) -> tuple[str, bytes]:
     return sha.hexdigest(), bytes(kept)
 
 
-def image_layers(image) -> list[str]:
-    return list(image.attrs.get("RootFS", {}).get("Layers") or [])
-
-
-def _require_record(paths: ImagePaths) -> ImageRecord:
+def require_record(paths: ImagePaths) -> ImageRecord:
     record = read_record(paths)
     if record is None or not paths.tarball.is_file():
         raise ProfileUnavailable(f"image: no built rootfs for {paths.name} at {paths.root}; "

@@ -1,28 +1,51 @@
-"""Sandbox backends, loaded lazily by name: the runner never imports a concrete backend."""
+"""Sandbox backends by name: the ``validate.backends`` entry-point group of every installed
+distribution (this project registers docker, bwrap and subprocess in pyproject.toml), loaded
+lazily through the harness's one loader (`validate.registry`): the runner, the contract and
+the image build never import a concrete backend, and a backend that lives elsewhere (a test's,
+a third party's) is one class plus one entry point."""
 
 from __future__ import annotations
 
-import importlib
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from validate.errors import ProfileUnavailable
+from validate.registry import Registry
 from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, ExecResult, Limits, Mount, RunRequest, Sandbox
 
-BACKENDS: dict[str, str] = {
-    "docker": "validate.sandbox.docker:DockerSandbox",
-    "bwrap": "validate.sandbox.bwrap:BwrapSandbox",
-    "subprocess": "validate.sandbox.subprocess:SubprocessSandbox",
-}
+GROUP = "validate.backends"
+BACKENDS: Registry[Sandbox] = Registry(GROUP, base=Sandbox, key="backend", field="execution.backend",
+                                       kind="backend", error=ProfileUnavailable)
+
+
+def backend_names() -> list[str]:
+    """The installed backends' names, sorted (nothing is imported)."""
+    return BACKENDS.names()
+
+
+def backend_class(name: str) -> type[Sandbox]:
+    """The backend registered under `name`; `ProfileUnavailable` naming the installed ones."""
+    return BACKENDS.load(name)
+
+
+def _installed(name: str) -> str:
+    # A ValueError, so that pydantic reports it at the field (`execution.backend: ...`).
+    if name not in BACKENDS.names():
+        raise ValueError(BACKENDS.unknown(name))
+    return name
+
+
+#: A backend's name in a contract: any string, checked against the registry when read.
+BackendName = Annotated[str, AfterValidator(_installed)]
 
 
 def open_sandbox(backend: str, *, image: str, run_label: str = "adhoc") -> Sandbox:
     """Instantiate a backend by its registry name, then sweep the attempt storage a killed
     earlier process of run `run_label` left (after the backend has swept its own leftovers,
     the processes that could still hold that storage)."""
-    if backend not in BACKENDS:
-        raise ProfileUnavailable(f"execution.backend: unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[backend].split(":")
-    sandbox = getattr(importlib.import_module(module), cls)(image=image, run_label=run_label)
+    sandbox = backend_class(backend)(image=image, run_label=run_label)
     try:
         storage.sweep(storage.DEFAULT_PARENT, run_label)
     except PermissionError:
@@ -30,4 +53,5 @@ def open_sandbox(backend: str, *, image: str, run_label: str = "adhoc") -> Sandb
     return sandbox
 
 
-__all__ = ["BACKENDS", "BackendFacts", "ExecResult", "Limits", "Mount", "RunRequest", "Sandbox", "open_sandbox"]
+__all__ = ["BACKENDS", "BackendFacts", "BackendName", "ExecResult", "Limits", "Mount", "RunRequest", "Sandbox",
+           "backend_class", "backend_names", "open_sandbox"]

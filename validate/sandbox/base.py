@@ -1,4 +1,4 @@
-"""The sandbox interface: one small class per backend.
+"""The sandbox interface: one class per backend, for one-shot runs and live sessions alike.
 
 A backend turns a `RunRequest` (argv, mounts, environment, limits) into an `ExecResult`.
 A failed command is not a failed sandbox: the agent's non-zero exit, OOM kill or timeout
@@ -26,7 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from validate.errors import SandboxError
+from validate.errors import ProfileUnavailable, SandboxError
+from validate.paths import ImagePaths
 
 #: Seconds past `Limits.timeout_s` after which the watchdog inside the sandbox kills the agent:
 #: late enough that the harness's own timeout always comes first while the harness lives.
@@ -148,10 +149,23 @@ class BackendFacts(BaseModel):
 
 
 class Sandbox(ABC):
+    """One backend: its one-shot `run`, its live sessions, and what it needs of the image.
+
+    Registered by name in the ``validate.backends`` entry-point group (`validate.sandbox`);
+    made with ``cls(image=..., run_label=...)``. A backend without live sessions keeps the
+    defaults of `start_session` / `session_exec` / `stop_session`, which refuse.
+    """
+
     #: Registry name of the backend.
     backend: str
     #: True when the backend runs agents with no network (tasks with network_allow=[] need it).
     isolates_network: bool
+
+    @classmethod
+    def prepare_image(cls, paths: ImagePaths, log: Callable[[str], None]) -> None:
+        """Make the image built at `paths` (its rootfs tarball and record, `validate.image`)
+        runnable by this backend, for `validate image build`; a backend that runs no image
+        needs nothing."""
 
     @abstractmethod
     def facts(self) -> BackendFacts:
@@ -163,9 +177,28 @@ class Sandbox(ABC):
 
     def session(self, request: RunRequest):
         """A live session of this backend for `request`, not yet started (`validate.sandbox.session`)."""
-        from validate.sandbox.session import open_session
+        from validate.sandbox.session import Session
 
-        return open_session(self, request)
+        return Session(self, request)
+
+    # --- live sessions: the backend's side of `validate.sandbox.session.Session` ------------
+
+    def start_session(self, request: RunRequest, deadline: float) -> object:
+        """Create a live sandbox for `request`, its PID 1 a watchdog that ends it by itself;
+        return this backend's own state of it (opaque to callers). `deadline` is the
+        `time.monotonic` instant the request's time runs out. `SandboxError` if it cannot
+        start, with nothing left behind."""
+        raise ProfileUnavailable(f"execution.backend: {self.backend} has no live sessions")
+
+    def session_exec(self, live: object, argv: tuple[str, ...], stdin: bytes, timeout_s: float,
+                     keep: int) -> ExecResult:
+        """Run one command in the live sandbox `live`; its own failure is data; a sandbox that
+        died of a harness-side cause raises `SandboxError`, one that ended otherwise before the
+        deadline `validate.sandbox.session.SandboxEnded`."""
+        raise ProfileUnavailable(f"execution.backend: {self.backend} has no live sessions")
+
+    def stop_session(self, live: object) -> None:  # noqa: B027 - nothing to stop without sessions
+        """Remove the live sandbox `live` and everything in it; never raises."""
 
     def close(self) -> None:  # noqa: B027 - a backend with nothing to clean up keeps this default
         """Stop and remove everything still running. Safe to call twice."""

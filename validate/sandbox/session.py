@@ -18,24 +18,18 @@ included, runs as the agent's uid, so what ended it is the agent (``kill -TERM 1
 is a watchdog that ends the whole sandbox at the request's deadline
 (``limits.timeout_s`` + `BACKSTOP_S` after the start) even if the harness is killed.
 
-Implementations are loaded lazily by backend name (`SESSIONS`), like the backends.
+`Session` is the same for every backend: it keeps the clock, the deadline and the agent's
+end; the sandbox itself is the backend's own (`Sandbox.start_session`, `session_exec`,
+`stop_session`), one class per backend for one-shot runs and sessions alike.
 """
 
 from __future__ import annotations
 
-import importlib
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from validate.errors import ProfileUnavailable, SandboxError, ValidateError
+from validate.errors import SandboxError, ValidateError
 from validate.sandbox.base import BACKSTOP_S, ExecResult, RunRequest, Sandbox  # noqa: F401 - BACKSTOP_S: the docstring's
-
-SESSIONS: dict[str, str] = {
-    "docker": "validate.sandbox.docker_session:DockerSession",
-    "bwrap": "validate.sandbox.bwrap_session:BwrapSession",
-    "subprocess": "validate.sandbox.subprocess_session:SubprocessSession",
-}
 
 
 class SandboxEnded(ValidateError):
@@ -44,13 +38,15 @@ class SandboxEnded(ValidateError):
     infrastructure); the attempt ends and is scored as it stands."""
 
 
-class Session(ABC):
-    """One live sandbox. Subclasses implement `_start`, `_exec` and `_stop`."""
+class Session:
+    """One live sandbox of `sandbox`'s backend, made from `request`."""
 
     def __init__(self, sandbox: Sandbox, request: RunRequest) -> None:
         self.sandbox, self.request = sandbox, request
         self.started_at: float | None = None
         self._stopped = False
+        #: The backend's own state of the live sandbox (`Sandbox.start_session`), once started.
+        self.live: object | None = None
         #: Why the agent ended the sandbox (`SandboxEnded`), once it did.
         self.ended: str | None = None
 
@@ -66,7 +62,7 @@ class Session(ABC):
             raise SandboxError("session: already started")
         self.started_at = time.monotonic()
         try:
-            self._start()
+            self.live = self.sandbox.start_session(self.request, self.deadline)
         except BaseException:
             self.stop()
             raise
@@ -87,7 +83,7 @@ class Session(ABC):
         if timeout <= 0:
             return ExecResult(exit_code=None, timed_out=True, runtime_s=0.0)
         try:
-            return self._exec(tuple(argv), stdin, timeout, keep)
+            return self.sandbox.session_exec(self.live, tuple(argv), stdin, timeout, keep)
         except SandboxEnded as e:
             self.ended = str(e)
             raise
@@ -97,7 +93,8 @@ class Session(ABC):
         if self._stopped:
             return
         self._stopped = True
-        self._stop()
+        if self.live is not None:
+            self.sandbox.stop_session(self.live)
 
     def __enter__(self) -> Session:
         return self if self.started_at is not None else self.start()
@@ -105,28 +102,10 @@ class Session(ABC):
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    @abstractmethod
-    def _start(self) -> None:
-        """Create the sandbox with its watchdog as PID 1; raise `SandboxError` if it cannot."""
-
-    @abstractmethod
-    def _exec(self, argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
-        """Run one command; its own failure is data; a sandbox that died of a harness-side
-        cause raises `SandboxError`, one that ended otherwise before the deadline `SandboxEnded`."""
-
-    @abstractmethod
-    def _stop(self) -> None:
-        """Remove the sandbox; never raises."""
-
 
 def open_session(sandbox: Sandbox, request: RunRequest) -> Session:
     """A session of `sandbox`'s backend for `request`, not yet started."""
-    spec = SESSIONS.get(sandbox.backend)
-    if spec is None:
-        raise ProfileUnavailable(f"execution.backend: {sandbox.backend} has no live sessions; known: "
-                                 f"{', '.join(SESSIONS)}")
-    module, cls = spec.split(":")
-    return getattr(importlib.import_module(module), cls)(sandbox, request)
+    return sandbox.session(request)
 
 
 def run_in_session(sandbox: Sandbox, request: RunRequest) -> ExecResult:
