@@ -158,7 +158,8 @@ def test_a_context_length_refusal_is_told_apart_from_a_bad_request(server):
 
 class _Hostile(BaseHTTPRequestHandler):
     """Answers as `server.mode` says: a stream dripping a chunk a second (chunked, or delimited by
-    the connection closing), a plain body dripping, or an answer of the wrong shape or model."""
+    the connection closing) or stalling 10 s after a first chunk sent 1.5 s in, a plain body
+    dripping, or an answer of the wrong shape or model."""
 
     protocol_version = "HTTP/1.1"
 
@@ -167,9 +168,11 @@ class _Hostile(BaseHTTPRequestHandler):
         mode, model = self.server.mode, request["model"]
         chunk = {"model": model, "object": "chat.completion.chunk"}
         try:
-            if mode in ("drip", "drip_close"):
+            if mode in ("drip", "drip_close", "stall"):
                 events = [{**chunk, "choices": [{"index": 0, "delta": {"content": f"w{i} "}}]} for i in range(6)]
-                self._events(events, gap_s=1.0, chunked=mode == "drip")
+                if mode == "stall":  # past the first read's timeout (the 3 s left when the request began)
+                    time.sleep(1.5)
+                self._events(events, gap_s=10.0 if mode == "stall" else 1.0, chunked=mode != "drip_close")
             elif mode == "drip_plain":
                 data = json.dumps(answer(model, "slow")).encode()
                 self._head("application/json", {"Content-Length": str(len(data))})
@@ -232,10 +235,12 @@ def hostile():
     httpd.server_close()
 
 
-@pytest.mark.parametrize("mode", ["drip", "drip_close"])
+@pytest.mark.parametrize("mode", ["drip", "drip_close", "stall"])
 def test_a_dripping_stream_is_cut_at_the_deadline_never_answered(hostile, mode):
     """A chunk every second never trips the 30 s read timeout; the 3 s deadline bounds the whole
-    request, and the cut answer is the attempt's timeout (`DeadlineCut`), never a Completion."""
+    request, and the cut answer is the attempt's timeout (`DeadlineCut`), never a Completion.
+    A stream stalled mid-read is cut by the socket's shutdown at the deadline, not by the read
+    timeout (at best the time left when the request began: 1.5 + 3 s)."""
     hostile.mode = mode
     t0 = time.monotonic()
     with pytest.raises(DeadlineCut) as e:
@@ -243,7 +248,8 @@ def test_a_dripping_stream_is_cut_at_the_deadline_never_answered(hostile, mode):
     spent = time.monotonic() - t0
     assert 2.9 < spent < 4.0, f"the request ran {spent:.1f} s under a 3 s deadline"
     cut = e.value.completion
-    assert cut.message["content"].startswith("w0 w1 ") and "w5" not in cut.message["content"]
+    assert cut.message["content"].startswith("w0 " if mode == "stall" else "w0 w1 ")
+    assert "w5" not in cut.message["content"]
     assert cut.finish_reason is None and cut.tries == 1 and 2.9 < cut.latency_s < 4.0
 
 

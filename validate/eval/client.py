@@ -18,15 +18,17 @@ Endpoint faults are typed, never guessed from the model's text:
   refused the conversation as longer than the model's context (the model's own limit);
   otherwise the request the harness built was refused (the harness's fault, or the
   endpoint's configuration: ``auth`` for 401/403/404).
-
 - `DeadlineCut` (not retried): the attempt's deadline passed while a streamed answer was
   still arriving. The deadline bounds the whole request, not each read: a read timeout
   alone lets a stream that drips a chunk every few seconds run for ever, so the socket is
   shut at the deadline and the deadline is checked between chunks. A cut answer is never
   an answer: it is the attempt's timeout (`validate.eval.agent`), what had arrived kept as
-  evidence only. A deadline passing before any chunk arrived, or while a plain (not
+  evidence only. A deadline passing before any text or tool call arrived, or while a plain (not
   streamed) body arrived, shows no progress of the model: that stays an
-  `EndpointUnavailable` ``timeout``.
+  `EndpointUnavailable` ``timeout``. Until the response's headers are in, the watchdog has
+  no socket to shut: the connect and read timeouts, capped by the time left when the try
+  starts, bound that part (per read: a server dripping its headers byte by byte could
+  overrun the deadline, by at most one read timeout per byte).
 
 The API key is sent only in the ``Authorization`` header of requests to the endpoint; it
 never reaches a sandbox or the evidence.
