@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +44,7 @@ def selection(size: int | None, idx: Sequence[int] | None = None, idx_start: int
         if bad or not idx:
             limit = f" and < {size}" if size is not None else ""
             raise ValidateError(f"--idx: every index must be ≥ 0{limit}; got {bad[:5] or 'none'}")
-        twice = sorted({i for i in idx if list(idx).count(i) > 1})
+        twice = sorted(i for i, n in Counter(idx).items() if n > 1)
         if twice:  # silently one task where the user counted two
             raise ValidateError(f"--idx: each index once; {', '.join(map(str, twice[:5]))} given more than once")
         return list(idx), f"explicit idx list of {len(idx)} tasks"
