@@ -218,10 +218,9 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
          hooks: dict | None = None, log: Callable[[str], None] = print, **where):
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
+    from validate.options import output_dir
     from validate.phases import pool as pool_phase
     from validate.smoke import smoke as smoke_test
-
-    from validate.options import output_dir
 
     if smoke_sample < 0:
         raise ValidateError("--smoke-sample: must be ≥ 0")
