@@ -400,10 +400,8 @@ def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
     (naming the field) when their dataset contract, reward or k differ. Returns the comparison
     and the directory it was written to."""
     from validate.eval.compare import compare as compare_runs
-    from validate.options import existing_dir, output_dir
+    from validate.options import output_dir
 
-    existing_dir(run_a, "RUN_A")
-    existing_dir(run_b, "RUN_B")
-    if out is not None:
+    if out is not None:  # RUN_A and RUN_B are checked by `compare_runs`, naming what an eval run holds
         output_dir(out, "--out")
     return compare_runs(Path(run_a), Path(run_b), None if out is None else Path(out))
