@@ -158,8 +158,8 @@ def test_a_context_length_refusal_is_told_apart_from_a_bad_request(server):
 
 class _Hostile(BaseHTTPRequestHandler):
     """Answers as `server.mode` says: a stream dripping a chunk a second (chunked, or delimited by
-    the connection closing) or stalling 10 s after a first chunk sent 1.5 s in, a plain body
-    dripping, or an answer of the wrong shape or model."""
+    the connection closing) or stalling 10 s after a first chunk sent 1.5 s in, headers or a
+    plain body dripping, or an answer of the wrong shape or model."""
 
     protocol_version = "HTTP/1.1"
 
@@ -173,6 +173,14 @@ class _Hostile(BaseHTTPRequestHandler):
                 if mode == "stall":  # past the first read's timeout (the 3 s left when the request began)
                     time.sleep(1.5)
                 self._events(events, gap_s=10.0 if mode == "stall" else 1.0, chunked=mode != "drip_close")
+            elif mode == "drip_headers":  # a header line a second: no read ever waits long
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                for i in range(10):
+                    self.wfile.write(b"X-Slow-%d: %d\r\n" % (i, i))
+                    self.wfile.flush()
+                    time.sleep(1.0)
+                data = json.dumps(answer(model, "late")).encode()
+                self.wfile.write(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
             elif mode == "drip_plain":
                 data = json.dumps(answer(model, "slow")).encode()
                 self._head("application/json", {"Content-Length": str(len(data))})
@@ -253,8 +261,9 @@ def test_a_dripping_stream_is_cut_at_the_deadline_never_answered(hostile, mode):
     assert cut.finish_reason is None and cut.tries == 1 and 2.9 < cut.latency_s < 4.0
 
 
-def test_a_dripping_plain_body_is_an_endpoint_timeout_at_the_deadline(hostile):
-    hostile.mode = "drip_plain"  # no sign of the model's progress until the body is whole: the endpoint's fault
+@pytest.mark.parametrize("mode", ["drip_plain", "drip_headers"])
+def test_a_dripping_plain_body_or_header_is_an_endpoint_timeout_at_the_deadline(hostile, mode):
+    hostile.mode = mode  # no sign of the model's progress until the body is whole: the endpoint's fault
     t0 = time.monotonic()
     with pytest.raises(EndpointUnavailable) as e:
         ChatClient(hostile.base_url, request_timeout_s=30, retries=2).complete(body(False), deadline=t0 + 3.0)

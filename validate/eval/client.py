@@ -21,14 +21,12 @@ Endpoint faults are typed, never guessed from the model's text:
 - `DeadlineCut` (not retried): the attempt's deadline passed while a streamed answer was
   still arriving. The deadline bounds the whole request, not each read: a read timeout
   alone lets a stream that drips a chunk every few seconds run for ever, so the socket is
-  shut at the deadline and the deadline is checked between chunks. A cut answer is never
+  shut at the deadline (`validate.eval.deadline`) and the deadline is checked between
+  chunks. A cut answer is never
   an answer: it is the attempt's timeout (`validate.eval.agent`), what had arrived kept as
   evidence only. A deadline passing before any text or tool call arrived, or while a plain (not
   streamed) body arrived, shows no progress of the model: that stays an
-  `EndpointUnavailable` ``timeout``. Until the response's headers are in, the watchdog has
-  no socket to shut: the connect and read timeouts, capped by the time left when the try
-  starts, bound that part (per read: a server dripping its headers byte by byte could
-  overrun the deadline, by at most one read timeout per byte).
+  `EndpointUnavailable` ``timeout`` (so are headers dripping past the deadline).
 
 The API key is sent only in the ``Authorization`` header of requests to the endpoint; it
 never reaches a sandbox or the evidence.
@@ -37,13 +35,14 @@ never reaches a sandbox or the evidence.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 
 import requests
 import urllib3
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+from validate.eval.deadline import Adapter, Watchdog
 
 _CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "context window", "too many tokens",
                     "prompt is too long")
@@ -270,6 +269,17 @@ def _read(resp: requests.Response, stream: _Stream | None, model: str | None,
     return stream.result()
 
 
+def _fault(e: Exception, timeout_s: float) -> EndpointUnavailable:
+    """The endpoint fault an exception of a request is."""
+    if isinstance(e, EndpointUnavailable):
+        return e
+    if isinstance(e, requests.exceptions.Timeout):
+        return EndpointUnavailable("timeout", f"no answer within {timeout_s:.1f} s ({type(e).__name__})")
+    if isinstance(e, requests.exceptions.ChunkedEncodingError):
+        return EndpointUnavailable("truncated", f"the answer was cut: {e}")
+    return EndpointUnavailable("connection", f"{type(e).__name__}: {str(e)[:300]}")
+
+
 def _completion(message: dict, finish: object, usage: dict, latency_s: float) -> Completion:
     def tokens(name: str) -> int | None:
         value = usage.get(name)
@@ -285,48 +295,12 @@ def _cut(stream: _Stream | None, t0: float) -> EndpointError:
     begun to arrive (`DeadlineCut`), else no progress of the model was seen (an endpoint fault)."""
     spent = time.monotonic() - t0
     if stream is None or not stream.pieces:
-        return EndpointUnavailable("timeout", f"the attempt's deadline passed {spent:.1f} s into the request, "
-                                   + ("before any of the answer arrived" if stream else "while its body arrived"))
+        what = "any of the answer" if stream else "the whole answer"
+        return EndpointUnavailable("timeout", f"the attempt's deadline passed {spent:.1f} s into the request, before "
+                                   f"{what} arrived")
     message, _, usage = stream.result()
     return DeadlineCut(f"the attempt's deadline cut the streamed answer {spent:.1f} s into the request, after "
                        f"{stream.pieces} chunks of it", _completion(message, None, usage, spent))
-
-
-class _Watchdog:
-    """Shuts the response's socket at the deadline, so no read outlives it.
-
-    urllib3's `HTTPResponse.shutdown` (2.3 and later) is the documented way to end a read
-    blocked in another thread; without it only the checks between chunks bound the stream.
-    The lock makes firing and disarming exclusive: once disarmed, the connection may go back
-    to the pool and must never be shut afterwards."""
-
-    def __init__(self, resp: requests.Response, deadline: float | None) -> None:
-        self.resp, self.fired, self.armed = resp, False, True
-        self.lock = threading.Lock()
-        self.timer = None
-        if deadline is not None and callable(getattr(resp.raw, "shutdown", None)):
-            self.timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-            self.timer.daemon = True
-            self.timer.start()
-
-    def _fire(self) -> None:
-        with self.lock:
-            if not self.armed:
-                return
-            self.fired = True
-            try:
-                self.resp.raw.shutdown()
-            except (OSError, ValueError, RuntimeError):
-                pass
-
-    def __enter__(self) -> _Watchdog:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.armed = False
-        if self.timer is not None:
-            self.timer.cancel()
 
 
 class ChatClient:
@@ -338,7 +312,7 @@ class ChatClient:
         self.timeout_s, self.retries = request_timeout_s, retries
         self.max_wait_s, self.backoff_s = max_wait_s, backoff_s
         self.http = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64, max_retries=0)
+        adapter = Adapter(pool_connections=4, pool_maxsize=64, max_retries=0)
         self.http.mount("http://", adapter)
         self.http.mount("https://", adapter)
         self.headers = {"Content-Type": "application/json"}
@@ -353,24 +327,19 @@ class ChatClient:
         model = body.get("model")
         stream = _Stream(model) if body.get("stream") else None
         try:
-            with self.http.post(self.url, data=json.dumps(body), headers=self.headers, stream=True,
-                                timeout=(min(10.0, timeout_s), timeout_s)) as resp:
-                _check_status(resp)
-                with _Watchdog(resp, deadline) as dog:
-                    try:
-                        message, finish, usage = _read(resp, stream, model, deadline)
-                    except (EndpointUnavailable, requests.exceptions.RequestException, OSError):
-                        if dog.fired or (deadline is not None and time.monotonic() >= deadline):
-                            raise _cut(stream, t0) from None
-                        raise
-        except requests.exceptions.Timeout as e:
-            raise EndpointUnavailable("timeout", f"no answer within {timeout_s:.1f} s ({type(e).__name__})") from None
-        except requests.exceptions.ChunkedEncodingError as e:
-            raise EndpointUnavailable("truncated", f"the answer was cut: {e}") from None
-        except requests.exceptions.ConnectionError as e:
-            raise EndpointUnavailable("connection", f"{type(e).__name__}: {str(e)[:300]}") from None
-        except requests.exceptions.RequestException as e:
-            raise EndpointUnavailable("connection", f"{type(e).__name__}: {str(e)[:300]}") from None
+            with Watchdog(deadline) as dog:
+                resp = self.http.post(self.url, data=json.dumps(body), headers=self.headers, stream=True,
+                                      timeout=(min(10.0, timeout_s), timeout_s))
+                try:
+                    _check_status(resp)
+                    message, finish, usage = _read(resp, stream, model, deadline)
+                finally:
+                    dog.disarm()  # before the connection can go back to the pool
+                    resp.close()
+        except (EndpointUnavailable, requests.exceptions.RequestException, OSError) as e:
+            if dog.fired or (deadline is not None and time.monotonic() >= deadline):
+                raise _cut(stream, t0) from None
+            raise _fault(e, timeout_s) from None
         return _completion(message, finish, usage, time.monotonic() - t0)
 
     def _wait(self, state) -> float:
