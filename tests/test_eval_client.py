@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
+from validate.eval.client import ChatClient, DeadlineCut, EndpointRejected, EndpointUnavailable
 from validate.localserver import Faults, serve
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
@@ -154,3 +154,154 @@ def test_a_context_length_refusal_is_told_apart_from_a_bad_request(server):
     with pytest.raises(EndpointRejected) as e:  # the local server refuses a request body it cannot read
         ChatClient(server.base_url).complete(body(False, temperature=7))
     assert e.value.status == 400 and not e.value.context_length and "temperature" in str(e.value)
+
+
+class _Hostile(BaseHTTPRequestHandler):
+    """Answers as `server.mode` says: a stream dripping a chunk a second (chunked, or delimited by
+    the connection closing) or stalling 10 s after a first chunk sent 1.5 s in, headers or a
+    plain body dripping, or an answer of the wrong shape or model."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        mode, model = self.server.mode, request["model"]
+        chunk = {"model": model, "object": "chat.completion.chunk"}
+        try:
+            if mode in ("drip", "drip_close", "stall"):
+                events = [{**chunk, "choices": [{"index": 0, "delta": {"content": f"w{i} "}}]} for i in range(6)]
+                if mode == "stall":  # past the first read's timeout (the 3 s left when the request began)
+                    time.sleep(1.5)
+                self._events(events, gap_s=10.0 if mode == "stall" else 1.0, chunked=mode != "drip_close")
+            elif mode == "drip_headers":  # a header line a second: no read ever waits long
+                self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                for i in range(10):
+                    self.wfile.write(b"X-Slow-%d: %d\r\n" % (i, i))
+                    self.wfile.flush()
+                    time.sleep(1.0)
+                data = json.dumps(answer(model, "late")).encode()
+                self.wfile.write(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+            elif mode == "drip_plain":
+                data = json.dumps(answer(model, "slow")).encode()
+                self._head("application/json", {"Content-Length": str(len(data))})
+                for i in range(0, len(data), 8):
+                    self.wfile.write(data[i:i + 8])
+                    self.wfile.flush()
+                    time.sleep(0.5)
+            elif mode == "content_int":
+                self._json(answer(model, 123))
+            elif mode == "content_int_stream":
+                self._events([{**chunk, "choices": [{"index": 0, "delta": {"content": 123}}]}], 0, chunked=True)
+            elif mode == "other_model":
+                self._json(answer("someone-else", "hello"))
+            elif mode == "other_model_stream":
+                self._events([{**chunk, "model": "someone-else", "choices": [{"index": 0, "delta": {"content": "x"}}]}],
+                             0, chunked=True)
+        except OSError:  # the client shut its end at the deadline
+            pass
+
+    def _head(self, ctype: str, headers: dict) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def _json(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self._head("application/json", {"Content-Length": str(len(data))})
+        self.wfile.write(data)
+
+    def _events(self, events: list[dict], gap_s: float, chunked: bool) -> None:
+        self._head("text/event-stream", {"Transfer-Encoding": "chunked"} if chunked else {"Connection": "close"})
+        for data in [json.dumps(e).encode() for e in events] + [b"[DONE]"]:
+            event = b"data: " + data + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
+            self.wfile.flush()
+            time.sleep(gap_s)
+        if chunked:
+            self.wfile.write(b"0\r\n\r\n")
+        self.close_connection = not chunked
+
+    def log_message(self, *a):
+        pass
+
+
+def answer(model: str, content) -> dict:
+    return {"model": model, "object": "chat.completion", "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
+
+
+@pytest.fixture
+def hostile():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    httpd.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize("mode", ["drip", "drip_close", "stall"])
+def test_a_dripping_stream_is_cut_at_the_deadline_never_answered(hostile, mode):
+    """A chunk every second never trips the 30 s read timeout; the 3 s deadline bounds the whole
+    request, and the cut answer is the attempt's timeout (`DeadlineCut`), never a Completion.
+    A stream stalled mid-read is cut by the socket's shutdown at the deadline, not by the read
+    timeout (at best the time left when the request began: 1.5 + 3 s)."""
+    hostile.mode = mode
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineCut) as e:
+        ChatClient(hostile.base_url, request_timeout_s=30, retries=2).complete(body(True), deadline=t0 + 3.0)
+    spent = time.monotonic() - t0
+    assert 2.9 < spent < 4.0, f"the request ran {spent:.1f} s under a 3 s deadline"
+    cut = e.value.completion
+    assert cut.message["content"].startswith("w0 " if mode == "stall" else "w0 w1 ")
+    assert "w5" not in cut.message["content"]
+    assert cut.finish_reason is None and cut.tries == 1 and 2.9 < cut.latency_s < 4.0
+
+
+@pytest.mark.parametrize("mode", ["drip_plain", "drip_headers"])
+def test_a_dripping_plain_body_or_header_is_an_endpoint_timeout_at_the_deadline(hostile, mode):
+    hostile.mode = mode  # no sign of the model's progress until the body is whole: the endpoint's fault
+    t0 = time.monotonic()
+    with pytest.raises(EndpointUnavailable) as e:
+        ChatClient(hostile.base_url, request_timeout_s=30, retries=2).complete(body(False), deadline=t0 + 3.0)
+    assert e.value.kind == "timeout" and "deadline" in str(e.value) and time.monotonic() - t0 < 4.0
+
+
+def test_the_agent_ends_a_cut_answer_as_the_attempts_timeout_and_scores_no_reply(hostile, tmp_path):
+    from tests.test_eval_agent import contract
+    from validate.eval.agent import converse, opening
+    from validate.eval.runner import _status
+    from validate.sandbox import Mount, RunRequest, open_sandbox
+    from validate.sandbox.session import open_session
+
+    hostile.mode = "drip"
+    c = contract(hostile.base_url, model="m", attempt_timeout_s=30)
+    request = RunRequest(argv=(), mounts=(Mount(source=tmp_path, target="/workspace", read_only=False),),
+                         name="cut", env={"HOME": "/tmp"})
+    with open_session(open_sandbox("subprocess", image="host"), request) as session:
+        conv = opening(c, "order the paragraphs", {})
+        converse(ChatClient(hostile.base_url, request_timeout_s=30), c, session, conv, 0.0, 1,
+                 time.monotonic() + 3.0)
+    assert conv.termination == "timeout" and conv.reply is None
+    assert conv.turns[-1].content.startswith("w0 ") and conv.turns[-1].completion.latency_s > 2.9  # the evidence
+    assert _status(conv, 1 << 20) == ("timeout", None)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_non_string_content_is_a_bad_response_of_the_endpoint(hostile, stream):
+    hostile.mode = "content_int_stream" if stream else "content_int"
+    with pytest.raises(EndpointUnavailable) as e:
+        ChatClient(hostile.base_url, retries=1, backoff_s=0.01).complete(body(stream))
+    assert e.value.kind == "bad_response" and "content" in str(e.value) and "123" in str(e.value)
+    assert e.value.tries == 2  # retried like every malformed answer, then the attempt's infrastructure error
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_from_another_model_is_refused_naming_both(hostile, stream):
+    hostile.mode = "other_model_stream" if stream else "other_model"
+    with pytest.raises(EndpointUnavailable) as e:
+        ChatClient(hostile.base_url, retries=0).complete(body(stream))
+    assert e.value.kind == "wrong_model" and "'someone-else'" in str(e.value) and "'m'" in str(e.value)

@@ -11,7 +11,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
+from tests.conftest import CORPUS_PATH, ROOT, VALIDATE, subprocess_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -69,9 +69,18 @@ def test_pool_freezes_runs_controls_on_the_frozen_set_then_smoke_tests(project):
     assert result["imported_from"]["validate"].startswith("<venv>")
 
 
+def build_products(root):
+    """The checkout's build products (build/, *.egg-info) and their modification times."""
+    return {str(p): p.stat().st_mtime_ns for pattern in ("build", "build/**/*", "*.egg-info", "*.egg-info/*")
+            for p in root.glob(pattern)}
+
+
 def test_a_second_smoke_test_is_appended_and_reports_are_kept(project):
+    before = build_products(ROOT)
     r = cli("smoke", "ledgers/pool", "--sample", "1", cwd=project)
     assert r.returncode == 0, r.stderr + r.stdout
+    # built in a copy: a build/ left in the checkout would carry stale modules into the next wheel
+    assert build_products(ROOT) == before
     assert len(list((project / "ledgers/pool/smoke").iterdir())) == 2  # the first one is still there
     first = cli("report", "ledgers/pool", cwd=project)
     second = cli("report", "ledgers/pool", cwd=project)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +44,10 @@ def selection(size: int | None, idx: Sequence[int] | None = None, idx_start: int
         if bad or not idx:
             limit = f" and < {size}" if size is not None else ""
             raise ValidateError(f"--idx: every index must be ≥ 0{limit}; got {bad[:5] or 'none'}")
-        return list(idx), f"explicit idx list of {len(set(idx))} tasks"
+        twice = sorted(i for i, n in Counter(idx).items() if n > 1)
+        if twice:  # silently one task where the user counted two
+            raise ValidateError(f"--idx: each index once; {', '.join(map(str, twice[:5]))} given more than once")
+        return list(idx), f"explicit idx list of {len(idx)} tasks"
     stop = idx_stop if idx_stop is not None else (size if size is not None else 20)
     if idx_start < 0 or stop <= idx_start:
         raise ValidateError(f"--idx-stop: must be greater than --idx-start ({idx_start}), which must be ≥ 0")
@@ -59,6 +63,24 @@ def _ceilings(ceilings: dict[str, float] | None) -> dict[str, float]:
         if not (isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0):
             raise ValidateError(f"--ceiling: {name}={value!r}: the reward must be in [0, 1]")
     return dict(ceilings or {})
+
+
+def _some_task_can_pass(env, taskset, idx: Sequence[int]) -> None:
+    """Refuse a selection whose every task has a blocking finding: none could ever be compatible,
+    and a pool of it would play every agent only to FAIL. The scan ends at the first task free
+    of them, so a usual selection costs one task's findings."""
+    first = None
+    for i in idx:
+        try:
+            blocking = [f for f in env.findings(taskset.task(i)) if f.blocking]
+        except (ValueError, IndexError):
+            return  # a task that cannot be generated: the freeze names it
+        if not blocking:
+            return
+        first = first or (i, blocking[0])
+    i, f = first
+    raise ValidateError(f"selection: all {len(idx)} selected tasks have a blocking finding, so none can pass (task "
+                        f"idx {i}: {f.detail}); select other tasks (--idx, --idx-start, --idx-stop) or other data")
 
 
 def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str, Any]) -> BaseModel:
@@ -94,26 +116,30 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it."""
     from validate import environments
     from validate.contract import check_limits, freeze as freeze_contract, load_taskset, write_manifest
-    from validate.options import model_values
+    from validate.options import min_count as check_min_count, model_values, output_file
     from validate.patches import require
     from validate.sandbox import Limits, open_sandbox
 
     env_name = env or environments.default_name()
     if env_name is None:
         raise ValidateError("--env: no environment given and none is the default; install one")
+    path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     environment = environments.get(env_name)
     cfg = _config(environment, config, config_overrides or {})
     lim = check_limits(model_values(Limits, {}, dict(limits or {}), "limits"))
     code = require(allow_patch)
     hints = LoadHints(search=tuple(Path(p) for p in data))
-    chosen, rule = selection(load_taskset(environment, cfg, hints).size, idx, idx_start, idx_stop)
+    taskset = load_taskset(environment, cfg, hints)
+    chosen, rule = selection(taskset.size, idx, idx_start, idx_stop)
+    check_min_count(min_count, len(chosen))
+    _some_task_can_pass(environment, taskset, chosen)
     sandbox = open_sandbox(backend, image=image)
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
         min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
         config_file=_config_file(config))
-    write_manifest(manifest, Path(out) if out is not None else MANIFEST_DIR / f"{name}.json")
+    write_manifest(manifest, path)
     return manifest
 
 
@@ -132,6 +158,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
             concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
     """Load and verify the manifest, check the code, open the backend, pick the run directory."""
     from validate.contract import load_manifest, verify as verify_contract
+    from validate.options import run_directory, utf8_path
     from validate.patches import require
     from validate.paths import RunPaths
     from validate.runner import RunContext
@@ -141,6 +168,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         raise ValidateError("--concurrency: must be between 1 and 256")
     if resume is not None:
         root = Path(resume)
+        utf8_path(root, "--resume")
         if not (root / "manifest.json").is_file():
             raise ValidateError(f"--resume: {root} is not a run directory (no manifest.json)")
         m = load_manifest(manifest or root / "manifest.json")
@@ -151,6 +179,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         root = Path(run_dir) if run_dir else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
         if (root / "manifest.json").exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+        run_directory(root, "--run-dir")  # its name is the run id: refused before anything runs, not after
     code = require(allow_patch)
     hints = LoadHints(search=tuple(Path(p) for p in data))
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=root.name)
@@ -189,11 +218,14 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
          hooks: dict | None = None, log: Callable[[str], None] = print, **where):
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
+    from validate.options import output_dir
     from validate.phases import pool as pool_phase
     from validate.smoke import smoke as smoke_test
 
     if smoke_sample < 0:
         raise ValidateError("--smoke-sample: must be ≥ 0")
+    if manifest_dir is not None:  # the frozen child is written there after the whole pool has run
+        output_dir(manifest_dir, "--manifest-dir")
     ctx = context(manifest, kind="pool", **where)
     beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
     if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
@@ -224,8 +256,10 @@ def _is_eval(run_dir: PathLike) -> bool:
 def report(run_dir: PathLike):
     """Write a new report entry; return (its directory, the dataset verdict it states). An eval
     run directory gets an eval report (`eval_report`), and (its directory, None)."""
+    from validate.options import existing_dir
     from validate.report import write_report
 
+    existing_dir(run_dir, "RUN_DIR")
     if _is_eval(run_dir):
         return eval_report(run_dir), None
     return write_report(Path(run_dir))
@@ -235,7 +269,11 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
           data: Sequence[PathLike] = ()):
     """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
     from validate.audit import audit as audit_run
+    from validate.options import existing_dir, existing_file
 
+    existing_dir(run_dir, "RUN_DIR")  # an audit of nothing is a typo, not a failed audit
+    if signature is not None:
+        existing_file(signature, "--signature")
     if _is_eval(run_dir):
         if signature is not None:
             raise ValidateError("--signature: sign and verify the eval run's checksums with `validate sign`/`audit` "
@@ -271,20 +309,18 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
     from validate import environments
     from validate.eval import contract as ec
     from validate.eval.freeze import parent_of
-    from validate.options import model_values
+    from validate.options import model_spec, model_values, output_file
     from validate.patches import require
 
+    spec = model_spec(id=model, revision=model_revision, server=server, base_url=base_url,
+                      api_key_env=api_key_env)
+    path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     code = require(allow_patch)
     parent, frozen = parent_of(Path(pool_run), None if manifest is None else Path(manifest),
                                tuple(Path(p) for p in data))
     env = environments.get(frozen.environment.name)
-    try:
-        model_spec = ec.ModelSpec(id=model, revision=model_revision, server=server, base_url=base_url,
-                                  api_key_env=api_key_env)
-    except ValueError as e:  # pydantic's ValidationError names the field
-        raise ValidateError(f"--model/--base-url/--api-key-env: {e}") from None
     contract = ec.build(
-        name=name, parent=parent, manifest=frozen, model=model_spec,
+        name=name, parent=parent, manifest=frozen, model=spec,
         reward_code=ec.reward_code_sha256(env.source_files()),
         system_template=ec.DEFAULT_SYSTEM if system_template is None else system_template,
         user_template=ec.DEFAULT_USER if user_template is None else user_template,
@@ -293,7 +329,7 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
         git_commit=code.label, patch=code.patch)
     from validate.evidence import atomic_write
 
-    atomic_write(Path(out) if out is not None else MANIFEST_DIR / f"{name}.json", contract.to_json())
+    atomic_write(path, contract.to_json())
     return contract
 
 
@@ -306,6 +342,7 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
     from validate.eval.client import ChatClient
     from validate.eval.freeze import dataset_manifest
     from validate.eval.run import PASSES, evaluate
+    from validate.options import run_directory
 
     bad = [p for p in passes if p not in PASSES]
     if bad or not passes:
@@ -323,6 +360,7 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-eval-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
         if (root / "manifest.json").exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
+        run_directory(root, "--run-dir")
     m_path = Path(manifest) if manifest is not None else Path(c.parent.manifest_path)
     dataset_manifest(c.parent, m_path)  # refuses any other task set
     key = None
@@ -344,15 +382,17 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
 def eval_report(run_dir: PathLike) -> Path:
     """Write a new eval report entry (report.md, report.html, report.json); return its directory."""
     from validate.eval.report import write_report
+    from validate.options import existing_dir
 
-    return write_report(Path(run_dir))
+    return write_report(existing_dir(run_dir, "RUN_DIR"))
 
 
 def eval_audit(run_dir: PathLike):
     """Re-derive an eval run's sample rows, classes, metrics and reports; return the `AuditResult`."""
     from validate.eval.audit import audit as audit_eval
+    from validate.options import existing_dir
 
-    return audit_eval(Path(run_dir))
+    return audit_eval(existing_dir(run_dir, "RUN_DIR"))
 
 
 def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
@@ -360,5 +400,8 @@ def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
     (naming the field) when their dataset contract, reward or k differ. Returns the comparison
     and the directory it was written to."""
     from validate.eval.compare import compare as compare_runs
+    from validate.options import output_dir
 
+    if out is not None:  # RUN_A and RUN_B are checked by `compare_runs`, naming what an eval run holds
+        output_dir(out, "--out")
     return compare_runs(Path(run_a), Path(run_b), None if out is None else Path(out))

@@ -337,27 +337,38 @@ def cmd_verify(args) -> int:
 
 
 class _Bar:
-    """A progress bar over every attempt a phase plans (phases may plan several times)."""
+    """A progress bar over every attempt a phase plans (phases may plan several times). It is
+    drawn from the first plan on: input refused before anything runs prints its one line only."""
 
     def __enter__(self):
         columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TimeRemainingColumn()]
         self.progress = Progress(*columns, console=err, transient=False)
-        self.progress.__enter__()
         self.bar = self.progress.add_task("attempts", total=0)
+        self.started = False
         self.t0 = time.monotonic()
         return self
 
     def __exit__(self, *exc):
         self.wall_s = time.monotonic() - self.t0
-        return self.progress.__exit__(*exc)
+        return self.progress.__exit__(*exc) if self.started else None
+
+    def _start(self) -> None:
+        if not self.started:
+            self.progress.__enter__()
+            self.started = True
 
     @property
     def hooks(self) -> dict:
         def plan(n: int) -> None:
+            self._start()
             self.progress.update(self.bar, total=self.progress.tasks[0].total + n)
 
-        return {"on_attempt": lambda a: self.progress.advance(self.bar), "on_plan": plan}
+        def attempt(_) -> None:
+            self._start()
+            self.progress.advance(self.bar)
+
+        return {"on_attempt": attempt, "on_plan": plan}
 
 
 def _finish(args, summary, root, wall_s: float) -> int:

@@ -3,13 +3,22 @@ descriptions the schema documents, and a bad value's error names the field.
 
 `add_model_options` adds one ``--field-name`` per field (booleans as ``--x/--no-x``);
 values stay strings until `model_values` hands them to the model, whose validation speaks.
+
+The path checks (`output_file`, `output_dir`, `run_directory`, `existing_dir`,
+`existing_file`) run before a command does anything: a path that cannot be written is
+found by writing there (a probe file, removed at once), not at the end of a run that then
+has nowhere to put its evidence. `min_count` and `model_spec` check option values whose
+model alone would not say which option to fix.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -74,3 +83,115 @@ def model_values(model: type[BaseModel], base: dict[str, Any], overrides: dict[s
         field = str(err["loc"][0]) if err["loc"] else ""
         shown = f"--{field.replace('_', '-')}" if field in overrides else f"{what}.{field}" if field else what
         raise ValidateError(f"{shown}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def utf8_path(path: Path, option: str) -> None:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidateError(f"{option}: the path {ascii(str(path))} is not valid UTF-8; every path the evidence "
+                            f"records must be: choose another name") from None
+
+
+def _probe(directory: Path, option: str, target: Path) -> None:
+    """Refuse unless a file can be created where `target` goes: in `directory`, or (when it does
+    not exist yet) in its nearest existing ancestor, where it would be made."""
+    base = directory
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        raise ValidateError(f"{option}: cannot write {target}: {base} is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".validate-probe.", dir=base)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise ValidateError(f"{option}: cannot write {target} ({e.strerror or e}); choose a path in a writable "
+                            f"directory") from None
+
+
+def output_file(path: str | Path, option: str) -> Path:
+    """A file the command will write (a manifest, a contract)."""
+    p = Path(path)
+    utf8_path(p, option)
+    if p.is_dir():
+        raise ValidateError(f"{option}: {p} is a directory; give the path of the file to write")
+    _probe(p.parent, option, p)
+    return p
+
+
+def output_dir(path: str | Path, option: str) -> Path:
+    """A directory the command will write into (made when missing)."""
+    p = Path(path)
+    utf8_path(p, option)
+    if p.exists() and not p.is_dir():
+        raise ValidateError(f"{option}: {p} exists and is not a directory")
+    _probe(p, option, p)
+    return p
+
+
+def run_directory(path: str | Path, option: str) -> Path:
+    """A run directory: its name is the run's id, which also names its sandboxes' storage, so it
+    follows the storage's rule for a plain file name."""
+    from validate.sandbox.storage import _NAME as PLAIN_NAME
+
+    p = output_dir(path, option)
+    if not PLAIN_NAME.match(p.name):
+        raise ValidateError(f"{option}: the run directory's name {p.name!r} is the run id and must be a plain file "
+                            f"name (letters, digits, '.', '_', '-'; at most 200 characters, not starting with "
+                            f"'.', '_' or '-')")
+    return p
+
+
+def existing_dir(path: str | Path, option: str) -> Path:
+    p = Path(path)
+    utf8_path(p, option)
+    if not p.is_dir():
+        raise ValidateError(f"{option}: {p}: {'not a directory' if p.exists() else 'no such directory'}")
+    return p
+
+
+def existing_file(path: str | Path, option: str) -> Path:
+    p = Path(path)
+    utf8_path(p, option)
+    if not p.is_file():
+        raise ValidateError(f"{option}: {p}: {'not a regular file' if p.exists() else 'no such file'}")
+    return p
+
+
+def min_count(value: int | None, n: int) -> None:
+    """`--min-count` against the `n` tasks selected: a minimum the selection cannot reach (or a
+    minimum of none, which any run meets) is refused."""
+    if value is not None and not 1 <= value <= n:
+        why = f"exceeds the {n} tasks selected" if value > n else "must be ≥ 1"
+        raise ValidateError(f"--min-count: {value} {why}; give 1 to {n} (or select more tasks)")
+
+
+#: The `validate eval freeze` option of each `ModelSpec` field, and what it accepts.
+MODEL_OPTIONS = {"id": ("--model", "the model name the endpoint serves"),
+                 "revision": ("--model-revision", "the exact checkpoint: a commit, a sha256, a tag"),
+                 "server": ("--server", "what serves the model, in words"),
+                 "base_url": ("--base-url", "an http:// or https:// URL naming the endpoint's host, e.g. "
+                                            "http://127.0.0.1:8000/v1"),
+                 "api_key_env": ("--api-key-env", "the name of an environment variable (letters, digits and _, "
+                                                  "not starting with a digit), never the key itself")}
+
+
+def model_spec(**fields: Any):
+    """The contract's `ModelSpec`, or one line naming the option and what it accepts."""
+    from urllib.parse import urlsplit
+
+    from pydantic import ValidationError
+
+    from validate.eval.contract import ModelSpec
+
+    try:
+        spec = ModelSpec(**fields)
+    except ValidationError as e:  # pydantic's own text is several lines of internals
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        option, accepted = MODEL_OPTIONS.get(field, (field or "model", err["msg"]))
+        raise ValidateError(f"{option}: {fields.get(field)!r} is not accepted; give {accepted}") from None
+    if not urlsplit(spec.base_url).hostname:
+        raise ValidateError(f"--base-url: {spec.base_url!r} names no host; give {MODEL_OPTIONS['base_url'][1]}")
+    return spec

@@ -1,7 +1,9 @@
 """Fresh-materialisation smoke test: package, install elsewhere, rerun, compare.
 
-1. Build the sdist and the wheel from the source checkout (``python -m build
-   --no-isolation``, so no network is needed for the build itself).
+1. Build the sdist and the wheel from a copy of the source checkout in the temporary
+   directory (``python -m build --no-isolation``, so no network is needed for the build
+   itself). Never in the checkout: setuptools leaves ``build/`` and ``*.egg-info`` in the tree
+   it builds, and a ``build/`` left there carries modules since deleted into the next wheel.
 2. Create a virtualenv in a fresh temporary directory (no system site-packages) and install
    the wheel into it; dependencies come from pip's configured index.
 3. Check the installed package cannot see the source tree: ``validate`` and ``environment``
@@ -83,12 +85,32 @@ def sample(frozen: Manifest, n: int) -> list[int]:
     return sorted({idx[round(i * (len(idx) - 1) / max(n - 1, 1))] for i in range(n)})
 
 
+def source_copy(src: Path, dest: Path) -> Path:
+    """The checkout's files to build from, copied to `dest`: git's tracked files as they are in the
+    working tree (the code a run records: its commit and the diff of tracked files); outside a
+    git checkout, the tree without build products, caches, virtualenvs and run data."""
+    try:
+        listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z"], capture_output=True, check=True).stdout
+        names = [n for n in os.fsdecode(listed).split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        names = []
+    if not names:
+        shutil.copytree(src, dest, symlinks=True, ignore=shutil.ignore_patterns(
+            "build", "dist", "*.egg-info", ".git", ".venv", "venv", "__pycache__", ".*_cache", "ledgers"))
+        return dest
+    for name in names:
+        if (src / name).is_file() or (src / name).is_symlink():  # a tracked file deleted in the tree is skipped
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, dest / name, follow_symlinks=False)
+    return dest
+
+
 def build_and_install(tmp: Path, log) -> tuple[Path, Path, Path]:
     import importlib.util
 
     if importlib.util.find_spec("build") is None or importlib.util.find_spec("wheel") is None:
         raise ValidateError("smoke: building the wheel needs the [smoke] extra: pip install 'deshuffle-validate[smoke]'")
-    src = source_root()
+    src = source_copy(source_root(), tmp / "src")
     dist = tmp / "dist"
     log("smoke: building the sdist and the wheel ...")
     _sh([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), str(src)])

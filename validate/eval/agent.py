@@ -18,17 +18,21 @@ How it ended (`Termination`): ``answer``; ``max_tokens`` (the answer was cut at
 max_tokens; scored as it is); ``empty_answer``; ``max_turns``; ``context_length`` (the
 endpoint refused the conversation as longer than the model's context); ``timeout`` (the
 attempt's wall clock, run out while the harness holds the turn: between model calls or in the
-model's commands); ``sandbox_ended`` (a command of the model ended its own sandbox before the
+model's commands; or run out while the model's streamed answer was still arriving,
+`DeadlineCut`: the cut answer is kept in its turn as evidence and is never the reply, so it is
+never scored as an answer); ``sandbox_ended`` (a command of the model ended its own sandbox before the
 deadline, `SandboxEnded`: the call is recorded with that error, and no answer follows).
 Endpoint faults after retries (`EndpointUnavailable`), a refused request
 (`EndpointRejected`) and a sandbox that failed for a harness-side cause (`SandboxError`) are
 raised to the runner, the
 exception carrying the time spent on the request that never answered (``wait_s``).
 
-The attempt's clock running out *while a model request is in flight* is such an endpoint
-fault too, never a ``timeout`` of the model: the harness saw no progress of the model during
-that wait, and the endpoint is infrastructure. Calling it the model's timeout scored a hung
-endpoint as an unsolved sample and dropped the wait from the evidence.
+The attempt's clock running out *while a model request is in flight and none of the answer
+has arrived* is such an endpoint fault too, never a ``timeout`` of the model: the harness saw
+no progress of the model during that wait, and the endpoint is infrastructure. Calling it the
+model's timeout scored a hung endpoint as an unsolved sample and dropped the wait from the
+evidence. Once a streamed answer has begun, the model is visibly at work, and the deadline
+cutting it is the attempt's ``timeout``.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from environment.protocol import sha256_tag
-from validate.eval.client import ChatClient, Completion, EndpointRejected
+from validate.eval.client import ChatClient, Completion, DeadlineCut, EndpointRejected
 from validate.eval.contract import EvalContract
 from validate.eval.records import ToolCallRow
 from validate.sandbox.session import SandboxEnded, Session
@@ -176,6 +180,10 @@ def converse(client: ChatClient, contract: EvalContract, session: Session, conv:
                 conv.termination = "context_length"
                 return conv
             raise
+        except DeadlineCut as e:  # the answer had begun: kept as evidence, never the reply
+            conv.turns.append(Turn(completion=e.completion, content=e.completion.message.get("content")))
+            conv.termination = "timeout"
+            return conv
         content = done.message.get("content")
         step = Turn(completion=done, content=content)
         conv.turns.append(step)

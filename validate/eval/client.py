@@ -9,12 +9,24 @@ Endpoint faults are typed, never guessed from the model's text:
 - `EndpointUnavailable` (retried with tenacity, exponential backoff, a 429's ``Retry-After``
   honoured up to ``max_wait_s``): connection refused or reset, a timeout, 429, 408, 5xx, an
   answer cut short (a body shorter than its Content-Length, a stream without ``[DONE]``),
-  a body that is not the API's JSON. After the retries it is the attempt's infrastructure
-  error.
+  a body that is not the API's JSON or not its shape (``content: 123``, a chunk whose
+  ``choices`` is not a list of objects: ``bad_response``), an answer from another model than
+  the one asked for (``wrong_model``: the ``model`` field must be the request's, which is the
+  contract's model id; a load balancer may route to another backend, hence retried). After
+  the retries it is the attempt's infrastructure error.
 - `EndpointRejected` (not retried): any other 4xx. ``context_length`` says the server
   refused the conversation as longer than the model's context (the model's own limit);
   otherwise the request the harness built was refused (the harness's fault, or the
   endpoint's configuration: ``auth`` for 401/403/404).
+- `DeadlineCut` (not retried): the attempt's deadline passed while a streamed answer was
+  still arriving. The deadline bounds the whole request, not each read: a read timeout
+  alone lets a stream that drips a chunk every few seconds run for ever, so the socket is
+  shut at the deadline (`validate.eval.deadline`) and the deadline is checked between
+  chunks. A cut answer is never
+  an answer: it is the attempt's timeout (`validate.eval.agent`), what had arrived kept as
+  evidence only. A deadline passing before any text or tool call arrived, or while a plain (not
+  streamed) body arrived, shows no progress of the model: that stays an
+  `EndpointUnavailable` ``timeout`` (so are headers dripping past the deadline).
 
 The API key is sent only in the ``Authorization`` header of requests to the endpoint; it
 never reaches a sandbox or the evidence.
@@ -27,7 +39,10 @@ import time
 from dataclasses import dataclass, field
 
 import requests
+import urllib3
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
+
+from validate.eval.deadline import Adapter, Watchdog
 
 _CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "context window", "too many tokens",
                     "prompt is too long")
@@ -60,6 +75,14 @@ class EndpointRejected(EndpointError):
     @property
     def auth(self) -> bool:
         return self.status in (401, 403, 404)
+
+
+class DeadlineCut(EndpointError):
+    """The attempt's deadline cut a streamed answer; `completion` holds what had arrived."""
+
+    def __init__(self, message: str, completion: Completion) -> None:
+        super().__init__("deadline", message)
+        self.completion = completion
 
 
 @dataclass
@@ -101,57 +124,183 @@ def _check_status(resp: requests.Response) -> None:
     raise EndpointRejected("rejected", f"{code} {text}", code)
 
 
-def _message_of(body: object) -> tuple[dict, str | None, dict]:
+def _bad(what: str, value: object) -> EndpointUnavailable:
+    return EndpointUnavailable("bad_response", f"{what}: {str(value)[:200]}")
+
+
+def _check_model(body: dict, model: str | None) -> None:
+    """The answer names the model asked for; an answer from another model is refused."""
+    if model is not None and body.get("model") != model:
+        raise EndpointUnavailable("wrong_model", f"the endpoint answered as model {body.get('model')!r}, "
+                                  f"not the contract's model {model!r}")
+
+
+def _text(value: object, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _bad(f"{what} is not a string or null", value)
+
+
+def _message_of(body: object, model: str | None = None) -> tuple[dict, str | None, dict]:
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"] \
             or not isinstance(body["choices"][0], dict) or not isinstance(body["choices"][0].get("message"), dict):
-        raise EndpointUnavailable("bad_response", f"not a chat completion: {str(body)[:200]}")
+        raise _bad("not a chat completion", body)
+    _check_model(body, model)
     choice = body["choices"][0]
     msg = choice["message"]
-    content = msg.get("content")
-    message = {"role": "assistant", "content": content if isinstance(content, str) and content else None}
-    if msg.get("tool_calls"):
-        message["tool_calls"] = msg["tool_calls"]
+    content = _text(msg.get("content"), "message.content")
+    message = {"role": "assistant", "content": content or None}
+    calls = msg.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+        raise _bad("message.tool_calls is not a list of objects", calls)
+    if calls:
+        message["tool_calls"] = calls
     usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     return message, choice.get("finish_reason"), usage
 
 
-def _assemble(lines) -> tuple[dict, str | None, dict]:
-    """The message of a server-sent-event stream; `EndpointUnavailable` when it is cut."""
-    content: list[str] = []
-    calls: dict[int, dict] = {}
-    finish, usage, done = None, {}, False
-    for raw in lines:
-        if done or not raw.startswith(b"data:"):
-            continue  # after [DONE]: read to the end of the body, so the connection goes back to the pool
+class _Stream:
+    """A server-sent-event stream assembled as it arrives, so a cut one still shows what came."""
+
+    def __init__(self, model: str | None) -> None:
+        self.model, self.content, self.calls = model, [], {}
+        #: Chunks that carried text or a tool call: the model's answer had begun.
+        self.finish, self.usage, self.done, self.pieces = None, {}, False, 0
+
+    def feed(self, raw: bytes) -> None:
+        if self.done or not raw.startswith(b"data:"):
+            return  # after [DONE]: read to the end of the body, so the connection goes back to the pool
         data = raw[5:].strip()
         if data == b"[DONE]":
-            done = True
-            continue
+            self.done = True
+            return
         try:
             chunk = json.loads(data)
         except ValueError:
             raise EndpointUnavailable("bad_response", f"a stream chunk is not JSON: {data[:200]!r}") from None
         if not isinstance(chunk, dict) or "error" in chunk:
             raise EndpointUnavailable("server_error", f"the stream reports an error: {str(chunk)[:200]}")
-        usage = chunk.get("usage") or usage
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if isinstance(delta.get("content"), str):
-                content.append(delta["content"])
-            for tc in delta.get("tool_calls") or []:
-                slot = calls.setdefault(int(tc.get("index", 0)), {"id": None, "type": "function",
-                                                                  "function": {"name": "", "arguments": ""}})
-                slot["id"] = tc.get("id") or slot["id"]
-                fn = tc.get("function") or {}
-                slot["function"]["name"] += fn.get("name") or ""
-                slot["function"]["arguments"] += fn.get("arguments") or ""
-            finish = choice.get("finish_reason") or finish
-    if not done:
+        _check_model(chunk, self.model)
+        self.usage = chunk.get("usage") or self.usage
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise _bad("a stream chunk's choices is not a list of objects", choices)
+        for choice in choices:
+            self._delta(choice.get("delta") or {})
+            self.finish = choice.get("finish_reason") or self.finish
+
+    def _delta(self, delta: object) -> None:
+        if not isinstance(delta, dict):
+            raise _bad("a stream delta is not an object", delta)
+        text = _text(delta.get("content"), "delta.content")
+        if text:
+            self.content.append(text)
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+            raise _bad("delta.tool_calls is not a list of objects", calls)
+        self.pieces += bool(text or calls)
+        for tc in calls:
+            fn = tc.get("function") or {}
+            index = tc.get("index", 0)
+            if not isinstance(fn, dict) or not isinstance(index, int) or isinstance(index, bool):
+                raise _bad("a streamed tool call is malformed", tc)
+            slot = self.calls.setdefault(index, {"id": None, "type": "function",
+                                                 "function": {"name": "", "arguments": ""}})
+            slot["id"] = tc.get("id") or slot["id"]
+            slot["function"]["name"] += _text(fn.get("name"), "function.name") or ""
+            slot["function"]["arguments"] += _text(fn.get("arguments"), "function.arguments") or ""
+
+    def result(self) -> tuple[dict, str | None, dict]:
+        message = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return message, self.finish, self.usage if isinstance(self.usage, dict) else {}
+
+
+def _lines(resp: requests.Response):
+    """The lines of a streamed body as they arrive. `requests`' `iter_lines` reads 512 bytes at a
+    time, and on a body delimited by the connection closing it waits for all 512: the deadline
+    checks between chunks would see a dripping stream only in bursts. urllib3's `read1` returns
+    what one read got; its errors are mapped as `requests` maps them."""
+    read1 = getattr(resp.raw, "read1", None)
+    if read1 is None:
+        yield from resp.iter_lines()
+        return
+    pending = b""
+    while True:
+        try:
+            data = read1(65536)
+        except urllib3.exceptions.ProtocolError as e:
+            raise requests.exceptions.ChunkedEncodingError(e) from None
+        except urllib3.exceptions.ReadTimeoutError as e:
+            raise requests.exceptions.ConnectionError(e) from None
+        except urllib3.exceptions.DecodeError as e:
+            raise requests.exceptions.ContentDecodingError(e) from None
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        yield from (line.rstrip(b"\r") for line in lines)
+    if pending:
+        yield pending
+
+
+def _read(resp: requests.Response, stream: _Stream | None, model: str | None,
+          deadline: float | None) -> tuple[dict, str | None, dict]:
+    """The answer of a response whose status is 200: a plain body, or a stream fed chunk by chunk
+    with the deadline checked before each (a line that arrives after it is not taken)."""
+    if stream is None:
+        content = resp.content
+        if deadline is not None and time.monotonic() >= deadline:
+            raise EndpointUnavailable("timeout", "the deadline passed")  # made the cut by the caller
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            raise EndpointUnavailable("bad_response", f"the body is not JSON: {content[:200]!r}") from None
+        return _message_of(parsed, model)
+    if "text/event-stream" not in resp.headers.get("Content-Type", ""):
+        raise EndpointUnavailable("bad_response", f"a stream was asked for; got "
+                                  f"{resp.headers.get('Content-Type')!r}: {resp.content[:200]!r}")
+    for raw in _lines(resp):
+        if deadline is not None and time.monotonic() >= deadline:
+            raise EndpointUnavailable("timeout", "the deadline passed")  # made the cut by the caller
+        stream.feed(raw)
+    if not stream.done:
         raise EndpointUnavailable("truncated", "the stream ended before [DONE]")
-    message = {"role": "assistant", "content": "".join(content) or None}
-    if calls:
-        message["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return message, finish, usage if isinstance(usage, dict) else {}
+    return stream.result()
+
+
+def _fault(e: Exception, timeout_s: float) -> EndpointUnavailable:
+    """The endpoint fault an exception of a request is."""
+    if isinstance(e, EndpointUnavailable):
+        return e
+    if isinstance(e, requests.exceptions.Timeout):
+        return EndpointUnavailable("timeout", f"no answer within {timeout_s:.1f} s ({type(e).__name__})")
+    if isinstance(e, requests.exceptions.ChunkedEncodingError):
+        return EndpointUnavailable("truncated", f"the answer was cut: {e}")
+    return EndpointUnavailable("connection", f"{type(e).__name__}: {str(e)[:300]}")
+
+
+def _completion(message: dict, finish: object, usage: dict, latency_s: float) -> Completion:
+    def tokens(name: str) -> int | None:
+        value = usage.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    return Completion(message=message, finish_reason=finish if isinstance(finish, str) else None,
+                      prompt_tokens=tokens("prompt_tokens"), completion_tokens=tokens("completion_tokens"),
+                      latency_s=latency_s)
+
+
+def _cut(stream: _Stream | None, t0: float) -> EndpointError:
+    """What the deadline passing mid-request is: the attempt's timeout once the model's answer had
+    begun to arrive (`DeadlineCut`), else no progress of the model was seen (an endpoint fault)."""
+    spent = time.monotonic() - t0
+    if stream is None or not stream.pieces:
+        what = "any of the answer" if stream else "the whole answer"
+        return EndpointUnavailable("timeout", f"the attempt's deadline passed {spent:.1f} s into the request, before "
+                                   f"{what} arrived")
+    message, _, usage = stream.result()
+    return DeadlineCut(f"the attempt's deadline cut the streamed answer {spent:.1f} s into the request, after "
+                       f"{stream.pieces} chunks of it", _completion(message, None, usage, spent))
 
 
 class ChatClient:
@@ -163,7 +312,7 @@ class ChatClient:
         self.timeout_s, self.retries = request_timeout_s, retries
         self.max_wait_s, self.backoff_s = max_wait_s, backoff_s
         self.http = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=64, max_retries=0)
+        adapter = Adapter(pool_connections=4, pool_maxsize=64, max_retries=0)
         self.http.mount("http://", adapter)
         self.http.mount("https://", adapter)
         self.headers = {"Content-Type": "application/json"}
@@ -173,40 +322,25 @@ class ChatClient:
     def close(self) -> None:
         self.http.close()
 
-    def _once(self, body: dict, timeout_s: float) -> Completion:
+    def _once(self, body: dict, timeout_s: float, deadline: float | None = None) -> Completion:
         t0 = time.monotonic()
+        model = body.get("model")
+        stream = _Stream(model) if body.get("stream") else None
         try:
-            with self.http.post(self.url, data=json.dumps(body), headers=self.headers, stream=True,
-                                timeout=(min(10.0, timeout_s), timeout_s)) as resp:
-                _check_status(resp)
-                if body.get("stream"):
-                    if "text/event-stream" not in resp.headers.get("Content-Type", ""):
-                        raise EndpointUnavailable("bad_response", f"a stream was asked for; got "
-                                                  f"{resp.headers.get('Content-Type')!r}: {resp.content[:200]!r}")
-                    message, finish, usage = _assemble(resp.iter_lines())
-                else:
-                    try:
-                        parsed = json.loads(resp.content)
-                    except ValueError:
-                        raise EndpointUnavailable("bad_response", f"the body is not JSON: {resp.content[:200]!r}") \
-                            from None
-                    message, finish, usage = _message_of(parsed)
-        except requests.exceptions.Timeout as e:
-            raise EndpointUnavailable("timeout", f"no answer within {timeout_s:.1f} s ({type(e).__name__})") from None
-        except requests.exceptions.ChunkedEncodingError as e:
-            raise EndpointUnavailable("truncated", f"the answer was cut: {e}") from None
-        except requests.exceptions.ConnectionError as e:
-            raise EndpointUnavailable("connection", f"{type(e).__name__}: {str(e)[:300]}") from None
-        except requests.exceptions.RequestException as e:
-            raise EndpointUnavailable("connection", f"{type(e).__name__}: {str(e)[:300]}") from None
-
-        def tokens(name: str) -> int | None:
-            value = usage.get(name)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-        return Completion(message=message, finish_reason=finish if isinstance(finish, str) else None,
-                          prompt_tokens=tokens("prompt_tokens"), completion_tokens=tokens("completion_tokens"),
-                          latency_s=time.monotonic() - t0)
+            with Watchdog(deadline) as dog:
+                resp = self.http.post(self.url, data=json.dumps(body), headers=self.headers, stream=True,
+                                      timeout=(min(10.0, timeout_s), timeout_s))
+                try:
+                    _check_status(resp)
+                    message, finish, usage = _read(resp, stream, model, deadline)
+                finally:
+                    dog.disarm()  # before the connection can go back to the pool
+                    resp.close()
+        except (EndpointUnavailable, requests.exceptions.RequestException, OSError) as e:
+            if dog.fired or (deadline is not None and time.monotonic() >= deadline):
+                raise _cut(stream, t0) from None
+            raise _fault(e, timeout_s) from None
+        return _completion(message, finish, usage, time.monotonic() - t0)
 
     def _wait(self, state) -> float:
         exc = state.outcome.exception()
@@ -216,7 +350,8 @@ class ChatClient:
 
     def complete(self, body: dict, deadline: float | None = None) -> Completion:
         """One assistant message; `EndpointUnavailable` after the retries, `EndpointRejected` at once.
-        `deadline` (a `time.monotonic` instant) bounds every try and every wait."""
+        `deadline` (a `time.monotonic` instant) bounds every try, every wait and every read;
+        `DeadlineCut` when it cut a streamed answer that had begun."""
         faults: list[str] = []
         started = time.monotonic()
 
@@ -233,9 +368,14 @@ class ChatClient:
                 with attempt:
                     if left() <= 0:
                         raise EndpointUnavailable("timeout", "the attempt's time ran out before the request")
-                    done = self._once(body, left())
+                    done = self._once(body, left(), deadline)
         except EndpointUnavailable as e:
             e.tries, e.wait_s = len(faults) + 1, time.monotonic() - started
+            raise
+        except DeadlineCut as e:
+            cut = e.completion
+            cut.tries, cut.faults = len(faults) + 1, faults
+            cut.wait_s = time.monotonic() - started - cut.latency_s
             raise
         done.tries, done.faults = len(faults) + 1, faults
         done.wait_s = time.monotonic() - started - done.latency_s
