@@ -1,6 +1,8 @@
-"""Audit, second half: the numbers. run.json's counts, facts and dataset verdict, every smoke
+"""Audit, second half: the numbers and the run's identity. run.json's counts, facts and
+dataset verdict, its backend, image, agents, run id, times and dataset findings, every smoke
 entry's comparison, and every report's verdict line and Counts table are recomputed from the
-ledgers; the reports are *parsed* (Markdown tables, HTML tables), not searched for a string.
+ledgers, the contract and the environment; the reports are *parsed* (Markdown tables, HTML
+tables), not searched for a string.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
 from validate.paths import RunPaths
-from validate.records import TaskVerdict
+from validate.records import FindingRow, TaskVerdict
 from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
 
@@ -23,6 +25,44 @@ def verdict_rows(path: Path) -> list[TaskVerdict]:
     """tasks.parquet as models (pyarrow's Python objects: no NaN, lists as lists)."""
     return [TaskVerdict.model_validate({**rec, "meta": rec.get("meta") or {}})
             for rec in pq.read_table(path).to_pylist()]
+
+
+def check_identity(ev, tables, manifests, at, r) -> None:
+    """run.json's identity against the contract, the attempts and (`at`, when at hand) the
+    environment; every row's run id against run.json's."""
+    s, where = ev.summary, ev.root / "run.json"
+    m = manifests["manifest.json"]
+    ex = m.execution
+    said = (s.environment, s.backend, s.backend_version, s.image, s.image_digest)
+    if said != (m.environment.name, ex.backend, ex.backend_version, ex.image, ex.image_digest):
+        r.problems.append(f"{where}: environment, backend, backend_version, image or image_digest {said} is not the "
+                          f"contract's")
+    a = tables["attempts.parquet"]
+    declared = {n for x in manifests.values() for n in x.expectations.agents}
+    if s.agents != sorted(set(a["agent"])) or not set(s.agents) <= declared:
+        r.problems.append(f"{where}: agents {s.agents} are not the attempts' {sorted(set(a['agent']))}")
+    for name, table in tables.items():
+        if len(table) and set(table["run_id"]) != {s.run_id}:
+            r.problems.append(f"{ev.root / name}: rows of a run other than {s.run_id}")
+    if len(a):
+        ends = pd.to_datetime(a["finished_at"], utc=True)
+        starts = pd.to_datetime(a["started_at"], utc=True)
+        if (starts > ends).any() or ends.max() > pd.Timestamp(s.finished_at) or s.started_at > s.finished_at:
+            r.problems.append(f"{where}: finished_at {s.finished_at.isoformat()} is before an attempt's end "
+                              f"({ends.max().isoformat()}), or a span runs backwards")
+    if at is not None:
+        taskset = at.taskset(m)
+        found = [FindingRow(**f.model_dump()).model_dump()
+                 for f in at.env.dataset_findings(taskset, (taskset.task(e.idx) for e in m.tasks))]
+        if found != [f.model_dump() for f in s.dataset_findings]:
+            r.problems.append(f"{where}: dataset_findings are not the environment's")
+        every = at.env.families(taskset)
+        uncovered = None if every is None else sorted(set(every) - set(tables["tasks.parquet"]["family"]))
+        if uncovered != s.families_uncovered:
+            r.problems.append(f"{where}: families_uncovered {s.families_uncovered} is not the environment's "
+                              f"{uncovered}")
+    r.checked.append("run.json's environment, backend, image, agents, run id and end time against the contract "
+                     "and the attempts")
 
 
 def check_counts(ev, tables, manifests, r) -> None:

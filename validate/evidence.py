@@ -6,6 +6,12 @@ fsynced before the next is handed out; a line cut short by a crash is dropped on
 file and renamed, so none is ever half-written. `fold` folds the journal into
 ``attempts.parquet`` (marking superseded attempts); `write_verdicts`, the run summary and
 `write_checksums` (``sha256sum -c`` format) follow (`validate.lifecycle.Run` orders them).
+
+Every reply's whole bytes are kept in ``replies/<hex>``, named by their sha256 (the
+attempt's ``reply_sha256``): written atomically and fsynced *before* the attempt's journal
+line, so a journalled attempt's reply is never lost; identical replies are stored once;
+nothing is held in memory. ``reply_text`` in attempts.parquet is only its capped head, for
+people; the audit re-scores from these bytes.
 """
 
 from __future__ import annotations
@@ -70,6 +76,21 @@ def write_parquet(path: Path, rows: Iterable[dict], schema: pa.Schema) -> int:
         writer.write_table(pa.Table.from_pylist(batch, schema=schema))
         n += len(batch)
     return n
+
+
+def reply_path(paths: RunPaths, reply_sha256: str) -> Path:
+    """Where a reply with this ``sha256:<hex>`` tag is stored."""
+    return paths.replies / reply_sha256.removeprefix("sha256:")
+
+
+def store_reply(paths: RunPaths, data: bytes) -> str:
+    """Keep `data` under its sha256 (once: an existing file of that name holds these bytes,
+    which the seal and the audit check); return its ``sha256:<hex>`` tag."""
+    tag = "sha256:" + hashlib.sha256(data).hexdigest()
+    path = reply_path(paths, tag)
+    if not path.is_file():
+        atomic_write(path, data)
+    return tag
 
 
 def file_sha256(path: Path) -> str:

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
-from environment.protocol import ScorerUnavailable, Task, sha256_tag
+from environment.protocol import ScorerUnavailable, Task
 from validate.errors import SandboxError
 from validate.eval import classes
 from validate.eval.agent import Conversation, converse, opening
@@ -39,7 +39,7 @@ from validate.eval.contract import EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
 from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
-from validate.evidence import Journal
+from validate.evidence import Journal, store_reply
 from validate.paths import SANDBOX_WORKSPACE
 from validate.records import Attempt
 from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
@@ -153,7 +153,8 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
                       else ""))
     if reply is not None:
         text = reply[: ctx.manifest.execution.max_reply_text_bytes].decode("utf-8", "replace")
-        row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=text,
+        # The whole reply is kept (reply_text is capped): the eval audit re-scores from these bytes.
+        row.update(reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply), reply_text=text,
                    reply_truncated=len(reply) > ctx.manifest.execution.max_reply_text_bytes)
     stats["reply"] = reply
 
