@@ -132,9 +132,10 @@ def committed_manifests(root: Path) -> Path | None:
 
 
 def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r: AuditResult,
-                 names: tuple[str, ...] = ("manifest.json", "frozen-manifest.json"), loader=load_manifest) -> None:
+                 names: tuple[str, ...] = ("manifest.json", "frozen-manifest.json"), loader=load_manifest) -> int:
     """Each contract equals the committed ``<directory>/<its name>.json`` when that exists;
-    one that has none is named as sealed only (its limits and ceilings are the run's word)."""
+    one that has none is named as sealed only (its limits and ceilings are the run's word).
+    Returns how many were compared."""
     anchored = 0
     for rel in names:
         m = found.get(rel)
@@ -154,8 +155,7 @@ def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r: AuditR
             r.problems.append(f"{paths.root / rel}: is not the committed {committed} (sha256 {m.sha256}, committed "
                               f"{theirs.sha256})")
         anchored += 1
-    if anchored:
-        r.checked.append(f"{anchored} contract(s) equal to the committed manifests")
+    return anchored
 
 
 def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
@@ -361,7 +361,8 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
         problem = verify_signature(paths, signature, identity)
         (r.problems.append(problem) if problem else r.checked.append(f"signature of {identity}"))
     found = _manifests(paths, r)
-    check_anchor(paths, found, manifests if manifests is not None else committed_manifests(paths.root), r)
+    if n := check_anchor(paths, found, manifests if manifests is not None else committed_manifests(paths.root), r):
+        r.checked.append(f"{n} contract(s) compared with the committed manifests")
     tables = _tables(paths, r)
     try:
         from validate.report import load_run

@@ -116,6 +116,7 @@ class Tally:
 
     def __init__(self, r, where: Path) -> None:
         self.r, self.where, self.n = r, where, {}
+        self.from_store = self.from_text = self.unset = 0
 
     def add(self, kind: str, text: str) -> None:
         self.n[kind] = self.n.get(kind, 0) + 1
@@ -129,11 +130,14 @@ class Tally:
 
 
 def stored_reply(paths: RunPaths, row: dict, cap: int, t: Tally, name: str) -> bytes | None:
-    """The attempt's whole reply (None: it left none), its fields checked; False: unverifiable."""
+    """The attempt's whole reply (None: it left none), its fields checked; False: unverifiable.
+    Counts in ``t.n["from reply_text"]`` the replies taken from a ``reply_text`` that hashes to
+    ``reply_sha256`` (evidence recorded before replies/ existed: provably the whole reply)."""
     tag = row["reply_sha256"]
     if tag is None:
         if row["reply_bytes"] is not None or row["reply_text"] is not None or row["reply_truncated"]:
             t.add("reply fields", f"{name}: reply_bytes/reply_text without a reply_sha256")
+        t.unset += 1
         return None
     path = reply_path(paths, tag)
     if path.is_file():
@@ -141,9 +145,11 @@ def stored_reply(paths: RunPaths, row: dict, cap: int, t: Tally, name: str) -> b
         if "sha256:" + hashlib.sha256(data).hexdigest() != tag:
             t.add("stored reply", f"{name}: {path} does not hash to its reply_sha256 {tag}")
             return False
+        t.from_store += 1
     elif row["reply_text"] is not None and not row["reply_truncated"] and \
             "sha256:" + hashlib.sha256(row["reply_text"].encode()).hexdigest() == tag:
         data = row["reply_text"].encode()  # the text is provably the whole reply
+        t.from_text += 1
     else:
         t.add("stored reply", f"{name}: its reply is not stored ({path} is missing and reply_text is not the whole "
                               f"reply {tag}): it cannot be re-scored")
@@ -185,7 +191,9 @@ def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r) ->
                     continue
                 scored += _rescore_one(at.taskset(m), task, reply, row, metrics, cache, t, name)
     t.close()
-    r.checked.append(f"{scored} rewards re-scored from {n} attempts' stored replies; {n} workspaces re-derived")
+    r.checked.append(f"{scored} rewards re-scored from {n} attempts' whole replies ({t.from_store} "
+                     f"from replies/, {t.from_text} from a reply_text that hashes to its reply_sha256, {t.unset} "
+                     f"scored as no reply); {n} workspaces re-derived")
 
 
 def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[str], cache: Path, t: Tally,

@@ -153,8 +153,11 @@ def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditR
         r.problems.append(f"{paths.summary}: names another contract or manifest")
     r.checked.append("both contracts and their hash chain")
     directory = manifests if manifests is not None else committed_manifests(paths.root)
-    check_anchor(paths.run, {"manifest.json": manifest}, directory, r, names=("manifest.json",))
-    check_anchor(paths.run, {"eval-contract.json": contract}, directory, r, names=("eval-contract.json",), loader=load)
+    n = check_anchor(paths.run, {"manifest.json": manifest}, directory, r, names=("manifest.json",))
+    n += check_anchor(paths.run, {"eval-contract.json": contract}, directory, r, names=("eval-contract.json",),
+                      loader=load)
+    if n:
+        r.checked.append(f"{n} contract(s) compared with the committed manifests")
     _identity(ev, contract, manifest, r)
     _attempts(ev.attempts, manifest, contract.k, r, paths.run.attempts)
     at = EnvAtHand({"manifest.json": manifest}, data, paths.root, r)
