@@ -354,3 +354,18 @@ def test_an_eval_reply_replaced(evaluated):
 def test_an_eval_attempts_backend_changed(evaluated):
     edit_row(evaluated / "attempts.parquet", lambda r: True, backend="subprocess")
     _eval_fails(evaluated, "attempts.parquet", "backend or image_digest")
+
+
+def test_a_frozen_manifest_rehashed_with_a_control_ceiling_raised(tmp_path):
+    """The frozen child (controls run under it) keeps its parent's expectations: a ceiling
+    raised in it alone, re-hashed and named in run.json, is refused."""
+    from validate.contract import Manifest
+
+    pool = _copy(_ledger("twohop-pool-"), tmp_path)
+    data = json.loads((pool / "frozen-manifest.json").read_text())
+    control = next(n for n, a in data["expectations"]["agents"].items() if a["role"] == "control")
+    data["expectations"]["agents"][control]["ceiling"] = 1.01
+    m = Manifest.model_validate(data).sealed()
+    (pool / "frozen-manifest.json").write_bytes(m.to_json())
+    edit_json(pool / "run.json", lambda s: s.update(frozen_manifest_sha256=m.sha256))
+    fails(pool, "frozen-manifest.json", "its expectations is not its parent's")

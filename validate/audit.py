@@ -115,12 +115,27 @@ def _manifests(paths: RunPaths, r: AuditResult) -> dict[str, Manifest]:
         parent = None if name == "manifest.json" else frozen if name.startswith("smoke/") else root
         if name != "manifest.json" and (parent is None or m.parent_sha256 != parent.sha256):
             r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
+        elif parent is not None and name != "manifest.json":
+            _same_terms(paths.root / name, m, parent, variant=name.startswith("variants/"), r=r)
     if frozen is not None and root is not None:
         pool = {t.id: t.hash for t in root.tasks}
         if any(pool.get(t.id) != t.hash for t in frozen.tasks):
             r.problems.append(f"{paths.frozen_manifest}: freezes a task that is not in the pool with that hash")
     r.checked.append(f"{len(found)} manifests and their hash chain")
     return found
+
+
+def _same_terms(where: Path, child: Manifest, parent: Manifest, variant: bool, r: AuditResult) -> None:
+    """A child contract (`validate.contract.derive`) keeps its parent's expectations, execution
+    profile and salt, and its environment (a pilot variant: all but the config)."""
+    env, theirs = child.environment, parent.environment
+    if variant:
+        env, theirs = env.model_copy(update={"config": {}}), theirs.model_copy(update={"config": {}})
+    for field, mine, its in (("expectations", child.expectations, parent.expectations),
+                             ("execution", child.execution, parent.execution), ("salt", child.salt, parent.salt),
+                             ("environment", env, theirs)):
+        if mine != its:
+            r.problems.append(f"{where}: its {field} is not its parent's (a derived contract keeps them)")
 
 
 def committed_manifests(root: Path) -> Path | None:
@@ -132,10 +147,12 @@ def committed_manifests(root: Path) -> Path | None:
 
 
 def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r: AuditResult,
-                 names: tuple[str, ...] = ("manifest.json", "frozen-manifest.json"), loader=load_manifest) -> int:
+                 names: tuple[str, ...] = ("manifest.json",), loader=load_manifest) -> int:
     """Each contract equals the committed ``<directory>/<its name>.json`` when that exists;
     one that has none is named as sealed only (its limits and ceilings are the run's word).
-    Returns how many were compared."""
+    Returns how many were compared. A run's derived contracts (the frozen set, the variants)
+    are held to manifest.json instead (`_same_terms`): a pool run again rewrites the
+    committed ``<name>.frozen.json``, which must not fail the earlier pool."""
     anchored = 0
     for rel in names:
         m = found.get(rel)
