@@ -35,7 +35,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.contract import ContractError, Manifest, load_manifest
+from validate.audit_contracts import check_anchor, committed_manifests, read_manifests
+from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import file_sha256, sealed_files
 from validate.paths import RunPaths
@@ -97,82 +98,6 @@ def check_seal(paths: RunPaths, r: AuditResult) -> None:
         if file_sha256(paths.root / name) != listed[name]:
             r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
     r.checked.append(f"checksums over {len(present)} files")
-
-
-def _manifests(paths: RunPaths, r: AuditResult) -> dict[str, Manifest]:
-    found: dict[str, Manifest] = {}
-    files = [paths.manifest, paths.frozen_manifest, *sorted(paths.variants.glob("*.json")),
-             *sorted(paths.smoke.glob("*/manifest.json"))]
-    for p in files:
-        if p.exists():
-            try:
-                found[p.relative_to(paths.root).as_posix()] = load_manifest(p)
-            except ContractError as e:
-                r.problems.append(str(e))
-    root = found.get("manifest.json")
-    frozen = found.get("frozen-manifest.json")
-    for name, m in found.items():
-        parent = None if name == "manifest.json" else frozen if name.startswith("smoke/") else root
-        if name != "manifest.json" and (parent is None or m.parent_sha256 != parent.sha256):
-            r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
-        elif parent is not None and name != "manifest.json":
-            _same_terms(paths.root / name, m, parent, variant=name.startswith("variants/"), r=r)
-    if frozen is not None and root is not None:
-        pool = {t.id: t.hash for t in root.tasks}
-        if any(pool.get(t.id) != t.hash for t in frozen.tasks):
-            r.problems.append(f"{paths.frozen_manifest}: freezes a task that is not in the pool with that hash")
-    r.checked.append(f"{len(found)} manifests and their hash chain")
-    return found
-
-
-def _same_terms(where: Path, child: Manifest, parent: Manifest, variant: bool, r: AuditResult) -> None:
-    """A child contract (`validate.contract.derive`) keeps its parent's expectations, execution
-    profile and salt, and its environment (a pilot variant: all but the config)."""
-    env, theirs = child.environment, parent.environment
-    if variant:
-        env, theirs = env.model_copy(update={"config": {}}), theirs.model_copy(update={"config": {}})
-    for field, mine, its in (("expectations", child.expectations, parent.expectations),
-                             ("execution", child.execution, parent.execution), ("salt", child.salt, parent.salt),
-                             ("environment", env, theirs)):
-        if mine != its:
-            r.problems.append(f"{where}: its {field} is not its parent's (a derived contract keeps them)")
-
-
-def committed_manifests(root: Path) -> Path | None:
-    """The project's ``manifests/`` directory: the nearest one above the run directory."""
-    for parent in Path(root).resolve().parents:
-        if (parent / "manifests").is_dir():
-            return parent / "manifests"
-    return None
-
-
-def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r: AuditResult,
-                 names: tuple[str, ...] = ("manifest.json",), loader=load_manifest) -> int:
-    """Each contract equals the committed ``<directory>/<its name>.json`` when that exists;
-    one that has none is named as sealed only (its limits and ceilings are the run's word).
-    Returns how many were compared. A run's derived contracts (the frozen set, the variants)
-    are held to manifest.json instead (`_same_terms`): a pool run again rewrites the
-    committed ``<name>.frozen.json``, which must not fail the earlier pool."""
-    anchored = 0
-    for rel in names:
-        m = found.get(rel)
-        if m is None:
-            continue
-        committed = None if directory is None else Path(directory) / f"{m.name}.json"
-        if committed is None or not committed.is_file():
-            r.sealed_only.append(f"{rel}: no committed {committed or 'manifests/' + m.name + '.json'} to compare "
-                                 f"with (its limits, ceilings and thresholds are bound by the seal only)")
-            continue
-        try:
-            theirs = loader(committed)
-        except ContractError as e:
-            r.problems.append(str(e))
-            continue
-        if theirs.sha256 != m.sha256:
-            r.problems.append(f"{paths.root / rel}: is not the committed {committed} (sha256 {m.sha256}, committed "
-                              f"{theirs.sha256})")
-        anchored += 1
-    return anchored
 
 
 def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
@@ -254,7 +179,6 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
     """Every verdict row (and every exclusion row) rebuilt, field for field, by the run's own
     `verdict_row` from the task's attempts and the environment (see the module docstring)."""
     from validate.audit_counts import verdict_rows
-    from validate.records import Exclusion
     from validate.runner import verdict_row
 
     where = paths.tasks
@@ -291,6 +215,16 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
     stray = sorted({p for p, _ in stored} - {g.phase for g in summary.groups})
     if stray:
         r.problems.append(f"{where}: verdicts of phase(s) {stray}, which no verdict group of run.json covers")
+    excluded = _exclusions(paths, expected, r)
+    if not summary.groups or skipped:  # a claim only for what was done
+        r.problems.append(f"{where}: {skipped} of {len(summary.groups)} verdict groups could not be re-derived")
+    else:
+        r.checked.append(f"{len(expected)} task rows and {excluded} exclusion rows re-derived from their "
+                         f"attempts and the environment")
+
+
+def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
+    """The exclusion ledger is exactly the re-derived verdicts' exclusions, row for row."""
     excluded = {k: Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx, task_hash=v.task_hash,
                              reason=v.reason, detail=v.detail).model_dump()
                 for k, v in expected.items() if v.verdict == "excluded"}
@@ -299,11 +233,7 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
     if ledger != excluded:
         r.problems.append(f"{paths.exclusions}: its rows are not the re-derived exclusions (reason and detail of "
                           f"each excluded task)")
-    if not summary.groups or skipped:  # a claim only for what was done
-        r.problems.append(f"{where}: {skipped} of {len(summary.groups)} verdict groups could not be re-derived")
-    else:
-        r.checked.append(f"{len(expected)} task rows and {len(excluded)} exclusion rows re-derived from their "
-                         f"attempts and the environment")
+    return len(excluded)
 
 
 def _row(v) -> dict:
@@ -377,7 +307,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
 
         problem = verify_signature(paths, signature, identity)
         (r.problems.append(problem) if problem else r.checked.append(f"signature of {identity}"))
-    found = _manifests(paths, r)
+    found = read_manifests(paths, r)
     if n := check_anchor(paths, found, manifests if manifests is not None else committed_manifests(paths.root), r):
         r.checked.append(f"{n} contract(s) compared with the committed manifests")
     tables = _tables(paths, r)

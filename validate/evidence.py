@@ -90,6 +90,13 @@ def store_reply(paths: RunPaths, data: bytes) -> str:
     path = reply_path(paths, tag)
     if not path.is_file():
         atomic_write(path, data)
+        # The journal line that names this reply is fsynced next: the directory entry must be
+        # on disk first, or a crash could keep the line and lose the file.
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     return tag
 
 

@@ -29,14 +29,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit import (
-    EVAL_SEALED_ONLY,
-    AuditResult,
-    check_anchor,
-    check_attempt_keys,
-    check_seal,
-    committed_manifests,
-)
+from validate.audit import EVAL_SEALED_ONLY, AuditResult, check_attempt_keys, check_seal
+from validate.audit_contracts import check_anchor, committed_manifests
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
