@@ -369,3 +369,26 @@ def test_a_frozen_manifest_rehashed_with_a_control_ceiling_raised(tmp_path):
     (pool / "frozen-manifest.json").write_bytes(m.to_json())
     edit_json(pool / "run.json", lambda s: s.update(frozen_manifest_sha256=m.sha256))
     fails(pool, "frozen-manifest.json", "its expectations is not its parent's")
+
+
+def test_a_judge_answer_missing_from_the_cache_is_a_problem_and_no_judge_is_asked(tmp_path, monkeypatch):
+    """The judge's key set: the audit still asks nothing (the key is hidden while re-scoring),
+    writes nothing into the evidence, and names the attempts it could not re-score."""
+    import urllib.request
+
+    run = _copy(_ledger("curator-judged-pool-"), tmp_path)
+    asked = []
+
+    def urlopen(request, *args, **kwargs):
+        asked.append(getattr(request, "full_url", request))
+        raise OSError("no judge here")
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    scorer = json.loads((run / "manifest.json").read_text())["environment"]["scorer"]
+    assert scorer["env_vars"]
+    for var in scorer["env_vars"]:
+        monkeypatch.setenv(var, "a-key")
+    shutil.rmtree(run / "scorer-cache")
+    fails(run, "attempts.parquet", "cannot be re-scored offline", "asks no judge")
+    assert asked == []
+    assert not (run / "scorer-cache").exists(), "the audit wrote into the evidence"

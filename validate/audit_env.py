@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from environment.protocol import LoadHints
+from environment.protocol import LoadHints, ScorerUnavailable
 from validate.contract import ContractError, Manifest, check_environment, check_tasks, program_sha256
 from validate.evidence import reply_path
 from validate.paths import RunPaths
@@ -209,6 +209,10 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
         return 0
     try:
         s = taskset.score(task, reply or b"", cache)
+    except ScorerUnavailable as e:
+        t.add("reward", f"{name}: cannot be re-scored offline: a scorer dependency is not in the run's scorer-cache "
+                        f"and the audit asks no judge ({str(e)[:200]})")
+        return 0
     except Exception as e:  # noqa: BLE001 - a scorer's exception is what scorer_error records
         if status != "scorer_error":
             t.add("reward", f"{name}: cannot be re-scored offline ({type(e).__name__}: {str(e)[:200]})")
