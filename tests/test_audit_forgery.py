@@ -392,3 +392,10 @@ def test_a_judge_answer_missing_from_the_cache_is_a_problem_and_no_judge_is_aske
     fails(run, "attempts.parquet", "cannot be re-scored offline", "asks no judge")
     assert asked == []
     assert not (run / "scorer-cache").exists(), "the audit wrote into the evidence"
+
+
+def test_a_smoke_reruns_reward_changed_reply_unchanged(tmp_path):
+    pool = _copy(_ledger("twohop-pool-"), tmp_path)
+    rerun = next((pool / "smoke").iterdir()) / "run"
+    before = edit_row(rerun / "attempts.parquet", lambda r: r["reward"] is not None and r["reward"] < 0.5, reward=0.75)
+    fails(pool, "smoke/", "attempts.parquet", f"reward 0.75 but its stored reply re-scores to {before['reward']}")

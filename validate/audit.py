@@ -51,7 +51,7 @@ SEALED_ONLY: tuple[str, ...] = (
     "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr, "
     "error_class, error_message",
     "scorer-cache/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
-    "smoke/*/run/: the rerun's own attempts (compared with the run's, not re-scored)",
+    "smoke/*/run/: the rerun's run.json, tasks.parquet and timings (its attempts are re-scored and compared)",
 )
 EVAL_SEALED_ONLY: tuple[str, ...] = (
     "eval.json: machine, code_commit, started_at, finished_at",
@@ -334,6 +334,10 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     at = EnvAtHand(found, data, paths.root, r)
     if at.ok:
         rescore(paths, at, by_phase, r)
+        for name, m in sorted(found.items()):  # each smoke rerun's own attempts, re-scored the same way
+            rerun = RunPaths(paths.root / Path(name).parent / "run")
+            if name.startswith("smoke/") and rerun.attempts.is_file():
+                rescore(rerun, at, {"smoke": m}, r, label=f"{Path(name).parent}/run: ")
         _verdicts(paths, attempts, s, found, at, r)
     else:
         r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "

@@ -166,7 +166,7 @@ def _same(a, b) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and abs(a - b) < 1e-9)
 
 
-def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r) -> None:
+def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r, label: str = "") -> None:
     """Every attempt's reply, workspace and reward re-derived (see the module docstring)."""
     where = paths.attempts
     t = Tally(r, where)
@@ -191,7 +191,7 @@ def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r) ->
                     continue
                 scored += _rescore_one(at.taskset(m), task, reply, row, metrics, cache, t, name)
     t.close()
-    r.checked.append(f"{scored} rewards re-scored from {n} attempts' whole replies ({t.from_store} "
+    r.checked.append(f"{label}{scored} rewards re-scored from {n} attempts' whole replies ({t.from_store} "
                      f"from replies/, {t.from_text} from a reply_text that hashes to its reply_sha256, {t.unset} "
                      f"scored as no reply); {n} workspaces re-derived")
 
