@@ -92,6 +92,10 @@ class EnvAtHand:
     def taskset(self, m: Manifest):
         return self._sets[self.key(m)][2]
 
+    def tasks(self):
+        """A task of a contract by (config key, idx), the last few kept (attempts come by task)."""
+        return lru_cache(maxsize=256)(lambda key, idx: self._sets[key][2].task(idx))
+
 
 @contextmanager
 def offline(cache: Path, env_vars: tuple[str, ...]) -> Iterator[Path]:
@@ -169,13 +173,15 @@ def _same(a, b) -> bool:
 def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r, label: str = "") -> None:
     """Every attempt's reply, workspace and reward re-derived (see the module docstring)."""
     where = paths.attempts
+    if not by_phase:
+        return  # no contract covers any phase: named by the attempts and verdicts checks
     t = Tally(r, where)
     source = pq.ParquetFile(where)
     metrics = [n for n in source.schema_arrow.names if n.startswith("metric_")]
-    first = next(iter(by_phase.values()))
-    task_of = lru_cache(maxsize=256)(lambda key, idx: at._sets[key][2].task(idx))
+    env_vars = {v for m in by_phase.values() for v in m.environment.scorer.env_vars}
+    task_of = at.tasks()
     n = scored = 0
-    with offline(paths.scorer_cache, first.environment.scorer.env_vars) as cache:
+    with offline(paths.scorer_cache, tuple(sorted(env_vars))) as cache:
         for batch in source.iter_batches(batch_size=1000):
             for row in batch.to_pylist():
                 m = by_phase.get(row["phase"])
