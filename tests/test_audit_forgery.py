@@ -399,3 +399,9 @@ def test_a_smoke_reruns_reward_changed_reply_unchanged(tmp_path):
     rerun = next((pool / "smoke").iterdir()) / "run"
     before = edit_row(rerun / "attempts.parquet", lambda r: r["reward"] is not None and r["reward"] < 0.5, reward=0.75)
     fails(pool, "smoke/", "attempts.parquet", f"reward 0.75 but its stored reply re-scores to {before['reward']}")
+
+
+def test_a_pilots_strata_edited(tmp_path):
+    pilot = _copy(_ledger("pool-1k-pilot-"), tmp_path)
+    edit_json(pilot / "run.json", lambda s: s["strata"][0].update(pool_tasks=s["strata"][0]["pool_tasks"] + 1))
+    fails(pilot, "run.json", "strata")

@@ -47,15 +47,18 @@ from validate.verdicts import Outcome, as_expected, decide
 #: What no audit can re-derive: facts of the machine and of the attempt's inside. They are
 #: bound by ``checksums`` alone, so only ``--signature`` (which covers the checksums) holds them.
 SEALED_ONLY: tuple[str, ...] = (
-    "run.json: machine, code_commit, started_at (a resume starts it again), strata",
+    "run.json: machine, code_commit, started_at (a resume starts it again)",
     "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr, "
     "error_class, error_message",
+    "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
+    "re-derives the answer itself)",
     "scorer-cache/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
     "smoke/*/run/: the rerun's run.json, tasks.parquet and timings (its attempts are re-scored and compared)",
 )
 EVAL_SEALED_ONLY: tuple[str, ...] = (
     "eval.json: machine, code_commit, started_at, finished_at",
     "attempts.parquet: started_at, finished_at, runtime_s, error_class, error_message",
+    "replies/: what the model answered (its reward is re-scored from it; the answer is the model's)",
     "trajectories.parquet: every message, tool call and tool result; samples.parquet: token counts and timings",
 )
 

@@ -61,8 +61,23 @@ def check_identity(ev, tables, manifests, at, r) -> None:
         if uncovered != s.families_uncovered:
             r.problems.append(f"{where}: families_uncovered {s.families_uncovered} is not the environment's "
                               f"{uncovered}")
+        if s.kind == "pilot":
+            _check_strata(s, m, at, taskset, r, where)
     r.checked.append("run.json's environment, backend, image, agents, run id and end time against the contract "
                      "and the attempts")
+
+
+def _check_strata(s, m, at, taskset, r, where) -> None:
+    """A pilot's strata are the environment's over the contract's tasks, the lowest idx of each
+    sampled (`validate.phases.stratify`, given the run's per-stratum count: its largest sample)."""
+    from types import SimpleNamespace
+
+    from validate.phases import stratify
+
+    per_stratum = max((len(x.sampled) for x in s.strata), default=0)
+    again = stratify(SimpleNamespace(manifest=m, env=at.env, taskset=taskset), per_stratum)
+    if [x.model_dump() for x in again] != [x.model_dump() for x in s.strata]:
+        r.problems.append(f"{where}: strata are not the environment's strata of the contract's tasks")
 
 
 def check_counts(ev, tables, manifests, r) -> None:
