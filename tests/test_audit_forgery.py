@@ -405,3 +405,15 @@ def test_a_pilots_strata_edited(tmp_path):
     pilot = _copy(_ledger("pool-1k-pilot-"), tmp_path)
     edit_json(pilot / "run.json", lambda s: s["strata"][0].update(pool_tasks=s["strata"][0]["pool_tasks"] + 1))
     fails(pilot, "run.json", "strata")
+
+
+def test_an_attempt_pointed_at_another_idx(run):
+    edit_row(run / "attempts.parquet", lambda r: r["idx"] == 0, idx=1)
+    fails(run, "attempts.parquet", "or another idx")
+
+
+def test_a_pilots_variant_sha256_edited(tmp_path):
+    pilot = _copy(_ledger("pool-1k-pilot-"), tmp_path)
+    edit_json(pilot / "run.json", lambda s: s["variant_manifest_sha256"].update(
+        {k: "sha256:" + "3" * 64 for k in s["variant_manifest_sha256"]}))
+    fails(pilot, "run.json", "variant_manifest_sha256")

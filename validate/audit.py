@@ -47,7 +47,7 @@ from validate.verdicts import Outcome, as_expected, decide
 #: What no audit can re-derive: facts of the machine and of the attempt's inside. They are
 #: bound by ``checksums`` alone, so only ``--signature`` (which covers the checksums) holds them.
 SEALED_ONLY: tuple[str, ...] = (
-    "run.json: machine, code_commit, started_at (a resume starts it again)",
+    "run.json: machine, code_commit, started_at (a resume starts it again), interrupted",
     "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr, "
     "error_class, error_message",
     "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
@@ -136,13 +136,14 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
         if m is None:
             r.problems.append(f"{where}: attempts of phase {phase!r}, which no contract of this run covers")
             continue
-        hashes = {t.id: t.hash for t in m.tasks}
+        hashes = {t.id: (t.hash, t.idx) for t in m.tasks}
         rules = m.expectations.rules()
-        wrong = group[[hashes.get(t) != h for t, h in zip(group["task_id"], group["task_hash"])]]
+        wrong = group[[hashes.get(t) != (h, i) for t, h, i in zip(group["task_id"], group["task_hash"], group["idx"])]]
         if len(wrong):
             row = wrong.iloc[0]
             r.problems.append(f"{where}: {len(wrong)} attempt(s) of phase {phase} name a task hash that is not the "
-                              f"contract's for that task, e.g. {row['task_id']} {row['task_hash']}")
+                              f"contract's for that task (or another idx), e.g. {row['task_id']} {row['task_hash']} "
+                              f"idx {row['idx']}")
         ex = m.execution
         off = group[(group["backend"] != ex.backend) | (group["image_digest"] != ex.image_digest)]
         if len(off):
@@ -329,6 +330,9 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     if (s.frozen_manifest_sha256 or None) != (found["frozen-manifest.json"].sha256
                                               if "frozen-manifest.json" in found else None):
         r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
+    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith("variants/")}
+    if s.variant_manifest_sha256 != variants:
+        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the variants/ contracts' {variants}")
     by_phase = {p: found[g.manifest] for g in s.groups for p in g.attempt_phases if g.manifest in found}
     if "controls" in by_phase and "frozen-manifest.json" in found:
         by_phase["controls"] = found["frozen-manifest.json"]
