@@ -417,3 +417,8 @@ def test_a_pilots_variant_sha256_edited(tmp_path):
     edit_json(pilot / "run.json", lambda s: s["variant_manifest_sha256"].update(
         {k: "sha256:" + "3" * 64 for k in s["variant_manifest_sha256"]}))
     fails(pilot, "run.json", "variant_manifest_sha256")
+
+
+def test_eval_json_finished_before_its_attempts(evaluated):
+    edit_json(evaluated / "eval.json", lambda s: s.update(finished_at=s["started_at"]))
+    _eval_fails(evaluated, "eval.json", "finished_at")

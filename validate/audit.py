@@ -56,7 +56,7 @@ SEALED_ONLY: tuple[str, ...] = (
     "smoke/*/run/: the rerun's run.json, tasks.parquet and timings (its attempts are re-scored and compared)",
 )
 EVAL_SEALED_ONLY: tuple[str, ...] = (
-    "eval.json: machine, code_commit, started_at, finished_at",
+    "eval.json: machine, code_commit, patch, interrupted, started_at (finished_at is held to the attempts' ends)",
     "attempts.parquet: started_at, finished_at, runtime_s, error_class, error_message",
     "replies/: what the model answered (its reward is re-scored from it; the answer is the model's)",
     "trajectories.parquet: every message, tool call and tool result; samples.parquet: token counts and timings",

@@ -114,7 +114,8 @@ def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r:
 
 
 def _identity(ev, contract, manifest, r: AuditResult) -> None:
-    """eval.json's model, environment, backend and image are the contracts'."""
+    """eval.json's model, environment, backend and image are the contracts'; it ends after its
+    attempts."""
     s = ev.summary
     said = (s.model, s.environment, s.backend, s.image_digest)
     want = (f"{contract.model.id}@{contract.model.revision}", manifest.environment.name, manifest.execution.backend,
@@ -122,6 +123,10 @@ def _identity(ev, contract, manifest, r: AuditResult) -> None:
     if said != want:
         r.problems.append(f"{ev.paths.summary}: model, environment, backend or image_digest {said} is not the "
                           f"contracts' {want}")
+    ends = pd.to_datetime(ev.attempts["finished_at"], utc=True)
+    if len(ends) and (ends.max() > pd.Timestamp(s.finished_at) or s.started_at > s.finished_at):
+        r.problems.append(f"{ev.paths.summary}: finished_at {s.finished_at.isoformat()} is before an attempt's end "
+                          f"({ends.max().isoformat()}), or the run's span runs backwards")
 
 
 def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditResult:
