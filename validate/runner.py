@@ -38,7 +38,7 @@ from environment.protocol import (
 )
 from validate.agents import source_files
 from validate.contract import Manifest, TaskEntry
-from validate.errors import SandboxError, ValidateError
+from validate.errors import EvidenceError, SandboxError, ValidateError
 from validate.evidence import Journal, store_reply
 from validate.patches import CodeState
 from validate.paths import SANDBOX_WORKSPACE, RunPaths
@@ -153,6 +153,8 @@ def attempt_once(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, samp
                    as_expected=as_expected(rule, row["status"], scored.reward, play.manifest.expectations.pass_threshold))
     except (SandboxError, ScorerUnavailable) as e:
         row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+    except EvidenceError:
+        raise  # the reply could not be kept: the evidence itself fails, as a journal write does
     except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
         # The scorer raising on this reply is the environment's fault; anything before it is ours.
         row.update(status="scorer_error" if scoring else "harness_error", error_class=type(e).__name__,

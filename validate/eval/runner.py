@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from environment.protocol import ScorerUnavailable, Task
-from validate.errors import SandboxError
+from validate.errors import EvidenceError, SandboxError
 from validate.eval import classes
 from validate.eval.agent import Conversation, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
@@ -189,6 +189,8 @@ def attempt_once(ec: EvalContext, play: EvalPlay, task: Task, sample: int, numbe
         scored = ctx.taskset.score(task, stats["reply"] or b"", ctx.paths.scorer_cache)
         stats["score_s"] = time.monotonic() - t1
         row.update(reward=scored.reward, metrics=dict(scored.metrics))
+    except EvidenceError:
+        raise  # the reply could not be kept: the evidence itself fails, as a journal write does
     except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
         _fault(row, stats, e)
     row.update(finished_at=_now(), runtime_s=time.monotonic() - t0)
