@@ -422,3 +422,8 @@ def test_a_pilots_variant_sha256_edited(tmp_path):
 def test_eval_json_finished_before_its_attempts(evaluated):
     edit_json(evaluated / "eval.json", lambda s: s.update(finished_at=s["started_at"]))
     _eval_fails(evaluated, "eval.json", "finished_at")
+
+
+def test_a_reply_sha256_naming_a_path_outside_replies(run):
+    edit_row(run / "attempts.parquet", lambda r: r["reply_sha256"] is not None, reply_sha256="sha256:../../run.json")
+    fails(run, "attempts.parquet", "is not a sha256 tag")

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -143,8 +144,11 @@ def stored_reply(paths: RunPaths, row: dict, cap: int, t: Tally, name: str) -> b
             t.add("reply fields", f"{name}: reply_bytes/reply_text without a reply_sha256")
         t.unset += 1
         return None
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", tag):  # a hostile tag must not name a path outside replies/
+        t.add("stored reply", f"{name}: reply_sha256 {tag[:80]!r} is not a sha256 tag")
+        return False
     path = reply_path(paths, tag)
-    if path.is_file():
+    if path.is_file() and not path.is_symlink():
         data = path.read_bytes()
         if "sha256:" + hashlib.sha256(data).hexdigest() != tag:
             t.add("stored reply", f"{name}: {path} does not hash to its reply_sha256 {tag}")
