@@ -293,12 +293,37 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     r.checked.append("the frozen set re-derived from the oracle's attempts")
 
 
+def _names(paths: RunPaths, s, found: dict[str, Manifest], r: AuditResult) -> None:
+    """run.json names exactly the run's contracts by their sha256."""
+    if s.manifest_sha256 != found["manifest.json"].sha256:
+        r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
+    if (s.frozen_manifest_sha256 or None) != (found["frozen-manifest.json"].sha256
+                                              if "frozen-manifest.json" in found else None):
+        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
+    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith("variants/")}
+    if s.variant_manifest_sha256 != variants:
+        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the variants/ contracts' {variants}")
+
+
+def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r: AuditResult) -> None:
+    """With the environment at hand: every reward re-scored (the run's and each smoke rerun's),
+    every verdict and exclusion row rebuilt."""
+    from validate.audit_env import rescore
+
+    rescore(paths, at, by_phase, r)
+    for name, m in sorted(found.items()):
+        rerun = RunPaths(paths.root / Path(name).parent / "run")
+        if name.startswith("smoke/") and rerun.attempts.is_file():
+            rescore(rerun, at, {"smoke": m}, r, label=f"{Path(name).parent}/run: ")
+    _verdicts(paths, attempts, s, found, at, r)
+
+
 def audit(root: Path, signature: Path | None = None, identity: str = "validate", data: tuple = (),
           manifests: Path | None = None) -> AuditResult:
     """Every problem found (each naming its file), what was re-derived, and what is sealed only.
     `manifests`: the committed contracts' directory (default: the project's ``manifests/``)."""
     from validate.audit_counts import check_counts, check_identity, check_reports, check_smokes
-    from validate.audit_env import EnvAtHand, rescore
+    from validate.audit_env import EnvAtHand
 
     paths = RunPaths(Path(root))
     r = AuditResult(sealed_only=list(SEALED_ONLY))
@@ -325,14 +350,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     if len(tables) < 3 or "manifest.json" not in found:
         return r
     s = ev.summary
-    if s.manifest_sha256 != found["manifest.json"].sha256:
-        r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
-    if (s.frozen_manifest_sha256 or None) != (found["frozen-manifest.json"].sha256
-                                              if "frozen-manifest.json" in found else None):
-        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
-    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith("variants/")}
-    if s.variant_manifest_sha256 != variants:
-        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the variants/ contracts' {variants}")
+    _names(paths, s, found, r)
     by_phase = {p: found[g.manifest] for g in s.groups for p in g.attempt_phases if g.manifest in found}
     if "controls" in by_phase and "frozen-manifest.json" in found:
         by_phase["controls"] = found["frozen-manifest.json"]
@@ -340,12 +358,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     _attempts(attempts, by_phase, r, paths.attempts)
     at = EnvAtHand(found, data, paths.root, r)
     if at.ok:
-        rescore(paths, at, by_phase, r)
-        for name, m in sorted(found.items()):  # each smoke rerun's own attempts, re-scored the same way
-            rerun = RunPaths(paths.root / Path(name).parent / "run")
-            if name.startswith("smoke/") and rerun.attempts.is_file():
-                rescore(rerun, at, {"smoke": m}, r, label=f"{Path(name).parent}/run: ")
-        _verdicts(paths, attempts, s, found, at, r)
+        _rederive(paths, at, by_phase, attempts, s, found, r)
     else:
         r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "
                           f"hand (see above)")
