@@ -266,7 +266,7 @@ def report(run_dir: PathLike):
 
 
 def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str = "validate",
-          data: Sequence[PathLike] = ()):
+          data: Sequence[PathLike] = (), manifests: PathLike | None = None):
     """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
     from validate.audit import audit as audit_run
     from validate.options import existing_dir, existing_file
@@ -278,9 +278,9 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
         if signature is not None:
             raise ValidateError("--signature: sign and verify the eval run's checksums with `validate sign`/`audit` "
                                 "of its pool; an eval run's own signature is not supported yet")
-        return eval_audit(run_dir)
+        return eval_audit(run_dir, data=data, manifests=manifests)
     return audit_run(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
-                     data=tuple(Path(p) for p in data))
+                     data=tuple(Path(p) for p in data), manifests=None if manifests is None else Path(manifests))
 
 
 def sign(run_dir: PathLike, key: PathLike) -> Path:
@@ -387,12 +387,14 @@ def eval_report(run_dir: PathLike) -> Path:
     return write_report(existing_dir(run_dir, "RUN_DIR"))
 
 
-def eval_audit(run_dir: PathLike):
-    """Re-derive an eval run's sample rows, classes, metrics and reports; return the `AuditResult`."""
+def eval_audit(run_dir: PathLike, *, data: Sequence[PathLike] = (), manifests: PathLike | None = None):
+    """Re-derive an eval run's replies, rewards, sample rows, classes, metrics and reports;
+    return the `AuditResult`."""
     from validate.eval.audit import audit as audit_eval
     from validate.options import existing_dir
 
-    return audit_eval(existing_dir(run_dir, "RUN_DIR"))
+    return audit_eval(existing_dir(run_dir, "RUN_DIR"), data=tuple(Path(p) for p in data),
+                      manifests=None if manifests is None else Path(manifests))
 
 
 def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):

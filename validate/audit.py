@@ -1,20 +1,27 @@
 """Re-check a run directory without rerunning an agent (`validate audit RUN_DIR`).
 
-Nothing the run wrote about itself is trusted; everything is re-derived:
+Nothing the run wrote about itself is trusted; everything derivable is re-derived, and what
+cannot be is named (`SEALED_ONLY`): bound by the checksums only, so by a signature
+(``--signature``). Anything the audit could not check is a problem, never a note.
 
 1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra; with
    ``--signature``, ``checksums.sig`` verifies (OpenSSH, `validate.signing`).
 2. Contracts: each manifest's sha256 matches its content; the frozen child, the pilot
-   variants and each smoke sample point at their parent by hash; ``run.json`` names them.
-3. Attempts: every attempt's task id and hash are the contract's for its phase, its agent
-   and role are the contract's, its ``as_expected`` and ``superseded`` flags recompute.
-4. Verdicts: every contract task has exactly one verdict, and each equals the verdict
-   function applied to that task's attempts and findings (the findings re-derived from the
-   environment when its data is at hand); the exclusion ledger lists exactly the excluded
-   tasks; the frozen set is exactly the oracle's exception-free passes.
-5. Counts: run.json's counts, facts and dataset verdict recompute; each smoke entry's
-   comparison recomputes; each report's verdict line and Counts table, parsed from
-   report.md and report.html (not searched for a string), equal the ledgers'.
+   variants and each smoke sample point at their parent by hash; ``run.json`` names them;
+   manifest.json and frozen-manifest.json equal the committed ``manifests/<name>.json`` when
+   one exists; each is held to the environment's code and data (`validate.audit_env`).
+3. Attempts: every attempt's task id and hash are the contract's for its phase, its agent,
+   role, backend and image digest are the contract's, its status follows from its exit code
+   and kill flags, its ``as_expected`` and ``superseded`` flags recompute; its reply, its
+   workspace and its reward (re-scored offline by the environment's scorer) re-derive.
+4. Verdicts: every contract task has exactly one verdict row, and each row equals, field for
+   field, the one the run's own `validate.runner.verdict_row` builds from that task's attempts
+   and the environment; the exclusion ledger is exactly those rows' exclusions; the frozen set
+   is exactly the oracle's exception-free passes.
+5. Counts and identity: run.json's counts, facts, dataset verdict, backend, image, agents,
+   dataset findings and times recompute from the ledgers and the contract
+   (`validate.audit_counts`); each smoke entry's comparison recomputes; each report's verdict
+   line and Counts table, parsed, equal the ledgers'.
 
 Any failure names its file.
 """
@@ -28,7 +35,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.contract import ContractError, Manifest, load_manifest
+from validate.audit_contracts import check_anchor, committed_manifests, read_manifests
+from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import file_sha256, sealed_files
 from validate.paths import RunPaths
@@ -36,11 +44,33 @@ from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema
 from validate.verdicts import Outcome, as_expected, decide
 
 
+#: What no audit can re-derive: facts of the machine and of the attempt's inside. They are
+#: bound by ``checksums`` alone, so only ``--signature`` (which covers the checksums) holds them.
+SEALED_ONLY: tuple[str, ...] = (
+    "run.json: machine, code_commit, started_at (a resume starts it again), interrupted",
+    "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr, "
+    "error_class, error_message",
+    "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
+    "re-derives the answer itself)",
+    "scorer-cache/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
+    "smoke/*/run/: the rerun's run.json, tasks.parquet and timings (its attempts are re-scored and compared)",
+)
+EVAL_SEALED_ONLY: tuple[str, ...] = (
+    "eval.json: machine, code_commit, patch, interrupted, started_at (finished_at is held to the attempts' ends)",
+    "attempts.parquet: started_at, finished_at, runtime_s, error_class, error_message",
+    "replies/: what the model answered (its reward is re-scored from it; the answer is the model's)",
+    "trajectories.parquet: every message, tool call and tool result; samples.parquet: token counts and timings",
+)
+
+
 @dataclass
 class AuditResult:
+    """`problems` (each naming its file; any one fails the audit), what was re-derived
+    (`checked`, with counts), and what could only be sealed (`sealed_only`)."""
+
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
-    unchecked: list[str] = field(default_factory=list)
+    sealed_only: list[str] = field(default_factory=list)
 
 
 def check_seal(paths: RunPaths, r: AuditResult) -> None:
@@ -65,30 +95,6 @@ def check_seal(paths: RunPaths, r: AuditResult) -> None:
         if file_sha256(paths.root / name) != listed[name]:
             r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
     r.checked.append(f"checksums over {len(present)} files")
-
-
-def _manifests(paths: RunPaths, r: AuditResult) -> dict[str, Manifest]:
-    found: dict[str, Manifest] = {}
-    files = [paths.manifest, paths.frozen_manifest, *sorted(paths.variants.glob("*.json")),
-             *sorted(paths.smoke.glob("*/manifest.json"))]
-    for p in files:
-        if p.exists():
-            try:
-                found[p.relative_to(paths.root).as_posix()] = load_manifest(p)
-            except ContractError as e:
-                r.problems.append(str(e))
-    root = found.get("manifest.json")
-    frozen = found.get("frozen-manifest.json")
-    for name, m in found.items():
-        parent = None if name == "manifest.json" else frozen if name.startswith("smoke/") else root
-        if name != "manifest.json" and (parent is None or m.parent_sha256 != parent.sha256):
-            r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
-    if frozen is not None and root is not None:
-        pool = {t.id: t.hash for t in root.tasks}
-        if any(pool.get(t.id) != t.hash for t in frozen.tasks):
-            r.problems.append(f"{paths.frozen_manifest}: freezes a task that is not in the pool with that hash")
-    r.checked.append(f"{len(found)} manifests and their hash chain")
-    return found
 
 
 def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
@@ -124,13 +130,25 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
         if m is None:
             r.problems.append(f"{where}: attempts of phase {phase!r}, which no contract of this run covers")
             continue
-        hashes = {t.id: t.hash for t in m.tasks}
+        hashes = {t.id: (t.hash, t.idx) for t in m.tasks}
         rules = m.expectations.rules()
-        wrong = group[[hashes.get(t) != h for t, h in zip(group["task_id"], group["task_hash"])]]
+        wrong = group[[hashes.get(t) != (h, i) for t, h, i in zip(group["task_id"], group["task_hash"], group["idx"])]]
         if len(wrong):
             row = wrong.iloc[0]
             r.problems.append(f"{where}: {len(wrong)} attempt(s) of phase {phase} name a task hash that is not the "
-                              f"contract's for that task, e.g. {row['task_id']} {row['task_hash']}")
+                              f"contract's for that task (or another idx), e.g. {row['task_id']} {row['task_hash']} "
+                              f"idx {row['idx']}")
+        ex = m.execution
+        off = group[(group["backend"] != ex.backend) | (group["image_digest"] != ex.image_digest)]
+        if len(off):
+            r.problems.append(f"{where}: {len(off)} attempt(s) of phase {phase} name a backend or image_digest that "
+                              f"is not the contract's ({ex.backend}, {ex.image_digest}), e.g. {off.iloc[0]['task_id']} "
+                              f"{off.iloc[0]['agent']}: {off.iloc[0]['backend']} {off.iloc[0]['image_digest']}")
+        for row in group.itertuples():
+            if row.role != "model" and row.status in STATUS_OF_RUN and _run_status(row) != row.status:
+                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: status {row.status} "
+                                  f"does not follow from its exit code and kill flags")
+                break
         for row in group.itertuples():
             rule = rules.get(row.agent)
             if rule is None or rule.role != row.role:
@@ -145,75 +163,94 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
                 break
 
 
-def _findings_from_env(paths: RunPaths, manifests: dict[str, Manifest], data: tuple, r: AuditResult):
-    """A function task entry → findings, re-derived from the environment, or None."""
-    from environment.protocol import LoadHints
-    from validate.contract import check_environment, load_taskset
-
-    root = manifests.get("manifest.json")
-    try:
-        env, _, taskset = check_environment(root, LoadHints(search=tuple(data)))
-    except Exception as e:  # noqa: BLE001 - the environment or its data may be missing here
-        r.unchecked.append(f"findings were taken from tasks.parquet, not re-derived: {e}")
-        return None
-    sets = {root.environment.config.__repr__(): taskset}
-
-    def findings(manifest: Manifest, idx: int):
-        key = manifest.environment.config.__repr__()
-        if key not in sets:
-            config = env.Config.model_validate(manifest.environment.config)
-            sets[key] = load_taskset(env, config, manifest.hints(data))
-        return env.findings(sets[key].task(idx))
-
-    r.checked.append("findings re-derived from the environment")
-    return findings
+#: Statuses that follow from the sandbox's result alone (a reply's own trouble aside).
+STATUS_OF_RUN = ("ok", "exit_nonzero", "timeout", "oom", "no_reply")
 
 
-def _verdicts(ev_tasks: pd.DataFrame, attempts: pd.DataFrame, summary, manifests, regen, r: AuditResult,
-              where: Path) -> None:
-    from environment.protocol import Finding
+def _run_status(row) -> str:
+    status = ("timeout" if row.timed_out else "oom" if row.oom_killed
+              else "exit_nonzero" if row.exit_code != 0 else "ok")
+    return "no_reply" if row.status == "no_reply" and status == "ok" else status
 
-    skipped = 0
+
+def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r: AuditResult) -> None:
+    """Every verdict row (and every exclusion row) rebuilt, field for field, by the run's own
+    `verdict_row` from the task's attempts and the environment (see the module docstring)."""
+    from validate.audit_counts import verdict_rows
+    from validate.runner import verdict_row
+
+    where = paths.tasks
+    stored = {(v.phase, v.task_id): v for v in verdict_rows(where)}
+    if len(stored) != pq.ParquetFile(where).metadata.num_rows:
+        r.problems.append(f"{where}: a (phase, task) has more than one verdict row")
+    expected, skipped, bad = {}, 0, 0
     for g in summary.groups:
         tasks_m, exp_m = manifests.get(g.manifest), manifests.get(g.expectations)
         if tasks_m is None or exp_m is None:
             r.problems.append(f"{where}: group {g.phase} names a contract file this run lacks")
             skipped += 1
             continue
-        mine = ev_tasks[ev_tasks["phase"] == g.phase]
-        if sorted(mine["task_id"]) != sorted(t.id for t in tasks_m.tasks) or mine["task_id"].duplicated().any():
+        mine = [k for k in stored if k[0] == g.phase]
+        if sorted(t for _, t in mine) != sorted(t.id for t in tasks_m.tasks):
             r.problems.append(f"{where}: phase {g.phase}: the verdicts do not cover each of the contract's "
                               f"{len(tasks_m.tasks)} tasks exactly once")
-        exp = exp_m.expectations
         sub = attempts[attempts["phase"].isin(g.attempt_phases) & (attempts["sample"] == 0)]
         outcomes = {tid: [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
                                   x.error_class, x.error_message) for x in grp.itertuples()]
-                    for tid, grp in sub.groupby("task_id")}
-        idx_of = {t.id: t.idx for t in tasks_m.tasks}
-        skip_of = {t.id: t.skip for t in tasks_m.tasks}
-        bad = 0
-        for v in mine.itertuples():
-            stored = [Finding(**f) for f in v.findings]
-            findings = stored if regen is None or v.task_id not in idx_of else regen(tasks_m, idx_of[v.task_id])
-            if regen is not None and [f.model_dump() for f in findings] != [f.model_dump() for f in stored]:
-                r.problems.append(f"{where}: {v.task_id}: stored findings differ from the environment's")
-            d = decide(outcomes.get(v.task_id, []), exp.required(skip_of.get(v.task_id, {})), exp.rules(),
-                       exp.pass_threshold,
-                       exp.exception_rule, findings)
-            got = (v.verdict, v.reason if isinstance(v.reason, str) else None, list(v.missing), bool(v.retried))
-            if got != (d.verdict, d.reason, d.missing, d.retried) or not _same(v.oracle_reward, d.oracle_reward) \
-                    or not _same(v.max_control_reward, d.max_control_reward) or not _same(v.margin, d.margin):
+                    for tid, grp in sub.groupby("task_id", sort=False)}
+        taskset = at.taskset(tasks_m)
+        for e in tasks_m.tasks:
+            want = verdict_row(at.env, summary.run_id, g.phase, exp_m, e, taskset.task(e.idx),
+                               outcomes.get(e.id, []))
+            expected[(g.phase, e.id)] = want
+            got = stored.get((g.phase, e.id))
+            if got is not None and _row(got) != _row(want):
                 bad += 1
                 if bad <= 5:
-                    r.problems.append(f"{where}: {v.task_id}: verdict {got[0]} ({got[1]}) but its attempts give "
-                                      f"{d.verdict} ({d.reason}): {d.detail[:200]}")
-    stray = sorted(set(ev_tasks["phase"]) - {g.phase for g in summary.groups})
+                    r.problems.append(f"{where}: {e.id}: {_difference(got, want)}")
+    if bad > 5:
+        r.problems.append(f"{where}: and {bad - 5} more verdict rows that differ from their re-derivation")
+    stray = sorted({p for p, _ in stored} - {g.phase for g in summary.groups})
     if stray:
         r.problems.append(f"{where}: verdicts of phase(s) {stray}, which no verdict group of run.json covers")
+    excluded = _exclusions(paths, expected, r)
     if not summary.groups or skipped:  # a claim only for what was done
         r.problems.append(f"{where}: {skipped} of {len(summary.groups)} verdict groups could not be re-derived")
     else:
-        r.checked.append("every verdict re-derived from its attempts")
+        r.checked.append(f"{len(expected)} task rows and {excluded} exclusion rows re-derived from their "
+                         f"attempts and the environment")
+
+
+def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
+    """The exclusion ledger is exactly the re-derived verdicts' exclusions, row for row."""
+    excluded = {k: Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx, task_hash=v.task_hash,
+                             reason=v.reason, detail=v.detail).model_dump()
+                for k, v in expected.items() if v.verdict == "excluded"}
+    ledger = {(x["phase"], x["task_id"]): Exclusion.model_validate(x).model_dump()
+              for x in pq.read_table(paths.exclusions).to_pylist()}
+    if ledger != excluded:
+        r.problems.append(f"{paths.exclusions}: its rows are not the re-derived exclusions (reason and detail of "
+                          f"each excluded task)")
+    return len(excluded)
+
+
+def _row(v) -> dict:
+    row = v.model_dump()
+    row["meta"] = {k: x for k, x in row["meta"].items() if x is not None}
+    return row
+
+
+def _difference(got, want) -> str:
+    g, w = _row(got), _row(want)
+    if (g["verdict"], g["reason"], g["missing"], g["retried"]) != (w["verdict"], w["reason"], w["missing"],
+                                                                  w["retried"]) or \
+            any(not _same(g[f], w[f]) for f in ("oracle_reward", "max_control_reward", "margin")):
+        return (f"verdict {g['verdict']} ({g['reason']}) but its attempts give {w['verdict']} ({w['reason']}): "
+                f"{w['detail'][:200]}")
+    if g["findings"] != w["findings"]:
+        return "stored findings differ from the environment's"
+    fields = [f for f in w if g[f] != w[f]]
+    return f"{', '.join(fields)} differ from the row re-derived from its attempts and the environment"
 
 
 def _same(a, b) -> bool:
@@ -251,13 +288,41 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     r.checked.append("the frozen set re-derived from the oracle's attempts")
 
 
-def audit(root: Path, signature: Path | None = None, identity: str = "validate", data: tuple = ()) -> AuditResult:
-    """Every problem found (each naming its file), what was checked, and what could not be."""
-    from validate.audit_counts import check_counts, check_smokes
+def _names(paths: RunPaths, s, found: dict[str, Manifest], r: AuditResult) -> None:
+    """run.json names exactly the run's contracts by their sha256."""
+    if s.manifest_sha256 != found["manifest.json"].sha256:
+        r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
+    if (s.frozen_manifest_sha256 or None) != (found["frozen-manifest.json"].sha256
+                                              if "frozen-manifest.json" in found else None):
+        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
+    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith("variants/")}
+    if s.variant_manifest_sha256 != variants:
+        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the variants/ contracts' {variants}")
+
+
+def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r: AuditResult) -> None:
+    """With the environment at hand: every reward re-scored (the run's and each smoke rerun's),
+    every verdict and exclusion row rebuilt."""
+    from validate.audit_env import rescore
+
+    rescore(paths, at, by_phase, r)
+    for name, m in sorted(found.items()):
+        rerun = RunPaths(paths.root / Path(name).parent / "run")
+        if name.startswith("smoke/") and rerun.attempts.is_file():
+            rescore(rerun, at, {"smoke": m}, r, label=f"{Path(name).parent}/run: ")
+    _verdicts(paths, attempts, s, found, at, r)
+
+
+def audit(root: Path, signature: Path | None = None, identity: str = "validate", data: tuple = (),
+          manifests: Path | None = None) -> AuditResult:
+    """Every problem found (each naming its file), what was re-derived, and what is sealed only.
+    `manifests`: the committed contracts' directory (default: the project's ``manifests/``)."""
+    from validate.audit_counts import check_counts, check_identity, check_smokes
     from validate.audit_reports import check_rendered
+    from validate.audit_env import EnvAtHand
 
     paths = RunPaths(Path(root))
-    r = AuditResult()
+    r = AuditResult(sealed_only=list(SEALED_ONLY))
     if not paths.manifest.is_file():
         r.problems.append(f"{paths.root}: not a run directory (no manifest.json)")
         return r
@@ -267,7 +332,9 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
 
         problem = verify_signature(paths, signature, identity)
         (r.problems.append(problem) if problem else r.checked.append(f"signature of {identity}"))
-    manifests = _manifests(paths, r)
+    found = read_manifests(paths, r)
+    if n := check_anchor(paths, found, manifests if manifests is not None else committed_manifests(paths.root), r):
+        r.checked.append(f"{n} contract(s) compared with the committed manifests")
     tables = _tables(paths, r)
     try:
         from validate.report import load_run
@@ -276,23 +343,24 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     except EvidenceError as e:
         r.problems.append(str(e))
         return r
-    if len(tables) < 3 or "manifest.json" not in manifests:
+    if len(tables) < 3 or "manifest.json" not in found:
         return r
     s = ev.summary
-    if s.manifest_sha256 != manifests["manifest.json"].sha256:
-        r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
-    if (s.frozen_manifest_sha256 or None) != (manifests["frozen-manifest.json"].sha256
-                                              if "frozen-manifest.json" in manifests else None):
-        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
-    by_phase = {p: manifests[g.manifest] for g in s.groups for p in g.attempt_phases if g.manifest in manifests}
-    if "controls" in by_phase and "frozen-manifest.json" in manifests:
-        by_phase["controls"] = manifests["frozen-manifest.json"]
+    _names(paths, s, found, r)
+    by_phase = {p: found[g.manifest] for g in s.groups for p in g.attempt_phases if g.manifest in found}
+    if "controls" in by_phase and "frozen-manifest.json" in found:
+        by_phase["controls"] = found["frozen-manifest.json"]
     attempts = tables["attempts.parquet"]
     _attempts(attempts, by_phase, r, paths.attempts)
-    regen = _findings_from_env(paths, manifests, data, r)
-    _verdicts(tables["tasks.parquet"], attempts, s, manifests, regen, r, paths.tasks)
-    _frozen(attempts, tables["tasks.parquet"], manifests, r, paths.frozen_manifest)
-    check_counts(ev, tables, manifests, r)
-    check_smokes(ev, paths, manifests, r)
+    at = EnvAtHand(found, data, paths.root, r)
+    if at.ok:
+        _rederive(paths, at, by_phase, attempts, s, found, r)
+    else:
+        r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "
+                          f"hand (see above)")
+    _frozen(attempts, tables["tasks.parquet"], found, r, paths.frozen_manifest)
+    check_identity(ev, tables, found, at if at.ok else None, r)
+    check_counts(ev, tables, found, r)
+    check_smokes(ev, paths, found, r)
     check_rendered(ev, paths, r)
     return r

@@ -1,7 +1,8 @@
-"""Audit, second half: the numbers. run.json's counts, facts and dataset verdict are
-recomputed from the ledgers, and its smoke fact is held to the smoke entries. The documents
-(reports, smoke results) are rendered again and compared byte for byte by
-`validate.audit_reports`.
+"""Audit, second half: the numbers and the run's identity. run.json's counts, facts and
+dataset verdict, its backend, image, agents, run id, times and dataset findings are
+recomputed from the ledgers, the contract and the environment, and its smoke fact is held to
+the smoke entries. The documents (reports, smoke results) are rendered again and compared
+byte for byte by `validate.audit_reports`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
 from validate.paths import RunPaths
-from validate.records import TaskVerdict
+from validate.records import FindingRow, TaskVerdict
 from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
 
@@ -22,6 +23,59 @@ def verdict_rows(path: Path) -> list[TaskVerdict]:
     """tasks.parquet as models (pyarrow's Python objects: no NaN, lists as lists)."""
     return [TaskVerdict.model_validate({**rec, "meta": rec.get("meta") or {}})
             for rec in pq.read_table(path).to_pylist()]
+
+
+def check_identity(ev, tables, manifests, at, r) -> None:
+    """run.json's identity against the contract, the attempts and (`at`, when at hand) the
+    environment; every row's run id against run.json's."""
+    s, where = ev.summary, ev.root / "run.json"
+    m = manifests["manifest.json"]
+    ex = m.execution
+    said = (s.environment, s.backend, s.backend_version, s.image, s.image_digest)
+    if said != (m.environment.name, ex.backend, ex.backend_version, ex.image, ex.image_digest):
+        r.problems.append(f"{where}: environment, backend, backend_version, image or image_digest {said} is not the "
+                          f"contract's")
+    a = tables["attempts.parquet"]
+    declared = {n for x in manifests.values() for n in x.expectations.agents}
+    if s.agents != sorted(set(a["agent"])) or not set(s.agents) <= declared:
+        r.problems.append(f"{where}: agents {s.agents} are not the attempts' {sorted(set(a['agent']))}")
+    for name, table in tables.items():
+        if len(table) and set(table["run_id"]) != {s.run_id}:
+            r.problems.append(f"{ev.root / name}: rows of a run other than {s.run_id}")
+    if len(a):
+        ends = pd.to_datetime(a["finished_at"], utc=True)
+        starts = pd.to_datetime(a["started_at"], utc=True)
+        if (starts > ends).any() or ends.max() > pd.Timestamp(s.finished_at) or s.started_at > s.finished_at:
+            r.problems.append(f"{where}: finished_at {s.finished_at.isoformat()} is before an attempt's end "
+                              f"({ends.max().isoformat()}), or a span runs backwards")
+    if at is not None:
+        taskset = at.taskset(m)
+        found = [FindingRow(**f.model_dump()).model_dump()
+                 for f in at.env.dataset_findings(taskset, (taskset.task(e.idx) for e in m.tasks))]
+        if found != [f.model_dump() for f in s.dataset_findings]:
+            r.problems.append(f"{where}: dataset_findings are not the environment's")
+        every = at.env.families(taskset)
+        uncovered = None if every is None else sorted(set(every) - set(tables["tasks.parquet"]["family"]))
+        if uncovered != s.families_uncovered:
+            r.problems.append(f"{where}: families_uncovered {s.families_uncovered} is not the environment's "
+                              f"{uncovered}")
+        if s.kind == "pilot":
+            _check_strata(s, m, at, taskset, r, where)
+    r.checked.append("run.json's environment, backend, image, agents, run id and end time against the contract "
+                     "and the attempts")
+
+
+def _check_strata(s, m, at, taskset, r, where) -> None:
+    """A pilot's strata are the environment's over the contract's tasks, the lowest idx of each
+    sampled (`validate.phases.stratify`, given the run's per-stratum count: its largest sample)."""
+    from types import SimpleNamespace
+
+    from validate.phases import stratify
+
+    per_stratum = max((len(x.sampled) for x in s.strata), default=0)
+    again = stratify(SimpleNamespace(manifest=m, env=at.env, taskset=taskset), per_stratum)
+    if [x.model_dump() for x in again] != [x.model_dump() for x in s.strata]:
+        r.problems.append(f"{where}: strata are not the environment's strata of the contract's tasks")
 
 
 def check_counts(ev, tables, manifests, r) -> None:

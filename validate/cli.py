@@ -184,8 +184,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     au.add_argument("--signature", type=Path, metavar="ALLOWED_SIGNERS",
                     help="also verify checksums.sig against this OpenSSH allowed-signers file")
     au.add_argument("--identity", default="validate", help="the signer identity to verify (default: %(default)s)")
-    au.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
-    au.add_argument("--json", action="store_true", help="print the audit's result (problems, checked, unchecked)")
+    au.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
+                    help="where the environment's data is (the audit re-scores every reply with it)")
+    au.add_argument("--manifests", type=Path, metavar="DIR",
+                    help="the committed contracts the run's manifest must equal (default: the project's manifests/)")
+    au.add_argument("--json", action="store_true", help="print the audit's result (problems, checked, sealed_only)")
 
     sg = sub.add_parser("sign", help="sign RUN_DIR/checksums with an OpenSSH key (ssh-keygen -Y sign)")
     sg.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -255,6 +258,10 @@ def _eval_parser(sub) -> None:
     rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     au = acts.add_parser("audit", help="re-derive an eval run's classes, metrics and reports from its evidence")
     au.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    au.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
+                    help="where the environment's data is (the audit re-scores every reply with it)")
+    au.add_argument("--manifests", type=Path, metavar="DIR",
+                    help="the committed contracts the run's must equal (default: the project's manifests/)")
 
 
 def _compare_parser(sub) -> None:
@@ -451,7 +458,8 @@ def cmd_report(args) -> int:
 def cmd_audit(args) -> int:
     from validate import api
 
-    result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data)
+    result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data,
+                       manifests=args.manifests)
     if args.json:
         import dataclasses
         import json
@@ -462,10 +470,10 @@ def cmd_audit(args) -> int:
 
 
 def print_audit(result, run_dir) -> int:
-    """An audit's outcome for a person: what was not checked, each problem, the verdict line;
-    the exit code (1 on any problem)."""
-    for note in result.unchecked:
-        err.print(f"NOT CHECKED {note}", markup=False)
+    """An audit's outcome for a person: what is sealed only, each problem, the verdict line;
+    the exit code (1 on any problem: whatever could not be checked is one)."""
+    for note in result.sealed_only:
+        err.print(f"sealed only — bound by a signature: {note}", markup=False)
     if result.problems:
         for p in result.problems:
             out.print(f"FAIL {p}", markup=False)
@@ -550,7 +558,7 @@ def cmd_eval(args) -> int:
         entry = api.eval_report(args.run_dir)
         out.print(f"wrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
         return 0
-    return print_audit(api.eval_audit(args.run_dir), args.run_dir)
+    return print_audit(api.eval_audit(args.run_dir, data=args.data, manifests=args.manifests), args.run_dir)
 
 
 def cmd_compare(args) -> int:

@@ -7,6 +7,12 @@ file and renamed, so none is ever half-written. `fold` folds the journal into
 ``attempts.parquet`` (marking superseded attempts); `write_verdicts`, the run summary and
 `write_checksums` (``sha256sum -c`` format) follow (`validate.lifecycle.Run` orders them).
 
+Every reply's whole bytes are kept in ``replies/<hex>``, named by their sha256 (the
+attempt's ``reply_sha256``): written atomically and fsynced *before* the attempt's journal
+line, so a journalled attempt's reply is never lost; identical replies are stored once;
+nothing is held in memory. ``reply_text`` in attempts.parquet is only its capped head, for
+people; the audit re-scores from these bytes.
+
 A report names the files it was rendered from (``report.json``'s ``ledgers``: path → sha256).
 A resume rewrites some of them, so `open_run` first copies the set a report names into
 ``earlier/<key>/`` (`keep_earlier`), sealed with the rest; `ledger_source` finds a report's
@@ -77,6 +83,28 @@ def write_parquet(path: Path, rows: Iterable[dict], schema: pa.Schema) -> int:
         writer.write_table(pa.Table.from_pylist(batch, schema=schema))
         n += len(batch)
     return n
+
+
+def reply_path(paths: RunPaths, reply_sha256: str) -> Path:
+    """Where a reply with this ``sha256:<hex>`` tag is stored."""
+    return paths.replies / reply_sha256.removeprefix("sha256:")
+
+
+def store_reply(paths: RunPaths, data: bytes) -> str:
+    """Keep `data` under its sha256 (once: an existing file of that name holds these bytes,
+    which the seal and the audit check); return its ``sha256:<hex>`` tag."""
+    tag = "sha256:" + hashlib.sha256(data).hexdigest()
+    path = reply_path(paths, tag)
+    if not path.is_file():
+        atomic_write(path, data)
+        # The journal line that names this reply is fsynced next: the directory entry must be
+        # on disk first, or a crash could keep the line and lose the file.
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return tag
 
 
 def file_sha256(path: Path) -> str:

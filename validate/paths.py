@@ -9,6 +9,7 @@ A run directory (``ledgers/<run-id>/``)::
         patch.diff                the uncommitted change the code ran with (only with --allow-patch)
         journal.jsonl             attempts as they finish (append-only; folded into Parquet at the end)
         attempts.parquet          one row per attempt, superseded ones included
+        replies/<sha256>          every reply's whole bytes, by content (stored once, before its journal line)
         tasks.parquet             one verdict per task (and phase)
         exclusions.parquet        one row per excluded task, one reason each
         run.json                  run summary: counts, dataset verdict, timings, machine, code
@@ -89,6 +90,10 @@ class RunPaths:
     @property
     def journal(self) -> Path:
         return self.root / "journal.jsonl"
+
+    @property
+    def replies(self) -> Path:
+        return self.root / "replies"
 
     @property
     def attempts(self) -> Path:

@@ -35,12 +35,11 @@ from environment.protocol import (
     ScorerUnavailable,
     Task,
     Taskset,
-    sha256_tag,
 )
 from validate.agents import source_files
 from validate.contract import Manifest, TaskEntry
-from validate.errors import SandboxError, ValidateError
-from validate.evidence import Journal
+from validate.errors import EvidenceError, SandboxError, ValidateError
+from validate.evidence import Journal, store_reply
 from validate.patches import CodeState
 from validate.paths import SANDBOX_WORKSPACE, RunPaths
 from validate.records import Attempt, FindingRow, TaskVerdict
@@ -132,7 +131,8 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
             row.update(error_class="NoReply", error_message="the agent left no reply.txt")
         return None
     text, cut = _text(reply, ex.max_reply_text_bytes)
-    row.update(status=status, reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=text,
+    # The whole reply is kept (reply_text is capped): the audit re-scores from these bytes.
+    row.update(status=status, reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply), reply_text=text,
                reply_truncated=cut)
     return reply
 
@@ -153,6 +153,8 @@ def attempt_once(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, samp
                    as_expected=as_expected(rule, row["status"], scored.reward, play.manifest.expectations.pass_threshold))
     except (SandboxError, ScorerUnavailable) as e:
         row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+    except EvidenceError:
+        raise  # the reply could not be kept: the evidence itself fails, as a journal write does
     except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
         # The scorer raising on this reply is the environment's fault; anything before it is ours.
         row.update(status="scorer_error" if scoring else "harness_error", error_class=type(e).__name__,
@@ -289,18 +291,20 @@ def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Ma
     for a in attempts:
         if a.phase in phases and a.sample == 0:
             outcomes.setdefault(a.task_id, []).append(Outcome.of(a))
+    entries = entries if entries is not None else manifest.tasks
+    return [verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), outcomes.get(e.id, []))
+            for e in entries]
+
+
+def verdict_row(env: Environment, run_id: str, phase: str, manifest: Manifest, entry: TaskEntry, task: Task,
+                outcomes: list[Outcome]) -> TaskVerdict:
+    """One task's verdict row from its attempts' outcomes (the run's and the audit's one way)."""
     exp = manifest.expectations
-    rules = exp.rules()
-    out = []
-    for entry in entries if entries is not None else manifest.tasks:
-        task = taskset.task(entry.idx)
-        findings = ctx.env.findings(task)
-        mine = outcomes.get(entry.id, [])
-        d = decide(mine, exp.required(entry.skip), rules, exp.pass_threshold, exp.exception_rule, findings)
-        out.append(TaskVerdict(
-            run_id=ctx.run_id, phase=phase, task_id=entry.id, idx=entry.idx, task_hash=entry.hash,
-            family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,
-            detail=d.detail, findings=[FindingRow(**f.model_dump()) for f in findings],
-            oracle_reward=d.oracle_reward, max_control_reward=d.max_control_reward,
-            max_control_agent=d.max_control_agent, margin=d.margin, retried=d.retried, n_attempts=len(mine)))
-    return out
+    findings = env.findings(task)
+    d = decide(outcomes, exp.required(entry.skip), exp.rules(), exp.pass_threshold, exp.exception_rule, findings)
+    return TaskVerdict(
+        run_id=run_id, phase=phase, task_id=entry.id, idx=entry.idx, task_hash=entry.hash,
+        family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,
+        detail=d.detail, findings=[FindingRow(**f.model_dump()) for f in findings],
+        oracle_reward=d.oracle_reward, max_control_reward=d.max_control_reward,
+        max_control_agent=d.max_control_agent, margin=d.margin, retried=d.retried, n_attempts=len(outcomes))

@@ -5,10 +5,13 @@ Nothing the run wrote about itself is trusted:
 1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra, every
    line well formed (`validate.audit.check_seal`, the one check both audits run).
 2. Contracts: the eval contract's and the dataset manifest's own sha256 hold; the eval
-   contract's parent is that manifest; eval.json names both.
+   contract's parent is that manifest; eval.json names both, and its model, environment,
+   backend and image digest are theirs; each equals the committed ``manifests/<name>.json``
+   when one exists; the manifest is held to the environment's code and data.
 3. Attempts: keys unique, superseded flags follow the try numbers, every attempt is the
    model's (agent ``model``, role ``model``) on a task of the manifest with its hash, in
-   ``eval-greedy`` (sample 0) or ``eval`` (samples 0..k−1).
+   ``eval-greedy`` (sample 0) or ``eval`` (samples 0..k−1), on the contract's backend and
+   image; its reply, workspace and reward re-derive (re-scored offline, `validate.audit_env`).
 4. Samples and trajectories: exactly one sample row per attempt; its ``solved`` flag and its
    failure class and rule re-derived (`validate.eval.classes`); each attempt's turn rows
    number exactly its ``turns``.
@@ -26,7 +29,8 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit import AuditResult, check_attempt_keys, check_seal
+from validate.audit import EVAL_SEALED_ONLY, AuditResult, check_attempt_keys, check_seal
+from validate.audit_contracts import check_anchor, committed_manifests
 from validate.audit_reports import check_eval_rendered
 from validate.contract import ContractError, load_manifest
 from validate.eval.contract import load
@@ -52,6 +56,10 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     wrong = ((a["phase"] == GREEDY_PHASE) & (a["sample"] != 0)) | ((a["phase"] == SAMPLED_PHASE) & (a["sample"] >= k))
     if wrong.any():
         r.problems.append(f"{where}: sample numbers outside the pass's range")
+    ex = manifest.execution
+    if ((a["backend"] != ex.backend) | (a["image_digest"] != ex.image_digest)).any():
+        r.problems.append(f"{where}: attempts on a backend or image_digest that is not the contract's ({ex.backend}, "
+                          f"{ex.image_digest})")
     r.checked.append(f"{len(a)} attempts against the manifest")
 
 
@@ -106,12 +114,29 @@ def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r:
     r.checked.append("eval.json, eval-tasks.parquet and every report recomputed")
 
 
-def audit(root: Path) -> AuditResult:
+def _identity(ev, contract, manifest, r: AuditResult) -> None:
+    """eval.json's model, environment, backend and image are the contracts'; it ends after its
+    attempts."""
+    s = ev.summary
+    said = (s.model, s.environment, s.backend, s.image_digest)
+    want = (f"{contract.model.id}@{contract.model.revision}", manifest.environment.name, manifest.execution.backend,
+            manifest.execution.image_digest)
+    if said != want:
+        r.problems.append(f"{ev.paths.summary}: model, environment, backend or image_digest {said} is not the "
+                          f"contracts' {want}")
+    ends = pd.to_datetime(ev.attempts["finished_at"], utc=True)
+    if len(ends) and (ends.max() > pd.Timestamp(s.finished_at) or s.started_at > s.finished_at):
+        r.problems.append(f"{ev.paths.summary}: finished_at {s.finished_at.isoformat()} is before an attempt's end "
+                          f"({ends.max().isoformat()}), or the run's span runs backwards")
+
+
+def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditResult:
+    from validate.audit_env import EnvAtHand, rescore
     from validate.errors import EvidenceError
     from validate.eval.report import load_eval
 
     paths = EvalPaths(RunPaths(Path(root)))
-    r = AuditResult()
+    r = AuditResult(sealed_only=list(EVAL_SEALED_ONLY))
     if not paths.contract.is_file():
         r.problems.append(f"{paths.root}: not an eval run directory (no eval-contract.json)")
         return r
@@ -127,7 +152,19 @@ def audit(root: Path) -> AuditResult:
     if (ev.summary.contract_sha256, ev.summary.manifest_sha256) != (contract.sha256, manifest.sha256):
         r.problems.append(f"{paths.summary}: names another contract or manifest")
     r.checked.append("both contracts and their hash chain")
+    directory = manifests if manifests is not None else committed_manifests(paths.root)
+    n = check_anchor(paths.run, {"manifest.json": manifest}, directory, r, names=("manifest.json",))
+    n += check_anchor(paths.run, {"eval-contract.json": contract}, directory, r, names=("eval-contract.json",),
+                      loader=load)
+    if n:
+        r.checked.append(f"{n} contract(s) compared with the committed manifests")
+    _identity(ev, contract, manifest, r)
     _attempts(ev.attempts, manifest, contract.k, r, paths.run.attempts)
+    at = EnvAtHand({"manifest.json": manifest}, data, paths.root, r)
+    if at.ok:
+        rescore(paths.run, at, {GREEDY_PHASE: manifest, SAMPLED_PHASE: manifest}, r)
+    else:
+        r.problems.append(f"{paths.run.attempts}: no reward re-scored: the environment is not at hand (see above)")
     attempts = read_attempts(paths.run)
     samples = [SampleRow.model_validate(row) for row in pq.read_table(paths.samples).to_pylist()]
     _samples(attempts, samples, ev.turns, contract.reward.pass_threshold, r, paths)

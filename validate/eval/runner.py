@@ -30,8 +30,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
-from environment.protocol import ScorerUnavailable, Task, sha256_tag
-from validate.errors import SandboxError
+from environment.protocol import ScorerUnavailable, Task
+from validate.errors import EvidenceError, SandboxError
 from validate.eval import classes
 from validate.eval.agent import Conversation, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
@@ -39,7 +39,7 @@ from validate.eval.contract import EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
 from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
-from validate.evidence import Journal
+from validate.evidence import Journal, store_reply
 from validate.paths import SANDBOX_WORKSPACE
 from validate.records import Attempt
 from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
@@ -153,7 +153,8 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
                       else ""))
     if reply is not None:
         text = reply[: ctx.manifest.execution.max_reply_text_bytes].decode("utf-8", "replace")
-        row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=text,
+        # The whole reply is kept (reply_text is capped): the eval audit re-scores from these bytes.
+        row.update(reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply), reply_text=text,
                    reply_truncated=len(reply) > ctx.manifest.execution.max_reply_text_bytes)
     stats["reply"] = reply
 
@@ -188,6 +189,8 @@ def attempt_once(ec: EvalContext, play: EvalPlay, task: Task, sample: int, numbe
         scored = ctx.taskset.score(task, stats["reply"] or b"", ctx.paths.scorer_cache)
         stats["score_s"] = time.monotonic() - t1
         row.update(reward=scored.reward, metrics=dict(scored.metrics))
+    except EvidenceError:
+        raise  # the reply could not be kept: the evidence itself fails, as a journal write does
     except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
         _fault(row, stats, e)
     row.update(finished_at=_now(), runtime_s=time.monotonic() - t0)
