@@ -105,6 +105,8 @@ def test_a_pool_task_no_control_can_test_is_excluded_counted_and_audited(untesta
     assert all(by_idx[i]["verdict"] == "compatible" for i in TESTABLE)
     attempts = pq.read_table(root / "attempts.parquet").to_pylist()
     assert not [a for a in attempts if a["role"] == "control" and a["idx"] == UNTESTABLE]
+    frozen = json.loads((root / "frozen-manifest.json").read_text())
+    assert frozen["selection"]["idx"] == list(TESTABLE)  # the oracle passed it, yet a task no control tests is not frozen
     assert summary.counts.compatible == 2 and summary.counts.excluded == 1
     assert summary.counts.excluded_by_reason == {"no_negative_control": 1}
     on_disk = json.loads((root / "run.json").read_text())
@@ -114,7 +116,7 @@ def test_a_pool_task_no_control_can_test_is_excluded_counted_and_audited(untesta
     report = sorted((root / "reports").iterdir())[-1] / "report.md"
     assert "excluded: no\\_negative\\_control | 1/3" in report.read_text()  # markdown-escaped
     result = audit(root)
-    assert result.problems == [] and "every verdict re-derived from its attempts" in result.checked
+    assert result.problems == [] and "3 task rows and 1 exclusion rows re-derived from their attempts and the environment" in result.checked
 
 
 @pytest.mark.bwrap
@@ -137,9 +139,10 @@ def test_the_audit_catches_an_untestable_task_forged_compatible(untestable_pool,
 
 @pytest.mark.bwrap
 def test_eval_freeze_refuses_a_pool_with_an_untested_frozen_task(untestable_pool, tmp_path):
-    root = untestable_pool[0]
-    frozen = json.loads((root / "frozen-manifest.json").read_text())
-    assert UNTESTABLE in frozen["selection"]["idx"]  # the oracle passed it, so the pool froze it
+    """A pool never freezes such a task; a frozen contract forged to hold one is refused all the same."""
+    root = tmp_path / "pool"
+    shutil.copytree(untestable_pool[0], root)
+    _frozen_as(root, lambda t: True)
     with pytest.raises(ContractError, match=rf"--pool-run: {root}: no negative control can test 1 frozen task"):
         parent_of(root)
     r = cli("eval", "freeze", "--name", "e", "--pool-run", str(root), "--model", "m", "--model-revision", "r",
@@ -158,15 +161,15 @@ def test_eval_freeze_refuses_a_frozen_task_without_a_control_attempt(untestable_
     rows = [r for r in table.to_pylist() if not (r["role"] == "control" and r["idx"] == TESTABLE[0])]
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
     with pytest.raises(ContractError, match=r"1 frozen task\(s\) have no final, exception-free control attempt"):
-        parent_of(_without_untestable(root))
+        parent_of(root)
 
 
-def _without_untestable(root):
-    """The copy's frozen set without the untestable task (re-sealed), so the evidence check is reached."""
+def _frozen_as(root, keep):
+    """The copy's frozen contract re-made (re-sealed) over the pool's tasks that `keep` accepts."""
     from validate.contract import load_manifest, task_list_sha256, write_manifest
 
     m = load_manifest(root / "frozen-manifest.json")
-    tasks = [t for t in m.tasks if not t.skip]
+    tasks = [t for t in load_manifest(root / "manifest.json").tasks if keep(t)]
     m = m.model_copy(update={"tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
                              "selection": m.selection.model_copy(update={"idx": [t.idx for t in tasks]})}).sealed()
     write_manifest(m, root / "frozen-manifest.json")

@@ -260,9 +260,10 @@ def _same(a, b) -> bool:
 
 def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str, Manifest], r: AuditResult,
             where: Path) -> None:
-    """The frozen set is the oracle's exception-free passes, decided as the pool decided them:
-    with each task's findings (those stored in tasks.parquet, which `_verdicts` holds to the
-    environment's), so a task with a blocking finding is never frozen."""
+    """The frozen set is the oracle's exception-free passes that some control can test, decided
+    as the pool decided them: with each task's findings (those stored in tasks.parquet, which
+    `_verdicts` holds to the environment's), so a task with a blocking finding is never frozen,
+    and with the contract's skips, so a task no control can test is never frozen either."""
     from environment.protocol import Finding
 
     root, frozen = manifests.get("manifest.json"), manifests.get("frozen-manifest.json")
@@ -272,8 +273,9 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     exp = root.expectations
     oracle = exp.named("oracle")[0]
     o = attempts[(attempts["phase"] == "oracle") & (attempts["agent"] == oracle)]
+    testable = {t.id for t in root.tasks if exp.testing(t.skip)}
     passes = set()
-    for tid, grp in o.groupby("task_id"):
+    for tid, grp in o[o["task_id"].isin(testable)].groupby("task_id"):
         outs = [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
                         x.error_class, x.error_message) for x in grp.itertuples()]
         d = decide(outs, [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
@@ -281,7 +283,8 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
         if d.verdict == "compatible":
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:
-        r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes")
+        r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes on the tasks "
+                          f"some control can test")
     controls = attempts[attempts["phase"] == "controls"]
     if not set(controls["task_id"]) <= {t.id for t in frozen.tasks}:
         r.problems.append(f"{where}: controls ran on tasks outside the frozen set")

@@ -2,7 +2,7 @@
 
 - `run_agents`: chosen agents on a contract's tasks (one phase).
 - `pool`: one oracle attempt on every task; each non-pass classified; the exception-free
-  passes frozen as a child contract (if they reach the minimum count); the controls then
+  passes that some control can test frozen as a child contract (if they reach the minimum count); the controls then
   run on exactly that frozen set; then the fresh-materialisation smoke test; one verdict
   per pool task and one dataset verdict.
 - `pilot`: a stratified sample of the contract's tasks (the environment's strata), played
@@ -53,7 +53,8 @@ def run_agents(ctx: RunContext, agents: str, phase: str, concurrency: int, hooks
 
 def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None, manifest_dir: Path | None = None,
          smoke: SmokeFn | None = None) -> RunSummary:
-    """Oracle on every task → freeze the exception-free passes → controls on that set → smoke."""
+    """Oracle on every task → freeze the exception-free passes some control can test → controls on
+    that set → smoke."""
     parent, paths = ctx.manifest, ctx.paths
     config = ctx.env.Config.model_validate(parent.environment.config)
     names = list(parent.expectations.agents)
@@ -69,8 +70,11 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None, manifest
         exp = parent.expectations
         oracle_only = parent.model_copy(update={"expectations": exp.model_copy(
             update={"agents": {n: a for n, a in exp.agents.items() if a.role == "oracle"}})})
+        # A task no control can test can never be compatible: it is not frozen (its verdict, with
+        # its own reason, comes from the whole pool's judgement).
+        testable = {t.id for t in parent.tasks if exp.testing(t.skip)}
         passes = [v.idx for v in judge(ctx, run.journal.marked(), "oracle", oracle_only, ctx.taskset, ("oracle",))
-                  if v.verdict == "compatible"]
+                  if v.verdict == "compatible" and v.task_id in testable]
         if len(passes) < parent.min_task_count:
             note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
                     f"minimum {parent.min_task_count}, so nothing was frozen")
