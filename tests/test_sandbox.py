@@ -33,6 +33,7 @@ from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.cgroups import open_cgroups
 from validate.sandbox.storage import attempt_storage
+from validate.workspace import workspace_sha256
 from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 
 pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
@@ -203,11 +204,19 @@ def test_background_process_does_not_outlive_the_attempt(backend, attempt, tmp_p
     assert_no_sandbox_processes()
 
 
-def test_tampering_with_the_workspace_changes_nothing_the_scorer_reads(backend, attempt):
-    att = attempt(backend, hostile("tamper"))
+def test_tampering_with_the_workspace_changes_nothing_the_scorer_reads(backend, sandboxes, tmp_path):
+    sandbox, agent = sandboxes(backend), hostile("tamper")
+    manifest = make_manifest(sandbox, idx=[0], env_name="deshuffle-hostile", controls=[agent.name, "empty"],
+                             limits=LIMITS, infra_retries=0)
+    ctx = make_ctx(manifest, sandbox, tmp_path / "run")
+    task = ctx.taskset.task(0)
+    first, second = play(ctx, task, agent), play(ctx, task, REGISTRY["empty"])
+    att = first[0]
     assert att.status == "ok" and att.reward < 1.0 and att.as_expected
-    # The evidence hashes the workspace as materialised, not as the agent left it.
-    assert att.workspace_sha256 == attempt(backend, REGISTRY["empty"]).workspace_sha256
+    # The evidence hashes the workspace as materialised, not as the agent left it: the same as
+    # an agent that touches nothing on the same task of the same contract (a contract's secret
+    # keys its shuffle, so another contract's task 0 is another workspace).
+    assert att.workspace_sha256 == second[0].workspace_sha256 == workspace_sha256(dict(task.files))
 
 
 # --- the backends driven directly with RunRequests ------------------------------------------
