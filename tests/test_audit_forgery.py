@@ -348,7 +348,7 @@ def test_an_eval_reward_raised_reply_unchanged(evaluated):
 
 def test_an_eval_reply_replaced(evaluated):
     edit_row(evaluated / "attempts.parquet", lambda r: r["reply_text"], reply_text="a better answer")
-    _eval_fails(evaluated, "attempts.parquet", "is not stored")
+    _eval_fails(evaluated, "attempts.parquet", "reply_text or reply_truncated are not its stored reply's")
 
 
 def test_an_eval_attempts_backend_changed(evaluated):

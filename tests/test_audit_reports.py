@@ -24,6 +24,13 @@ DATA = (CORPUS_PATH,)
 LEDGERS = Path(__file__).resolve().parents[1] / "ledgers"
 
 
+def latest(prefix: str) -> Path:
+    """The newest committed run whose directory name starts with `prefix` (re-recording renames them)."""
+    found = sorted(LEDGERS.glob(f"{prefix}*"))
+    assert found, f"no committed run {prefix}* under {LEDGERS}"
+    return found[-1]
+
+
 def reseal(root: Path) -> None:
     write_checksums(RunPaths(root))
 
@@ -281,7 +288,7 @@ def test_an_unknown_renderer_version(run):
 # --- smoke results, eval reports, comparisons: copies of committed ledgers ----------------
 
 def _pool_with_a_fresh_report(tmp_path: Path) -> Path:
-    src = LEDGERS / "twohop-pool-20261130T224755Z"
+    src = latest("twohop-pool-")
     root = tmp_path / src.name
     shutil.copytree(src, root)
     shutil.rmtree(root / "reports")  # written by an earlier renderer: replaced, so only the forgery differs
@@ -308,7 +315,7 @@ def _eval_copy(tmp_path: Path, name: str) -> Path:
     return root
 
 
-EVALS = ("eval-baseline-t0.7-eval-20261130T210833Z", "eval-baseline-t1.0-eval-20261130T210128Z")
+EVALS = tuple(latest(f"eval-baseline-t{t}-eval-").name for t in ("0.7", "1.0"))
 
 
 def test_an_edited_eval_report(tmp_path):

@@ -45,7 +45,7 @@ def test_a_report_reads_exactly_the_files_it_names(tmp_path):
     from validate.errors import EvidenceError
     from validate.report import load_run, render, report_inputs
 
-    src = Path(__file__).resolve().parents[1] / "ledgers" / "twohop-pool-20261130T224755Z"
+    src = sorted((Path(__file__).resolve().parents[1] / "ledgers").glob("twohop-pool-*"))[-1]
     root = tmp_path / "a" / src.name
     shutil.copytree(src, root)
     names = report_inputs(root)
