@@ -13,9 +13,10 @@ import pytest
 
 import pandas as pd
 
-from environment.deshuffle import Corpus, DeshuffleConfig, DeshuffleTaskset
+from environment.deshuffle import Corpus
+from validate.contract import check_environment, derive
 from validate.phases import run_agents
-from tests.conftest import make_ctx, make_manifest
+from tests.conftest import HINTS, make_ctx, make_manifest
 
 pytestmark = pytest.mark.bwrap
 
@@ -38,10 +39,10 @@ def tiny(tmp_path_factory):
     return path, Corpus.from_path(path)
 
 
-def verdicts_for(tiny, sandboxes, tmp_path, idx):
+def verdicts_for(tiny, sandboxes, tmp_path, idx, manifest=None):
     path, _ = tiny
     sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=idx, corpus=str(path))
+    manifest = manifest or make_manifest(sandbox, idx=idx, corpus=str(path))
     run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "all", "run", 2)
     tasks = pd.read_parquet(tmp_path / "run/tasks.parquet")
     return {row.idx: row for row in tasks.itertuples()}, pd.read_parquet(tmp_path / "run/attempts.parquet")
@@ -59,23 +60,28 @@ def test_identical_units_are_flagged_in_the_detail(tiny, sandboxes, tmp_path):
     assert "repeat an earlier unit's text" in v.detail and "cannot be recovered" in v.detail
 
 
-def pair_task(tiny, sandboxes, gold: list[int]) -> int:
-    """An idx anchoring the two-paragraph paper (idx 2, 6, 10, ...) whose shuffle gave `gold`."""
-    _, corpus = tiny
-    taskset = DeshuffleTaskset(DeshuffleConfig(), corpus)
-    return next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == gold)
+def pair_task(tiny, sandboxes, gold: list[int]):
+    """An idx anchoring the two-paragraph paper (idx 2, 6, 10, ...) whose shuffle gave `gold`,
+    and a contract holding just that task. The shuffle is keyed by the contract's secret, so
+    the idx is searched for in one contract's tasks and the child contract keeps its salt."""
+    path, _ = tiny
+    sandbox = sandboxes("bwrap")
+    parent = make_manifest(sandbox, idx=list(range(2, 400, 4)), corpus=str(path))
+    env, _, taskset = check_environment(parent, HINTS)
+    idx = next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == gold)
+    return idx, derive(parent, env, taskset, name="pair", idx=[idx], rule=f"the pair task whose shuffle gave {gold}")
 
 
 def test_displayed_order_correct_makes_identity_pass(tiny, sandboxes, tmp_path):
-    idx = pair_task(tiny, sandboxes, [1, 2])
-    v = verdicts_for(tiny, sandboxes, tmp_path, [idx])[0][idx]
+    idx, manifest = pair_task(tiny, sandboxes, [1, 2])
+    v = verdicts_for(tiny, sandboxes, tmp_path, [idx], manifest)[0][idx]
     assert v.reason == "invalid_task_or_verifier"
     assert "control identity passed" in v.detail and "displayed order is already the true order" in v.detail
 
 
 def test_a_control_passing_by_chance_on_a_tiny_paper(tiny, sandboxes, tmp_path):
-    idx = pair_task(tiny, sandboxes, [2, 1])
-    v = verdicts_for(tiny, sandboxes, tmp_path, [idx])[0][idx]
+    idx, manifest = pair_task(tiny, sandboxes, [2, 1])
+    v = verdicts_for(tiny, sandboxes, tmp_path, [idx], manifest)[0][idx]
     assert v.reason == "invalid_task_or_verifier" and "control reversed passed" in v.detail
 
 
