@@ -260,15 +260,21 @@ def gz_bomb(path, chunk: bytes, expanded_bytes: int):
     return path
 
 
+# The child's own peak: Linux carries ru_maxrss over fork and exec from a (large) parent, so
+# the peak is reset first (clear_refs 5) and read back as VmHWM.
 _LOAD_AND_MEASURE = """
-import json, resource, sys
+import json, re, sys
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
 from environment.deshuffle import Corpus, CorpusError
 try:
     Corpus.from_path(sys.argv[1])
     msg = None
 except CorpusError as e:
     msg = str(e)
-print(json.dumps({"error": msg, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+with open("/proc/self/status") as f:
+    peak_kb = int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1))
+print(json.dumps({"error": msg, "max_rss_mb": peak_kb / 1024}))
 """
 
 
