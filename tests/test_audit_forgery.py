@@ -215,11 +215,21 @@ def test_run_json_agents_changed(run):
 
 # --- tasks.parquet and exclusions.parquet rows, whole -----------------------------------
 
-@pytest.mark.parametrize("field,value", [("detail", "forged"), ("family", "forged"),
-                                         ("max_control_agent", "reversed"), ("n_attempts", 99)])
+@pytest.mark.parametrize("field,value", [("detail", "forged"), ("family", "forged"), ("n_attempts", 99)])
 def test_a_verdict_rows_field_changed(run, field, value):
     edit_row(run / "tasks.parquet", lambda r: r[field] != value, **{field: value})
     fails(run, "tasks.parquet", field, "differ from the row re-derived")
+
+
+def test_a_verdict_rows_max_control_agent_named_another_control(run):
+    """A plausible forgery: the row names another of the contract's controls. Which control
+    scored highest depends on the contract's salt, so the forged name is chosen per row."""
+    rows = pq.read_table(run / "tasks.parquet").to_pylist()
+    controls = sorted({r["max_control_agent"] for r in rows} | {"identity", "reversed"})
+    row = rows[0]
+    other = next(c for c in controls if c != row["max_control_agent"])
+    edit_row(run / "tasks.parquet", lambda r: r["task_id"] == row["task_id"], max_control_agent=other)
+    fails(run, "tasks.parquet", "max_control_agent", "differ from the row re-derived")
 
 
 def test_an_exclusions_detail_changed(excluded):
