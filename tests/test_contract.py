@@ -75,6 +75,22 @@ def test_changed_image_or_profile_is_refused(bwrap_manifest, sandboxes, field, v
 
 
 @pytest.mark.bwrap
+def test_an_isolation_record_is_sealed_only_when_present_and_checked(bwrap_manifest, sandboxes):
+    """Contracts sealed before `isolation` existed keep their bytes; one that records it is
+    refused by a backend that reports another (e.g. a runsc contract on runc)."""
+    from validate.sandbox.base import Isolation
+
+    m, _ = bwrap_manifest
+    assert "isolation" not in json.loads(m.to_json())["execution"]
+    iso = Isolation(runtime="runsc", limit_enforcement={"memory_mb": "cgroup v1 memory.limit_in_bytes"})
+    changed = m.model_copy(update={"execution": m.execution.model_copy(update={"isolation": iso})}).sealed()
+    assert changed.sha256 != m.sha256
+    assert json.loads(changed.to_json())["execution"]["isolation"]["runtime"] == "runsc"
+    with pytest.raises(ContractError, match="execution.isolation"):
+        verify(changed, sandboxes("bwrap"), HINTS)
+
+
+@pytest.mark.bwrap
 @pytest.mark.docker
 def test_other_backend_is_refused(bwrap_manifest, sandboxes):
     m, _ = bwrap_manifest

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
 import validate
 from environment.protocol import AgentSpec, ConfigError, Environment, LoadHints, Role, ScorerSpec, Taskset
@@ -26,7 +26,7 @@ from validate import environments
 from validate.errors import ContractError
 from validate.patches import PatchInfo
 from validate.sandbox import BackendName, Limits, Sandbox
-from validate.sandbox.base import BackendFacts
+from validate.sandbox.base import BackendFacts, Isolation
 from validate.verdicts import Rule
 
 SCHEMA_VERSION = 2
@@ -143,6 +143,18 @@ class ExecutionProfile(BaseModel):
     dependency_policy: Literal["none"] = "none"
     infra_retries: int = Field(default=2, ge=0, le=10,
                                description="Further tries after an infrastructure fault (never after the agent's own).")
+    isolation: Isolation | None = Field(default=None, description=(
+        "The profile's runtime, rootlessness and how each limit is enforced, for profiles other than "
+        "rootful runc (validate.sandbox.base.Isolation); absent for docker with runc and bwrap."))
+
+    @model_serializer(mode="wrap")
+    def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # A field added after contracts were sealed is written only when recorded, so every
+        # contract sealed before it keeps its bytes and its content hash.
+        data = handler(self)
+        if data.get("isolation") is None:
+            data.pop("isolation", None)
+        return data
 
 
 class Selection(BaseModel):
@@ -320,7 +332,7 @@ def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
         return ExecutionProfile(backend=facts.backend, image=facts.image, image_digest=facts.image_digest,
                                 tree_digest=facts.tree_digest,
                                 packages=facts.packages, python=facts.python, seccomp=facts.seccomp,
-                                cgroup=facts.cgroup,
+                                cgroup=facts.cgroup, isolation=facts.isolation,
                                 architecture=facts.architecture, backend_version=facts.version, **execution)
     except ValidationError as e:
         raise ContractError(_first_error(e, "execution")) from None
@@ -470,6 +482,7 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
               ("seccomp", facts.seccomp)]
     if ex.cgroup is not None:
         checks.append(("cgroup", facts.cgroup))
+    checks.append(("isolation", facts.isolation))
     for field, actual in checks:
         if getattr(ex, field) != actual:
             raise _mismatch(f"execution.{field}", getattr(ex, field), actual)

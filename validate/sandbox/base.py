@@ -122,6 +122,21 @@ class ExecResult(BaseModel):
     runtime_s: float = Field(description="Wall-clock seconds from the start to the end of the sandbox.")
 
 
+class Isolation(BaseModel):
+    """How a profile isolates beyond what every backend shares: the OCI runtime, whether the
+    engine runs without root, what the sandbox's root maps to, and how each limit of the
+    contract is enforced there. Recorded by backends whose answer differs from rootful runc."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runtime: str = Field(default="runc", description="the OCI runtime agents run under (runc, runsc)")
+    rootless: bool = Field(default=False, description="the engine itself runs as an unprivileged user")
+    root_maps_to: str = Field(default="root", description="what the sandbox's uid 0 is on the host, e.g. 'uid 1001'")
+    limit_enforcement: dict[str, str] = Field(default_factory=dict, description=(
+        "limit name (memory_mb, pids, cpus, ...) → how it is enforced on this profile; a limit "
+        "the runtime would silently ignore is enforced another way or the profile is refused"))
+
+
 class BackendFacts(BaseModel):
     """What a backend reports of itself; the contract's execution profile is checked against it."""
 
@@ -146,6 +161,8 @@ class BackendFacts(BaseModel):
         "The cgroup version the agents' limits are set through: bwrap's host hierarchy "
         "(validate.sandbox.cgroups.detect), the Docker daemon's CgroupVersion; 'none' for a "
         "backend that sets no cgroup limits (subprocess)"))
+    isolation: Isolation | None = Field(default=None, description=(
+        "recorded by profiles that differ from rootful runc (gVisor, rootless engines); None otherwise"))
 
 
 class Sandbox(ABC):
