@@ -315,9 +315,16 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
         venv = config.verifier.environment
         vbuild = "image" if venv and venv.docker_image else _build_kind(task_dir / "tests") or "environment"
     return HarborTask(id=tid, hash=digest, config=config, instruction=instruction, environment=kind,
-                      docker_image=env.docker_image, has_solution=(task_dir / "solution/solve.sh").is_file(),
+                      docker_image=env.docker_image, has_solution=_has_solution(task_dir, steps),
                       verifier="separate" if separate else "shared", verifier_build=vbuild, steps=steps,
                       entries=entries)
+
+
+def _has_solution(task_dir: Path, steps: list[str]) -> bool:
+    """solution/solve.sh, or for a multi-step task every step's own solve.sh."""
+    if steps:
+        return all((task_dir / f"steps/{name}/solution/solve.sh").is_file() for name in steps)
+    return (task_dir / "solution/solve.sh").is_file()
 
 
 def _build_kind(d: Path) -> Literal["dockerfile", "compose"] | None:
