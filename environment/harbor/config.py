@@ -18,6 +18,7 @@ import ipaddress
 import math
 import re
 import tomllib
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -211,6 +212,38 @@ class SolutionConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class Artifact(_Section):
+    """A path collected from the agent's container after the agent phase (a bare string in
+    ``task.toml`` is a ``source``); ``destination`` is relative to the trial's artifacts."""
+
+    source: str
+    destination: str | None = None
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if ".." in PurePosixPath(v).parts:
+            raise ValueError(f"artifact source {v!r} has a '..' component")
+        return v
+
+    @field_validator("destination")
+    @classmethod
+    def _destination(cls, v: str | None) -> str | None:
+        if not v:
+            return None
+        p = PurePosixPath(v)
+        if "\\" in v or p.is_absolute() or ".." in p.parts:
+            raise ValueError(f"artifact destination {v!r} escapes the artifacts directory")
+        if v.rstrip("/") == "manifest.json":
+            raise ValueError("artifact destination 'manifest.json' is reserved")
+        return v
+
+
+def _artifacts(items: list[Any]) -> list[Any]:
+    return [{"source": i} if isinstance(i, str) else i for i in items]
+
+
 class StepConfig(_Section):
     """One ``[[steps]]`` entry of a multi-step task; its files live under ``steps/<name>/``."""
 
@@ -218,6 +251,9 @@ class StepConfig(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     verifier: VerifierConfig = Field(default_factory=VerifierConfig)
     min_reward: float | dict[str, float] | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+
+    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list) else v)
 
     @field_validator("name")
     @classmethod
@@ -240,6 +276,9 @@ class TaskConfig(_Section):
     solution: SolutionConfig = Field(default_factory=SolutionConfig)
     source: str | None = None
     steps: list[StepConfig] | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+
+    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list) else v)
 
     @model_validator(mode="before")
     @classmethod
