@@ -448,3 +448,9 @@ def test_the_sample_dataset_loads_as_labelled():
         df = Path(SAMPLE, t.id, "environment/Dockerfile")
         if df.exists() and t.id != "unmapped-base":
             assert df.read_text().startswith(("FROM python:3.11-slim-bookworm\n", "FROM debian:bookworm-slim\n")), t.id
+
+
+def test_a_task_directory_given_as_the_dataset_is_refused_in_one_line(tmp_path):
+    d = make_task(tmp_path)
+    with pytest.raises(DatasetError, match="is itself a task directory"):
+        load_dataset(d)

@@ -136,24 +136,38 @@ def find_task_dirs(root: Path, limits: Limits = Limits()) -> list[str]:
     """Dataset-relative ids of the task directories under `root`, sorted."""
     if not root.is_dir():
         raise DatasetError(f"{root}: not a directory")
+    if any((root / m).exists() for m in TASK_MARKERS):
+        raise DatasetError(f"{root}: is itself a task directory (it holds {_markers(root)[0]}); "
+                           "give the dataset directory that contains it")
     found: list[str] = []
 
     def visit(d: Path, rel: str, depth: int) -> None:
-        names = sorted(n for n in os.listdir(d) if not n.startswith("."))
-        subdirs = [n for n in names if (d / n).is_dir() or (d / n).is_symlink()]
-        if rel and (any(n in TASK_MARKERS for n in names) or not subdirs or depth >= limits.max_depth):
-            found.append(rel)  # a task (or a leaf that should have been one)
-            return
-        for n in subdirs:
-            child = d / n
-            # a symlinked directory is never descended; as a task it is reported by the walk
-            if child.is_symlink() or any(m in os.listdir(child) for m in TASK_MARKERS):
-                found.append(f"{rel}/{n}" if rel else n)
+        for n in sorted(_listdir(d)):
+            child, crel = d / n, f"{rel}/{n}" if rel else n
+            if n.startswith(".") or not (child.is_dir() or child.is_symlink()):
+                continue  # hidden entries (.git) and a dataset's own files (README.md) are not tasks
+            # a symlinked directory is never descended into; as a task, the walk reports it
+            if child.is_symlink() or _markers(child) or depth + 1 >= limits.max_depth:
+                found.append(crel)
+            elif not any((child / c).is_dir() for c in _listdir(child)):
+                found.append(crel)  # a leaf holding no marker: a task that lacks its task.toml
             else:
-                visit(child, f"{rel}/{n}" if rel else n, depth + 1)
+                visit(child, crel, depth + 1)
 
     visit(root, "", 0)
     return sorted(found)
+
+
+def _listdir(d: Path) -> list[str]:
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []  # an unreadable directory: as a task, the walk reports it
+
+
+def _markers(d: Path) -> list[str]:
+    names = set(_listdir(d))
+    return [m for m in TASK_MARKERS if m in names]
 
 
 def load_dataset(root: Path, limits: Limits = Limits()) -> HarborDataset:
