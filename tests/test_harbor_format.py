@@ -454,3 +454,21 @@ def test_a_task_directory_given_as_the_dataset_is_refused_in_one_line(tmp_path):
     d = make_task(tmp_path)
     with pytest.raises(DatasetError, match="is itself a task directory"):
         load_dataset(d)
+
+
+def test_base_images_are_read_from_the_dockerfile(tmp_path):
+    make_task(tmp_path, dockerfile="""# syntax=docker/dockerfile:1
+FROM --platform=linux/amd64 golang:1.22 AS Build
+RUN go build \\
+  FROM not-an-image
+FROM build
+from python:3.11-slim-bookworm
+ARG BASE=debian:bookworm-slim
+FROM ${BASE}
+FROM scratch
+""")
+    t = load_task(tmp_path, "t1")
+    assert t.base_images == ["golang:1.22", "python:3.11-slim-bookworm", "${BASE}"]
+    ds = {t.id: t for t in load_dataset(SAMPLE).tasks}
+    assert ds["unmapped-base"].base_images == ["ubuntu:24.04"]
+    assert ds["prebuilt-image"].base_images == [] and ds["edit-config"].base_images == ["python:3.11-slim-bookworm"]

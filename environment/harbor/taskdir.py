@@ -98,6 +98,9 @@ class HarborTask(BaseModel):
     #: For a separate verifier, what its container is built from; ``environment`` = the task's own.
     verifier_build: Literal["dockerfile", "compose", "image", "environment"] | None = None
     steps: list[str] = Field(default_factory=list)
+    #: The images the Dockerfile builds FROM (its earlier stages excluded), in order: what a
+    #: profile's base-image map must serve. Empty for a compose or docker_image environment.
+    base_images: list[str] = Field(default_factory=list)
     entries: list[Entry]
 
 
@@ -323,6 +326,7 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
                                           "environment/docker-compose.yaml nor [environment].docker_image"))
     if not steps and not (task_dir / "tests/test.sh").is_file():
         raise _Invalid(TaskProblem(file="tests/test.sh", detail="missing: nothing can verify the task"))
+    bases = dockerfile_bases(_read_text(task_dir, "environment/Dockerfile", limits)) if kind == "dockerfile" else []
     separate = config.verifier.separate()
     vbuild = None
     if separate:
@@ -331,7 +335,28 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
     return HarborTask(id=tid, hash=digest, config=config, instruction=instruction, environment=kind,
                       docker_image=env.docker_image, has_solution=_has_solution(task_dir, steps),
                       verifier="separate" if separate else "shared", verifier_build=vbuild, steps=steps,
-                      entries=entries)
+                      base_images=bases, entries=entries)
+
+
+def dockerfile_bases(text: str) -> list[str]:
+    """The external images named by a Dockerfile's ``FROM`` lines: continuation lines joined,
+    comments and ``--platform=…`` flags skipped, a ``FROM <earlier stage>`` and ``scratch`` left out. An
+    ``ARG``-made name stays as written (``${BASE}``): the map cannot serve what it cannot name."""
+    logical, stages, bases = [], set(), []
+    for line in text.replace("\\\n", " ").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            logical.append(line.split())
+    for words in logical:
+        if words[0].upper() != "FROM":
+            continue
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if not args:
+            continue
+        if args[0].lower() not in stages and args[0] != "scratch":  # scratch is no image at all
+            bases.append(args[0])
+        if len(args) >= 3 and args[1].upper() == "AS":
+            stages.add(args[2].lower())
+    return bases
 
 
 def _has_solution(task_dir: Path, steps: list[str]) -> bool:
