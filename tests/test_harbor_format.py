@@ -199,6 +199,8 @@ def test_kinds_of_environment_and_verifier(tmp_path):
     (lambda d: (d / "tests/test.sh").unlink(), "tests/test.sh: missing"),
     (lambda d: (d / "task.toml").write_bytes(b'[task]\nname = "o/\xff\xfe"\n'), "task.toml: not UTF-8 (byte 17)"),
     (lambda d: (d / "task.toml").write_text("[task\nname = 1\n"), "task.toml: not TOML"),
+    (lambda d: (d / "task.toml").write_text("a = " + "[" * 50_000 + "]" * 50_000), "task.toml: nested too deeply"),
+    (lambda d: (d / "task.toml").write_text('[metadata]\nm = ' + "{a = " * 5000 + "1" + "}" * 5000), "task.toml: nested"),
     (lambda d: (d / "task.toml").write_text("[environment]\ncpus = -2\n"), "task.toml [environment.cpus]"),
     (lambda d: (d / "task.toml").write_text('[[steps]]\nname = ".."\n'), "task.toml [steps.0.name]"),
     (lambda d: (d / "instruction.md").write_bytes(b"\x80abc"), "instruction.md: not UTF-8"),

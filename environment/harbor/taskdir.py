@@ -300,6 +300,8 @@ def parse_config(text: str) -> TaskConfig:
         return TaskConfig.from_toml(text)
     except tomllib.TOMLDecodeError as e:
         raise _Invalid(TaskProblem(file="task.toml", detail=f"not TOML: {e}")) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise _Invalid(TaskProblem(file="task.toml", detail="nested too deeply to parse")) from None
     except ValidationError as e:
         err = e.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
