@@ -474,3 +474,27 @@ FROM scratch
     ds = {t.id: t for t in load_dataset(SAMPLE).tasks}
     assert ds["unmapped-base"].base_images == ["ubuntu:24.04"]
     assert ds["prebuilt-image"].base_images == [] and ds["edit-config"].base_images == ["python:3.11-slim-bookworm"]
+
+
+def test_a_file_edited_between_hashing_and_parsing_is_a_problem(tmp_path, monkeypatch):
+    import environment.harbor.taskdir as taskdir
+
+    d = make_task(tmp_path)
+    walk = taskdir._walk
+
+    def walk_then_edit(task_dir, limits):
+        got = walk(task_dir, limits)
+        (d / "task.toml").write_text(MINIMAL_TOML + "[environment]\ngpus = 8\n")  # after hashing, before parsing
+        return got
+
+    monkeypatch.setattr(taskdir, "_walk", walk_then_edit)
+    assert "task.toml: changed while the task was being read" in only_problem(tmp_path)
+
+
+def test_an_internal_symlink_to_the_config_is_read_and_checked(tmp_path):
+    d = make_task(tmp_path)
+    (d / "config").mkdir()
+    (d / "task.toml").rename(d / "config/task.toml")
+    (d / "task.toml").symlink_to("config/task.toml")
+    t = load_task(tmp_path, "t1")
+    assert isinstance(t, HarborTask) and t.config.task.name == "t/minimal"

@@ -281,20 +281,26 @@ def _file_digest(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _read_text(task_dir: Path, rel: str, limits: Limits) -> str:
+def _read_text(task_dir: Path, rel: str, limits: Limits, digests: dict[str, str]) -> str:
+    """A text file the walk already hashed; its bytes must still be the hashed ones (a task
+    edited while it is loaded must not parse as one content and hash as another)."""
     path = task_dir / rel
     if not path.is_file():
         raise _Invalid(TaskProblem(file=rel, detail="missing"))
     if path.stat().st_size > limits.max_text_bytes:
         raise _Invalid(TaskProblem(file=rel, detail=f"larger than {limits.max_text_bytes} bytes"))
     data = path.read_bytes()
+    # an internal symlink was hashed as its target: check the bytes against the file it reaches
+    real = Path(os.path.realpath(path)).relative_to(os.path.realpath(task_dir)).as_posix()
+    if digests.get(real) != sha256_tag(data):
+        raise _Invalid(TaskProblem(file=rel, detail="changed while the task was being read"))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _Invalid(TaskProblem(file=rel, detail=f"not UTF-8 (byte {e.start})")) from None
 
 
-def parse_config(text: str) -> TaskConfig:
+def _parse_config(text: str) -> TaskConfig:
     """``task.toml`` text to a `TaskConfig`, or `_Invalid` naming the field."""
     try:
         return TaskConfig.from_toml(text)
@@ -310,14 +316,15 @@ def parse_config(text: str) -> TaskConfig:
 
 
 def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: Limits) -> HarborTask:
-    config = parse_config(_read_text(task_dir, "task.toml", limits))
+    digests = {e.path: e.digest for e in entries}
+    config = _parse_config(_read_text(task_dir, "task.toml", limits, digests))
     steps = [s.name for s in config.steps or []]
     instruction = ""
     if steps:
         for name in steps:
-            _read_text(task_dir, f"steps/{name}/instruction.md", limits)
+            _read_text(task_dir, f"steps/{name}/instruction.md", limits, digests)
     else:
-        instruction = strip_canary(_read_text(task_dir, "instruction.md", limits))
+        instruction = strip_canary(_read_text(task_dir, "instruction.md", limits, digests))
         if not instruction.strip():
             raise _Invalid(TaskProblem(file="instruction.md", detail="empty once the canary lines are stripped"))
     env = config.environment
@@ -328,7 +335,9 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
                                           "environment/docker-compose.yaml nor [environment].docker_image"))
     if not steps and not (task_dir / "tests/test.sh").is_file():
         raise _Invalid(TaskProblem(file="tests/test.sh", detail="missing: nothing can verify the task"))
-    bases = dockerfile_bases(_read_text(task_dir, "environment/Dockerfile", limits)) if kind == "dockerfile" else []
+    bases = []
+    if kind == "dockerfile":
+        bases = dockerfile_bases(_read_text(task_dir, "environment/Dockerfile", limits, digests))
     separate = config.verifier.separate()
     vbuild = None
     if separate:
