@@ -270,6 +270,8 @@ def test_dataset_layout_groups_and_bad_neighbours(tmp_path):
     ds = load_dataset(tmp_path)
     assert [t.id for t in ds.tasks] == ["family-a/one", "top"]
     assert {t.id: t.problems[0].file for t in ds.invalid} == {"family-a/two": "task.toml", "empty-leaf": "task.toml"}
+    finding = ds.invalid[0].findings()[0]
+    assert (finding.kind, finding.blocking) == ("malformed_task", True) and finding.detail.startswith("task.toml: ")
     with pytest.raises(DatasetError, match="not a directory"):
         load_dataset(tmp_path / "README.md")
 

@@ -71,7 +71,7 @@ class TaskProblem(BaseModel):
         return f"{where}: {self.detail}"
 
     def finding(self) -> Finding:
-        return Finding(kind="invalid_task", blocking=True, detail=self.line())
+        return Finding(kind="malformed_task", blocking=True, detail=self.line())
 
 
 class Entry(BaseModel):
