@@ -17,7 +17,8 @@ and, once per process, checks that the tree on disk is still what the tarball ho
 (`rootfs_facts`; `tree_digest` caches file hashes by inode and ctime). Backends read the
 image's Debian packages from the image itself, so a contract made elsewhere can name the
 packages that differ (`package_differences`). See `validate.paths`
-for the store's layout.
+for the store's layout; `validate.imagefile` carries the tarball to another machine as one
+file named by that digest (`validate image export` / `import`).
 """
 
 from __future__ import annotations
@@ -211,7 +212,8 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
     """Describe the unpacked tree bwrap runs, refusing one that is not what the tarball holds."""
     if not (paths.tarball.is_file() and (paths.rootfs / "usr/bin/python3").exists()):
         raise ProfileUnavailable(f"execution.image: no unpacked rootfs for {paths.name} at {paths.root}; "
-                                 f"build it with `validate image build`")
+                                 f"build it with `validate image build`, or restore an exported one with "
+                                 f"`validate image import`")
     digest, expected = tarball_digests(paths.tarball)
     actual = tree_digest(paths.rootfs)
     if actual != expected:

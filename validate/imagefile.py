@@ -93,7 +93,7 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
     from validate.sandbox import backend_class
 
     expected = expected_digest(file, digest)
-    classes = [backend_class(b) for b in backends or default_backends(log)]
+    chosen = [backend_class(b) for b in backends] if backends else None  # a wrong name: refused before the copy
     paths = ImagePaths(image)
     paths.base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".import-", dir=paths.base))  # same filesystem: a rename installs
@@ -104,6 +104,7 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
             raise ImageFileRefused(f"{file}: its bytes have {got}, not the expected {expected} "
                                    f"(forged, truncated or damaged: export it again)")
         record = check_image_tarball(staged, file)
+        classes = chosen or [backend_class(b) for b in default_backends(log)]
         _refuse_replacing(paths, record, replace, docker="docker" in [c.backend for c in classes])
         _install(paths, staged, record, log)
     finally:
