@@ -168,6 +168,11 @@ def test_a_small_image_goes_round_trip_and_replaces_only_when_told(tmp_path):
     assert BwrapSandbox(image="tiny:test", image_dir=store).facts().image_digest == b_digest
     out = cli("image", "export", "--image", "tiny:test", "--out", tmp_path / "again", store=store)
     assert out.returncode == 0 and (tmp_path / "again" / b.name).read_bytes() == second, out.stderr
+    tarball = ImagePaths("tiny:test", store).tarball
+    tarball.write_bytes(first)  # the store's tarball is no longer what its record says
+    refused(cli("image", "export", "--image", "tiny:test", "--out", tmp_path / "third", store=store),
+            str(tarball), "not its record's " + b_digest)
+    assert not (tmp_path / "third" / b.name).exists()
 
 
 def test_a_forged_or_truncated_file_is_refused_naming_both_digests(exported, record, tmp_path):

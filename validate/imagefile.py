@@ -30,6 +30,7 @@ import shutil
 import tarfile
 import tempfile
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 from validate.errors import ProfileUnavailable, ValidateError
@@ -70,10 +71,11 @@ def export(image: str, out: Path, log=print, progress: Progress | None = None) -
     if dest.is_file() and "sha256:" + file_sha256(dest) == record.digest:
         log(f"{dest}: present ({record.digest})")
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(f".{name}.{os.getpid()}.partial")
     try:
-        got = copy_hashed(paths.tarball, partial, progress)
+        with _os_errors("--out"):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            got = copy_hashed(paths.tarball, partial, progress)
         if got != record.digest:
             raise ValidateError(f"image export: {paths.tarball} has {got}, not its record's {record.digest}; "
                                 f"rebuild it with `validate image build`")
@@ -95,23 +97,35 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
     expected = expected_digest(file, digest)
     chosen = [backend_class(b) for b in backends] if backends else None  # a wrong name: refused before the copy
     paths = ImagePaths(image)
-    paths.base.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".import-", dir=paths.base))  # same filesystem: a rename installs
+    with _os_errors("image import"):
+        paths.base.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".import-", dir=paths.base))  # same filesystem: a rename installs
     try:
         staged = staging / "rootfs.tar"
-        got = copy_hashed(file, staged, progress)
+        with _os_errors("image import"):
+            got = copy_hashed(file, staged, progress)
         if got != expected:
             raise ImageFileRefused(f"{file}: its bytes have {got}, not the expected {expected} "
                                    f"(forged, truncated or damaged: export it again)")
         record = check_image_tarball(staged, file)
         classes = chosen or [backend_class(b) for b in default_backends(log)]
         _refuse_replacing(paths, record, replace, docker="docker" in [c.backend for c in classes])
-        _install(paths, staged, record, log)
+        with _os_errors("image import"):
+            _install(paths, staged, record, log)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     for cls in classes:
         cls.prepare_image(paths, log)
     return record
+
+
+@contextmanager
+def _os_errors(what: str):
+    """An unreadable, unwritable or full file system: one line naming the path, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise ValidateError(f"{what}: {e.filename or 'a file'}: {e.strerror or e}") from None
 
 
 def expected_digest(file: Path, digest: str | None) -> str:
