@@ -361,6 +361,8 @@ class _byte_bar:
         return self
 
     def __call__(self, done: int, total: int) -> None:
+        if not err.is_terminal:
+            return  # a log file gets the lines, not a bar's last frame
         if self.task is None:
             self.progress.start()
             self.task = self.progress.add_task("", total=total)

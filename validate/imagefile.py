@@ -108,6 +108,8 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
             raise ImageFileRefused(f"{file}: its bytes have {got}, not the expected {expected} "
                                    f"(forged, truncated or damaged: export it again)")
         record = check_image_tarball(staged, file)
+        log(f"{file}: {got} as named; a complete tar archive, every member under its root; "
+            f"python {record.python}, {len(record.packages)} packages")
         classes = chosen or [backend_class(b) for b in default_backends(log)]
         _refuse_replacing(paths, record, replace, docker="docker" in [c.backend for c in classes])
         with _os_errors("image import"):
