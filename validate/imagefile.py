@@ -108,10 +108,12 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
             raise ImageFileRefused(f"{file}: its bytes have {got}, not the expected {expected} "
                                    f"(forged, truncated or damaged: export it again)")
         record = check_image_tarball(staged, file)
+        classes = chosen or [backend_class(b) for b in default_backends()]
+        _refuse_replacing(paths, record, replace, docker="docker" in [c.backend for c in classes])
         log(f"{file}: {got} as named; a complete tar archive, every member under its root; "
             f"python {record.python}, {len(record.packages)} packages")
-        classes = chosen or [backend_class(b) for b in default_backends(log)]
-        _refuse_replacing(paths, record, replace, docker="docker" in [c.backend for c in classes])
+        if not chosen and "docker" not in [c.backend for c in classes]:
+            log("no docker daemon answers (DOCKER_HOST): importing for bwrap only; rerun with a daemon for docker")
         with _os_errors("image import"):
             _install(paths, staged, record, log)
     finally:
@@ -146,12 +148,9 @@ def expected_digest(file: Path, digest: str | None) -> str:
     return by_name or digest
 
 
-def default_backends(log) -> list[str]:
+def default_backends() -> list[str]:
     """bwrap (the store's unpacked tree), and docker if a daemon answers at ``DOCKER_HOST``."""
-    if _docker_answers():
-        return ["bwrap", "docker"]
-    log("no docker daemon answers (DOCKER_HOST): importing for bwrap only; rerun with a daemon for docker")
-    return ["bwrap"]
+    return ["bwrap", "docker"] if _docker_answers() else ["bwrap"]
 
 
 def _docker_answers() -> bool:
