@@ -86,6 +86,12 @@ def test_a_contract_verifies_against_the_imported_store_and_not_without_it(impor
     refused(cli("verify", "--manifest", path, store=tmp_path / "empty"), "no unpacked rootfs", "validate image import")
     ok = cli("verify", "--manifest", path, store=imported)
     assert ok.returncode == 0 and "OK" in ok.stdout, ok.stderr
+    # a contract of another machine's image: refused, and the refusal names the file that fixes it
+    packages = {**manifest.execution.packages, "zlib1g": "1:1.2.13.dfsg-1"}
+    other = manifest.model_copy(update={"execution": manifest.execution.model_copy(update={"packages": packages})})
+    path.write_bytes(other.sealed().to_json())
+    refused(cli("verify", "--manifest", path, store=imported), "execution.packages", "zlib1g",
+            f"validate image import {file_name(record.digest)}")
     paths = ImagePaths(DEFAULT_IMAGE, imported)
     assert read_record(paths) == record  # recomputed from the bytes: the same record the build wrote
     facts = BwrapSandbox(image=DEFAULT_IMAGE, image_dir=imported).facts()  # packages read from the imported tree
