@@ -277,7 +277,7 @@ def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
         reader = _HashingReader(fh)
         with tarfile.open(fileobj=io.BufferedReader(reader, 1 << 20), mode="r|") as tar:
             for m in tar:
-                path = _member_path(m.name)
+                path = member_path(m.name)
                 if m.isreg():
                     h, data = _hash_stream(tar.extractfile(m), keep=path == DPKG_STATUS)
                     status = data if path == DPKG_STATUS else status
@@ -285,7 +285,7 @@ def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
                 elif m.islnk():
                     # A hard link shares its target's inode, and extracting it (tarfile, docker)
                     # applies its own header's mode and owner to that inode.
-                    inodes[path] = inodes[_member_path(m.linkname)]
+                    inodes[path] = inodes[member_path(m.linkname)]
                     inodes[path][:3] = [m.mode, m.uid, m.gid]
                 else:
                     entries.append((path, _member_kind(m), m.mode, m.uid, m.gid, _member_payload(m)))
@@ -297,7 +297,7 @@ def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
     return "sha256:" + reader.sha.hexdigest(), _digest_entries(entries), status
 
 
-def _member_path(name: str) -> str:
+def member_path(name: str) -> str:
     name = name.rstrip("/")
     name = name[2:] if name.startswith("./") else name
     return name if name not in ("", ".") else "."

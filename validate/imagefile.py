@@ -35,7 +35,7 @@ from pathlib import Path
 
 from validate.errors import ProfileUnavailable, ValidateError
 from validate.evidence import atomic_write, file_sha256
-from validate.image import DPKG_STATUS, ImageRecord, _member_path, describe_tarball, read_record, require_record
+from validate.image import DPKG_STATUS, ImageRecord, describe_tarball, member_path, read_record, require_record
 from validate.paths import ImagePaths
 
 NAME_RE = re.compile(r"sha256-([0-9a-f]{64})\.tar")
@@ -231,7 +231,7 @@ def _check_members(tarball: Path, label: Path) -> dict[str, str]:
 
 
 def _inside(name: str, label: Path) -> str:
-    path = _member_path(name)
+    path = member_path(name)
     parts = path.split("/")
     if name.startswith("/") or (path != "." and ({"", ".", ".."} & set(parts))):
         raise ImageFileRefused(f"{label}: member {name!r} escapes the image's root")
