@@ -27,6 +27,7 @@ out = Console(soft_wrap=True, highlight=False)
 EPILOG = """\
 phases (the validation protocol, in order):
   image build   build the sandbox image offline from Debian packages (once per machine)
+  image export  write it as one file named by its digest; `image import` restores it elsewhere
   freeze        write a contract manifest: environment, config and content revision, tasks
                 and their hashes, expected rewards, execution profile, minimum task count
   verify        check a manifest against this machine (data, task hashes, agents, image)
@@ -67,6 +68,53 @@ def _env_name(argv: list[str]) -> str | None:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--env")
     return pre.parse_known_args(argv)[0].env
+
+
+IMAGE_EXPORT_HELP = """\
+Write the image store's root filesystem tarball, byte for byte, as one file named after its
+own sha256: sha256-<hex>.tar. That digest is what every contract frozen with the image
+records (execution.image_digest; docker's layer diff_id), so `sha256sum` checks the file
+anywhere. Copy it to a machine whose Debian archive has moved on (where `validate image
+build` gives other bytes and `validate verify` names the packages that differ) and run
+`validate image import` there.
+
+example:
+  validate image export --out exported/
+  sha256sum exported/sha256-*.tar     # the hex is the contract's execution.image_digest
+"""
+
+IMAGE_IMPORT_HELP = """\
+Restore an exported image file into the image store ($VALIDATE_IMAGE_DIR, by default
+/var/lib/deshuffle-validate/images): the tarball, its record recomputed from the bytes, the
+tree bwrap runs; and, when a docker daemon answers (DOCKER_HOST), into docker as one layer
+whose diff_id is checked to be the digest. The file is refused (exit 2, nothing changed) if
+its sha256 is not the digest its name (or --digest) gives, if it is truncated or not a tar
+archive, if a member would land outside the image's root, or if it is no sandbox image.
+
+example (re-verify a committed contract on a fresh machine):
+  validate image import sha256-<hex>.tar --replace
+  validate verify --manifest manifests/twohop.json
+"""
+
+
+def _image_file_parsers(img_sub) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    e = img_sub.add_parser("export", help="write the image as one content-addressed file, sha256-<hex>.tar",
+                           description=IMAGE_EXPORT_HELP, formatter_class=raw)
+    e.add_argument("--image", default=DEFAULT_IMAGE, help="image name in the store (default: %(default)s)")
+    e.add_argument("--out", type=Path, required=True, metavar="DIR_OR_FILE",
+                   help="a directory (created if missing) or a file path named sha256-<hex>.tar")
+    i = img_sub.add_parser("import", help="restore an exported image file (digest checked) into the store and docker",
+                           description=IMAGE_IMPORT_HELP, formatter_class=raw)
+    i.add_argument("file", type=Path, metavar="FILE", help="an exported sha256-<hex>.tar")
+    i.add_argument("--image", default=DEFAULT_IMAGE, help="name to restore it under: the contract's execution.image "
+                                                          "(default: %(default)s)")
+    i.add_argument("--digest", metavar="sha256:HEX", help="the digest FILE must have, when its name gives none "
+                                                           "(or to hold it to a contract's execution.image_digest)")
+    i.add_argument("--backends", help="which backends to prepare, comma-separated (default: bwrap, and docker "
+                                      "when a daemon answers)")
+    i.add_argument("--replace", action="store_true", help="replace an image of that name with another digest "
+                                                          "(refused without it)")
 
 
 def _freeze_parser(sub, env_name: str | None) -> None:
@@ -138,13 +186,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True, metavar="PHASE")
 
-    img = sub.add_parser("image", help="build the sandbox image offline")
+    img = sub.add_parser("image", help="build the sandbox image offline; export it as one file, import that file")
     img_sub = img.add_subparsers(dest="image_command", required=True, metavar="ACTION")
     b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, "
                                          "unpack it for bwrap")
     b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
     b.add_argument("--backends", default="bwrap,docker",
                    help="which backends to prepare, in order (default: %(default)s)")
+    _image_file_parsers(img_sub)
 
     _freeze_parser(sub, _env_name(argv or []) or _default_env())
 
@@ -281,10 +330,47 @@ def _default_env() -> str | None:
 # --- commands ---------------------------------------------------------------------------
 
 def cmd_image(args) -> int:
+    from validate import imagefile
     from validate.image import build
 
-    build(args.image, [b.strip() for b in args.backends.split(",") if b.strip()], log=lambda m: err.print(m))
+    log = lambda m: err.print(m, markup=False)  # noqa: E731
+    if args.image_command == "export":
+        with _byte_bar("exporting") as bar:
+            imagefile.export(args.image, args.out, log=log, progress=bar)
+    elif args.image_command == "import":
+        with _byte_bar("importing") as bar:
+            imagefile.import_file(args.file, args.image, digest=args.digest, backends=_csv(args.backends),
+                                  replace=args.replace, log=log, progress=bar)
+    else:
+        build(args.image, _csv(args.backends), log=log)
     return 0
+
+
+class _byte_bar:
+    """A transfer bar for a long copy, drawn from its first bytes on (a refusal before any
+    copy prints its one line only); the callable given to `validate.imagefile`."""
+
+    def __init__(self, label: str) -> None:
+        from rich.progress import DownloadColumn, TransferSpeedColumn
+
+        self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                 TimeRemainingColumn(), console=err, transient=True)
+        self.task = None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if not err.is_terminal:
+            return  # a log file gets the lines, not a bar's last frame
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total)
+        self.progress.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.task is not None:
+            self.progress.stop()
 
 
 def _csv(text: str | None) -> list[str] | None:

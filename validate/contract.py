@@ -476,7 +476,8 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
 
         diff = package_differences(ex.packages, facts.packages)
         raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
-                            f"{' …' if len(diff) > 10 else ''}")
+                            f"{' …' if len(diff) > 10 else ''}; to run the contract's own image, import it: `validate "
+                            f"image import sha256-{ex.image_digest.removeprefix('sha256:')}.tar` (see `validate image export`)")
     checks = [("image", facts.image), ("image_digest", facts.image_digest), ("architecture", facts.architecture),
               ("backend_version", facts.version), ("tree_digest", facts.tree_digest), ("python", facts.python),
               ("seccomp", facts.seccomp)]
