@@ -25,7 +25,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from environment.protocol import LoadHints
+from validate.context import Progress, RunContext
 from validate.errors import ValidateError
+from validate.executors import DEFAULT_EXECUTOR, make_executor
 from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
 
 #: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
@@ -155,17 +157,19 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
 
 
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
-            concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
-    """Load and verify the manifest, check the code, open the backend, pick the run directory."""
+            concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False,
+            executor: str = DEFAULT_EXECUTOR, progress: Progress | None = None):
+    """Load and verify the manifest, check the code, open the backend, pick the run directory;
+    attempts will be carried out by `executor` at `concurrency`, reporting to `progress`."""
     from validate.contract import load_manifest, verify as verify_contract
     from validate.options import run_directory, utf8_path
     from validate.patches import require
     from validate.paths import RunPaths
-    from validate.runner import RunContext
     from validate.sandbox import open_sandbox
 
     if not 1 <= concurrency <= 256:
         raise ValidateError("--concurrency: must be between 1 and 256")
+    runner = make_executor(executor, concurrency)  # an unknown name is refused before anything runs
     if resume is not None:
         root = Path(resume)
         utf8_path(root, "--resume")
@@ -185,7 +189,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=root.name)
     env, taskset = verify_contract(m, sandbox, hints)
     return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root),
-                      run_id=root.name, code=code, hints=hints)
+                      run_id=root.name, code=code, hints=hints, executor=runner, progress=progress or Progress())
 
 
 def _phase(ctx, fn: Callable):
@@ -196,26 +200,26 @@ def _phase(ctx, fn: Callable):
 
 
 def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
-        hooks: dict | None = None, **where):
+        progress: Progress | None = None, **where):
     """Play `agents` on every task of the contract (one phase); return the run summary."""
     from validate.phases import run_agents
 
-    ctx = context(manifest, kind=phase, **where)
-    return _phase(ctx, lambda c: run_agents(c, agents, phase, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
+    ctx = context(manifest, kind=phase, progress=progress, **where)
+    return _phase(ctx, lambda c: run_agents(c, agents, phase))
 
 
-def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, hooks: dict | None = None, **where):
+def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: Progress | None = None, **where):
     """The representative pilot (strata × config variants, probes); return the run summary."""
     from validate.phases import pilot as pilot_phase
 
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
-    ctx = context(manifest, kind="pilot", **where)
-    return _phase(ctx, lambda c: pilot_phase(c, per_stratum, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
+    ctx = context(manifest, kind="pilot", progress=progress, **where)
+    return _phase(ctx, lambda c: pilot_phase(c, per_stratum))
 
 
 def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_dir: PathLike | None = None,
-         hooks: dict | None = None, log: Callable[[str], None] = print, **where):
+         progress: Progress | None = None, log: Callable[[str], None] = print, **where):
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
     from validate.options import output_dir
@@ -226,7 +230,7 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
         raise ValidateError("--smoke-sample: must be ≥ 0")
     if manifest_dir is not None:  # the frozen child is written there after the whole pool has run
         output_dir(manifest_dir, "--manifest-dir")
-    ctx = context(manifest, kind="pool", **where)
+    ctx = context(manifest, kind="pool", progress=progress, **where)
     beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
     if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
         beside = None
@@ -234,8 +238,7 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
     def smoke_step(c, frozen) -> str:
         return "passed" if smoke_test(c, frozen, smoke_sample, log=log).passed else "failed"
 
-    return _phase(ctx, lambda c: pool_phase(c, where.get("concurrency", DEFAULT_CONCURRENCY), hooks,
-                                            manifest_dir=beside, smoke=smoke_step if smoke_sample else None))
+    return _phase(ctx, lambda c: pool_phase(c, manifest_dir=beside, smoke=smoke_step if smoke_sample else None))
 
 
 def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
@@ -334,8 +337,9 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
 
 
 def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = None, passes: Sequence[str] = ("greedy",
-             "sampled"), hooks: dict | None = None, run_dir: PathLike | None = None, resume: PathLike | None = None,
-             concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
+             "sampled"), progress: Progress | None = None, run_dir: PathLike | None = None,
+             resume: PathLike | None = None, concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (),
+             allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
     from validate.eval import contract as ec
@@ -370,11 +374,11 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
             raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not set; "
                                 f"export the endpoint's API key in it")
     ctx = context(m_path, kind="eval", run_dir=root if resume is None else None, resume=resume,
-                  concurrency=concurrency, data=data, allow_patch=allow_patch)
+                  concurrency=concurrency, data=data, allow_patch=allow_patch, executor=executor, progress=progress)
     lim = c.limits
     client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries, lim.retry_max_wait_s)
     try:
-        return _phase(ctx, lambda x: evaluate(x, c, client, concurrency, hooks, tuple(passes)))
+        return _phase(ctx, lambda x: evaluate(x, c, client, tuple(passes)))
     finally:
         client.close()
 

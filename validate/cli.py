@@ -54,6 +54,8 @@ example:
 """
 
 from validate.api import DEFAULT_CONCURRENCY  # noqa: E402
+from validate.context import Progress as PhaseProgress  # noqa: E402
+from validate.executors import DEFAULT_EXECUTOR, executor_names  # noqa: E402
 
 
 def _version() -> str:
@@ -163,11 +165,18 @@ def _freeze_parser(sub, env_name: str | None) -> None:
         add_model_options(f.add_argument_group(f"{env_name} config"), env.Config, "cfg_")
 
 
+def _executor_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--executor", default=DEFAULT_EXECUTOR, choices=executor_names(),
+                    help="what carries the attempts out, one of the installed (`validate.executors`; default: "
+                         "%(default)s, threads of this process); the evidence is the same whichever runs them")
+
+
 def _run_options(sp: argparse.ArgumentParser, manifest_required: bool = False) -> None:
     sp.add_argument("--manifest", type=Path, required=manifest_required,
                     help="a contract manifest (manifests/<name>.json); with --resume, the run's own by default")
     sp.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                     help="attempts at once (default: 2 per CPU core, here %(default)s)")
+    _executor_option(sp)
     where = sp.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
@@ -296,6 +305,7 @@ def _eval_parser(sub) -> None:
     r.add_argument("--passes", default="greedy,sampled", help="which passes (default: %(default)s)")
     r.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                    help="attempts at once (default: %(default)s)")
+    _executor_option(r)
     where = r.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
@@ -452,7 +462,7 @@ class _Bar:
             self.started = True
 
     @property
-    def hooks(self) -> dict:
+    def hooks(self) -> PhaseProgress:
         def plan(n: int) -> None:
             self._start()
             self.progress.update(self.bar, total=self.progress.tasks[0].total + n)
@@ -461,7 +471,7 @@ class _Bar:
             self._start()
             self.progress.advance(self.bar)
 
-        return {"on_attempt": attempt, "on_plan": plan}
+        return PhaseProgress(plan=plan, attempt=attempt)
 
 
 def _finish(args, summary, root, wall_s: float) -> int:
@@ -484,7 +494,7 @@ def _finish(args, summary, root, wall_s: float) -> int:
 
 def _where(args) -> dict:
     return dict(run_dir=args.run_dir, resume=args.resume, concurrency=args.concurrency, data=args.data,
-                allow_patch=args.allow_patch)
+                allow_patch=args.allow_patch, executor=args.executor)
 
 
 def _phase(args, fn) -> int:
@@ -496,7 +506,7 @@ def _phase(args, fn) -> int:
 def cmd_run(args) -> int:
     from validate import api
 
-    return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, hooks=hooks,
+    return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, progress=hooks,
                                               **_where(args)))
 
 
@@ -504,14 +514,14 @@ def cmd_pool(args) -> int:
     from validate import api
 
     return _phase(args, lambda hooks: api.pool(args.manifest, smoke_sample=args.smoke_sample,
-                                               manifest_dir=args.manifest_dir, hooks=hooks,
+                                               manifest_dir=args.manifest_dir, progress=hooks,
                                                log=lambda m: err.print(m, markup=False), **_where(args)))
 
 
 def cmd_pilot(args) -> int:
     from validate import api
 
-    return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, hooks=hooks,
+    return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, progress=hooks,
                                                 **_where(args)))
 
 
@@ -626,9 +636,10 @@ def cmd_eval(args) -> int:
         return 0
     if args.eval_command == "run":
         with _Bar() as bar:
-            s = api.eval_run(args.contract, manifest=args.manifest, passes=_csv(args.passes) or [], hooks=bar.hooks,
-                             run_dir=args.run_dir, resume=args.resume, concurrency=args.concurrency, data=args.data,
-                             allow_patch=args.allow_patch)
+            s = api.eval_run(args.contract, manifest=args.manifest, passes=_csv(args.passes) or [],
+                             progress=bar.hooks, run_dir=args.run_dir, resume=args.resume,
+                             concurrency=args.concurrency, data=args.data, allow_patch=args.allow_patch,
+                             executor=args.executor)
         if args.json:
             out.print(s.model_dump_json(indent=2), markup=False)
         else:
@@ -676,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    from validate.runner import Interrupted
+    from validate.context import Interrupted
 
     try:
         return COMMANDS[args.command](args)

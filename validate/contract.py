@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
@@ -27,25 +27,13 @@ from validate.errors import ContractError
 from validate.patches import PatchInfo
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
+from validate.sealed import SealedDocument, first_error
 from validate.verdicts import Rule
 
 SCHEMA_VERSION = 2
 #: How every agent starts, on every backend. `-S` skips `site`: the agents are stdlib programs,
 #: and site's path set-up cost ~3 ms of CPU per attempt, ~9 % of a bwrap pool's wall time.
 AGENT_COMMAND = ("python3", "-S", "/agent/agent.py")
-
-
-def pretty(value: object) -> bytes:
-    """Canonical JSON indented for reading (manifests on disk)."""
-    import json
-
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=2, allow_nan=False).encode() + b"\n"
-
-
-def _first_error(e: ValidationError, prefix: str) -> str:
-    err = e.errors()[0]
-    loc = ".".join(map(str, err["loc"]))
-    return f"{prefix}{'.' if prefix and loc else ''}{loc}: {err['msg']}"
 
 
 class EnvironmentSpec(BaseModel):
@@ -174,8 +162,11 @@ class TaskEntry(BaseModel):
                                  "task, each with the environment's reason: they are not played on it.")
 
 
-class Manifest(BaseModel):
+class Manifest(SealedDocument):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    document: ClassVar[str] = "manifest"
+    short: ClassVar[str] = "the manifest's"
+    make_with: ClassVar[str] = "create one with `validate freeze`"
 
     schema_version: Literal[2] = SCHEMA_VERSION
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -216,15 +207,6 @@ class Manifest(BaseModel):
             raise ValueError("task_list_sha256: does not match the task list")
         return self
 
-    def content_sha256(self) -> str:
-        return sha256_tag(canonical_json(self.model_dump(mode="json", exclude={"sha256"})))
-
-    def sealed(self) -> Manifest:
-        return self.model_copy(update={"sha256": self.content_sha256()})
-
-    def to_json(self) -> bytes:
-        return pretty(self.model_dump(mode="json"))
-
     def opaque_id(self, task_id: str) -> str:
         return sha256_tag(f"{self.salt}\n{task_id}".encode())[7:23]
 
@@ -251,7 +233,7 @@ def env_config(env: Environment, raw: dict[str, Any]) -> BaseModel:
     try:
         return env.Config.model_validate(raw)
     except ValidationError as e:
-        raise ContractError(_first_error(e, "environment.config")) from None
+        raise ContractError(first_error(e, "environment.config")) from None
 
 
 def load_taskset(env: Environment, config: BaseModel, hints: LoadHints) -> Taskset:
@@ -335,7 +317,7 @@ def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
                                 cgroup=facts.cgroup, isolation=facts.isolation,
                                 architecture=facts.architecture, backend_version=facts.version, **execution)
     except ValidationError as e:
-        raise ContractError(_first_error(e, "execution")) from None
+        raise ContractError(first_error(e, "execution")) from None
 
 
 def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx: Sequence[int], rule: str,
@@ -366,7 +348,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
             salt=salt,
         ).sealed()
     except ValidationError as e:
-        raise ContractError(_first_error(e, "")) from None
+        raise ContractError(first_error(e, "")) from None
 
 
 def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, idx: Sequence[int], rule: str,
@@ -397,35 +379,11 @@ def write_manifest(manifest: Manifest, path: Path) -> Path:
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
-    from validate.jsonio import JSONInputError, loads
-
-    try:
-        raw = loads(data)
-    except JSONInputError as e:
-        raise ContractError(f"{where}: not a readable JSON manifest ({e})") from None
-    try:
-        manifest = Manifest.model_validate(raw)
-    except ValidationError as e:
-        raise ContractError(f"{where}: field '{_first_error(e, '')}'") from None
-    try:  # the document as written: a field added later (with its default) does not change its hash
-        own = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
-    except ValueError as e:  # NaN or Infinity somewhere: no canonical JSON, so no hash
-        raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
-    if manifest.sha256 != own:
-        raise ContractError(f"{where}: field 'sha256': the manifest's content does not match its sha256 "
-                            f"(edited after freezing? freeze it again)")
-    return manifest
+    return Manifest.parse(data, where)
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ContractError(f"{p}: manifest not found (create one with `validate freeze`)") from None
-    except OSError as e:
-        raise ContractError(f"{p}: cannot read the manifest ({e.strerror or e})") from None
-    return parse_manifest(data, str(p))
+    return Manifest.load(path)
 
 
 def _mismatch(field: str, expected: object, actual: object) -> ContractError:

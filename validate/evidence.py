@@ -29,8 +29,9 @@ import os
 import tempfile
 import threading
 from contextlib import contextmanager
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,6 +42,8 @@ from validate.paths import RunPaths
 from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
 
 BATCH_ROWS = 1000
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @contextmanager
@@ -209,6 +212,60 @@ def keep_earlier(paths: RunPaths) -> None:
         os.replace(tmp, dest)  # whole or absent: a crash leaves only a dot-directory
 
 
+class AppendLog(Generic[M]):
+    """An append-only JSON-lines file of one record model: each append is written whole through
+    one unbuffered handle and fsynced before it returns; a line cut short by a crash (or a full
+    disk) is dropped on reading, and the next append starts on a fresh line. The one way the
+    harness journals what it must not lose (attempts; an eval's samples and turns)."""
+
+    def __init__(self, path: Path, model: type[M]) -> None:
+        self.path, self.model = path, model
+        self._lock = threading.Lock()
+        self._fh = None
+
+    def append(self, records: Sequence[M]) -> None:
+        data = b"".join(r.model_dump_json().encode() + b"\n" for r in records)
+        with self._lock:
+            try:
+                if self._fh is None:
+                    # Unbuffered: a failed write leaves nothing queued to fail again on close.
+                    self._fh = open(self.path, "ab", buffering=0)
+                    if self._fh.tell() and not _ends_with_newline(self.path):
+                        data = b"\n" + data  # a crash cut the last line: start on a fresh one
+                view = memoryview(data)
+                while view:
+                    view = view[self._fh.write(view):]
+                os.fsync(self._fh.fileno())
+            except OSError as e:
+                raise EvidenceError(f"{self.path}: cannot append ({e.strerror or e})") from None
+
+    def read(self) -> Iterator[M]:
+        """Every whole line's record, in the order appended."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            for line in fh:
+                try:
+                    yield self.model.model_validate_json(line)
+                except ValidationError:
+                    continue  # the last line of a crashed run, cut short: that record is made again
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass  # unbuffered: nothing was pending
+                self._fh = None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
 class Journal:
     """The run's attempts: those already in Parquet plus those appended since.
 
@@ -219,8 +276,7 @@ class Journal:
     def __init__(self, paths: RunPaths, metric_names: tuple[str, ...] = ()) -> None:
         self.paths = paths
         self.metric_names = metric_names
-        self._lock = threading.Lock()
-        self._fh = None
+        self._log = AppendLog(paths.journal, Attempt)
 
     def __iter__(self) -> Iterator[Attempt]:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
@@ -263,40 +319,13 @@ class Journal:
             raise EvidenceError(f"{self.paths.attempts}: unreadable ({e})") from None
 
     def _from_journal(self) -> Iterator[Attempt]:
-        if not self.paths.journal.exists():
-            return
-        with open(self.paths.journal, "rb") as fh:
-            for line in fh:
-                try:
-                    yield Attempt.model_validate_json(line)
-                except ValidationError:
-                    continue  # the last line of a crashed run, cut short: that attempt reruns
+        return self._log.read()
 
     def append(self, attempts: list[Attempt]) -> None:
-        data = b"".join(a.model_dump_json().encode() + b"\n" for a in attempts)
-        with self._lock:
-            try:
-                if self._fh is None:
-                    # Unbuffered: a failed write leaves nothing queued to fail again on close;
-                    # a line cut short by a full disk is dropped on reading.
-                    self._fh = open(self.paths.journal, "ab", buffering=0)
-                    if self._fh.tell() and not self.paths.journal.read_bytes().endswith(b"\n"):
-                        data = b"\n" + data  # a crash cut the last line: start on a fresh one
-                view = memoryview(data)
-                while view:
-                    view = view[self._fh.write(view):]
-                os.fsync(self._fh.fileno())
-            except OSError as e:
-                raise EvidenceError(f"{self.paths.journal}: cannot append ({e.strerror or e})") from None
+        self._log.append(attempts)
 
     def close(self) -> None:
-        with self._lock:
-            if self._fh is not None:
-                try:
-                    self._fh.close()
-                except OSError:
-                    pass  # unbuffered: nothing was pending
-                self._fh = None
+        self._log.close()
 
 
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],

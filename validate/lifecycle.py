@@ -20,7 +20,8 @@ from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
 from validate.records import EXCEPTION_STATUSES, FindingRow, TaskVerdict
-from validate.runner import Hooks, Play, RunContext, execute
+from validate.context import Play, RunContext
+from validate.runner import execute
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
 
@@ -73,22 +74,31 @@ def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, 
                     chance_controls=chance)
 
 
-class Run:
-    def __init__(self, ctx: RunContext, kind: str) -> None:
-        self.ctx, self.kind = ctx, kind
-        paths = ctx.paths
-        open_run(paths, ctx.manifest.to_json())
-        if ctx.code.diff:
-            if paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
-                raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
-                                    f"same code, or start a new run directory")
-            atomic_write(paths.patch, ctx.code.diff)
-        self.journal = Journal(paths, ctx.taskset.metric_names)
-        self.groups: list[JudgedGroup] = []
-        self.verdicts_of: Callable[[Journal], list[TaskVerdict]] = lambda j: []
+def open_directory(ctx: RunContext) -> None:
+    """Create the run directory with its contract, or check it when resuming: the same
+    contract, and the same uncommitted patch (stored as ``patch.diff``) if there is one."""
+    paths = ctx.paths
+    open_run(paths, ctx.manifest.to_json())
+    if ctx.code.diff:
+        if paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
+            raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
+                                f"same code, or start a new run directory")
+        atomic_write(paths.patch, ctx.code.diff)
 
-    def play(self, play: Play, concurrency: int, hooks: Hooks | None = None) -> None:
-        execute(self.ctx, self.journal, play, concurrency, hooks)
+
+class Run:
+    """One run directory's lifecycle: opened (contract, patch), played into its journal, folded
+    into Parquet and judged by `verdicts_of` (the phase's groups of attempts), finished with a
+    sealed summary."""
+
+    def __init__(self, ctx: RunContext, kind: str, groups: list[JudgedGroup],
+                 verdicts_of: Callable[[Journal], list[TaskVerdict]]) -> None:
+        self.ctx, self.kind, self.groups, self.verdicts_of = ctx, kind, groups, verdicts_of
+        open_directory(ctx)
+        self.journal = Journal(ctx.paths, ctx.taskset.metric_names)
+
+    def play(self, play: Play) -> None:
+        execute(self.ctx, self.journal, play)
 
     def dataset_findings(self) -> list[FindingRow]:
         ctx = self.ctx

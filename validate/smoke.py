@@ -40,7 +40,7 @@ from validate.contract import Manifest, derive, load_manifest, write_manifest
 from validate.errors import ValidateError
 from validate.evidence import atomic_write, new_entry, write_checksums
 from validate.records import EXCEPTION_STATUSES
-from validate.runner import RunContext
+from validate.context import RunContext
 
 KEY = ["task_id", "agent"]
 #: Environment variables the rerun inherits: where the daemon, the image and the data are.

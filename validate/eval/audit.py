@@ -37,7 +37,7 @@ from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, solved
 from validate.eval.records import SampleRow
-from validate.eval.runner import facts_of
+from validate.eval.chat import facts_of
 from validate.evidence import read_attempts
 from validate.paths import RunPaths
 from validate.records import Attempt

@@ -22,17 +22,13 @@ rerun of that attempt replaces it.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from validate.errors import EvidenceError
 from validate.eval.records import SampleRow, TurnRow
-from validate.evidence import write_parquet
+from validate.evidence import AppendLog, write_parquet
 from validate.paths import RunPaths
 from validate.records import arrow_schema, flat_row
 
@@ -77,42 +73,12 @@ class Entry(BaseModel):
     turns: list[TurnRow]
 
 
-class EvalJournal:
-    """Append-only, fsynced; a line cut by a crash is dropped on reading."""
+class EvalJournal(AppendLog[Entry]):
+    """The eval journal (`validate.evidence.AppendLog` of entries)."""
 
     def __init__(self, paths: EvalPaths) -> None:
+        super().__init__(paths.journal, Entry)
         self.paths = paths
-        self._lock = threading.Lock()
-
-    def append(self, entry: Entry) -> None:
-        data = entry.model_dump_json().encode() + b"\n"
-        with self._lock:
-            try:
-                with open(self.paths.journal, "ab", buffering=0) as fh:
-                    if fh.tell() and not _ends_with_newline(self.paths.journal):
-                        data = b"\n" + data
-                    view = memoryview(data)
-                    while view:
-                        view = view[fh.write(view):]
-                    os.fsync(fh.fileno())
-            except OSError as e:
-                raise EvidenceError(f"{self.paths.journal}: cannot append ({e.strerror or e})") from None
-
-    def entries(self) -> Iterator[Entry]:
-        if not self.paths.journal.exists():
-            return
-        with open(self.paths.journal, "rb") as fh:
-            for line in fh:
-                try:
-                    yield Entry.model_validate_json(line)
-                except ValidationError:
-                    continue
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) == b"\n"
 
 
 def latest_entries(journal: EvalJournal, recorded: set[tuple], previous: Path | None = None) -> dict[tuple, Entry]:
@@ -121,7 +87,7 @@ def latest_entries(journal: EvalJournal, recorded: set[tuple], previous: Path | 
     out: dict[tuple, Entry] = {}
     if previous is not None and previous.exists():
         out.update(_from_parquet(journal.paths))
-    for e in journal.entries():
+    for e in journal.read():
         out[e.sample.key()] = e
     return {k: v for k, v in out.items() if k in recorded}
 
