@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from environment.protocol import LoadHints, ScorerUnavailable
 from validate.contract import ContractError, Manifest, check_environment, check_tasks, program_sha256
 from validate.evidence import reply_path
-from validate.paths import RunPaths
+from validate.paths import SCORER_CACHE, RunPaths
 from validate.records import EXCEPTION_STATUSES
 from validate.workspace import workspace_sha256
 
@@ -106,7 +106,7 @@ def offline(cache: Path, env_vars: tuple[str, ...]) -> Iterator[Path]:
     saved = {k: os.environ.pop(k) for k in env_vars if k in os.environ}
     try:
         with tempfile.TemporaryDirectory(prefix="audit-cache-") as tmp:
-            copy = Path(tmp) / "scorer-cache"
+            copy = Path(tmp) / SCORER_CACHE
             if cache.is_dir():
                 shutil.copytree(cache, copy)
             else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from validate.records import POOL
 from validate.view import tables
 from validate.view.catalog import RunEntry
 from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url
@@ -88,7 +89,7 @@ def related(me: RunEntry, runs: Mapping[str, RunEntry]) -> list[tuple[RunEntry, 
 # --- index -------------------------------------------------------------------------------
 
 def _smoke_cell(e: RunEntry) -> Html:
-    if e.summary is None or e.summary.kind != "pool":
+    if e.summary is None or e.summary.kind != POOL:
         return Html("")
     latest = e.latest_smoke
     if latest is None:
