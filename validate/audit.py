@@ -39,8 +39,23 @@ from validate.audit_contracts import check_anchor, committed_manifests, read_man
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import file_sha256, sealed_files
-from validate.paths import ATTEMPTS, FROZEN_MANIFEST, MANIFEST, SCORER_CACHE, SMOKE, SMOKE_RUN, TASKS, RunPaths
-from validate.records import MODEL, ORACLE, Attempt, Exclusion, TaskVerdict, arrow_schema
+from validate.paths import ATTEMPTS, FROZEN_MANIFEST, MANIFEST, SCORER_CACHE, SMOKE, SMOKE_RUN, TASKS, VARIANTS, RunPaths
+from validate.records import (
+    COMPATIBLE,
+    EXCLUDED,
+    EXIT_NONZERO,
+    MODEL,
+    NO_REPLY,
+    OK,
+    OOM,
+    ORACLE,
+    TIMEOUT,
+    Attempt,
+    Exclusion,
+    Status,
+    TaskVerdict,
+    arrow_schema,
+)
 from validate.verdicts import Outcome, as_expected, decide
 
 
@@ -164,13 +179,13 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
 
 
 #: Statuses that follow from the sandbox's result alone (a reply's own trouble aside).
-STATUS_OF_RUN = ("ok", "exit_nonzero", "timeout", "oom", "no_reply")
+STATUS_OF_RUN = (OK, EXIT_NONZERO, TIMEOUT, OOM, NO_REPLY)
 
 
-def _run_status(row) -> str:
-    status = ("timeout" if row.timed_out else "oom" if row.oom_killed
-              else "exit_nonzero" if row.exit_code != 0 else "ok")
-    return "no_reply" if row.status == "no_reply" and status == "ok" else status
+def _run_status(row) -> Status:
+    status = (TIMEOUT if row.timed_out else OOM if row.oom_killed
+              else EXIT_NONZERO if row.exit_code != 0 else OK)
+    return NO_REPLY if row.status == NO_REPLY and status == OK else status
 
 
 def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r: AuditResult) -> None:
@@ -225,7 +240,7 @@ def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
     """The exclusion ledger is exactly the re-derived verdicts' exclusions, row for row."""
     excluded = {k: Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx, task_hash=v.task_hash,
                              reason=v.reason, detail=v.detail).model_dump()
-                for k, v in expected.items() if v.verdict == "excluded"}
+                for k, v in expected.items() if v.verdict == EXCLUDED}
     ledger = {(x["phase"], x["task_id"]): Exclusion.model_validate(x).model_dump()
               for x in pq.read_table(paths.exclusions).to_pylist()}
     if ledger != excluded:
@@ -280,7 +295,7 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
                         x.error_class, x.error_message) for x in grp.itertuples()]
         d = decide(outs, [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
                    findings_of.get(tid, []))  # the oracle alone, as the pool judged it at freeze
-        if d.verdict == "compatible":
+        if d.verdict == COMPATIBLE:
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:
         r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes on the tasks "
@@ -297,10 +312,10 @@ def _names(paths: RunPaths, s, found: dict[str, Manifest], r: AuditResult) -> No
         r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
     if (s.frozen_manifest_sha256 or None) != (found[FROZEN_MANIFEST].sha256
                                               if FROZEN_MANIFEST in found else None):
-        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
-    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith("variants/")}
+        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not {FROZEN_MANIFEST}'s")
+    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith(f"{VARIANTS}/")}
     if s.variant_manifest_sha256 != variants:
-        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the variants/ contracts' {variants}")
+        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the {VARIANTS}/ contracts' {variants}")
 
 
 def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r: AuditResult) -> None:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
 from validate.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
-from validate.records import PILOT, FindingRow, TaskVerdict
+from validate.records import EXCLUDED, PILOT, FindingRow, TaskVerdict
 from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
 
@@ -87,13 +87,13 @@ def check_counts(ev, tables, manifests, r) -> None:
     recount = counts(verdicts, ev.root / ATTEMPTS)  # the run's own counting, on the ledgers
     if recount != s.counts:
         r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' {recount.model_dump()}")
-    excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == "excluded"}
+    excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == EXCLUDED}
     ledger = {(x.phase, x.task_id): x.reason for x in tables[EXCLUSIONS].itertuples()}
     if excluded != ledger:
         r.problems.append(f"{ev.root / EXCLUSIONS}: does not list exactly the excluded tasks with their reasons")
     f = s.facts
     derived = (recount.tasks, recount.compatible, recount.excluded, recount.incomplete,
-               sum(v.verdict == "excluded" and v.reason is None for v in verdicts),
+               sum(v.verdict == EXCLUDED and v.reason is None for v in verdicts),
                [x.detail for x in s.dataset_findings if x.blocking])
     if (f.tasks, f.compatible, f.excluded, f.incomplete, f.excluded_without_one_reason,
             f.blocking_dataset_findings) != derived:

@@ -211,7 +211,7 @@ class Manifest(BaseModel):
             raise ValueError("tasks: task ids repeat")
         if len(self.expectations.named(ORACLE)) != 1:
             raise ValueError("expectations.agents: exactly one oracle")
-        if not self.expectations.named("control"):
+        if not self.expectations.named(CONTROL):
             raise ValueError("expectations.agents: no negative control; a contract names at least one "
                              "(freeze it again with --controls)")
         if task_list_sha256(self.tasks) != self.task_list_sha256:

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
-from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
+from validate.records import EXCLUDED, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
 
 BATCH_ROWS = 1000
 
@@ -315,7 +315,7 @@ def write_verdicts(paths: RunPaths, verdicts: list[TaskVerdict]) -> None:
     write_table(paths.tasks, verdicts, TaskVerdict, meta=meta)
     exclusions = [Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)
-                  for v in verdicts if v.verdict == "excluded"]
+                  for v in verdicts if v.verdict == EXCLUDED]
     write_table(paths.exclusions, exclusions, Exclusion)
 
 

@@ -99,6 +99,7 @@ Verdict = Literal["compatible", "excluded", "incomplete"]
 COMPATIBLE: Verdict = "compatible"
 EXCLUDED: Verdict = "excluded"
 INCOMPLETE: Verdict = "incomplete"
+VERDICTS: tuple[Verdict, ...] = typing.get_args(Verdict)
 
 
 class TaskRow(BaseModel):

@@ -39,7 +39,7 @@ from validate.paths import (
     RunPaths,
 )
 from validate.plot import box_plot_svg
-from validate.records import CONTROL, ROLES
+from validate.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, ROLES, SCORER_ERROR
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict, dataset_verdict
 
@@ -227,7 +227,7 @@ def _reward_blocks(ev: RunEvidence) -> list:
 def _family_blocks(ev: RunEvidence) -> list:
     t = ev.tasks
     fam = t.groupby("family").agg(tasks=("task_id", "size"),
-                                 compatible=("verdict", lambda v: int((v == "compatible").sum())),
+                                 compatible=("verdict", lambda v: int((v == COMPATIBLE).sum())),
                                  oracle=("oracle_reward", "mean"), margin=("margin", "min"))
     missing = ev.summary.families_uncovered
     cover = ("The environment does not list its families, so coverage is not stated." if missing is None else
@@ -242,7 +242,7 @@ def _family_blocks(ev: RunEvidence) -> list:
 
 def _ledger_blocks(ev: RunEvidence) -> list:
     s, n = ev.summary, ev.summary.counts.tasks
-    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == "incomplete"]
+    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == INCOMPLETE]
     out = [("h2", "Exclusion ledger"),
            ("p", [f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl) else "No task was excluded."])]
     if len(excl):
@@ -268,7 +268,7 @@ def _ledger_blocks(ev: RunEvidence) -> list:
 
 def _attempt_blocks(ev: RunEvidence) -> list:
     a = ev.attempts
-    bad = a[a["superseded"] | a["status"].isin(["infrastructure_error", "harness_error", "scorer_error"])]
+    bad = a[a["superseded"] | a["status"].isin([*EXCEPTION_STATUSES, SCORER_ERROR])]
     out = [("h2", "Superseded and failed attempts")]
     if len(bad):
         out.append(("table", ["task", "agent", "try", "status", "superseded", "error"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from validate.paths import SMOKE
 from validate.records import POOL
 from validate.view import tables
 from validate.view.catalog import RunEntry
@@ -95,7 +96,7 @@ def _smoke_cell(e: RunEntry) -> Html:
     if latest is None:
         return badge("not run")
     word = badge("passed" if latest.result.get("passed") else "failed")
-    return a(word, run_url(latest.run_key), title=f"smoke/{latest.entry}") if latest.run_key else word
+    return a(word, run_url(latest.run_key), title=f"{SMOKE}/{latest.entry}") if latest.run_key else word
 
 
 def _counts_cell(e: RunEntry) -> Html:

@@ -27,7 +27,7 @@ from validate.paths import (
     TASKS,
     VARIANTS,
 )
-from validate.records import POOL
+from validate.records import INCOMPLETE, POOL, VERDICTS
 from validate.view import tables
 from validate.view.catalog import RunEntry, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone
@@ -35,7 +35,6 @@ from validate.view.pages import file_url, kv, related, run_link, run_url, short,
 
 #: The cap on rows of the ledger tables (the task table pages instead).
 LEDGER_ROWS = tables.PAGE_ROWS
-VERDICTS = ("compatible", "excluded", "incomplete")
 OUTCOMES = ("expected", "unexpected")
 
 
@@ -146,7 +145,7 @@ def _ledgers(e: RunEntry) -> list[object]:
     else:
         out.append(tag("p", "No task was excluded.", class_="muted"))
     tasks = tables.read(e.root, TASKS, tables.TASK_COLUMNS)
-    inc = tasks.filter(pc.equal(tasks.column("verdict"), "incomplete"))
+    inc = tasks.filter(pc.equal(tasks.column("verdict"), INCOMPLETE))
     out.append(tag("h2", "Incomplete tasks", id="incomplete"))
     if inc.num_rows:
         note = e.summary.facts.note
