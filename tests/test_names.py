@@ -28,9 +28,7 @@ HOME = {"names": VALIDATE / "paths.py", "roles": VALIDATE / "records.py"}
 #: `test_pending_modules_still_exist` keeps the list from outliving them silently.
 PENDING = {"runner.py", "phases.py", "lifecycle.py", "eval/runner.py"}
 
-_NOT_NAMES = {"DEFAULT_IMAGE", "SANDBOX_WORKSPACE", "SANDBOX_AGENT", "SANDBOX_ANSWER_KEY", "REPLY_FILE"}
-#: Every name of the run-directory tree (the module's upper-case string constants).
-TREE = {v for k, v in vars(paths).items() if k.isupper() and isinstance(v, str) and k not in _NOT_NAMES}
+TREE = paths.RUN_DIRECTORY_NAMES
 #: The names that are never ordinary words ("run", "smoke", "reports" are also commands and phases).
 DISTINCT = {n for n in TREE if "." in n} | {paths.SCORER_CACHE, paths.CHECKSUMS}
 
@@ -134,6 +132,13 @@ def f(a, root, rules, exp, row):
 
 def test_pending_modules_still_exist():
     assert all((VALIDATE / p).is_file() for p in PENDING), "a PENDING module is gone: drop it from PENDING"
+
+
+def test_every_name_constant_is_in_the_tree():
+    """A name added to validate/paths.py without joining RUN_DIRECTORY_NAMES would go unguarded."""
+    sandbox = {"DEFAULT_IMAGE", "SANDBOX_WORKSPACE", "SANDBOX_AGENT", "SANDBOX_ANSWER_KEY", "REPLY_FILE"}
+    constants = {v for k, v in vars(paths).items() if k.isupper() and isinstance(v, str) and k not in sandbox}
+    assert constants == set(TREE)
 
 
 def test_the_tree_docstring_draws_every_name():

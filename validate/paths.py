@@ -117,6 +117,13 @@ COMPARE_MD = "compare.md"
 COMPARE_HTML = "compare.html"
 COMPARE_JSON = "compare.json"
 
+#: Every name of the run-directory tree above (what `tests/test_names.py` refuses elsewhere).
+RUN_DIRECTORY_NAMES: frozenset[str] = frozenset({
+    MANIFEST, FROZEN_MANIFEST, VARIANTS, PATCH, JOURNAL, ATTEMPTS, REPLIES, TASKS, EXCLUSIONS, SUMMARY,
+    SCORER_CACHE, SMOKE, SMOKE_RUN, SMOKE_RESULT, REPORTS, REPORT_MD, REPORT_HTML, REPORT_JSON, EARLIER,
+    CHECKSUMS, SIGNATURE, EVAL_CONTRACT, EVAL_JOURNAL, TRAJECTORIES, SAMPLES, EVAL_TASKS, EVAL_SUMMARY,
+    COMPARE_MD, COMPARE_HTML, COMPARE_JSON})
+
 #: The files every dataset report reads (beside the frozen and variant contracts and the smoke
 #: results; a resume keeps them under EARLIER), sorted.
 LEDGER_FILES: tuple[str, ...] = (ATTEMPTS, EXCLUSIONS, MANIFEST, SUMMARY, TASKS)
