@@ -39,7 +39,17 @@ from validate.audit_contracts import check_anchor, committed_manifests, read_man
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import file_sha256, sealed_files
-from validate.paths import ATTEMPTS, FROZEN_MANIFEST, MANIFEST, SCORER_CACHE, SMOKE, SMOKE_RUN, TASKS, VARIANTS, RunPaths
+from validate.paths import (
+    ATTEMPTS,
+    FROZEN_MANIFEST,
+    MANIFEST,
+    SCORER_CACHE,
+    SMOKE,
+    SMOKE_RUN,
+    TASKS,
+    VARIANTS,
+    RunPaths,
+)
 from validate.records import (
     COMPATIBLE,
     EXCLUDED,

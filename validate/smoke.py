@@ -207,7 +207,8 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
         places = [*getattr(ctx.taskset, "data_files", ()), *ctx.hints.search]
         data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
         proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
-                               "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c", "2", *data],
+                               "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c", "2",
+                               *data],
                               env=_env(venv, tmp / "work", ctx.manifest.environment.scorer.env_vars),
                               capture_output=True, text=True)
         if not (tmp / SMOKE_RUN / ATTEMPTS).exists():
