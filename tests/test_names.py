@@ -10,6 +10,9 @@ a space in it) is not a spelling. A role is spelled when a role string is compar
 role (``a.role == "oracle"``, ``row["role"] in ("oracle", "control")``), passed as ``role=``
 or to ``named(...)``, or listed among other roles (a tuple, or the keys of a dict): the same
 words are also phase names, table headers and JSON keys of the chat API, which are not roles.
+
+The run kind is read from what a run declares (`validate.summary.run_kind`); the last tests
+hold it to every committed run and to its one documented guess.
 """
 
 from __future__ import annotations
@@ -145,3 +148,37 @@ def test_the_tree_docstring_draws_every_name():
     drawn = paths.__doc__
     missing = sorted(n for n in TREE if n not in drawn)
     assert not missing, f"validate/paths.py's docstring does not draw {missing}"
+
+
+# --- the run kind: read from what a run declares, guessed in one place ------------------------
+
+LEDGERS = VALIDATE.parent / "ledgers"
+
+
+def test_run_kind_reads_what_each_committed_run_declares():
+    import json
+
+    from validate.summary import run_kind
+
+    runs = sorted(p for p in LEDGERS.iterdir() if (p / paths.CHECKSUMS).is_file())
+    assert len(runs) >= 3
+    for root in runs:
+        if (root / paths.EVAL_CONTRACT).is_file():
+            assert json.loads((root / paths.EVAL_CONTRACT).read_bytes())["kind"] == run_kind(root) == "eval"
+        else:
+            assert run_kind(root) == json.loads((root / paths.SUMMARY).read_bytes())["kind"], root
+
+
+def test_run_kind_guesses_only_when_nothing_declares_it(tmp_path):
+    from validate.summary import run_kind
+
+    assert run_kind(tmp_path) == "run"  # nothing recorded yet: a dataset run, as before
+    (tmp_path / paths.SUMMARY).write_text('{"kind": "pilot", "whatever": 1}')
+    assert run_kind(tmp_path) == "pilot"
+    (tmp_path / paths.SUMMARY).write_text('{"kind": "other"}')
+    assert run_kind(tmp_path) == "run"  # a kind no run has: not a declaration; the audit says why
+    (tmp_path / paths.EVAL_CONTRACT).write_bytes(b"\xff not json")
+    assert run_kind(tmp_path) == "eval"  # an eval contract's presence still decides, exactly as before
+    (tmp_path / paths.EVAL_CONTRACT).write_text('{"kind": "eval"}')
+    (tmp_path / paths.SUMMARY).write_text('{"kind": "pool"}')
+    assert run_kind(tmp_path) == "eval"
