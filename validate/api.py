@@ -28,7 +28,8 @@ from environment.protocol import LoadHints
 from validate.context import Progress, RunContext
 from validate.errors import ValidateError
 from validate.executors import DEFAULT_EXECUTOR, make_executor
-from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
+from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR
+from validate.records import EVAL, PILOT, POOL
 
 #: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
 #: start-up, the daemon and namespace teardown about as much as it computes; on 2 cores,
@@ -173,15 +174,15 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
     if resume is not None:
         root = Path(resume)
         utf8_path(root, "--resume")
-        if not (root / "manifest.json").is_file():
-            raise ValidateError(f"--resume: {root} is not a run directory (no manifest.json)")
-        m = load_manifest(manifest or root / "manifest.json")
+        if not (root / MANIFEST).is_file():
+            raise ValidateError(f"--resume: {root} is not a run directory (no {MANIFEST})")
+        m = load_manifest(manifest or root / MANIFEST)
     else:
         if manifest is None:
             raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
         m = load_manifest(manifest)
         root = Path(run_dir) if run_dir else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        if (root / "manifest.json").exists():
+        if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")  # its name is the run id: refused before anything runs, not after
     code = require(allow_patch)
@@ -214,7 +215,7 @@ def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: P
 
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
-    ctx = context(manifest, kind="pilot", progress=progress, **where)
+    ctx = context(manifest, kind=PILOT, progress=progress, **where)
     return _phase(ctx, lambda c: pilot_phase(c, per_stratum))
 
 
@@ -230,7 +231,7 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
         raise ValidateError("--smoke-sample: must be ≥ 0")
     if manifest_dir is not None:  # the frozen child is written there after the whole pool has run
         output_dir(manifest_dir, "--manifest-dir")
-    ctx = context(manifest, kind="pool", progress=progress, **where)
+    ctx = context(manifest, kind=POOL, progress=progress, **where)
     beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
     if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
         beside = None
@@ -253,7 +254,9 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
 
 
 def _is_eval(run_dir: PathLike) -> bool:
-    return (Path(run_dir) / "eval-contract.json").is_file()
+    from validate.summary import run_kind
+
+    return run_kind(Path(run_dir)) == EVAL
 
 
 def report(run_dir: PathLike):
@@ -353,16 +356,16 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         raise ValidateError(f"--passes: choose from {', '.join(PASSES)}; got {', '.join(bad) or 'none'}")
     if resume is not None:
         root = Path(resume)
-        if not (root / "eval-contract.json").is_file():
-            raise ValidateError(f"--resume: {root} is not an eval run directory (no eval-contract.json)")
-        c = ec.load(contract or root / "eval-contract.json")
-        manifest = manifest or root / "manifest.json"
+        if not (root / EVAL_CONTRACT).is_file():
+            raise ValidateError(f"--resume: {root} is not an eval run directory (no {EVAL_CONTRACT})")
+        c = ec.load(contract or root / EVAL_CONTRACT)
+        manifest = manifest or root / MANIFEST
     else:
         if contract is None:
             raise ValidateError("--contract: required (or --resume RUN_DIR to continue an eval)")
         c = ec.load(contract)
-        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-eval-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        if (root / "manifest.json").exists():
+        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-{EVAL}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")
     m_path = Path(manifest) if manifest is not None else Path(c.parent.manifest_path)
@@ -373,7 +376,7 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         if not key:
             raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not set; "
                                 f"export the endpoint's API key in it")
-    ctx = context(m_path, kind="eval", run_dir=root if resume is None else None, resume=resume,
+    ctx = context(m_path, kind=EVAL, run_dir=root if resume is None else None, resume=resume,
                   concurrency=concurrency, data=data, allow_patch=allow_patch, executor=executor, progress=progress)
     lim = c.limits
     client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries, lim.retry_max_wait_s)

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from validate.errors import ValidateError
-from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
+from validate.paths import CHECKSUMS, DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 out = Console(soft_wrap=True, highlight=False)
@@ -544,10 +544,10 @@ def cmd_report(args) -> int:
 
     entry, verdict = api.report(args.run_dir)
     if args.json:
-        out.print((entry / "report.json").read_text(), markup=False, end="")
+        out.print((entry / REPORT_JSON).read_text(), markup=False, end="")
         return 0
     what = verdict.headline if verdict else "eval report"
-    out.print(f"{what}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+    out.print(f"{what}\nwrote {entry / REPORT_MD} and {entry / REPORT_HTML}", markup=False)
     return 0
 
 
@@ -583,7 +583,7 @@ def cmd_sign(args) -> int:
     from validate import api
 
     sig = api.sign(args.run_dir, args.key)
-    out.print(f"signed {args.run_dir / 'checksums'} → {sig}", markup=False)
+    out.print(f"signed {args.run_dir / CHECKSUMS} → {sig}", markup=False)
     return 0
 
 
@@ -653,7 +653,7 @@ def cmd_eval(args) -> int:
         return 0
     if args.eval_command == "report":
         entry = api.eval_report(args.run_dir)
-        out.print(f"wrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+        out.print(f"wrote {entry / REPORT_MD} and {entry / REPORT_HTML}", markup=False)
         return 0
     return print_audit(api.eval_audit(args.run_dir, data=args.data, manifests=args.manifests), args.run_dir)
 

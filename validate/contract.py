@@ -25,6 +25,8 @@ from environment.protocol import canonical_json, sha256_tag
 from validate import environments
 from validate.errors import ContractError
 from validate.patches import PatchInfo
+from validate.records import CONTROL, ORACLE
+from validate.records import Role as RecordedRole
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
 from validate.sealed import SealedDocument, first_error
@@ -82,16 +84,16 @@ class Expectations(BaseModel):
         return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope)
                 for n, a in self.agents.items()}
 
-    def named(self, *roles: str) -> list[str]:
+    def named(self, *roles: RecordedRole) -> list[str]:
         return [n for n, a in self.agents.items() if a.role in roles]
 
     def testing(self, skip: dict[str, str]) -> list[str]:
         """The controls that can test a task with this `skip` (those not frozen out of it)."""
-        return [n for n in self.named("control") if n not in skip]
+        return [n for n in self.named(CONTROL) if n not in skip]
 
     def required(self, skip: dict[str, str]) -> list[str]:
         """The oracle and the controls a task must have, all but those that do not apply to it."""
-        return [n for n, a in self.agents.items() if a.role in ("oracle", "control") and n not in skip]
+        return [n for n, a in self.agents.items() if a.role in (ORACLE, CONTROL) and n not in skip]
 
 
 class ExecutionProfile(BaseModel):
@@ -198,9 +200,9 @@ class Manifest(SealedDocument):
             raise ValueError("selection.idx: must be sorted and distinct")
         if len({t.id for t in self.tasks}) != len(self.tasks):
             raise ValueError("tasks: task ids repeat")
-        if len(self.expectations.named("oracle")) != 1:
+        if len(self.expectations.named(ORACLE)) != 1:
             raise ValueError("expectations.agents: exactly one oracle")
-        if not self.expectations.named("control"):
+        if not self.expectations.named(CONTROL):
             raise ValueError("expectations.agents: no negative control; a contract names at least one "
                              "(freeze it again with --controls)")
         if task_list_sha256(self.tasks) != self.task_list_sha256:
@@ -267,7 +269,7 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
                   ceilings: dict[str, float]) -> dict[str, AgentEntry]:
     """The oracle, the chosen controls (None: all) and every probe, with their ceilings."""
     specs = {a.name: a for a in env.agents(config)}
-    known = [n for n, a in specs.items() if a.role == "control"]
+    known = [n for n, a in specs.items() if a.role == CONTROL]
     chosen = known if controls is None else list(controls)
     bad = [c for c in [*chosen, *ceilings] if c not in known]
     if bad:
@@ -279,7 +281,7 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
                             f"({', '.join(known) or 'it declares none'}) or omit --controls for all of them")
     out = {}
     for name, a in specs.items():
-        if a.role == "control" and name not in chosen:
+        if a.role == CONTROL and name not in chosen:
             continue
         out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), ceiling_scope=a.ceiling_scope,
                                sees_answer_key=a.sees_answer_key, sees_source=a.sees_source,

@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
-from validate.paths import RunPaths
-from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
+from validate.paths import EARLIER, REPORT_JSON, RunPaths
+from validate.records import EXCLUDED, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
 
 BATCH_ROWS = 1000
 
@@ -162,8 +162,6 @@ def open_run(paths: RunPaths, manifest_json: bytes) -> None:
     atomic_write(paths.manifest, manifest_json)
 
 
-EARLIER = "earlier"
-
 
 def ledger_key(ledgers: dict[str, str]) -> str:
     """The name of a set of input files (path → sha256): the sha256 of its canonical JSON."""
@@ -184,7 +182,7 @@ def ledger_source(paths: RunPaths, ledgers: dict[str, str]) -> Path | None:
     itself, or the copy kept at a resume; None if neither holds them all."""
     if not ledgers or not all(_safe(n) for n in ledgers):
         return None
-    for base in (paths.root, paths.root / EARLIER / ledger_key(ledgers)):
+    for base in (paths.root, paths.earlier / ledger_key(ledgers)):
         if base.is_dir() and _matches(base, ledgers):
             return base
     return None
@@ -194,14 +192,14 @@ def keep_earlier(paths: RunPaths) -> None:
     """Copy every input set a report names that the run directory holds now into
     ``earlier/<key>/`` (same relative paths), before a resume rewrites it. Copies, not moves:
     the resume reads attempts.parquet to continue. The copy is sealed by the next checksums."""
-    for record in sorted(paths.reports.glob("*/report.json")) if paths.reports.is_dir() else []:
+    for record in sorted(paths.reports.glob(f"*/{REPORT_JSON}")) if paths.reports.is_dir() else []:
         try:
             ledgers = json.loads(record.read_bytes()).get("ledgers")
         except (OSError, ValueError, AttributeError):
             continue  # an unreadable report is the audit's finding, not the resume's
         if not isinstance(ledgers, dict) or not all(_safe(n) for n in ledgers):
             continue
-        dest = paths.root / EARLIER / ledger_key(ledgers)
+        dest = paths.earlier / ledger_key(ledgers)
         if dest.exists() or not _matches(paths.root, ledgers):
             continue
         tmp = dest.with_name(f".{dest.name}.tmp")
@@ -346,7 +344,7 @@ def write_verdicts(paths: RunPaths, verdicts: list[TaskVerdict]) -> None:
     write_table(paths.tasks, verdicts, TaskVerdict, meta=meta)
     exclusions = [Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)
-                  for v in verdicts if v.verdict == "excluded"]
+                  for v in verdicts if v.verdict == EXCLUDED]
     write_table(paths.exclusions, exclusions, Exclusion)
 
 

@@ -19,17 +19,19 @@ import pyarrow.parquet as pq
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
-from validate.records import EXCEPTION_STATUSES, FindingRow, TaskVerdict
+from validate.records import (
+    COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, PILOT, POOL, RUN, FindingRow, RunKind, TaskVerdict,
+)
 from validate.context import Play, RunContext
 from validate.runner import execute
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
 
 #: The protocol criteria each kind of run is held to (see `validate.verdicts.CRITERIA`).
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "run": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls"),
-    "pool": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
-    "pilot": ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
+REQUIRED: dict[RunKind, tuple[str, ...]] = {
+    RUN: ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls"),
+    POOL: ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
+    PILOT: ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
               "chance_controls"),
 }
 
@@ -42,17 +44,17 @@ def counts(verdicts: Sequence[TaskVerdict], attempts_path) -> Counts:
     for v in verdicts:
         if v.reason is not None:
             by_reason[v.reason] = by_reason.get(v.reason, 0) + 1
-    return Counts(tasks=len(verdicts), compatible=sum(v.verdict == "compatible" for v in verdicts),
-                  excluded=sum(v.verdict == "excluded" for v in verdicts),
-                  incomplete=sum(v.verdict == "incomplete" for v in verdicts),
+    return Counts(tasks=len(verdicts), compatible=sum(v.verdict == COMPATIBLE for v in verdicts),
+                  excluded=sum(v.verdict == EXCLUDED for v in verdicts),
+                  incomplete=sum(v.verdict == INCOMPLETE for v in verdicts),
                   excluded_by_reason=dict(sorted(by_reason.items())), attempts=table.num_rows,
                   superseded=pc.sum(table.column("superseded")).as_py() or 0, exceptions=exceptions,
-                  retried_passes=sum(v.verdict == "compatible" and v.retried for v in verdicts))
+                  retried_passes=sum(v.verdict == COMPATIBLE and v.retried for v in verdicts))
 
 
 def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
     """Each chance-level control's mean final reward (sample 0; no reward counts 0) and ceiling."""
-    chance = {n: r.ceiling for n, r in rules.items() if r.role == "control" and r.scope == "mean"}
+    chance = {n: r.ceiling for n, r in rules.items() if r.role == CONTROL and r.scope == "mean"}
     if not chance:
         return {}
     t = pq.read_table(attempts_path, columns=["agent", "sample", "superseded", "reward"]).to_pylist()
@@ -68,7 +70,7 @@ def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, 
               chance: dict[str, tuple[float, float]], note: str = "") -> RunFacts:
     return RunFacts(tasks=c.tasks, compatible=c.compatible, excluded=c.excluded, incomplete=c.incomplete,
                     interrupted=interrupted, min_task_count=min_task_count,
-                    excluded_without_one_reason=sum(v.verdict == "excluded" and v.reason is None for v in verdicts),
+                    excluded_without_one_reason=sum(v.verdict == EXCLUDED and v.reason is None for v in verdicts),
                     patch=patch, blocking_dataset_findings=[f.detail for f in dataset_findings if f.blocking],
                     probes_total=len(probes), probes_ok=sum(p.ok for p in probes), smoke=smoke, note=note,
                     chance_controls=chance)
@@ -91,7 +93,7 @@ class Run:
     into Parquet and judged by `verdicts_of` (the phase's groups of attempts), finished with a
     sealed summary."""
 
-    def __init__(self, ctx: RunContext, kind: str, groups: list[JudgedGroup],
+    def __init__(self, ctx: RunContext, kind: RunKind, groups: list[JudgedGroup],
                  verdicts_of: Callable[[Journal], list[TaskVerdict]]) -> None:
         self.ctx, self.kind, self.groups, self.verdicts_of = ctx, kind, groups, verdicts_of
         open_directory(ctx)

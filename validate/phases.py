@@ -25,7 +25,8 @@ from validate.agents import resolve
 from validate.contract import Manifest, derive, load_manifest, load_taskset, write_manifest
 from validate.evidence import Journal, atomic_write
 from validate.lifecycle import Run
-from validate.records import Attempt, TaskVerdict
+from validate.paths import MANIFEST, VARIANTS
+from validate.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, TaskVerdict
 from validate.context import Interrupted, Play, RunContext
 from validate.kinds import kind_of
 from validate.runner import judge
@@ -40,8 +41,7 @@ def run_agents(ctx: RunContext, agents: str, phase: str) -> RunSummary:
     config = ctx.env.Config.model_validate(m.environment.config)
     play = Play(phase, m, ctx.taskset, m.selection.idx, resolve(ctx.env, config, list(m.expectations.agents), agents),
                 kind_of(ctx.env))
-    run = Run(ctx, "run", [JudgedGroup(phase=phase, attempt_phases=[phase], manifest="manifest.json",
-                                       expectations="manifest.json")],
+    run = Run(ctx, RUN, [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
               lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,)))
     try:
         run.play(play)
@@ -64,20 +64,20 @@ def pool(ctx: RunContext, *, manifest_dir: Path | None = None,
     oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]),
                        kind)
     controls = resolve(ctx.env, config, names, ["controls"])
-    run = Run(ctx, "pool", [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest="manifest.json",
-                                        expectations="manifest.json")],
+    run = Run(ctx, POOL, [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
+                                      expectations=MANIFEST)],
               lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls")))
     frozen = None
     try:
         run.play(oracle_play)
         exp = parent.expectations
         oracle_only = parent.model_copy(update={"expectations": exp.model_copy(
-            update={"agents": {n: a for n, a in exp.agents.items() if a.role == "oracle"}})})
+            update={"agents": {n: a for n, a in exp.agents.items() if a.role == ORACLE}})})
         # A task no control can test can never be compatible: it is not frozen (its verdict, with
         # its own reason, comes from the whole pool's judgement).
         testable = {t.id for t in parent.tasks if exp.testing(t.skip)}
         passes = [v.idx for v in judge(ctx, run.journal.marked(), "oracle", oracle_only, ctx.taskset, ("oracle",))
-                  if v.verdict == "compatible" and v.task_id in testable]
+                  if v.verdict == COMPATIBLE and v.task_id in testable]
         if len(passes) < parent.min_task_count:
             note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
                     f"minimum {parent.min_task_count}, so nothing was frozen")
@@ -113,8 +113,8 @@ def probe_checks(variant: str, attempts: list[Attempt], verdicts: list[TaskVerdi
     out = []
     for v in verdicts:
         mine = [a for a in attempts if a.task_id == v.task_id and not a.superseded]
-        typical = statistics.median([a.reward or 0.0 for a in mine if a.role == "control"] or [0.0])
-        for a in sorted((a for a in mine if a.role == "probe"), key=lambda a: a.agent):
+        typical = statistics.median([a.reward or 0.0 for a in mine if a.role == CONTROL] or [0.0])
+        for a in sorted((a for a in mine if a.role == PROBE), key=lambda a: a.agent):
             ok = a.status == "ok" and a.reward is not None and v.oracle_reward is not None \
                 and typical < a.reward < v.oracle_reward
             out.append(ProbeCheck(variant=variant, task_id=v.task_id, probe=a.agent, reward=a.reward,
@@ -162,7 +162,7 @@ def pilot(ctx: RunContext, per_stratum: int) -> RunSummary:
     config = ctx.env.Config.model_validate(ctx.manifest.environment.config)
     agents = resolve(ctx.env, config, list(ctx.manifest.expectations.agents), ["all", "probes"])
     groups = [JudgedGroup(phase=f"pilot-{v.name}", attempt_phases=[f"pilot-{v.name}"],
-                          manifest=f"variants/{v.name}.json", expectations=f"variants/{v.name}.json")
+                          manifest=f"{VARIANTS}/{v.name}.json", expectations=f"{VARIANTS}/{v.name}.json")
               for v in variants]
 
     def verdicts_all(j: Journal) -> list[TaskVerdict]:
@@ -170,7 +170,7 @@ def pilot(ctx: RunContext, per_stratum: int) -> RunSummary:
         return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
                                                        (f"pilot-{var.name}",))]
 
-    run = Run(ctx, "pilot", groups, verdicts_all)
+    run = Run(ctx, PILOT, groups, verdicts_all)
     _keep_variants(ctx, variants)
     shas = {v.name: v.manifest.sha256 for v in variants}
     try:

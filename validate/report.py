@@ -27,8 +27,19 @@ from pydantic import BaseModel, Field, ValidationError
 from validate.errors import EvidenceError
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
 from validate.jsonio import JSONInputError, loads
-from validate.paths import RunPaths
+from validate.paths import (
+    FROZEN_MANIFEST,
+    LEDGER_FILES,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    SMOKE,
+    SMOKE_RESULT,
+    VARIANTS,
+    RunPaths,
+)
 from validate.plot import box_plot_svg
+from validate.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, ROLES, SCORER_ERROR
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict, dataset_verdict
 
@@ -61,17 +72,13 @@ class RunEvidence:
         return max(self.smokes.items()) if self.smokes else None
 
 
-#: The files every report reads (beside the frozen and variant contracts and the smoke results).
-LEDGER_FILES = ("attempts.parquet", "exclusions.parquet", "manifest.json", "run.json", "tasks.parquet")
-
-
 def report_inputs(root: Path) -> list[str]:
     """The files a report of this run directory is rendered from now, relative to it, sorted."""
     paths = RunPaths(Path(root))
-    names = [*LEDGER_FILES, *(["frozen-manifest.json"] if paths.frozen_manifest.exists() else [])]
+    names = [*LEDGER_FILES, *([FROZEN_MANIFEST] if paths.frozen_manifest.exists() else [])]
     names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.variants.glob("*.json"))] \
         if paths.variants.is_dir() else []
-    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.smoke.glob("*/result.json"))] \
+    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.smoke.glob(f"*/{SMOKE_RESULT}"))] \
         if paths.smoke.is_dir() else []
     return sorted(names)
 
@@ -95,11 +102,11 @@ def load_run(root: Path, names: list[str] | None = None) -> RunEvidence:
         raise EvidenceError(f"{paths.root}: unreadable evidence ({e})") from None
     for name in sorted(names):
         parts = name.split("/")
-        if name == "frozen-manifest.json":
+        if name == FROZEN_MANIFEST:
             ev.frozen = _json(paths.root / name)
-        elif len(parts) == 2 and parts[0] == "variants" and parts[1].endswith(".json"):
+        elif len(parts) == 2 and parts[0] == VARIANTS and parts[1].endswith(".json"):
             ev.variants[parts[1].removesuffix(".json")] = _json(paths.root / name)
-        elif len(parts) == 3 and parts[0] == "smoke" and parts[2] == "result.json":
+        elif len(parts) == 3 and parts[0] == SMOKE and parts[2] == SMOKE_RESULT:
             ev.smokes[parts[1]] = _json(paths.root / name)
         elif name not in LEDGER_FILES:
             raise EvidenceError(f"{paths.root}: {name} is not a file a report reads")
@@ -148,7 +155,7 @@ def _fmt(x) -> str:
 
 
 def _agents_in_order(final: pd.DataFrame) -> list[str]:
-    rank = {"oracle": 0, "control": 1, "probe": 2, "model": 3}
+    rank = {role: i for i, role in enumerate(ROLES)}
     roles = final.groupby("agent")["role"].first()
     return sorted(roles.index, key=lambda a: (rank.get(roles[a], 9), a))
 
@@ -200,7 +207,7 @@ def _reward_blocks(ev: RunEvidence) -> list:
                      f"{r.min():.4f}", f"{statistics.median(r):.4f}", f"{r.max():.4f}"])
         series.append((agent, str(g["role"].iloc[0]), r.tolist()))
     exp = ev.manifest["expectations"]
-    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == "control" and a["ceiling"] is not None}
+    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == CONTROL and a["ceiling"] is not None}
     margins = ev.tasks["margin"].dropna()
     statuses = final.groupby(["agent", "status"]).size()
     out = [("h2", "Rewards per agent (final attempts)"),
@@ -220,7 +227,7 @@ def _reward_blocks(ev: RunEvidence) -> list:
 def _family_blocks(ev: RunEvidence) -> list:
     t = ev.tasks
     fam = t.groupby("family").agg(tasks=("task_id", "size"),
-                                 compatible=("verdict", lambda v: int((v == "compatible").sum())),
+                                 compatible=("verdict", lambda v: int((v == COMPATIBLE).sum())),
                                  oracle=("oracle_reward", "mean"), margin=("margin", "min"))
     missing = ev.summary.families_uncovered
     cover = ("The environment does not list its families, so coverage is not stated." if missing is None else
@@ -235,7 +242,7 @@ def _family_blocks(ev: RunEvidence) -> list:
 
 def _ledger_blocks(ev: RunEvidence) -> list:
     s, n = ev.summary, ev.summary.counts.tasks
-    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == "incomplete"]
+    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == INCOMPLETE]
     out = [("h2", "Exclusion ledger"),
            ("p", [f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl) else "No task was excluded."])]
     if len(excl):
@@ -261,7 +268,7 @@ def _ledger_blocks(ev: RunEvidence) -> list:
 
 def _attempt_blocks(ev: RunEvidence) -> list:
     a = ev.attempts
-    bad = a[a["superseded"] | a["status"].isin(["infrastructure_error", "harness_error", "scorer_error"])]
+    bad = a[a["superseded"] | a["status"].isin([*EXCEPTION_STATUSES, SCORER_ERROR])]
     out = [("h2", "Superseded and failed attempts")]
     if len(bad):
         out.append(("table", ["task", "agent", "try", "status", "superseded", "error"],
@@ -397,8 +404,8 @@ def render(src: Path, names: list[str]) -> dict[str, bytes]:
     doc = blocks(ev)
     record = ReportRecord(renderer=RENDERER, dataset_verdict=current_verdict(ev.summary, ev.smokes),
                           counts=count_rows(ev), ledgers={n: file_sha256(Path(src) / n) for n in sorted(names)})
-    return {"report.md": to_markdown(doc).encode(), "report.html": to_html(doc).encode(),
-            "report.json": record.model_dump_json(indent=2).encode() + b"\n"}
+    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc).encode(),
+            REPORT_JSON: record.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
@@ -409,4 +416,4 @@ def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
     for name, data in files.items():
         atomic_write(entry / name, data)
     write_checksums(paths)
-    return entry, ReportRecord.model_validate_json(files["report.json"]).dataset_verdict
+    return entry, ReportRecord.model_validate_json(files[REPORT_JSON]).dataset_verdict

@@ -40,7 +40,7 @@ from validate.context import AttemptKind, Play, RunContext
 from validate.evidence import store_reply
 from validate.kinds.program import unsupported_row
 from validate.paths import SANDBOX_WORKSPACE
-from validate.records import Attempt
+from validate.records import MODEL, Attempt
 from validate.sandbox import Mount, RunRequest
 from validate.sandbox.storage import attempt_storage
 from validate.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
@@ -53,7 +53,7 @@ class ModelAgent:
     """The evaluated model, as a play's agent: its name and role in the attempt rows."""
 
     name: str = MODEL_AGENT
-    role: str = "model"
+    role: str = MODEL
 
 
 MODEL = ModelAgent()
@@ -167,7 +167,7 @@ def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sa
     ctx, contract = ec.run, ec.contract
     key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                agent=MODEL_AGENT, sample=sample, attempt=number)
-    row: dict = dict(key, role="model", started_at=_now(), status="harness_error",
+    row: dict = dict(key, role=MODEL, started_at=_now(), status="harness_error",
                      workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
                      image_digest=ctx.manifest.execution.image_digest)
     seed = request_seed(contract.sampling.seed, task.id, sample)
@@ -223,7 +223,7 @@ def facts_of(a, s: SampleRow) -> classes.Facts:
 def unsupported(ec: EvalContext, play: Play, temperature: float, task: Task, sample: int,
                 number: int) -> tuple[Attempt, Entry]:
     ctx = ec.run
-    key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role="model", sample=sample, attempt=number)
+    key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role=MODEL, sample=sample, attempt=number)
     a = unsupported_row(ctx, task, key, ctx.manifest.execution.image_digest)
     seed = request_seed(ec.contract.sampling.seed, task.id, sample)
     conv = opening(ec.contract, task.prompt, dict(task.meta))

@@ -1,19 +1,12 @@
 """An eval run directory's own files, and the journal of its trajectories.
 
-An eval run directory is a run directory (`validate.paths.RunPaths`) plus::
-
-    ledgers/<eval-run-id>/
-        manifest.json           the frozen dataset manifest evaluated (byte-identical)
-        eval-contract.json      the eval contract (byte-identical)
-        journal.jsonl           attempts as they finish (validate.evidence.Journal)
-        eval-journal.jsonl      each finished attempt's sample row and turns, fsynced, before its attempt row
-        attempts.parquet        one row per attempt, role model (phases eval-greedy and eval)
-        trajectories.parquet    one row per model call (validate.eval.records.TurnRow)
-        samples.parquet         one row per attempt (validate.eval.records.SampleRow), failure class included
-        eval-tasks.parquet      one row per task of the sampled pass (validate.eval.metrics.TaskEval)
-        eval.json               the summary: metrics, counts, timings (validate.eval.summary.EvalSummary)
-        reports/<UTC time>/     each eval report (report.md, report.html, report.json)
-        checksums               sha256 of every other file
+An eval run directory (drawn in `validate.paths`, its names `validate.paths.EvalPaths`) holds
+the attempts (phases eval-greedy and eval, role model; `validate.evidence.Journal`), one
+trajectory row per model call (`validate.eval.records.TurnRow`), one sample row per attempt
+(`validate.eval.records.SampleRow`, failure class included), one row per task of the sampled
+pass (`validate.eval.metrics.TaskEval`) and the summary (`validate.eval.summary.EvalSummary`).
+Each finished attempt's sample row and turns are fsynced to the eval journal before its
+attempt row.
 
 A crash between an attempt's eval-journal line and its attempt row leaves an orphan line;
 folding keeps only lines whose attempt is recorded, the last line of a key winning, so the
@@ -22,48 +15,14 @@ rerun of that attempt replaces it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from validate.eval.records import SampleRow, TurnRow
 from validate.evidence import AppendLog, write_parquet
-from validate.paths import RunPaths
+from validate.paths import EvalPaths
 from validate.records import arrow_schema, flat_row
-
-
-@dataclass(frozen=True)
-class EvalPaths:
-    run: RunPaths
-
-    @property
-    def root(self) -> Path:
-        return self.run.root
-
-    @property
-    def contract(self) -> Path:
-        return self.root / "eval-contract.json"
-
-    @property
-    def journal(self) -> Path:
-        return self.root / "eval-journal.jsonl"
-
-    @property
-    def trajectories(self) -> Path:
-        return self.root / "trajectories.parquet"
-
-    @property
-    def samples(self) -> Path:
-        return self.root / "samples.parquet"
-
-    @property
-    def tasks(self) -> Path:
-        return self.root / "eval-tasks.parquet"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "eval.json"
 
 
 class Entry(BaseModel):
