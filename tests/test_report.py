@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from validate.plot import box_plot_svg
-from validate.report import Bold, md_text, to_html, to_markdown
+from validate.render import Bold, md_text, to_html, to_markdown
 
 HOSTILE = "| x | *bold* [link](http://evil) <script>alert(1)</script> `code`\n# heading\n1. list"
 
@@ -21,7 +21,7 @@ def test_agent_text_is_inert_in_markdown():
 
 
 def test_agent_text_is_inert_in_html_and_only_bold_is_ours():
-    page = to_html([("p", [Bold("Dataset verdict: PASS"), HOSTILE]), ("table", ["a"], [[HOSTILE]])])
+    page = to_html([("p", [Bold("Dataset verdict: PASS"), HOSTILE]), ("table", ["a"], [[HOSTILE]])], "Validation report", "")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert page.count("<strong>") == 1 and "**" not in page
 

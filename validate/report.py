@@ -14,9 +14,7 @@ escaped for Markdown and HTML alike.
 
 from __future__ import annotations
 
-import html
 import json
-import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,13 +37,10 @@ from validate.paths import (
     RunPaths,
 )
 from validate.plot import box_plot_svg
+from validate.render import Bold, to_html, to_markdown
 from validate.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, ROLES, SCORER_ERROR
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict, dataset_verdict
-
-
-class Bold(str):
-    """Text the report itself emphasises (never agent text)."""
 
 
 def _json(path: Path) -> dict:
@@ -323,61 +318,11 @@ def blocks(ev: RunEvidence) -> list:
     return doc
 
 
-# --- rendering --------------------------------------------------------------------------
+# --- rendering (validate.render) -------------------------------------------------------
 
-_MD_INLINE = re.compile(r"([\\`*_{}\[\]<>|~])")
-_MD_LEADING = re.compile(r"^(\s*)([#>+\-=]|\d+(?=[.)]))")
-
-
-def md_text(text: str) -> str:
-    """Text made inert in Markdown (agent text included): inline markup characters escaped,
-    line breaks flattened, a leading block marker (heading, quote, list) escaped."""
-    flat = _MD_INLINE.sub(r"\\\1", str(text).replace("\r", " ").replace("\n", " "))
-    return _MD_LEADING.sub(lambda m: m.group(1) + (m.group(2) + "\\" if m.group(2)[0].isdigit()
-                                                   else "\\" + m.group(2)), flat)
-
-
-def _md_cell(value) -> str:
-    return f"**{md_text(value)}**" if isinstance(value, Bold) else md_text(value)
-
-
-def to_markdown(doc: list) -> str:
-    lines: list[str] = []
-    for b in doc:
-        if b[0] in ("h1", "h2"):
-            lines += [("# " if b[0] == "h1" else "## ") + md_text(b[1]), ""]
-        elif b[0] == "p":
-            lines += ["".join(_md_cell(x) for x in b[1]), ""]
-        elif b[0] == "table":
-            lines += ["| " + " | ".join(md_text(h) for h in b[1]) + " |", "|" + "---|" * len(b[1])]
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b[2]] + [""]
-        elif b[0] == "svg":
-            lines += [f"*{md_text(b[2])}: see report.html.*", ""]
-    return "\n".join(lines)
-
-
-def _html_cell(value) -> str:
-    return f"<strong>{html.escape(value)}</strong>" if isinstance(value, Bold) else html.escape(str(value))
-
-
-def to_html(doc: list) -> str:
-    body = []
-    for b in doc:
-        if b[0] in ("h1", "h2"):
-            body.append(f"<{b[0]}>{html.escape(b[1])}</{b[0]}>")
-        elif b[0] == "p":
-            body.append(f"<p>{''.join(_html_cell(x) for x in b[1])}</p>")
-        elif b[0] == "table":
-            head = "".join(f"<th>{html.escape(h)}</th>" for h in b[1])
-            rows = "".join("<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in r) + "</tr>" for r in b[2])
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif b[0] == "svg":
-            body.append(f'<figure role="img" aria-label="{html.escape(b[2])}">{b[1]}</figure>')
-    style = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
-             "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
-             "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}svg{max-width:100%}")
-    return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Validation report</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:72rem;margin:2rem auto;padding:0 1rem;color:#222}"
+         "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
+         "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}svg{max-width:100%}")
 
 
 #: This renderer's version, recorded in each report.json. The audit re-renders a report with
@@ -404,7 +349,7 @@ def render(src: Path, names: list[str]) -> dict[str, bytes]:
     doc = blocks(ev)
     record = ReportRecord(renderer=RENDERER, dataset_verdict=current_verdict(ev.summary, ev.smokes),
                           counts=count_rows(ev), ledgers={n: file_sha256(Path(src) / n) for n in sorted(names)})
-    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc).encode(),
+    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc, "Validation report", STYLE).encode(),
             REPORT_JSON: record.model_dump_json(indent=2).encode() + b"\n"}
 
 

@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field
 from validate.errors import ValidateError
 from validate.eval.contract import differences
 from validate.eval.metrics import GREEDY_PHASE
-from validate.eval.render import to_html, to_markdown
+from validate.eval.render import STYLE
+from validate.render import to_html, to_markdown
 from validate.eval.report import EvalEvidence, load_eval, mean, pct
 from validate.evidence import atomic_write, new_entry
 from validate.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR
@@ -172,7 +173,7 @@ def _f(x: float | None) -> str:
 def render(c: Comparison) -> dict[str, bytes]:
     """The entry's three files, from the comparison alone."""
     doc = blocks(c)
-    return {COMPARE_MD: to_markdown(doc).encode(), COMPARE_HTML: to_html(doc, "Eval comparison").encode(),
+    return {COMPARE_MD: to_markdown(doc).encode(), COMPARE_HTML: to_html(doc, "Eval comparison", STYLE).encode(),
             COMPARE_JSON: c.model_dump_json(indent=2).encode() + b"\n"}
 
 

@@ -27,7 +27,8 @@ from validate.eval.classes import rule_table
 from validate.eval.contract import EvalContract, load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, Rate
-from validate.eval.render import to_html, to_markdown
+from validate.eval.render import STYLE
+from validate.render import to_html, to_markdown
 from validate.eval.summary import EvalSummary, Operations
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
 from validate.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
@@ -288,7 +289,7 @@ def render(src: Path) -> dict[str, bytes]:
     record = EvalReportRecord(renderer=RENDERER, headline=headline(ev.summary),
                               shown=[list(k) for k in pick(ev, ev.summary.run_id)],
                               ledgers={n: file_sha256(Path(src) / n) for n in EVAL_INPUTS})
-    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc, "Eval report").encode(),
+    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc, "Eval report", STYLE).encode(),
             REPORT_JSON: record.model_dump_json(indent=2).encode() + b"\n"}
 
 
