@@ -34,7 +34,7 @@ from validate import environments
 from validate.contract import check_environment, freeze
 from validate.patches import code_state
 from validate.paths import DEFAULT_IMAGE, RunPaths
-from validate.phases import run_agents
+from validate.phases import RunPhase, run_agents
 from validate.context import RunContext
 from validate.executors import make_executor
 from validate.sandbox import open_sandbox
@@ -52,7 +52,7 @@ try:
     env, _, taskset = check_environment(manifest, hints)
     ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(root / "run"),
                      executor=make_executor("threads", c), run_id=f"bench{n}", code=code_state(), hints=hints)
-    summary = run_agents(ctx, "all", "run")
+    summary = run_agents(ctx, RunPhase())
     wall = time.perf_counter() - t0
 finally:
     sandbox.close()

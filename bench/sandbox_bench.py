@@ -96,7 +96,7 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     from validate.contract import check_environment, freeze
     from validate.patches import code_state
     from validate.paths import RunPaths
-    from validate.phases import run_agents
+    from validate.phases import RunPhase, run_agents
     from validate.context import RunContext
     from validate.executors import make_executor
     from validate.sandbox import open_sandbox
@@ -119,7 +119,7 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
         ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(tmp / "run"),
                          executor=make_executor("threads", c), run_id="bench", code=code_state(), hints=hints)
         t0 = time.perf_counter()
-        summary = run_agents(ctx, "controls", "run")
+        summary = run_agents(ctx, RunPhase(agents="controls"))
         elapsed = time.perf_counter() - t0
         assert summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
         return n / elapsed

@@ -15,7 +15,7 @@ from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
 from validate.audit import audit
 from validate.evidence import write_checksums
 from validate.paths import RunPaths
-from validate.phases import pool, run_agents
+from validate.phases import PoolPhase, RunPhase, pool, run_agents
 from validate.report import write_report
 
 pytestmark = pytest.mark.bwrap
@@ -28,9 +28,9 @@ def runs(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("audit")
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
-    run_agents(make_ctx(manifest, sandbox, base / "run"), "all", "run")
+    run_agents(make_ctx(manifest, sandbox, base / "run"), RunPhase())
     write_report(base / "run")
-    pool(make_ctx(manifest, sandbox, base / "pool"))
+    pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase())
     write_report(base / "pool")
     for name in ("run", "pool"):
         assert audit(base / name, data=DATA).problems == []

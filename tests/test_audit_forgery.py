@@ -20,7 +20,7 @@ from validate.audit import audit
 from validate.eval.audit import audit as eval_audit
 from validate.evidence import write_checksums
 from validate.paths import RunPaths
-from validate.phases import run_agents
+from validate.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.bwrap
 DATA = (CORPUS_PATH,)
@@ -37,9 +37,9 @@ def built(tmp_path_factory, sandboxes):
     sandbox = sandboxes("bwrap")
     m = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2)
     m = m.model_copy(update={"execution": m.execution.model_copy(update={"max_reply_text_bytes": TEXT_CAP})}).sealed()
-    run_agents(make_ctx(m, sandbox, base / "run"), "all", "run")
+    run_agents(make_ctx(m, sandbox, base / "run"), RunPhase())
     ex = make_manifest(sandbox, idx=[0, 1], max_papers=2, controls=["identity"], ceilings={"identity": 0.0})
-    run_agents(make_ctx(ex, sandbox, base / "excluded"), "all", "run")
+    run_agents(make_ctx(ex, sandbox, base / "excluded"), RunPhase())
     for name in ("run", "excluded"):
         assert audit(base / name, data=DATA).problems == []
     return base

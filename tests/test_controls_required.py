@@ -24,7 +24,7 @@ from validate.errors import ContractError
 from validate.eval.freeze import parent_of
 from validate.evidence import write_checksums
 from validate.paths import RunPaths
-from validate.phases import pool
+from validate.phases import PoolPhase, pool
 from validate.report import write_report
 from validate.verdicts import Outcome, Rule, decide
 
@@ -90,7 +90,7 @@ def untestable_pool(tmp_path_factory, sandboxes):
     manifest = make_manifest(sandbox, idx=[*TESTABLE, UNTESTABLE], env_name=TWOHOP, controls=["always-unknown"],
                              min_task_count=2)
     assert [bool(t.skip) for t in manifest.tasks] == [False, False, True]
-    summary = pool(make_ctx(manifest, sandbox, base / "pool"))
+    summary = pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase())
     write_report(base / "pool")
     return base / "pool", summary
 

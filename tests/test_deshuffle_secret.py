@@ -93,9 +93,9 @@ def test_the_attack_finds_the_gold_with_the_secret_and_nothing_without(contract)
 
 def test_source_peek_finds_nothing_in_bwrap_without_the_secret(contract, sandboxes, tmp_path):
     manifest, _ = contract
-    from validate.phases import run_agents
+    from validate.phases import RunPhase, run_agents
 
-    run_agents(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run"), "controls", "run")
+    run_agents(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run"), RunPhase(agents="controls"))
     a = pd.read_parquet(tmp_path / "run/attempts.parquet")
     assert len(a) == len(manifest.tasks) and (a["agent"] == "source-peek").all()
     assert (a["status"] == "no_reply").all() and (a["reward"].fillna(0.0) == 0.0).all()

@@ -15,7 +15,7 @@ import pandas as pd
 
 from environment.deshuffle import Corpus
 from validate.contract import check_environment, derive
-from validate.phases import run_agents
+from validate.phases import RunPhase, run_agents
 from tests.conftest import HINTS, make_ctx, make_manifest
 
 pytestmark = pytest.mark.bwrap
@@ -43,7 +43,7 @@ def verdicts_for(tiny, sandboxes, tmp_path, idx, manifest=None):
     path, _ = tiny
     sandbox = sandboxes("bwrap")
     manifest = manifest or make_manifest(sandbox, idx=idx, corpus=str(path))
-    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "all", "run")
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), RunPhase())
     tasks = pd.read_parquet(tmp_path / "run/tasks.parquet")
     return {row.idx: row for row in tasks.itertuples()}, pd.read_parquet(tmp_path / "run/attempts.parquet")
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.phases import run_agents
+from validate.phases import RunPhase, run_agents
 from validate.workspace import agent_view
 
 pytestmark = pytest.mark.bwrap
@@ -29,7 +29,7 @@ def test_source_peek_does_not_beat_chance(sandboxes, tmp_path, env_name):
     chance, idx, config = CASES[env_name]
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=idx, env_name=env_name, controls=["source-peek", chance], **config)
-    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "controls", "run")
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), RunPhase(agents="controls"))
     a = pd.read_parquet(tmp_path / "run/attempts.parquet")
     a = a[~a["superseded"]]  # an infrastructure fault's retry (a loaded machine) keeps its first try's row too
     peek, base = (a.loc[a["agent"] == n, "reward"].fillna(0.0) for n in ("source-peek", chance))

@@ -16,7 +16,7 @@ from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit import audit
 from validate.executors import AttemptSpec, executor_names, make_executor
 from validate.kinds import kind_names, kind_of
-from validate.phases import pool, run_agents
+from validate.phases import PoolPhase, RunPhase, pool, run_agents
 from validate.records import EXCEPTION_STATUSES
 
 pytestmark = pytest.mark.bwrap
@@ -37,9 +37,9 @@ def test_the_registries_list_the_projects_and_the_tests_own():
 def test_an_executor_from_tests_gives_the_same_evidence_as_threads_and_passes_the_audit(tmp_path, sandboxes):
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2], env_name="toy", broken=[1], min_task_count=2)
-    threads = run_agents(make_ctx(manifest, sandbox, tmp_path / "threads"), "all", "run")
+    threads = run_agents(make_ctx(manifest, sandbox, tmp_path / "threads"), RunPhase())
     ctx = make_ctx(manifest, sandbox, tmp_path / "toy", executor="toy-reversed")
-    toy = run_agents(ctx, "all", "run")
+    toy = run_agents(ctx, RunPhase())
     # Every (task, agent) went through the toy executor as data, in reverse order of the plan.
     assert all(isinstance(s, AttemptSpec) for s in ctx.executor.seen)
     assert [s.idx for s in ctx.executor.seen] == sorted((s.idx for s in ctx.executor.seen), reverse=True)
@@ -55,7 +55,7 @@ def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy-insandbox", min_task_count=4)
     ctx = make_ctx(manifest, sandbox, tmp_path / "pool")
     assert kind_of(ctx.env).name == "toy-insandbox"
-    summary = pool(ctx)
+    summary = pool(ctx, PoolPhase())
     rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
     assert not {r["status"] for r in rows} & set(EXCEPTION_STATUSES)
     assert {r["reward"] for r in rows if r["role"] == "oracle"} == {1.0}  # read from the verifier in the sandbox

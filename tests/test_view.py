@@ -30,7 +30,7 @@ from environment.protocol import AgentSpec
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate import environments
 from validate.contract import load_manifest
-from validate.phases import pilot, pool, run_agents
+from validate.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
 from validate.report import write_report
 from validate.view import serve, tables
 from validate.view.markup import text
@@ -75,17 +75,17 @@ def base(tmp_path_factory, sandboxes):
     ledgers = root / "ledgers"
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
-    pool(make_ctx(manifest, sandbox, ledgers / "pool"))
-    pilot(make_ctx(manifest, sandbox, ledgers / "pilot"), 1)
+    pool(make_ctx(manifest, sandbox, ledgers / "pool"), PoolPhase())
+    pilot(make_ctx(manifest, sandbox, ledgers / "pilot"), PilotPhase())
     write_report(ledgers / "pool")
     write_report(ledgers / "pilot")
     program = root / "injector.py"
     program.write_text(INJECTOR)
     hostile = make_manifest(sandbox, idx=[0, 1], env_name=_register_hostile(program), controls=["injector"],
                             max_papers=2)
-    run_agents(make_ctx(hostile, sandbox, ledgers / "hostile"), "all", "run")
+    run_agents(make_ctx(hostile, sandbox, ledgers / "hostile"), RunPhase())
     toy = make_manifest(sandbox, idx=list(range(6)), env_name="toy", broken=[2], min_task_count=6)
-    pool(make_ctx(toy, sandbox, ledgers / "toy"))
+    pool(make_ctx(toy, sandbox, ledgers / "toy"), PoolPhase())
     return root
 
 

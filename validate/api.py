@@ -203,20 +203,21 @@ def _phase(ctx, fn: Callable):
 def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
         progress: Progress | None = None, **where):
     """Play `agents` on every task of the contract (one phase); return the run summary."""
-    from validate.phases import run_agents
+    from validate.phases import RunPhase, run_agents
 
+    cfg = RunPhase(agents=agents if isinstance(agents, str) else list(agents), phase=phase)
     ctx = context(manifest, kind=phase, progress=progress, **where)
-    return _phase(ctx, lambda c: run_agents(c, agents, phase))
+    return _phase(ctx, lambda c: run_agents(c, cfg))
 
 
 def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: Progress | None = None, **where):
     """The representative pilot (strata × config variants, probes); return the run summary."""
-    from validate.phases import pilot as pilot_phase
+    from validate.phases import PilotPhase, pilot as pilot_phase
 
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
     ctx = context(manifest, kind=PILOT, progress=progress, **where)
-    return _phase(ctx, lambda c: pilot_phase(c, per_stratum))
+    return _phase(ctx, lambda c: pilot_phase(c, PilotPhase(per_stratum=per_stratum)))
 
 
 def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_dir: PathLike | None = None,
@@ -224,8 +225,7 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
     from validate.options import output_dir
-    from validate.phases import pool as pool_phase
-    from validate.smoke import smoke as smoke_test
+    from validate.phases import PoolPhase, pool as pool_phase
 
     if smoke_sample < 0:
         raise ValidateError("--smoke-sample: must be ≥ 0")
@@ -235,11 +235,8 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
     beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
     if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
         beside = None
-
-    def smoke_step(c, frozen) -> str:
-        return "passed" if smoke_test(c, frozen, smoke_sample, log=log).passed else "failed"
-
-    return _phase(ctx, lambda c: pool_phase(c, manifest_dir=beside, smoke=smoke_step if smoke_sample else None))
+    cfg = PoolPhase(smoke_sample=smoke_sample, manifest_dir=beside)
+    return _phase(ctx, lambda c: pool_phase(c, cfg, log=log))
 
 
 def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):

@@ -1,4 +1,6 @@
-"""The protocol's phases, each a sequence of plays on one `validate.lifecycle.Run`.
+"""The protocol's phases, each a sequence of plays on one `validate.lifecycle.Run`, and each a
+function of its own config model (`RunPhase`, `PoolPhase`, `PilotPhase`: what the command line
+or the API asks of it; the context says where and with what it runs).
 
 - `run_agents`: chosen agents on a contract's tasks (one phase).
 - `pool`: one oracle attempt on every task; each non-pass classified; the exception-free
@@ -19,6 +21,9 @@ import dataclasses
 import statistics
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from environment.protocol import Taskset
 from validate.agents import resolve
@@ -26,22 +31,52 @@ from validate.contract import Manifest, derive, load_manifest, load_taskset, wri
 from validate.evidence import Journal, atomic_write
 from validate.lifecycle import Run
 from validate.paths import MANIFEST, VARIANTS
-from validate.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, TaskVerdict
+from validate.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, RunKind, TaskVerdict
 from validate.context import Interrupted, Play, RunContext
 from validate.kinds import kind_of
 from validate.runner import judge
+from validate.smoke import smoke as smoke_test
 from validate.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
 
-SmokeFn = Callable[[RunContext, Manifest], str]
+
+class RunPhase(BaseModel):
+    """``validate run``: chosen agents on every task of the contract, as one phase."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: ClassVar[RunKind] = RUN
+
+    agents: str | list[str] = Field(default="all", description="Agent names or groups (all, oracle, controls, "
+                                                                "probes), comma-separated or a list.")
+    phase: str = Field(default="run", min_length=1, description="The phase name the attempts are recorded under.")
 
 
-def run_agents(ctx: RunContext, agents: str, phase: str) -> RunSummary:
-    """Play `agents` (names or groups) on every task of the contract; judge; finish."""
-    m = ctx.manifest
+class PoolPhase(BaseModel):
+    """``validate pool``: the oracle on every task, freeze, controls on the frozen set, smoke."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: ClassVar[RunKind] = POOL
+
+    smoke_sample: int = Field(default=0, ge=0, description="Tasks of the frozen set the smoke test reruns from an "
+                                                           "installed wheel (0: no smoke test; the CLI's default is 5).")
+    manifest_dir: Path | None = Field(default=None, description="Where the frozen child contract is also written.")
+
+
+class PilotPhase(BaseModel):
+    """``validate pilot``: a stratified sample under each config variant, probes included."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: ClassVar[RunKind] = PILOT
+
+    per_stratum: int = Field(default=1, ge=1, description="Lowest-idx tasks sampled from each stratum.")
+
+
+def run_agents(ctx: RunContext, cfg: RunPhase) -> RunSummary:
+    """Play the chosen agents (names or groups) on every task of the contract; judge; finish."""
+    m, phase = ctx.manifest, cfg.phase
     config = ctx.env.Config.model_validate(m.environment.config)
-    play = Play(phase, m, ctx.taskset, m.selection.idx, resolve(ctx.env, config, list(m.expectations.agents), agents),
-                kind_of(ctx.env))
-    run = Run(ctx, RUN, [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
+    play = Play(phase, m, ctx.taskset, m.selection.idx,
+                resolve(ctx.env, config, list(m.expectations.agents), cfg.agents), kind_of(ctx.env))
+    run = Run(ctx, cfg.kind, [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
               lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,)))
     try:
         run.play(play)
@@ -53,10 +88,9 @@ def run_agents(ctx: RunContext, agents: str, phase: str) -> RunSummary:
 
 # --- pool -------------------------------------------------------------------------------
 
-def pool(ctx: RunContext, *, manifest_dir: Path | None = None,
-         smoke: SmokeFn | None = None) -> RunSummary:
+def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) -> RunSummary:
     """Oracle on every task → freeze the exception-free passes some control can test → controls on
-    that set → smoke."""
+    that set → smoke (its progress lines go to `log`)."""
     parent, paths = ctx.manifest, ctx.paths
     config = ctx.env.Config.model_validate(parent.environment.config)
     names = list(parent.expectations.agents)
@@ -64,7 +98,7 @@ def pool(ctx: RunContext, *, manifest_dir: Path | None = None,
     oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]),
                        kind)
     controls = resolve(ctx.env, config, names, ["controls"])
-    run = Run(ctx, POOL, [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
+    run = Run(ctx, cfg.kind, [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
                                       expectations=MANIFEST)],
               lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls")))
     frozen = None
@@ -88,14 +122,16 @@ def pool(ctx: RunContext, *, manifest_dir: Path | None = None,
             frozen = derive(parent, ctx.env, ctx.taskset, name=f"{parent.name}.frozen", idx=passes,
                             rule=f"exception-free oracle passes of {parent.name}: {len(passes)}/{len(parent.tasks)}")
             atomic_write(paths.frozen_manifest, frozen.to_json())
-        if manifest_dir is not None:
-            write_manifest(frozen, manifest_dir / f"{frozen.name}.json")
+        if cfg.manifest_dir is not None:
+            write_manifest(frozen, cfg.manifest_dir / f"{frozen.name}.json")
         run.play(Play("controls", frozen, ctx.taskset, frozen.selection.idx, controls, kind))
     except Interrupted:
         run.finish(run.fold(), interrupted=True, frozen_sha256=frozen.sha256 if frozen else None)
         raise
     verdicts = run.fold()
-    outcome = smoke(ctx, frozen) if smoke is not None else "not run"
+    outcome = "not run"
+    if cfg.smoke_sample:
+        outcome = "passed" if smoke_test(ctx, frozen, cfg.smoke_sample, log=log).passed else "failed"
     return run.finish(verdicts, interrupted=False, smoke=outcome, frozen_sha256=frozen.sha256)
 
 
@@ -155,7 +191,8 @@ def _keep_variants(ctx: RunContext, variants: list[_Variant]) -> None:
             atomic_write(copy, var.manifest.to_json())
 
 
-def pilot(ctx: RunContext, per_stratum: int) -> RunSummary:
+def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
+    per_stratum = cfg.per_stratum
     strata = stratify(ctx, per_stratum)
     sample = sorted(i for s in strata for i in s.sampled)
     variants = _variants(ctx, sample, per_stratum)
@@ -170,7 +207,7 @@ def pilot(ctx: RunContext, per_stratum: int) -> RunSummary:
         return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
                                                        (f"pilot-{var.name}",))]
 
-    run = Run(ctx, PILOT, groups, verdicts_all)
+    run = Run(ctx, cfg.kind, groups, verdicts_all)
     _keep_variants(ctx, variants)
     shas = {v.name: v.manifest.sha256 for v in variants}
     try:
