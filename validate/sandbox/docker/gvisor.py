@@ -2,7 +2,10 @@
 
 The agent's system calls are served by gVisor's user-space kernel (the Sentry, on its ptrace
 platform: systrap is unknown to the packaged build and kvm needs VT-x), not the host's; the
-rest (container, limits, watchdog, judging) is the docker backend's, unchanged.
+rest (container, watchdog, judging, limits but `pids`) is the docker backend's, unchanged.
+The host's pids cgroup counts the sandbox's host threads under runsc, so the contract's
+`pids` is set as the Sentry's RLIMIT_NPROC instead, with the cgroup a backstop above it
+(`LIMIT_ENFORCEMENT` says how each limit holds; the execution profile records it).
 
 What this profile needs of the daemon, checked by `facts` (`ProfileUnavailable` naming the
 fix otherwise): a runtime named ``runsc`` registered in that daemon's own configuration, with
@@ -89,7 +92,7 @@ class GvisorSandbox(DockerSandbox):
         return facts.model_copy(update={
             "version": f"{facts.version}, runsc {version}",
             "seccomp": f"gVisor's Sentry (runsc {version}) serves every system call; no seccomp profile",
-            "isolation": Isolation(runtime=RUNTIME, limit_enforcement=LIMIT_ENFORCEMENT),
+            "isolation": Isolation(runtime=self.runtime, limit_enforcement=LIMIT_ENFORCEMENT),
         })
 
     def host_config(self, req: RunRequest) -> dict:
