@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import make_manifest
 from tests.dockerd import BROKEN_GVISOR_RUNTIME
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE
@@ -28,6 +29,8 @@ def test_the_profile_records_runsc_and_how_every_limit_is_enforced(sandboxes):
     assert set(facts.isolation.limit_enforcement) == set(Limits.model_fields) - {"max_log_bytes"}
     assert "RLIMIT_NPROC" in facts.isolation.limit_enforcement["pids"]
     assert facts.seccomp.startswith("gVisor's Sentry (runsc 0.0~") and facts.seccomp.endswith("no seccomp profile")
+    manifest = make_manifest(sandboxes("docker-gvisor"), idx=[0], env_name="toy")  # the contract records it
+    assert manifest.execution.backend == "docker-gvisor" and manifest.execution.isolation == facts.isolation
 
 
 class Unregistered(GvisorSandbox):
