@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian 12 machine (as root) for this checkout: system packages; a venv at
 # .venv holding the project; a dockerd that answers; the sandbox image. With --test, also
-# what only the test suite needs: its Python extras, a headless browser (the viewer's tests)
-# and a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel).
+# what only the test suite needs: its Python extras, a headless browser (the viewer's tests),
+# a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel) and gVisor (runsc).
 # Idempotent: a second run only checks. The README's two commands and .ci/run use it.
 #
 #   bash scripts/setup.sh [--test]
@@ -35,6 +35,7 @@ if [ "$test_extras" = 1 ]; then
   command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)  # a cgroup-v2-only VM tests bwrap on v2
   # the package, not /bin/busybox: Debian's initramfs-tools brings a dynamic busybox, useless as an init
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+  command -v runsc >/dev/null || need+=(runsc)  # gVisor: the docker-gvisor profile's conformance tests
 fi
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
@@ -56,7 +57,14 @@ extras=smoke  # the pool's smoke test builds the wheel
 start_private_dockerd() {
   local root=$VALIDATE_DOCKERD_ROOT
   mkdir -p "$root"
-  echo '{}' >"$root/daemon.json"  # not the machine's /etc/docker/daemon.json
+  # Not the machine's /etc/docker/daemon.json. With runsc installed, this daemon alone gets
+  # gVisor's runtime as the docker-gvisor profile needs it (validate/sandbox/docker/gvisor.py).
+  if command -v runsc >/dev/null; then
+    printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--network=none"]}}}\n' \
+      "$(command -v runsc)" >"$root/daemon.json"
+  else
+    echo '{}' >"$root/daemon.json"
+  fi
   local tag
   tag=dv-$(printf %s "$root" | sha256sum | cut -c1-12)
   echo "setup: starting a private dockerd on $DOCKER_HOST (state under $root)"

@@ -103,8 +103,16 @@ def _confining_backends() -> list[str]:
     return sorted(name for name in ours if backend_class(name).isolates_network)
 
 
+def _has_sessions(name: str) -> bool:
+    from validate.sandbox import backend_class
+
+    return getattr(backend_class(name), "live_sessions", True)
+
+
 SANDBOX_BACKENDS = [pytest.param(name, marks=getattr(pytest.mark, name)) for name in _confining_backends()]
 assert SANDBOX_BACKENDS, "no confining sandbox backend is registered: is the project installed? (pip install -e .)"
+#: Those of them with live sessions (docker-gvisor refuses them: tests/test_gvisor.py).
+SESSION_SANDBOX_BACKENDS = [p for p in SANDBOX_BACKENDS if _has_sessions(p.values[0])]
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,10 @@
 directory before any test module is imported, so a docker client opened anywhere in the
 suite, in this process or in a `validate` subprocess (which inherits the environment),
 reaches this daemon or nothing. The session fixture `private_dockerd` (autouse) starts it
-with its own socket, data-root, exec-root, pidfile, config file and cgroup parent, no
-bridge and no iptables; imports the sandbox image from the image store's tarball; and at
-the end stops only that daemon, by its pidfile. The fault tests stop and restart it through
-the same object.
+with its own socket, data-root, exec-root, pidfile, config file (registering gVisor's runsc
+when it is installed) and cgroup parent, no bridge and no iptables; imports the sandbox
+image from the image store's tarball; and at the end stops only that daemon, by its
+pidfile. The fault tests stop and restart it through the same object.
 
 The same hook puts this interpreter's ``bin/`` first on ``PATH``: the suite runs
 ``validate`` as a subprocess, and that must be this checkout's, not another one on the
@@ -16,7 +16,9 @@ machine.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +32,22 @@ import pytest
 #: Unix socket paths are limited to 108 bytes, and containerd's ttrpc socket lies three
 #: levels under the exec-root: keep the root short.
 SHORT_TMP = Path("/tmp")
+
+
+#: gVisor's runtime as the docker-gvisor backend needs it (`validate.sandbox.docker.gvisor`),
+#: and one registered without ``--network=none``, whose every start fails: the test that a
+#: failed start leaves no process behind uses it.
+GVISOR_RUNTIME, BROKEN_GVISOR_RUNTIME = "runsc", "runsc-without-network-none"
+
+
+def daemon_config() -> dict:
+    """This daemon's own config: the runsc runtimes when runsc is installed (never registered
+    with the machine's daemon); without runsc, docker-gvisor's tests fail naming the fix."""
+    runsc = shutil.which("runsc")
+    if runsc is None:
+        return {}
+    return {"runtimes": {GVISOR_RUNTIME: {"path": runsc, "runtimeArgs": ["--network=none"]},
+                         BROKEN_GVISOR_RUNTIME: {"path": runsc}}}
 
 
 class PrivateDockerd:
@@ -65,7 +83,7 @@ class PrivateDockerd:
     def start(self, timeout_s: float = 120.0) -> None:
         import docker
 
-        self.config.write_text("{}\n")
+        self.config.write_text(json.dumps(daemon_config(), sort_keys=True) + "\n")
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)

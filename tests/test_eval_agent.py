@@ -14,7 +14,7 @@ import pytest
 from environment.deshuffle.baseline import MODEL_NAME
 from environment.deshuffle.baseline import policy as baseline
 from environment.protocol import ScorerSpec
-from tests.conftest import SANDBOX_BACKENDS
+from tests.conftest import SESSION_SANDBOX_BACKENDS as SANDBOX_BACKENDS
 from validate.eval import contract as ec
 from validate.eval.agent import check_call, converse, opening
 from validate.eval.client import ChatClient, EndpointUnavailable

@@ -125,9 +125,14 @@ class DockerSandbox(Sandbox):
                             packages=packages, python=python_version(packages),
                             seccomp=f"docker {version.get('Version', '?')} default profile", cgroup=cgroup)
 
+    def host_config(self, req: RunRequest) -> dict:
+        """What a profile over this backend changes in a container's host config
+        (`wire.create_container`); the reference profile changes nothing."""
+        return {}
+
     def create_container(self, req: RunRequest) -> str:
         """Create the container of `req` (`wire.create_container`), counted among those `close` removes."""
-        cid = wire.create_container(self.client.api, self.image, req, self.run_label)
+        cid = wire.create_container(self.client.api, self.image, req, self.run_label, **self.host_config(req))
         with self._lock:
             self._live.add(cid)
         return cid

@@ -23,9 +23,10 @@ def unreachable(error: Exception) -> str:
             f"bwrap (`validate freeze --backend bwrap ...`)")
 
 
-def create_container(api, image: str, req: RunRequest, run_label: str) -> str:
+def create_container(api, image: str, req: RunRequest, run_label: str, **host) -> str:
     """Create the container of `req` through the low-level API (the high-level
-    `containers.create` adds an inspect per attempt) and return its id."""
+    `containers.create` adds an inspect per attempt) and return its id. `host` replaces
+    arguments of its host config (a profile's: its OCI runtime, how it sets a limit)."""
     lim = req.limits
     fsize = lim.max_file_mb * 1024 * 1024
     mounts = [Mount(target=m.target, source=str(m.source), type="bind", read_only=m.read_only)
@@ -35,7 +36,7 @@ def create_container(api, image: str, req: RunRequest, run_label: str) -> str:
         tmpfs = {"/tmp": f"size={lim.tmpfs_mb}m,nr_inodes={lim.storage_inodes},mode=1777"}
     else:
         mounts.append(Mount(target="/tmp", source=str(req.tmp), type="bind", read_only=False))
-    host_config = api.create_host_config(
+    host_config = api.create_host_config(**dict(
         network_mode="none",
         mem_limit=f"{lim.memory_mb}m",
         memswap_limit=f"{lim.memory_mb}m",
@@ -48,7 +49,7 @@ def create_container(api, image: str, req: RunRequest, run_label: str) -> str:
         ulimits=[Ulimit(name="fsize", soft=fsize, hard=fsize)],
         log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
         mounts=mounts,
-    )
+    ) | host)
     return api.create_container(
         image,
         command=watchdog_argv(req.argv, lim.timeout_s),
