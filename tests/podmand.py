@@ -63,7 +63,10 @@ class PrivatePodman:
         self.root.chmod(0o755)
         subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(self.root)], check=True)
         (self.root / "run").chmod(0o700)
-        argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", f"--groups={KEY_UID},{AGENT_UID}",
+        # The agents' gids (the key reader's, everyone else's, and 65532, which the conformance
+        # suite's test of a foreign user runs as): the service must traverse their storage.
+        groups = ",".join(map(str, (KEY_UID - 1, KEY_UID, AGENT_UID)))
+        argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", f"--groups={groups}",
                 "podman", "system", "service", "--time=0", self.host]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, cwd=self.root, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,

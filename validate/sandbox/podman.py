@@ -25,6 +25,7 @@ RLIMIT_FSIZE (rlimits do bite rootless), the timeout the harness's plus the watc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -40,7 +41,7 @@ from docker.errors import DockerException, ImageNotFound
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import storage
-from validate.sandbox.base import BackendFacts, Isolation, RunRequest, shield, watchdog_argv
+from validate.sandbox.base import BackendFacts, Isolation, RunRequest, watchdog_argv
 from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.wire import LABEL
@@ -63,6 +64,51 @@ GATE = ('t=$1 n=$2; shift 2; while [ "$(grep -cF -- "$t" /proc/self/cgroup)" != 
 PID_WAIT_S = 10.0
 
 
+#: podman's default syscall filter, which this profile tightens (`seccomp_profile`).
+PODMAN_SECCOMP = Path("/usr/share/containers/seccomp.json")
+#: Allowed unconditionally by podman's default (it relies on capabilities, and rootless
+#: containers hold some in their own user namespace): refused here, as docker's default does.
+REFUSED = frozenset({"unshare", "setns", "mount", "umount", "umount2", "pivot_root", "keyctl", "add_key",
+                     "request_key", "clone", "clone3"})
+#: clone(2) is allowed only without a CLONE_NEW* flag (docker's rule); clone3 says ENOSYS, so
+#: that the C library falls back to clone.
+CLONE_NEW_FLAGS = 0x7E020000
+
+
+def seccomp_profile(base: Path = PODMAN_SECCOMP) -> bytes:
+    """podman's default filter, tightened to docker's default: no new namespaces, no mounts,
+    no keyrings, EPERM (not ENOSYS) for what is refused. Canonical JSON, so its sha256 names it."""
+    try:
+        profile = json.loads(base.read_bytes())
+    except (OSError, ValueError) as e:
+        raise ProfileUnavailable(f"execution.seccomp: cannot read podman's default profile {base}: {e}") from None
+    rules = []
+    for rule in profile.get("syscalls", []):
+        names = [n for n in rule.get("names", []) if n not in REFUSED]
+        if names:
+            rules.append({**rule, "names": names})
+    rules += [{"names": ["clone"], "action": "SCMP_ACT_ALLOW",
+               "args": [{"index": 0, "value": CLONE_NEW_FLAGS, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
+              {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]
+    profile.update(syscalls=rules, defaultAction="SCMP_ACT_ERRNO", defaultErrnoRet=1)
+    profile.pop("defaultErrno", None)
+    return json.dumps(profile, sort_keys=True, separators=(",", ":")).encode()
+
+
+def write_seccomp(directory: Path) -> tuple[Path, str]:
+    """The tightened profile as a file the service can read, named by its digest."""
+    data = seccomp_profile()
+    digest = hashlib.sha256(data).hexdigest()
+    path = directory / f"podman-seccomp-{digest[:16]}.json"
+    if not path.is_file():
+        directory.mkdir(mode=0o711, parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    return path, f"sha256:{digest}"
+
+
 def default_host() -> str:
     try:
         uid = pwd.getpwnam(USER).pw_uid
@@ -72,21 +118,16 @@ def default_host() -> str:
 
 
 def idmap(mapped: list[dict], ids: tuple[int, ...]) -> list[dict]:
-    """The container's id map: 0 → the service's own 0 (the user), each of `ids` → the host id
-    of the same number, every other id below 65536 → the service's remaining subordinate ids
-    in order. `mapped` is the service's map (container_id = its id, host_id = the host's);
-    `ProfileUnavailable` naming the id when the user's subordinate ranges lack one."""
+    """The container's id map: 0 → the service's own 0 (the user), each of `ids` the service
+    holds → the host id of the same number, every other id below 65536 → the service's
+    remaining subordinate ids in order (an id outside the user's ranges, e.g. a test's 65532,
+    is then some subordinate id: it runs, but owns no host file). `mapped` is the service's
+    map (container_id = its id, host_id = the host's)."""
     by_host = {}
     for m in mapped:
         for k in range(int(m["size"])) if int(m["size"]) <= 65536 else ():
             by_host[int(m["host_id"]) + k] = int(m["container_id"]) + k
-    inner = {}
-    for i in ids:
-        if i not in by_host:
-            raise ProfileUnavailable(f"execution.backend: podman: host id {i} (an agent's) is not among the "
-                                     f"subordinate ids of the service's user; add '{USER}:{i}:1' to /etc/subuid "
-                                     f"and /etc/subgid (scripts/setup.sh --test does)")
-        inner[i] = by_host[i]
+    inner = {i: by_host[i] for i in ids if i in by_host}
     spare = iter(sorted(set(by_host.values()) - set(inner.values()) - {0}))
     out, cid = [{"container_id": 0, "host_id": 0, "size": 1}], 1
     while cid < 65536:
@@ -126,7 +167,7 @@ class PodmanAPI(docker.APIClient):
 
     def start(self, container, *args, **kwargs):
         super().start(container, *args, **kwargs)
-        self._join(container, lambda: self.inspect_container(container)["State"])
+        self._join(container, lambda: self.inspect_container(container)["State"], child=True)
 
     def exec_create(self, container, cmd, *args, **kwargs):
         group = self.groups[container]
@@ -139,15 +180,17 @@ class PodmanAPI(docker.APIClient):
         self._join(exec_id, lambda: self.exec_inspect(exec_id))
         return res
 
-    def _join(self, key: str, state) -> None:
-        """Move the pid `state()` reports (once it has one) into the group of `key`."""
+    def _join(self, key: str, state, child: bool = False) -> None:
+        """Move the pid `state()` reports (once it has one), or with `child` its first child
+        (the gate under the watchdog), into the group of `key`."""
         group = self.groups.get(key)
         if group is None:
             return  # not ours to limit (the image probe's container, which never runs)
         deadline = time.monotonic() + PID_WAIT_S
-        while not (pid := int(state().get("Pid") or 0)):
+        while not (pid := int(state().get("Pid") or 0)) or (child and not (pid := _first_child(pid))):
             if time.monotonic() > deadline:
-                raise SandboxError(f"podman: {key[:12]} reports no pid; its limits cannot be set")
+                raise SandboxError(f"podman: {key[:12]} reports no {'gate' if child else 'pid'}; "
+                                   f"its limits cannot be set")
             time.sleep(0.002)
         try:
             for d in self.joins[group]:
@@ -156,6 +199,14 @@ class PodmanAPI(docker.APIClient):
             pass  # it died before it ran anything: the wait and the exit code say so
         except OSError as e:
             raise SandboxError(f"podman: cannot move pid {pid} into cgroup {group}: {e}") from None
+
+
+def _first_child(pid: int) -> int:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return 0
+    return int(children[0]) if children else 0
 
 
 def gate(group: str, joins: list[Path], argv: list[str]) -> list[str]:
@@ -181,6 +232,7 @@ class PodmanSandbox(DockerSandbox):
         self._lock = threading.Lock()
         self._held: dict[str, ExitStack] = {}
         self._maps_of: dict[str, tuple[list[dict], list[dict]]] = {}
+        self._filter: tuple[Path, str] | None = None
         self._sweep()
         if os.geteuid() == 0:
             try:
@@ -256,7 +308,8 @@ class PodmanSandbox(DockerSandbox):
         return BackendFacts(backend=self.backend, image=self.image, image_digest=layers[0],
                             architecture=image.attrs.get("Architecture", "unknown"), version=f"podman {version}",
                             packages=packages, python=python_version(packages),
-                            seccomp=f"podman {version} default profile", cgroup=self.cgroups.version,
+                            seccomp=f"{self._seccomp()[1]} (podman {version}'s default, tightened to docker's)",
+                            cgroup=self.cgroups.version,
                             isolation=Isolation(runtime=str((host.get("ociRuntime") or {}).get("name", "?")),
                                                 rootless=True,
                                                 root_maps_to=f"uid {root['host_id']}" if root else "unknown",
@@ -310,7 +363,9 @@ class PodmanSandbox(DockerSandbox):
             joins = self.cgroups.create(group, req.limits)
             held.callback(self._drop_group, group)
             api.joins[group] = joins
-            spec["command"] = gate(group, joins, watchdog_argv(req.argv, req.limits.timeout_s))
+            # The watchdog is PID 1 from the start (a harness killed before the join cannot
+            # leave a gate waiting for ever); its child, the gate, joins the group.
+            spec["command"] = watchdog_argv(tuple(gate(group, joins, list(req.argv))), req.limits.timeout_s)
             cid = self._libpod("post", "containers/create", data=json.dumps(spec),
                                headers={"Content-Type": "application/json"})["Id"]
         except BaseException:
@@ -322,6 +377,11 @@ class PodmanSandbox(DockerSandbox):
             self._held[cid] = held
         return cid
 
+    def _seccomp(self) -> tuple[Path, str]:
+        if self._filter is None:
+            self._filter = write_seccomp(storage.DEFAULT_PARENT.parent)
+        return self._filter
+
     def _maps(self, req: RunRequest) -> tuple[list[dict], list[dict]]:
         """The container's uid and gid maps for `req`'s user (computed once per user)."""
         if req.user not in self._maps_of:
@@ -330,19 +390,6 @@ class PodmanSandbox(DockerSandbox):
             self._maps_of[req.user] = (idmap(uids, tuple(sorted({AGENT_UID, KEY_UID, uid}))),
                                        idmap(gids, tuple(sorted({AGENT_UID, KEY_UID, gid}))))
         return self._maps_of[req.user]
-
-    def _start_container(self, live) -> None:
-        super()._start_container(live)
-        # PID 1 began as the gate: shield it again once it is the watchdog over its sleep.
-        children = Path(f"/proc/{live.pid}/task/{live.pid}/children")
-        for _ in range(1000):
-            try:
-                if Path(f"/proc/{live.pid}/comm").read_text().strip() == "timeout" and children.read_text().strip():
-                    break
-            except OSError:
-                break
-            time.sleep(0.002)
-        shield(live.pid)
 
     def _spec(self, req: RunRequest, held: ExitStack, uidmap: list[dict], gidmap: list[dict]) -> dict:
         """podman's create spec of `req` (the docker backend's container, `wire.create_container`)."""
@@ -361,6 +408,7 @@ class PodmanSandbox(DockerSandbox):
                 "env": dict(req.env), "labels": {LABEL: self.run_label}, "netns": {"nsmode": "none"},
                 "userns": {"nsmode": "private"}, "idmappings": {"UIDMap": uidmap, "GIDMap": gidmap},
                 "read_only_filesystem": True, "cap_drop": ["ALL"], "no_new_privileges": True,
+                "seccomp_policy": "default", "seccomp_profile_path": str(self._seccomp()[0]),
                 "r_limits": [{"type": "fsize", "hard": fsize, "soft": fsize}], "mounts": mounts,
                 "log_configuration": {"driver": "k8s-file", "size": 1024 * 1024}}
 
