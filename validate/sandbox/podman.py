@@ -391,6 +391,12 @@ class PodmanSandbox(DockerSandbox):
                                        idmap(gids, tuple(sorted({AGENT_UID, KEY_UID, gid}))))
         return self._maps_of[req.user]
 
+    def _start_container(self, live) -> None:
+        super()._start_container(live)
+        # The session's OOM counter is read from the process's memory group (docker's PID 1):
+        # here the watchdog stays outside, its child (the gate, now `sleep`) is in the group.
+        live.pid = _first_child(live.pid) or live.pid
+
     def _spec(self, req: RunRequest, held: ExitStack, uidmap: list[dict], gidmap: list[dict]) -> dict:
         """podman's create spec of `req` (the docker backend's container, `wire.create_container`)."""
         lim = req.limits
