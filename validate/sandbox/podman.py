@@ -36,7 +36,7 @@ from pathlib import Path
 
 import docker
 import requests
-from docker.errors import DockerException, ImageNotFound
+from docker.errors import DockerException, ImageNotFound, NotFound
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
@@ -170,7 +170,9 @@ class PodmanAPI(docker.APIClient):
         self._join(container, lambda: self.inspect_container(container)["State"], child=True)
 
     def exec_create(self, container, cmd, *args, **kwargs):
-        group = self.groups[container]
+        group = self.groups.get(container)
+        if group is None:  # removed (closed): as the daemon says of a container it no longer has
+            raise NotFound(f"no such container: {container[:12]}")
         res = super().exec_create(container, gate(group, self.joins[group], list(cmd)), *args, **kwargs)
         self.groups[res["Id"]] = group
         return res
