@@ -1,42 +1,17 @@
-"""The rootless profile: podman run by an unprivileged user, driven through its REST socket.
-
-The service (``podman system service``) runs as an unprivileged user (set-up creates
-``dv-podman``) whose subordinate ids include the agents' own uids: the container's root is
-that user, container uids 65533 and 65534 are the same host uids as under docker and bwrap
-(so the attempt's files, their owners and the answer key's ``0400`` mean the same), and every
-other container uid is one of the user's subordinate ids (`idmap`). The service must hold the
-agents' gids as supplementary groups to reach the attempt storage (``0710 root:<gid>``).
-
-The harness speaks the Docker API to it (the docker SDK: start, wait, inspect, logs, exec,
-archives), so the one-shot runs, sessions and the judging of an exit are the docker backend's
-(`DockerSandbox`); only the container's creation goes through podman's own endpoint, the one
-that takes uid and gid maps.
-
-Limits. Rootless podman on cgroup v1 *ignores* ``--memory``, ``--pids-limit`` and
-``--cpus`` (it says so on the CLI, and nothing through the API), so none is asked of it: the
-harness (root) makes one cgroup per container (`validate.sandbox.cgroups`, memory with no
-swap, pids, cpu quota) and moves the container's PID 1 and each exec'd command into it
-before they run anything: each starts as a gate (`GATE`) that waits until
-``/proc/self/cgroup`` shows the group, then execs the agent. Without root there is no way to
-enforce them and `facts` refuses the profile, naming the limits. Storage is the harness's
-size- and inode-capped tmpfs (``/tmp`` too: podman's tmpfs takes no inode cap), file size is
-RLIMIT_FSIZE (rlimits do bite rootless), the timeout the harness's plus the watchdog's.
-"""
+"""The podman backend's class: the docker backend over the rootless service, with its own
+container creation (podman's endpoint, id maps, the gate), facts and refusals (see the package)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import pwd
 import threading
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import docker
 import requests
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import DockerException, ImageNotFound
 
 from validate.errors import ProfileUnavailable, SandboxError
 from validate.paths import DEFAULT_IMAGE, ImagePaths
@@ -45,174 +20,9 @@ from validate.sandbox.base import BackendFacts, Isolation, RunRequest, watchdog_
 from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.wire import LABEL
+from validate.sandbox.podman.limits import PARENT, PodmanAPI, first_child, gate
+from validate.sandbox.podman.service import HOST_ENV, LIBPOD, USER, default_host, idmap, write_seccomp
 from validate.workspace import AGENT_UID, KEY_UID
-
-#: The socket of the rootless service; unset, the default user's at its XDG runtime dir.
-HOST_ENV = "VALIDATE_PODMAN_HOST"
-#: The unprivileged user set-up creates to run the service.
-USER = "dv-podman"
-#: The podman (libpod) API version of the one endpoint the Docker API lacks.
-LIBPOD = "v4.0.0"
-#: The containers' cgroups (one per controller on v1), beside bwrap's own parent.
-PARENT = "deshuffle-validate-podman"
-#: PID 1 and every exec start as this: wait until the harness has moved the process into its
-#: group ($1 names it, $2 is how many lines of /proc/self/cgroup must show it), then exec the
-#: rest. Nothing of the agent runs before its limits hold.
-GATE = ('t=$1 n=$2; shift 2; while [ "$(grep -cF -- "$t" /proc/self/cgroup)" != "$n" ]; do sleep 0.001; done; '
-        'exec "$@"')
-#: How long the harness waits for a started container or exec to report its pid.
-PID_WAIT_S = 10.0
-
-
-#: podman's default syscall filter, which this profile tightens (`seccomp_profile`).
-PODMAN_SECCOMP = Path("/usr/share/containers/seccomp.json")
-#: Allowed unconditionally by podman's default (it relies on capabilities, and rootless
-#: containers hold some in their own user namespace): refused here, as docker's default does.
-REFUSED = frozenset({"unshare", "setns", "mount", "umount", "umount2", "pivot_root", "keyctl", "add_key",
-                     "request_key", "clone", "clone3"})
-#: clone(2) is allowed only without a CLONE_NEW* flag (docker's rule); clone3 says ENOSYS, so
-#: that the C library falls back to clone.
-CLONE_NEW_FLAGS = 0x7E020000
-
-
-def seccomp_profile(base: Path = PODMAN_SECCOMP) -> bytes:
-    """podman's default filter, tightened to docker's default: no new namespaces, no mounts,
-    no keyrings, EPERM (not ENOSYS) for what is refused. Canonical JSON, so its sha256 names it."""
-    try:
-        profile = json.loads(base.read_bytes())
-    except (OSError, ValueError) as e:
-        raise ProfileUnavailable(f"execution.seccomp: cannot read podman's default profile {base}: {e}") from None
-    rules = []
-    for rule in profile.get("syscalls", []):
-        names = [n for n in rule.get("names", []) if n not in REFUSED]
-        if names:
-            rules.append({**rule, "names": names})
-    rules += [{"names": ["clone"], "action": "SCMP_ACT_ALLOW",
-               "args": [{"index": 0, "value": CLONE_NEW_FLAGS, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]},
-              {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38}]
-    profile.update(syscalls=rules, defaultAction="SCMP_ACT_ERRNO", defaultErrnoRet=1)
-    profile.pop("defaultErrno", None)
-    return json.dumps(profile, sort_keys=True, separators=(",", ":")).encode()
-
-
-def write_seccomp(directory: Path) -> tuple[Path, str]:
-    """The tightened profile as a file the service can read, named by its digest."""
-    data = seccomp_profile()
-    digest = hashlib.sha256(data).hexdigest()
-    path = directory / f"podman-seccomp-{digest[:16]}.json"
-    if not path.is_file():
-        directory.mkdir(mode=0o711, parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(data)
-        tmp.chmod(0o644)
-        tmp.replace(path)
-    return path, f"sha256:{digest}"
-
-
-def default_host() -> str:
-    try:
-        uid = pwd.getpwnam(USER).pw_uid
-    except KeyError:
-        return f"unix:///run/user/{USER}/podman/podman.sock"
-    return f"unix:///run/user/{uid}/podman/podman.sock"
-
-
-def idmap(mapped: list[dict], ids: tuple[int, ...]) -> list[dict]:
-    """The container's id map: 0 → the service's own 0 (the user), each of `ids` the service
-    holds → the host id of the same number, every other id below 65536 → the service's
-    remaining subordinate ids in order (an id outside the user's ranges, e.g. a test's 65532,
-    is then some subordinate id: it runs, but owns no host file). `mapped` is the service's
-    map (container_id = its id, host_id = the host's)."""
-    by_host = {}
-    for m in mapped:
-        for k in range(int(m["size"])) if int(m["size"]) <= 65536 else ():
-            by_host[int(m["host_id"]) + k] = int(m["container_id"]) + k
-    inner = {i: by_host[i] for i in ids if i in by_host}
-    spare = iter(sorted(set(by_host.values()) - set(inner.values()) - {0}))
-    out, cid = [{"container_id": 0, "host_id": 0, "size": 1}], 1
-    while cid < 65536:
-        if cid in inner:
-            out.append({"container_id": cid, "host_id": inner[cid], "size": 1})
-        else:
-            nxt = next(spare, None)
-            if nxt is None:
-                break
-            out.append({"container_id": cid, "host_id": nxt, "size": 1})
-        cid += 1
-    return _merge(out)
-
-
-def _merge(entries: list[dict]) -> list[dict]:
-    merged: list[dict] = []
-    for e in entries:
-        last = merged[-1] if merged else None
-        if last and last["container_id"] + last["size"] == e["container_id"] and \
-                last["host_id"] + last["size"] == e["host_id"]:
-            last["size"] += e["size"]
-        else:
-            merged.append(dict(e))
-    return merged
-
-
-class PodmanAPI(docker.APIClient):
-    """The docker SDK's client for the rootless service, plus the harness's cgroups: a
-    started container's PID 1 and a started exec are moved into the container's group (their
-    gate waits for it). `groups` maps a container id to its group's name, set at creation."""
-
-    def __init__(self, *args, cgroups, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.cgroups = cgroups
-        self.groups: dict[str, str] = {}
-        self.joins: dict[str, list[Path]] = {}
-
-    def start(self, container, *args, **kwargs):
-        super().start(container, *args, **kwargs)
-        self._join(container, lambda: self.inspect_container(container)["State"], child=True)
-
-    def exec_create(self, container, cmd, *args, **kwargs):
-        group = self.groups.get(container)
-        if group is None:  # removed (closed): as the daemon says of a container it no longer has
-            raise NotFound(f"no such container: {container[:12]}")
-        res = super().exec_create(container, gate(group, self.joins[group], list(cmd)), *args, **kwargs)
-        self.groups[res["Id"]] = group
-        return res
-
-    def exec_start(self, exec_id, *args, **kwargs):
-        res = super().exec_start(exec_id, *args, **kwargs)
-        self._join(exec_id, lambda: self.exec_inspect(exec_id))
-        return res
-
-    def _join(self, key: str, state, child: bool = False) -> None:
-        """Move the pid `state()` reports (once it has one), or with `child` its first child
-        (the gate under the watchdog), into the group of `key`."""
-        group = self.groups.get(key)
-        if group is None:
-            return  # not ours to limit (the image probe's container, which never runs)
-        deadline = time.monotonic() + PID_WAIT_S
-        while not (pid := int(state().get("Pid") or 0)) or (child and not (pid := _first_child(pid))):
-            if time.monotonic() > deadline:
-                raise SandboxError(f"podman: {key[:12]} reports no {'gate' if child else 'pid'}; "
-                                   f"its limits cannot be set")
-            time.sleep(0.002)
-        try:
-            for d in self.joins[group]:
-                (d / "cgroup.procs").write_text(str(pid))
-        except ProcessLookupError:
-            pass  # it died before it ran anything: the wait and the exit code say so
-        except OSError as e:
-            raise SandboxError(f"podman: cannot move pid {pid} into cgroup {group}: {e}") from None
-
-
-def _first_child(pid: int) -> int:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return 0
-    return int(children[0]) if children else 0
-
-
-def gate(group: str, joins: list[Path], argv: list[str]) -> list[str]:
-    return ["/bin/sh", "-c", GATE, "gate", f"/{group}", str(len(joins)), *argv]
 
 
 class PodmanSandbox(DockerSandbox):
@@ -397,7 +207,7 @@ class PodmanSandbox(DockerSandbox):
         super()._start_container(live)
         # The session's OOM counter is read from the process's memory group (docker's PID 1):
         # here the watchdog stays outside, its child (the gate, now `sleep`) is in the group.
-        live.pid = _first_child(live.pid) or live.pid
+        live.pid = first_child(live.pid) or live.pid
 
     def _spec(self, req: RunRequest, held: ExitStack, uidmap: list[dict], gidmap: list[dict]) -> dict:
         """podman's create spec of `req` (the docker backend's container, `wire.create_container`)."""
