@@ -92,9 +92,17 @@ class PrivatePodman:
                     self.proc.kill()
                     self.proc.wait()
             self.proc = None
-        pause = _owned(self.root / "run/libpod/tmp/pause.pid", pwd.getpwnam(USER).pw_uid)
+        uid = pwd.getpwnam(USER).pw_uid
+        pause = _owned(self.root / "run/libpod/tmp/pause.pid", uid)
         if pause is not None:
             os.kill(pause, signal.SIGKILL)
+        # conmon outlives an exec by minutes (its --exit-delay): every process of the user whose
+        # command line names our root is ours, and nothing else is.
+        for pid in _ours(uid, str(self.root)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def cleanup(self) -> None:
         subprocess.run(["rm", "-rf", "--one-file-system", str(self.root)], capture_output=True)
@@ -114,6 +122,18 @@ def _owned(pidfile: Path, uid: int) -> int | None:
         return pid if os.stat(f"/proc/{pid}").st_uid == uid else None
     except (OSError, ValueError):
         return None
+
+
+def _ours(uid: int, mark: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid == uid and \
+                    mark.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
 
 
 _SERVICE: PrivatePodman | None = None

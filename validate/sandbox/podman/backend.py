@@ -110,7 +110,7 @@ class PodmanSandbox(DockerSandbox):
             packages = image_packages(self.client, image.id, labels={LABEL: self.run_label})
         except ImageNotFound:
             raise ProfileUnavailable(f"execution.image: {self.image} is not in the rootless podman's storage; "
-                                     f"build it with `validate image build --backend podman`") from None
+                                     f"build it with `validate image build --backends podman`") from None
         except (DockerException, requests.RequestException, SandboxError) as e:
             raise ProfileUnavailable(self._unreachable(e)) from None
         if not (host.get("security") or {}).get("rootless"):
