@@ -102,3 +102,15 @@ def test_the_service_is_the_tests_own(private_podman):
     """The suite talks to the service it started, never to one at the user's default socket."""
     assert private_podman is not None and os.environ["VALIDATE_PODMAN_HOST"] == private_podman.host
     assert private_podman.proc is not None and private_podman.proc.poll() is None
+
+
+def test_the_cli_refuses_the_profile_in_one_line_when_no_rootless_service_answers(tmp_path):
+    import subprocess
+
+    from tests.conftest import VALIDATE, subprocess_env
+
+    env = subprocess_env(VALIDATE_PODMAN_HOST=f"unix://{tmp_path}/none.sock")
+    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "podman", "--allow-patch"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "no rootless podman service answers at unix://" in r.stderr and "none.sock" in r.stderr
