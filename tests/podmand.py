@@ -56,7 +56,11 @@ class PrivatePodman:
         import docker
         import requests
 
-        user = pwd.getpwnam(USER)
+        try:
+            user = pwd.getpwnam(USER)
+        except KeyError:
+            raise RuntimeError(f"no user {USER!r} to run the rootless podman service: run "
+                               f"`bash scripts/setup.sh --test` (as root)") from None
         for sub in ("home", "run", "config/containers", "data"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         (self.root / "config/containers/storage.conf").write_text(STORAGE_CONF.format(root=self.root))
@@ -92,7 +96,10 @@ class PrivatePodman:
                     self.proc.kill()
                     self.proc.wait()
             self.proc = None
-        uid = pwd.getpwnam(USER).pw_uid
+        try:
+            uid = pwd.getpwnam(USER).pw_uid
+        except KeyError:
+            return  # no such user: nothing of it was started
         pause = _owned(self.root / "run/libpod/tmp/pause.pid", uid)
         if pause is not None:
             os.kill(pause, signal.SIGKILL)
@@ -141,7 +148,7 @@ _SERVICE: PrivatePodman | None = None
 
 def pytest_configure(config) -> None:
     global _SERVICE
-    _SERVICE = PrivatePodman(Path(tempfile.mkdtemp(prefix="dvp", dir="/tmp")))
+    _SERVICE = PrivatePodman(Path(tempfile.mkdtemp(prefix="dvpodman-", dir="/tmp")))
     os.environ[HOST_ENV] = _SERVICE.host
 
 
