@@ -2,7 +2,8 @@
 # Prepare a fresh Debian 12 machine (as root) for this checkout: system packages; a venv at
 # .venv holding the project; a dockerd that answers; the sandbox image. With --test, also
 # what only the test suite needs: its Python extras, a headless browser (the viewer's tests),
-# a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel) and gVisor (runsc).
+# a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel), gVisor (runsc) and
+# rootless podman (its packages, its unprivileged user dv-podman and that user's subordinate ids).
 # Idempotent: a second run only checks. The README's two commands and .ci/run use it.
 #
 #   bash scripts/setup.sh [--test]
@@ -36,6 +37,9 @@ if [ "$test_extras" = 1 ]; then
   # the package, not /bin/busybox: Debian's initramfs-tools brings a dynamic busybox, useless as an init
   dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
   command -v runsc >/dev/null || need+=(runsc)  # gVisor: the docker-gvisor profile's conformance tests
+  # the rootless profile (validate.sandbox.podman): podman and its id maps (kernel overlay, no network)
+  command -v podman >/dev/null || need+=(podman)
+  command -v newuidmap >/dev/null || need+=(uidmap)
 fi
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then
@@ -51,6 +55,22 @@ if [ ! -x .venv/bin/python ]; then
 fi
 extras=smoke  # the pool's smoke test builds the wheel
 [ "$test_extras" = 1 ] && extras=test
+if [ "$test_extras" = 1 ]; then
+  # The rootless profile's user: container root maps to it; its subordinate ids are a range of
+  # its own plus the agents' two uids/gids (65533, 65534), so agents own their files on the
+  # host as under docker and bwrap. The attempt storage's parent is a shared mount, so tmpfs
+  # mounted there later reach the service's own mount namespace (start the service after this).
+  id dv-podman >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/dv-podman \
+    --shell /usr/sbin/nologin dv-podman
+  for f in /etc/subuid /etc/subgid; do
+    grep -q '^dv-podman:' "$f" 2>/dev/null || printf 'dv-podman:100000:65532\ndv-podman:65533:2\n' >>"$f"
+  done
+  attempts=/run/deshuffle-validate/attempts
+  mkdir -p -m 0711 "$attempts"
+  findmnt -n -o PROPAGATION --mountpoint "$attempts" 2>/dev/null | grep -q shared ||
+    { mount --rbind "$attempts" "$attempts" && mount --make-rshared "$attempts"; }
+fi
+
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]"
 .venv/bin/python -c "import validate, environment" || { echo "setup: the project did not install" >&2; exit 1; }
 

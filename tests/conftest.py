@@ -13,7 +13,7 @@ import pytest
 from environment.deshuffle import Corpus, DeshuffleConfig, DeshuffleTaskset
 from environment.protocol import LoadHints
 
-pytest_plugins = ["tests.dockerd"]  # the suite's own dockerd: it never touches the machine's
+pytest_plugins = ["tests.dockerd", "tests.podmand"]  # the suite's own dockerd and rootless podman service
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PATH = Path(os.environ.get("DESHUFFLE_CORPUS", ROOT.parent / "shared/corpus/papers.jsonl.gz"))

@@ -21,7 +21,7 @@ from validate.sandbox import backend_class, backend_names, open_sandbox
 
 
 def test_the_registry_lists_the_projects_backends_and_the_tests_without_importing_them():
-    assert backend_names() == ["bwrap", "docker", "docker-gvisor", "subprocess", "toy"]
+    assert backend_names() == ["bwrap", "docker", "docker-gvisor", "podman", "subprocess", "toy"]
     assert backend_class("toy").__module__ == "tests.toybackend"
 
 
@@ -50,7 +50,7 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
     with pytest.raises(ContractError) as e:
         parse_manifest(json.dumps(raw).encode(), "manifests/m.json")
     assert str(e.value).startswith("manifests/m.json: field 'execution.backend: ")
-    assert "no backend named 'firecracker'; installed: bwrap, docker, docker-gvisor, subprocess, toy" in str(e.value)
+    assert "no backend named 'firecracker'; installed: bwrap, docker, docker-gvisor, podman, subprocess, toy" in str(e.value)
     path = tmp_path / "m.json"
     path.write_text(json.dumps(raw))
     import subprocess
@@ -58,7 +58,7 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
     r = subprocess.run([*VALIDATE, "verify", "--manifest", str(path)], capture_output=True, text=True,
                        env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "installed: bwrap, docker, docker-gvisor, subprocess, toy" in r.stderr
+    assert "installed: bwrap, docker, docker-gvisor, podman, subprocess, toy" in r.stderr
 
 
 def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freeze(tmp_path):
@@ -66,13 +66,13 @@ def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freez
 
     for refuse in (lambda: open_sandbox("nope", image="host"), lambda: build("never:built", ["bwrap", "nope"])):
         with pytest.raises(ProfileUnavailable, match=r"execution.backend: no backend named 'nope'; installed: "
-                                                     r"bwrap, docker, docker-gvisor, subprocess, toy"):
+                                                     r"bwrap, docker, docker-gvisor, podman, subprocess, toy"):
             refuse()
     import subprocess
 
     r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "nope"], capture_output=True,
                        text=True, env=subprocess_env(), cwd=tmp_path)
-    assert r.returncode == 2 and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'subprocess', 'toy')" \
+    assert r.returncode == 2 and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'podman', 'subprocess', 'toy')" \
         in r.stderr
 
 

@@ -276,10 +276,13 @@ def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
 
     def kill_from_outside():
         for _ in range(400):
-            if backend.startswith("docker"):
+            if backend.startswith("docker") or backend == "podman":
                 found = sandbox.client.api.containers(filters={"name": f"dv-{name}"}, quiet=True)
                 if found:
                     time.sleep(0.5)
+                    if backend == "podman":  # someone's `podman kill`: another client of the same service
+                        killed.append(docker.APIClient(base_url=sandbox.host, version="1.41").kill(found[0]["Id"]))
+                        return
                     killed.append(subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode)
                     return
             else:  # bwrap's monitor: the parent of the sandbox's PID 1, outside the attempt's cgroup
@@ -445,9 +448,12 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, backend, label, str(AGENTS_DIR / "sleeper.py")],
                                cwd=Path(__file__).resolve().parents[1])
     reply = storage.DEFAULT_PARENT / label / "sleeper" / "workspace" / "reply.txt"
-    if backend.startswith("docker"):
+    if backend.startswith("docker") or backend == "podman":
+        client = docker.from_env().api if backend.startswith("docker") else \
+            docker.APIClient(base_url=os.environ["VALIDATE_PODMAN_HOST"], version="1.41")
+
         def alive() -> list:
-            return docker.from_env().api.containers(filters={"label": f"deshuffle-validate={label}"}, quiet=True)
+            return client.containers(filters={"label": f"deshuffle-validate={label}"}, quiet=True)
     else:
         def alive() -> list:  # the sandbox's processes, and the launch chain on the host
             chain = subprocess.run(["pgrep", "-f", f"{label}-{label}-sleeper"], capture_output=True, text=True)
@@ -468,9 +474,11 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
     leftovers = open_sandbox(backend, image=DEFAULT_IMAGE, run_label=label)  # the next start
     try:
         assert not (storage.DEFAULT_PARENT / label).exists()
-        if backend.startswith("docker"):
+        if backend.startswith("docker") or backend == "podman":
             assert leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
-        else:
+        if backend == "podman":
+            assert leftovers.cgroups.names(label) == []
+        elif not backend.startswith("docker"):
             assert leftovers.hierarchy.names(label) == []
     finally:
         leftovers.close()

@@ -116,7 +116,7 @@ def test_a_sandbox_killed_from_outside_is_an_infrastructure_fault(sandboxes, bac
     sb = sandboxes(backend)
     with sb.session(request(workspace, "killed")) as s:
         assert s.exec(["true"], timeout_s=20).exit_code == 0
-        if backend.startswith("docker"):
+        if backend.startswith("docker") or backend == "podman":
             sb.client.api.kill(s.live.cid)  # the daemon logs a kill the harness did not send
         else:
             # bwrap's monitor, outside the sandbox's pid namespace (out of the agent's reach):
@@ -195,7 +195,7 @@ def test_the_watchdog_ends_a_session_nobody_stops(sandboxes, backend, workspace)
     s = sb.session(request(workspace, "watchdog", timeout_s=1.0)).start()
     try:
         time.sleep(1.0 + 5.0 + 2.0)  # the request's timeout, the backstop, and slack
-        if backend.startswith("docker"):
+        if backend.startswith("docker") or backend == "podman":
             assert not sb.client.api.inspect_container(s.live.cid)["State"]["Running"]
         else:
             assert s.live.launch.proc.poll() is not None or not Path(f"/proc/{s.live.launch.pid1}").exists()
@@ -216,7 +216,7 @@ def test_close_ends_live_sessions(sandboxes, backend, workspace):
     with pytest.raises(SandboxError):
         s.exec(["true"], timeout_s=20)
     s.stop()
-    if backend.startswith("docker"):
+    if backend.startswith("docker") or backend == "podman":
         assert not sb.client.api.containers(all=True, filters={"label": "deshuffle-validate=pytest-session-close"})
     else:
         out = subprocess.run(["pgrep", "-f", f"close-{os.getpid()}"], capture_output=True, text=True).stdout
