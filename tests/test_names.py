@@ -47,7 +47,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def _spells_file(s: str) -> bool:
-    if any(c.isspace() for c in s) or s.startswith("/"):  # prose; an absolute path is no run-directory name
+    if any(c.isspace() for c in s) or s.startswith("/") or "://" in s:  # prose; absolute paths and URLs name none
         return False
     if s in DISTINCT:
         return True
