@@ -27,6 +27,7 @@ import validate
 from environment.protocol import ScorerSpec, canonical_json, sha256_tag
 from validate.contract import Manifest, pretty
 from validate.errors import ContractError
+from validate.jsonio import JSONInputError, loads
 from validate.patches import PatchInfo
 
 SCHEMA_VERSION = 1
@@ -201,10 +202,13 @@ def request_seed(root: int, task_id: str, sample: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def agent_source_sha256() -> str:
-    from validate.eval import agent
+#: The model agent's source (`validate.eval.agent`), read by path: the agent is built on this
+#: contract, so the contract names its code without importing it.
+AGENT_SOURCE = Path(__file__).with_name("agent.py")
 
-    return sha256_tag(Path(agent.__file__).read_bytes())
+
+def agent_source_sha256() -> str:
+    return sha256_tag(AGENT_SOURCE.read_bytes())
 
 
 def reward_code_sha256(files: list[tuple[str, Path]]) -> str:
@@ -241,8 +245,6 @@ def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelS
 
 
 def parse(data: bytes, where: str) -> EvalContract:
-    from validate.jsonio import JSONInputError, loads
-
     try:
         raw = loads(data)
     except JSONInputError as e:
