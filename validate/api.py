@@ -24,14 +24,38 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from environment.protocol import LoadHints
+from environment.protocol import LoadHints, sha256_tag
+from validate import environments, run_evidence
+from validate.audit import audit as audit_run
+from validate.audit_eval import audit as audit_eval
+from validate.contract import check_limits, load_manifest, load_taskset, write_manifest
+from validate.contract import freeze as freeze_contract
+from validate.contract import verify as verify_contract
 from validate.errors import ValidateError
-from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
+from validate.eval import contract as ec
+from validate.eval.client import ChatClient
+from validate.eval.compare import compare as compare_runs
+from validate.eval.freeze import dataset_manifest, parent_of
+from validate.eval.report import write_report as write_eval_report
+from validate.eval.run import PASSES, evaluate
+from validate.evidence import atomic_write
+from validate.lifecycle import reopen
+from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
+    DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
+    run_directory, utf8_path,
+)
+from validate.options import min_count as check_min_count
+from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR, RunPaths
+from validate.patches import require
+from validate.phases import pilot as pilot_phase
+from validate.phases import pool as pool_phase
+from validate.phases import run_agents
+from validate.report import write_report
+from validate.runner import RunContext
+from validate.sandbox import Limits, open_sandbox
+from validate.signing import sign as sign_run
+from validate.smoke import smoke as smoke_test
 
-#: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
-#: start-up, the daemon and namespace teardown about as much as it computes; on 2 cores,
-#: -c 4 beat -c 2 on both backends (docs/performance.md).
-DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
 MAX_TASKS = 1_000_000
 PathLike = str | Path
 
@@ -84,8 +108,6 @@ def _some_task_can_pass(env, taskset, idx: Sequence[int]) -> None:
 
 
 def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str, Any]) -> BaseModel:
-    from validate.options import model_values
-
     if isinstance(config, BaseModel):
         config = config.model_dump(mode="json")
     where = "config"
@@ -101,8 +123,6 @@ def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str
 def _config_file(config) -> str | None:
     if not isinstance(config, str | Path):
         return None
-    from environment.protocol import sha256_tag
-
     return f"{Path(config).name} {sha256_tag(Path(config).read_bytes())}"
 
 
@@ -114,12 +134,6 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it."""
-    from validate import environments
-    from validate.contract import check_limits, freeze as freeze_contract, load_taskset, write_manifest
-    from validate.options import min_count as check_min_count, model_values, output_file
-    from validate.patches import require
-    from validate.sandbox import Limits, open_sandbox
-
     env_name = env or environments.default_name()
     if env_name is None:
         raise ValidateError("--env: no environment given and none is the default; install one")
@@ -145,9 +159,6 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
 
 def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
     """Check a manifest against this machine; return it (or raise naming the field)."""
-    from validate.contract import load_manifest, verify as verify_contract
-    from validate.sandbox import open_sandbox
-
     m = load_manifest(manifest)
     verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                     LoadHints(search=tuple(Path(p) for p in data)))
@@ -157,13 +168,6 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
             concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
     """Load and verify the manifest, check the code, open the backend, pick the run directory."""
-    from validate.contract import load_manifest, verify as verify_contract
-    from validate.options import run_directory, utf8_path
-    from validate.patches import require
-    from validate.paths import RunPaths
-    from validate.runner import RunContext
-    from validate.sandbox import open_sandbox
-
     if not 1 <= concurrency <= 256:
         raise ValidateError("--concurrency: must be between 1 and 256")
     if resume is not None:
@@ -198,16 +202,12 @@ def _phase(ctx, fn: Callable):
 def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
         hooks: dict | None = None, **where):
     """Play `agents` on every task of the contract (one phase); return the run summary."""
-    from validate.phases import run_agents
-
     ctx = context(manifest, kind=phase, **where)
     return _phase(ctx, lambda c: run_agents(c, agents, phase, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
 
 
 def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, hooks: dict | None = None, **where):
     """The representative pilot (strata × config variants, probes); return the run summary."""
-    from validate.phases import pilot as pilot_phase
-
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
     ctx = context(manifest, kind="pilot", **where)
@@ -218,10 +218,6 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
          hooks: dict | None = None, log: Callable[[str], None] = print, **where):
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
-    from validate.options import output_dir
-    from validate.phases import pool as pool_phase
-    from validate.smoke import smoke as smoke_test
-
     if smoke_sample < 0:
         raise ValidateError("--smoke-sample: must be ≥ 0")
     if manifest_dir is not None:  # the frozen child is written there after the whole pool has run
@@ -240,9 +236,6 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
 
 def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
     """A fresh-materialisation smoke test of a pool, appended to its run directory."""
-    from validate.lifecycle import reopen
-    from validate.smoke import smoke as smoke_test
-
     if sample < 1:
         raise ValidateError("--sample: must be ≥ 1")
     ctx, frozen = reopen(run_dir, tuple(Path(p) for p in data))
@@ -256,9 +249,6 @@ def _is_eval(run_dir: PathLike) -> bool:
 def report(run_dir: PathLike):
     """Write a new report entry; return (its directory, the dataset verdict it states). An eval
     run directory gets an eval report (`eval_report`), and (its directory, None)."""
-    from validate.options import existing_dir
-    from validate.report import write_report
-
     existing_dir(run_dir, "RUN_DIR")
     if _is_eval(run_dir):
         return eval_report(run_dir), None
@@ -268,9 +258,6 @@ def report(run_dir: PathLike):
 def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str = "validate",
           data: Sequence[PathLike] = (), manifests: PathLike | None = None):
     """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
-    from validate.audit import audit as audit_run
-    from validate.options import existing_dir, existing_file
-
     existing_dir(run_dir, "RUN_DIR")  # an audit of nothing is a typo, not a failed audit
     if signature is not None:
         existing_file(signature, "--signature")
@@ -284,17 +271,13 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
 
 
 def sign(run_dir: PathLike, key: PathLike) -> Path:
-    from validate.signing import sign as sign_run
-
     return sign_run(Path(run_dir), Path(key))
 
 
 def load_run(run_dir: PathLike):
     """A run's evidence: ``.summary`` (`RunSummary`), ``.manifest`` and the dataframes
     ``.attempts``, ``.tasks``, ``.exclusions``."""
-    from validate.report import load_run as load
-
-    return load(Path(run_dir))
+    return run_evidence.load_run(Path(run_dir))
 
 
 # --- model evaluation (protocol part 2) ----------------------------------------------------
@@ -306,18 +289,14 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
                 data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
     """Freeze an eval contract on a pool run's frozen set (refused unless its dataset verdict is
     PASS and its audit passes); write it (default ``manifests/<name>.json``) and return it."""
-    from validate import environments
-    from validate.eval import contract as ec
-    from validate.eval.freeze import parent_of
-    from validate.options import model_spec, model_values, output_file
-    from validate.patches import require
-
     spec = model_spec(id=model, revision=model_revision, server=server, base_url=base_url,
                       api_key_env=api_key_env)
     path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     code = require(allow_patch)
+    data = tuple(Path(p) for p in data)
+    # eval/ sits below the audit: the pool run's audit is handed down, run after the cheaper refusals.
     parent, frozen = parent_of(Path(pool_run), None if manifest is None else Path(manifest),
-                               tuple(Path(p) for p in data))
+                               audit=lambda root: audit_run(root, data=data).problems)
     env = environments.get(frozen.environment.name)
     contract = ec.build(
         name=name, parent=parent, manifest=frozen, model=spec,
@@ -327,8 +306,6 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
         sampling=model_values(ec.Sampling, {}, dict(sampling or {}), "sampling"),
         limits=model_values(ec.AgentLimits, {}, dict(limits or {}), "limits"), k=k,
         git_commit=code.label, patch=code.patch)
-    from validate.evidence import atomic_write
-
     atomic_write(path, contract.to_json())
     return contract
 
@@ -338,12 +315,6 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
              concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
-    from validate.eval import contract as ec
-    from validate.eval.client import ChatClient
-    from validate.eval.freeze import dataset_manifest
-    from validate.eval.run import PASSES, evaluate
-    from validate.options import run_directory
-
     bad = [p for p in passes if p not in PASSES]
     if bad or not passes:
         raise ValidateError(f"--passes: choose from {', '.join(PASSES)}; got {', '.join(bad) or 'none'}")
@@ -381,18 +352,12 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
 
 def eval_report(run_dir: PathLike) -> Path:
     """Write a new eval report entry (report.md, report.html, report.json); return its directory."""
-    from validate.eval.report import write_report
-    from validate.options import existing_dir
-
-    return write_report(existing_dir(run_dir, "RUN_DIR"))
+    return write_eval_report(existing_dir(run_dir, "RUN_DIR"))
 
 
 def eval_audit(run_dir: PathLike, *, data: Sequence[PathLike] = (), manifests: PathLike | None = None):
     """Re-derive an eval run's replies, rewards, sample rows, classes, metrics and reports;
     return the `AuditResult`."""
-    from validate.eval.audit import audit as audit_eval
-    from validate.options import existing_dir
-
     return audit_eval(existing_dir(run_dir, "RUN_DIR"), data=tuple(Path(p) for p in data),
                       manifests=None if manifests is None else Path(manifests))
 
@@ -401,9 +366,6 @@ def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
     """Per-task and per-family deltas of two evals under the same dataset contract; refused
     (naming the field) when their dataset contract, reward or k differ. Returns the comparison
     and the directory it was written to."""
-    from validate.eval.compare import compare as compare_runs
-    from validate.options import output_dir
-
     if out is not None:  # RUN_A and RUN_B are checked by `compare_runs`, naming what an eval run holds
         output_dir(out, "--out")
     return compare_runs(Path(run_a), Path(run_b), None if out is None else Path(out))

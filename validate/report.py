@@ -16,107 +16,24 @@ from __future__ import annotations
 
 import html
 import json
-import re
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from validate.errors import EvidenceError
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
-from validate.jsonio import JSONInputError, loads
+from validate.markdown import md_text
 from validate.paths import RunPaths
 from validate.plot import box_plot_svg
-from validate.summary import RunSummary
-from validate.verdicts import DatasetVerdict, dataset_verdict
+# The run's evidence is loaded below the report (`validate.run_evidence`), where the audit and
+# ``eval freeze`` read it too.
+from validate.run_evidence import RunEvidence, current_verdict, load_run, report_inputs
+from validate.verdicts import DatasetVerdict
 
 
 class Bold(str):
     """Text the report itself emphasises (never agent text)."""
-
-
-def _json(path: Path) -> dict:
-    try:
-        return loads(path.read_bytes())
-    except (OSError, JSONInputError) as e:
-        raise EvidenceError(f"{path}: not readable JSON ({e})") from None
-
-
-@dataclass
-class RunEvidence:
-    root: Path
-    manifest: dict
-    summary: RunSummary
-    attempts: pd.DataFrame
-    tasks: pd.DataFrame
-    exclusions: pd.DataFrame
-    frozen: dict | None = None
-    variants: dict[str, dict] = field(default_factory=dict)
-    smokes: dict[str, dict] = field(default_factory=dict)
-
-    @property
-    def latest_smoke(self) -> tuple[str, dict] | None:
-        return max(self.smokes.items()) if self.smokes else None
-
-
-#: The files every report reads (beside the frozen and variant contracts and the smoke results).
-LEDGER_FILES = ("attempts.parquet", "exclusions.parquet", "manifest.json", "run.json", "tasks.parquet")
-
-
-def report_inputs(root: Path) -> list[str]:
-    """The files a report of this run directory is rendered from now, relative to it, sorted."""
-    paths = RunPaths(Path(root))
-    names = [*LEDGER_FILES, *(["frozen-manifest.json"] if paths.frozen_manifest.exists() else [])]
-    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.variants.glob("*.json"))] \
-        if paths.variants.is_dir() else []
-    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.smoke.glob("*/result.json"))] \
-        if paths.smoke.is_dir() else []
-    return sorted(names)
-
-
-def load_run(root: Path, names: list[str] | None = None) -> RunEvidence:
-    """A run's evidence; with `names` (from `report_inputs`, or a report's record), exactly
-    those files and no other (a report's inputs)."""
-    paths = RunPaths(Path(root))
-    names = report_inputs(paths.root) if names is None else names
-    missing = [n for n in LEDGER_FILES if n not in names]
-    if missing:
-        raise EvidenceError(f"{paths.root}: the report inputs lack {', '.join(missing)}")
-    try:
-        summary = RunSummary.model_validate(_json(paths.summary))
-        ev = RunEvidence(root=paths.root, manifest=_json(paths.manifest), summary=summary,
-                         attempts=pd.read_parquet(paths.attempts), tasks=pd.read_parquet(paths.tasks),
-                         exclusions=pd.read_parquet(paths.exclusions))
-    except ValidationError as e:
-        raise EvidenceError(f"{paths.summary}: not a run summary ({e.errors()[0]['msg']})") from None
-    except (OSError, ValueError) as e:
-        raise EvidenceError(f"{paths.root}: unreadable evidence ({e})") from None
-    for name in sorted(names):
-        parts = name.split("/")
-        if name == "frozen-manifest.json":
-            ev.frozen = _json(paths.root / name)
-        elif len(parts) == 2 and parts[0] == "variants" and parts[1].endswith(".json"):
-            ev.variants[parts[1].removesuffix(".json")] = _json(paths.root / name)
-        elif len(parts) == 3 and parts[0] == "smoke" and parts[2] == "result.json":
-            ev.smokes[parts[1]] = _json(paths.root / name)
-        elif name not in LEDGER_FILES:
-            raise EvidenceError(f"{paths.root}: {name} is not a file a report reads")
-    return ev
-
-
-def smoke_outcome(smokes: dict[str, dict]) -> str:
-    """The smoke criterion from the evidence alone: the latest entry of `smokes` (entry name →
-    result.json), or "not run" when there is none."""
-    return ("passed" if smokes[max(smokes)].get("passed") else "failed") if smokes else "not run"
-
-
-def current_verdict(summary: RunSummary, smokes: dict[str, dict]) -> DatasetVerdict:
-    """The dataset verdict with the smoke criterion taken from `smokes`, the entries that exist,
-    never from run.json's copy (which says what it was at the run's end)."""
-    facts = summary.facts.model_copy(update={"smoke": smoke_outcome(smokes)})
-    return dataset_verdict(facts, summary.required)
 
 
 def count_rows(ev: RunEvidence) -> list[list[str]]:
@@ -317,18 +234,6 @@ def blocks(ev: RunEvidence) -> list:
 
 
 # --- rendering --------------------------------------------------------------------------
-
-_MD_INLINE = re.compile(r"([\\`*_{}\[\]<>|~])")
-_MD_LEADING = re.compile(r"^(\s*)([#>+\-=]|\d+(?=[.)]))")
-
-
-def md_text(text: str) -> str:
-    """Text made inert in Markdown (agent text included): inline markup characters escaped,
-    line breaks flattened, a leading block marker (heading, quote, list) escaped."""
-    flat = _MD_INLINE.sub(r"\\\1", str(text).replace("\r", " ").replace("\n", " "))
-    return _MD_LEADING.sub(lambda m: m.group(1) + (m.group(2) + "\\" if m.group(2)[0].isdigit()
-                                                   else "\\" + m.group(2)), flat)
-
 
 def _md_cell(value) -> str:
     return f"**{md_text(value)}**" if isinstance(value, Bold) else md_text(value)

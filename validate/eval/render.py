@@ -4,7 +4,7 @@ A document is a list of blocks: ``("h1"|"h2"|"h3", text)``, ``("p", [text or ("b
 text), ...])``, ``("table", header, rows)`` and ``("message", role, title, text)`` — one
 message of a trajectory, shown whole in a preformatted box. All text is escaped (model
 output, tool output and error messages included): Markdown through
-`validate.report.md_text` (and fenced blocks whose fence is longer than any backtick run in
+`validate.markdown.md_text` (and fenced blocks whose fence is longer than any backtick run in
 the text), HTML through `html.escape`.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import re
 
-from validate.report import md_text
+from validate.markdown import md_text
 
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:80rem;margin:2rem auto;padding:0 1rem;color:#222}"
          "h1,h2,h3{overflow-wrap:anywhere}"

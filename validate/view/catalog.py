@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from validate.jsonio import JSONInputError, loads
 from validate.paths import RunPaths
-from validate.report import current_verdict
+from validate.run_evidence import current_verdict
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict
 
