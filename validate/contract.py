@@ -24,6 +24,9 @@ from environment.protocol import AgentSpec, ConfigError, Environment, LoadHints,
 from environment.protocol import canonical_json, sha256_tag
 from validate import environments
 from validate.errors import ContractError
+from validate.evidence import atomic_write
+from validate.image import package_differences
+from validate.jsonio import JSONInputError, loads
 from validate.patches import PatchInfo
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
@@ -390,15 +393,11 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
 # --- reading and checking ----------------------------------------------------------------
 
 def write_manifest(manifest: Manifest, path: Path) -> Path:
-    from validate.evidence import atomic_write
-
     atomic_write(path, manifest.to_json())
     return path
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
-    from validate.jsonio import JSONInputError, loads
-
     try:
         raw = loads(data)
     except JSONInputError as e:
@@ -472,8 +471,6 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
         raise _mismatch("execution.backend", ex.backend, sandbox.backend)
     facts = sandbox.facts()
     if ex.packages and facts.packages != ex.packages:
-        from validate.image import package_differences
-
         diff = package_differences(ex.packages, facts.packages)
         raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
                             f"{' …' if len(diff) > 10 else ''}")
