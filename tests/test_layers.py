@@ -11,12 +11,15 @@ too), parsed with `ast`, nothing imported or run.
   start-up). The others stand at the top of their module. They are counted, and the count
   may only fall.
 
-The intended layers are drawn in ``validate/__init__.py``'s docstring.
+- Every module stands in one of the layers drawn in ``validate/__init__.py``'s docstring
+  (`LAYERS`, lowest first, in the same order) and imports only from its own layer or below.
 """
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +29,22 @@ PACKAGES = ("validate", "environment")
 LAZY = re.compile(r"#\s*lazy:\s*\S")
 #: Function-level project imports now; lower it when one goes, never raise it without cause.
 LAZY_CEILING = 15
+#: The layers of ``validate/__init__.py``'s docstring, lowest first: name, module patterns.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("environments", ("environment", "environment.*")),
+    ("foundation", ("validate", "validate.errors", "validate.jsonio", "validate.paths", "validate.records",
+                    "validate.registry", "validate.markdown", "validate.plot", "validate.localserver")),
+    ("evidence and rules", ("validate.evidence", "validate.verdicts", "validate.signing", "validate.patches",
+                            "validate.environments", "validate.agents", "validate.agents.*", "validate.summary",
+                            "validate.run_evidence")),
+    ("sandbox", ("validate.sandbox", "validate.sandbox.*", "validate.image")),
+    ("contract", ("validate.contract", "validate.workspace")),
+    ("running", ("validate.runner", "validate.lifecycle", "validate.phases", "validate.smoke", "validate.eval",
+                 "validate.eval.*")),
+    ("reading", ("validate.report", "validate.view", "validate.view.*")),
+    ("audit", ("validate.audit", "validate.audit_*")),
+    ("surface", ("validate.options", "validate.api", "validate.cli")),
+]
 #: Modules another change is restructuring right now; their function-level imports are
 #: named in that change (see the report of this one) and go with it. Empty it then.
 PENDING: dict[str, str] = {
@@ -44,6 +63,7 @@ class Import:
     text: str  # the import's first line, as written
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     found = {}
     for top in PACKAGES:
@@ -87,7 +107,8 @@ def _targets(node, package: str, modules: dict[str, Path]) -> list[str]:
     return out
 
 
-def project_imports() -> list[Import]:
+@functools.cache  # the tree does not change during a test session
+def project_imports() -> tuple[Import, ...]:
     modules = _modules()
     found = []
     for name, path in modules.items():
@@ -99,7 +120,7 @@ def project_imports() -> list[Import]:
             for target in _targets(node, package, modules):
                 if target != name:
                     found.append(Import(name, target, rel, node.lineno, inside, lines[node.lineno - 1].strip()))
-    return found
+    return tuple(found)
 
 
 def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -164,3 +185,22 @@ def test_function_level_imports_say_why():
     count = len({(i.path, i.line) for i in lazy})
     print(f"{count} function-level project imports, each saying why")
     assert count <= LAZY_CEILING, f"{count} function-level project imports, more than the {LAZY_CEILING} allowed"
+
+
+def _layer(module: str) -> int | None:
+    return next((n for n, (_, patterns) in enumerate(LAYERS)
+                 if any(fnmatch.fnmatchcase(module, p) for p in patterns)), None)
+
+
+def test_the_docstring_draws_these_layers():
+    doc = ast.get_docstring(ast.parse((ROOT / "validate/__init__.py").read_text()))
+    drawn = re.findall(r"(?m)^(\d+)\. ([a-z ]+) — ", doc)
+    assert drawn == [(str(n), name) for n, (name, _) in enumerate(LAYERS, 1)], drawn
+
+
+def test_every_module_imports_only_its_own_layer_or_below():
+    unplaced = sorted(m for m in _modules() if _layer(m) is None)
+    assert not unplaced, f"modules in no layer of LAYERS (place each, and draw it in validate/__init__.py): {unplaced}"
+    up = sorted({f"{i.path}:{i.line} {i.text} ({LAYERS[_layer(i.source)][0]} -> {LAYERS[_layer(i.target)][0]})"
+                 for i in project_imports() if _layer(i.target) > _layer(i.source)})
+    assert not up, "imports from a higher layer: " + "; ".join(up)
