@@ -3,13 +3,13 @@
 `parent_of` reads a pool run directory through the run model (`validate.run_evidence`: its
 sealed run.json and ledgers) and refuses unless (1) the run froze a set, (2) its current
 dataset verdict (`validate.run_evidence.current_verdict`, the latest smoke test counted) is
-PASS, (3) `validate audit` of the run finds no problem — the audit is handed in by the
-caller (`validate.api.eval_freeze`), since evaluation sits below the audit —, (4) the run's contract names a
-negative control and every frozen task was tested by one (not frozen out of it, and a final,
-exception-free control attempt on it in the evidence: the protocol's "oracle pass AND control
-rejection", re-checked here rather than trusted to the verdict; checked before (2) and (3),
-since a refusal needs no trust in the evidence and names its cause), and (5) a dataset
-manifest given beside it is that run's frozen set, byte for byte.
+PASS, (3) `validate audit` of the run finds no problem (the audit is handed in by the caller,
+`validate.api.eval_freeze`: evaluation sits below the audit and never imports it), (4) the
+run's contract names a negative control and every frozen task was tested by one (not frozen
+out of it, and a final, exception-free control attempt on it in the evidence: the protocol's
+"oracle pass AND control rejection", re-checked here rather than trusted to the verdict;
+checked before (2) and (3), since a refusal needs no trust in the evidence and names its
+cause), and (5) a dataset manifest given beside it is that run's frozen set, byte for byte.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ PoolAudit = Callable[[Path], Sequence[str]]
 def parent_of(pool_run: Path, manifest: Path | None = None, *,
               audit: PoolAudit) -> tuple[DatasetParent, Manifest]:
     """The parent record of an eval on `pool_run`'s frozen set, and that frozen manifest.
-    `audit` is called last of the checks on the run, so a run refused for a cause the
-    evidence shows by itself is refused without the cost of an audit."""
+    `audit` is called after the checks that read the run's evidence alone, so a run refused
+    for a cause those show is refused without the cost of an audit."""
     paths = RunPaths(Path(pool_run))
     if not paths.frozen_manifest.is_file():
         raise ContractError(f"--pool-run: {paths.root} froze no set (no frozen-manifest.json); an eval runs on a "
