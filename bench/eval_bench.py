@@ -67,7 +67,7 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
         client = ChatClient(server.base_url)
         t0 = time.perf_counter()
         try:
-            summary = evaluate(ctx, contract, client, c, passes=("greedy",))
+            summary = evaluate(ctx, contract, client, passes=("greedy",))
         finally:
             ctx.sandbox.close()
         wall = time.perf_counter() - t0

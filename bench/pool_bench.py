@@ -35,7 +35,8 @@ from validate.contract import check_environment, freeze
 from validate.patches import code_state
 from validate.paths import DEFAULT_IMAGE, RunPaths
 from validate.phases import run_agents
-from validate.runner import RunContext
+from validate.context import RunContext
+from validate.executors import make_executor
 from validate.sandbox import open_sandbox
 
 backend, n, c, corpus_path, controls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -50,8 +51,8 @@ try:
     t0 = time.perf_counter()
     env, _, taskset = check_environment(manifest, hints)
     ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(root / "run"),
-                     run_id=f"bench{n}", code=code_state(), hints=hints)
-    summary = run_agents(ctx, "all", "run", c)
+                     executor=make_executor("threads", c), run_id=f"bench{n}", code=code_state(), hints=hints)
+    summary = run_agents(ctx, "all", "run")
     wall = time.perf_counter() - t0
 finally:
     sandbox.close()

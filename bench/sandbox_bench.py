@@ -97,7 +97,8 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     from validate.patches import code_state
     from validate.paths import RunPaths
     from validate.phases import run_agents
-    from validate.runner import RunContext
+    from validate.context import RunContext
+    from validate.executors import make_executor
     from validate.sandbox import open_sandbox
 
     env_name = "deshuffle-papers"
@@ -116,9 +117,9 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     try:
         env, _, taskset = check_environment(manifest, hints)
         ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(tmp / "run"),
-                         run_id="bench", code=code_state(), hints=hints)
+                         executor=make_executor("threads", c), run_id="bench", code=code_state(), hints=hints)
         t0 = time.perf_counter()
-        summary = run_agents(ctx, "controls", "run", c)
+        summary = run_agents(ctx, "controls", "run")
         elapsed = time.perf_counter() - t0
         assert summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
         return n / elapsed

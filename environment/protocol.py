@@ -208,6 +208,10 @@ class Environment:
 
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
+    #: How the harness plays an attempt at this environment's tasks: the name of a registered
+    #: attempt kind (``validate.attempt_kinds``). ``program``: each agent is a program run in a
+    #: fresh sandbox, its reply scored on the host by `Taskset.score`.
+    attempt_kind: ClassVar[str] = "program"
 
     def load(self, config: BaseModel, hints: LoadHints = LoadHints()) -> Taskset:
         raise NotImplementedError

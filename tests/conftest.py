@@ -26,8 +26,16 @@ ENTRY_POINTS = """[validate.environments]
 toy = tests.toyenv:ToyEnvironment
 deshuffle-hostile = tests.hostile:HostileDeshuffle
 
+toy-insandbox = tests.toykind:ToyInSandbox
+
 [validate.backends]
 toy = tests.toybackend:ToyBackend
+
+[validate.executors]
+toy-reversed = tests.toyexecutor:ReversedJsonExecutor
+
+[validate.attempt_kinds]
+toy-insandbox = tests.toykind:InSandboxKind
 """
 
 
@@ -77,7 +85,8 @@ from validate import environments  # noqa: E402
 from validate.contract import check_environment, freeze  # noqa: E402
 from validate.patches import code_state  # noqa: E402
 from validate.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
-from validate.runner import RunContext  # noqa: E402
+from validate.context import RunContext  # noqa: E402
+from validate.executors import make_executor  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
 
 
@@ -124,10 +133,11 @@ def make_manifest(sandbox, *, idx, env_name="deshuffle-papers", controls=None, l
                   infra_retries=infra_retries)
 
 
-def make_ctx(manifest, sandbox, run_dir) -> RunContext:
+def make_ctx(manifest, sandbox, run_dir, concurrency: int = 4, executor: str = "threads") -> RunContext:
     env, _, taskset = check_environment(manifest, HINTS)
     return RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(run_dir),
-                      run_id=run_dir.name, code=code_state(), hints=HINTS, backoff_s=(0.05, 0.2))
+                      run_id=run_dir.name, code=code_state(), hints=HINTS, backoff_s=(0.05, 0.2),
+                      executor=make_executor(executor, concurrency))
 
 
 AGENTS_DIR = ROOT / "tests" / "agents"

@@ -28,9 +28,9 @@ def runs(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("audit")
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
-    run_agents(make_ctx(manifest, sandbox, base / "run"), "all", "run", 4)
+    run_agents(make_ctx(manifest, sandbox, base / "run"), "all", "run")
     write_report(base / "run")
-    pool(make_ctx(manifest, sandbox, base / "pool"), 4)
+    pool(make_ctx(manifest, sandbox, base / "pool"))
     write_report(base / "pool")
     for name in ("run", "pool"):
         assert audit(base / name, data=DATA).problems == []

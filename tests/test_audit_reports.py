@@ -65,7 +65,7 @@ def failed_run(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("rerender")
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2, min_task_count=10)
-    run_agents(make_ctx(manifest, sandbox, base / "run"), "all", "run", 4)
+    run_agents(make_ctx(manifest, sandbox, base / "run"), "all", "run")
     _, verdict = write_report(base / "run")
     assert verdict.verdict == "FAIL"
     return base / "run"
@@ -107,10 +107,10 @@ def resumed(tmp_path_factory, sandboxes):
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1], max_papers=2)
     root = tmp_path_factory.mktemp("resumed") / "run"
-    run_agents(make_ctx(manifest, sandbox, root), "all", "run", 2)
+    run_agents(make_ctx(manifest, sandbox, root), "all", "run")
     write_report(root)
     before = (root / "run.json").read_bytes()
-    run_agents(make_ctx(manifest, sandbox, root), "all", "run", 2)
+    run_agents(make_ctx(manifest, sandbox, root), "all", "run")
     assert (root / "run.json").read_bytes() != before
     kept = list((root / "earlier").iterdir())
     assert len(kept) == 1 and (kept[0] / "run.json").read_bytes() == before

@@ -30,7 +30,7 @@ def test_a_backend_from_tests_runs_a_real_pool_that_passes_the_audit(tmp_path):
     sandbox = open_sandbox("toy", image="host", run_label="pytest-toy")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy", broken=[2], min_task_count=3)
     assert manifest.execution.backend == "toy" and manifest.execution.backend_version.startswith("toy over bubblewrap")
-    summary = pool(make_ctx(manifest, sandbox, tmp_path / "pool"), 2)
+    summary = pool(make_ctx(manifest, sandbox, tmp_path / "pool"))
     write_report(tmp_path / "pool")
     rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
     assert {r["backend"] for r in rows} == {"toy"} and not {r["status"] for r in rows} & set(EXCEPTION_STATUSES)

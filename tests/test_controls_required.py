@@ -90,7 +90,7 @@ def untestable_pool(tmp_path_factory, sandboxes):
     manifest = make_manifest(sandbox, idx=[*TESTABLE, UNTESTABLE], env_name=TWOHOP, controls=["always-unknown"],
                              min_task_count=2)
     assert [bool(t.skip) for t in manifest.tasks] == [False, False, True]
-    summary = pool(make_ctx(manifest, sandbox, base / "pool"), 4)
+    summary = pool(make_ctx(manifest, sandbox, base / "pool"))
     write_report(base / "pool")
     return base / "pool", summary
 

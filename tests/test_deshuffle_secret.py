@@ -95,7 +95,7 @@ def test_source_peek_finds_nothing_in_bwrap_without_the_secret(contract, sandbox
     manifest, _ = contract
     from validate.phases import run_agents
 
-    run_agents(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run"), "controls", "run", 2)
+    run_agents(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run"), "controls", "run")
     a = pd.read_parquet(tmp_path / "run/attempts.parquet")
     assert len(a) == len(manifest.tasks) and (a["agent"] == "source-peek").all()
     assert (a["status"] == "no_reply").all() and (a["reward"].fillna(0.0) == 0.0).all()

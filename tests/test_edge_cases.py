@@ -43,7 +43,7 @@ def verdicts_for(tiny, sandboxes, tmp_path, idx, manifest=None):
     path, _ = tiny
     sandbox = sandboxes("bwrap")
     manifest = manifest or make_manifest(sandbox, idx=idx, corpus=str(path))
-    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "all", "run", 2)
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "all", "run")
     tasks = pd.read_parquet(tmp_path / "run/tasks.parquet")
     return {row.idx: row for row in tasks.itertuples()}, pd.read_parquet(tmp_path / "run/attempts.parquet")
 

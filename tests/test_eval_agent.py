@@ -39,7 +39,7 @@ def contract(base_url: str, model: str = MODEL_NAME, **limits) -> ec.EvalContrac
 
 @pytest.fixture
 def workspace(taskset3):
-    from validate.eval.runner import lay_out
+    from validate.eval.chat import lay_out
     from validate.workspace import temp_storage
 
     task = taskset3.task(7)

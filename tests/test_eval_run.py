@@ -36,7 +36,7 @@ def passed_pool(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("evalpool")
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3, 4], max_papers=2)
-    summary = pool(make_ctx(manifest, sandbox, base / "pool"), 4, manifest_dir=base,
+    summary = pool(make_ctx(manifest, sandbox, base / "pool"), manifest_dir=base,
                    smoke=lambda c, f: "passed" if smoke(c, f, 1, log=lambda m: None).passed else "failed")
     assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict.headline
     return base / "pool"

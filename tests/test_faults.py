@@ -54,7 +54,7 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(tmp_path
     manifest = make_manifest(sandbox, idx=list(range(8)), infra_retries=1, controls=["empty", "shuffled"],
                              exception_rule="retry")
     agents = "all"
-    run_agents(make_ctx(manifest, sandbox, tmp_path / "reference"), agents, "run", 2)
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "reference"), agents, "run")
     ctx = make_ctx(manifest, sandbox, tmp_path / "outage")
     outage = threading.Event()
 
@@ -69,7 +69,7 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(tmp_path
 
     t = threading.Thread(target=stop_then_restart)
     t.start()
-    run_agents(ctx, agents, "run", 2)
+    run_agents(ctx, agents, "run")
     attempts = read_attempts(ctx.paths)
     t.join()
     assert outage.is_set()
@@ -80,7 +80,7 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(tmp_path
     assert set(tasks.loc[tasks["verdict"] == "excluded", "reason"]) <= {"infrastructure_failure"}  # never a task's
     resumed_ctx = make_ctx(manifest, open_sandbox("docker", image=DEFAULT_IMAGE, run_label="fault-dockerd"),
                            tmp_path / "outage")
-    summary = run_agents(resumed_ctx, agents, "run", 2)
+    summary = run_agents(resumed_ctx, agents, "run")
     attempts = read_attempts(resumed_ctx.paths)
     assert verdict_view(tmp_path / "outage") == verdict_view(tmp_path / "reference")
     final = [a for a in attempts if not a.superseded]

@@ -29,8 +29,9 @@ def test_source_peek_does_not_beat_chance(sandboxes, tmp_path, env_name):
     chance, idx, config = CASES[env_name]
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=idx, env_name=env_name, controls=["source-peek", chance], **config)
-    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "controls", "run", 4)
+    run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), "controls", "run")
     a = pd.read_parquet(tmp_path / "run/attempts.parquet")
+    a = a[~a["superseded"]]  # an infrastructure fault's retry (a loaded machine) keeps its first try's row too
     peek, base = (a.loc[a["agent"] == n, "reward"].fillna(0.0) for n in ("source-peek", chance))
     print(f"\n{env_name}: source-peek mean {peek.mean():.4f} (max {peek.max():.4f}) vs {chance} {base.mean():.4f}")
     assert len(peek) == len(idx) and (a["status"] != "harness_error").all()

@@ -14,7 +14,9 @@ import pytest
 
 from tests.conftest import make_ctx, make_manifest
 from validate.phases import run_agents
-from validate.runner import Play, play_task
+from validate.context import Play
+from validate.kinds.program import ProgramKind
+from validate.runner import play_task
 from validate.sandbox import open_sandbox
 from validate.sandbox.storage import attempt_storage
 
@@ -26,7 +28,7 @@ CONFIGS = [dict(min_papers=1, max_papers=1, include_headers=False),
 def run_all(sandbox, run_dir, idx, agents="all", env_name="deshuffle-papers", controls=None, **config):
     manifest = make_manifest(sandbox, idx=idx, env_name=env_name, controls=controls, **config)
     ctx = make_ctx(manifest, sandbox, run_dir)
-    summary = run_agents(ctx, agents, "run", 4)
+    summary = run_agents(ctx, agents, "run")
     return summary, pd.read_parquet(run_dir / "attempts.parquet"), pd.read_parquet(run_dir / "tasks.parquet")
 
 
@@ -41,7 +43,7 @@ def test_oracle_passes_controls_rejected_and_backends_agree(sandboxes, tmp_path,
     docker = bwrap.model_copy(update={"execution": profile(sandboxes("docker").facts())}).sealed()
     results = {}
     for backend, manifest in (("docker", docker), ("bwrap", bwrap)):
-        summary = run_agents(make_ctx(manifest, sandboxes(backend), tmp_path / backend), "all", "run", 4)
+        summary = run_agents(make_ctx(manifest, sandboxes(backend), tmp_path / backend), "all", "run")
         attempts = pd.read_parquet(tmp_path / backend / "attempts.parquet")
         tasks = pd.read_parquet(tmp_path / backend / "tasks.parquet")
         assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict
@@ -86,10 +88,10 @@ def test_evidence_files_are_plain_parquet_with_replies(sandboxes, tmp_path):
 def test_resume_after_a_partial_run_equals_an_uninterrupted_run(sandboxes, tmp_path):
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2, min_papers=2)
-    full = run_agents(make_ctx(manifest, sandbox, tmp_path / "full"), "all", "run", 4)
-    partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), "oracle,empty", "run", 4)
+    full = run_agents(make_ctx(manifest, sandbox, tmp_path / "full"), "all", "run")
+    partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), "oracle,empty", "run")
     assert partial.counts.attempts == 6 and partial.dataset_verdict.verdict == "INCOMPLETE"
-    resumed = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), "all", "run", 4)
+    resumed = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), "all", "run")
     view = lambda root: list(pd.read_parquet(root / "tasks.parquet")[["task_id", "verdict"]].itertuples(index=False))
     assert view(tmp_path / "part") == view(tmp_path / "full") and resumed.dataset_verdict == full.dataset_verdict
     attempts = pd.read_parquet(tmp_path / "part/attempts.parquet")
@@ -115,7 +117,7 @@ def test_container_killed_from_outside_is_an_infrastructure_fault_and_retried(sa
 
     t = threading.Thread(target=killer)
     t.start()
-    rows = play_task(ctx, Play("run", manifest, ctx.taskset, [0], [slow]), ctx.taskset.task(0), slow, 0, 1)
+    rows = play_task(ctx, Play("run", manifest, ctx.taskset, [0], [slow], ProgramKind()), ctx.taskset.task(0), slow, 0, 1)
     t.join()
     assert killed, "the killer thread found no container"
     assert rows[0].status == "infrastructure_error" and rows[0].error_class == "SandboxError"
@@ -148,7 +150,7 @@ def test_odd_replies_leak_no_file_descriptor(sandboxes, tmp_path):
                              controls=["reply-dir", "reply-fifo", "symlink-reply", "empty"])
     ctx = make_ctx(manifest, sandbox, tmp_path / "fds")
     before = len(os.listdir("/proc/self/fd"))
-    summary = run_agents(ctx, "controls", "run", 4)  # 50 tasks × 4 agents = 200 attempts
+    summary = run_agents(ctx, "controls", "run")  # 50 tasks × 4 agents = 200 attempts
     assert summary.counts.attempts == 200
     assert len(os.listdir("/proc/self/fd")) <= before + 2
 
@@ -169,7 +171,7 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
                 raise RecursionError("maximum recursion depth exceeded while removing the tree")
 
     ctx.storage = fragile_storage
-    summary = run_agents(ctx, "all", "run", 4)
+    summary = run_agents(ctx, "all", "run")
     attempts = pd.read_parquet(tmp_path / "iso/attempts.parquet")
     assert len(attempts) == 9
     deep = attempts[attempts["agent"] == "deep-tree"]

@@ -28,7 +28,9 @@ import pytest
 
 from validate.errors import SandboxError
 from validate.paths import DEFAULT_IMAGE
-from validate.runner import Play, judge, play_task
+from validate.context import Play
+from validate.kinds.program import ProgramKind
+from validate.runner import judge, play_task
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.cgroups import open_cgroups
@@ -51,7 +53,7 @@ def contract(sandbox, agent, limits: Limits = LIMITS, idx: int = 0, infra_retrie
 
 
 def play(ctx, task, agent, first: int = 1):
-    return play_task(ctx, Play("run", ctx.manifest, ctx.taskset, [task.idx], [agent]), task, agent, 0, first)
+    return play_task(ctx, Play("run", ctx.manifest, ctx.taskset, [task.idx], [agent], ProgramKind()), task, agent, 0, first)
 
 
 @pytest.fixture

@@ -161,7 +161,7 @@ def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure
                                                                                    taskset3, tmp_path):
     from tests.conftest import make_ctx, make_manifest
     from validate.eval.client import ChatClient
-    from validate.eval.runner import EvalContext, EvalPlay, attempt_once
+    from validate.eval.chat import EvalContext, attempt_once, model_play
     from validate.localserver import serve
     from tests.test_eval_agent import contract
 
@@ -179,7 +179,7 @@ def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure
     with serve({"hostile": hostile}) as server:
         ec = EvalContext(run=ctx, contract=contract(server.base_url, model="hostile"),
                          client=ChatClient(server.base_url), journal=None)
-        attempt, entry = attempt_once(ec, EvalPlay("greedy", 0.0, 1, [7]), ctx.taskset.task(7), 0, 1)
+        attempt, entry = attempt_once(ec, model_play(ec, "greedy", 0.0, 1, [7]), 0.0, ctx.taskset.task(7), 0, 1)
     assert attempt.status == "exit_nonzero", (attempt.status, attempt.error_message)
     assert attempt.error_class == "SandboxEnded" and "before its deadline" in attempt.error_message
     assert attempt.reward is not None and not entry.sample.solved  # scored as it stands: no final message

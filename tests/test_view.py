@@ -75,17 +75,17 @@ def base(tmp_path_factory, sandboxes):
     ledgers = root / "ledgers"
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
-    pool(make_ctx(manifest, sandbox, ledgers / "pool"), 4)
-    pilot(make_ctx(manifest, sandbox, ledgers / "pilot"), 1, 4)
+    pool(make_ctx(manifest, sandbox, ledgers / "pool"))
+    pilot(make_ctx(manifest, sandbox, ledgers / "pilot"), 1)
     write_report(ledgers / "pool")
     write_report(ledgers / "pilot")
     program = root / "injector.py"
     program.write_text(INJECTOR)
     hostile = make_manifest(sandbox, idx=[0, 1], env_name=_register_hostile(program), controls=["injector"],
                             max_papers=2)
-    run_agents(make_ctx(hostile, sandbox, ledgers / "hostile"), "all", "run", 4)
+    run_agents(make_ctx(hostile, sandbox, ledgers / "hostile"), "all", "run")
     toy = make_manifest(sandbox, idx=list(range(6)), env_name="toy", broken=[2], min_task_count=6)
-    pool(make_ctx(toy, sandbox, ledgers / "toy"), 4)
+    pool(make_ctx(toy, sandbox, ledgers / "toy"))
     return root
 
 

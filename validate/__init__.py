@@ -21,11 +21,15 @@ with this very list as ``LAYERS``):
    `summary` (the run model, run.json) and `run_evidence` (a run directory loaded through
    it, with its current verdict: what the report, the audit and ``eval freeze`` read).
 4. sandbox — `sandbox.base` (the backend interface and its live `Session`), storage,
-   cgroups, seccomp, the backends, the registry face `sandbox`; `image` (what a backend runs).
-5. contract — `contract` (the sealed manifest), `workspace` (a task laid out as files).
-6. running — `runner`, `lifecycle`, `phases`, `smoke`, and model evaluation (``eval/``:
-   its contract, client, agent, runner, metrics, its own report and `eval.freeze`, which
-   is handed the pool's audit by the caller rather than importing it).
+   cgroups, seccomp, the backends, the registry face `sandbox`; `image` (what a backend
+   runs) and `imagefile` (the image as one file, exported and imported).
+5. contract — `sealed` (the sealed-document base), `contract` (the sealed manifest),
+   `workspace` (a task laid out as files).
+6. running — `context` (a run's context), `executors` and `kinds` (the registries of how
+   attempts are carried out and what an attempt is), `runner`, `lifecycle`, `phases`,
+   `smoke`, and model evaluation (``eval/``: its contract, client, agent, the chat kind,
+   metrics, its own report and `eval.freeze`, which is handed the pool's audit by the
+   caller rather than importing it).
 7. reading — `report` (the run report) and `view` (the browser viewer).
 8. audit — `audit_seal` (the result and the seal check), `audit_earlier`, `audit_contracts`,
    `audit_env`, `audit_counts`, `audit_reports` (documents rendered again), `audit` (a

@@ -28,6 +28,7 @@ from environment.protocol import LoadHints, sha256_tag
 from validate import environments, run_evidence
 from validate.audit import audit as audit_run
 from validate.audit_eval import audit as audit_eval
+from validate.context import Progress, RunContext
 from validate.contract import check_limits, load_manifest, load_taskset, write_manifest
 from validate.contract import freeze as freeze_contract
 from validate.contract import verify as verify_contract
@@ -39,22 +40,24 @@ from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.report import write_report as write_eval_report
 from validate.eval.run import PASSES, evaluate
 from validate.evidence import atomic_write
+from validate.executors import DEFAULT_EXECUTOR, make_executor
 from validate.lifecycle import reopen
 from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
     DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
     run_directory, utf8_path,
 )
 from validate.options import min_count as check_min_count
-from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR, RunPaths
+from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths
 from validate.patches import require
 from validate.phases import pilot as pilot_phase
 from validate.phases import pool as pool_phase
 from validate.phases import run_agents
+from validate.records import EVAL, PILOT, POOL
 from validate.report import write_report
-from validate.runner import RunContext
 from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
 from validate.smoke import smoke as smoke_test
+from validate.summary import run_kind
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -166,22 +169,25 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
 
 
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
-            concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
-    """Load and verify the manifest, check the code, open the backend, pick the run directory."""
+            concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False,
+            executor: str = DEFAULT_EXECUTOR, progress: Progress | None = None):
+    """Load and verify the manifest, check the code, open the backend, pick the run directory;
+    attempts will be carried out by `executor` at `concurrency`, reporting to `progress`."""
     if not 1 <= concurrency <= 256:
         raise ValidateError("--concurrency: must be between 1 and 256")
+    runner = make_executor(executor, concurrency)  # an unknown name is refused before anything runs
     if resume is not None:
         root = Path(resume)
         utf8_path(root, "--resume")
-        if not (root / "manifest.json").is_file():
-            raise ValidateError(f"--resume: {root} is not a run directory (no manifest.json)")
-        m = load_manifest(manifest or root / "manifest.json")
+        if not (root / MANIFEST).is_file():
+            raise ValidateError(f"--resume: {root} is not a run directory (no {MANIFEST})")
+        m = load_manifest(manifest or root / MANIFEST)
     else:
         if manifest is None:
             raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
         m = load_manifest(manifest)
         root = Path(run_dir) if run_dir else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        if (root / "manifest.json").exists():
+        if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")  # its name is the run id: refused before anything runs, not after
     code = require(allow_patch)
@@ -189,7 +195,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=root.name)
     env, taskset = verify_contract(m, sandbox, hints)
     return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root),
-                      run_id=root.name, code=code, hints=hints)
+                      run_id=root.name, code=code, hints=hints, executor=runner, progress=progress or Progress())
 
 
 def _phase(ctx, fn: Callable):
@@ -200,29 +206,29 @@ def _phase(ctx, fn: Callable):
 
 
 def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
-        hooks: dict | None = None, **where):
+        progress: Progress | None = None, **where):
     """Play `agents` on every task of the contract (one phase); return the run summary."""
-    ctx = context(manifest, kind=phase, **where)
-    return _phase(ctx, lambda c: run_agents(c, agents, phase, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
+    ctx = context(manifest, kind=phase, progress=progress, **where)
+    return _phase(ctx, lambda c: run_agents(c, agents, phase))
 
 
-def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, hooks: dict | None = None, **where):
+def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: Progress | None = None, **where):
     """The representative pilot (strata × config variants, probes); return the run summary."""
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
-    ctx = context(manifest, kind="pilot", **where)
-    return _phase(ctx, lambda c: pilot_phase(c, per_stratum, where.get("concurrency", DEFAULT_CONCURRENCY), hooks))
+    ctx = context(manifest, kind=PILOT, progress=progress, **where)
+    return _phase(ctx, lambda c: pilot_phase(c, per_stratum))
 
 
 def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_dir: PathLike | None = None,
-         hooks: dict | None = None, log: Callable[[str], None] = print, **where):
+         progress: Progress | None = None, log: Callable[[str], None] = print, **where):
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
     if smoke_sample < 0:
         raise ValidateError("--smoke-sample: must be ≥ 0")
     if manifest_dir is not None:  # the frozen child is written there after the whole pool has run
         output_dir(manifest_dir, "--manifest-dir")
-    ctx = context(manifest, kind="pool", **where)
+    ctx = context(manifest, kind=POOL, progress=progress, **where)
     beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
     if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
         beside = None
@@ -230,8 +236,7 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
     def smoke_step(c, frozen) -> str:
         return "passed" if smoke_test(c, frozen, smoke_sample, log=log).passed else "failed"
 
-    return _phase(ctx, lambda c: pool_phase(c, where.get("concurrency", DEFAULT_CONCURRENCY), hooks,
-                                            manifest_dir=beside, smoke=smoke_step if smoke_sample else None))
+    return _phase(ctx, lambda c: pool_phase(c, manifest_dir=beside, smoke=smoke_step if smoke_sample else None))
 
 
 def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
@@ -243,7 +248,7 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
 
 
 def _is_eval(run_dir: PathLike) -> bool:
-    return (Path(run_dir) / "eval-contract.json").is_file()
+    return run_kind(Path(run_dir)) == EVAL
 
 
 def report(run_dir: PathLike):
@@ -311,8 +316,9 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
 
 
 def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = None, passes: Sequence[str] = ("greedy",
-             "sampled"), hooks: dict | None = None, run_dir: PathLike | None = None, resume: PathLike | None = None,
-             concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False):
+             "sampled"), progress: Progress | None = None, run_dir: PathLike | None = None,
+             resume: PathLike | None = None, concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (),
+             allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
     bad = [p for p in passes if p not in PASSES]
@@ -320,16 +326,16 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         raise ValidateError(f"--passes: choose from {', '.join(PASSES)}; got {', '.join(bad) or 'none'}")
     if resume is not None:
         root = Path(resume)
-        if not (root / "eval-contract.json").is_file():
-            raise ValidateError(f"--resume: {root} is not an eval run directory (no eval-contract.json)")
-        c = ec.load(contract or root / "eval-contract.json")
-        manifest = manifest or root / "manifest.json"
+        if not (root / EVAL_CONTRACT).is_file():
+            raise ValidateError(f"--resume: {root} is not an eval run directory (no {EVAL_CONTRACT})")
+        c = ec.load(contract or root / EVAL_CONTRACT)
+        manifest = manifest or root / MANIFEST
     else:
         if contract is None:
             raise ValidateError("--contract: required (or --resume RUN_DIR to continue an eval)")
         c = ec.load(contract)
-        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-eval-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-        if (root / "manifest.json").exists():
+        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-{EVAL}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")
     m_path = Path(manifest) if manifest is not None else Path(c.parent.manifest_path)
@@ -340,12 +346,12 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         if not key:
             raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not set; "
                                 f"export the endpoint's API key in it")
-    ctx = context(m_path, kind="eval", run_dir=root if resume is None else None, resume=resume,
-                  concurrency=concurrency, data=data, allow_patch=allow_patch)
+    ctx = context(m_path, kind=EVAL, run_dir=root if resume is None else None, resume=resume,
+                  concurrency=concurrency, data=data, allow_patch=allow_patch, executor=executor, progress=progress)
     lim = c.limits
     client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries, lim.retry_max_wait_s)
     try:
-        return _phase(ctx, lambda x: evaluate(x, c, client, concurrency, hooks, tuple(passes)))
+        return _phase(ctx, lambda x: evaluate(x, c, client, tuple(passes)))
     finally:
         client.close()
 

@@ -42,8 +42,33 @@ from validate.audit_reports import check_rendered
 from validate.audit_seal import AuditResult, check_seal
 from validate.contract import Manifest
 from validate.errors import EvidenceError
-from validate.paths import RunPaths
-from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema
+from validate.paths import (
+    ATTEMPTS,
+    FROZEN_MANIFEST,
+    MANIFEST,
+    SCORER_CACHE,
+    SMOKE,
+    SMOKE_RUN,
+    TASKS,
+    VARIANTS,
+    RunPaths,
+)
+from validate.records import (
+    COMPATIBLE,
+    EXCLUDED,
+    EXIT_NONZERO,
+    MODEL,
+    NO_REPLY,
+    OK,
+    OOM,
+    ORACLE,
+    TIMEOUT,
+    Attempt,
+    Exclusion,
+    Status,
+    TaskVerdict,
+    arrow_schema,
+)
 from validate.run_evidence import load_run
 from validate.runner import verdict_row
 from validate.signing import verify_signature
@@ -58,7 +83,7 @@ SEALED_ONLY: tuple[str, ...] = (
     "error_class, error_message",
     "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
     "re-derives the answer itself)",
-    "scorer-cache/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
+    f"{SCORER_CACHE}/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
     "smoke/*/run/: the rerun's run.json, tasks.parquet and timings (its attempts are re-scored and compared)",
 )
 EVAL_SEALED_ONLY: tuple[str, ...] = (
@@ -117,7 +142,7 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
                               f"is not the contract's ({ex.backend}, {ex.image_digest}), e.g. {off.iloc[0]['task_id']} "
                               f"{off.iloc[0]['agent']}: {off.iloc[0]['backend']} {off.iloc[0]['image_digest']}")
         for row in group.itertuples():
-            if row.role != "model" and row.status in STATUS_OF_RUN and _run_status(row) != row.status:
+            if row.role != MODEL and row.status in STATUS_OF_RUN and _run_status(row) != row.status:
                 r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: status {row.status} "
                                   f"does not follow from its exit code and kill flags")
                 break
@@ -128,7 +153,7 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
                                   f"{row.role!r} is not the contract's")
                 break
             reward = None if pd.isna(row.reward) else float(row.reward)
-            if row.role != "model" and as_expected(rule, row.status, reward, m.expectations.pass_threshold) \
+            if row.role != MODEL and as_expected(rule, row.status, reward, m.expectations.pass_threshold) \
                     != bool(row.as_expected):
                 r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: as_expected "
                                   f"{row.as_expected} does not follow from its status and reward")
@@ -136,13 +161,13 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
 
 
 #: Statuses that follow from the sandbox's result alone (a reply's own trouble aside).
-STATUS_OF_RUN = ("ok", "exit_nonzero", "timeout", "oom", "no_reply")
+STATUS_OF_RUN = (OK, EXIT_NONZERO, TIMEOUT, OOM, NO_REPLY)
 
 
-def _run_status(row) -> str:
-    status = ("timeout" if row.timed_out else "oom" if row.oom_killed
-              else "exit_nonzero" if row.exit_code != 0 else "ok")
-    return "no_reply" if row.status == "no_reply" and status == "ok" else status
+def _run_status(row) -> Status:
+    status = (TIMEOUT if row.timed_out else OOM if row.oom_killed
+              else EXIT_NONZERO if row.exit_code != 0 else OK)
+    return NO_REPLY if row.status == NO_REPLY and status == OK else status
 
 
 def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r: AuditResult) -> None:
@@ -194,7 +219,7 @@ def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
     """The exclusion ledger is exactly the re-derived verdicts' exclusions, row for row."""
     excluded = {k: Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx, task_hash=v.task_hash,
                              reason=v.reason, detail=v.detail).model_dump()
-                for k, v in expected.items() if v.verdict == "excluded"}
+                for k, v in expected.items() if v.verdict == EXCLUDED}
     ledger = {(x["phase"], x["task_id"]): Exclusion.model_validate(x).model_dump()
               for x in pq.read_table(paths.exclusions).to_pylist()}
     if ledger != excluded:
@@ -233,12 +258,12 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     as the pool decided them: with each task's findings (those stored in tasks.parquet, which
     `_verdicts` holds to the environment's), so a task with a blocking finding is never frozen,
     and with the contract's skips, so a task no control can test is never frozen either."""
-    root, frozen = manifests.get("manifest.json"), manifests.get("frozen-manifest.json")
+    root, frozen = manifests.get(MANIFEST), manifests.get(FROZEN_MANIFEST)
     if frozen is None or root is None:
         return
     findings_of = {row.task_id: [Finding(**f) for f in row.findings] for row in ev_tasks.itertuples()}
     exp = root.expectations
-    oracle = exp.named("oracle")[0]
+    oracle = exp.named(ORACLE)[0]
     o = attempts[(attempts["phase"] == "oracle") & (attempts["agent"] == oracle)]
     testable = {t.id for t in root.tasks if exp.testing(t.skip)}
     passes = set()
@@ -247,7 +272,7 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
                         x.error_class, x.error_message) for x in grp.itertuples()]
         d = decide(outs, [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
                    findings_of.get(tid, []))  # the oracle alone, as the pool judged it at freeze
-        if d.verdict == "compatible":
+        if d.verdict == COMPATIBLE:
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:
         r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes on the tasks "
@@ -260,14 +285,14 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
 
 def _names(paths: RunPaths, s, found: dict[str, Manifest], r: AuditResult) -> None:
     """run.json names exactly the run's contracts by their sha256."""
-    if s.manifest_sha256 != found["manifest.json"].sha256:
+    if s.manifest_sha256 != found[MANIFEST].sha256:
         r.problems.append(f"{paths.summary}: manifest_sha256 is not manifest.json's")
-    if (s.frozen_manifest_sha256 or None) != (found["frozen-manifest.json"].sha256
-                                              if "frozen-manifest.json" in found else None):
-        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not frozen-manifest.json's")
-    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith("variants/")}
+    if (s.frozen_manifest_sha256 or None) != (found[FROZEN_MANIFEST].sha256
+                                              if FROZEN_MANIFEST in found else None):
+        r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not {FROZEN_MANIFEST}'s")
+    variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith(f"{VARIANTS}/")}
     if s.variant_manifest_sha256 != variants:
-        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the variants/ contracts' {variants}")
+        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the {VARIANTS}/ contracts' {variants}")
 
 
 def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r: AuditResult) -> None:
@@ -275,9 +300,9 @@ def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r
     every verdict and exclusion row rebuilt."""
     rescore(paths, at, by_phase, r)
     for name, m in sorted(found.items()):
-        rerun = RunPaths(paths.root / Path(name).parent / "run")
-        if name.startswith("smoke/") and rerun.attempts.is_file():
-            rescore(rerun, at, {"smoke": m}, r, label=f"{Path(name).parent}/run: ")
+        rerun = RunPaths(paths.root / Path(name).parent / SMOKE_RUN)
+        if name.startswith(f"{SMOKE}/") and rerun.attempts.is_file():
+            rescore(rerun, at, {"smoke": m}, r, label=f"{Path(name).parent}/{SMOKE_RUN}: ")
     _verdicts(paths, attempts, s, found, at, r)
 
 
@@ -303,14 +328,14 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     except EvidenceError as e:
         r.problems.append(str(e))
         return r
-    if len(tables) < 3 or "manifest.json" not in found:
+    if len(tables) < 3 or MANIFEST not in found:
         return r
     s = ev.summary
     _names(paths, s, found, r)
     by_phase = {p: found[g.manifest] for g in s.groups for p in g.attempt_phases if g.manifest in found}
-    if "controls" in by_phase and "frozen-manifest.json" in found:
-        by_phase["controls"] = found["frozen-manifest.json"]
-    attempts = tables["attempts.parquet"]
+    if "controls" in by_phase and FROZEN_MANIFEST in found:
+        by_phase["controls"] = found[FROZEN_MANIFEST]
+    attempts = tables[ATTEMPTS]
     _attempts(attempts, by_phase, r, paths.attempts)
     at = EnvAtHand(found, data, paths.root, r)
     if at.ok:
@@ -318,7 +343,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     else:
         r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "
                           f"hand (see above)")
-    _frozen(attempts, tables["tasks.parquet"], found, r, paths.frozen_manifest)
+    _frozen(attempts, tables[TASKS], found, r, paths.frozen_manifest)
     check_identity(ev, tables, found, at if at.ok else None, r)
     check_counts(ev, tables, found, r)
     check_smokes(ev, paths, found, r)

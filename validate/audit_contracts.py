@@ -9,27 +9,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from validate.contract import ContractError, Manifest, load_manifest
-from validate.paths import RunPaths
+from validate.paths import FROZEN_MANIFEST, MANIFEST, SMOKE, VARIANTS, RunPaths
 
 
 def read_manifests(paths: RunPaths, r) -> dict[str, Manifest]:
     found: dict[str, Manifest] = {}
     files = [paths.manifest, paths.frozen_manifest, *sorted(paths.variants.glob("*.json")),
-             *sorted(paths.smoke.glob("*/manifest.json"))]
+             *sorted(paths.smoke.glob(f"*/{MANIFEST}"))]
     for p in files:
         if p.exists():
             try:
                 found[p.relative_to(paths.root).as_posix()] = load_manifest(p)
             except ContractError as e:
                 r.problems.append(str(e))
-    root = found.get("manifest.json")
-    frozen = found.get("frozen-manifest.json")
+    root = found.get(MANIFEST)
+    frozen = found.get(FROZEN_MANIFEST)
     for name, m in found.items():
-        parent = None if name == "manifest.json" else frozen if name.startswith("smoke/") else root
-        if name != "manifest.json" and (parent is None or m.parent_sha256 != parent.sha256):
+        parent = None if name == MANIFEST else frozen if name.startswith(f"{SMOKE}/") else root
+        if name != MANIFEST and (parent is None or m.parent_sha256 != parent.sha256):
             r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
-        elif parent is not None and name != "manifest.json":
-            _same_terms(paths.root / name, m, parent, variant=name.startswith("variants/"), r=r)
+        elif parent is not None and name != MANIFEST:
+            _same_terms(paths.root / name, m, parent, variant=name.startswith(f"{VARIANTS}/"), r=r)
     if frozen is not None and root is not None:
         pool = {t.id: t.hash for t in root.tasks}
         if any(pool.get(t.id) != t.hash for t in frozen.tasks):
@@ -60,7 +60,7 @@ def committed_manifests(root: Path) -> Path | None:
 
 
 def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r,
-                 names: tuple[str, ...] = ("manifest.json",), loader=load_manifest) -> int:
+                 names: tuple[str, ...] = (MANIFEST,), loader=load_manifest) -> int:
     """Each contract equals the committed ``<directory>/<its name>.json`` when that exists;
     one that has none is named as sealed only (its limits and ceilings are the run's word).
     Returns how many were compared. A run's derived contracts (the frozen set, the variants)

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
 from validate.lifecycle import REQUIRED, chance_means, counts
-from validate.paths import RunPaths
+from validate.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
 from validate.phases import probe_checks, stratify
-from validate.records import Attempt, FindingRow, TaskVerdict, unflatten
+from validate.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten
 from validate.run_evidence import smoke_outcome
 from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
@@ -31,14 +31,14 @@ def verdict_rows(path: Path) -> list[TaskVerdict]:
 def check_identity(ev, tables, manifests, at, r) -> None:
     """run.json's identity against the contract, the attempts and (`at`, when at hand) the
     environment; every row's run id against run.json's."""
-    s, where = ev.summary, ev.root / "run.json"
-    m = manifests["manifest.json"]
+    s, where = ev.summary, ev.root / SUMMARY
+    m = manifests[MANIFEST]
     ex = m.execution
     said = (s.environment, s.backend, s.backend_version, s.image, s.image_digest)
     if said != (m.environment.name, ex.backend, ex.backend_version, ex.image, ex.image_digest):
         r.problems.append(f"{where}: environment, backend, backend_version, image or image_digest {said} is not the "
                           f"contract's")
-    a = tables["attempts.parquet"]
+    a = tables[ATTEMPTS]
     declared = {n for x in manifests.values() for n in x.expectations.agents}
     if s.agents != sorted(set(a["agent"])) or not set(s.agents) <= declared:
         r.problems.append(f"{where}: agents {s.agents} are not the attempts' {sorted(set(a['agent']))}")
@@ -58,11 +58,11 @@ def check_identity(ev, tables, manifests, at, r) -> None:
         if found != [f.model_dump() for f in s.dataset_findings]:
             r.problems.append(f"{where}: dataset_findings are not the environment's")
         every = at.env.families(taskset)
-        uncovered = None if every is None else sorted(set(every) - set(tables["tasks.parquet"]["family"]))
+        uncovered = None if every is None else sorted(set(every) - set(tables[TASKS]["family"]))
         if uncovered != s.families_uncovered:
             r.problems.append(f"{where}: families_uncovered {s.families_uncovered} is not the environment's "
                               f"{uncovered}")
-        if s.kind == "pilot":
+        if s.kind == PILOT:
             _check_strata(s, m, at, taskset, r, where)
     r.checked.append("run.json's environment, backend, image, agents, run id and end time against the contract "
                      "and the attempts")
@@ -80,38 +80,38 @@ def _check_strata(s, m, at, taskset, r, where) -> None:
 
 
 def check_counts(ev, tables, manifests, r) -> None:
-    s, where = ev.summary, ev.root / "run.json"
-    verdicts = verdict_rows(ev.root / "tasks.parquet")
-    a = tables["attempts.parquet"]
-    recount = counts(verdicts, ev.root / "attempts.parquet")  # the run's own counting, on the ledgers
+    s, where = ev.summary, ev.root / SUMMARY
+    verdicts = verdict_rows(ev.root / TASKS)
+    a = tables[ATTEMPTS]
+    recount = counts(verdicts, ev.root / ATTEMPTS)  # the run's own counting, on the ledgers
     if recount != s.counts:
         r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' {recount.model_dump()}")
-    excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == "excluded"}
-    ledger = {(x.phase, x.task_id): x.reason for x in tables["exclusions.parquet"].itertuples()}
+    excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == EXCLUDED}
+    ledger = {(x.phase, x.task_id): x.reason for x in tables[EXCLUSIONS].itertuples()}
     if excluded != ledger:
-        r.problems.append(f"{ev.root / 'exclusions.parquet'}: does not list exactly the excluded tasks with their reasons")
+        r.problems.append(f"{ev.root / EXCLUSIONS}: does not list exactly the excluded tasks with their reasons")
     f = s.facts
     derived = (recount.tasks, recount.compatible, recount.excluded, recount.incomplete,
-               sum(v.verdict == "excluded" and v.reason is None for v in verdicts),
+               sum(v.verdict == EXCLUDED and v.reason is None for v in verdicts),
                [x.detail for x in s.dataset_findings if x.blocking])
     if (f.tasks, f.compatible, f.excluded, f.incomplete, f.excluded_without_one_reason,
             f.blocking_dataset_findings) != derived:
         r.problems.append(f"{where}: the verdict's facts differ from the ledgers'")
-    if f.chance_controls != chance_means(ev.root / "attempts.parquet", manifests["manifest.json"].expectations.rules()):
+    if f.chance_controls != chance_means(ev.root / ATTEMPTS, manifests[MANIFEST].expectations.rules()):
         r.problems.append(f"{where}: the chance-level controls' means differ from the attempts'")
     if f.interrupted != s.interrupted:
         r.problems.append(f"{where}: facts.interrupted is not the run's interrupted")
-    if f.min_task_count != manifests["manifest.json"].min_task_count:
+    if f.min_task_count != manifests[MANIFEST].min_task_count:
         r.problems.append(f"{where}: facts.min_task_count is not the contract's")
     if (f.patch == "documented") != (s.patch is not None) or (
-            s.patch is not None and (not (ev.root / "patch.diff").exists()
-                                     or "sha256:" + file_sha256(ev.root / "patch.diff") != s.patch.sha256)):
+            s.patch is not None and (not (ev.root / PATCH).exists()
+                                     or "sha256:" + file_sha256(ev.root / PATCH) != s.patch.sha256)):
         r.problems.append(f"{where}: the patch record does not match patch.diff")
     if list(s.required) != list(REQUIRED.get(s.kind, ())):
         r.problems.append(f"{where}: the criteria required of a {s.kind} run are {list(REQUIRED.get(s.kind, ()))}")
     if dataset_verdict(f, s.required) != s.dataset_verdict:
         r.problems.append(f"{where}: the dataset verdict does not follow from its facts")
-    if s.kind == "pilot":
+    if s.kind == PILOT:
         _check_probes(ev, a, verdicts, r)
     r.checked.append("run.json's counts, facts and dataset verdict recomputed")
 
@@ -124,9 +124,9 @@ def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
         checks += probe_checks(g.phase.removeprefix("pilot-"), [x for x in attempts if x.phase == g.phase],
                                [v for v in verdicts if v.phase == g.phase])
     if [c.model_dump() for c in checks] != [c.model_dump() for c in ev.summary.probes]:
-        r.problems.append(f"{ev.root / 'run.json'}: the probe checks differ from the attempts'")
+        r.problems.append(f"{ev.root / SUMMARY}: the probe checks differ from the attempts'")
     if (ev.summary.facts.probes_total, ev.summary.facts.probes_ok) != (len(checks), sum(c.ok for c in checks)):
-        r.problems.append(f"{ev.root / 'run.json'}: the probe counts in its facts differ from the attempts'")
+        r.problems.append(f"{ev.root / SUMMARY}: the probe counts in its facts differ from the attempts'")
 
 
 def check_smokes(ev, paths: RunPaths, manifests, r) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from validate.evidence import write_checksums
-from validate.paths import RunPaths
+from validate.paths import ATTEMPTS, SMOKE, SMOKE_RESULT, TASKS, RunPaths
 
 
 def _rows(path: Path, drop: tuple[str, ...]) -> list[dict]:
@@ -37,18 +37,18 @@ def _key(row: dict) -> str:
 
 def _among_the_runs(paths: RunPaths, src: Path, r) -> bool:
     now = {_key(x) for x in _rows(paths.attempts, ("superseded",))}
-    stray = [x for x in _rows(src / "attempts.parquet", ("superseded",)) if _key(x) not in now]
+    stray = [x for x in _rows(src / ATTEMPTS, ("superseded",)) if _key(x) not in now]
     if stray:
-        r.problems.append(f"{src / 'attempts.parquet'}: {len(stray)} attempt(s) that are not among the run's own "
+        r.problems.append(f"{src / ATTEMPTS}: {len(stray)} attempt(s) that are not among the run's own "
                           f"(e.g. {stray[0].get('task_id')}/{stray[0].get('agent')} try {stray[0].get('attempt')}): "
                           f"not an earlier state of this run")
     wrong = []
-    if (src / "tasks.parquet").is_file():  # a validation run's verdicts (an eval run has none)
+    if (src / TASKS).is_file():  # a validation run's verdicts (an eval run has none)
         findings = {(x["phase"], x["task_id"]): _key({"f": x["findings"]}) for x in _rows(paths.tasks, ())}
-        wrong = [x["task_id"] for x in _rows(src / "tasks.parquet", ())
+        wrong = [x["task_id"] for x in _rows(src / TASKS, ())
                  if findings.get((x["phase"], x["task_id"])) != _key({"f": x["findings"]})]
     if wrong:
-        r.problems.append(f"{src / 'tasks.parquet'}: the findings of {len(wrong)} task(s) (e.g. {wrong[0]}) are not "
+        r.problems.append(f"{src / TASKS}: the findings of {len(wrong)} task(s) (e.g. {wrong[0]}) are not "
                           f"the run's own")
     return not stray and not wrong
 
@@ -60,9 +60,9 @@ def _scratch(paths: RunPaths, src: Path, names: list[str], into: Path) -> Path:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / name, root / name)
         parts = Path(name).parts
-        if parts[0] == "smoke" and len(parts) == 3:
-            shutil.copytree(paths.smoke / parts[1], root / "smoke" / parts[1], dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("result.json"))
+        if parts[0] == SMOKE and len(parts) == 3:
+            shutil.copytree(paths.smoke / parts[1], root / SMOKE / parts[1], dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(SMOKE_RESULT))
     for own in (paths.manifest, paths.patch):  # never rewritten by a resume (it refuses another)
         if own.is_file() and not (root / own.name).exists():
             shutil.copyfile(own, root / own.name)

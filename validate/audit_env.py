@@ -34,12 +34,12 @@ import pyarrow.parquet as pq
 from environment.protocol import LoadHints, ScorerUnavailable
 from validate.contract import ContractError, Manifest, check_environment, check_tasks, program_sha256
 from validate.evidence import reply_path
-from validate.paths import RunPaths
-from validate.records import EXCEPTION_STATUSES
+from validate.paths import SCORER_CACHE, RunPaths
+from validate.records import EXCEPTION_STATUSES, SCORER_ERROR, UNSUPPORTED_EXECUTION_CONTRACT
 from validate.workspace import workspace_sha256
 
 #: Statuses that carry no reward: the attempt was never scored (or its scorer raised).
-UNSCORED = (*EXCEPTION_STATUSES, "unsupported_execution_contract", "scorer_error")
+UNSCORED = (*EXCEPTION_STATUSES, UNSUPPORTED_EXECUTION_CONTRACT, SCORER_ERROR)
 #: Problems of one kind named one by one; the rest are counted.
 SHOWN = 5
 
@@ -106,7 +106,7 @@ def offline(cache: Path, env_vars: tuple[str, ...]) -> Iterator[Path]:
     saved = {k: os.environ.pop(k) for k in env_vars if k in os.environ}
     try:
         with tempfile.TemporaryDirectory(prefix="audit-cache-") as tmp:
-            copy = Path(tmp) / "scorer-cache"
+            copy = Path(tmp) / SCORER_CACHE
             if cache.is_dir():
                 shutil.copytree(cache, copy)
             else:
@@ -212,7 +212,7 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
     if status in UNSCORED:
         if row["reward"] is not None:
             t.add("reward", f"{name}: status {status} but a reward {row['reward']}")
-        if status != "scorer_error":
+        if status != SCORER_ERROR:
             return 0
     elif row["reward"] is None:
         t.add("reward", f"{name}: status {status} but no reward (every such reply is scored)")
@@ -224,11 +224,11 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
                         f"and the audit asks no judge ({str(e)[:200]})")
         return 0
     except Exception as e:  # noqa: BLE001 - a scorer's exception is what scorer_error records
-        if status != "scorer_error":
+        if status != SCORER_ERROR:
             t.add("reward", f"{name}: cannot be re-scored offline ({type(e).__name__}: {str(e)[:200]})")
             return 0
         return 1
-    if status == "scorer_error":
+    if status == SCORER_ERROR:
         t.add("reward", f"{name}: status scorer_error but the scorer scores its reply {s.reward}")
     elif not _same(row["reward"], s.reward):
         t.add("reward", f"{name}: reward {row['reward']} but its stored reply re-scores to {s.reward}")

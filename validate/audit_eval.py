@@ -39,17 +39,17 @@ from validate.audit_reports import check_eval_rendered
 from validate.audit_seal import AuditResult, check_seal
 from validate.contract import ContractError, load_manifest
 from validate.errors import EvidenceError
+from validate.eval.chat import MODEL_AGENT, facts_of
 from validate.eval.classes import classify
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, solved
 from validate.eval.records import SampleRow
 from validate.eval.report import load_eval
-from validate.eval.runner import facts_of
 from validate.eval.summary import summarize
 from validate.evidence import read_attempts
-from validate.paths import RunPaths
-from validate.records import Attempt
+from validate.paths import EVAL_CONTRACT, MANIFEST, RunPaths
+from validate.records import MODEL, Attempt
 
 
 def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:
@@ -58,7 +58,7 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     bad = a[[hashes.get(t) != h for t, h in zip(a["task_id"], a["task_hash"], strict=True)]]
     if len(bad):
         r.problems.append(f"{where}: {len(bad)} attempt(s) name a task or hash the manifest does not hold")
-    if set(a["agent"]) - {"model"} or set(a["role"]) - {"model"}:
+    if set(a["agent"]) - {MODEL_AGENT} or set(a["role"]) - {MODEL}:
         r.problems.append(f"{where}: attempts of an agent or role other than the model")
     if set(a["phase"]) - {GREEDY_PHASE, SAMPLED_PHASE}:
         r.problems.append(f"{where}: attempts of phases {sorted(set(a['phase']) - {GREEDY_PHASE, SAMPLED_PHASE})}")
@@ -149,14 +149,14 @@ def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditR
         r.problems.append(f"{paths.summary}: names another contract or manifest")
     r.checked.append("both contracts and their hash chain")
     directory = manifests if manifests is not None else committed_manifests(paths.root)
-    n = check_anchor(paths.run, {"manifest.json": manifest}, directory, r, names=("manifest.json",))
-    n += check_anchor(paths.run, {"eval-contract.json": contract}, directory, r, names=("eval-contract.json",),
+    n = check_anchor(paths.run, {MANIFEST: manifest}, directory, r, names=(MANIFEST,))
+    n += check_anchor(paths.run, {EVAL_CONTRACT: contract}, directory, r, names=(EVAL_CONTRACT,),
                       loader=load)
     if n:
         r.checked.append(f"{n} contract(s) compared with the committed manifests")
     _identity(ev, contract, manifest, r)
     _attempts(ev.attempts, manifest, contract.k, r, paths.run.attempts)
-    at = EnvAtHand({"manifest.json": manifest}, data, paths.root, r)
+    at = EnvAtHand({MANIFEST: manifest}, data, paths.root, r)
     if at.ok:
         rescore(paths.run, at, {GREEDY_PHASE: manifest, SAMPLED_PHASE: manifest}, r)
     else:

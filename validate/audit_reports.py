@@ -30,7 +30,8 @@ from validate.eval import compare
 from validate.eval import report as eval_report
 from validate.evidence import file_sha256, ledger_source
 from validate.jsonio import loads
-from validate.paths import RunPaths
+from validate.paths import ATTEMPTS, COMPARE_JSON, MANIFEST, REPORT_JSON, SMOKE_RESULT, SMOKE_RUN, RunPaths
+from validate.records import EVAL, RUN, RunKind
 from validate.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
 
 #: The full audit of a run directory (`validate.audit.audit`, `validate.audit_eval.audit`),
@@ -124,21 +125,21 @@ def _rendered(kind: str, entries: list[Path], check, r) -> None:
                          else f"{equal} {kind} re-rendered and equal")
 
 
-def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: str, audit: Audit) -> bool:
+def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: RunKind, audit: Audit) -> bool:
     """One report entry of a run (`kind` "run") or an eval run ("eval"), rendered again from
     the files its report.json names, with the renderer it names; a copy a resume kept is
     first audited with `audit`."""
-    if kind == "eval":
+    if kind == EVAL:
         renderer = eval_report.RENDERER
         render = lambda src, names: eval_report.render(src)  # noqa: E731 - an eval report reads a fixed set
     else:
         renderer, render = report.RENDERER, report.render
-    record = _record(entry / "report.json", renderer, r)
+    record = _record(entry / REPORT_JSON, renderer, r)
     if record is None:
         return False
     src = ledger_source(paths, record["ledgers"])
     if src is None:
-        r.problems.append(f"{entry / 'report.json'}: the files it was rendered from (ledgers) are neither this run's "
+        r.problems.append(f"{entry / REPORT_JSON}: the files it was rendered from (ledgers) are neither this run's "
                           f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
         return False
     if src != paths.root:  # a copy kept at a resume: evidence only once audited itself
@@ -150,20 +151,20 @@ def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: str, 
 
 
 def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
-    if not (entry / "run/attempts.parquet").is_file() or not (entry / "manifest.json").is_file():
+    if not (entry / SMOKE_RUN / ATTEMPTS).is_file() or not (entry / MANIFEST).is_file():
         r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet, manifest.json)")
         return False
-    extra = sorted(p.name for p in entry.iterdir() if p.name not in ("manifest.json", "result.json", "run"))
+    extra = sorted(p.name for p in entry.iterdir() if p.name not in (MANIFEST, SMOKE_RESULT, SMOKE_RUN))
     if extra:
         r.problems.append(f"{entry}: holds {', '.join(extra)}, which a smoke test does not write")
         return False
-    stored = SmokeResult.model_validate_json((entry / "result.json").read_bytes())
+    stored = SmokeResult.model_validate_json((entry / SMOKE_RESULT).read_bytes())
     tolerance = load_manifest(paths.manifest).environment.scorer.smoke_tolerance
     process = {f: getattr(stored, f) for f in PROCESS_FIELDS}
-    expected = result_json(smoke_result(paths.root, entry / "run", entry / "manifest.json", tolerance, process))
-    got = (entry / "result.json").read_bytes()
+    expected = result_json(smoke_result(paths.root, entry / SMOKE_RUN, entry / MANIFEST, tolerance, process))
+    got = (entry / SMOKE_RESULT).read_bytes()
     if got != expected:
-        r.problems.append(f"{entry / 'result.json'}: does not derive again from the two ledgers "
+        r.problems.append(f"{entry / SMOKE_RESULT}: does not derive again from the two ledgers "
                           f"({first_difference(got, expected)})")
         return False
     return True
@@ -173,14 +174,14 @@ def check_rendered(ev, paths: RunPaths, r, audit: Audit) -> None:
     """A run directory's reports and smoke results, each rendered again (`validate audit`,
     which hands itself down as `audit`)."""
     kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
-    _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, "run", audit), r)
+    _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, RUN, audit), r)
     _rendered("smoke results", _entries(paths.smoke, r), lambda e: _smoke_result(paths, e, r), r)
 
 
 def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
     """One compare entry: computed again from A's and B's evidence (by default the run
     directories beside ``compare/``) and rendered again, byte for byte."""
-    record = _record(entry / "compare.json", compare.RENDERER, r)
+    record = _record(entry / COMPARE_JSON, compare.RENDERER, r)
     if record is None:
         return False
     home = entry.parent.parent.parent  # <ledgers>/compare/<A>--<B>/<t>
@@ -190,7 +191,7 @@ def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
         side, _, rel = name.partition("/")
         path = dirs[side] / rel if side in dirs and rel and ".." not in Path(rel).parts else None
         if path is None or not path.is_file() or file_sha256(path) != digest:
-            r.problems.append(f"{entry / 'compare.json'}: was not computed from {path or name} as it is now "
+            r.problems.append(f"{entry / COMPARE_JSON}: was not computed from {path or name} as it is now "
                               f"(missing or changed): it cannot be computed again")
             return False
     seal = (RunPaths(entry).checksums.name, RunPaths(entry).signature.name)  # a compare entry is sealed alone
@@ -217,7 +218,7 @@ def check_eval_rendered(ev, paths, r, audit: Audit) -> None:
     (`validate eval audit`, which hands itself down as `audit`); `paths` is the run's `EvalPaths`."""
     run = paths.run
     kept: dict[Path, bool] = {}
-    _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, "eval", audit), r)
+    _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, EVAL, audit), r)
 
     def one(entry: Path) -> bool:
         before, said = len(r.problems), len(r.checked)

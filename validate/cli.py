@@ -21,14 +21,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 # What the parser needs loads with the command line; the harness itself (`validate.api`:
 # pandas, the phases, the audit) loads only inside the command that runs it, so that
 # `validate --help` and a refused argument answer at once.
-from validate import __version__, environments
+from validate import __version__, environments, imagefile
+from validate.context import Interrupted
+from validate.context import Progress as PhaseProgress
 from validate.errors import ValidateError
 from validate.eval.contract import AgentLimits, Sampling
+from validate.executors import DEFAULT_EXECUTOR, executor_names
 from validate.image import build
 from validate.options import DEFAULT_CONCURRENCY, add_model_options, given
 from validate.patches import code_state
-from validate.paths import DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR
-from validate.runner import Interrupted
+from validate.paths import CHECKSUMS, DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR, REPORT_HTML, REPORT_JSON, REPORT_MD
 from validate.sandbox import Limits, backend_names
 
 err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -37,6 +39,7 @@ out = Console(soft_wrap=True, highlight=False)
 EPILOG = """\
 phases (the validation protocol, in order):
   image build   build the sandbox image offline from Debian packages (once per machine)
+  image export  write it as one file named by its digest; `image import` restores it elsewhere
   freeze        write a contract manifest: environment, config and content revision, tasks
                 and their hashes, expected rewards, execution profile, minimum task count
   verify        check a manifest against this machine (data, task hashes, agents, image)
@@ -72,6 +75,53 @@ def _env_name(argv: list[str]) -> str | None:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--env")
     return pre.parse_known_args(argv)[0].env
+
+
+IMAGE_EXPORT_HELP = """\
+Write the image store's root filesystem tarball, byte for byte, as one file named after its
+own sha256: sha256-<hex>.tar. That digest is what every contract frozen with the image
+records (execution.image_digest; docker's layer diff_id), so `sha256sum` checks the file
+anywhere. Copy it to a machine whose Debian archive has moved on (where `validate image
+build` gives other bytes and `validate verify` names the packages that differ) and run
+`validate image import` there.
+
+example:
+  validate image export --out exported/
+  sha256sum exported/sha256-*.tar     # the hex is the contract's execution.image_digest
+"""
+
+IMAGE_IMPORT_HELP = """\
+Restore an exported image file into the image store ($VALIDATE_IMAGE_DIR, by default
+/var/lib/deshuffle-validate/images): the tarball, its record recomputed from the bytes, the
+tree bwrap runs; and, when a docker daemon answers (DOCKER_HOST), into docker as one layer
+whose diff_id is checked to be the digest. The file is refused (exit 2, nothing changed) if
+its sha256 is not the digest its name (or --digest) gives, if it is truncated or not a tar
+archive, if a member would land outside the image's root, or if it is no sandbox image.
+
+example (re-verify a committed contract on a fresh machine):
+  validate image import sha256-<hex>.tar --replace
+  validate verify --manifest manifests/twohop.json
+"""
+
+
+def _image_file_parsers(img_sub) -> None:
+    raw = argparse.RawDescriptionHelpFormatter
+    e = img_sub.add_parser("export", help="write the image as one content-addressed file, sha256-<hex>.tar",
+                           description=IMAGE_EXPORT_HELP, formatter_class=raw)
+    e.add_argument("--image", default=DEFAULT_IMAGE, help="image name in the store (default: %(default)s)")
+    e.add_argument("--out", type=Path, required=True, metavar="DIR_OR_FILE",
+                   help="a directory (created if missing) or a file path named sha256-<hex>.tar")
+    i = img_sub.add_parser("import", help="restore an exported image file (digest checked) into the store and docker",
+                           description=IMAGE_IMPORT_HELP, formatter_class=raw)
+    i.add_argument("file", type=Path, metavar="FILE", help="an exported sha256-<hex>.tar")
+    i.add_argument("--image", default=DEFAULT_IMAGE, help="name to restore it under: the contract's execution.image "
+                                                          "(default: %(default)s)")
+    i.add_argument("--digest", metavar="sha256:HEX", help="the digest FILE must have, when its name gives none "
+                                                           "(or to hold it to a contract's execution.image_digest)")
+    i.add_argument("--backends", help="which backends to prepare, comma-separated (default: bwrap, and docker "
+                                      "when a daemon answers)")
+    i.add_argument("--replace", action="store_true", help="replace an image of that name with another digest "
+                                                          "(refused without it)")
 
 
 def _freeze_parser(sub, env_name: str | None) -> None:
@@ -116,11 +166,18 @@ def _freeze_parser(sub, env_name: str | None) -> None:
         add_model_options(f.add_argument_group(f"{env_name} config"), env.Config, "cfg_")
 
 
+def _executor_option(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--executor", default=DEFAULT_EXECUTOR, choices=executor_names(),
+                    help="what carries the attempts out, one of the installed (`validate.executors`; default: "
+                         "%(default)s, threads of this process); the evidence is the same whichever runs them")
+
+
 def _run_options(sp: argparse.ArgumentParser, manifest_required: bool = False) -> None:
     sp.add_argument("--manifest", type=Path, required=manifest_required,
                     help="a contract manifest (manifests/<name>.json); with --resume, the run's own by default")
     sp.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                     help="attempts at once (default: 2 per CPU core, here %(default)s)")
+    _executor_option(sp)
     where = sp.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
@@ -139,13 +196,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True, metavar="PHASE")
 
-    img = sub.add_parser("image", help="build the sandbox image offline")
+    img = sub.add_parser("image", help="build the sandbox image offline; export it as one file, import that file")
     img_sub = img.add_subparsers(dest="image_command", required=True, metavar="ACTION")
     b = img_sub.add_parser("build", help="mmdebstrap a Debian rootfs with python3; import it into docker, "
                                          "unpack it for bwrap")
     b.add_argument("--image", default=DEFAULT_IMAGE, help="image name (default: %(default)s)")
     b.add_argument("--backends", default="bwrap,docker",
                    help="which backends to prepare, in order (default: %(default)s)")
+    _image_file_parsers(img_sub)
 
     _freeze_parser(sub, _env_name(argv or []) or _default_env())
 
@@ -245,6 +303,7 @@ def _eval_parser(sub) -> None:
     r.add_argument("--passes", default="greedy,sampled", help="which passes (default: %(default)s)")
     r.add_argument("-c", "--concurrency", type=int, default=DEFAULT_CONCURRENCY,
                    help="attempts at once (default: %(default)s)")
+    _executor_option(r)
     where = r.add_mutually_exclusive_group()
     where.add_argument("--run-dir", type=Path, default=None, help="new run directory (default: ledgers/<run-id>)")
     where.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
@@ -277,8 +336,44 @@ def _default_env() -> str | None:
 # --- commands ---------------------------------------------------------------------------
 
 def cmd_image(args) -> int:
-    build(args.image, [b.strip() for b in args.backends.split(",") if b.strip()], log=lambda m: err.print(m))
+    log = lambda m: err.print(m, markup=False)  # noqa: E731
+    if args.image_command == "export":
+        with _byte_bar("exporting") as bar:
+            imagefile.export(args.image, args.out, log=log, progress=bar)
+    elif args.image_command == "import":
+        with _byte_bar("importing") as bar:
+            imagefile.import_file(args.file, args.image, digest=args.digest, backends=_csv(args.backends),
+                                  replace=args.replace, log=log, progress=bar)
+    else:
+        build(args.image, _csv(args.backends), log=log)
     return 0
+
+
+class _byte_bar:
+    """A transfer bar for a long copy, drawn from its first bytes on (a refusal before any
+    copy prints its one line only); the callable given to `validate.imagefile`."""
+
+    def __init__(self, label: str) -> None:
+        from rich.progress import DownloadColumn, TransferSpeedColumn
+
+        self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                 TimeRemainingColumn(), console=err, transient=True)
+        self.task = None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        if not err.is_terminal:
+            return  # a log file gets the lines, not a bar's last frame
+        if self.task is None:
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total)
+        self.progress.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc) -> None:
+        if self.task is not None:
+            self.progress.stop()
 
 
 def _csv(text: str | None) -> list[str] | None:
@@ -358,7 +453,7 @@ class _Bar:
             self.started = True
 
     @property
-    def hooks(self) -> dict:
+    def hooks(self) -> PhaseProgress:
         def plan(n: int) -> None:
             self._start()
             self.progress.update(self.bar, total=self.progress.tasks[0].total + n)
@@ -367,7 +462,7 @@ class _Bar:
             self._start()
             self.progress.advance(self.bar)
 
-        return {"on_attempt": attempt, "on_plan": plan}
+        return PhaseProgress(plan=plan, attempt=attempt)
 
 
 def _finish(args, summary, root, wall_s: float) -> int:
@@ -390,7 +485,7 @@ def _finish(args, summary, root, wall_s: float) -> int:
 
 def _where(args) -> dict:
     return dict(run_dir=args.run_dir, resume=args.resume, concurrency=args.concurrency, data=args.data,
-                allow_patch=args.allow_patch)
+                allow_patch=args.allow_patch, executor=args.executor)
 
 
 def _phase(args, fn) -> int:
@@ -402,7 +497,7 @@ def _phase(args, fn) -> int:
 def cmd_run(args) -> int:
     from validate import api  # lazy: the harness loads only for the command that runs it
 
-    return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, hooks=hooks,
+    return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, progress=hooks,
                                               **_where(args)))
 
 
@@ -410,14 +505,14 @@ def cmd_pool(args) -> int:
     from validate import api  # lazy: the harness loads only for the command that runs it
 
     return _phase(args, lambda hooks: api.pool(args.manifest, smoke_sample=args.smoke_sample,
-                                               manifest_dir=args.manifest_dir, hooks=hooks,
+                                               manifest_dir=args.manifest_dir, progress=hooks,
                                                log=lambda m: err.print(m, markup=False), **_where(args)))
 
 
 def cmd_pilot(args) -> int:
     from validate import api  # lazy: the harness loads only for the command that runs it
 
-    return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, hooks=hooks,
+    return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, progress=hooks,
                                                 **_where(args)))
 
 
@@ -440,10 +535,10 @@ def cmd_report(args) -> int:
 
     entry, verdict = api.report(args.run_dir)
     if args.json:
-        out.print((entry / "report.json").read_text(), markup=False, end="")
+        out.print((entry / REPORT_JSON).read_text(), markup=False, end="")
         return 0
     what = verdict.headline if verdict else "eval report"
-    out.print(f"{what}\nwrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+    out.print(f"{what}\nwrote {entry / REPORT_MD} and {entry / REPORT_HTML}", markup=False)
     return 0
 
 
@@ -479,7 +574,7 @@ def cmd_sign(args) -> int:
     from validate import api  # lazy: the harness loads only for the command that runs it
 
     sig = api.sign(args.run_dir, args.key)
-    out.print(f"signed {args.run_dir / 'checksums'} → {sig}", markup=False)
+    out.print(f"signed {args.run_dir / CHECKSUMS} → {sig}", markup=False)
     return 0
 
 
@@ -530,13 +625,14 @@ def cmd_eval(args) -> int:
         return 0
     if args.eval_command == "run":
         with _Bar() as bar:
-            s = api.eval_run(args.contract, manifest=args.manifest, passes=_csv(args.passes) or [], hooks=bar.hooks,
-                             run_dir=args.run_dir, resume=args.resume, concurrency=args.concurrency, data=args.data,
-                             allow_patch=args.allow_patch)
+            s = api.eval_run(args.contract, manifest=args.manifest, passes=_csv(args.passes) or [],
+                             progress=bar.hooks, run_dir=args.run_dir, resume=args.resume,
+                             concurrency=args.concurrency, data=args.data, allow_patch=args.allow_patch,
+                             executor=args.executor)
         if args.json:
             out.print(s.model_dump_json(indent=2), markup=False)
         else:
-            from validate.eval.report import headline  # lazy: the eval report (pandas) loads only for `eval report`
+            from validate.eval.report import headline  # lazy: the eval report loads only for `eval report`
 
             out.print(headline(s), markup=False)
             out.print(f"run {s.run_id}: {s.attempts} attempts ({s.superseded} superseded) in {bar.wall_s:.1f} s; "
@@ -546,7 +642,7 @@ def cmd_eval(args) -> int:
         return 0
     if args.eval_command == "report":
         entry = api.eval_report(args.run_dir)
-        out.print(f"wrote {entry / 'report.md'} and {entry / 'report.html'}", markup=False)
+        out.print(f"wrote {entry / REPORT_MD} and {entry / REPORT_HTML}", markup=False)
         return 0
     return print_audit(api.eval_audit(args.run_dir, data=args.data, manifests=args.manifests), args.run_dir)
 

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
 
@@ -26,29 +26,18 @@ from validate import environments
 from validate.errors import ContractError
 from validate.evidence import atomic_write
 from validate.image import package_differences
-from validate.jsonio import JSONInputError, loads
 from validate.patches import PatchInfo
+from validate.records import CONTROL, ORACLE
+from validate.records import Role as RecordedRole
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
+from validate.sealed import SealedDocument, first_error
 from validate.verdicts import Rule
 
 SCHEMA_VERSION = 2
 #: How every agent starts, on every backend. `-S` skips `site`: the agents are stdlib programs,
 #: and site's path set-up cost ~3 ms of CPU per attempt, ~9 % of a bwrap pool's wall time.
 AGENT_COMMAND = ("python3", "-S", "/agent/agent.py")
-
-
-def pretty(value: object) -> bytes:
-    """Canonical JSON indented for reading (manifests on disk)."""
-    import json
-
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=2, allow_nan=False).encode() + b"\n"
-
-
-def _first_error(e: ValidationError, prefix: str) -> str:
-    err = e.errors()[0]
-    loc = ".".join(map(str, err["loc"]))
-    return f"{prefix}{'.' if prefix and loc else ''}{loc}: {err['msg']}"
 
 
 class EnvironmentSpec(BaseModel):
@@ -97,16 +86,16 @@ class Expectations(BaseModel):
         return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope)
                 for n, a in self.agents.items()}
 
-    def named(self, *roles: str) -> list[str]:
+    def named(self, *roles: RecordedRole) -> list[str]:
         return [n for n, a in self.agents.items() if a.role in roles]
 
     def testing(self, skip: dict[str, str]) -> list[str]:
         """The controls that can test a task with this `skip` (those not frozen out of it)."""
-        return [n for n in self.named("control") if n not in skip]
+        return [n for n in self.named(CONTROL) if n not in skip]
 
     def required(self, skip: dict[str, str]) -> list[str]:
         """The oracle and the controls a task must have, all but those that do not apply to it."""
-        return [n for n, a in self.agents.items() if a.role in ("oracle", "control") and n not in skip]
+        return [n for n, a in self.agents.items() if a.role in (ORACLE, CONTROL) and n not in skip]
 
 
 class ExecutionProfile(BaseModel):
@@ -177,8 +166,11 @@ class TaskEntry(BaseModel):
                                  "task, each with the environment's reason: they are not played on it.")
 
 
-class Manifest(BaseModel):
+class Manifest(SealedDocument):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    document: ClassVar[str] = "manifest"
+    short: ClassVar[str] = "the manifest's"
+    make_with: ClassVar[str] = "create one with `validate freeze`"
 
     schema_version: Literal[2] = SCHEMA_VERSION
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -210,23 +202,14 @@ class Manifest(BaseModel):
             raise ValueError("selection.idx: must be sorted and distinct")
         if len({t.id for t in self.tasks}) != len(self.tasks):
             raise ValueError("tasks: task ids repeat")
-        if len(self.expectations.named("oracle")) != 1:
+        if len(self.expectations.named(ORACLE)) != 1:
             raise ValueError("expectations.agents: exactly one oracle")
-        if not self.expectations.named("control"):
+        if not self.expectations.named(CONTROL):
             raise ValueError("expectations.agents: no negative control; a contract names at least one "
                              "(freeze it again with --controls)")
         if task_list_sha256(self.tasks) != self.task_list_sha256:
             raise ValueError("task_list_sha256: does not match the task list")
         return self
-
-    def content_sha256(self) -> str:
-        return sha256_tag(canonical_json(self.model_dump(mode="json", exclude={"sha256"})))
-
-    def sealed(self) -> Manifest:
-        return self.model_copy(update={"sha256": self.content_sha256()})
-
-    def to_json(self) -> bytes:
-        return pretty(self.model_dump(mode="json"))
 
     def opaque_id(self, task_id: str) -> str:
         return sha256_tag(f"{self.salt}\n{task_id}".encode())[7:23]
@@ -254,7 +237,7 @@ def env_config(env: Environment, raw: dict[str, Any]) -> BaseModel:
     try:
         return env.Config.model_validate(raw)
     except ValidationError as e:
-        raise ContractError(_first_error(e, "environment.config")) from None
+        raise ContractError(first_error(e, "environment.config")) from None
 
 
 def load_taskset(env: Environment, config: BaseModel, hints: LoadHints) -> Taskset:
@@ -288,7 +271,7 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
                   ceilings: dict[str, float]) -> dict[str, AgentEntry]:
     """The oracle, the chosen controls (None: all) and every probe, with their ceilings."""
     specs = {a.name: a for a in env.agents(config)}
-    known = [n for n, a in specs.items() if a.role == "control"]
+    known = [n for n, a in specs.items() if a.role == CONTROL]
     chosen = known if controls is None else list(controls)
     bad = [c for c in [*chosen, *ceilings] if c not in known]
     if bad:
@@ -300,7 +283,7 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
                             f"({', '.join(known) or 'it declares none'}) or omit --controls for all of them")
     out = {}
     for name, a in specs.items():
-        if a.role == "control" and name not in chosen:
+        if a.role == CONTROL and name not in chosen:
             continue
         out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), ceiling_scope=a.ceiling_scope,
                                sees_answer_key=a.sees_answer_key, sees_source=a.sees_source,
@@ -338,7 +321,7 @@ def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
                                 cgroup=facts.cgroup, isolation=facts.isolation,
                                 architecture=facts.architecture, backend_version=facts.version, **execution)
     except ValidationError as e:
-        raise ContractError(_first_error(e, "execution")) from None
+        raise ContractError(first_error(e, "execution")) from None
 
 
 def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx: Sequence[int], rule: str,
@@ -369,7 +352,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
             salt=salt,
         ).sealed()
     except ValidationError as e:
-        raise ContractError(_first_error(e, "")) from None
+        raise ContractError(first_error(e, "")) from None
 
 
 def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, idx: Sequence[int], rule: str,
@@ -398,33 +381,11 @@ def write_manifest(manifest: Manifest, path: Path) -> Path:
 
 
 def parse_manifest(data: bytes, where: str) -> Manifest:
-    try:
-        raw = loads(data)
-    except JSONInputError as e:
-        raise ContractError(f"{where}: not a readable JSON manifest ({e})") from None
-    try:
-        manifest = Manifest.model_validate(raw)
-    except ValidationError as e:
-        raise ContractError(f"{where}: field '{_first_error(e, '')}'") from None
-    try:  # the document as written: a field added later (with its default) does not change its hash
-        own = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
-    except ValueError as e:  # NaN or Infinity somewhere: no canonical JSON, so no hash
-        raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
-    if manifest.sha256 != own:
-        raise ContractError(f"{where}: field 'sha256': the manifest's content does not match its sha256 "
-                            f"(edited after freezing? freeze it again)")
-    return manifest
+    return Manifest.parse(data, where)
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise ContractError(f"{p}: manifest not found (create one with `validate freeze`)") from None
-    except OSError as e:
-        raise ContractError(f"{p}: cannot read the manifest ({e.strerror or e})") from None
-    return parse_manifest(data, str(p))
+    return Manifest.load(path)
 
 
 def _mismatch(field: str, expected: object, actual: object) -> ContractError:
@@ -473,7 +434,8 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
     if ex.packages and facts.packages != ex.packages:
         diff = package_differences(ex.packages, facts.packages)
         raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
-                            f"{' …' if len(diff) > 10 else ''}")
+                            f"{' …' if len(diff) > 10 else ''}; to run the contract's own image, import it: `validate "
+                            f"image import sha256-{ex.image_digest.removeprefix('sha256:')}.tar` (see `validate image export`)")
     checks = [("image", facts.image), ("image_digest", facts.image_digest), ("architecture", facts.architecture),
               ("backend_version", facts.version), ("tree_digest", facts.tree_digest), ("python", facts.python),
               ("seccomp", facts.seccomp)]

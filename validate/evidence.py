@@ -29,18 +29,21 @@ import os
 import tempfile
 import threading
 from contextlib import contextmanager
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
-from validate.paths import RunPaths
-from validate.records import Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
+from validate.paths import EARLIER, REPORT_JSON, RunPaths
+from validate.records import EXCLUDED, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
 
 BATCH_ROWS = 1000
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @contextmanager
@@ -159,8 +162,6 @@ def open_run(paths: RunPaths, manifest_json: bytes) -> None:
     atomic_write(paths.manifest, manifest_json)
 
 
-EARLIER = "earlier"
-
 
 def ledger_key(ledgers: dict[str, str]) -> str:
     """The name of a set of input files (path → sha256): the sha256 of its canonical JSON."""
@@ -181,7 +182,7 @@ def ledger_source(paths: RunPaths, ledgers: dict[str, str]) -> Path | None:
     itself, or the copy kept at a resume; None if neither holds them all."""
     if not ledgers or not all(_safe(n) for n in ledgers):
         return None
-    for base in (paths.root, paths.root / EARLIER / ledger_key(ledgers)):
+    for base in (paths.root, paths.earlier / ledger_key(ledgers)):
         if base.is_dir() and _matches(base, ledgers):
             return base
     return None
@@ -191,14 +192,14 @@ def keep_earlier(paths: RunPaths) -> None:
     """Copy every input set a report names that the run directory holds now into
     ``earlier/<key>/`` (same relative paths), before a resume rewrites it. Copies, not moves:
     the resume reads attempts.parquet to continue. The copy is sealed by the next checksums."""
-    for record in sorted(paths.reports.glob("*/report.json")) if paths.reports.is_dir() else []:
+    for record in sorted(paths.reports.glob(f"*/{REPORT_JSON}")) if paths.reports.is_dir() else []:
         try:
             ledgers = json.loads(record.read_bytes()).get("ledgers")
         except (OSError, ValueError, AttributeError):
             continue  # an unreadable report is the audit's finding, not the resume's
         if not isinstance(ledgers, dict) or not all(_safe(n) for n in ledgers):
             continue
-        dest = paths.root / EARLIER / ledger_key(ledgers)
+        dest = paths.earlier / ledger_key(ledgers)
         if dest.exists() or not _matches(paths.root, ledgers):
             continue
         tmp = dest.with_name(f".{dest.name}.tmp")
@@ -207,6 +208,60 @@ def keep_earlier(paths: RunPaths) -> None:
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(paths.root / name, tmp / name)
         os.replace(tmp, dest)  # whole or absent: a crash leaves only a dot-directory
+
+
+class AppendLog(Generic[M]):
+    """An append-only JSON-lines file of one record model: each append is written whole through
+    one unbuffered handle and fsynced before it returns; a line cut short by a crash (or a full
+    disk) is dropped on reading, and the next append starts on a fresh line. The one way the
+    harness journals what it must not lose (attempts; an eval's samples and turns)."""
+
+    def __init__(self, path: Path, model: type[M]) -> None:
+        self.path, self.model = path, model
+        self._lock = threading.Lock()
+        self._fh = None
+
+    def append(self, records: Sequence[M]) -> None:
+        data = b"".join(r.model_dump_json().encode() + b"\n" for r in records)
+        with self._lock:
+            try:
+                if self._fh is None:
+                    # Unbuffered: a failed write leaves nothing queued to fail again on close.
+                    self._fh = open(self.path, "ab", buffering=0)
+                    if self._fh.tell() and not _ends_with_newline(self.path):
+                        data = b"\n" + data  # a crash cut the last line: start on a fresh one
+                view = memoryview(data)
+                while view:
+                    view = view[self._fh.write(view):]
+                os.fsync(self._fh.fileno())
+            except OSError as e:
+                raise EvidenceError(f"{self.path}: cannot append ({e.strerror or e})") from None
+
+    def read(self) -> Iterator[M]:
+        """Every whole line's record, in the order appended."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            for line in fh:
+                try:
+                    yield self.model.model_validate_json(line)
+                except ValidationError:
+                    continue  # the last line of a crashed run, cut short: that record is made again
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass  # unbuffered: nothing was pending
+                self._fh = None
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
 
 
 class Journal:
@@ -219,8 +274,7 @@ class Journal:
     def __init__(self, paths: RunPaths, metric_names: tuple[str, ...] = ()) -> None:
         self.paths = paths
         self.metric_names = metric_names
-        self._lock = threading.Lock()
-        self._fh = None
+        self._log = AppendLog(paths.journal, Attempt)
 
     def __iter__(self) -> Iterator[Attempt]:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
@@ -263,40 +317,13 @@ class Journal:
             raise EvidenceError(f"{self.paths.attempts}: unreadable ({e})") from None
 
     def _from_journal(self) -> Iterator[Attempt]:
-        if not self.paths.journal.exists():
-            return
-        with open(self.paths.journal, "rb") as fh:
-            for line in fh:
-                try:
-                    yield Attempt.model_validate_json(line)
-                except ValidationError:
-                    continue  # the last line of a crashed run, cut short: that attempt reruns
+        return self._log.read()
 
     def append(self, attempts: list[Attempt]) -> None:
-        data = b"".join(a.model_dump_json().encode() + b"\n" for a in attempts)
-        with self._lock:
-            try:
-                if self._fh is None:
-                    # Unbuffered: a failed write leaves nothing queued to fail again on close;
-                    # a line cut short by a full disk is dropped on reading.
-                    self._fh = open(self.paths.journal, "ab", buffering=0)
-                    if self._fh.tell() and not self.paths.journal.read_bytes().endswith(b"\n"):
-                        data = b"\n" + data  # a crash cut the last line: start on a fresh one
-                view = memoryview(data)
-                while view:
-                    view = view[self._fh.write(view):]
-                os.fsync(self._fh.fileno())
-            except OSError as e:
-                raise EvidenceError(f"{self.paths.journal}: cannot append ({e.strerror or e})") from None
+        self._log.append(attempts)
 
     def close(self) -> None:
-        with self._lock:
-            if self._fh is not None:
-                try:
-                    self._fh.close()
-                except OSError:
-                    pass  # unbuffered: nothing was pending
-                self._fh = None
+        self._log.close()
 
 
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],
@@ -317,7 +344,7 @@ def write_verdicts(paths: RunPaths, verdicts: list[TaskVerdict]) -> None:
     write_table(paths.tasks, verdicts, TaskVerdict, meta=meta)
     exclusions = [Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)
-                  for v in verdicts if v.verdict == "excluded"]
+                  for v in verdicts if v.verdict == EXCLUDED]
     write_table(paths.exclusions, exclusions, Exclusion)
 
 

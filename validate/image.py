@@ -17,7 +17,8 @@ and, once per process, checks that the tree on disk is still what the tarball ho
 (`rootfs_facts`; `tree_digest` caches file hashes by inode and ctime). Backends read the
 image's Debian packages from the image itself, so a contract made elsewhere can name the
 packages that differ (`package_differences`). See `validate.paths`
-for the store's layout.
+for the store's layout; `validate.imagefile` carries the tarball to another machine as one
+file named by that digest (`validate image export` / `import`).
 """
 
 from __future__ import annotations
@@ -210,7 +211,8 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
     """Describe the unpacked tree bwrap runs, refusing one that is not what the tarball holds."""
     if not (paths.tarball.is_file() and (paths.rootfs / "usr/bin/python3").exists()):
         raise ProfileUnavailable(f"execution.image: no unpacked rootfs for {paths.name} at {paths.root}; "
-                                 f"build it with `validate image build`")
+                                 f"build it with `validate image build`, or restore an exported one with "
+                                 f"`validate image import`")
     digest, expected = tarball_digests(paths.tarball)
     actual = tree_digest(paths.rootfs)
     if actual != expected:
@@ -274,7 +276,7 @@ def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
         reader = _HashingReader(fh)
         with tarfile.open(fileobj=io.BufferedReader(reader, 1 << 20), mode="r|") as tar:
             for m in tar:
-                path = _member_path(m.name)
+                path = member_path(m.name)
                 if m.isreg():
                     h, data = _hash_stream(tar.extractfile(m), keep=path == DPKG_STATUS)
                     status = data if path == DPKG_STATUS else status
@@ -282,7 +284,7 @@ def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
                 elif m.islnk():
                     # A hard link shares its target's inode, and extracting it (tarfile, docker)
                     # applies its own header's mode and owner to that inode.
-                    inodes[path] = inodes[_member_path(m.linkname)]
+                    inodes[path] = inodes[member_path(m.linkname)]
                     inodes[path][:3] = [m.mode, m.uid, m.gid]
                 else:
                     entries.append((path, _member_kind(m), m.mode, m.uid, m.gid, _member_payload(m)))
@@ -294,7 +296,7 @@ def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
     return "sha256:" + reader.sha.hexdigest(), _digest_entries(entries), status
 
 
-def _member_path(name: str) -> str:
+def member_path(name: str) -> str:
     name = name.rstrip("/")
     name = name[2:] if name.startswith("./") else name
     return name if name not in ("", ".") else "."

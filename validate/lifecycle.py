@@ -19,16 +19,19 @@ import pyarrow.parquet as pq
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
-from validate.records import EXCEPTION_STATUSES, FindingRow, TaskVerdict
-from validate.runner import Hooks, Play, RunContext, execute
+from validate.records import (
+    COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, PILOT, POOL, RUN, FindingRow, RunKind, TaskVerdict,
+)
+from validate.context import Play, RunContext
+from validate.runner import execute
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
 
 #: The protocol criteria each kind of run is held to (see `validate.verdicts.CRITERIA`).
-REQUIRED: dict[str, tuple[str, ...]] = {
-    "run": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls"),
-    "pool": ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
-    "pilot": ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
+REQUIRED: dict[RunKind, tuple[str, ...]] = {
+    RUN: ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls"),
+    POOL: ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
+    PILOT: ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
               "chance_controls"),
 }
 
@@ -41,17 +44,17 @@ def counts(verdicts: Sequence[TaskVerdict], attempts_path) -> Counts:
     for v in verdicts:
         if v.reason is not None:
             by_reason[v.reason] = by_reason.get(v.reason, 0) + 1
-    return Counts(tasks=len(verdicts), compatible=sum(v.verdict == "compatible" for v in verdicts),
-                  excluded=sum(v.verdict == "excluded" for v in verdicts),
-                  incomplete=sum(v.verdict == "incomplete" for v in verdicts),
+    return Counts(tasks=len(verdicts), compatible=sum(v.verdict == COMPATIBLE for v in verdicts),
+                  excluded=sum(v.verdict == EXCLUDED for v in verdicts),
+                  incomplete=sum(v.verdict == INCOMPLETE for v in verdicts),
                   excluded_by_reason=dict(sorted(by_reason.items())), attempts=table.num_rows,
                   superseded=pc.sum(table.column("superseded")).as_py() or 0, exceptions=exceptions,
-                  retried_passes=sum(v.verdict == "compatible" and v.retried for v in verdicts))
+                  retried_passes=sum(v.verdict == COMPATIBLE and v.retried for v in verdicts))
 
 
 def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
     """Each chance-level control's mean final reward (sample 0; no reward counts 0) and ceiling."""
-    chance = {n: r.ceiling for n, r in rules.items() if r.role == "control" and r.scope == "mean"}
+    chance = {n: r.ceiling for n, r in rules.items() if r.role == CONTROL and r.scope == "mean"}
     if not chance:
         return {}
     t = pq.read_table(attempts_path, columns=["agent", "sample", "superseded", "reward"]).to_pylist()
@@ -67,28 +70,37 @@ def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, 
               chance: dict[str, tuple[float, float]], note: str = "") -> RunFacts:
     return RunFacts(tasks=c.tasks, compatible=c.compatible, excluded=c.excluded, incomplete=c.incomplete,
                     interrupted=interrupted, min_task_count=min_task_count,
-                    excluded_without_one_reason=sum(v.verdict == "excluded" and v.reason is None for v in verdicts),
+                    excluded_without_one_reason=sum(v.verdict == EXCLUDED and v.reason is None for v in verdicts),
                     patch=patch, blocking_dataset_findings=[f.detail for f in dataset_findings if f.blocking],
                     probes_total=len(probes), probes_ok=sum(p.ok for p in probes), smoke=smoke, note=note,
                     chance_controls=chance)
 
 
-class Run:
-    def __init__(self, ctx: RunContext, kind: str) -> None:
-        self.ctx, self.kind = ctx, kind
-        paths = ctx.paths
-        open_run(paths, ctx.manifest.to_json())
-        if ctx.code.diff:
-            if paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
-                raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
-                                    f"same code, or start a new run directory")
-            atomic_write(paths.patch, ctx.code.diff)
-        self.journal = Journal(paths, ctx.taskset.metric_names)
-        self.groups: list[JudgedGroup] = []
-        self.verdicts_of: Callable[[Journal], list[TaskVerdict]] = lambda j: []
+def open_directory(ctx: RunContext) -> None:
+    """Create the run directory with its contract, or check it when resuming: the same
+    contract, and the same uncommitted patch (stored as ``patch.diff``) if there is one."""
+    paths = ctx.paths
+    open_run(paths, ctx.manifest.to_json())
+    if ctx.code.diff:
+        if paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
+            raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
+                                f"same code, or start a new run directory")
+        atomic_write(paths.patch, ctx.code.diff)
 
-    def play(self, play: Play, concurrency: int, hooks: Hooks | None = None) -> None:
-        execute(self.ctx, self.journal, play, concurrency, hooks)
+
+class Run:
+    """One run directory's lifecycle: opened (contract, patch), played into its journal, folded
+    into Parquet and judged by `verdicts_of` (the phase's groups of attempts), finished with a
+    sealed summary."""
+
+    def __init__(self, ctx: RunContext, kind: RunKind, groups: list[JudgedGroup],
+                 verdicts_of: Callable[[Journal], list[TaskVerdict]]) -> None:
+        self.ctx, self.kind, self.groups, self.verdicts_of = ctx, kind, groups, verdicts_of
+        open_directory(ctx)
+        self.journal = Journal(ctx.paths, ctx.taskset.metric_names)
+
+    def play(self, play: Play) -> None:
+        execute(self.ctx, self.journal, play)
 
     def dataset_findings(self) -> list[FindingRow]:
         ctx = self.ctx

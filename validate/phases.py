@@ -25,24 +25,26 @@ from validate.agents import resolve
 from validate.contract import Manifest, derive, load_manifest, load_taskset, write_manifest
 from validate.evidence import Journal, atomic_write
 from validate.lifecycle import Run
-from validate.records import Attempt, TaskVerdict
-from validate.runner import Hooks, Interrupted, Play, RunContext, judge
+from validate.paths import MANIFEST, VARIANTS
+from validate.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, TaskVerdict
+from validate.context import Interrupted, Play, RunContext
+from validate.kinds import kind_of
+from validate.runner import judge
 from validate.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
 
 SmokeFn = Callable[[RunContext, Manifest], str]
 
 
-def run_agents(ctx: RunContext, agents: str, phase: str, concurrency: int, hooks: Hooks | None = None) -> RunSummary:
+def run_agents(ctx: RunContext, agents: str, phase: str) -> RunSummary:
     """Play `agents` (names or groups) on every task of the contract; judge; finish."""
     m = ctx.manifest
     config = ctx.env.Config.model_validate(m.environment.config)
-    play = Play(phase, m, ctx.taskset, m.selection.idx, resolve(ctx.env, config, list(m.expectations.agents), agents))
-    run = Run(ctx, "run")
-    run.groups = [JudgedGroup(phase=phase, attempt_phases=[phase], manifest="manifest.json",
-                              expectations="manifest.json")]
-    run.verdicts_of = lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,))
+    play = Play(phase, m, ctx.taskset, m.selection.idx, resolve(ctx.env, config, list(m.expectations.agents), agents),
+                kind_of(ctx.env))
+    run = Run(ctx, RUN, [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
+              lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,)))
     try:
-        run.play(play, concurrency, hooks)
+        run.play(play)
     except Interrupted:
         run.finish(run.fold(), interrupted=True)
         raise
@@ -51,30 +53,31 @@ def run_agents(ctx: RunContext, agents: str, phase: str, concurrency: int, hooks
 
 # --- pool -------------------------------------------------------------------------------
 
-def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None, manifest_dir: Path | None = None,
+def pool(ctx: RunContext, *, manifest_dir: Path | None = None,
          smoke: SmokeFn | None = None) -> RunSummary:
     """Oracle on every task → freeze the exception-free passes some control can test → controls on
     that set → smoke."""
     parent, paths = ctx.manifest, ctx.paths
     config = ctx.env.Config.model_validate(parent.environment.config)
     names = list(parent.expectations.agents)
-    oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]))
+    kind = kind_of(ctx.env)
+    oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]),
+                       kind)
     controls = resolve(ctx.env, config, names, ["controls"])
-    run = Run(ctx, "pool")
-    run.groups = [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest="manifest.json",
-                              expectations="manifest.json")]
-    run.verdicts_of = lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls"))
+    run = Run(ctx, POOL, [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
+                                      expectations=MANIFEST)],
+              lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls")))
     frozen = None
     try:
-        run.play(oracle_play, concurrency, hooks)
+        run.play(oracle_play)
         exp = parent.expectations
         oracle_only = parent.model_copy(update={"expectations": exp.model_copy(
-            update={"agents": {n: a for n, a in exp.agents.items() if a.role == "oracle"}})})
+            update={"agents": {n: a for n, a in exp.agents.items() if a.role == ORACLE}})})
         # A task no control can test can never be compatible: it is not frozen (its verdict, with
         # its own reason, comes from the whole pool's judgement).
         testable = {t.id for t in parent.tasks if exp.testing(t.skip)}
         passes = [v.idx for v in judge(ctx, run.journal.marked(), "oracle", oracle_only, ctx.taskset, ("oracle",))
-                  if v.verdict == "compatible" and v.task_id in testable]
+                  if v.verdict == COMPATIBLE and v.task_id in testable]
         if len(passes) < parent.min_task_count:
             note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
                     f"minimum {parent.min_task_count}, so nothing was frozen")
@@ -87,7 +90,7 @@ def pool(ctx: RunContext, concurrency: int, hooks: Hooks | None = None, manifest
             atomic_write(paths.frozen_manifest, frozen.to_json())
         if manifest_dir is not None:
             write_manifest(frozen, manifest_dir / f"{frozen.name}.json")
-        run.play(Play("controls", frozen, ctx.taskset, frozen.selection.idx, controls), concurrency, hooks)
+        run.play(Play("controls", frozen, ctx.taskset, frozen.selection.idx, controls, kind))
     except Interrupted:
         run.finish(run.fold(), interrupted=True, frozen_sha256=frozen.sha256 if frozen else None)
         raise
@@ -110,8 +113,8 @@ def probe_checks(variant: str, attempts: list[Attempt], verdicts: list[TaskVerdi
     out = []
     for v in verdicts:
         mine = [a for a in attempts if a.task_id == v.task_id and not a.superseded]
-        typical = statistics.median([a.reward or 0.0 for a in mine if a.role == "control"] or [0.0])
-        for a in sorted((a for a in mine if a.role == "probe"), key=lambda a: a.agent):
+        typical = statistics.median([a.reward or 0.0 for a in mine if a.role == CONTROL] or [0.0])
+        for a in sorted((a for a in mine if a.role == PROBE), key=lambda a: a.agent):
             ok = a.status == "ok" and a.reward is not None and v.oracle_reward is not None \
                 and typical < a.reward < v.oracle_reward
             out.append(ProbeCheck(variant=variant, task_id=v.task_id, probe=a.agent, reward=a.reward,
@@ -127,9 +130,10 @@ class _Variant:
 
 
 def _variants(ctx: RunContext, sample: list[int], per_stratum: int) -> list[_Variant]:
+    """The pilot's config variants, each a child contract of the sample: read from the run's
+    ``variants/`` when resuming, derived otherwise (and written by `_keep_variants`)."""
     config = ctx.env.Config.model_validate(ctx.manifest.environment.config)
     out = []
-    ctx.paths.variants.mkdir(exist_ok=True)
     for name, variant in ctx.env.pilot_variants(config):
         copy = ctx.paths.variants / f"{name}.json"
         taskset = ctx.taskset if variant == config else load_taskset(
@@ -139,32 +143,39 @@ def _variants(ctx: RunContext, sample: list[int], per_stratum: int) -> list[_Var
         else:
             child = derive(ctx.manifest, ctx.env, taskset, name=f"{ctx.manifest.name}.pilot-{name}", idx=sample, config=variant,
                            rule=f"pilot: {per_stratum} lowest idx per stratum, config variant {name}")
-            atomic_write(copy, child.to_json())
         out.append(_Variant(name=name, manifest=child, taskset=taskset))
     return out
 
 
-def pilot(ctx: RunContext, per_stratum: int, concurrency: int, hooks: Hooks | None = None) -> RunSummary:
+def _keep_variants(ctx: RunContext, variants: list[_Variant]) -> None:
+    ctx.paths.variants.mkdir(exist_ok=True)
+    for var in variants:
+        copy = ctx.paths.variants / f"{var.name}.json"
+        if not copy.exists():
+            atomic_write(copy, var.manifest.to_json())
+
+
+def pilot(ctx: RunContext, per_stratum: int) -> RunSummary:
     strata = stratify(ctx, per_stratum)
     sample = sorted(i for s in strata for i in s.sampled)
-    run = Run(ctx, "pilot")
     variants = _variants(ctx, sample, per_stratum)
     config = ctx.env.Config.model_validate(ctx.manifest.environment.config)
     agents = resolve(ctx.env, config, list(ctx.manifest.expectations.agents), ["all", "probes"])
-    run.groups = [JudgedGroup(phase=f"pilot-{v.name}", attempt_phases=[f"pilot-{v.name}"],
-                              manifest=f"variants/{v.name}.json", expectations=f"variants/{v.name}.json")
-                  for v in variants]
+    groups = [JudgedGroup(phase=f"pilot-{v.name}", attempt_phases=[f"pilot-{v.name}"],
+                          manifest=f"{VARIANTS}/{v.name}.json", expectations=f"{VARIANTS}/{v.name}.json")
+              for v in variants]
 
     def verdicts_all(j: Journal) -> list[TaskVerdict]:
         attempts = j.existing()  # a pilot is small
         return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
                                                        (f"pilot-{var.name}",))]
 
-    run.verdicts_of = verdicts_all
+    run = Run(ctx, PILOT, groups, verdicts_all)
+    _keep_variants(ctx, variants)
     shas = {v.name: v.manifest.sha256 for v in variants}
     try:
         for var in variants:
-            run.play(Play(f"pilot-{var.name}", var.manifest, var.taskset, sample, agents), concurrency, hooks)
+            run.play(Play(f"pilot-{var.name}", var.manifest, var.taskset, sample, agents, kind_of(ctx.env)))
     except Interrupted:
         run.finish(run.fold(), interrupted=True, strata=strata, variants=shas)
         raise

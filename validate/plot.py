@@ -11,9 +11,11 @@ import html
 import statistics
 from collections.abc import Sequence
 
+from validate.records import CONTROL, MODEL, ORACLE, PROBE
+
 WIDTH, HEIGHT = 900, 380
 LEFT, RIGHT, TOP, BOTTOM = 56, 170, 24, 70
-COLORS = {"oracle": "#2b7a3d", "control": "#b03a2e", "probe": "#8a6d1f", "model": "#2e5aa8"}
+COLORS = {ORACLE: "#2b7a3d", CONTROL: "#b03a2e", PROBE: "#8a6d1f", MODEL: "#2e5aa8"}
 
 
 def _quartiles(values: Sequence[float]) -> tuple[float, float, float, float, float]:

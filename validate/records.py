@@ -1,4 +1,7 @@
-"""The evidence's rows, as pydantic models: the schema of record for every Parquet file.
+"""The evidence's rows, as pydantic models: the schema of record for every Parquet file;
+and the run's vocabulary, each word set defined once: `Role`, `Status`, `Reason`, `Verdict`,
+`RunKind` (a `Literal` each, with module constants naming its members, so a comparison is
+checked by the type checker and the Parquet/JSON bytes stay plain strings).
 
 Parquet columns derive from these models (`arrow_schema`), each carrying its field's
 description in the column metadata. An attempt's ``metrics`` dict is flattened into one
@@ -16,7 +19,29 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from environment.protocol import Role as DeclaredRole
+
 SCHEMA_VERSION = 2
+
+#: What the contract expects of an attempt's agent: the roles an environment declares for its
+#: agents (`environment.protocol.Role`: oracle, control, probe), plus the model under
+#: evaluation (`validate.eval`), which no environment declares.
+Role = Literal[DeclaredRole, "model"]
+ORACLE: Role = "oracle"
+CONTROL: Role = "control"
+PROBE: Role = "probe"
+MODEL: Role = "model"
+#: Every role, in the order reports list them (oracle first, the model last).
+ROLES: tuple[Role, ...] = typing.get_args(Role)  # nested Literals flatten: ("oracle", "control", "probe", "model")
+
+#: What kind of run a run directory holds: a dataset run (`validate run`/`pilot`/`pool`, its
+#: run.json says which) or a model evaluation (`validate eval run`). Read it with
+#: `validate.summary.run_kind`.
+RunKind = Literal["run", "pool", "pilot", "eval"]
+RUN: RunKind = "run"
+POOL: RunKind = "pool"
+PILOT: RunKind = "pilot"
+EVAL: RunKind = "eval"
 
 #: What happened to one attempt. The first six are the agent's own doing; the rest are
 #: harness-side outcomes, known from the harness's own signals.
@@ -32,12 +57,23 @@ Status = Literal[
     "unsupported_execution_contract",  # the backend cannot honour the task's contract; not run
     "scorer_error",                    # the environment's scorer raised on this reply
 ]
-AGENT_STATUSES: tuple[str, ...] = ("ok", "no_reply", "exit_nonzero", "timeout", "oom", "reply_too_large")
+OK: Status = "ok"
+NO_REPLY: Status = "no_reply"
+EXIT_NONZERO: Status = "exit_nonzero"
+TIMEOUT: Status = "timeout"
+OOM: Status = "oom"
+REPLY_TOO_LARGE: Status = "reply_too_large"
+INFRASTRUCTURE_ERROR: Status = "infrastructure_error"
+HARNESS_ERROR: Status = "harness_error"
+UNSUPPORTED_EXECUTION_CONTRACT: Status = "unsupported_execution_contract"
+SCORER_ERROR: Status = "scorer_error"
+STATUSES: tuple[Status, ...] = typing.get_args(Status)
+AGENT_STATUSES: tuple[Status, ...] = STATUSES[:6]
 # A model attempt (role "model", `validate.eval`) maps onto the same statuses: ok, it answered;
 # no_reply, it did not (no final message, out of turns, over the context); timeout, the
 # attempt's wall clock ran out; error_class then holds how the conversation ended.
 #: Outcomes that are exceptions in the protocol's sense: the harness, not the agent, failed.
-EXCEPTION_STATUSES: tuple[str, ...] = ("infrastructure_error", "harness_error")
+EXCEPTION_STATUSES: tuple[Status, ...] = (INFRASTRUCTURE_ERROR, HARNESS_ERROR)
 
 Reason = Literal[
     "infrastructure_failure",
@@ -51,9 +87,19 @@ Reason = Literal[
     "no_negative_control",
 ]
 #: Verdict precedence: the first reason that applies is the task's one reason.
-REASON_ORDER: tuple[str, ...] = typing.get_args(Reason)
+REASON_ORDER: tuple[Reason, ...] = typing.get_args(Reason)
+INFRASTRUCTURE_FAILURE: Reason = "infrastructure_failure"
+UNSUPPORTED_CONTRACT: Reason = "unsupported_execution_contract"
+INVALID_TASK_OR_VERIFIER: Reason = "invalid_task_or_verifier"
+ORACLE_FAILS_ON_VALID_TASK: Reason = "oracle_fails_on_valid_task"
+NO_NEGATIVE_CONTROL: Reason = "no_negative_control"
 
+#: A task's one verdict.
 Verdict = Literal["compatible", "excluded", "incomplete"]
+COMPATIBLE: Verdict = "compatible"
+EXCLUDED: Verdict = "excluded"
+INCOMPLETE: Verdict = "incomplete"
+VERDICTS: tuple[Verdict, ...] = typing.get_args(Verdict)
 
 
 class TaskRow(BaseModel):
@@ -73,7 +119,7 @@ class Attempt(TaskRow):
     """One agent run on one task (one try: an infrastructure retry is a new attempt)."""
 
     agent: str = Field(description="The agent's name in its environment.")
-    role: Literal["oracle", "control", "probe", "model"] = Field(
+    role: Role = Field(
         description="What the contract expects of the agent (declared by the environment, never read from its name).")
     sample: int = Field(default=0, ge=0, description="Sample number (0 unless the run draws several per task).")
     attempt: int = Field(ge=1, description="1-based try number of this (phase, task, agent, sample).")

@@ -24,8 +24,9 @@ from pydantic import BaseModel, Field
 
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
 from validate.markdown import md_text
-from validate.paths import RunPaths
+from validate.paths import REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 from validate.plot import box_plot_svg
+from validate.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, ROLES, SCORER_ERROR
 # The run's evidence is loaded below the report (`validate.run_evidence`), where the audit and
 # ``eval freeze`` read it too.
 from validate.run_evidence import RunEvidence, current_verdict, load_run, report_inputs
@@ -65,7 +66,7 @@ def _fmt(x) -> str:
 
 
 def _agents_in_order(final: pd.DataFrame) -> list[str]:
-    rank = {"oracle": 0, "control": 1, "probe": 2, "model": 3}
+    rank = {role: i for i, role in enumerate(ROLES)}
     roles = final.groupby("agent")["role"].first()
     return sorted(roles.index, key=lambda a: (rank.get(roles[a], 9), a))
 
@@ -117,7 +118,7 @@ def _reward_blocks(ev: RunEvidence) -> list:
                      f"{r.min():.4f}", f"{statistics.median(r):.4f}", f"{r.max():.4f}"])
         series.append((agent, str(g["role"].iloc[0]), r.tolist()))
     exp = ev.manifest["expectations"]
-    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == "control" and a["ceiling"] is not None}
+    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == CONTROL and a["ceiling"] is not None}
     margins = ev.tasks["margin"].dropna()
     statuses = final.groupby(["agent", "status"]).size()
     out = [("h2", "Rewards per agent (final attempts)"),
@@ -137,7 +138,7 @@ def _reward_blocks(ev: RunEvidence) -> list:
 def _family_blocks(ev: RunEvidence) -> list:
     t = ev.tasks
     fam = t.groupby("family").agg(tasks=("task_id", "size"),
-                                 compatible=("verdict", lambda v: int((v == "compatible").sum())),
+                                 compatible=("verdict", lambda v: int((v == COMPATIBLE).sum())),
                                  oracle=("oracle_reward", "mean"), margin=("margin", "min"))
     missing = ev.summary.families_uncovered
     cover = ("The environment does not list its families, so coverage is not stated." if missing is None else
@@ -152,7 +153,7 @@ def _family_blocks(ev: RunEvidence) -> list:
 
 def _ledger_blocks(ev: RunEvidence) -> list:
     s, n = ev.summary, ev.summary.counts.tasks
-    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == "incomplete"]
+    excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == INCOMPLETE]
     out = [("h2", "Exclusion ledger"),
            ("p", [f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl) else "No task was excluded."])]
     if len(excl):
@@ -178,7 +179,7 @@ def _ledger_blocks(ev: RunEvidence) -> list:
 
 def _attempt_blocks(ev: RunEvidence) -> list:
     a = ev.attempts
-    bad = a[a["superseded"] | a["status"].isin(["infrastructure_error", "harness_error", "scorer_error"])]
+    bad = a[a["superseded"] | a["status"].isin([*EXCEPTION_STATUSES, SCORER_ERROR])]
     out = [("h2", "Superseded and failed attempts")]
     if len(bad):
         out.append(("table", ["task", "agent", "try", "status", "superseded", "error"],
@@ -302,8 +303,8 @@ def render(src: Path, names: list[str]) -> dict[str, bytes]:
     doc = blocks(ev)
     record = ReportRecord(renderer=RENDERER, dataset_verdict=current_verdict(ev.summary, ev.smokes),
                           counts=count_rows(ev), ledgers={n: file_sha256(Path(src) / n) for n in sorted(names)})
-    return {"report.md": to_markdown(doc).encode(), "report.html": to_html(doc).encode(),
-            "report.json": record.model_dump_json(indent=2).encode() + b"\n"}
+    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc).encode(),
+            REPORT_JSON: record.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
@@ -314,4 +315,4 @@ def write_report(root: Path) -> tuple[Path, DatasetVerdict]:
     for name, data in files.items():
         atomic_write(entry / name, data)
     write_checksums(paths)
-    return entry, ReportRecord.model_validate_json(files["report.json"]).dataset_verdict
+    return entry, ReportRecord.model_validate_json(files[REPORT_JSON]).dataset_verdict

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from validate.errors import EvidenceError
 from validate.jsonio import JSONInputError, loads
-from validate.paths import RunPaths
+from validate.paths import FROZEN_MANIFEST, LEDGER_FILES, SMOKE, SMOKE_RESULT, VARIANTS, RunPaths
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict, dataset_verdict
 
@@ -46,17 +46,13 @@ class RunEvidence:
         return max(self.smokes.items()) if self.smokes else None
 
 
-#: The files every report reads (beside the frozen and variant contracts and the smoke results).
-LEDGER_FILES = ("attempts.parquet", "exclusions.parquet", "manifest.json", "run.json", "tasks.parquet")
-
-
 def report_inputs(root: Path) -> list[str]:
     """The files a report of this run directory is rendered from now, relative to it, sorted."""
     paths = RunPaths(Path(root))
-    names = [*LEDGER_FILES, *(["frozen-manifest.json"] if paths.frozen_manifest.exists() else [])]
+    names = [*LEDGER_FILES, *([FROZEN_MANIFEST] if paths.frozen_manifest.exists() else [])]
     names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.variants.glob("*.json"))] \
         if paths.variants.is_dir() else []
-    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.smoke.glob("*/result.json"))] \
+    names += [p.relative_to(paths.root).as_posix() for p in sorted(paths.smoke.glob(f"*/{SMOKE_RESULT}"))] \
         if paths.smoke.is_dir() else []
     return sorted(names)
 
@@ -80,11 +76,11 @@ def load_run(root: Path, names: list[str] | None = None) -> RunEvidence:
         raise EvidenceError(f"{paths.root}: unreadable evidence ({e})") from None
     for name in sorted(names):
         parts = name.split("/")
-        if name == "frozen-manifest.json":
+        if name == FROZEN_MANIFEST:
             ev.frozen = _json(paths.root / name)
-        elif len(parts) == 2 and parts[0] == "variants" and parts[1].endswith(".json"):
+        elif len(parts) == 2 and parts[0] == VARIANTS and parts[1].endswith(".json"):
             ev.variants[parts[1].removesuffix(".json")] = _json(paths.root / name)
-        elif len(parts) == 3 and parts[0] == "smoke" and parts[2] == "result.json":
+        elif len(parts) == 3 and parts[0] == SMOKE and parts[2] == SMOKE_RESULT:
             ev.smokes[parts[1]] = _json(paths.root / name)
         elif name not in LEDGER_FILES:
             raise EvidenceError(f"{paths.root}: {name} is not a file a report reads")

@@ -39,8 +39,9 @@ from environment.protocol import sha256_tag
 from validate.contract import Manifest, derive, load_manifest, write_manifest
 from validate.errors import ValidateError
 from validate.evidence import atomic_write, new_entry, write_checksums
+from validate.paths import ATTEMPTS, MANIFEST, SMOKE_RESULT, SMOKE_RUN
 from validate.records import EXCEPTION_STATUSES
-from validate.runner import RunContext
+from validate.context import RunContext
 
 KEY = ["task_id", "agent"]
 #: Environment variables the rerun inherits: where the daemon, the image and the data are.
@@ -144,11 +145,11 @@ def isolation(venv: Path, work: Path) -> dict[str, str]:
 
 def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[str]]:
     def final(root: Path) -> pd.DataFrame:
-        a = pd.read_parquet(root / "attempts.parquet")
+        a = pd.read_parquet(root / ATTEMPTS)
         return a[~a["superseded"]].set_index(KEY)
 
     before, after = final(frozen_run), final(rerun)
-    sample_contract = load_manifest(rerun / "manifest.json")
+    sample_contract = load_manifest(rerun / MANIFEST)
     expected = [(t.id, agent) for t in sample_contract.tasks for agent in sample_contract.expectations.required(t.skip)]
     mismatches = [f"{key}: missing from the rerun" for key in expected if key not in after.index]
     for key, row in after.iterrows():
@@ -206,22 +207,23 @@ def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
         places = [*getattr(ctx.taskset, "data_files", ()), *ctx.hints.search]
         data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
         proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
-                               "--run-dir", str(tmp / "run"), "--phase", "smoke", "--agents", "all", "-c", "2", *data],
+                               "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c", "2",
+                               *data],
                               env=_env(venv, tmp / "work", ctx.manifest.environment.scorer.env_vars),
                               capture_output=True, text=True)
-        if not (tmp / "run/attempts.parquet").exists():
+        if not (tmp / SMOKE_RUN / ATTEMPTS).exists():
             raise ValidateError(f"smoke: the installed `validate run` left no evidence (exit {proc.returncode}): "
                                 f"{proc.stderr.strip()[-1500:]}")
         process = dict(wheel=wheel.name, wheel_sha256=sha256_tag(wheel.read_bytes()), sdist=sdist.name,
                        sdist_sha256=sha256_tag(sdist.read_bytes()), imported_from=imported,
                        rerun_exit_code=proc.returncode)
         entry = new_entry(ctx.paths.smoke)  # only now: a smoke test that failed to run leaves no entry
-        shutil.copy(tmp / "smoke.json", entry / "manifest.json")
-        shutil.copytree(tmp / "run", entry / "run", ignore=shutil.ignore_patterns(".*"))
+        shutil.copy(tmp / "smoke.json", entry / MANIFEST)
+        shutil.copytree(tmp / SMOKE_RUN, entry / SMOKE_RUN, ignore=shutil.ignore_patterns(".*"))
         # From the entry's own copies, exactly as the audit will derive it again.
-        result = smoke_result(ctx.paths.root, entry / "run", entry / "manifest.json",
+        result = smoke_result(ctx.paths.root, entry / SMOKE_RUN, entry / MANIFEST,
                               ctx.manifest.environment.scorer.smoke_tolerance, process)
-        atomic_write(entry / "result.json", result_json(result))
+        atomic_write(entry / SMOKE_RESULT, result_json(result))
         write_checksums(ctx.paths)
         return result
     finally:

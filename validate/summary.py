@@ -1,17 +1,21 @@
-"""``run.json``: the run's summary, one pydantic model (the schema of record), and the
-machine facts a scoped claim names."""
+"""``run.json``: the run's summary, one pydantic model (the schema of record), the machine
+facts a scoped claim names, and `run_kind`, the one reader of what kind of run a run
+directory holds."""
 
 from __future__ import annotations
 
 import os
 import platform
 from datetime import datetime
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from validate.patches import PatchInfo
-from validate.records import FindingRow
+from validate.jsonio import JSONInputError, loads
+from validate.paths import EvalPaths, RunPaths
+from validate.records import EVAL, RUN, FindingRow, RunKind
 from validate.verdicts import DatasetVerdict, RunFacts
 
 
@@ -84,7 +88,7 @@ class RunSummary(BaseModel):
 
     schema_version: Literal[2] = 2
     run_id: str
-    kind: Literal["run", "pool", "pilot", "eval"]
+    kind: RunKind
     groups: list[JudgedGroup] = Field(description="How tasks.parquet's verdicts were judged, in order.")
     environment: str
     manifest_sha256: str
@@ -111,3 +115,39 @@ class RunSummary(BaseModel):
                                   "the environment cannot list its families).")
     strata: list[Stratum] = Field(default_factory=list)
     probes: list[ProbeCheck] = Field(default_factory=list)
+
+
+class _Declared(BaseModel):
+    """The one field `run_kind` reads of a run's record (the rest is its own model's)."""
+
+    kind: RunKind
+
+
+def _declared_kind(path: Path) -> RunKind | None:
+    """The ``kind`` the record at `path` declares; None when it is absent or declares none readable."""
+    if not path.is_file():
+        return None
+    try:
+        return _Declared.model_validate(loads(path.read_bytes())).kind
+    except (OSError, JSONInputError, ValidationError):
+        return None
+
+
+def run_kind(root: Path) -> RunKind:
+    """What kind of run the directory `root` holds, as its own records declare it: an eval
+    run's contract declares ``kind`` "eval" (the run records it, byte-identical, before its
+    first attempt); a dataset run's run.json declares run, pool or pilot.
+
+    A run that declares neither is told the way runs were told before this function, and only
+    here: a directory holding an eval contract is an eval run, any other a dataset run ("run").
+    That covers an eval contract no reader accepts (its audit says why) and a dataset run
+    stopped before writing run.json (which of run, pool, pilot is unknown then; every caller
+    only needs dataset or eval). A directory that holds an eval contract is read as an eval run
+    whatever else it holds, exactly as before, so no sealed run reads differently."""
+    paths = RunPaths(Path(root))
+    contract = EvalPaths(paths).contract
+    if _declared_kind(contract) == EVAL:
+        return EVAL
+    if not contract.is_file() and (declared := _declared_kind(paths.summary)) is not None:
+        return declared
+    return EVAL if contract.is_file() else RUN

@@ -22,13 +22,34 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from environment.protocol import Finding
-from validate.records import AGENT_STATUSES, EXCEPTION_STATUSES
+from validate.records import (
+    AGENT_STATUSES,
+    COMPATIBLE,
+    CONTROL,
+    EXCEPTION_STATUSES,
+    EXCLUDED,
+    INCOMPLETE,
+    INFRASTRUCTURE_FAILURE,
+    INVALID_TASK_OR_VERIFIER,
+    NO_NEGATIVE_CONTROL,
+    OK,
+    ORACLE,
+    ORACLE_FAILS_ON_VALID_TASK,
+    PROBE,
+    SCORER_ERROR,
+    UNSUPPORTED_CONTRACT,
+    UNSUPPORTED_EXECUTION_CONTRACT,
+    Reason,
+    Role,
+    Status,
+    Verdict,
+)
 
 
 class Rule(NamedTuple):
     """What the contract expects of one agent."""
 
-    role: str
+    role: Role
     ceiling: float
     #: ``task``: the ceiling holds on every task; ``mean``: on the control's mean over the run.
     scope: str = "task"
@@ -40,7 +61,7 @@ class Outcome(NamedTuple):
 
     agent: str
     attempt: int
-    status: str
+    status: Status
     reward: float | None
     error_class: str | None
     error_message: str | None
@@ -50,19 +71,19 @@ class Outcome(NamedTuple):
         return cls(a.agent, a.attempt, a.status, a.reward, a.error_class, a.error_message)
 
 
-def as_expected(rule: Rule, status: str, reward: float | None, pass_threshold: float) -> bool:
+def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float) -> bool:
     """The oracle passes; a control stays under its ceiling; a probe lands strictly between 0
     and the pass threshold (the pilot also compares it with the controls)."""
-    if rule.role == "oracle":
-        return status == "ok" and reward is not None and reward >= pass_threshold
-    if rule.role == "probe":
-        return status == "ok" and reward is not None and 0.0 < reward < pass_threshold
+    if rule.role == ORACLE:
+        return status == OK and reward is not None and reward >= pass_threshold
+    if rule.role == PROBE:
+        return status == OK and reward is not None and 0.0 < reward < pass_threshold
     return status in AGENT_STATUSES and (reward or 0.0) < rule.ceiling
 
 
 class Decision(NamedTuple):
-    verdict: str
-    reason: str | None
+    verdict: Verdict
+    reason: Reason | None
     missing: list[str]
     detail: str
     oracle_reward: float | None
@@ -86,8 +107,8 @@ def no_control_can_test(required: Sequence[str], rules: dict[str, Rule]) -> str 
     `required` the oracle and the controls not frozen out of this task. A rule set without any
     control is an oracle-only judgement (the pool's freeze step), not a contract: a contract
     naming none is refused when it is frozen and when it is read (`validate.contract`)."""
-    named = sorted(n for n, r in rules.items() if r.role == "control")
-    if not named or any(rules[n].role == "control" for n in required if n in rules):
+    named = sorted(n for n, r in rules.items() if r.role == CONTROL)
+    if not named or any(rules[n].role == CONTROL for n in required if n in rules):
         return None
     return (f"no negative control can test this task: every control the contract names ({', '.join(named)}) is "
             f"frozen out of it, so nothing shows that a wrong answer fails here")
@@ -99,13 +120,13 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     the oracle and the controls the contract names that apply to this task."""
     every, final = _final(attempts)
     notes = [f.detail for f in findings if not f.blocking]
-    oracle = next((a for a in final.values() if rules[a.agent].role == "oracle"), None)
-    controls = [a for a in final.values() if rules[a.agent].role == "control" and a.reward is not None]
+    oracle = next((a for a in final.values() if rules[a.agent].role == ORACLE), None)
+    controls = [a for a in final.values() if rules[a.agent].role == CONTROL and a.reward is not None]
     top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
     o_reward = oracle.reward if oracle else None
     margin = o_reward - top.reward if o_reward is not None and top is not None else None
 
-    def verdict(kind: str, reason: str | None, detail: str, missing: Sequence[str] = (),
+    def verdict(kind: Verdict, reason: Reason | None, detail: str, missing: Sequence[str] = (),
                 retried: bool = False) -> Decision:
         return Decision(kind, reason, list(missing), "; ".join([detail, *notes]), o_reward,
                         top.reward if top else None, top.agent if top else None, margin, retried)
@@ -116,16 +137,16 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
         parts = [f"{a.agent} try {a.attempt}: {a.status}: {a.error_class}: {a.error_message}" for a in exceptions]
         if any(a is not final[a.agent] for a in exceptions):
             parts.append("strict exception rule: an exception excludes the task even when a retry passed")
-        return verdict("excluded", "infrastructure_failure", "; ".join(parts))
-    unsupported = [a for a in final.values() if a.status == "unsupported_execution_contract"]
+        return verdict(EXCLUDED, INFRASTRUCTURE_FAILURE, "; ".join(parts))
+    unsupported = [a for a in final.values() if a.status == UNSUPPORTED_EXECUTION_CONTRACT]
     if unsupported:
-        return verdict("excluded", "unsupported_execution_contract", unsupported[0].error_message or "")
+        return verdict(EXCLUDED, UNSUPPORTED_CONTRACT, unsupported[0].error_message or "")
     invalid = [f.detail for f in findings if f.blocking]
     invalid += [f"{a.agent}: scorer raised {a.error_class}: {a.error_message}"
-                for a in final.values() if a.status == "scorer_error"]
+                for a in final.values() if a.status == SCORER_ERROR]
     for a in final.values():
         rule = rules[a.agent]
-        if rule.role == "control" and a.status in AGENT_STATUSES \
+        if rule.role == CONTROL and a.status in AGENT_STATUSES \
                 and not as_expected(rule, a.status, a.reward, pass_threshold):
             hit = f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {rule.ceiling:.4f})"
             if rule.scope == "mean":
@@ -133,18 +154,18 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
             else:
                 invalid.append(hit)
     if invalid:
-        return verdict("excluded", "invalid_task_or_verifier", "; ".join(invalid))
+        return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid))
     if oracle is not None and not as_expected(rules[oracle.agent], oracle.status, oracle.reward, pass_threshold):
-        return verdict("excluded", "oracle_fails_on_valid_task",
+        return verdict(EXCLUDED, ORACLE_FAILS_ON_VALID_TASK,
                        f"oracle status {oracle.status}, reward {oracle.reward} < {pass_threshold}")
     untestable = no_control_can_test(required, rules)
     if untestable:
-        return verdict("excluded", "no_negative_control", untestable)
+        return verdict(EXCLUDED, NO_NEGATIVE_CONTROL, untestable)
     missing = sorted(name for name in required if name not in final)  # one order, whatever the dict order of `required`
     if missing:
-        return verdict("incomplete", None, f"no attempt in this run for {', '.join(missing)}", missing)
+        return verdict(INCOMPLETE, None, f"no attempt in this run for {', '.join(missing)}", missing)
     retried = any(a.status in EXCEPTION_STATUSES for a in every)
-    return verdict("compatible", None, "oracle passed; every control rejected"
+    return verdict(COMPATIBLE, None, "oracle passed; every control rejected"
                    + (" (after an infrastructure retry)" if retried else ""), retried=retried)
 
 

@@ -75,13 +75,20 @@ def _dir(path: Path, mode: int, owner: int = 0) -> Path:
     return path
 
 
+def lay_out_workspace(root: Path, task: Task, uid: int) -> tuple[Path, Path]:
+    """``root/workspace`` holding the task's files and an empty ``root/tmp``, both owned by
+    `uid`: what every attempt kind's sandbox gets at /workspace and /tmp."""
+    ws, tmp = _dir(root / "workspace", 0o755, uid), _dir(root / "tmp", 0o700, uid)
+    for name, data in task.files.items():
+        _write(ws / name, data, 0o644, uid)
+    return ws, tmp
+
+
 def lay_out(root: Path, task: Task, agent: AgentSpec, opaque_id: str,
             source: list[tuple[str, Path]] | None = None) -> Materialised:
     """Write the attempt's files under `root` (an empty directory) and say how to mount them."""
     uid = agent_uid(agent)
-    ws, tmp = _dir(root / "workspace", 0o755, uid), _dir(root / "tmp", 0o700, uid)
-    for name, data in task.files.items():
-        _write(ws / name, data, 0o644, uid)
+    ws, tmp = lay_out_workspace(root, task, uid)
     ad = _dir(root / "agent", 0o755)
     _write(ad / "agent.py", agent.program.read_bytes(), 0o644)
     _write(ad / "agentlib.py", agentlib_source(), 0o644)

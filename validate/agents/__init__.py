@@ -15,6 +15,7 @@ from pathlib import Path
 
 from environment.protocol import AgentSpec, Environment
 from validate.errors import ContractError
+from validate.records import CONTROL, ORACLE, PROBE
 
 
 @cache
@@ -32,7 +33,7 @@ def resolve(env: Environment, config, contract_agents: Sequence[str], names: str
     specs = declared(env, config)
     if isinstance(names, str):
         names = [n.strip() for n in names.split(",") if n.strip()]
-    groups = {"all": ("oracle", "control"), "controls": ("control",), "probes": ("probe",)}
+    groups = {"all": (ORACLE, CONTROL), "controls": (CONTROL,), "probes": (PROBE,)}
     out: list[str] = []
     for n in names:
         if n in groups:

@@ -18,6 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, NamedTuple, get_args
 
+from validate.records import (
+    HARNESS_ERROR,
+    INFRASTRUCTURE_ERROR,
+    OK,
+    SCORER_ERROR,
+    UNSUPPORTED_EXECUTION_CONTRACT,
+)
+
 FailureClass = Literal["infrastructure", "invalid_task_or_verifier", "harness", "capability", "uncertain"]
 CLASSES: tuple[str, ...] = get_args(FailureClass)
 
@@ -43,19 +51,19 @@ class Rule(NamedTuple):
 
 
 def _answered(f: Facts) -> bool:
-    return f.status == "ok" and f.termination in ("answer", "max_tokens")
+    return f.status == OK and f.termination in ("answer", "max_tokens")
 
 
 RULES: tuple[Rule, ...] = (
     Rule("infrastructure-error", "infrastructure",
          "the sandbox, the model endpoint or a scorer dependency failed after its retries",
-         lambda f: f.status == "infrastructure_error"),
+         lambda f: f.status == INFRASTRUCTURE_ERROR),
     Rule("unsupported-profile", "infrastructure", "the backend cannot honour the task's execution contract",
-         lambda f: f.status == "unsupported_execution_contract"),
+         lambda f: f.status == UNSUPPORTED_EXECUTION_CONTRACT),
     Rule("verifier-raised", "invalid_task_or_verifier", "the environment's scorer raised on the reply",
-         lambda f: f.status == "scorer_error"),
+         lambda f: f.status == SCORER_ERROR),
     Rule("harness-error", "harness", "the harness failed handling the attempt (or the endpoint refused a request "
-                                     "the harness built)", lambda f: f.status == "harness_error"),
+                                     "the harness built)", lambda f: f.status == HARNESS_ERROR),
     Rule("unscored", "harness", "a valid attempt carries no reward", lambda f: f.reward is None),
     Rule("answer-cut", "capability", "the final answer was cut at max_tokens and does not pass",
          lambda f: _answered(f) and f.termination == "max_tokens"),

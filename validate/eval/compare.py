@@ -30,7 +30,7 @@ from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.render import to_html, to_markdown
 from validate.eval.report import EVAL_INPUTS, EvalEvidence, load_eval, mean, pct
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
-from validate.paths import LEDGER_DIR, RunPaths
+from validate.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
 from validate.records import AGENT_STATUSES
 
 #: Fields of the eval contract two compared evals must share.
@@ -169,8 +169,8 @@ def _f(x: float | None) -> str:
 def render(c: Comparison) -> dict[str, bytes]:
     """The entry's three files, from the comparison alone."""
     doc = blocks(c)
-    return {"compare.md": to_markdown(doc).encode(), "compare.html": to_html(doc, "Eval comparison").encode(),
-            "compare.json": c.model_dump_json(indent=2).encode() + b"\n"}
+    return {COMPARE_MD: to_markdown(doc).encode(), COMPARE_HTML: to_html(doc, "Eval comparison").encode(),
+            COMPARE_JSON: c.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def write(c: Comparison, where: Path) -> Path:

@@ -19,15 +19,15 @@ import hashlib
 import string
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 import validate
 from environment.protocol import ScorerSpec, canonical_json, sha256_tag
-from validate.contract import Manifest, pretty
+from validate.contract import Manifest
+from validate.sealed import SealedDocument, first_error, pretty
 from validate.errors import ContractError
-from validate.jsonio import JSONInputError, loads
 from validate.patches import PatchInfo
 
 SCHEMA_VERSION = 1
@@ -153,7 +153,11 @@ class RewardSpec(_Frozen):
     code_sha256: str = Field(description="sha256 over the environment's source files (which hold the scorer).")
 
 
-class EvalContract(_Frozen):
+class EvalContract(_Frozen, SealedDocument):
+    document: ClassVar[str] = "eval contract"
+    short: ClassVar[str] = "the contract's"
+    make_with: ClassVar[str] = "make one with `validate eval freeze`"
+
     schema_version: Literal[1] = SCHEMA_VERSION
     kind: Literal["eval"] = "eval"
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", description="The contract's name.")
@@ -184,11 +188,17 @@ class EvalContract(_Frozen):
             raise ValueError(f"tools: the agent provides exactly one tool, bash; got {names}")
         return self
 
-    def content_sha256(self) -> str:
-        return sha256_tag(canonical_json(self.model_dump(mode="json", exclude={"sha256"})))
+    @classmethod
+    def check_raw(cls, raw: Any, where: str) -> None:
+        if not isinstance(raw, dict) or raw.get("kind") != "eval":
+            raise ContractError(f"{where}: not an eval contract (field 'kind' is not 'eval'); make one with "
+                                f"`validate eval freeze`")
 
-    def sealed(self) -> EvalContract:
-        return self.model_copy(update={"sha256": self.content_sha256()})
+    @classmethod
+    def parse(cls, data: bytes, where: str) -> EvalContract:
+        contract = super().parse(data, where)
+        contract._source = bytes(data)
+        return contract
 
     def to_json(self) -> bytes:
         """The document as it was read, or (for one built here) as it is written."""
@@ -216,9 +226,7 @@ def reward_code_sha256(files: list[tuple[str, Path]]) -> str:
 
 
 def _error(e: ValidationError, where: str) -> ContractError:
-    err = e.errors()[0]
-    loc = ".".join(map(str, err["loc"]))
-    return ContractError(f"{where}{loc}: {err['msg']}")
+    return ContractError(f"{where}{first_error(e)}")
 
 
 def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelSpec, reward_code: str,
@@ -245,36 +253,11 @@ def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelS
 
 
 def parse(data: bytes, where: str) -> EvalContract:
-    try:
-        raw = loads(data)
-    except JSONInputError as e:
-        raise ContractError(f"{where}: not a readable JSON eval contract ({e})") from None
-    if not isinstance(raw, dict) or raw.get("kind") != "eval":
-        raise ContractError(f"{where}: not an eval contract (field 'kind' is not 'eval'); make one with "
-                            f"`validate eval freeze`")
-    try:
-        contract = EvalContract.model_validate(raw)
-    except ValidationError as e:
-        raise ContractError(f"{where}: field '{_error(e, '')}'") from None
-    try:  # the document as written: a field a later version adds (with its default) does not change its hash
-        own = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
-    except ValueError as e:
-        raise ContractError(f"{where}: not canonical JSON ({e}); freeze it again") from None
-    if contract.sha256 != own:
-        raise ContractError(f"{where}: field 'sha256': the contract's content does not match its sha256 "
-                            f"(edited after freezing? freeze it again)")
-    contract._source = bytes(data)
-    return contract
+    return EvalContract.parse(data, where)
 
 
 def load(path: str | Path) -> EvalContract:
-    p = Path(path)
-    try:
-        return parse(p.read_bytes(), str(p))
-    except FileNotFoundError:
-        raise ContractError(f"{p}: eval contract not found (make one with `validate eval freeze`)") from None
-    except OSError as e:
-        raise ContractError(f"{p}: cannot read the eval contract ({e.strerror or e})") from None
+    return EvalContract.load(path)
 
 
 def differences(a: EvalContract, b: EvalContract) -> list[str]:

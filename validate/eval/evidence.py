@@ -1,19 +1,12 @@
 """An eval run directory's own files, and the journal of its trajectories.
 
-An eval run directory is a run directory (`validate.paths.RunPaths`) plus::
-
-    ledgers/<eval-run-id>/
-        manifest.json           the frozen dataset manifest evaluated (byte-identical)
-        eval-contract.json      the eval contract (byte-identical)
-        journal.jsonl           attempts as they finish (validate.evidence.Journal)
-        eval-journal.jsonl      each finished attempt's sample row and turns, fsynced, before its attempt row
-        attempts.parquet        one row per attempt, role model (phases eval-greedy and eval)
-        trajectories.parquet    one row per model call (validate.eval.records.TurnRow)
-        samples.parquet         one row per attempt (validate.eval.records.SampleRow), failure class included
-        eval-tasks.parquet      one row per task of the sampled pass (validate.eval.metrics.TaskEval)
-        eval.json               the summary: metrics, counts, timings (validate.eval.summary.EvalSummary)
-        reports/<UTC time>/     each eval report (report.md, report.html, report.json)
-        checksums               sha256 of every other file
+An eval run directory (drawn in `validate.paths`, its names `validate.paths.EvalPaths`) holds
+the attempts (phases eval-greedy and eval, role model; `validate.evidence.Journal`), one
+trajectory row per model call (`validate.eval.records.TurnRow`), one sample row per attempt
+(`validate.eval.records.SampleRow`, failure class included), one row per task of the sampled
+pass (`validate.eval.metrics.TaskEval`) and the summary (`validate.eval.summary.EvalSummary`).
+Each finished attempt's sample row and turns are fsynced to the eval journal before its
+attempt row.
 
 A crash between an attempt's eval-journal line and its attempt row leaves an orphan line;
 folding keeps only lines whose attempt is recorded, the last line of a key winning, so the
@@ -22,52 +15,14 @@ rerun of that attempt replaces it.
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from validate.errors import EvidenceError
 from validate.eval.records import SampleRow, TurnRow
-from validate.evidence import write_parquet
-from validate.paths import RunPaths
+from validate.evidence import AppendLog, write_parquet
+from validate.paths import EvalPaths
 from validate.records import arrow_schema, flat_row
-
-
-@dataclass(frozen=True)
-class EvalPaths:
-    run: RunPaths
-
-    @property
-    def root(self) -> Path:
-        return self.run.root
-
-    @property
-    def contract(self) -> Path:
-        return self.root / "eval-contract.json"
-
-    @property
-    def journal(self) -> Path:
-        return self.root / "eval-journal.jsonl"
-
-    @property
-    def trajectories(self) -> Path:
-        return self.root / "trajectories.parquet"
-
-    @property
-    def samples(self) -> Path:
-        return self.root / "samples.parquet"
-
-    @property
-    def tasks(self) -> Path:
-        return self.root / "eval-tasks.parquet"
-
-    @property
-    def summary(self) -> Path:
-        return self.root / "eval.json"
 
 
 class Entry(BaseModel):
@@ -77,42 +32,12 @@ class Entry(BaseModel):
     turns: list[TurnRow]
 
 
-class EvalJournal:
-    """Append-only, fsynced; a line cut by a crash is dropped on reading."""
+class EvalJournal(AppendLog[Entry]):
+    """The eval journal (`validate.evidence.AppendLog` of entries)."""
 
     def __init__(self, paths: EvalPaths) -> None:
+        super().__init__(paths.journal, Entry)
         self.paths = paths
-        self._lock = threading.Lock()
-
-    def append(self, entry: Entry) -> None:
-        data = entry.model_dump_json().encode() + b"\n"
-        with self._lock:
-            try:
-                with open(self.paths.journal, "ab", buffering=0) as fh:
-                    if fh.tell() and not _ends_with_newline(self.paths.journal):
-                        data = b"\n" + data
-                    view = memoryview(data)
-                    while view:
-                        view = view[fh.write(view):]
-                    os.fsync(fh.fileno())
-            except OSError as e:
-                raise EvidenceError(f"{self.paths.journal}: cannot append ({e.strerror or e})") from None
-
-    def entries(self) -> Iterator[Entry]:
-        if not self.paths.journal.exists():
-            return
-        with open(self.paths.journal, "rb") as fh:
-            for line in fh:
-                try:
-                    yield Entry.model_validate_json(line)
-                except ValidationError:
-                    continue
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) == b"\n"
 
 
 def latest_entries(journal: EvalJournal, recorded: set[tuple], previous: Path | None = None) -> dict[tuple, Entry]:
@@ -121,7 +46,7 @@ def latest_entries(journal: EvalJournal, recorded: set[tuple], previous: Path | 
     out: dict[tuple, Entry] = {}
     if previous is not None and previous.exists():
         out.update(_from_parquet(journal.paths))
-    for e in journal.entries():
+    for e in journal.read():
         out[e.sample.key()] = e
     return {k: v for k, v in out.items() if k in recorded}
 

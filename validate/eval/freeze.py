@@ -21,8 +21,8 @@ from validate.contract import Manifest, load_manifest
 from validate.errors import ContractError, EvidenceError
 from validate.eval.contract import DatasetParent
 from validate.evidence import file_sha256
-from validate.paths import RunPaths
-from validate.records import AGENT_STATUSES
+from validate.paths import FROZEN_MANIFEST, MANIFEST, RunPaths
+from validate.records import AGENT_STATUSES, CONTROL
 from validate.run_evidence import current_verdict, load_run
 
 #: The audit of a pool run directory: the problems `validate audit` finds in it (none: it passes).
@@ -42,7 +42,7 @@ def parent_of(pool_run: Path, manifest: Path | None = None, *,
         ev = load_run(paths.root)
     except EvidenceError as e:
         raise ContractError(f"--pool-run: {e}") from None
-    for name, raw in (("manifest.json", ev.manifest), ("frozen-manifest.json", ev.frozen)):
+    for name, raw in ((MANIFEST, ev.manifest), (FROZEN_MANIFEST, ev.frozen)):
         if not _controls_of(raw):
             raise ContractError(f"--pool-run: {paths.root}: its {name} names no negative control; an eval runs "
                                 f"only on tasks a control was shown to reject (freeze a contract with --controls)")
@@ -86,7 +86,7 @@ def _controls_of(raw: object) -> list[str]:
     agents = exp.get("agents") if isinstance(exp, dict) else None
     if not isinstance(agents, dict):
         return []
-    return sorted(n for n, a in agents.items() if isinstance(a, dict) and a.get("role") == "control")
+    return sorted(n for n, a in agents.items() if isinstance(a, dict) and a.get("role") == CONTROL)
 
 
 def _every_task_tested(root: Path, frozen: Manifest, attempts) -> None:
@@ -97,7 +97,7 @@ def _every_task_tested(root: Path, frozen: Manifest, attempts) -> None:
         raise ContractError(f"--pool-run: {root}: no negative control can test {len(untestable)} frozen task(s) "
                             f"(every control is frozen out of them: {', '.join(untestable[:3])}"
                             f"{' …' if len(untestable) > 3 else ''}); an eval runs only on tested tasks")
-    final = attempts[(attempts["role"] == "control") & ~attempts["superseded"].astype(bool)
+    final = attempts[(attempts["role"] == CONTROL) & ~attempts["superseded"].astype(bool)
                      & attempts["status"].isin(AGENT_STATUSES)]
     untested = sorted({t.id for t in frozen.tasks} - set(final["task_id"]))
     if untested:

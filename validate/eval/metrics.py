@@ -29,13 +29,19 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
-from validate.records import AGENT_STATUSES
+from validate.records import (
+    AGENT_STATUSES,
+    HARNESS_ERROR,
+    INFRASTRUCTURE_ERROR,
+    SCORER_ERROR,
+    UNSUPPORTED_EXECUTION_CONTRACT,
+)
 
 LOST_REASONS = {
-    "infrastructure_error": "lost to infrastructure after its retries",
-    "harness_error": "harness error",
-    "scorer_error": "verifier (scorer) error",
-    "unsupported_execution_contract": "unsupported execution contract",
+    INFRASTRUCTURE_ERROR: "lost to infrastructure after its retries",
+    HARNESS_ERROR: "harness error",
+    SCORER_ERROR: "verifier (scorer) error",
+    UNSUPPORTED_EXECUTION_CONTRACT: "unsupported execution contract",
 }
 GREEDY_PHASE = "eval-greedy"
 SAMPLED_PHASE = "eval"

@@ -30,7 +30,7 @@ from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, Rate
 from validate.eval.render import to_html, to_markdown
 from validate.eval.summary import EvalSummary, Operations
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
-from validate.paths import RunPaths
+from validate.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 
 #: Trajectories shown per pass and outcome (solved, failed).
 SHOWN = 3
@@ -50,7 +50,7 @@ class EvalEvidence:
 def load_eval(root: Path) -> EvalEvidence:
     paths = EvalPaths(RunPaths(Path(root)))
     if not paths.contract.is_file():
-        raise EvidenceError(f"{root}: not an eval run directory (no eval-contract.json)")
+        raise EvidenceError(f"{root}: not an eval run directory (no {EVAL_CONTRACT})")
     try:
         return EvalEvidence(paths=paths, contract=load(paths.contract),
                             summary=EvalSummary.model_validate_json(paths.summary.read_bytes()),
@@ -267,9 +267,7 @@ def _timing(ev: EvalEvidence) -> str:
 #: changes a byte of a report).
 RENDERER = "eval-report/2"
 
-#: The files an eval report is rendered from (`load_eval` reads exactly these).
-EVAL_INPUTS = ("attempts.parquet", "eval-contract.json", "eval-tasks.parquet", "eval.json", "samples.parquet",
-               "trajectories.parquet")
+#: The files an eval report is rendered from (`load_eval` reads exactly these): EVAL_INPUTS.
 
 
 class EvalReportRecord(BaseModel):
@@ -290,14 +288,14 @@ def render(src: Path) -> dict[str, bytes]:
     record = EvalReportRecord(renderer=RENDERER, headline=headline(ev.summary),
                               shown=[list(k) for k in pick(ev, ev.summary.run_id)],
                               ledgers={n: file_sha256(Path(src) / n) for n in EVAL_INPUTS})
-    return {"report.md": to_markdown(doc).encode(), "report.html": to_html(doc, "Eval report").encode(),
-            "report.json": record.model_dump_json(indent=2).encode() + b"\n"}
+    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc, "Eval report").encode(),
+            REPORT_JSON: record.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def write_report(root: Path) -> Path:
     paths = EvalPaths(RunPaths(Path(root)))
     if not paths.contract.is_file():
-        raise EvidenceError(f"{root}: not an eval run directory (no eval-contract.json)")
+        raise EvidenceError(f"{root}: not an eval run directory (no {EVAL_CONTRACT})")
     files = render(paths.root)
     entry = new_entry(paths.run.reports)
     for name, data in files.items():

@@ -19,22 +19,24 @@ from validate.eval.client import ChatClient
 from validate.eval.contract import EvalContract
 from validate.eval.evidence import EvalJournal, EvalPaths, latest_entries, write_side_tables
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
-from validate.eval.runner import EvalContext, EvalPlay, execute
+from validate.eval.chat import EvalContext, model_play
 from validate.eval.summary import EvalSummary, summarize
-from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_parquet
+from validate.evidence import Journal, atomic_write, fold, write_checksums, write_json, write_parquet
+from validate.lifecycle import open_directory
 from validate.records import arrow_schema, flat_row
-from validate.runner import Hooks, Interrupted, RunContext
+from validate.context import Interrupted, Play, RunContext
+from validate.runner import execute
 from validate.summary import machine
 
 PASSES = ("greedy", "sampled")
 
 
-def plays(contract: EvalContract, idx: list[int], passes: tuple[str, ...] = PASSES) -> list[EvalPlay]:
+def plays(ec: EvalContext, idx: list[int], passes: tuple[str, ...] = PASSES) -> list[Play]:
     out = []
     if "greedy" in passes:
-        out.append(EvalPlay(GREEDY_PHASE, 0.0, 1, idx))
+        out.append(model_play(ec, GREEDY_PHASE, 0.0, 1, idx))
     if "sampled" in passes:
-        out.append(EvalPlay(SAMPLED_PHASE, contract.sampling.temperature, contract.k, idx))
+        out.append(model_play(ec, SAMPLED_PHASE, ec.contract.sampling.temperature, ec.contract.k, idx))
     return out
 
 
@@ -44,30 +46,25 @@ def open_eval(ctx: RunContext, contract: EvalContract) -> EvalPaths:
     if contract.parent.manifest_sha256 != ctx.manifest.sha256:
         raise EvidenceError(f"{paths.contract}: the eval contract's parent is {contract.parent.manifest_sha256}, "
                             f"not the run's manifest {ctx.manifest.sha256}")
-    open_run(ctx.paths, ctx.manifest.to_json())
+    open_directory(ctx)
     if paths.contract.exists():
         if paths.contract.read_bytes() != contract.to_json():
             raise EvidenceError(f"{paths.contract}: this run directory was made with another eval contract; resume "
                                 f"it with that contract or start a new run directory")
     else:
         atomic_write(paths.contract, contract.to_json())
-    if ctx.code.diff:
-        if ctx.paths.patch.exists() and ctx.paths.patch.read_bytes() != ctx.code.diff:
-            raise EvidenceError(f"{ctx.paths.patch}: this run was started with another patch; resume it with the "
-                                f"same code, or start a new run directory")
-        atomic_write(ctx.paths.patch, ctx.code.diff)
     return paths
 
 
-def evaluate(ctx: RunContext, contract: EvalContract, client: ChatClient, concurrency: int,
-             hooks: Hooks | None = None, passes: tuple[str, ...] = PASSES) -> EvalSummary:
+def evaluate(ctx: RunContext, contract: EvalContract, client: ChatClient,
+             passes: tuple[str, ...] = PASSES) -> EvalSummary:
     """Play the passes and finish the run; on an interrupt, finish what is there and re-raise."""
     paths = open_eval(ctx, contract)
     journal = Journal(ctx.paths, ctx.taskset.metric_names)
     ec = EvalContext(run=ctx, contract=contract, client=client, journal=EvalJournal(paths))
     try:
-        for play in plays(contract, ctx.manifest.selection.idx, passes):
-            execute(ec, journal, play, concurrency, hooks)
+        for play in plays(ec, ctx.manifest.selection.idx, passes):
+            execute(ctx, journal, play, resume="`validate eval run --resume`")
     except Interrupted:
         finish(ec, journal, interrupted=True)
         raise
@@ -79,6 +76,7 @@ def finish(ec: EvalContext, journal: Journal, interrupted: bool) -> EvalSummary:
     ctx, contract = ec.run, ec.contract
     paths = EvalPaths(ctx.paths)
     fold(journal)
+    ec.journal.close()
     attempts = Journal(ctx.paths, ctx.taskset.metric_names).existing()
     recorded = {(a.phase, a.task_id, a.agent, a.sample, a.attempt) for a in attempts}
     entries = latest_entries(ec.journal, recorded, previous=paths.samples)

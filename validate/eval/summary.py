@@ -35,6 +35,7 @@ from validate.eval.metrics import (
 )
 from validate.eval.records import SampleRow
 from validate.patches import PatchInfo
+from validate.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
 from validate.summary import Machine
 
 
@@ -130,8 +131,8 @@ def _ops(final: list, rows: dict[tuple, SampleRow]) -> Operations:
         tool_calls=sum(s.tool_calls for s in mine), malformed_tool_calls=sum(s.malformed_tool_calls for s in mine),
         tool_failures=sum(s.tool_failures for s in mine), tool_timeouts=sum(s.tool_timeouts for s in mine),
         limit_terminations=sum(term[t] for t in ("max_turns", "max_tokens", "context_length")),
-        timeout_terminations=term["timeout"], verifier_errors=status["scorer_error"],
-        environment_errors=status["infrastructure_error"], harness_errors=status["harness_error"])
+        timeout_terminations=term["timeout"], verifier_errors=status[SCORER_ERROR],
+        environment_errors=status[INFRASTRUCTURE_ERROR], harness_errors=status[HARNESS_ERROR])
 
 
 def _key(a) -> tuple:

@@ -24,7 +24,20 @@ from typing import BinaryIO
 from pydantic import ValidationError
 
 from validate.jsonio import JSONInputError, loads
-from validate.paths import RunPaths
+from validate.paths import (
+    FROZEN_MANIFEST,
+    MANIFEST,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    REPORTS,
+    SMOKE,
+    SMOKE_RESULT,
+    SMOKE_RUN,
+    SUMMARY,
+    VARIANTS,
+    RunPaths,
+)
 from validate.run_evidence import current_verdict
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict
@@ -147,39 +160,39 @@ class RunEntry:
         return done[-1] if done else None
 
 
-REPORT_FILES = ("report.html", "report.md", "report.json")
+REPORT_FILES = (REPORT_HTML, REPORT_MD, REPORT_JSON)
 
 
 def _load(key: str, root: Path, parent_key: str | None) -> RunEntry:
     entry = RunEntry(key=key, root=root, parent_key=parent_key)
     try:
-        entry.summary = RunSummary.model_validate(read_json(root, ["run.json"]))
+        entry.summary = RunSummary.model_validate(read_json(root, [SUMMARY]))
     except ValidationError as e:
         first = e.errors()[0]
-        entry.error = (f"run.json: not a run summary this version reads ({'.'.join(map(str, first['loc']))}: "
+        entry.error = (f"{SUMMARY}: not a run summary this version reads ({'.'.join(map(str, first['loc']))}: "
                        f"{first['msg']}); older evidence is read by the version that wrote it")
         return entry
     except (NotInside, JSONInputError) as e:
-        entry.error = f"run.json: {e}"
+        entry.error = f"{SUMMARY}: {e}"
         return entry
-    entry.contract = _contract(root, ["manifest.json"])
-    entry.frozen = _contract(root, ["frozen-manifest.json"])
-    if is_plain_dir(root / "variants"):
-        for name in plain_children(root / "variants", want_dir=False):
-            if name.endswith(".json") and (c := _contract(root, ["variants", name])) is not None:
+    entry.contract = _contract(root, [MANIFEST])
+    entry.frozen = _contract(root, [FROZEN_MANIFEST])
+    if is_plain_dir(root / VARIANTS):
+        for name in plain_children(root / VARIANTS, want_dir=False):
+            if name.endswith(".json") and (c := _contract(root, [VARIANTS, name])) is not None:
                 entry.variants[name[:-len(".json")]] = c
-    if is_plain_dir(root / "smoke"):
-        for name in plain_children(root / "smoke"):
+    if is_plain_dir(root / SMOKE):
+        for name in plain_children(root / SMOKE):
             try:
-                result = read_json(root, ["smoke", name, "result.json"])
+                result = read_json(root, [SMOKE, name, SMOKE_RESULT])
             except (NotInside, JSONInputError):
                 result = None
-            nested = root / "smoke" / name / "run"
-            run_key = f"{key}/smoke/{name}" if is_plain_dir(nested) and is_plain_file(nested / "run.json") else None
+            nested = root / SMOKE / name / SMOKE_RUN
+            run_key = f"{key}/{SMOKE}/{name}" if is_plain_dir(nested) and is_plain_file(nested / SUMMARY) else None
             entry.smokes.append(Smoke(entry=name, result=result if isinstance(result, dict) else None, run_key=run_key))
-    if is_plain_dir(root / "reports"):
-        for name in plain_children(root / "reports"):
-            files = [f for f in REPORT_FILES if is_plain_file(root / "reports" / name / f)]
+    if is_plain_dir(root / REPORTS):
+        for name in plain_children(root / REPORTS):
+            files = [f for f in REPORT_FILES if is_plain_file(root / REPORTS / name / f)]
             if files:
                 entry.reports[name] = files
     smokes = {s.entry: s.result for s in entry.smokes if s.result is not None}
@@ -191,7 +204,7 @@ def _signature(root: Path) -> tuple:
     """What changes when a run's top-level files or entries change (cache key): a phase, a
     smoke test and a report each end by renaming a fresh ``checksums`` into the root."""
     out = []
-    for name in (".", "run.json", "manifest.json", "frozen-manifest.json", "variants", "smoke", "reports"):
+    for name in (".", SUMMARY, MANIFEST, FROZEN_MANIFEST, VARIANTS, SMOKE, REPORTS):
         st = _lstat(root / name)
         out.append(None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size))
     return tuple(out)
@@ -209,10 +222,10 @@ class Catalog:
     def _candidates(self) -> list[Path]:
         out: list[Path] = []
         for d in self.dirs:
-            if is_plain_file(d / "run.json"):
+            if is_plain_file(d / SUMMARY):
                 out.append(d)
             else:
-                out += [d / n for n in plain_children(d) if is_plain_file(d / n / "run.json")]
+                out += [d / n for n in plain_children(d) if is_plain_file(d / n / SUMMARY)]
         return out
 
     def _entry(self, key: str, root: Path, parent_key: str | None = None) -> RunEntry:
@@ -237,5 +250,5 @@ class Catalog:
             entry = out[key] = self._entry(key, root)
             for smoke in entry.smokes:
                 if smoke.run_key is not None:
-                    out[smoke.run_key] = self._entry(smoke.run_key, root / "smoke" / smoke.entry / "run", key)
+                    out[smoke.run_key] = self._entry(smoke.run_key, root / SMOKE / smoke.entry / SMOKE_RUN, key)
         return out

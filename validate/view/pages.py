@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from validate.paths import SMOKE
+from validate.records import POOL
 from validate.view import tables
 from validate.view.catalog import RunEntry
 from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url
@@ -88,13 +90,13 @@ def related(me: RunEntry, runs: Mapping[str, RunEntry]) -> list[tuple[RunEntry, 
 # --- index -------------------------------------------------------------------------------
 
 def _smoke_cell(e: RunEntry) -> Html:
-    if e.summary is None or e.summary.kind != "pool":
+    if e.summary is None or e.summary.kind != POOL:
         return Html("")
     latest = e.latest_smoke
     if latest is None:
         return badge("not run")
     word = badge("passed" if latest.result.get("passed") else "failed")
-    return a(word, run_url(latest.run_key), title=f"smoke/{latest.entry}") if latest.run_key else word
+    return a(word, run_url(latest.run_key), title=f"{SMOKE}/{latest.entry}") if latest.run_key else word
 
 
 def _counts_cell(e: RunEntry) -> Html:

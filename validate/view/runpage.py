@@ -12,6 +12,22 @@ from collections.abc import Mapping
 
 import pyarrow.compute as pc
 
+from validate.paths import (
+    ATTEMPTS,
+    CHECKSUMS,
+    EXCLUSIONS,
+    FROZEN_MANIFEST,
+    MANIFEST,
+    PATCH,
+    REPORTS,
+    SIGNATURE,
+    SMOKE,
+    SMOKE_RESULT,
+    SUMMARY,
+    TASKS,
+    VARIANTS,
+)
+from validate.records import INCOMPLETE, POOL, VERDICTS
 from validate.view import tables
 from validate.view.catalog import RunEntry, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone
@@ -19,7 +35,6 @@ from validate.view.pages import file_url, kv, related, run_link, run_url, short,
 
 #: The cap on rows of the ledger tables (the task table pages instead).
 LEDGER_ROWS = tables.PAGE_ROWS
-VERDICTS = ("compatible", "excluded", "incomplete")
 OUTCOMES = ("expected", "unexpected")
 
 
@@ -102,7 +117,7 @@ def _pager(e: RunEntry, f: tables.TaskFilter, page_no: int, total: int) -> Html:
 
 
 def _tasks_section(e: RunEntry, f: tables.TaskFilter, agent_rows: list[tables.AgentRow]) -> list[object]:
-    tasks = tables.read(e.root, "tasks.parquet", tables.TASK_COLUMNS)
+    tasks = tables.read(e.root, TASKS, tables.TASK_COLUMNS)
     final = tables.final_attempts(e.root, e.summary)
     chosen = tables.filter_tasks(tasks, final, f)
     rows, page_no = tables.page_of(chosen, f.page)
@@ -118,7 +133,7 @@ def _tasks_section(e: RunEntry, f: tables.TaskFilter, agent_rows: list[tables.Ag
 
 
 def _ledgers(e: RunEntry) -> list[object]:
-    excl = tables.read(e.root, "exclusions.parquet", ("phase", "task_id", "idx", "reason", "detail"))
+    excl = tables.read(e.root, EXCLUSIONS, ("phase", "task_id", "idx", "reason", "detail"))
     n = e.summary.counts.tasks
     out: list[object] = [tag("h2", "Exclusion ledger", id="ledger")]
     if excl.num_rows:
@@ -129,8 +144,8 @@ def _ledgers(e: RunEntry) -> list[object]:
                        for r in excl.slice(0, LEDGER_ROWS).to_pylist()])]
     else:
         out.append(tag("p", "No task was excluded.", class_="muted"))
-    tasks = tables.read(e.root, "tasks.parquet", tables.TASK_COLUMNS)
-    inc = tasks.filter(pc.equal(tasks.column("verdict"), "incomplete"))
+    tasks = tables.read(e.root, TASKS, tables.TASK_COLUMNS)
+    inc = tasks.filter(pc.equal(tasks.column("verdict"), INCOMPLETE))
     out.append(tag("h2", "Incomplete tasks", id="incomplete"))
     if inc.num_rows:
         note = e.summary.facts.note
@@ -172,13 +187,13 @@ def _related(e: RunEntry, runs: Mapping[str, RunEntry]) -> list[object]:
     out: list[object] = [tag("h2", "Related runs", id="related"),
                          _list(items) if items else tag("p", "No other run shares a contract with this one.",
                                                         class_="muted")]
-    if e.smokes or e.summary.kind == "pool":
+    if e.smokes or e.summary.kind == POOL:
         out.append(tag("h3", "Fresh-materialisation smoke tests"))
         smokes = [join([badge("no result") if s.result is None else badge("passed" if s.result.get("passed")
                                                                           else "failed"), f" {s.entry}: ",
-                        (s.result or {}).get("summary", "stopped before writing result.json"),
+                        (s.result or {}).get("summary", f"stopped before writing {SMOKE_RESULT}"),
                         *([" · ", a("its run", run_url(s.run_key))] if s.run_key else []),
-                        *([" · ", a("result.json", file_url(e.key, "smoke", s.entry, "result.json"))]
+                        *([" · ", a(SMOKE_RESULT, file_url(e.key, SMOKE, s.entry, SMOKE_RESULT))]
                           if s.result is not None else [])])
                   for s in reversed(e.smokes)]
         out.append(_list(smokes) if smokes else tag("p", "None yet: `validate smoke RUN_DIR` runs one.",
@@ -193,15 +208,15 @@ def _list(items: list[Html]) -> Html:
 def _files(e: RunEntry) -> list[object]:
     out: list[object] = [tag("h2", "Reports and files", id="reports")]
     if e.reports:
-        out.append(table(["report (UTC)", "files"], [[name, join([a(f, file_url(e.key, "reports", name, f))
+        out.append(table(["report (UTC)", "files"], [[name, join([a(f, file_url(e.key, REPORTS, name, f))
                                                                   for f in files], " · ")]
                                                      for name, files in sorted(e.reports.items(), reverse=True)]))
     else:
         out.append(tag("p", "No report yet: `validate report RUN_DIR` writes one.", class_="muted"))
-    names = ["run.json", "manifest.json", "frozen-manifest.json", "patch.diff", "checksums", "checksums.sig",
-             "attempts.parquet", "tasks.parquet", "exclusions.parquet"]
+    names = [SUMMARY, MANIFEST, FROZEN_MANIFEST, PATCH, CHECKSUMS, SIGNATURE,
+             ATTEMPTS, TASKS, EXCLUSIONS]
     links = [a(n, file_url(e.key, n)) for n in names if is_plain_file(e.root / n)]
-    links += [a(f"variants/{v}.json", file_url(e.key, "variants", f"{v}.json")) for v in sorted(e.variants)]
+    links += [a(f"{VARIANTS}/{v}.json", file_url(e.key, VARIANTS, f"{v}.json")) for v in sorted(e.variants)]
     out.append(tag("p", join(links, " · ")))
     return out
 

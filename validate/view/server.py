@@ -29,6 +29,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from validate.paths import (
+    ATTEMPTS,
+    CHECKSUMS,
+    EXCLUSIONS,
+    FROZEN_MANIFEST,
+    MANIFEST,
+    PATCH,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    REPORTS,
+    SIGNATURE,
+    SMOKE,
+    SMOKE_RESULT,
+    SUMMARY,
+    TASKS,
+    VARIANTS,
+)
 from validate.view import tables
 from validate.view.catalog import Catalog, NotInside, RunEntry, open_inside
 from validate.view.markup import url
@@ -37,15 +55,22 @@ from validate.view.runpage import run_page
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'"
 #: The run files the viewer serves: (path pattern, content type). Nothing else is reachable.
+_ENTRY = r"[A-Za-z0-9._-]+"  # an entry's or a variant's name
+
+
+def _one_of(*names: str) -> str:
+    return "(" + "|".join(re.escape(n) for n in names) + ")"
+
+
 FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in (
-    (r"(run|manifest|frozen-manifest)\.json", "application/json"),
-    (r"variants/[A-Za-z0-9._-]+\.json", "application/json"),
-    (r"(patch\.diff|checksums|checksums\.sig)", "text/plain; charset=utf-8"),
-    (r"(attempts|tasks|exclusions)\.parquet", "application/vnd.apache.parquet"),
-    (r"smoke/[A-Za-z0-9._-]+/(result|manifest)\.json", "application/json"),
-    (r"reports/[A-Za-z0-9._-]+/report\.html", "text/html; charset=utf-8"),
-    (r"reports/[A-Za-z0-9._-]+/report\.md", "text/markdown; charset=utf-8"),
-    (r"reports/[A-Za-z0-9._-]+/report\.json", "application/json"),
+    (_one_of(SUMMARY, MANIFEST, FROZEN_MANIFEST), "application/json"),
+    (rf"{re.escape(VARIANTS)}/{_ENTRY}\.json", "application/json"),
+    (_one_of(PATCH, CHECKSUMS, SIGNATURE), "text/plain; charset=utf-8"),
+    (_one_of(ATTEMPTS, TASKS, EXCLUSIONS), "application/vnd.apache.parquet"),
+    (rf"{re.escape(SMOKE)}/{_ENTRY}/{_one_of(SMOKE_RESULT, MANIFEST)}", "application/json"),
+    (rf"{re.escape(REPORTS)}/{_ENTRY}/{re.escape(REPORT_HTML)}", "text/html; charset=utf-8"),
+    (rf"{re.escape(REPORTS)}/{_ENTRY}/{re.escape(REPORT_MD)}", "text/markdown; charset=utf-8"),
+    (rf"{re.escape(REPORTS)}/{_ENTRY}/{re.escape(REPORT_JSON)}", "application/json"),
 ))
 
 

@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from validate.paths import ATTEMPTS, TASKS
+from validate.records import ROLES
 from validate.summary import RunSummary
 from validate.view.catalog import open_inside, resolve_inside
 
@@ -28,7 +30,7 @@ ATTEMPT_COLUMNS = ("phase", "task_id", "agent", "role", "sample", "attempt", "su
                    "as_expected")
 #: Rows of the task table per page.
 PAGE_ROWS = 1000
-ROLE_RANK = {"oracle": 0, "control": 1, "probe": 2, "model": 3}
+ROLE_RANK = {role: i for i, role in enumerate(ROLES)}
 
 
 def _identity(root: Path, name: str) -> tuple:
@@ -64,7 +66,7 @@ def _verdict_phase(attempts: pa.Table, summary: RunSummary) -> pa.Array:
 
 def final_attempts(root: Path, summary: RunSummary) -> pa.Table:
     """The final (not superseded) attempts' small columns, with the verdict phase as ``vphase``."""
-    a = read(root, "attempts.parquet", ATTEMPT_COLUMNS)
+    a = read(root, ATTEMPTS, ATTEMPT_COLUMNS)
     a = a.filter(pc.invert(a.column("superseded")))
     return a.append_column("vphase", _verdict_phase(a, summary))
 
@@ -154,7 +156,7 @@ def distinct(table: pa.Table, column: str) -> list[str]:
 
 def task_row(root: Path, phase: str, task_id: str) -> dict | None:
     """The task's verdict row, every column (findings and meta included)."""
-    t = read(root, "tasks.parquet")
+    t = read(root, TASKS)
     t = t.filter(pc.and_(pc.equal(t.column("phase"), phase), pc.equal(t.column("task_id"), task_id)))
     return t.to_pylist()[0] if t.num_rows else None
 
@@ -162,12 +164,12 @@ def task_row(root: Path, phase: str, task_id: str) -> dict | None:
 def task_attempts(root: Path, phases: Sequence[str], task_id: str) -> list[dict]:
     """Every attempt (superseded included) of `task_id` in these attempt phases, whole rows,
     read from only the row groups that hold them; ordered by role, agent, sample, try."""
-    keys = read(root, "attempts.parquet", ("phase", "task_id"))
+    keys = read(root, ATTEMPTS, ("phase", "task_id"))
     hit = pc.and_(pc.equal(keys.column("task_id"), task_id), pc.is_in(keys.column("phase"), pa.array(phases, pa.string())))
     rows = pc.indices_nonzero(hit).to_pylist()
     if not rows:
         return []
-    with open_inside(root, ["attempts.parquet"]) as fh:
+    with open_inside(root, [ATTEMPTS]) as fh:
         pf = pq.ParquetFile(fh)
         starts, n = [], 0
         for i in range(pf.num_row_groups):

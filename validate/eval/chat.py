@@ -1,4 +1,4 @@
-"""Play the model agent on tasks: one attempt per (phase, task, sample, try), rows first.
+"""The ``chat`` attempt kind: the model agent converses on a task in a live session, rows first.
 
 Each attempt's `Attempt` row (role ``model``) exists before anything runs. The task's
 workspace is materialised in fresh storage, a live sandbox session is started on it, the
@@ -21,13 +21,10 @@ collide with infrastructure retries.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 
 from environment.protocol import ScorerUnavailable, Task
@@ -39,16 +36,27 @@ from validate.eval.contract import EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
 from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
-from validate.evidence import Journal, store_reply
+from validate.context import AttemptKind, Play, RunContext
+from validate.evidence import store_reply
+from validate.kinds.program import unsupported_row
 from validate.paths import SANDBOX_WORKSPACE
-from validate.records import Attempt
-from validate.runner import Hooks, RunContext, pending_keys, run_pool, with_retries
-from validate.runner import unsupported as unsupported_row
+from validate.records import MODEL, Attempt
 from validate.sandbox import Mount, RunRequest
 from validate.sandbox.storage import attempt_storage
-from validate.workspace import AGENT_UID, workspace_sha256
+from validate.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
 
 MODEL_AGENT = "model"
+
+
+@dataclass(frozen=True)
+class ModelAgent:
+    """The evaluated model, as a play's agent: its name and role in the attempt rows."""
+
+    name: str = MODEL_AGENT
+    role: str = MODEL
+
+
+MODEL = ModelAgent()
 
 
 @dataclass
@@ -59,16 +67,6 @@ class EvalContext:
     journal: EvalJournal
 
 
-@dataclass(frozen=True)
-class EvalPlay:
-    """One pass: `samples` samples of every task of `idx` at `temperature`."""
-
-    phase: str
-    temperature: float
-    samples: int
-    idx: list[int]
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -77,16 +75,8 @@ def lay_out(root: Path, task: Task) -> tuple[tuple[Mount, ...], Path]:
     """The task's files in ``root/workspace`` and an empty ``root/tmp``, both owned by the
     sandbox's user: the workspace mount (read-write) and the request's /tmp. The model agent
     gets no /agent directory: its view (prompt and public meta) reaches it as messages."""
-    for sub, mode in (("workspace", 0o755), ("tmp", 0o700)):
-        (root / sub).mkdir(mode=mode)
-        os.chown(root / sub, AGENT_UID, AGENT_UID)
-        (root / sub).chmod(mode)
-    ws = root / "workspace"
-    for name, data in task.files.items():
-        (ws / name).write_bytes(data)
-        os.chown(ws / name, AGENT_UID, AGENT_UID)
-        (ws / name).chmod(0o644)
-    return (Mount(source=ws, target=SANDBOX_WORKSPACE, read_only=False),), root / "tmp"
+    ws, tmp = lay_out_workspace(root, task, AGENT_UID)
+    return (Mount(source=ws, target=SANDBOX_WORKSPACE, read_only=False),), tmp
 
 
 def _status(conv: Conversation, max_reply_bytes: int) -> tuple[str, bytes | None]:
@@ -121,8 +111,8 @@ def _sum(values: list[int | None]) -> int | None:
     return None if not values or any(v is None for v in values) else sum(values)
 
 
-def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, seed: int, row: dict,
-              stats: dict) -> None:
+def _converse(ec: EvalContext, task: Task, conv: Conversation, play: Play, temperature: float, seed: int,
+              row: dict, stats: dict) -> None:
     """Materialise, start the session, play, stop: fills `conv`, `row` and `stats`."""
     ctx, contract = ec.run, ec.contract
     limits = ctx.manifest.execution.limits.model_copy(update={"timeout_s": contract.limits.attempt_timeout_s})
@@ -138,7 +128,7 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: EvalPlay, s
         try:
             session.start()
             stats["sandbox_s"] = time.monotonic() - t0
-            converse(ec.client, contract, session, conv, play.temperature, seed, session.deadline)
+            converse(ec.client, contract, session, conv, temperature, seed, session.deadline)
         finally:
             t1 = time.monotonic()
             session.stop()
@@ -171,12 +161,13 @@ def _fault(row: dict, stats: dict, e: Exception) -> None:
     row.update(status=status, error_class=type(e).__name__, error_message=str(e)[:2000])
 
 
-def attempt_once(ec: EvalContext, play: EvalPlay, task: Task, sample: int, number: int) -> tuple[Attempt, Entry]:
+def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sample: int,
+                 number: int) -> tuple[Attempt, Entry]:
     """One try, as rows that exist before anything runs and are complete whatever happens."""
     ctx, contract = ec.run, ec.contract
     key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                agent=MODEL_AGENT, sample=sample, attempt=number)
-    row: dict = dict(key, role="model", started_at=_now(), status="harness_error",
+    row: dict = dict(key, role=MODEL, started_at=_now(), status="harness_error",
                      workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
                      image_digest=ctx.manifest.execution.image_digest)
     seed = request_seed(contract.sampling.seed, task.id, sample)
@@ -184,7 +175,7 @@ def attempt_once(ec: EvalContext, play: EvalPlay, task: Task, sample: int, numbe
     stats: dict = {}
     t0 = time.monotonic()
     try:
-        _converse(ec, task, conv, play, seed, row, stats)
+        _converse(ec, task, conv, play, temperature, seed, row, stats)
         stats["scoring"], t1 = True, time.monotonic()
         scored = ctx.taskset.score(task, stats["reply"] or b"", ctx.paths.scorer_cache)
         stats["score_s"] = time.monotonic() - t1
@@ -195,8 +186,8 @@ def attempt_once(ec: EvalContext, play: EvalPlay, task: Task, sample: int, numbe
         _fault(row, stats, e)
     row.update(finished_at=_now(), runtime_s=time.monotonic() - t0)
     attempt = Attempt(**row)
-    return attempt, Entry(sample=sample_row(key, task, conv, attempt, stats, contract, play.temperature, seed),
-                          turns=_turn_rows(key, conv, contract, play.temperature, seed))
+    return attempt, Entry(sample=sample_row(key, task, conv, attempt, stats, contract, temperature, seed),
+                          turns=_turn_rows(key, conv, contract, temperature, seed))
 
 
 def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dict, contract: EvalContract,
@@ -229,46 +220,50 @@ def facts_of(a, s: SampleRow) -> classes.Facts:
                          tool_s=s.tool_s)
 
 
-def unsupported(ec: EvalContext, play: EvalPlay, task: Task, sample: int, number: int) -> tuple[Attempt, Entry]:
+def unsupported(ec: EvalContext, play: Play, temperature: float, task: Task, sample: int,
+                number: int) -> tuple[Attempt, Entry]:
     ctx = ec.run
-    key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role="model", sample=sample, attempt=number)
+    key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role=MODEL, sample=sample, attempt=number)
     a = unsupported_row(ctx, task, key, ctx.manifest.execution.image_digest)
     seed = request_seed(ec.contract.sampling.seed, task.id, sample)
     conv = opening(ec.contract, task.prompt, dict(task.meta))
     row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                    agent=MODEL_AGENT, sample=sample, attempt=number)
-    return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, play.temperature, seed), turns=[])
+    return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, temperature, seed), turns=[])
 
 
-def play_task(ec: EvalContext, play: EvalPlay, task: Task, sample: int, first: int) -> list[tuple[Attempt, Entry]]:
-    """Every try of one (task, sample): retried only on infrastructure faults."""
-    ctx = ec.run
-    if task.requires_network_isolation and not ctx.sandbox.isolates_network:
-        return [unsupported(ec, play, task, sample, first)]
-    return with_retries(ctx, ctx.manifest.execution.infra_retries,
-                        lambda n: attempt_once(ec, play, task, sample, first + n),
-                        lambda r: r[0].status == "infrastructure_error")
+class ChatKind(AttemptKind[tuple[Attempt, Entry]]):
+    """One pass of the model at one temperature: each try a conversation in a live session.
+    Its results are (attempt row, eval journal entry); the entry (sample row and turns) is
+    kept before the attempt row is journaled."""
 
+    name = "chat"
 
-def pending(done: Iterable[Attempt], play: EvalPlay) -> list[tuple[int, int, int]]:
-    """(idx, sample, next try number) with no final attempt yet."""
-    keys = [(idx, MODEL_AGENT, sample) for idx in play.idx for sample in range(play.samples)]
-    return [(idx, sample, n) for idx, _, sample, n in pending_keys(done, play.phase, keys)]
+    def __init__(self, ec: EvalContext | None = None, temperature: float = 0.0) -> None:
+        # Registered by name like every kind; a usable one is made with the eval's context.
+        self.ec, self.temperature = ec, temperature
 
+    def _ec(self) -> EvalContext:
+        if self.ec is None:
+            raise TypeError("the chat kind plays with an eval context: ChatKind(ec, temperature)")
+        return self.ec
 
-def execute(ec: EvalContext, journal: Journal, play: EvalPlay, concurrency: int = 1,
-            hooks: Hooks | None = None) -> None:
-    """Play every pending (task, sample) and journal it (see `validate.runner.run_pool`)."""
-    ctx, hooks = ec.run, hooks or {}
-    task_of = lru_cache(maxsize=max(8, 4 * concurrency))(ctx.taskset.task)
+    def once(self, ctx: RunContext, play: Play, task: Task, agent, sample: int, number: int) -> tuple[Attempt, Entry]:
+        return attempt_once(self._ec(), play, self.temperature, task, sample, number)
 
-    def record(results: list[tuple[Attempt, Entry]]) -> None:
+    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent, sample: int,
+                    number: int) -> tuple[Attempt, Entry]:
+        return unsupported(self._ec(), play, self.temperature, task, sample, number)
+
+    def row(self, result: tuple[Attempt, Entry]) -> Attempt:
+        return result[0]
+
+    def keep(self, results: list[tuple[Attempt, Entry]]) -> None:
         for _, entry in results:
-            ec.journal.append(entry)
-        journal.append([a for a, _ in results])
-        for a, _ in results:
-            if "on_attempt" in hooks:
-                hooks["on_attempt"](a)
+            self._ec().journal.append([entry])
 
-    run_pool(ctx, pending(journal, play), lambda item: play_task(ec, play, task_of(item[0]), item[1], item[2]),
-             record, concurrency, hooks, resume="`validate eval run --resume`")
+
+def model_play(ec: EvalContext, phase: str, temperature: float, samples: int, idx: list[int]) -> Play:
+    """One pass: `samples` samples of every task of `idx` at `temperature`."""
+    ctx = ec.run
+    return Play(phase, ctx.manifest, ctx.taskset, idx, [MODEL], ChatKind(ec, temperature), samples)

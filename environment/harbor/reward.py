@@ -1,0 +1,170 @@
+"""Reading a Harbor verifier's reward, and what the agent left where the reward goes.
+
+Harbor's precedence: ``/logs/verifier/reward.json`` if it exists (a number, or a flat object
+of finite numbers), else ``reward.txt`` (one float). Harbor raises on an empty, unparsable
+or non-finite file; here every way a reward can be unusable is a typed `RewardError`, never
+an exception, so the harness records it as a verifier error (never a pass, never a 0 blamed
+on the agent). Stricter than Harbor:
+
+- ``reward.txt`` must be one decimal number (Python's ``float()``, which Harbor uses, also
+  takes ``"nan"``, ``"inf"``, ``"1_0"`` and Arabic-Indic digits);
+- ``reward.json`` may not hold booleans (``true`` is an ``int`` to Python), duplicate keys
+  (which a forger could use to show a reader one value and Harbor another), an empty
+  object, or non-string keys; and every value must be in the range the contract allows
+  (``[0, 1]`` unless told otherwise);
+- a file over `MAX_REWARD_BYTES` is refused unread.
+
+The functions take bytes, not paths: the harness copies the files out of a container.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from environment.protocol import sha256_tag
+
+REWARD_JSON = "reward.json"
+REWARD_TXT = "reward.txt"
+MAX_REWARD_BYTES = 64 * 1024
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+class Reward(BaseModel):
+    """A usable reward: ``values`` is ``{"reward": x}`` for reward.txt or a bare number."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: Literal["reward.json", "reward.txt"]
+    values: dict[str, float]
+
+
+class RewardError(BaseModel):
+    """Why the verifier produced no usable reward: a verifier error, not the agent's fault."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["missing", "empty", "too_large", "not_utf8", "unparsable", "non_numeric",
+                  "non_finite", "out_of_range"]
+    file: str | None
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.file or 'reward'}: {self.kind}: {self.detail}"
+
+
+class Planted(BaseModel):
+    """A file that was already in the verifier's log directory before the verifier ran."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    size: int
+    sha256: str
+
+
+def read_reward(files: Mapping[str, bytes], low: float = 0.0, high: float = 1.0) -> Reward | RewardError:
+    """The reward from the verifier directory's files (name → bytes; other names ignored).
+    ``reward.json`` wins whenever it exists, even when it is unusable and ``reward.txt`` is
+    fine: falling back would let a broken (or planted) JSON choose which file counts."""
+    if REWARD_JSON in files:
+        got = _parse_json(files[REWARD_JSON])
+    elif REWARD_TXT in files:
+        got = _parse_txt(files[REWARD_TXT])
+    else:
+        return RewardError(kind="missing", file=None, detail="the verifier wrote neither reward.json nor reward.txt")
+    if isinstance(got, RewardError):
+        return got
+    bad = {k: v for k, v in got.values.items() if not low <= v <= high}
+    if bad:
+        key, value = sorted(bad.items())[0]
+        return RewardError(kind="out_of_range", file=got.source, detail=f"{key} = {value!r} is outside [{low}, {high}]")
+    return got
+
+
+def _text(data: bytes, name: str) -> str | RewardError:
+    if len(data) > MAX_REWARD_BYTES:
+        return RewardError(kind="too_large", file=name, detail=f"{len(data)} bytes > {MAX_REWARD_BYTES}")
+    if not data.strip():
+        return RewardError(kind="empty", file=name, detail="empty")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return RewardError(kind="not_utf8", file=name, detail=f"not UTF-8 (byte {e.start})")
+
+
+def _parse_txt(data: bytes) -> Reward | RewardError:
+    text = _text(data, REWARD_TXT)
+    if isinstance(text, RewardError):
+        return text
+    token = text.strip()
+    if token.lower().lstrip("+-") in ("nan", "inf", "infinity"):
+        return RewardError(kind="non_finite", file=REWARD_TXT, detail=f"{token!r} is not finite")
+    if not _DECIMAL.fullmatch(token):
+        return RewardError(kind="unparsable", file=REWARD_TXT, detail=f"not one decimal number: {token[:60]!r}")
+    value = float(token)
+    if not math.isfinite(value):  # 1e999
+        return RewardError(kind="non_finite", file=REWARD_TXT, detail=f"{token[:60]!r} is not finite")
+    return Reward(source=REWARD_TXT, values={"reward": value})
+
+
+class _Refused(Exception):
+    pass
+
+
+def _no_constants(name: str):
+    raise _Refused(f"{name} is not a number")
+
+
+def _unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _Refused(f"duplicate key {sorted(k for k in keys if keys.count(k) > 1)[0]!r}")
+    return dict(pairs)
+
+
+def _parse_json(data: bytes) -> Reward | RewardError:
+    text = _text(data, REWARD_JSON)
+    if isinstance(text, RewardError):
+        return text
+    try:
+        value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
+    except _Refused as e:
+        return RewardError(kind="non_finite" if "not a number" in str(e) else "unparsable", file=REWARD_JSON,
+                           detail=str(e))
+    except (ValueError, RecursionError) as e:
+        return RewardError(kind="unparsable", file=REWARD_JSON, detail=f"not JSON: {str(e)[:80]}")
+    values = value if isinstance(value, dict) else {"reward": value}
+    if not values:
+        return RewardError(kind="non_numeric", file=REWARD_JSON, detail="an empty object holds no reward")
+    out: dict[str, float] = {}
+    for key, v in sorted(values.items()):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return RewardError(kind="non_numeric", file=REWARD_JSON,
+                               detail=f"{key!r} is {type(v).__name__}, not a number (a flat object of numbers)")
+        try:
+            f = float(v)
+        except OverflowError:  # a 400-digit integer
+            f = math.inf
+        if not math.isfinite(f):
+            return RewardError(kind="non_finite", file=REWARD_JSON, detail=f"{key!r} is not finite")
+        out[key] = f
+    return Reward(source=REWARD_JSON, values=out)
+
+
+def planted(files: Mapping[str, bytes]) -> list[Planted]:
+    """What was in the verifier's log directory before the verifier ran (name → bytes):
+    the harness creates that directory empty, so anything here was left by the agent
+    phase — recorded on the attempt, then removed. A planted ``reward.json`` or
+    ``reward.txt`` is the forgery Harbor's readers report; any other file is recorded too."""
+    return [Planted(path=name, size=len(data), sha256=sha256_tag(data)) for name, data in sorted(files.items())]
+
+
+def planted_rewards(files: Mapping[str, bytes]) -> list[Planted]:
+    """The planted files that are reward files (the ones that would have decided the trial)."""
+    return [p for p in planted(files) if p.path.rsplit("/", 1)[-1] in (REWARD_JSON, REWARD_TXT)]

@@ -1,0 +1,3 @@
+FROM python:3.11-slim-bookworm
+WORKDIR /app
+COPY numbers.txt /app/numbers.txt

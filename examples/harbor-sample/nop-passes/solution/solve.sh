@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+echo '{"debug": false, "workers": 4}' > /app/config.json

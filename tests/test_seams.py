@@ -1,0 +1,73 @@
+"""Executors and attempt kinds are open registries (``validate.executors``,
+``validate.attempt_kinds``), like environments and backends: an executor and a kind that
+live in tests/ (`tests.toyexecutor`, `tests.toykind`: one module and one entry point each,
+no edit under validate/) run a real pool through real bubblewrap, and the run passes the
+audit. The evidence does not depend on the executor; the kind decides where the reward is
+made (here: a verifier inside the sandbox, after the agent)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
+from validate.audit import audit
+from validate.executors import AttemptSpec, executor_names, make_executor
+from validate.kinds import kind_names, kind_of
+from validate.phases import pool, run_agents
+from validate.records import EXCEPTION_STATUSES
+
+pytestmark = pytest.mark.bwrap
+
+KEY = ("phase", "task_id", "agent", "sample", "attempt", "status", "reward", "reply_sha256", "as_expected")
+
+
+def _rows(run) -> list[tuple]:
+    rows = pq.read_table(run / "attempts.parquet").to_pylist()
+    return sorted(tuple(r[k] for k in KEY) for r in rows)
+
+
+def test_the_registries_list_the_projects_and_the_tests_own():
+    assert executor_names() == ["threads", "toy-reversed"]
+    assert kind_names() == ["chat", "program", "toy-insandbox"]
+
+
+def test_an_executor_from_tests_gives_the_same_evidence_as_threads_and_passes_the_audit(tmp_path, sandboxes):
+    sandbox = sandboxes("bwrap")
+    manifest = make_manifest(sandbox, idx=[0, 1, 2], env_name="toy", broken=[1], min_task_count=2)
+    threads = run_agents(make_ctx(manifest, sandbox, tmp_path / "threads"), "all", "run")
+    ctx = make_ctx(manifest, sandbox, tmp_path / "toy", executor="toy-reversed")
+    toy = run_agents(ctx, "all", "run")
+    # Every (task, agent) went through the toy executor as data, in reverse order of the plan.
+    assert all(isinstance(s, AttemptSpec) for s in ctx.executor.seen)
+    assert [s.idx for s in ctx.executor.seen] == sorted((s.idx for s in ctx.executor.seen), reverse=True)
+    assert len(ctx.executor.seen) == len(_rows(tmp_path / "toy")) >= 3 * 3  # no retries: one row per spec
+    assert _rows(tmp_path / "toy") == _rows(tmp_path / "threads")
+    assert (toy.counts.compatible, toy.counts.excluded) == (threads.counts.compatible, threads.counts.excluded) == (2, 1)
+    result = audit(tmp_path / "toy")
+    assert result.problems == [] and result.checked
+
+
+def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_the_audit(tmp_path, sandboxes):
+    sandbox = sandboxes("bwrap")
+    manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy-insandbox", min_task_count=4)
+    ctx = make_ctx(manifest, sandbox, tmp_path / "pool")
+    assert kind_of(ctx.env).name == "toy-insandbox"
+    summary = pool(ctx)
+    rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
+    assert not {r["status"] for r in rows} & set(EXCEPTION_STATUSES)
+    assert {r["reward"] for r in rows if r["role"] == "oracle"} == {1.0}  # read from the verifier in the sandbox
+    assert all(r["reward"] < 1.0 for r in rows if r["role"] == "control")
+    assert summary.counts.compatible == 4
+    result = audit(tmp_path / "pool")
+    assert result.problems == [] and result.checked
+
+
+def test_an_unknown_executor_is_refused_naming_the_installed_ones(tmp_path):
+    with pytest.raises(Exception, match="no executor named 'slurm'; installed: threads, toy-reversed"):
+        make_executor("slurm")
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--executor", "slurm"], capture_output=True,
+                       text=True, env=subprocess_env(), cwd=tmp_path)
+    assert r.returncode == 2 and "--executor" in r.stderr and "Traceback" not in r.stderr

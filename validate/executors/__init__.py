@@ -1,0 +1,92 @@
+"""Executors by name: how a phase's attempts are carried out, and where.
+
+An executor takes **attempt specifications** — plain, serialisable data naming one
+(phase, task, agent, sample) and its first try number, no live object — and a *worker*
+that turns one specification into its records (every try of it). It hands each
+specification to the worker somewhere (threads of this process, a cluster's nodes) and gives
+the results back to the caller's thread in the order they finish, so the runner and its
+journal, the one writer of evidence, never know which executor ran an attempt.
+`cancel()` stops handing out work and stops what runs; Ctrl-C reaches it through the
+runner. Executors are the ``validate.executors`` entry-point group of every installed
+distribution (this project registers ``threads``), loaded through `validate.registry`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import ClassVar, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from validate.errors import ValidateError
+from validate.registry import Registry
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+DEFAULT_EXECUTOR = "threads"
+
+
+class AttemptSpec(BaseModel):
+    """One (phase, task, agent, sample) still to be played, from try number `attempt` on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    phase: str = Field(description="the play's phase, e.g. oracle, controls, run, eval-t0.7")
+    idx: int = Field(ge=0, description="the task's index in the contract's taskset")
+    agent: str = Field(description="the agent's name in the contract's expectations (model: eval)")
+    sample: int = Field(ge=0, description="which of the key's independent samples")
+    attempt: int = Field(ge=1, description="the number of its first try (later tries follow it)")
+
+
+class Worker(Protocol[R_co]):
+    """Plays one specification, every try of it; `cancel` kills what it is running."""
+
+    def __call__(self, spec: AttemptSpec) -> list[R_co]: ...
+
+    def cancel(self) -> None: ...
+
+
+class Executor(ABC, Generic[R]):
+    """Carries out attempt specifications (see the module)."""
+
+    #: The executor's registry name (``--executor``).
+    name: ClassVar[str]
+
+    def __init__(self, concurrency: int = 1) -> None:
+        self.concurrency = concurrency
+
+    @abstractmethod
+    def run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
+        """`worker(spec)` for each spec, at most `concurrency` at once; `record(results)` on
+        the caller's thread as each finishes, and the next spec handed out only after, so
+        nothing runs that the run could not record. Results of work killed by `cancel` are
+        dropped (they are not evidence: a resume reruns them). A KeyboardInterrupt on the
+        caller's thread cancels and propagates."""
+
+    @abstractmethod
+    def cancel(self) -> None:
+        """Stop handing out specifications and stop what is running (`worker.cancel`)."""
+
+
+class ExecutorUnavailable(ValidateError):
+    """The named executor is not installed or cannot run here."""
+
+
+EXECUTORS: Registry[Executor] = Registry("validate.executors", base=Executor, key="name", field="--executor",
+                                         kind="executor", error=ExecutorUnavailable)
+
+
+def executor_names() -> list[str]:
+    """The installed executors' names, sorted (nothing is imported)."""
+    return EXECUTORS.names()
+
+
+def make_executor(name: str = DEFAULT_EXECUTOR, concurrency: int = 1) -> Executor:
+    """A fresh executor of the class registered under `name`."""
+    return EXECUTORS.load(name)(concurrency=concurrency)
+
+
+__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "AttemptSpec", "Executor", "ExecutorUnavailable", "Worker",
+           "executor_names", "make_executor"]

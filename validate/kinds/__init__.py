@@ -1,0 +1,33 @@
+"""Attempt kinds by name: how one attempt is prepared, played and scored.
+
+The ``validate.attempt_kinds`` entry-point group of every installed distribution, loaded
+through `validate.registry`. This project registers two: ``program`` (an environment's agent
+program runs in a fresh sandbox and its reply is scored on the host,
+`validate.kinds.program`) and ``chat`` (a model converses and calls tools in a live session,
+`validate.eval.chat`). An environment names the kind its tasks are played with
+(`Environment.attempt_kind`); a kind that runs the task's verifier inside the sandbox after
+the agent is one more class and one more entry point.
+"""
+
+from __future__ import annotations
+
+from environment.protocol import Environment
+from validate.context import AttemptKind
+from validate.errors import ContractError
+from validate.registry import Registry
+
+KINDS: Registry[AttemptKind] = Registry("validate.attempt_kinds", base=AttemptKind, key="name",
+                                        field="environment.attempt_kind", kind="attempt kind", error=ContractError)
+
+
+def kind_names() -> list[str]:
+    """The installed attempt kinds' names, sorted (nothing is imported)."""
+    return KINDS.names()
+
+
+def kind_of(env: Environment) -> AttemptKind:
+    """A fresh instance of the kind `env`'s tasks are played with."""
+    return KINDS.load(env.attempt_kind)()
+
+
+__all__ = ["KINDS", "AttemptKind", "kind_names", "kind_of"]

@@ -1,0 +1,116 @@
+"""The ``program`` attempt kind: an agent program in a fresh sandbox, its reply scored on the host.
+
+The workspace is materialised in fresh storage, the agent runs in a fresh sandbox, the reply
+is read back (size-capped, regular files only) and kept whole in the run's replies, then
+scored on the host by the environment's own scorer. Whatever goes wrong ends up in the
+attempt's row: an infrastructure fault (`SandboxError`, a scorer's `ScorerUnavailable`) as
+``infrastructure_error``, the scorer raising on this reply as ``scorer_error``, anything
+else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
+missing or odd reply) is data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from environment.protocol import AgentSpec, ScorerUnavailable, Task
+from validate.agents import source_files
+from validate.context import AttemptKind, Play, RunContext
+from validate.errors import EvidenceError, SandboxError
+from validate.evidence import store_reply
+from validate.paths import SANDBOX_WORKSPACE
+from validate.records import Attempt
+from validate.sandbox import RunRequest
+from validate.sandbox.storage import attempt_storage
+from validate.verdicts import as_expected
+from validate.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text(data: bytes, cap: int) -> tuple[str, bool]:
+    return data[:cap].decode("utf-8", "replace"), len(data) > cap
+
+
+def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: dict) -> bytes | None:
+    """Materialise, run, read back; fill `row` with what happened; return the reply."""
+    ex = play.manifest.execution
+    source = source_files(ctx.env) if agent.sees_source else None
+    name = f"{task.idx}-{agent.name}-{uuid.uuid4().hex[:8]}"
+    make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.run_id, n, lim, gid=gid))
+    with materialise(task, agent, play.manifest.opaque_id(task.id), lambda gid: make(name, ex.limits, gid),
+                     source) as m:
+        request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env, workdir=SANDBOX_WORKSPACE,
+                             limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
+        result = ctx.sandbox.run(request)
+        row.update(runtime_s=result.runtime_s, exit_code=result.exit_code, oom_killed=result.oom_killed,
+                   timed_out=result.timed_out, stdout=result.stdout.decode("utf-8", "replace"),
+                   stderr=result.stderr.decode("utf-8", "replace"))
+        status = ("timeout" if result.timed_out else "oom" if result.oom_killed
+                  else "exit_nonzero" if result.exit_code != 0 else "ok")
+        try:
+            reply = read_reply(m.reply_path, ex.max_reply_bytes)
+        except ReplyTooLarge as e:
+            row.update(status="reply_too_large", error_class="ReplyTooLarge", error_message=str(e))
+            return None
+        except NotAReply as e:
+            row.update(status="no_reply" if status == "ok" else status, error_class="NotAReply", error_message=str(e))
+            return None
+    if reply is None:
+        row.update(status="no_reply" if status == "ok" else status)
+        if status == "ok":
+            row.update(error_class="NoReply", error_message="the agent left no reply.txt")
+        return None
+    text, cut = _text(reply, ex.max_reply_text_bytes)
+    # The whole reply is kept (reply_text is capped): the audit re-scores from these bytes.
+    row.update(status=status, reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply), reply_text=text,
+               reply_truncated=cut)
+    return reply
+
+
+def unsupported_row(ctx: RunContext, task: Task, key: dict, image_digest: str) -> Attempt:
+    """The row of an attempt the backend cannot run: the task needs a network-isolated sandbox."""
+    return Attempt(**key, task_id=task.id, idx=task.idx, task_hash=task.hash, started_at=_now(), finished_at=_now(),
+                   status="unsupported_execution_contract", error_class="NEEDS_CONTAINER",
+                   error_message=f"the task needs network isolation and backend {ctx.sandbox.backend} provides none",
+                   workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
+                   image_digest=image_digest)
+
+
+class ProgramKind(AttemptKind[Attempt]):
+    name = "program"
+
+    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Attempt:
+        """One try, as a row that exists before anything runs and is complete whatever happens."""
+        rule = play.manifest.expectations.rules()[agent.name]
+        row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
+                         agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
+                         status="harness_error", workspace_sha256=workspace_sha256(dict(task.files)),
+                         backend=ctx.sandbox.backend, image_digest=play.manifest.execution.image_digest)
+        scoring = False
+        try:
+            reply = _run_agent(ctx, play, task, agent, row)
+            scoring = True
+            scored = play.taskset.score(task, reply or b"", ctx.paths.scorer_cache)
+            row.update(reward=scored.reward, metrics=dict(scored.metrics),
+                       as_expected=as_expected(rule, row["status"], scored.reward,
+                                               play.manifest.expectations.pass_threshold))
+        except (SandboxError, ScorerUnavailable) as e:
+            row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+        except EvidenceError:
+            raise  # the reply could not be kept: the evidence itself fails, as a journal write does
+        except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
+            # The scorer raising on this reply is the environment's fault; anything before it is ours.
+            row.update(status="scorer_error" if scoring else "harness_error", error_class=type(e).__name__,
+                       error_message=(str(e) if scoring else f"harness: {e}")[:2000])
+        row["finished_at"] = _now()
+        return Attempt(**row)
+
+    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
+                    number: int) -> Attempt:
+        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
+                   attempt=number)
+        return unsupported_row(ctx, task, key, play.manifest.execution.image_digest)
