@@ -38,6 +38,7 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
 
     from environment.deshuffle.baseline import MODEL_NAME, policy
     from validate.api import context
+    from validate.audit import audit
     from validate.contract import derive, write_manifest
     from validate.eval import contract as ec
     from validate.eval.client import ChatClient
@@ -45,7 +46,7 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     from validate.eval.run import evaluate
     from validate.localserver import serve
 
-    parent, frozen = parent_of(pool_run)
+    parent, frozen = parent_of(pool_run, audit=lambda root: audit(root).problems)
     if frozen.execution.backend != backend:
         sys.exit(f"--backend: the pool ran on {frozen.execution.backend}; evaluate on that backend")
     work = Path(tempfile.mkdtemp(prefix="eval-bench-"))

@@ -157,7 +157,7 @@ def test_a_verdict_of_a_phase_no_group_covers(run):
 def test_a_smoke_pass_claimed_in_run_json_without_its_smoke_evidence(pooled):
     """run.json says the smoke test passed (its verdict recomputed to match) while smoke/ holds
     no entry: the report must not print PASS from run.json's word, and the audit names it."""
-    from validate.report import current_verdict
+    from validate.run_evidence import current_verdict
     from validate.summary import RunSummary
     from validate.verdicts import dataset_verdict
 

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest, subprocess_env
 from validate.audit import audit
-from validate.eval.audit import audit as eval_audit
+from validate.audit_eval import audit as eval_audit
 from validate.evidence import write_checksums
 from validate.paths import RunPaths
 from validate.phases import RunPhase, run_agents

@@ -319,7 +319,7 @@ EVALS = tuple(latest(f"eval-baseline-t{t}-eval-").name for t in ("0.7", "1.0"))
 
 
 def test_an_edited_eval_report(tmp_path):
-    from validate.eval.audit import audit as eval_audit
+    from validate.audit_eval import audit as eval_audit
 
     root = _eval_copy(tmp_path, EVALS[0])
     r = eval_audit(root)
@@ -333,7 +333,7 @@ def test_an_edited_eval_report(tmp_path):
 
 def test_an_edited_comparison(tmp_path):
     from validate.audit_reports import audit_compare
-    from validate.eval.audit import audit as eval_audit
+    from validate.audit_eval import audit as eval_audit
     from validate.eval.compare import compare
 
     a, b = (_eval_copy(tmp_path, n) for n in EVALS)
@@ -365,7 +365,7 @@ def test_a_comparison_whose_runs_changed_since(tmp_path):
 def test_forged_earlier_eval_ledgers(tmp_path):
     """An eval report rendered from a made-up 'earlier' eval.json (a resume would have kept
     the real one there) fails: the copy does not pass the eval audit."""
-    from validate.eval.audit import audit as eval_audit
+    from validate.audit_eval import audit as eval_audit
     from validate.eval.report import EVAL_INPUTS, render
     from validate.evidence import atomic_write, file_sha256, ledger_key, new_entry
 

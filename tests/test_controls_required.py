@@ -144,7 +144,7 @@ def test_eval_freeze_refuses_a_pool_with_an_untested_frozen_task(untestable_pool
     shutil.copytree(untestable_pool[0], root)
     _frozen_as(root, lambda t: True)
     with pytest.raises(ContractError, match=rf"--pool-run: {root}: no negative control can test 1 frozen task"):
-        parent_of(root)
+        parent_of(root, audit=_not_reached)
     r = cli("eval", "freeze", "--name", "e", "--pool-run", str(root), "--model", "m", "--model-revision", "r",
             "--base-url", "http://127.0.0.1:9/v1", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 2 and "no negative control can test" in r.stderr and str(root) in r.stderr, r.stderr
@@ -161,7 +161,12 @@ def test_eval_freeze_refuses_a_frozen_task_without_a_control_attempt(untestable_
     rows = [r for r in table.to_pylist() if not (r["role"] == "control" and r["idx"] == TESTABLE[0])]
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
     with pytest.raises(ContractError, match=r"1 frozen task\(s\) have no final, exception-free control attempt"):
-        parent_of(root)
+        parent_of(root, audit=_not_reached)
+
+
+def _not_reached(root):
+    """The audit handed to `parent_of`: these refusals come before it (they need no trust in the evidence)."""
+    raise AssertionError(f"{root}: audited, though the refusal needs no audit")
 
 
 def _frozen_as(root, keep):
@@ -186,4 +191,4 @@ def test_eval_freeze_refuses_a_pool_whose_contract_names_no_control(untestable_p
                                          if a["role"] != "control"}
         (root / name).write_text(json.dumps(raw))
     with pytest.raises(ContractError, match=rf"--pool-run: {root}: its manifest.json names no negative control"):
-        parent_of(root)
+        parent_of(root, audit=_not_reached)

@@ -16,7 +16,7 @@ import pytest
 
 from environment.deshuffle import HUB_REVISION, Corpus, CorpusError
 from environment.deshuffle.corpus import DEFAULT_LIMITS, CorpusLimits
-from environment.deshuffle.hub import iter_hub_file, map_hub_record
+from environment.deshuffle.hub import iter_hub_file, load_hub, map_hub_record
 
 
 def good(pid="arxiv:1", **over):
@@ -97,7 +97,7 @@ def test_hub_unreachable_fails_fast_with_guidance(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as silent:
         t0 = time.monotonic()
         with pytest.raises(CorpusError) as e:
-            Corpus.from_hub(cache_dir=tmp_path, timeout_s=2.0, endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}")
+            load_hub(cache_dir=tmp_path, timeout_s=2.0, endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}")
         assert time.monotonic() - t0 < 10  # the timeout holds: no retry loop or hang
     msg = str(e.value)
     assert HUB_REVISION in msg and "PrimeIntellect/deshuffle-papers-v1-corpus" in msg

@@ -13,9 +13,9 @@ import pytest
 
 from validate.contract import load_manifest
 from validate.errors import ContractError
-from validate.eval.audit import audit
+from validate.audit_eval import audit
 from validate.eval.contract import load
-from validate.report import current_verdict, load_run
+from validate.run_evidence import current_verdict, load_run
 
 LEDGERS = Path(__file__).resolve().parents[1] / "ledgers"
 EVALS = sorted(p for p in LEDGERS.iterdir() if (p / "eval-contract.json").is_file())

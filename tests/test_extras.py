@@ -8,7 +8,8 @@ import tomllib
 
 import pytest
 
-from environment.deshuffle import Corpus, CorpusError
+from environment.deshuffle import CorpusError
+from environment.deshuffle.hub import load_hub
 from tests.conftest import ROOT
 from validate.errors import ValidateError
 
@@ -24,7 +25,7 @@ def test_the_core_is_lean():
 def test_the_hub_corpus_names_its_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if not installed
     with pytest.raises(CorpusError, match=r"\[hub\] extra"):
-        Corpus.from_hub()
+        load_hub()
 
 
 def test_the_smoke_test_names_its_extra(monkeypatch, tmp_path):

@@ -24,17 +24,41 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from environment.protocol import LoadHints
+from environment.protocol import LoadHints, sha256_tag
+from validate import environments, run_evidence
+from validate.audit import audit as audit_run
+from validate.audit_eval import audit as audit_eval
 from validate.context import Progress, RunContext
+from validate.contract import check_limits, load_manifest, load_taskset, write_manifest
+from validate.contract import freeze as freeze_contract
+from validate.contract import verify as verify_contract
 from validate.errors import ValidateError
+from validate.eval import contract as ec
+from validate.eval.client import ChatClient
+from validate.eval.compare import compare as compare_runs
+from validate.eval.freeze import dataset_manifest, parent_of
+from validate.eval.report import write_report as write_eval_report
+from validate.eval.run import PASSES, evaluate
+from validate.evidence import atomic_write
 from validate.executors import DEFAULT_EXECUTOR, make_executor
-from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR
+from validate.lifecycle import reopen
+from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
+    DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
+    run_directory, utf8_path,
+)
+from validate.options import min_count as check_min_count
+from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths
+from validate.patches import require
+from validate.phases import PilotPhase, PoolPhase, RunPhase, run_agents
+from validate.phases import pilot as pilot_phase
+from validate.phases import pool as pool_phase
 from validate.records import EVAL, PILOT, POOL
+from validate.report import write_report
+from validate.sandbox import Limits, open_sandbox
+from validate.signing import sign as sign_run
+from validate.smoke import smoke as smoke_test
+from validate.summary import run_kind
 
-#: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
-#: start-up, the daemon and namespace teardown about as much as it computes; on 2 cores,
-#: -c 4 beat -c 2 on both backends (docs/performance.md).
-DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
 MAX_TASKS = 1_000_000
 PathLike = str | Path
 
@@ -87,8 +111,6 @@ def _some_task_can_pass(env, taskset, idx: Sequence[int]) -> None:
 
 
 def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str, Any]) -> BaseModel:
-    from validate.options import model_values
-
     if isinstance(config, BaseModel):
         config = config.model_dump(mode="json")
     where = "config"
@@ -104,8 +126,6 @@ def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str
 def _config_file(config) -> str | None:
     if not isinstance(config, str | Path):
         return None
-    from environment.protocol import sha256_tag
-
     return f"{Path(config).name} {sha256_tag(Path(config).read_bytes())}"
 
 
@@ -117,12 +137,6 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it."""
-    from validate import environments
-    from validate.contract import check_limits, freeze as freeze_contract, load_taskset, write_manifest
-    from validate.options import min_count as check_min_count, model_values, output_file
-    from validate.patches import require
-    from validate.sandbox import Limits, open_sandbox
-
     env_name = env or environments.default_name()
     if env_name is None:
         raise ValidateError("--env: no environment given and none is the default; install one")
@@ -148,9 +162,6 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
 
 def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
     """Check a manifest against this machine; return it (or raise naming the field)."""
-    from validate.contract import load_manifest, verify as verify_contract
-    from validate.sandbox import open_sandbox
-
     m = load_manifest(manifest)
     verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                     LoadHints(search=tuple(Path(p) for p in data)))
@@ -162,12 +173,6 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
             executor: str = DEFAULT_EXECUTOR, progress: Progress | None = None):
     """Load and verify the manifest, check the code, open the backend, pick the run directory;
     attempts will be carried out by `executor` at `concurrency`, reporting to `progress`."""
-    from validate.contract import load_manifest, verify as verify_contract
-    from validate.options import run_directory, utf8_path
-    from validate.patches import require
-    from validate.paths import RunPaths
-    from validate.sandbox import open_sandbox
-
     if not 1 <= concurrency <= 256:
         raise ValidateError("--concurrency: must be between 1 and 256")
     runner = make_executor(executor, concurrency)  # an unknown name is refused before anything runs
@@ -203,8 +208,6 @@ def _phase(ctx, fn: Callable):
 def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
         progress: Progress | None = None, **where):
     """Play `agents` on every task of the contract (one phase); return the run summary."""
-    from validate.phases import RunPhase, run_agents
-
     cfg = RunPhase(agents=agents if isinstance(agents, str) else list(agents), phase=phase)
     ctx = context(manifest, kind=phase, progress=progress, **where)
     return _phase(ctx, lambda c: run_agents(c, cfg))
@@ -212,8 +215,6 @@ def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all"
 
 def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: Progress | None = None, **where):
     """The representative pilot (strata × config variants, probes); return the run summary."""
-    from validate.phases import PilotPhase, pilot as pilot_phase
-
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
     ctx = context(manifest, kind=PILOT, progress=progress, **where)
@@ -224,9 +225,6 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
          progress: Progress | None = None, log: Callable[[str], None] = print, **where):
     """Oracle → freeze the passes → controls → smoke; return the run summary. The frozen child
     is also written beside the contract it came from (or into `manifest_dir`)."""
-    from validate.options import output_dir
-    from validate.phases import PoolPhase, pool as pool_phase
-
     if smoke_sample < 0:
         raise ValidateError("--smoke-sample: must be ≥ 0")
     if manifest_dir is not None:  # the frozen child is written there after the whole pool has run
@@ -241,9 +239,6 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
 
 def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
     """A fresh-materialisation smoke test of a pool, appended to its run directory."""
-    from validate.lifecycle import reopen
-    from validate.smoke import smoke as smoke_test
-
     if sample < 1:
         raise ValidateError("--sample: must be ≥ 1")
     ctx, frozen = reopen(run_dir, tuple(Path(p) for p in data))
@@ -251,17 +246,12 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
 
 
 def _is_eval(run_dir: PathLike) -> bool:
-    from validate.summary import run_kind
-
     return run_kind(Path(run_dir)) == EVAL
 
 
 def report(run_dir: PathLike):
     """Write a new report entry; return (its directory, the dataset verdict it states). An eval
     run directory gets an eval report (`eval_report`), and (its directory, None)."""
-    from validate.options import existing_dir
-    from validate.report import write_report
-
     existing_dir(run_dir, "RUN_DIR")
     if _is_eval(run_dir):
         return eval_report(run_dir), None
@@ -271,9 +261,6 @@ def report(run_dir: PathLike):
 def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str = "validate",
           data: Sequence[PathLike] = (), manifests: PathLike | None = None):
     """Re-derive a run directory's verdicts and counts; return the `AuditResult`."""
-    from validate.audit import audit as audit_run
-    from validate.options import existing_dir, existing_file
-
     existing_dir(run_dir, "RUN_DIR")  # an audit of nothing is a typo, not a failed audit
     if signature is not None:
         existing_file(signature, "--signature")
@@ -287,17 +274,13 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
 
 
 def sign(run_dir: PathLike, key: PathLike) -> Path:
-    from validate.signing import sign as sign_run
-
     return sign_run(Path(run_dir), Path(key))
 
 
 def load_run(run_dir: PathLike):
     """A run's evidence: ``.summary`` (`RunSummary`), ``.manifest`` and the dataframes
     ``.attempts``, ``.tasks``, ``.exclusions``."""
-    from validate.report import load_run as load
-
-    return load(Path(run_dir))
+    return run_evidence.load_run(Path(run_dir))
 
 
 # --- model evaluation (protocol part 2) ----------------------------------------------------
@@ -309,18 +292,14 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
                 data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
     """Freeze an eval contract on a pool run's frozen set (refused unless its dataset verdict is
     PASS and its audit passes); write it (default ``manifests/<name>.json``) and return it."""
-    from validate import environments
-    from validate.eval import contract as ec
-    from validate.eval.freeze import parent_of
-    from validate.options import model_spec, model_values, output_file
-    from validate.patches import require
-
     spec = model_spec(id=model, revision=model_revision, server=server, base_url=base_url,
                       api_key_env=api_key_env)
     path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     code = require(allow_patch)
+    data = tuple(Path(p) for p in data)
+    # eval/ sits below the audit: the pool run's audit is handed down, run after the cheaper refusals.
     parent, frozen = parent_of(Path(pool_run), None if manifest is None else Path(manifest),
-                               tuple(Path(p) for p in data))
+                               audit=lambda root: audit_run(root, data=data).problems)
     env = environments.get(frozen.environment.name)
     contract = ec.build(
         name=name, parent=parent, manifest=frozen, model=spec,
@@ -330,8 +309,6 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
         sampling=model_values(ec.Sampling, {}, dict(sampling or {}), "sampling"),
         limits=model_values(ec.AgentLimits, {}, dict(limits or {}), "limits"), k=k,
         git_commit=code.label, patch=code.patch)
-    from validate.evidence import atomic_write
-
     atomic_write(path, contract.to_json())
     return contract
 
@@ -342,12 +319,6 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
              allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
-    from validate.eval import contract as ec
-    from validate.eval.client import ChatClient
-    from validate.eval.freeze import dataset_manifest
-    from validate.eval.run import PASSES, evaluate
-    from validate.options import run_directory
-
     bad = [p for p in passes if p not in PASSES]
     if bad or not passes:
         raise ValidateError(f"--passes: choose from {', '.join(PASSES)}; got {', '.join(bad) or 'none'}")
@@ -385,18 +356,12 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
 
 def eval_report(run_dir: PathLike) -> Path:
     """Write a new eval report entry (report.md, report.html, report.json); return its directory."""
-    from validate.eval.report import write_report
-    from validate.options import existing_dir
-
-    return write_report(existing_dir(run_dir, "RUN_DIR"))
+    return write_eval_report(existing_dir(run_dir, "RUN_DIR"))
 
 
 def eval_audit(run_dir: PathLike, *, data: Sequence[PathLike] = (), manifests: PathLike | None = None):
     """Re-derive an eval run's replies, rewards, sample rows, classes, metrics and reports;
     return the `AuditResult`."""
-    from validate.eval.audit import audit as audit_eval
-    from validate.options import existing_dir
-
     return audit_eval(existing_dir(run_dir, "RUN_DIR"), data=tuple(Path(p) for p in data),
                       manifests=None if manifests is None else Path(manifests))
 
@@ -405,9 +370,6 @@ def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
     """Per-task and per-family deltas of two evals under the same dataset contract; refused
     (naming the field) when their dataset contract, reward or k differ. Returns the comparison
     and the directory it was written to."""
-    from validate.eval.compare import compare as compare_runs
-    from validate.options import output_dir
-
     if out is not None:  # RUN_A and RUN_B are checked by `compare_runs`, naming what an eval run holds
         output_dir(out, "--out")
     return compare_runs(Path(run_a), Path(run_b), None if out is None else Path(out))

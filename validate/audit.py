@@ -29,16 +29,19 @@ Any failure names its file.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 
+from environment.protocol import Finding
 from validate.audit_contracts import check_anchor, committed_manifests, read_manifests
+from validate.audit_counts import check_counts, check_identity, check_smokes, verdict_rows
+from validate.audit_env import EnvAtHand, rescore
+from validate.audit_reports import check_rendered
+from validate.audit_seal import AuditResult, check_seal
 from validate.contract import Manifest
 from validate.errors import EvidenceError
-from validate.evidence import file_sha256, sealed_files
 from validate.paths import (
     ATTEMPTS,
     FROZEN_MANIFEST,
@@ -66,6 +69,9 @@ from validate.records import (
     TaskVerdict,
     arrow_schema,
 )
+from validate.run_evidence import load_run
+from validate.runner import verdict_row
+from validate.signing import verify_signature
 from validate.verdicts import Outcome, as_expected, decide
 
 
@@ -86,40 +92,6 @@ EVAL_SEALED_ONLY: tuple[str, ...] = (
     "replies/: what the model answered (its reward is re-scored from it; the answer is the model's)",
     "trajectories.parquet: every message, tool call and tool result; samples.parquet: token counts and timings",
 )
-
-
-@dataclass
-class AuditResult:
-    """`problems` (each naming its file; any one fails the audit), what was re-derived
-    (`checked`, with counts), and what could only be sealed (`sealed_only`)."""
-
-    problems: list[str] = field(default_factory=list)
-    checked: list[str] = field(default_factory=list)
-    sealed_only: list[str] = field(default_factory=list)
-
-
-def check_seal(paths: RunPaths, r: AuditResult) -> None:
-    """Check 1, the seal (every run directory's, the eval audit's too): ``checksums`` lists
-    exactly the sealed files, each line well formed, every sha256 matching."""
-    if not paths.checksums.exists():
-        r.problems.append(f"{paths.checksums}: missing")
-        return
-    listed: dict[str, str] = {}
-    for lineno, line in enumerate(paths.checksums.read_text(errors="replace").split("\n")[:-1], 1):
-        digest, _, name = line.partition("  ")
-        if len(digest) != 64 or not name:
-            r.problems.append(f"{paths.checksums} line {lineno}: malformed")
-            continue
-        listed[name] = digest
-    present = {p.relative_to(paths.root).as_posix() for p in sealed_files(paths)}
-    for name in sorted(set(listed) - present):
-        r.problems.append(f"{paths.root / name}: listed in checksums but missing")
-    for name in sorted(present - set(listed)):
-        r.problems.append(f"{paths.root / name}: present but not listed in checksums")
-    for name in sorted(set(listed) & present):
-        if file_sha256(paths.root / name) != listed[name]:
-            r.problems.append(f"{paths.root / name}: sha256 does not match checksums (changed after the run)")
-    r.checked.append(f"checksums over {len(present)} files")
 
 
 def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
@@ -201,9 +173,6 @@ def _run_status(row) -> Status:
 def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r: AuditResult) -> None:
     """Every verdict row (and every exclusion row) rebuilt, field for field, by the run's own
     `verdict_row` from the task's attempts and the environment (see the module docstring)."""
-    from validate.audit_counts import verdict_rows
-    from validate.runner import verdict_row
-
     where = paths.tasks
     stored = {(v.phase, v.task_id): v for v in verdict_rows(where)}
     if len(stored) != pq.ParquetFile(where).metadata.num_rows:
@@ -289,8 +258,6 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     as the pool decided them: with each task's findings (those stored in tasks.parquet, which
     `_verdicts` holds to the environment's), so a task with a blocking finding is never frozen,
     and with the contract's skips, so a task no control can test is never frozen either."""
-    from environment.protocol import Finding
-
     root, frozen = manifests.get(MANIFEST), manifests.get(FROZEN_MANIFEST)
     if frozen is None or root is None:
         return
@@ -331,8 +298,6 @@ def _names(paths: RunPaths, s, found: dict[str, Manifest], r: AuditResult) -> No
 def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r: AuditResult) -> None:
     """With the environment at hand: every reward re-scored (the run's and each smoke rerun's),
     every verdict and exclusion row rebuilt."""
-    from validate.audit_env import rescore
-
     rescore(paths, at, by_phase, r)
     for name, m in sorted(found.items()):
         rerun = RunPaths(paths.root / Path(name).parent / SMOKE_RUN)
@@ -345,10 +310,6 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
           manifests: Path | None = None) -> AuditResult:
     """Every problem found (each naming its file), what was re-derived, and what is sealed only.
     `manifests`: the committed contracts' directory (default: the project's ``manifests/``)."""
-    from validate.audit_counts import check_counts, check_identity, check_smokes
-    from validate.audit_reports import check_rendered
-    from validate.audit_env import EnvAtHand
-
     paths = RunPaths(Path(root))
     r = AuditResult(sealed_only=list(SEALED_ONLY))
     if not paths.manifest.is_file():
@@ -356,8 +317,6 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
         return r
     check_seal(paths, r)
     if signature is not None:
-        from validate.signing import verify_signature
-
         problem = verify_signature(paths, signature, identity)
         (r.problems.append(problem) if problem else r.checked.append(f"signature of {identity}"))
     found = read_manifests(paths, r)
@@ -365,8 +324,6 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
         r.checked.append(f"{n} contract(s) compared with the committed manifests")
     tables = _tables(paths, r)
     try:
-        from validate.report import load_run
-
         ev = load_run(paths.root)
     except EvidenceError as e:
         r.problems.append(str(e))
@@ -390,5 +347,5 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     check_identity(ev, tables, found, at if at.ok else None, r)
     check_counts(ev, tables, found, r)
     check_smokes(ev, paths, found, r)
-    check_rendered(ev, paths, r)
+    check_rendered(ev, paths, r, audit)  # a copy a resume kept is audited as a run
     return r

@@ -13,8 +13,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
+from validate.lifecycle import REQUIRED, chance_means, counts
 from validate.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
-from validate.records import EXCLUDED, PILOT, FindingRow, TaskVerdict
+from validate.phases import probe_checks, stratify
+from validate.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten
+from validate.run_evidence import smoke_outcome
 from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
 
@@ -70,8 +73,6 @@ def _check_strata(s, m, at, taskset, r, where) -> None:
     sampled (`validate.phases.stratify`, given the run's per-stratum count: its largest sample)."""
     from types import SimpleNamespace
 
-    from validate.phases import stratify
-
     per_stratum = max((len(x.sampled) for x in s.strata), default=0)
     again = stratify(SimpleNamespace(manifest=m, env=at.env, taskset=taskset), per_stratum)
     if [x.model_dump() for x in again] != [x.model_dump() for x in s.strata]:
@@ -79,8 +80,6 @@ def _check_strata(s, m, at, taskset, r, where) -> None:
 
 
 def check_counts(ev, tables, manifests, r) -> None:
-    from validate.lifecycle import REQUIRED, counts
-
     s, where = ev.summary, ev.root / SUMMARY
     verdicts = verdict_rows(ev.root / TASKS)
     a = tables[ATTEMPTS]
@@ -98,8 +97,6 @@ def check_counts(ev, tables, manifests, r) -> None:
     if (f.tasks, f.compatible, f.excluded, f.incomplete, f.excluded_without_one_reason,
             f.blocking_dataset_findings) != derived:
         r.problems.append(f"{where}: the verdict's facts differ from the ledgers'")
-    from validate.lifecycle import chance_means
-
     if f.chance_controls != chance_means(ev.root / ATTEMPTS, manifests[MANIFEST].expectations.rules()):
         r.problems.append(f"{where}: the chance-level controls' means differ from the attempts'")
     if f.interrupted != s.interrupted:
@@ -120,10 +117,6 @@ def check_counts(ev, tables, manifests, r) -> None:
 
 
 def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
-    from validate.phases import probe_checks
-    from validate.records import Attempt
-    from validate.records import unflatten
-
     attempts = [Attempt.model_validate(unflatten({k: (None if isinstance(v, float) and pd.isna(v) else v)
                                                    for k, v in row.items()})) for row in a.to_dict("records")]
     checks: list[ProbeCheck] = []
@@ -139,8 +132,6 @@ def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
 def check_smokes(ev, paths: RunPaths, manifests, r) -> None:
     """run.json's smoke fact against the entries (each entry's result.json is derived again
     byte for byte by `validate.audit_reports.check_rendered`)."""
-    from validate.report import smoke_outcome
-
     said = ev.summary.facts.smoke  # as of the run's end: the run's own entry, the first one
     first = smoke_outcome({k: ev.smokes[k] for k in sorted(ev.smokes)[:1]})
     if said != "not run" and said != first:

@@ -8,8 +8,9 @@ render a report from them. It is evidence of this run only if it is an earlier s
 - every task verdict's findings are the run's own for that task (the run's are held to the
   environment);
 - everything the audit re-derives holds on it: the full audit (`validate.audit.audit`, or
-  `validate.eval.audit.audit` for an eval run) runs on a scratch run directory made of
-  exactly that copy, the contract, the patch and the smoke entries it names.
+  `validate.audit_eval.audit` for an eval run; the caller hands it down, so this module
+  imports neither) runs on a scratch run directory made of exactly that copy, the contract,
+  the patch and the smoke entries it names.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from validate.evidence import write_checksums
 from validate.paths import ATTEMPTS, SMOKE, SMOKE_RESULT, TASKS, RunPaths
-from validate.records import EVAL, RUN, RunKind
 
 
 def _rows(path: Path, drop: tuple[str, ...]) -> list[dict]:
@@ -69,14 +70,10 @@ def _scratch(paths: RunPaths, src: Path, names: list[str], into: Path) -> Path:
     return root
 
 
-def check_earlier(paths: RunPaths, src: Path, names: list[str], r, kind: RunKind = RUN) -> bool:
-    """Whether the copy at `src` (the files `names`) is an earlier state of this run (of this
-    `kind`: "run" or "eval") whose derived files all hold; every problem is recorded, naming `src`."""
-    if kind == EVAL:
-        from validate.eval.audit import audit
-    else:
-        from validate.audit import audit
-
+def check_earlier(paths: RunPaths, src: Path, names: list[str], r, audit: Callable) -> bool:
+    """Whether the copy at `src` (the files `names`) is an earlier state of this run whose
+    derived files all hold under `audit` (the full audit of this run's kind: a run's or an
+    eval run's); every problem is recorded, naming `src`."""
     if not _among_the_runs(paths, src, r):
         return False
     tmp = Path(tempfile.mkdtemp(prefix="validate-earlier-"))

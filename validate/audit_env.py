@@ -1,6 +1,6 @@
 """Audit, the environment's half: what the environment's own code and data re-derive.
 
-Both audits (`validate.audit`, `validate.eval.audit`) use it. `EnvAtHand` loads the
+Both audits (`validate.audit`, `validate.audit_eval`) use it. `EnvAtHand` loads the
 environment each contract names and holds every contract to it: the content revision, the
 scorer, every agent's role and ``program_sha256`` recomputed from the code at audit time,
 every task's id, hash and skips. `rescore` then walks attempts.parquet (streamed, a batch at a

@@ -19,11 +19,25 @@ gone or changed) is a problem, never a note: its claims would otherwise go unche
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
+from validate import report
+from validate.audit_earlier import check_earlier
+from validate.audit_seal import AuditResult, check_seal
+from validate.contract import load_manifest
+from validate.eval import compare
+from validate.eval import report as eval_report
+from validate.evidence import file_sha256, ledger_source
 from validate.jsonio import loads
 from validate.paths import ATTEMPTS, COMPARE_JSON, MANIFEST, REPORT_JSON, SMOKE_RESULT, SMOKE_RUN, RunPaths
 from validate.records import EVAL, RUN, RunKind
+from validate.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
+
+#: The full audit of a run directory (`validate.audit.audit`, `validate.audit_eval.audit`),
+#: handed down by the audit that calls this module: a copy a resume kept is audited with it,
+#: so this module, below both audits, imports neither.
+Audit = Callable[[Path], AuditResult]
 
 
 def first_difference(stored: bytes, expected: bytes) -> str:
@@ -111,19 +125,16 @@ def _rendered(kind: str, entries: list[Path], check, r) -> None:
                          else f"{equal} {kind} re-rendered and equal")
 
 
-def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: RunKind) -> bool:
+def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: RunKind, audit: Audit) -> bool:
     """One report entry of a run (`kind` "run") or an eval run ("eval"), rendered again from
-    the files its report.json names, with the renderer it names."""
-    from validate.evidence import ledger_source
-
+    the files its report.json names, with the renderer it names; a copy a resume kept is
+    first audited with `audit`."""
     if kind == EVAL:
-        from validate.eval.report import RENDERER
-        from validate.eval.report import render as render_eval
-
-        render = lambda src, names: render_eval(src)  # noqa: E731 - an eval report reads a fixed set
+        renderer = eval_report.RENDERER
+        render = lambda src, names: eval_report.render(src)  # noqa: E731 - an eval report reads a fixed set
     else:
-        from validate.report import RENDERER, render
-    record = _record(entry / REPORT_JSON, RENDERER, r)
+        renderer, render = report.RENDERER, report.render
+    record = _record(entry / REPORT_JSON, renderer, r)
     if record is None:
         return False
     src = ledger_source(paths, record["ledgers"])
@@ -132,19 +143,14 @@ def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: RunKi
                           f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
         return False
     if src != paths.root:  # a copy kept at a resume: evidence only once audited itself
-        from validate.audit_earlier import check_earlier
-
         if src not in kept:
-            kept[src] = check_earlier(paths, src, sorted(record["ledgers"]), r, kind=kind)
+            kept[src] = check_earlier(paths, src, sorted(record["ledgers"]), r, audit)
         if not kept[src]:
             return False
     return _compare_files(entry, render(src, list(record["ledgers"])), r)
 
 
 def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
-    from validate.contract import load_manifest
-    from validate.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
-
     if not (entry / SMOKE_RUN / ATTEMPTS).is_file() or not (entry / MANIFEST).is_file():
         r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet, manifest.json)")
         return False
@@ -164,20 +170,18 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
     return True
 
 
-def check_rendered(ev, paths: RunPaths, r) -> None:
-    """A run directory's reports and smoke results, each rendered again (`validate audit`)."""
+def check_rendered(ev, paths: RunPaths, r, audit: Audit) -> None:
+    """A run directory's reports and smoke results, each rendered again (`validate audit`,
+    which hands itself down as `audit`)."""
     kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
-    _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, RUN), r)
+    _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, RUN, audit), r)
     _rendered("smoke results", _entries(paths.smoke, r), lambda e: _smoke_result(paths, e, r), r)
 
 
 def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
     """One compare entry: computed again from A's and B's evidence (by default the run
     directories beside ``compare/``) and rendered again, byte for byte."""
-    from validate.eval.compare import RENDERER, comparison, render
-    from validate.evidence import file_sha256
-
-    record = _record(entry / COMPARE_JSON, RENDERER, r)
+    record = _record(entry / COMPARE_JSON, compare.RENDERER, r)
     if record is None:
         return False
     home = entry.parent.parent.parent  # <ledgers>/compare/<A>--<B>/<t>
@@ -191,13 +195,11 @@ def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
                               f"(missing or changed): it cannot be computed again")
             return False
     seal = (RunPaths(entry).checksums.name, RunPaths(entry).signature.name)  # a compare entry is sealed alone
-    return _compare_files(entry, render(comparison(dirs["A"], dirs["B"])), r, seal)
+    return _compare_files(entry, compare.render(compare.comparison(dirs["A"], dirs["B"])), r, seal)
 
 
 def audit_compare(entry: Path, runs: dict[str, Path] | None = None):
     """A compare entry's whole audit: its seal, then `check_compare`."""
-    from validate.audit import AuditResult, check_seal
-
     r = AuditResult()
     check_seal(RunPaths(Path(entry)), r)
     _rendered("comparisons", [Path(entry)], lambda e: check_compare(e, r, runs), r)
@@ -211,14 +213,12 @@ def _compares_of(root: Path) -> list[Path]:
     return [e for d in pairs for e in _entries(d)]
 
 
-def check_eval_rendered(ev, paths, r) -> None:
+def check_eval_rendered(ev, paths, r, audit: Audit) -> None:
     """An eval run's reports and the compare entries that name it, rendered again
-    (`validate eval audit`); `paths` is the run's `EvalPaths`."""
-    from validate.audit import check_seal
-
+    (`validate eval audit`, which hands itself down as `audit`); `paths` is the run's `EvalPaths`."""
     run = paths.run
     kept: dict[Path, bool] = {}
-    _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, EVAL), r)
+    _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, EVAL, audit), r)
 
     def one(entry: Path) -> bool:
         before, said = len(r.problems), len(r.checked)

@@ -18,8 +18,20 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+# What the parser needs loads with the command line; the harness itself (`validate.api`:
+# pandas, the phases, the audit) loads only inside the command that runs it, so that
+# `validate --help` and a refused argument answer at once.
+from validate import __version__, environments, imagefile
+from validate.context import Interrupted
+from validate.context import Progress as PhaseProgress
 from validate.errors import ValidateError
+from validate.eval.contract import AgentLimits, Sampling
+from validate.executors import DEFAULT_EXECUTOR, executor_names
+from validate.image import build
+from validate.options import DEFAULT_CONCURRENCY, add_model_options, given
+from validate.patches import code_state
 from validate.paths import CHECKSUMS, DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR, REPORT_HTML, REPORT_JSON, REPORT_MD
+from validate.sandbox import Limits, backend_names
 
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 out = Console(soft_wrap=True, highlight=False)
@@ -53,15 +65,8 @@ example:
   validate report ledgers/<pool-run> && validate audit ledgers/<pool-run>
 """
 
-from validate.api import DEFAULT_CONCURRENCY  # noqa: E402
-from validate.context import Progress as PhaseProgress  # noqa: E402
-from validate.executors import DEFAULT_EXECUTOR, executor_names  # noqa: E402
-
 
 def _version() -> str:
-    from validate import __version__
-    from validate.patches import code_state
-
     here = Path(__file__).resolve().parent
     return f"validate {__version__} (code {code_state().label}; installed at {here})"
 
@@ -120,10 +125,6 @@ def _image_file_parsers(img_sub) -> None:
 
 
 def _freeze_parser(sub, env_name: str | None) -> None:
-    from validate import environments
-    from validate.options import add_model_options
-    from validate.sandbox import Limits, backend_names
-
     f = sub.add_parser("freeze", help="write a contract manifest",
                        description="Freeze a contract: generate the selected tasks of an environment and record "
                                    "their hashes, the expectations and the execution profile.")
@@ -267,9 +268,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _eval_parser(sub) -> None:
-    from validate.eval.contract import AgentLimits, Sampling
-    from validate.options import add_model_options
-
     ev = sub.add_parser("eval", help="evaluate a model on a validated dataset (protocol part 2)",
                         description="Evaluate a model on a pool's frozen set: freeze an eval contract (only on a "
                                     "dataset verdict PASS), run it (pass@1 at temperature 0, then k samples), report, "
@@ -332,17 +330,12 @@ def _compare_parser(sub) -> None:
 
 
 def _default_env() -> str | None:
-    from validate import environments
-
     return environments.default_name()
 
 
 # --- commands ---------------------------------------------------------------------------
 
 def cmd_image(args) -> int:
-    from validate import imagefile
-    from validate.image import build
-
     log = lambda m: err.print(m, markup=False)  # noqa: E731
     if args.image_command == "export":
         with _byte_bar("exporting") as bar:
@@ -406,9 +399,7 @@ def _ceilings(items: list[str]) -> dict[str, float]:
 
 
 def cmd_freeze(args) -> int:
-    from validate import api
-    from validate.options import given
-
+    from validate import api  # lazy: the harness loads only for the command that runs it
     controls = _csv(args.controls)
     if controls == []:  # refused before anything is loaded; `contract.agent_entries` refuses it for the API
         raise ValidateError(f"--controls: a contract must name at least one negative control, got "
@@ -430,7 +421,7 @@ def cmd_freeze(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     m = api.verify(args.manifest, args.data)
     out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
@@ -504,14 +495,14 @@ def _phase(args, fn) -> int:
 
 
 def cmd_run(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, progress=hooks,
                                               **_where(args)))
 
 
 def cmd_pool(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     return _phase(args, lambda hooks: api.pool(args.manifest, smoke_sample=args.smoke_sample,
                                                manifest_dir=args.manifest_dir, progress=hooks,
@@ -519,14 +510,14 @@ def cmd_pool(args) -> int:
 
 
 def cmd_pilot(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, progress=hooks,
                                                 **_where(args)))
 
 
 def cmd_smoke(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     result = api.smoke(args.run_dir, sample=args.sample, data=args.data, log=lambda m: err.print(m, markup=False))
     if args.json:
@@ -540,7 +531,7 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     entry, verdict = api.report(args.run_dir)
     if args.json:
@@ -552,7 +543,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data,
                        manifests=args.manifests)
@@ -580,7 +571,7 @@ def print_audit(result, run_dir) -> int:
 
 
 def cmd_sign(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     sig = api.sign(args.run_dir, args.key)
     out.print(f"signed {args.run_dir / CHECKSUMS} → {sig}", markup=False)
@@ -588,7 +579,7 @@ def cmd_sign(args) -> int:
 
 
 def cmd_view(args) -> int:
-    from validate.view import make_server
+    from validate.view import make_server  # lazy: the viewer (pandas) loads only for `validate view`
 
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
@@ -620,9 +611,7 @@ def _template(path: Path | None) -> str | None:
 
 
 def cmd_eval(args) -> int:
-    from validate import api
-    from validate.options import given
-
+    from validate import api  # lazy: the harness loads only for the command that runs it
     if args.eval_command == "freeze":
         c = api.eval_freeze(args.name, pool_run=args.pool_run, manifest=args.manifest, model=args.model,
                             model_revision=args.model_revision, base_url=args.base_url, server=args.server,
@@ -643,7 +632,7 @@ def cmd_eval(args) -> int:
         if args.json:
             out.print(s.model_dump_json(indent=2), markup=False)
         else:
-            from validate.eval.report import headline
+            from validate.eval.report import headline  # lazy: the eval report loads only for `eval report`
 
             out.print(headline(s), markup=False)
             out.print(f"run {s.run_id}: {s.attempts} attempts ({s.superseded} superseded) in {bar.wall_s:.1f} s; "
@@ -659,7 +648,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from validate import api
+    from validate import api  # lazy: the harness loads only for the command that runs it
 
     result, entry = api.compare(args.run_a, args.run_b, out=args.out)
     for name, a, b, d in result.overall:
@@ -687,8 +676,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    from validate.context import Interrupted
-
     try:
         return COMMANDS[args.command](args)
     except Interrupted as e:

@@ -24,6 +24,8 @@ from environment.protocol import AgentSpec, ConfigError, Environment, LoadHints,
 from environment.protocol import canonical_json, sha256_tag
 from validate import environments
 from validate.errors import ContractError
+from validate.evidence import atomic_write
+from validate.image import package_differences
 from validate.patches import PatchInfo
 from validate.records import CONTROL, ORACLE
 from validate.records import Role as RecordedRole
@@ -374,8 +376,6 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
 # --- reading and checking ----------------------------------------------------------------
 
 def write_manifest(manifest: Manifest, path: Path) -> Path:
-    from validate.evidence import atomic_write
-
     atomic_write(path, manifest.to_json())
     return path
 
@@ -432,8 +432,6 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
         raise _mismatch("execution.backend", ex.backend, sandbox.backend)
     facts = sandbox.facts()
     if ex.packages and facts.packages != ex.packages:
-        from validate.image import package_differences
-
         diff = package_differences(ex.packages, facts.packages)
         raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
                             f"{' …' if len(diff) > 10 else ''}; to run the contract's own image, import it: `validate "

@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 from validate.errors import ProfileUnavailable
 from validate.evidence import atomic_write
 from validate.paths import ImagePaths
+from validate.sandbox import backend_class
 
 SUITE = "bookworm"
 #: mmdebstrap clamps every mtime to this instant. Bookworm's release day: any fixed instant
@@ -140,8 +141,6 @@ def build(name: str, backends: list[str], log=print) -> None:
     """Build the image's rootfs tarball, then let each backend named prepare it for itself
     (`Sandbox.prepare_image`); an unknown name is refused, naming the installed backends,
     before anything is built."""
-    from validate.sandbox import backend_class
-
     classes = [backend_class(b) for b in backends]
     paths = ImagePaths(name)
     build_rootfs(paths, log)

@@ -37,6 +37,8 @@ from validate.errors import ProfileUnavailable, ValidateError
 from validate.evidence import atomic_write, file_sha256
 from validate.image import DPKG_STATUS, ImageRecord, describe_tarball, member_path, read_record, require_record
 from validate.paths import ImagePaths
+from validate.sandbox import backend_class
+from validate.sandbox.docker.image import image_layers
 
 NAME_RE = re.compile(r"sha256-([0-9a-f]{64})\.tar")
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
@@ -92,8 +94,6 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
     each backend prepare it (`Sandbox.prepare_image`): by default bwrap, and docker when a
     daemon answers at ``DOCKER_HOST``. Docker's import is checked there: its one layer's
     diff_id must be the digest."""
-    from validate.sandbox import backend_class
-
     expected = expected_digest(file, digest)
     chosen = [backend_class(b) for b in backends] if backends else None  # a wrong name: refused before the copy
     paths = ImagePaths(image)
@@ -282,8 +282,6 @@ def _refuse_replacing(paths: ImagePaths, record: ImageRecord, replace: bool, doc
 def _docker_layers(name: str) -> list[str] | None:
     import docker
     from docker.errors import DockerException, ImageNotFound
-
-    from validate.sandbox.docker.image import image_layers
 
     try:
         return image_layers(docker.from_env(timeout=60).images.get(name))

@@ -11,19 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from validate.contract import Manifest
-from validate.errors import EvidenceError
+from environment.protocol import LoadHints
+from validate.contract import Manifest, load_manifest, verify
+from validate.errors import EvidenceError, ValidateError
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
 from validate.records import (
     COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, PILOT, POOL, RUN, FindingRow, RunKind, TaskVerdict,
 )
 from validate.context import Play, RunContext
+from validate.patches import code_state
+from validate.paths import RunPaths
 from validate.runner import execute
+from validate.sandbox import open_sandbox
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
 
@@ -146,15 +151,6 @@ class Run:
 def reopen(root, data: tuple = ()) -> tuple[RunContext, Manifest]:
     """A finished pool's run context (its own contract verified on this machine) and its
     frozen contract, to add evidence to it (a smoke test)."""
-    from pathlib import Path
-
-    from environment.protocol import LoadHints
-    from validate.contract import load_manifest, verify
-    from validate.errors import ValidateError
-    from validate.patches import code_state
-    from validate.paths import RunPaths
-    from validate.sandbox import open_sandbox
-
     paths = RunPaths(Path(root))
     if not paths.manifest.is_file() or not paths.attempts.is_file():
         raise ValidateError(f"RUN_DIR: {root} is not a finished run directory (no manifest.json or attempts.parquet)")

@@ -24,6 +24,14 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from validate.errors import ValidateError
+from validate.eval.contract import ModelSpec
+from validate.jsonio import JSONInputError, loads
+from validate.sandbox.storage import _NAME as PLAIN_NAME
+
+#: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
+#: start-up, the daemon and namespace teardown about as much as it computes; on 2 cores,
+#: -c 4 beat -c 2 on both backends (docs/performance.md).
+DEFAULT_CONCURRENCY = 2 * len(os.sched_getaffinity(0))
 
 
 def _plain(annotation) -> Any:
@@ -62,8 +70,6 @@ def model_values(model: type[BaseModel], base: dict[str, Any], overrides: dict[s
     """`model` from `base` (e.g. a TOML file) updated with `overrides`; a `ValidateError` naming
     the option on a bad value."""
     from pydantic import ValidationError
-
-    from validate.jsonio import JSONInputError, loads
 
     merged = {**base, **overrides}
     for k in overrides:
@@ -133,8 +139,6 @@ def output_dir(path: str | Path, option: str) -> Path:
 def run_directory(path: str | Path, option: str) -> Path:
     """A run directory: its name is the run's id, which also names its sandboxes' storage, so it
     follows the storage's rule for a plain file name."""
-    from validate.sandbox.storage import _NAME as PLAIN_NAME
-
     p = output_dir(path, option)
     if not PLAIN_NAME.match(p.name):
         raise ValidateError(f"{option}: the run directory's name {p.name!r} is the run id and must be a plain file "
@@ -182,8 +186,6 @@ def model_spec(**fields: Any):
     from urllib.parse import urlsplit
 
     from pydantic import ValidationError
-
-    from validate.eval.contract import ModelSpec
 
     try:
         spec = ModelSpec(**fields)

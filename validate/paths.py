@@ -84,6 +84,12 @@ SANDBOX_ANSWER_KEY = "/answer_key"
 REPLY_FILE = "reply.txt"  # the agent's reply: /workspace/reply.txt
 
 # --- the names of a run directory (drawn in the module docstring) ---------------------------
+#: The sandbox user every agent runs as, and the one agents that see the answer key run as
+#: (so the key is unreadable to any other agent, even on the host): the same host uids on
+#: every backend (`validate.workspace` lays attempts out for them).
+AGENT_UID = 65534
+KEY_UID = 65533
+
 MANIFEST = "manifest.json"
 FROZEN_MANIFEST = "frozen-manifest.json"
 VARIANTS = "variants"

@@ -30,11 +30,10 @@ from pathlib import Path
 
 from environment.protocol import AgentSpec, Task, canonical_json, sha256_tag
 from validate.agents import agentlib_source
-from validate.paths import REPLY_FILE, SANDBOX_AGENT, SANDBOX_ANSWER_KEY, SANDBOX_WORKSPACE
+from validate.paths import AGENT_UID, KEY_UID, REPLY_FILE, SANDBOX_AGENT, SANDBOX_ANSWER_KEY, SANDBOX_WORKSPACE
 from validate.sandbox import Mount
+from validate.sandbox.storage import remove_tree
 
-AGENT_UID = 65534
-KEY_UID = 65533
 
 
 def workspace_sha256(files: dict[str, bytes]) -> str:
@@ -168,8 +167,6 @@ def read_reply(path: Path, max_bytes: int) -> bytes | None:
 def temp_storage(gid: int | None = None, base: Path | None = None) -> Iterator[Path]:
     """A plain temporary directory (no quota: for tests of other things), removed after."""
     import tempfile
-
-    from validate.sandbox.storage import remove_tree
 
     root = Path(tempfile.mkdtemp(prefix="attempt-", dir=base))
     try:

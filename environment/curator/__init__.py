@@ -40,11 +40,11 @@ def __getattr__(name: str):
     # Lazy, so ``python -m environment.curator.build`` (or ``.validate_dataset``) does not
     # import its own module twice through the package.
     if name == "CuratorEnvironment":
-        from environment.curator.env import CuratorEnvironment
+        from environment.curator.env import CuratorEnvironment  # lazy: `python -m` of a submodule imports it once
 
         return CuratorEnvironment
     if name in ("CuratorConfig", "CuratorTask", "CuratorTaskset"):
-        from environment.curator import taskset
+        from environment.curator import taskset  # lazy: `python -m` of a submodule imports it once
 
         return getattr(taskset, name)
     raise AttributeError(f"module 'environment.curator' has no attribute {name!r}")

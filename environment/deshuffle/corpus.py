@@ -6,7 +6,8 @@ sources are supported:
 - a local snapshot, a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file of paper records; its
   revision is ``sha256:<hex of the file bytes>``;
 - the Hugging Face dataset ``PrimeIntellect/deshuffle-papers-v1-corpus`` pinned at
-  `HUB_REVISION` (see `environment.deshuffle.hub`).
+  `HUB_REVISION`, loaded by `environment.deshuffle.hub.load_hub` (which builds on this module;
+  this module never imports it).
 
 A corpus file is hostile input. Every way it can be unusable ends in one `CorpusError`
 whose message names the file (and the line or row, paper and field where there is one) and
@@ -448,13 +449,6 @@ class Corpus:
         records = iter_records(p, limits)
         return cls.from_records(records, revision=file_revision(p), location=str(p.resolve()),
                                 skip_invalid=skip_invalid)
-
-    @classmethod
-    def from_hub(cls, **kwargs) -> Corpus:
-        """Load the pinned Hugging Face snapshot; see `environment.deshuffle.hub.load_hub`."""
-        from environment.deshuffle.hub import load_hub
-
-        return load_hub(**kwargs)
 
     def sources(self) -> list[str]:
         return sorted({p.source for p in self.papers})

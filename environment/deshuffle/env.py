@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from environment.deshuffle.corpus import Corpus, CorpusError, file_revision
+from environment.deshuffle.hub import load_hub
 from environment.deshuffle.generate import (
     ENV_NAME, PARAGRAPHS_FILE, SHORT_PAPER_UNITS, DeshuffleConfig, DeshuffleTask, DeshuffleTaskset,
 )
@@ -54,7 +55,7 @@ def find_corpus(location: str, hints: LoadHints) -> Path:
 def load_corpus(config: DeshuffleConfig, hints: LoadHints) -> Corpus:
     try:
         if config.corpus == "hub":
-            return Corpus.from_hub()
+            return load_hub()
         return Corpus.from_path(find_corpus(config.corpus, hints))
     except CorpusError as e:
         raise ConfigError(f"corpus: {e}") from None

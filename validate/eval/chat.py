@@ -30,7 +30,7 @@ from pathlib import Path
 from environment.protocol import ScorerUnavailable, Task
 from validate.errors import EvidenceError, SandboxError
 from validate.eval import classes
-from validate.eval.agent import Conversation, converse, opening
+from validate.eval.agent import Conversation, cap, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
 from validate.eval.contract import EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
@@ -91,8 +91,6 @@ def _status(conv: Conversation, max_reply_bytes: int) -> tuple[str, bytes | None
 
 
 def _turn_rows(key: dict, conv: Conversation, contract: EvalContract, temperature: float, seed: int) -> list[TurnRow]:
-    from validate.eval.agent import cap
-
     lim = contract.limits
     rows = []
     for i, t in enumerate(conv.turns):

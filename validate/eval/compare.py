@@ -28,10 +28,10 @@ from validate.errors import ValidateError
 from validate.eval.contract import differences
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.render import STYLE
+from validate.eval.report import EVAL_INPUTS, EvalEvidence, load_eval, mean, pct
+from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
+from validate.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
 from validate.render import to_html, to_markdown
-from validate.eval.report import EvalEvidence, load_eval, mean, pct
-from validate.evidence import atomic_write, new_entry
-from validate.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR
 from validate.records import AGENT_STATUSES
 
 #: Fields of the eval contract two compared evals must share.
@@ -111,9 +111,6 @@ def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Comparis
 
 def comparison(run_a: Path, run_b: Path) -> Comparison:
     """The comparison of two eval runs from their evidence alone."""
-    from validate.eval.report import EVAL_INPUTS
-    from validate.evidence import file_sha256
-
     a, b = load_eval(run_a), load_eval(run_b)
     varied = _check(a, b)
     sa, sb = a.summary, b.summary
@@ -178,9 +175,6 @@ def render(c: Comparison) -> dict[str, bytes]:
 
 
 def write(c: Comparison, where: Path) -> Path:
-    from validate.evidence import write_checksums
-    from validate.paths import RunPaths
-
     entry = new_entry(where)
     for name, data in render(c).items():
         atomic_write(entry / name, data)

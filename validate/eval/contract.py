@@ -212,10 +212,13 @@ def request_seed(root: int, task_id: str, sample: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 1
 
 
-def agent_source_sha256() -> str:
-    from validate.eval import agent
+#: The model agent's source (`validate.eval.agent`), read by path: the agent is built on this
+#: contract, so the contract names its code without importing it.
+AGENT_SOURCE = Path(__file__).with_name("agent.py")
 
-    return sha256_tag(Path(agent.__file__).read_bytes())
+
+def agent_source_sha256() -> str:
+    return sha256_tag(AGENT_SOURCE.read_bytes())
 
 
 def reward_code_sha256(files: list[tuple[str, Path]]) -> str:

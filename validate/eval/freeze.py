@@ -1,34 +1,39 @@
 """Freezing an eval contract: only on a dataset that passed, re-checked at the moment of freezing.
 
-`parent_of` reads a pool run directory and refuses unless (1) the run froze a set, (2) its
-current dataset verdict (`validate.report.current_verdict`, the latest smoke test counted)
-is PASS, (3) `validate audit` of the run finds no problem, (4) the run's contract names a
-negative control and every frozen task was tested by one (not frozen out of it, and a final,
-exception-free control attempt on it in the evidence: the protocol's "oracle pass AND control
-rejection", re-checked here rather than trusted to the verdict; checked before (2) and (3),
-since a refusal needs no trust in the evidence and names its cause), and (5) a dataset
-manifest given beside it is that run's frozen set, byte for byte.
+`parent_of` reads a pool run directory through the run model (`validate.run_evidence`: its
+sealed run.json and ledgers) and refuses unless (1) the run froze a set, (2) its current
+dataset verdict (`validate.run_evidence.current_verdict`, the latest smoke test counted) is
+PASS, (3) `validate audit` of the run finds no problem (the audit is handed in by the caller,
+`validate.api.eval_freeze`: evaluation sits below the audit and never imports it), (4) the
+run's contract names a negative control and every frozen task was tested by one (not frozen
+out of it, and a final, exception-free control attempt on it in the evidence: the protocol's
+"oracle pass AND control rejection", re-checked here rather than trusted to the verdict;
+checked before (2) and (3), since a refusal needs no trust in the evidence and names its
+cause), and (5) a dataset manifest given beside it is that run's frozen set, byte for byte.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from validate.contract import Manifest, load_manifest
-from validate.errors import ContractError
+from validate.errors import ContractError, EvidenceError
 from validate.eval.contract import DatasetParent
 from validate.evidence import file_sha256
 from validate.paths import FROZEN_MANIFEST, MANIFEST, RunPaths
-from validate.records import CONTROL
+from validate.records import AGENT_STATUSES, CONTROL
+from validate.run_evidence import current_verdict, load_run
+
+#: The audit of a pool run directory: the problems `validate audit` finds in it (none: it passes).
+PoolAudit = Callable[[Path], Sequence[str]]
 
 
-def parent_of(pool_run: Path, manifest: Path | None = None,
-              data: tuple[Path, ...] = ()) -> tuple[DatasetParent, Manifest]:
-    """The parent record of an eval on `pool_run`'s frozen set, and that frozen manifest."""
-    from validate.audit import audit
-    from validate.errors import EvidenceError
-    from validate.report import current_verdict, load_run
-
+def parent_of(pool_run: Path, manifest: Path | None = None, *,
+              audit: PoolAudit) -> tuple[DatasetParent, Manifest]:
+    """The parent record of an eval on `pool_run`'s frozen set, and that frozen manifest.
+    `audit` is called after the checks that read the run's evidence alone, so a run refused
+    for a cause those show is refused without the cost of an audit."""
     paths = RunPaths(Path(pool_run))
     if not paths.frozen_manifest.is_file():
         raise ContractError(f"--pool-run: {paths.root} froze no set (no frozen-manifest.json); an eval runs on a "
@@ -47,9 +52,9 @@ def parent_of(pool_run: Path, manifest: Path | None = None,
     if verdict.verdict != "PASS":
         raise ContractError(f"--pool-run: {paths.root}: the dataset verdict is {verdict.verdict}, not PASS "
                             f"({verdict.headline}); an eval runs only on a dataset that passed")
-    result = audit(paths.root, data=data)
-    if result.problems:
-        shown = "; ".join(result.problems[:3]) + (" …" if len(result.problems) > 3 else "")
+    problems = list(audit(paths.root))
+    if problems:
+        shown = "; ".join(problems[:3]) + (" …" if len(problems) > 3 else "")
         raise ContractError(f"--pool-run: `validate audit {paths.root}` failed: {shown}")
     if manifest is not None and Path(manifest).read_bytes() != paths.frozen_manifest.read_bytes():
         given = load_manifest(manifest)
@@ -87,8 +92,6 @@ def _controls_of(raw: object) -> list[str]:
 def _every_task_tested(root: Path, frozen: Manifest, attempts) -> None:
     """Refuse a frozen set with a task no control can test (the contract froze every control
     out of it) or none did (no final, exception-free control attempt on it in the pool)."""
-    from validate.records import AGENT_STATUSES
-
     untestable = [t.id for t in frozen.tasks if not frozen.expectations.testing(t.skip)]
     if untestable:
         raise ContractError(f"--pool-run: {root}: no negative control can test {len(untestable)} frozen task(s) "

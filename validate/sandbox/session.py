@@ -25,82 +25,12 @@ end; the sandbox itself is the backend's own (`Sandbox.start_session`, `session_
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-
-from validate.errors import SandboxError, ValidateError
-from validate.sandbox.base import BACKSTOP_S, ExecResult, RunRequest, Sandbox  # noqa: F401 - BACKSTOP_S: the docstring's
-
-
-class SandboxEnded(ValidateError):
-    """The sandbox ended under a command before its deadline and the harness saw no cause of
-    its own: the agent's doing. Deliberately not a `SandboxError` (not retried as
-    infrastructure); the attempt ends and is scored as it stands."""
-
-
-class Session:
-    """One live sandbox of `sandbox`'s backend, made from `request`."""
-
-    def __init__(self, sandbox: Sandbox, request: RunRequest) -> None:
-        self.sandbox, self.request = sandbox, request
-        self.started_at: float | None = None
-        self._stopped = False
-        #: The backend's own state of the live sandbox (`Sandbox.start_session`), once started.
-        self.live: object | None = None
-        #: Why the agent ended the sandbox (`SandboxEnded`), once it did.
-        self.ended: str | None = None
-
-    @property
-    def deadline(self) -> float:
-        """`time.monotonic` instant at which the request's timeout runs out."""
-        if self.started_at is None:
-            raise SandboxError("session: not started")
-        return self.started_at + self.request.limits.timeout_s
-
-    def start(self) -> Session:
-        if self.started_at is not None:
-            raise SandboxError("session: already started")
-        self.started_at = time.monotonic()
-        try:
-            self.live = self.sandbox.start_session(self.request, self.deadline)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def exec(self, argv: Sequence[str], stdin: bytes = b"", timeout_s: float | None = None,
-             max_output_bytes: int | None = None) -> ExecResult:
-        """Run `argv` inside the sandbox (workdir, env and user of the request). `timeout_s`
-        defaults to what is left of the request's; output beyond `max_output_bytes` (default
-        ``limits.max_log_bytes``) is dropped."""
-        if self.started_at is None or self._stopped:
-            raise SandboxError("session: exec on a session that is not running")
-        if self.ended is not None:
-            raise SandboxEnded(self.ended)
-        left = self.deadline - time.monotonic()
-        timeout = left if timeout_s is None else min(timeout_s, left)
-        keep = self.request.limits.max_log_bytes if max_output_bytes is None else max_output_bytes
-        if timeout <= 0:
-            return ExecResult(exit_code=None, timed_out=True, runtime_s=0.0)
-        try:
-            return self.sandbox.session_exec(self.live, tuple(argv), stdin, timeout, keep)
-        except SandboxEnded as e:
-            self.ended = str(e)
-            raise
-
-    def stop(self) -> None:
-        """End the sandbox and everything in it. Safe to call twice."""
-        if self._stopped:
-            return
-        self._stopped = True
-        if self.live is not None:
-            self.sandbox.stop_session(self.live)
-
-    def __enter__(self) -> Session:
-        return self if self.started_at is not None else self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+# `Session` and `SandboxEnded` live in `validate.sandbox.base`, beside the backend interface
+# they drive (`Sandbox.session` makes a `Session`): one module, so no import circle between
+# them. They are named here too, where sessions are described and opened.
+from validate.sandbox.base import (  # noqa: F401 - BACKSTOP_S: the docstring's; the rest re-exported
+    BACKSTOP_S, ExecResult, RunRequest, Sandbox, SandboxEnded, Session,
+)
 
 
 def open_session(sandbox: Sandbox, request: RunRequest) -> Session:

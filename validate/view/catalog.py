@@ -38,7 +38,7 @@ from validate.paths import (
     VARIANTS,
     RunPaths,
 )
-from validate.report import current_verdict
+from validate.run_evidence import current_verdict
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict
 

@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from validate.errors import ProfileUnavailable, SandboxError
+from validate.image import rootfs_facts, unpack_rootfs
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, shield, supervise
@@ -108,8 +109,6 @@ class BwrapSandbox(Sandbox):
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log) -> None:
-        from validate.image import unpack_rootfs
-
         unpack_rootfs(paths, log)
 
     #: sha256 of the seccomp program every sandbox of this backend runs under.
@@ -129,8 +128,6 @@ class BwrapSandbox(Sandbox):
         if os.geteuid() != 0:
             raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and drop to uid 65534")
         self.hierarchy.check()
-        from validate.image import rootfs_facts
-
         image = rootfs_facts(self.paths)  # refuses a tree that is not what rootfs.tar holds
         version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
         return BackendFacts(backend=self.backend, image=self.image, image_digest=image.digest,

@@ -40,10 +40,12 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from validate.errors import ProfileUnavailable, SandboxError
+from validate.image import python_version
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, shield
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.docker import wire
+from validate.sandbox.docker.image import image_layers, image_packages, import_docker
 from validate.sandbox.docker.wire import LABEL, unreachable
 from validate.sandbox.session import SandboxEnded
 
@@ -83,8 +85,6 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log) -> None:
-        from validate.sandbox.docker.image import import_docker
-
         import_docker(paths, log)
 
     def _sweep(self) -> None:
@@ -101,9 +101,6 @@ class DockerSandbox(Sandbox):
         # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
         # was imported from: the image id also hashes the import's config and time, so it
         # differs between two imports of the same bytes.
-        from validate.image import python_version
-        from validate.sandbox.docker.image import image_layers, image_packages
-
         try:
             version = self.client.version()
             # Daemons before 20.10 report no CgroupVersion: they supported cgroup v1 only.

@@ -14,15 +14,16 @@ import requests
 from docker.errors import DockerException, ImageNotFound
 
 from validate.errors import ProfileUnavailable, SandboxError
-from validate.paths import DEFAULT_IMAGE, ImagePaths
+from validate.image import python_version, require_record
+from validate.paths import AGENT_UID, DEFAULT_IMAGE, KEY_UID, ImagePaths
 from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, Isolation, RunRequest, watchdog_argv
 from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
+from validate.sandbox.docker.image import image_layers, image_packages
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman.limits import PARENT, PodmanAPI, first_child, gate
 from validate.sandbox.podman.service import HOST_ENV, LIBPOD, USER, default_host, idmap, write_seccomp
-from validate.workspace import AGENT_UID, KEY_UID
 
 
 class PodmanSandbox(DockerSandbox):
@@ -58,9 +59,6 @@ class PodmanSandbox(DockerSandbox):
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log) -> None:
-        from validate.image import require_record
-        from validate.sandbox.docker.image import image_layers
-
         record = require_record(paths)
         sb = cls(image=paths.name, run_label="image-build")
         try:
@@ -96,9 +94,6 @@ class PodmanSandbox(DockerSandbox):
         return host, list(maps.get("uidmap") or []), list(maps.get("gidmap") or [])
 
     def facts(self) -> BackendFacts:
-        from validate.image import python_version
-        from validate.sandbox.docker.image import image_layers, image_packages
-
         try:
             host, uids, _ = self._service_map()
             version = self.client.api.version().get("Version", "?")

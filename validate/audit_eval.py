@@ -1,9 +1,12 @@
 """Re-check an eval run directory without rerunning anything (`validate eval audit RUN_DIR`).
 
+It belongs to the audit layer, above evaluation: it reads what ``validate/eval/`` wrote and
+re-derives it with the audit's own checks, and nothing under ``validate/eval/`` imports it.
+
 Nothing the run wrote about itself is trusted:
 
 1. Seal: every file is listed in ``checksums`` and matches it, none missing or extra, every
-   line well formed (`validate.audit.check_seal`, the one check both audits run).
+   line well formed (`validate.audit_seal.check_seal`, the one check both audits run).
 2. Contracts: the eval contract's and the dataset manifest's own sha256 hold; the eval
    contract's parent is that manifest; eval.json names both, and its model, environment,
    backend and image digest are theirs; each equals the committed ``manifests/<name>.json``
@@ -29,15 +32,21 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit import EVAL_SEALED_ONLY, AuditResult, check_attempt_keys, check_seal
+from validate.audit import EVAL_SEALED_ONLY, check_attempt_keys
 from validate.audit_contracts import check_anchor, committed_manifests
+from validate.audit_env import EnvAtHand, rescore
 from validate.audit_reports import check_eval_rendered
+from validate.audit_seal import AuditResult, check_seal
 from validate.contract import ContractError, load_manifest
+from validate.errors import EvidenceError
+from validate.eval.chat import MODEL_AGENT, facts_of
+from validate.eval.classes import classify
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, solved
 from validate.eval.records import SampleRow
-from validate.eval.chat import MODEL_AGENT, facts_of
+from validate.eval.report import load_eval
+from validate.eval.summary import summarize
 from validate.evidence import read_attempts
 from validate.paths import EVAL_CONTRACT, MANIFEST, RunPaths
 from validate.records import MODEL, Attempt
@@ -69,8 +78,6 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
     keys = {(a.phase, a.task_id, a.agent, a.sample, a.attempt) for a in attempts}
     if set(by_key) != keys or len(by_key) != len(samples):
         r.problems.append(f"{paths.samples}: the sample rows are not exactly one per attempt")
-    from validate.eval.classes import classify
-
     bad = 0
     for a in attempts:
         s = by_key.get((a.phase, a.task_id, a.agent, a.sample, a.attempt))
@@ -89,8 +96,6 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
 
 
 def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r: AuditResult) -> None:
-    from validate.eval.summary import summarize
-
     c, s = ev.contract, ev.summary
     families = {row.task_id: row.family for row in ev.tasks.itertuples()}
     task_ids = [t.id for t in manifest.tasks]
@@ -126,10 +131,6 @@ def _identity(ev, contract, manifest, r: AuditResult) -> None:
 
 
 def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditResult:
-    from validate.audit_env import EnvAtHand, rescore
-    from validate.errors import EvidenceError
-    from validate.eval.report import load_eval
-
     paths = EvalPaths(RunPaths(Path(root)))
     r = AuditResult(sealed_only=list(EVAL_SEALED_ONLY))
     if not paths.contract.is_file():
@@ -164,5 +165,5 @@ def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditR
     samples = [SampleRow.model_validate(row) for row in pq.read_table(paths.samples).to_pylist()]
     _samples(attempts, samples, ev.turns, contract.reward.pass_threshold, r, paths)
     _metrics(ev, attempts, samples, manifest, r)
-    check_eval_rendered(ev, paths, r)
+    check_eval_rendered(ev, paths, r, audit)  # a copy a resume kept is audited as an eval run
     return r
