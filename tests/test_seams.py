@@ -71,3 +71,66 @@ def test_an_unknown_executor_is_refused_naming_the_installed_ones(tmp_path):
     r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--executor", "slurm"], capture_output=True,
                        text=True, env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "--executor" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_cancel_ends_that_run_only_and_the_next_run_of_the_executor_plays_everything():
+    """`cancel()` stops handing out work and drops what the cancelled work returns; the same
+    executor's next run (the next play of a phase) is not stopped by it."""
+    import threading
+
+    executor = make_executor("threads", 2)
+    specs = [AttemptSpec(phase="p", idx=i, agent="a", sample=0, attempt=1) for i in range(8)]
+    cancelled = threading.Event()
+
+    class Worker:
+        def __call__(self, spec):
+            if spec.idx == 1:
+                executor.cancel()
+            return [spec.idx]
+
+        def cancel(self):
+            cancelled.set()
+
+    first: list[int] = []
+    executor.run(specs, Worker(), first.extend)
+    assert cancelled.is_set() and len(first) < len(specs) and 1 not in first
+    class Plain:
+        def __call__(self, spec):
+            return [spec.idx]
+
+        def cancel(self):
+            pass
+
+    second: list[int] = []
+    executor.run(specs, Plain(), second.extend)
+    assert sorted(second) == list(range(8))
+
+
+def test_a_phase_config_refuses_a_bad_value_naming_the_option(tmp_path):
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--phase", ""], capture_output=True, text=True,
+                       env=subprocess_env(), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") <= 2 and "--phase" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_cancel_without_ctrl_c_ends_the_phase_as_interrupted_and_a_resume_completes_it(tmp_path, sandboxes):
+    from tests.toyexecutor import ReversedJsonExecutor
+    from validate.context import Interrupted
+
+    class CancelAfterOne(ReversedJsonExecutor):
+        def run(self, specs, worker, record):
+            def once(results):
+                record(results)
+                self.cancel()
+            super().run(specs, worker, once)
+
+    sandbox = sandboxes("bwrap")
+    manifest = make_manifest(sandbox, idx=[0, 1], env_name="toy")
+    ctx = make_ctx(manifest, sandbox, tmp_path / "run")
+    ctx.executor = CancelAfterOne()
+    with pytest.raises(Interrupted, match="--resume"):
+        run_agents(ctx, RunPhase())
+    summary = __import__("json").loads((tmp_path / "run" / "run.json").read_text())
+    assert summary["interrupted"] is True and len(_rows(tmp_path / "run")) == 1
+    sandbox = sandboxes("bwrap")  # the cancel closed the shared sandbox's running work; open attempts again
+    done = run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), RunPhase())
+    assert not done.interrupted and len(_rows(tmp_path / "run")) >= 2 * 3

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from environment.protocol import LoadHints, sha256_tag
 from validate import environments, run_evidence
@@ -198,6 +198,17 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
                       run_id=root.name, code=code, hints=hints, executor=runner, progress=progress or Progress())
 
 
+def _phase_config(model: type[BaseModel], **values: Any) -> Any:
+    """A phase's config model from the command's options; a bad value is one error naming
+    the option (``--per-stratum``), not a traceback."""
+    try:
+        return model(**values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else model.__name__
+        raise ValidateError(f"{flag}: {err['msg']}") from None
+
+
 def _phase(ctx, fn: Callable):
     try:
         return fn(ctx)
@@ -208,7 +219,7 @@ def _phase(ctx, fn: Callable):
 def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all", phase: str = "run",
         progress: Progress | None = None, **where):
     """Play `agents` on every task of the contract (one phase); return the run summary."""
-    cfg = RunPhase(agents=agents if isinstance(agents, str) else list(agents), phase=phase)
+    cfg = _phase_config(RunPhase, agents=agents if isinstance(agents, str) else list(agents), phase=phase)
     ctx = context(manifest, kind=phase, progress=progress, **where)
     return _phase(ctx, lambda c: run_agents(c, cfg))
 
@@ -217,8 +228,9 @@ def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: P
     """The representative pilot (strata × config variants, probes); return the run summary."""
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
+    cfg = _phase_config(PilotPhase, per_stratum=per_stratum)
     ctx = context(manifest, kind=PILOT, progress=progress, **where)
-    return _phase(ctx, lambda c: pilot_phase(c, PilotPhase(per_stratum=per_stratum)))
+    return _phase(ctx, lambda c: pilot_phase(c, cfg))
 
 
 def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_dir: PathLike | None = None,
@@ -233,7 +245,7 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
     beside = Path(manifest_dir) if manifest_dir is not None else Path(manifest or ctx.paths.manifest).parent
     if manifest is None:  # resumed: the frozen child goes beside the run's own copy only
         beside = None
-    cfg = PoolPhase(smoke_sample=smoke_sample, manifest_dir=beside)
+    cfg = _phase_config(PoolPhase, smoke_sample=smoke_sample, manifest_dir=beside)
     return _phase(ctx, lambda c: pool_phase(c, cfg, log=log))
 
 

@@ -90,6 +90,9 @@ class AttemptKind(ABC, Generic[R]):
 
     #: The kind's registry name (``validate.attempt_kinds``), which an environment names.
     name: ClassVar[str]
+    #: False for a kind only a command that supplies its context can play (``chat``: the
+    #: eval's model and contract); an environment cannot name it.
+    standalone: ClassVar[bool] = True
 
     @abstractmethod
     def once(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int) -> R:

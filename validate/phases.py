@@ -192,7 +192,7 @@ def _keep_variants(ctx: RunContext, variants: list[_Variant]) -> None:
 
 
 def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
-    per_stratum = cfg.per_stratum
+    per_stratum, kind = cfg.per_stratum, kind_of(ctx.env)  # an unplayable kind is refused before the run opens
     strata = stratify(ctx, per_stratum)
     sample = sorted(i for s in strata for i in s.sampled)
     variants = _variants(ctx, sample, per_stratum)
@@ -212,7 +212,7 @@ def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
     shas = {v.name: v.manifest.sha256 for v in variants}
     try:
         for var in variants:
-            run.play(Play(f"pilot-{var.name}", var.manifest, var.taskset, sample, agents, kind_of(ctx.env)))
+            run.play(Play(f"pilot-{var.name}", var.manifest, var.taskset, sample, agents, kind))
     except Interrupted:
         run.finish(run.fold(), interrupted=True, strata=strata, variants=shas)
         raise

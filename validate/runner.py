@@ -119,11 +119,15 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
         for row in rows:
             ctx.progress.attempt(row)
 
+    stopped = Interrupted(f"interrupted: what finished is recorded in {ctx.paths.root}; "
+                          f"continue with {resume} {ctx.paths.root}")
     try:
         ctx.executor.run(specs, PlayWorker(ctx, play), record)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted: what finished is recorded in {ctx.paths.root}; "
-                          f"continue with {resume} {ctx.paths.root}") from None
+        ctx.executor.cancel()  # whatever the executor did: nothing of ours keeps running
+        raise stopped from None
+    if ctx.stop.is_set():  # cancelled without a Ctrl-C: the phase ends as interrupted too
+        raise stopped
 
 
 def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Manifest, taskset: Taskset,

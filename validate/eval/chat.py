@@ -236,6 +236,7 @@ class ChatKind(AttemptKind[tuple[Attempt, Entry]]):
     kept before the attempt row is journaled."""
 
     name = "chat"
+    standalone = False
 
     def __init__(self, ec: EvalContext | None = None, temperature: float = 0.0) -> None:
         # Registered by name like every kind; a usable one is made with the eval's context.

@@ -46,12 +46,12 @@ def open_eval(ctx: RunContext, contract: EvalContract) -> EvalPaths:
     if contract.parent.manifest_sha256 != ctx.manifest.sha256:
         raise EvidenceError(f"{paths.contract}: the eval contract's parent is {contract.parent.manifest_sha256}, "
                             f"not the run's manifest {ctx.manifest.sha256}")
+    # Every refusal comes before anything is written: a resume refused leaves the sealed run as it was.
+    if paths.contract.exists() and paths.contract.read_bytes() != contract.to_json():
+        raise EvidenceError(f"{paths.contract}: this run directory was made with another eval contract; resume "
+                            f"it with that contract or start a new run directory")
     open_directory(ctx)
-    if paths.contract.exists():
-        if paths.contract.read_bytes() != contract.to_json():
-            raise EvidenceError(f"{paths.contract}: this run directory was made with another eval contract; resume "
-                                f"it with that contract or start a new run directory")
-    else:
+    if not paths.contract.exists():
         atomic_write(paths.contract, contract.to_json())
     return paths
 
@@ -68,6 +68,9 @@ def evaluate(ctx: RunContext, contract: EvalContract, client: ChatClient,
     except Interrupted:
         finish(ec, journal, interrupted=True)
         raise
+    finally:  # both journals keep a file open: closed however the run ends (finish closed them already)
+        journal.close()
+        ec.journal.close()
     return finish(ec, journal, interrupted=False)
 
 

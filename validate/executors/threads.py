@@ -25,7 +25,15 @@ class ThreadsExecutor(Executor[R]):
         self._worker: Worker[R] | None = None
 
     def run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
-        self._worker = worker
+        # Each run has its own stop: a cancel ends that run only (the runner then raises
+        # Interrupted), never a later play on the same executor.
+        self._stop, self._worker = threading.Event(), worker
+        try:
+            self._run(specs, worker, record)
+        finally:
+            self._worker = None
+
+    def _run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
         queue = iter(specs)
         running: dict[Future, AttemptSpec] = {}
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="attempt") as pool:
@@ -56,5 +64,6 @@ class ThreadsExecutor(Executor[R]):
 
     def cancel(self) -> None:
         self._stop.set()
-        if self._worker is not None:
-            self._worker.cancel()
+        worker = self._worker
+        if worker is not None:
+            worker.cancel()

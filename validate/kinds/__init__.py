@@ -26,8 +26,14 @@ def kind_names() -> list[str]:
 
 
 def kind_of(env: Environment) -> AttemptKind:
-    """A fresh instance of the kind `env`'s tasks are played with."""
-    return KINDS.load(env.attempt_kind)()
+    """A fresh instance of the kind `env`'s tasks are played with; `ContractError` naming the
+    field for a kind nobody registered or one an environment cannot name."""
+    cls = KINDS.load(env.attempt_kind)
+    if not cls.standalone:
+        raise ContractError(f"environment.attempt_kind: {env.name} names {cls.name!r}, which only a command that "
+                            f"supplies its context plays (e.g. `validate eval`); name a standalone kind "
+                            f"({', '.join(n for n in kind_names() if KINDS.load(n).standalone)})")
+    return cls()
 
 
 __all__ = ["KINDS", "AttemptKind", "kind_names", "kind_of"]
