@@ -79,7 +79,10 @@ def test_a_cancel_ends_that_run_only_and_the_next_run_of_the_executor_plays_ever
     import threading
 
     executor = make_executor("threads", 2)
-    specs = [AttemptSpec(phase="p", idx=i, agent="a", sample=0, attempt=1) for i in range(8)]
+    from validate.sandbox import Limits
+
+    specs = [AttemptSpec(phase="p", idx=i, agent="a", sample=0, attempt=1, contract="sha256:" + "0" * 64,
+                         limits=Limits()) for i in range(8)]
     cancelled = threading.Event()
 
     class Worker:

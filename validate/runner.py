@@ -60,6 +60,9 @@ class PlayWorker:
 
     def __call__(self, spec: AttemptSpec) -> list:
         ctx, play, kind = self.ctx, self.play, self.play.kind
+        if spec.contract != play.manifest.sha256 or spec.limits != play.manifest.execution.limits:
+            raise ValueError(f"attempt {spec.phase}/{spec.idx}/{spec.agent}: specified under contract {spec.contract}, "
+                             f"not this play's {play.manifest.sha256} and its limits")
         task, agent = self.task(spec.idx), self.agents[spec.agent]
         if task.requires_network_isolation and not ctx.sandbox.isolates_network:
             return [kind.unsupported(ctx, play, task, agent, spec.sample, spec.attempt)]
@@ -76,7 +79,8 @@ def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first
     """Every try of one (task, agent, sample) (see `PlayWorker`)."""
     worker = PlayWorker(ctx, play)
     worker.task = lambda idx: task
-    return worker(AttemptSpec(phase=play.phase, idx=task.idx, agent=agent.name, sample=sample, attempt=first))
+    return worker(AttemptSpec(phase=play.phase, idx=task.idx, agent=agent.name, sample=sample, attempt=first,
+                              contract=play.manifest.sha256, limits=play.manifest.execution.limits))
 
 
 def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
@@ -100,7 +104,9 @@ def pending(done: Iterable[Attempt], play: Play) -> list[AttemptSpec]:
     less the (task, agent) pairs its contract skips."""
     skip = {e.idx: e.skip for e in play.manifest.tasks}
     keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples)]
-    return [AttemptSpec(phase=play.phase, idx=idx, agent=name, sample=sample, attempt=n)
+    m = play.manifest
+    return [AttemptSpec(phase=play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
+                        limits=m.execution.limits)
             for idx, name, sample, n in pending_keys(done, play.phase, keys) if name not in skip.get(idx, {})]
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from validate.errors import ValidateError
 from validate.registry import Registry
+from validate.sandbox.base import Limits
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -38,6 +39,8 @@ class AttemptSpec(BaseModel):
     agent: str = Field(description="the agent's name in the contract's expectations (model: eval)")
     sample: int = Field(ge=0, description="which of the key's independent samples")
     attempt: int = Field(ge=1, description="the number of its first try (later tries follow it)")
+    contract: str = Field(description="sha256 of the contract (manifest) the attempt is played under")
+    limits: Limits = Field(description="the sandbox limits of every try (the contract's execution limits)")
 
 
 class Worker(Protocol[R_co]):
