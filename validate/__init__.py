@@ -1,10 +1,11 @@
 """The validation harness: freeze a contract, play the oracle and negative controls through
-a real sandbox with no network, score on the host, give every task one verdict, and write
-the evidence to Parquet.
+a real sandbox with no network, give every task one verdict, and write the evidence to
+Parquet.
 
-The data path, one module per step: `contract` (what is validated) → `workspace` (task →
-files on disk) → `sandbox` (run an agent) → `runner` (reply → score → attempt record) →
-`verdicts` (attempts → one verdict per task) → `evidence` (Parquet, checksums).
+The data path, one module per step: `contract` (what is validated) → `runner` (the pending
+attempts as plain specifications, handed to an `executors` executor) → `kinds` (one attempt:
+`workspace` lays the task out, a `sandbox` backend runs the agent, the kind scores it) →
+`evidence` (the journal, Parquet, checksums) → `verdicts` (attempts → one verdict per task).
 
 The layers, lowest first. A module imports only from its own layer or those below it, at
 the top of the module (a function-level import says why on its line), and no two modules
@@ -15,7 +16,7 @@ with this very list as ``LAYERS``):
    environments built on it; they import nothing of the harness.
 2. foundation — `errors`, `jsonio`, `paths` (every file name of a run directory),
    `records` (the Parquet row models), `registry` (name → class from entry points),
-   `markdown`, `plot`, `localserver` (a chat-completions server for tests and benches).
+   `render` (the one renderer of Markdown and HTML documents), `plot`, `localserver` (a chat-completions server for tests and benches).
 3. evidence and rules — `evidence` (atomic writes, checksums), `verdicts` (the protocol's
    rules), `signing`, `patches`, `environments` (the environment registry), `agents`,
    `summary` (the run model, run.json) and `run_evidence` (a run directory loaded through
