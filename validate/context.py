@@ -121,3 +121,7 @@ class Play:
     agents: Sequence[Player]
     kind: AttemptKind
     samples: int = 1
+    #: The contract's (task, agent) skips apply: its agents play. False for the evaluated model,
+    #: which is no agent of the contract (a control that happened to be named like it must not
+    #: drop the model's attempts).
+    skips: bool = True

@@ -102,7 +102,7 @@ def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, 
 def pending(done: Iterable[Attempt], play: Play) -> list[AttemptSpec]:
     """The specifications still to play: keys of `play` with no final attempt recorded yet,
     less the (task, agent) pairs its contract skips."""
-    skip = {e.idx: e.skip for e in play.manifest.tasks}
+    skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
     keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples)]
     m = play.manifest
     return [AttemptSpec(phase=play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
@@ -122,8 +122,8 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
         kind.keep(results)
         rows = [kind.row(r) for r in results]
         journal.append(rows)
-        for row in rows:
-            ctx.progress.attempt(row)
+        if rows:  # one step per specification played (its final try), as planned
+            ctx.progress.attempt(rows[-1])
 
     stopped = Interrupted(f"interrupted: what finished is recorded in {ctx.paths.root}; "
                           f"continue with {resume} {ctx.paths.root}")

@@ -265,4 +265,5 @@ class ChatKind(AttemptKind[tuple[Attempt, Entry]]):
 def model_play(ec: EvalContext, phase: str, temperature: float, samples: int, idx: list[int]) -> Play:
     """One pass: `samples` samples of every task of `idx` at `temperature`."""
     ctx = ec.run
-    return Play(phase, ctx.manifest, ctx.taskset, idx, [MODEL_PLAYER], ChatKind(ec, temperature), samples)
+    return Play(phase, ctx.manifest, ctx.taskset, idx, [MODEL_PLAYER], ChatKind(ec, temperature), samples,
+                skips=False)
