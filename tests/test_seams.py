@@ -7,6 +7,7 @@ made (here: a verifier inside the sandbox, after the agent)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pyarrow.parquet as pq
@@ -132,8 +133,7 @@ def test_a_cancel_without_ctrl_c_ends_the_phase_as_interrupted_and_a_resume_comp
     ctx.executor = CancelAfterOne()
     with pytest.raises(Interrupted, match="--resume"):
         run_agents(ctx, RunPhase())
-    summary = __import__("json").loads((tmp_path / "run" / "run.json").read_text())
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())
     assert summary["interrupted"] is True and len(_rows(tmp_path / "run")) == 1
-    sandbox = sandboxes("bwrap")  # the cancel closed the shared sandbox's running work; open attempts again
     done = run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), RunPhase())
     assert not done.interrupted and len(_rows(tmp_path / "run")) >= 2 * 3
