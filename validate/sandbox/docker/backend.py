@@ -98,29 +98,34 @@ class DockerSandbox(Sandbox):
             pass  # facts() reports an unreachable daemon with a clear message
 
     def facts(self) -> BackendFacts:
-        # The image is identified by its one layer's diff_id, the sha256 of the rootfs tarball it
-        # was imported from: the image id also hashes the import's config and time, so it
-        # differs between two imports of the same bytes.
         try:
             version = self.client.version()
             # Daemons before 20.10 report no CgroupVersion: they supported cgroup v1 only.
             cgroup = "v2" if str(self.client.info().get("CgroupVersion", "1")) == "2" else "v1"
-            image = self.client.images.get(self.image)
-            layers = image_layers(image)
-            if len(layers) != 1:
-                raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers, not the one "
-                                         f"imported root filesystem; build it with `validate image build`")
-            packages = image_packages(self.client, image.id, labels={LABEL: self.run_label})
+            image, digest, packages = self.image_facts()
         except ImageNotFound:
             raise ProfileUnavailable(f"execution.image: {self.image} is not in the Docker daemon; "
                                      f"build it with `validate image build`") from None
         except (DockerException, requests.RequestException) as e:
             raise ProfileUnavailable(unreachable(e)) from None
-        return BackendFacts(backend=self.backend, image=self.image, image_digest=layers[0],
+        return BackendFacts(backend=self.backend, image=self.image, image_digest=digest,
                             architecture=image.attrs.get("Architecture", "unknown"),
                             version=f"docker {version.get('Version', '?')}",
                             packages=packages, python=python_version(packages),
                             seccomp=f"docker {version.get('Version', '?')} default profile", cgroup=cgroup)
+
+    def image_facts(self, engine: str = "") -> tuple:
+        """The sandbox image, its one layer's digest and its packages (docker's `ImageNotFound`
+        passes through). The image is identified by that layer's diff_id, the sha256 of the
+        rootfs tarball it was imported from (the image id also hashes the import's config and
+        time, so it differs between two imports of the same bytes); `engine` names where it was
+        looked for in errors."""
+        image = self.client.images.get(self.image)
+        layers = image_layers(image)
+        if len(layers) != 1:
+            raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers{engine}, not the one "
+                                     f"imported root filesystem; build it with `validate image build`")
+        return image, layers[0], image_packages(self.client, image.id, labels={LABEL: self.run_label})
 
     def host_config(self, req: RunRequest) -> dict:
         """What a profile over this backend changes in a container's host config

@@ -20,7 +20,7 @@ from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, Isolation, RunRequest, watchdog_argv
 from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
-from validate.sandbox.docker.image import image_layers, image_packages
+from validate.sandbox.docker.image import image_layers
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman.limits import PARENT, PodmanAPI, first_child, gate
 from validate.sandbox.podman.service import HOST_ENV, LIBPOD, USER, default_host, idmap, write_seccomp
@@ -97,12 +97,7 @@ class PodmanSandbox(DockerSandbox):
         try:
             host, uids, _ = self._service_map()
             version = self.client.api.version().get("Version", "?")
-            image = self.client.images.get(self.image)
-            layers = image_layers(image)
-            if len(layers) != 1:
-                raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers in podman, not the "
-                                         f"one imported root filesystem; build it with `validate image build`")
-            packages = image_packages(self.client, image.id, labels={LABEL: self.run_label})
+            image, digest, packages = self.image_facts(" in podman")
         except ImageNotFound:
             raise ProfileUnavailable(f"execution.image: {self.image} is not in the rootless podman's storage; "
                                      f"build it with `validate image build --backends podman`") from None
@@ -112,7 +107,7 @@ class PodmanSandbox(DockerSandbox):
             raise ProfileUnavailable(f"execution.backend: the podman service at {self.host} runs as root; "
                                      f"this profile is rootless (start it as {USER})")
         root = next((m for m in uids if int(m["container_id"]) == 0), None)
-        return BackendFacts(backend=self.backend, image=self.image, image_digest=layers[0],
+        return BackendFacts(backend=self.backend, image=self.image, image_digest=digest,
                             architecture=image.attrs.get("Architecture", "unknown"), version=f"podman {version}",
                             packages=packages, python=python_version(packages),
                             seccomp=f"{self._seccomp()[1]} (podman {version}'s default, tightened to docker's)",
