@@ -13,7 +13,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
-from validate.lifecycle import REQUIRED, chance_means, counts
+from validate.lifecycle import chance_means, counts
+from validate.phases import CRITERIA
 from validate.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
 from validate.phases import probe_checks, stratify
 from validate.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten
@@ -107,8 +108,8 @@ def check_counts(ev, tables, manifests, r) -> None:
             s.patch is not None and (not (ev.root / PATCH).exists()
                                      or "sha256:" + file_sha256(ev.root / PATCH) != s.patch.sha256)):
         r.problems.append(f"{where}: the patch record does not match patch.diff")
-    if list(s.required) != list(REQUIRED.get(s.kind, ())):
-        r.problems.append(f"{where}: the criteria required of a {s.kind} run are {list(REQUIRED.get(s.kind, ()))}")
+    if list(s.required) != list(CRITERIA.get(s.kind, ())):
+        r.problems.append(f"{where}: the criteria required of a {s.kind} run are {list(CRITERIA.get(s.kind, ()))}")
     if dataset_verdict(f, s.required) != s.dataset_verdict:
         r.problems.append(f"{where}: the dataset verdict does not follow from its facts")
     if s.kind == PILOT:

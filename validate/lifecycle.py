@@ -1,28 +1,36 @@
-"""One run's lifecycle: open → journal → plays → finish, finished even when interrupted.
+"""One run's lifecycle, for every kind of run: open → journal → plays → fold → conclude → seal,
+finished even when interrupted.
 
-`Run` opens the run directory (the contract copied byte for byte, the patch stored when the
-code has one), keeps the journal, plays each `Play`, and `finish` folds the journal into
-Parquet, judges every task, decides the dataset verdict from the protocol's criteria, writes
-``run.json`` and seals everything with ``checksums``. Every phase (`validate.phases`) is a
-sequence of plays on one `Run`.
+`Run` opens the run directory (the contract copied byte for byte, the run's other sealed
+documents, the patch stored when the code has one), keeps the journal, plays each `Play`
+through the runner, and `finish` folds the journal into Parquet, hands the run to its
+`Conclusion` for the summary, writes it and seals everything with ``checksums``. The kinds
+of run differ only in their phases and their conclusion: a dataset run's is `Verdicts` (one
+verdict per task, the dataset verdict from the protocol's criteria its phase requires,
+``run.json``), a model evaluation's its metrics (`validate.eval.run.Metrics`, ``eval.json``).
+Every phase (`validate.phases`, `validate.eval.run`) is a sequence of plays on one `Run`.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from environment.protocol import LoadHints
 from validate.contract import Manifest, load_manifest, verify
 from validate.errors import EvidenceError, ValidateError
 from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
 from validate.records import (
-    COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, PILOT, POOL, RUN, FindingRow, RunKind, TaskVerdict,
+    COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, FindingRow, RunKind, TaskVerdict,
 )
 from validate.context import Play, RunContext
 from validate.patches import code_state
@@ -31,15 +39,6 @@ from validate.runner import execute
 from validate.sandbox import open_sandbox
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
-
-#: The protocol criteria each kind of run is held to (see `validate.verdicts.CRITERIA`).
-REQUIRED: dict[RunKind, tuple[str, ...]] = {
-    RUN: ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls"),
-    POOL: ("complete", "minimum", "one_reason", "patches", "dataset_findings", "chance_controls", "smoke"),
-    PILOT: ("complete", "every_task_compatible", "probes", "one_reason", "patches", "dataset_findings",
-              "chance_controls"),
-}
-
 
 def counts(verdicts: Sequence[TaskVerdict], attempts_path) -> Counts:
     table = pq.read_table(attempts_path, columns=["status", "superseded"])
@@ -81,71 +80,146 @@ def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, 
                     chance_controls=chance)
 
 
-def open_directory(ctx: RunContext) -> None:
-    """Create the run directory with its contract, or check it when resuming: the same
-    contract, and the same uncommitted patch (stored as ``patch.diff``) if there is one."""
-    paths = ctx.paths
+def open_directory(ctx: RunContext, documents: dict[Path, bytes] | None = None) -> None:
+    """Create the run directory with its contract and the run's other sealed `documents`
+    (path → bytes, e.g. an eval contract), or check them when resuming: the same contract,
+    the same documents, and the same uncommitted patch (stored as ``patch.diff``) if there is
+    one. Every refusal comes before anything is written: a refused resume leaves the sealed
+    run as it was."""
+    paths, documents = ctx.paths, documents or {}
+    for path, data in sorted(documents.items()):
+        if path.exists() and path.read_bytes() != data:
+            raise EvidenceError(f"{path}: this run directory was made with another {path.name}; resume it with "
+                                f"that one or start a new run directory")
+    if ctx.code.diff and paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
+        raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
+                            f"same code, or start a new run directory")
     open_run(paths, ctx.manifest.to_json())
+    for path, data in sorted(documents.items()):
+        if not path.exists():
+            atomic_write(path, data)
     if ctx.code.diff:
-        if paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
-            raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
-                                f"same code, or start a new run directory")
         atomic_write(paths.patch, ctx.code.diff)
 
 
-class Run:
-    """One run directory's lifecycle: opened (contract, patch), played into its journal, folded
-    into Parquet and judged by `verdicts_of` (the phase's groups of attempts), finished with a
-    sealed summary."""
+E = TypeVar("E")
+S = TypeVar("S", bound=BaseModel)
 
-    def __init__(self, ctx: RunContext, kind: RunKind, groups: list[JudgedGroup],
-                 verdicts_of: Callable[[Journal], list[TaskVerdict]]) -> None:
-        self.ctx, self.kind, self.groups, self.verdicts_of = ctx, kind, groups, verdicts_of
-        open_directory(ctx)
+
+class Conclusion(ABC, Generic[E, S]):
+    """What one kind of run concludes from its folded evidence, sealed as its summary: a
+    dataset run its verdicts and dataset verdict (`Verdicts`, ``run.json``), a model
+    evaluation its metrics (`validate.eval.run.Metrics`, ``eval.json``). `E` is what the phase
+    knows at its end beyond the evidence (a smoke test's outcome, probe checks; nothing for
+    an eval)."""
+
+    def documents(self, ctx: RunContext) -> dict[Path, bytes]:
+        """Sealed documents the run directory holds beside its contract (none by default)."""
+        return {}
+
+    @abstractmethod
+    def summary_path(self, paths: RunPaths) -> Path:
+        """Where the summary is written."""
+
+    @abstractmethod
+    def conclude(self, run: Run, interrupted: bool, ending: E) -> S:
+        """The summary, from the run's folded attempts (and any evidence of its own)."""
+
+    def close(self) -> None:
+        """Close what the conclusion keeps open (its own journals; nothing by default)."""
+
+
+class Run(Generic[E, S]):
+    """One run directory's lifecycle, for every kind of run: opened (contract, sealed
+    documents, patch), played into its journal, folded into Parquet, concluded (`Conclusion`)
+    and sealed with ``checksums``; `close` closes its journals however it ends."""
+
+    def __init__(self, ctx: RunContext, conclusion: Conclusion[E, S]) -> None:
+        self.ctx, self.conclusion = ctx, conclusion
+        open_directory(ctx, conclusion.documents(ctx))
         self.journal = Journal(ctx.paths, ctx.taskset.metric_names)
+        self._folded = False
 
-    def play(self, play: Play) -> None:
-        execute(self.ctx, self.journal, play)
+    def play(self, play: Play, resume: str = "--resume") -> None:
+        self._folded = False
+        execute(self.ctx, self.journal, play, resume=resume)
 
-    def dataset_findings(self) -> list[FindingRow]:
-        ctx = self.ctx
-        tasks = (ctx.taskset.task(e.idx) for e in ctx.manifest.tasks)
-        return [FindingRow(**f.model_dump()) for f in ctx.env.dataset_findings(ctx.taskset, tasks)]
+    def fold(self) -> None:
+        """Fold the journal into attempts.parquet (once per batch of plays)."""
+        if not self._folded:
+            fold(self.journal)
+            self._folded = True
 
-    def fold(self) -> list[TaskVerdict]:
-        """Fold the journal into Parquet and write the verdict tables; return the verdicts."""
-        fold(self.journal)
-        verdicts = self.verdicts_of(self.journal)
-        write_verdicts(self.ctx.paths, verdicts)
+    def finish(self, interrupted: bool, ending: E) -> S:
+        """Fold, conclude, write the summary and seal the directory."""
+        self.fold()
+        summary = self.conclusion.conclude(self, interrupted, ending)
+        write_json(self.conclusion.summary_path(self.ctx.paths), summary)
+        write_checksums(self.ctx.paths)
+        return summary
+
+    def close(self) -> None:
+        self.journal.close()
+        self.conclusion.close()
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What a dataset phase knows at its end besides its attempts."""
+
+    verdicts: list[TaskVerdict]
+    smoke: str = "not run"
+    note: str = ""
+    strata: Sequence[Stratum] = ()
+    probes: Sequence[ProbeCheck] = ()
+    frozen_sha256: str | None = None
+    variants: dict[str, str] = field(default_factory=dict)
+
+
+class Verdicts(Conclusion[Ending, RunSummary]):
+    """A dataset run's conclusion: one verdict per task of its groups (`verdicts_of`, from the
+    journal), the dataset verdict by the criteria its phase requires, ``run.json``."""
+
+    def __init__(self, kind: RunKind, required: Sequence[str], groups: list[JudgedGroup],
+                 verdicts_of: Callable[[Journal], list[TaskVerdict]]) -> None:
+        self.kind, self.required, self.groups, self.verdicts_of = kind, tuple(required), groups, verdicts_of
+
+    def summary_path(self, paths: RunPaths) -> Path:
+        return paths.summary
+
+    def judge(self, run: Run) -> list[TaskVerdict]:
+        """Fold the journal and write the verdict tables; return the verdicts."""
+        run.fold()
+        verdicts = self.verdicts_of(run.journal)
+        write_verdicts(run.ctx.paths, verdicts)
         return verdicts
 
-    def finish(self, verdicts: list[TaskVerdict], *, interrupted: bool, smoke: str = "not run", note: str = "",
-               strata: Sequence[Stratum] = (), probes: Sequence[ProbeCheck] = (),
-               frozen_sha256: str | None = None, variants: dict[str, str] | None = None) -> RunSummary:
-        ctx = self.ctx
+    def conclude(self, run: Run, interrupted: bool, ending: Ending) -> RunSummary:
+        ctx, verdicts = run.ctx, ending.verdicts
         c = counts(verdicts, ctx.paths.attempts)
-        findings = self.dataset_findings()
+        findings = dataset_findings(ctx)
         facts = run_facts(c, verdicts, interrupted=interrupted, min_task_count=ctx.manifest.min_task_count,
                           patch="documented" if ctx.code.diff else "none", dataset_findings=findings,
-                          probes=probes, smoke=smoke, note=note,
+                          probes=ending.probes, smoke=ending.smoke, note=ending.note,
                           chance=chance_means(ctx.paths.attempts, ctx.manifest.expectations.rules()))
-        required = REQUIRED[self.kind]
         ex = ctx.manifest.execution
         agents = sorted(set(pq.read_table(ctx.paths.attempts, columns=["agent"]).column("agent").to_pylist()))
         every = ctx.env.families(ctx.taskset)
         uncovered = None if every is None else sorted(set(every) - {v.family for v in verdicts})
-        summary = RunSummary(
+        return RunSummary(
             run_id=ctx.run_id, kind=self.kind, groups=self.groups, environment=ctx.manifest.environment.name,
-            manifest_sha256=ctx.manifest.sha256, frozen_manifest_sha256=frozen_sha256,
-            variant_manifest_sha256=variants or {}, backend=ctx.sandbox.backend, backend_version=ex.backend_version,
+            manifest_sha256=ctx.manifest.sha256, frozen_manifest_sha256=ending.frozen_sha256,
+            variant_manifest_sha256=ending.variants, backend=ctx.sandbox.backend, backend_version=ex.backend_version,
             image=ex.image, image_digest=ex.image_digest, machine=machine(), code_commit=ctx.code.label,
             patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted,
-            agents=agents, counts=c, required=list(required), facts=facts,
-            dataset_verdict=dataset_verdict(facts, required), dataset_findings=findings,
-            families_uncovered=uncovered, strata=list(strata), probes=list(probes))
-        write_json(ctx.paths.summary, summary)
-        write_checksums(ctx.paths)
-        return summary
+            agents=agents, counts=c, required=list(self.required), facts=facts,
+            dataset_verdict=dataset_verdict(facts, self.required), dataset_findings=findings,
+            families_uncovered=uncovered, strata=list(ending.strata), probes=list(ending.probes))
+
+
+def dataset_findings(ctx: RunContext) -> list[FindingRow]:
+    tasks = (ctx.taskset.task(e.idx) for e in ctx.manifest.tasks)
+    return [FindingRow(**f.model_dump()) for f in ctx.env.dataset_findings(ctx.taskset, tasks)]
 
 
 def reopen(root, data: tuple = ()) -> tuple[RunContext, Manifest]:

@@ -29,7 +29,7 @@ from environment.protocol import Taskset
 from validate.agents import resolve
 from validate.contract import Manifest, derive, load_manifest, load_taskset, write_manifest
 from validate.evidence import Journal, atomic_write
-from validate.lifecycle import Run
+from validate.lifecycle import Ending, Run, Verdicts
 from validate.paths import MANIFEST, VARIANTS
 from validate.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, RunKind, TaskVerdict
 from validate.context import Interrupted, Play, RunContext
@@ -44,6 +44,9 @@ class RunPhase(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: ClassVar[RunKind] = RUN
+    #: The protocol criteria its dataset verdict is held to (`validate.verdicts.CRITERIA`).
+    required: ClassVar[tuple[str, ...]] = ("complete", "minimum", "one_reason", "patches", "dataset_findings",
+                                           "chance_controls")
 
     agents: str | list[str] = Field(default="all", description="Agent names or groups (all, oracle, controls, "
                                                                 "probes), comma-separated or a list.")
@@ -55,6 +58,8 @@ class PoolPhase(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: ClassVar[RunKind] = POOL
+    required: ClassVar[tuple[str, ...]] = ("complete", "minimum", "one_reason", "patches", "dataset_findings",
+                                           "chance_controls", "smoke")
 
     smoke_sample: int = Field(default=0, ge=0, description="Tasks of the frozen set the smoke test reruns from an "
                                                            "installed wheel (0: no smoke test; the CLI's default is 5).")
@@ -66,6 +71,8 @@ class PilotPhase(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: ClassVar[RunKind] = PILOT
+    required: ClassVar[tuple[str, ...]] = ("complete", "every_task_compatible", "probes", "one_reason", "patches",
+                                           "dataset_findings", "chance_controls")
 
     per_stratum: int = Field(default=1, ge=1, description="Lowest-idx tasks sampled from each stratum.")
 
@@ -76,14 +83,16 @@ def run_agents(ctx: RunContext, cfg: RunPhase) -> RunSummary:
     config = ctx.env.Config.model_validate(m.environment.config)
     play = Play(phase, m, ctx.taskset, m.selection.idx,
                 resolve(ctx.env, config, list(m.expectations.agents), cfg.agents), kind_of(ctx.env))
-    run = Run(ctx, cfg.kind, [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
-              lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,)))
+    verdicts = Verdicts(cfg.kind, cfg.required,
+                        [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
+                        lambda j: judge(ctx, j.marked(), phase, m, ctx.taskset, (phase,)))
+    run = Run(ctx, verdicts)
     try:
         run.play(play)
     except Interrupted:
-        run.finish(run.fold(), interrupted=True)
+        run.finish(True, Ending(verdicts.judge(run)))
         raise
-    return run.finish(run.fold(), interrupted=False)
+    return run.finish(False, Ending(verdicts.judge(run)))
 
 
 # --- pool -------------------------------------------------------------------------------
@@ -98,9 +107,11 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
     oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]),
                        kind)
     controls = resolve(ctx.env, config, names, ["controls"])
-    run = Run(ctx, cfg.kind, [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
-                                      expectations=MANIFEST)],
-              lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls")))
+    verdicts = Verdicts(cfg.kind, cfg.required,
+                        [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
+                                     expectations=MANIFEST)],
+                        lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls")))
+    run = Run(ctx, verdicts)
     frozen = None
     try:
         run.play(oracle_play)
@@ -115,7 +126,7 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
         if len(passes) < parent.min_task_count:
             note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
                     f"minimum {parent.min_task_count}, so nothing was frozen")
-            return run.finish(run.fold(), interrupted=False, note=note)
+            return run.finish(False, Ending(verdicts.judge(run), note=note))
         if paths.frozen_manifest.exists():  # resuming: the set was frozen already
             frozen = load_manifest(paths.frozen_manifest)
         else:
@@ -126,13 +137,13 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
             write_manifest(frozen, cfg.manifest_dir / f"{frozen.name}.json")
         run.play(Play("controls", frozen, ctx.taskset, frozen.selection.idx, controls, kind))
     except Interrupted:
-        run.finish(run.fold(), interrupted=True, frozen_sha256=frozen.sha256 if frozen else None)
+        run.finish(True, Ending(verdicts.judge(run), frozen_sha256=frozen.sha256 if frozen else None))
         raise
-    verdicts = run.fold()
+    judged = verdicts.judge(run)
     outcome = "not run"
     if cfg.smoke_sample:
         outcome = "passed" if smoke_test(ctx, frozen, cfg.smoke_sample, log=log).passed else "failed"
-    return run.finish(verdicts, interrupted=False, smoke=outcome, frozen_sha256=frozen.sha256)
+    return run.finish(False, Ending(judged, smoke=outcome, frozen_sha256=frozen.sha256))
 
 
 # --- pilot ------------------------------------------------------------------------------
@@ -207,18 +218,24 @@ def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
         return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
                                                        (f"pilot-{var.name}",))]
 
-    run = Run(ctx, cfg.kind, groups, verdicts_all)
+    conclusion = Verdicts(cfg.kind, cfg.required, groups, verdicts_all)
+    run = Run(ctx, conclusion)
     _keep_variants(ctx, variants)
     shas = {v.name: v.manifest.sha256 for v in variants}
     try:
         for var in variants:
             run.play(Play(f"pilot-{var.name}", var.manifest, var.taskset, sample, agents, kind))
     except Interrupted:
-        run.finish(run.fold(), interrupted=True, strata=strata, variants=shas)
+        run.finish(True, Ending(conclusion.judge(run), strata=strata, variants=shas))
         raise
-    verdicts = run.fold()
+    verdicts = conclusion.judge(run)
     attempts = run.journal.existing()
     checks = [c for var in variants
               for c in probe_checks(var.name, [a for a in attempts if a.phase == f"pilot-{var.name}"],
                                     [v for v in verdicts if v.phase == f"pilot-{var.name}"])]
-    return run.finish(verdicts, interrupted=False, strata=strata, probes=checks, variants=shas)
+    return run.finish(False, Ending(verdicts, strata=strata, probes=checks, variants=shas))
+
+
+#: The criteria each kind of dataset run is held to, from its phase's config model (what the
+#: audit checks a run's summary against).
+CRITERIA: dict[RunKind, tuple[str, ...]] = {c.kind: c.required for c in (RunPhase, PoolPhase, PilotPhase)}

@@ -1,5 +1,5 @@
-"""One eval run: open → the greedy pass → the sampled pass → fold → summary, finished even when
-interrupted, resumable.
+"""One eval run — a `validate.lifecycle.Run` whose conclusion is its metrics: open → the greedy
+pass → the sampled pass → fold → summary, finished even when interrupted, resumable.
 
 The run directory holds the frozen dataset manifest (``manifest.json``, as every run
 directory does) and the eval contract (``eval-contract.json``), both byte-identical; a
@@ -13,6 +13,7 @@ is sealed with ``checksums``.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from validate.errors import EvidenceError
 from validate.eval.client import ChatClient
@@ -21,11 +22,11 @@ from validate.eval.evidence import EvalJournal, EvalPaths, latest_entries, write
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
 from validate.eval.chat import EvalContext, model_play
 from validate.eval.summary import EvalSummary, summarize
-from validate.evidence import Journal, atomic_write, fold, write_checksums, write_json, write_parquet
-from validate.lifecycle import open_directory
+from validate.evidence import Journal, write_parquet
+from validate.lifecycle import Conclusion, Run
+from validate.paths import RunPaths
 from validate.records import arrow_schema, flat_row
 from validate.context import Interrupted, Play, RunContext
-from validate.runner import execute
 from validate.summary import machine
 
 PASSES = ("greedy", "sampled")
@@ -40,61 +41,61 @@ def plays(ec: EvalContext, idx: list[int], passes: tuple[str, ...] = PASSES) -> 
     return out
 
 
-def open_eval(ctx: RunContext, contract: EvalContract) -> EvalPaths:
-    """Create (or check, when resuming) the run directory with both contracts and the patch."""
-    paths = EvalPaths(ctx.paths)
-    if contract.parent.manifest_sha256 != ctx.manifest.sha256:
-        raise EvidenceError(f"{paths.contract}: the eval contract's parent is {contract.parent.manifest_sha256}, "
-                            f"not the run's manifest {ctx.manifest.sha256}")
-    # Every refusal comes before anything is written: a resume refused leaves the sealed run as it was.
-    if paths.contract.exists() and paths.contract.read_bytes() != contract.to_json():
-        raise EvidenceError(f"{paths.contract}: this run directory was made with another eval contract; resume "
-                            f"it with that contract or start a new run directory")
-    open_directory(ctx)
-    if not paths.contract.exists():
-        atomic_write(paths.contract, contract.to_json())
-    return paths
+class Metrics(Conclusion[None, EvalSummary]):
+    """A model evaluation's conclusion: its eval contract sealed beside the manifest, its own
+    journal of samples and turns (folded into samples.parquet and trajectories.parquet), the
+    task table and the metrics, ``eval.json``."""
+
+    def __init__(self, ctx: RunContext, contract: EvalContract) -> None:
+        if contract.parent.manifest_sha256 != ctx.manifest.sha256:
+            raise EvidenceError(f"{EvalPaths(ctx.paths).contract}: the eval contract's parent is "
+                                f"{contract.parent.manifest_sha256}, not the run's manifest {ctx.manifest.sha256}")
+        self.contract, self.paths = contract, EvalPaths(ctx.paths)
+        self.journal = EvalJournal(self.paths)
+
+    def documents(self, ctx: RunContext) -> dict[Path, bytes]:
+        return {self.paths.contract: self.contract.to_json()}
+
+    def summary_path(self, paths: RunPaths) -> Path:
+        return EvalPaths(paths).summary
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def conclude(self, run: Run, interrupted: bool, ending: None) -> EvalSummary:
+        """Fold the eval journal, write the task table, and compute the summary."""
+        ctx, contract, paths = run.ctx, self.contract, self.paths
+        self.journal.close()
+        attempts = Journal(ctx.paths, ctx.taskset.metric_names).existing()
+        recorded = {(a.phase, a.task_id, a.agent, a.sample, a.attempt) for a in attempts}
+        entries = latest_entries(self.journal, recorded, previous=paths.samples)
+        write_side_tables(paths, list(entries.values()))
+        families = {e.id: ctx.taskset.task(e.idx).family for e in ctx.manifest.tasks}
+        m = contract.model
+        summary, tasks = summarize(
+            attempts, [e.sample for e in entries.values()], [e.id for e in ctx.manifest.tasks], families, contract.k,
+            contract.reward.pass_threshold, run_id=ctx.run_id, contract_sha256=contract.sha256,
+            manifest_sha256=ctx.manifest.sha256, environment=ctx.manifest.environment.name,
+            model=f"{m.id}@{m.revision}", backend=ctx.sandbox.backend,
+            image_digest=ctx.manifest.execution.image_digest, machine=machine(), code_commit=ctx.code.label,
+            patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted)
+        if tasks:
+            write_parquet(paths.tasks, (flat_row(t) for t in tasks), arrow_schema(type(tasks[0])))
+        return summary
 
 
 def evaluate(ctx: RunContext, contract: EvalContract, client: ChatClient,
              passes: tuple[str, ...] = PASSES) -> EvalSummary:
-    """Play the passes and finish the run; on an interrupt, finish what is there and re-raise."""
-    paths = open_eval(ctx, contract)
-    journal = Journal(ctx.paths, ctx.taskset.metric_names)
-    ec = EvalContext(run=ctx, contract=contract, client=client, journal=EvalJournal(paths))
+    """Play the passes on one `Run` and finish it; on an interrupt, finish what is there and re-raise."""
+    metrics = Metrics(ctx, contract)
+    run = Run(ctx, metrics)
+    ec = EvalContext(run=ctx, contract=contract, client=client, journal=metrics.journal)
     try:
         for play in plays(ec, ctx.manifest.selection.idx, passes):
-            execute(ctx, journal, play, resume="`validate eval run --resume`")
+            run.play(play, resume="`validate eval run --resume`")
+        return run.finish(False, None)
     except Interrupted:
-        finish(ec, journal, interrupted=True)
+        run.finish(True, None)
         raise
-    finally:  # both journals keep a file open: closed however the run ends (finish closed them already)
-        journal.close()
-        ec.journal.close()
-    return finish(ec, journal, interrupted=False)
-
-
-def finish(ec: EvalContext, journal: Journal, interrupted: bool) -> EvalSummary:
-    """Fold both journals, write the task table and the summary, seal the directory."""
-    ctx, contract = ec.run, ec.contract
-    paths = EvalPaths(ctx.paths)
-    fold(journal)
-    ec.journal.close()
-    attempts = Journal(ctx.paths, ctx.taskset.metric_names).existing()
-    recorded = {(a.phase, a.task_id, a.agent, a.sample, a.attempt) for a in attempts}
-    entries = latest_entries(ec.journal, recorded, previous=paths.samples)
-    write_side_tables(paths, list(entries.values()))
-    families = {e.id: ctx.taskset.task(e.idx).family for e in ctx.manifest.tasks}
-    task_ids = [e.id for e in ctx.manifest.tasks]
-    threshold = contract.reward.pass_threshold
-    m = contract.model
-    summary, tasks = summarize(
-        attempts, [e.sample for e in entries.values()], task_ids, families, contract.k, threshold,
-        run_id=ctx.run_id, contract_sha256=contract.sha256, manifest_sha256=ctx.manifest.sha256,
-        environment=ctx.manifest.environment.name, model=f"{m.id}@{m.revision}", backend=ctx.sandbox.backend,
-        image_digest=ctx.manifest.execution.image_digest, machine=machine(), code_commit=ctx.code.label,
-        patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted)
-    write_parquet(paths.tasks, (flat_row(t) for t in tasks), arrow_schema(type(tasks[0]))) if tasks else None
-    write_json(paths.summary, summary)
-    write_checksums(ctx.paths)
-    return summary
+    finally:  # both journals keep a file open: closed however the run ends
+        run.close()
