@@ -43,7 +43,7 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     from validate.eval import contract as ec
     from validate.eval.client import ChatClient
     from validate.eval.freeze import parent_of
-    from validate.eval.run import evaluate
+    from validate.eval.run import EvalPhase, evaluate
     from validate.localserver import serve
 
     parent, frozen = parent_of(pool_run, audit=lambda root: audit(root).problems)
@@ -67,7 +67,7 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
         client = ChatClient(server.base_url)
         t0 = time.perf_counter()
         try:
-            summary = evaluate(ctx, contract, client, passes=("greedy",))
+            summary = evaluate(ctx, contract, client, EvalPhase(passes=("greedy",)))
         finally:
             ctx.sandbox.close()
         wall = time.perf_counter() - t0

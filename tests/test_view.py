@@ -505,12 +505,12 @@ def test_chromium_builds_no_script_from_agent_text(server, tmp_path, artifacts):
 
 @pytest.mark.slow
 def test_a_pool_and_its_smoke_rerun_link_to_each_other(base, sandboxes, tmp_path):
-    from validate.smoke import smoke
+    from validate.smoke import SmokePhase, smoke
 
     ledgers = tmp_path / "ledgers"
     shutil.copytree(base / "ledgers/pool", ledgers / "pool")
     ctx = make_ctx(load_manifest(ledgers / "pool/manifest.json"), sandboxes("bwrap"), ledgers / "pool")
-    result = smoke(ctx, load_manifest(ledgers / "pool/frozen-manifest.json"), 1, log=lambda m: None)
+    result = smoke(ctx, load_manifest(ledgers / "pool/frozen-manifest.json"), SmokePhase(sample=1), log=lambda m: None)
     assert result.passed, result.mismatches
     (entry,) = (ledgers / "pool/smoke").iterdir()
     key = f"pool/smoke/{entry.name}"

@@ -38,7 +38,7 @@ from validate.eval.client import ChatClient
 from validate.eval.compare import compare as compare_runs
 from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.report import write_report as write_eval_report
-from validate.eval.run import PASSES, evaluate
+from validate.eval.run import EvalPhase, evaluate
 from validate.evidence import atomic_write
 from validate.executors import DEFAULT_EXECUTOR, make_executor
 from validate.lifecycle import reopen
@@ -56,7 +56,7 @@ from validate.records import EVAL, PILOT, POOL
 from validate.report import write_report
 from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
-from validate.smoke import smoke as smoke_test
+from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
 
 MAX_TASKS = 1_000_000
@@ -251,10 +251,9 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
 
 def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
     """A fresh-materialisation smoke test of a pool, appended to its run directory."""
-    if sample < 1:
-        raise ValidateError("--sample: must be ≥ 1")
+    cfg = _phase_config(SmokePhase, sample=sample)
     ctx, frozen = reopen(run_dir, tuple(Path(p) for p in data))
-    return _phase(ctx, lambda c: smoke_test(c, frozen, sample, log=log))
+    return _phase(ctx, lambda c: smoke_test(c, frozen, cfg, log=log))
 
 
 def _is_eval(run_dir: PathLike) -> bool:
@@ -331,9 +330,7 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
              allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
-    bad = [p for p in passes if p not in PASSES]
-    if bad or not passes:
-        raise ValidateError(f"--passes: choose from {', '.join(PASSES)}; got {', '.join(bad) or 'none'}")
+    cfg = _phase_config(EvalPhase, passes=tuple(passes))
     if resume is not None:
         root = Path(resume)
         if not (root / EVAL_CONTRACT).is_file():
@@ -361,7 +358,7 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
     lim = c.limits
     client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries, lim.retry_max_wait_s)
     try:
-        return _phase(ctx, lambda x: evaluate(x, c, client, tuple(passes)))
+        return _phase(ctx, lambda x: evaluate(x, c, client, cfg))
     finally:
         client.close()
 

@@ -35,7 +35,7 @@ from validate.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RU
 from validate.context import Interrupted, Play, RunContext
 from validate.kinds import kind_of
 from validate.runner import judge
-from validate.smoke import smoke as smoke_test
+from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
 
 
@@ -142,7 +142,7 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
     judged = verdicts.judge(run)
     outcome = "not run"
     if cfg.smoke_sample:
-        outcome = "passed" if smoke_test(ctx, frozen, cfg.smoke_sample, log=log).passed else "failed"
+        outcome = "passed" if smoke_test(ctx, frozen, SmokePhase(sample=cfg.smoke_sample), log=log).passed else "failed"
     return run.finish(False, Ending(judged, smoke=outcome, frozen_sha256=frozen.sha256))
 
 

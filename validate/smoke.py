@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 import validate
 from environment.protocol import sha256_tag
@@ -192,8 +192,17 @@ def result_json(result: SmokeResult) -> bytes:
     return result.model_dump_json(indent=2).encode() + b"\n"
 
 
-def smoke(ctx: RunContext, frozen: Manifest, n: int, log=print) -> SmokeResult:
+class SmokePhase(BaseModel):
+    """``validate smoke`` (and a pool's last step): rerun a sample of the frozen set from an installed wheel."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sample: int = Field(default=5, ge=1, description="Evenly spaced tasks of the frozen set to rerun.")
+
+
+def smoke(ctx: RunContext, frozen: Manifest, cfg: SmokePhase, log=print) -> SmokeResult:
     """Smoke-test `frozen` against the evidence of `ctx`'s run; record it as a new entry there."""
+    n = cfg.sample
     tmp = Path(tempfile.mkdtemp(prefix="validate-smoke-"))
     try:
         wheel, sdist, venv = build_and_install(tmp, log)

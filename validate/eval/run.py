@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from validate.errors import EvidenceError
 from validate.eval.client import ChatClient
@@ -30,6 +33,15 @@ from validate.context import Interrupted, Play, RunContext
 from validate.summary import machine
 
 PASSES = ("greedy", "sampled")
+
+
+class EvalPhase(BaseModel):
+    """``validate eval run``: the passes to play on the contract's frozen set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    passes: tuple[Literal["greedy", "sampled"], ...] = Field(
+        default=PASSES, min_length=1, description="greedy (temperature 0, pass@1) and/or sampled (k samples).")
 
 
 def plays(ec: EvalContext, idx: list[int], passes: tuple[str, ...] = PASSES) -> list[Play]:
@@ -85,13 +97,13 @@ class Metrics(Conclusion[None, EvalSummary]):
 
 
 def evaluate(ctx: RunContext, contract: EvalContract, client: ChatClient,
-             passes: tuple[str, ...] = PASSES) -> EvalSummary:
+             cfg: EvalPhase = EvalPhase()) -> EvalSummary:
     """Play the passes on one `Run` and finish it; on an interrupt, finish what is there and re-raise."""
     metrics = Metrics(ctx, contract)
     run = Run(ctx, metrics)
     ec = EvalContext(run=ctx, contract=contract, client=client, journal=metrics.journal)
     try:
-        for play in plays(ec, ctx.manifest.selection.idx, passes):
+        for play in plays(ec, ctx.manifest.selection.idx, cfg.passes):
             run.play(play, resume="`validate eval run --resume`")
         return run.finish(False, None)
     except Interrupted:
