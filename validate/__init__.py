@@ -31,7 +31,8 @@ with this very list as ``LAYERS``):
    `smoke`, and model evaluation (``eval/``: its contract, client, agent, the chat kind,
    metrics, its own report and `eval.freeze`, which is handed the pool's audit by the
    caller rather than importing it).
-7. reading — `report` (the run report) and `view` (the browser viewer).
+7. reading — `report` (the run report), `profiles` (one contract's runs on two execution
+   profiles, compared) and `view` (the browser viewer).
 8. audit — `audit_seal` (the result and the seal check), `audit_earlier`, `audit_contracts`,
    `audit_env`, `audit_counts`, `audit_reports` (documents rendered again), `audit` (a
    run's) and `audit_eval` (an eval run's). The audit of a copy a resume kept is the full

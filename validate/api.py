@@ -29,7 +29,8 @@ from validate import environments, run_evidence
 from validate.audit import audit as audit_run
 from validate.audit_eval import audit as audit_eval
 from validate.context import Progress, RunContext
-from validate.contract import check_limits, load_manifest, load_taskset, write_manifest
+from validate.contract import check_environment, check_limits, check_tasks, load_manifest, load_taskset, reprofile
+from validate.contract import write_manifest
 from validate.contract import freeze as freeze_contract
 from validate.contract import verify as verify_contract
 from validate.errors import ValidateError
@@ -50,6 +51,7 @@ from validate.options import min_count as check_min_count
 from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths
 from validate.patches import require
 from validate.phases import PilotPhase, PoolPhase, RunPhase, run_agents
+from validate.profiles import compare_profiles as profile_comparison
 from validate.phases import pilot as pilot_phase
 from validate.phases import pool as pool_phase
 from validate.records import EVAL, PILOT, POOL
@@ -158,6 +160,42 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
         config_file=_config_file(config))
     write_manifest(manifest, path)
     return manifest
+
+
+def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: str = DEFAULT_IMAGE,
+                limits: dict[str, Any] | None = None, infra_retries: int | None = None,
+                data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
+    """Freeze the contract `like` on another execution profile (``validate freeze --like``):
+    the same tasks, expectations and salt, so `compare_profiles` can set the two runs side by
+    side. Limits and infrastructure retries are `like`'s unless given. Return the manifest."""
+    path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
+    m = load_manifest(existing_file(like, "--like"))
+    lim = check_limits(model_values(Limits, m.execution.limits.model_dump(), dict(limits or {}), "limits"))
+    code = require(allow_patch)
+    env, config, taskset = check_environment(m, LoadHints(search=tuple(Path(p) for p in data)))
+    check_tasks(m, env, config, taskset)  # the tasks load here exactly as the contract froze them
+    sandbox = open_sandbox(backend, image=image)
+    try:
+        manifest = reprofile(m, name=name, facts=sandbox.facts(), git_commit=code.label, patch=code.patch,
+                             limits=lim, infra_retries=m.execution.infra_retries if infra_retries is None
+                             else infra_retries)
+    finally:
+        sandbox.close()
+    write_manifest(manifest, path)
+    return manifest
+
+
+def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
+    """Every task whose verdict or reason differs between two runs of one dataset contract on
+    two execution profiles; refused (naming the field) when the contracts differ in anything
+    else. Returns the comparison and the directory it was written to."""
+    for run, flag in ((run_a, "RUN_A"), (run_b, "RUN_B")):
+        existing_dir(run, flag)
+        if _is_eval(run):
+            raise ValidateError(f"{flag}: {run} is a model evaluation; compare evals with `validate eval compare`")
+    if out is not None:
+        output_dir(out, "--out")
+    return profile_comparison(Path(run_a), Path(run_b), None if out is None else Path(out))
 
 
 def verify(manifest: PathLike, data: Sequence[PathLike] = ()):

@@ -11,6 +11,9 @@ byte for byte — never parsed, never searched for a string.
 - Eval reports: `validate.eval.report.render` likewise; compare entries
   (``<ledgers>/compare/<A>--<B>/<t>/``) that name an audited eval run: `comparison` of A's and
   B's evidence and its `render`, and their own seal.
+- Profile comparisons (``<ledgers>/compare-profiles/<A>--<B>/<t>/``) that name an audited
+  dataset run: `validate.profiles.comparison` of A's and B's evidence and its `render`, and
+  their own seal.
 
 A document that cannot be rendered again (an unknown renderer version, inputs that are
 gone or changed) is a problem, never a note: its claims would otherwise go unchecked.
@@ -22,7 +25,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from validate import report
+from validate import profiles, report
 from validate.audit_earlier import check_earlier
 from validate.audit_seal import AuditResult, check_seal
 from validate.contract import load_manifest
@@ -176,17 +179,20 @@ def check_rendered(ev, paths: RunPaths, r, audit: Audit) -> None:
     kept: dict[Path, bool] = {}  # each copy kept at a resume audited once
     _rendered("reports", _entries(paths.reports, r), lambda e: _report(paths, e, r, kept, RUN, audit), r)
     _rendered("smoke results", _entries(paths.smoke, r), lambda e: _smoke_result(paths, e, r), r)
+    _rendered("profile comparisons", profiles.entries_naming(paths.root),
+              lambda e: _sealed_entry(e, r, lambda: check_profiles(e, r, {paths.root.name: paths.root})), r)
 
 
-def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
-    """One compare entry: computed again from A's and B's evidence (by default the run
-    directories beside ``compare/``) and rendered again, byte for byte."""
-    record = _record(entry / COMPARE_JSON, compare.RENDERER, r)
+def _check_pair(entry: Path, r, renderer: str, sides: Callable[[dict], tuple[object, object]],
+                rerender: Callable[[Path, Path], dict[str, bytes]], runs: dict[str, Path] | None) -> bool:
+    """One entry comparing two runs A and B (named by `sides` of its JSON record): computed
+    again from their evidence (by default the run directories beside the entry's folder,
+    ``<ledgers>/<folder>/<A>--<B>/<t>``) and rendered again, byte for byte."""
+    record = _record(entry / COMPARE_JSON, renderer, r)
     if record is None:
         return False
-    home = entry.parent.parent.parent  # <ledgers>/compare/<A>--<B>/<t>
-    dirs = {side: (runs or {}).get(str(record.get(f"run_{side.lower()}")), home / str(record.get(f"run_{side.lower()}")))
-            for side in ("A", "B")}
+    home = entry.parent.parent.parent
+    dirs = {side: (runs or {}).get(str(run), home / str(run)) for side, run in zip(("A", "B"), sides(record))}
     for name, digest in sorted(record["ledgers"].items()):
         side, _, rel = name.partition("/")
         path = dirs[side] / rel if side in dirs and rel and ".." not in Path(rel).parts else None
@@ -195,7 +201,30 @@ def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
                               f"(missing or changed): it cannot be computed again")
             return False
     seal = (RunPaths(entry).checksums.name, RunPaths(entry).signature.name)  # a compare entry is sealed alone
-    return _compare_files(entry, compare.render(compare.comparison(dirs["A"], dirs["B"])), r, seal)
+    return _compare_files(entry, rerender(dirs["A"], dirs["B"]), r, seal)
+
+
+def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
+    """One eval compare entry (`validate.eval.compare`), computed and rendered again."""
+    return _check_pair(entry, r, compare.RENDERER, lambda rec: (rec.get("run_a"), rec.get("run_b")),
+                       lambda a, b: compare.render(compare.comparison(a, b)), runs)
+
+
+def check_profiles(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
+    """One profile comparison (`validate.profiles`), computed and rendered again."""
+    def sides(rec: dict) -> tuple[object, object]:
+        return tuple((rec.get(k) if isinstance(rec.get(k), dict) else {}).get("run_id") for k in ("a", "b"))
+
+    return _check_pair(entry, r, profiles.RENDERER, sides, lambda a, b: profiles.render(profiles.comparison(a, b)),
+                       runs)
+
+
+def _sealed_entry(entry: Path, r, check: Callable[[], bool]) -> bool:
+    """An entry sealed alone: its seal (counted with the entries, not on a line of its own), then `check`."""
+    before, said = len(r.problems), len(r.checked)
+    check_seal(RunPaths(entry), r)
+    del r.checked[said:]
+    return check() and len(r.problems) == before
 
 
 def audit_compare(entry: Path, runs: dict[str, Path] | None = None):
@@ -220,10 +249,5 @@ def check_eval_rendered(ev, paths, r, audit: Audit) -> None:
     kept: dict[Path, bool] = {}
     _rendered("eval reports", _entries(run.reports, r), lambda e: _report(run, e, r, kept, EVAL, audit), r)
 
-    def one(entry: Path) -> bool:
-        before, said = len(r.problems), len(r.checked)
-        check_seal(RunPaths(entry), r)
-        del r.checked[said:]  # the seal's own line: counted in the comparisons' line instead
-        return check_compare(entry, r, {paths.root.name: paths.root}) and len(r.problems) == before
-
-    _rendered("comparisons", _compares_of(paths.root), one, r)
+    _rendered("comparisons", _compares_of(paths.root),
+              lambda e: _sealed_entry(e, r, lambda: check_compare(e, r, {paths.root.name: paths.root})), r)

@@ -55,6 +55,9 @@ phases (the validation protocol, in order):
   sign          sign a run directory's checksums with an OpenSSH key
   eval          evaluate a model on a validated dataset: freeze, run, report, audit
   compare       per-task and per-family deltas of two evals of the same dataset contract
+  compare-profiles
+                every task whose verdict differs between two runs of one contract on two
+                execution profiles (make the second with `freeze --like`)
 
 Every phase writes Parquet evidence under ledgers/<run-id>/ and resumes with --resume.
 
@@ -129,14 +132,19 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                        description="Freeze a contract: generate the selected tasks of an environment and record "
                                    "their hashes, the expectations and the execution profile.")
     f.add_argument("--name", required=True, help="manifest name; written to manifests/<name>.json")
-    f.add_argument("--env", default=environments.default_name(),
-                   help=f"environment (installed: {', '.join(environments.names()) or 'none'}; default: %(default)s)")
+    f.add_argument("--env", default=None,
+                   help=f"environment (installed: {', '.join(environments.names()) or 'none'}; default: "
+                        f"{environments.default_name()})")
+    f.add_argument("--like", type=Path, default=None, metavar="MANIFEST",
+                   help="freeze MANIFEST's dataset contract (its tasks, expectations and salt) on the execution "
+                        "profile given here, for `validate compare-profiles`; the dataset and expectation "
+                        "options are then refused, limits default to MANIFEST's")
     f.add_argument("--config", type=Path, help="the environment's config as a TOML file (options below override it)")
     f.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
                    help="where to look for the environment's data (repeatable)")
     sel = f.add_argument_group("selection")
     sel.add_argument("--idx", help="explicit task indices, comma-separated")
-    sel.add_argument("--idx-start", type=int, default=0, help="first task index of the range (default: 0)")
+    sel.add_argument("--idx-start", type=int, default=None, help="first task index of the range (default: 0)")
     sel.add_argument("--idx-stop", type=int, help="one past the last index (default: every task of a finite "
                                                  "taskset, 20 of an infinite one)")
     exp = f.add_argument_group("expectations")
@@ -146,7 +154,7 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                      help="a control's own ceiling: its reward must stay under REWARD (repeatable)")
     exp.add_argument("--pass-threshold", type=float, default=None,
                      help="the oracle passes at or above this reward (default: the environment's)")
-    exp.add_argument("--exception-rule", choices=["strict", "retry"], default="strict",
+    exp.add_argument("--exception-rule", choices=["strict", "retry"], default=None,
                      help="strict: any infrastructure exception excludes the task; retry: a passing retry "
                           "counts, and the claim says how many tasks needed one (default: strict)")
     exp.add_argument("--min-count", type=int, default=None, help="minimum compatible tasks (default: every task)")
@@ -154,8 +162,8 @@ def _freeze_parser(sub, env_name: str | None) -> None:
     ex.add_argument("--backend", default="docker", choices=backend_names(),
                     help="sandbox backend, one of the installed (`validate.backends`; default: docker)")
     ex.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image (default: {DEFAULT_IMAGE})")
-    ex.add_argument("--infra-retries", type=int, default=2, help="further tries after an infrastructure fault "
-                                                                  "(default: 2)")
+    ex.add_argument("--infra-retries", type=int, default=None, help="further tries after an infrastructure fault "
+                                                                     "(default: 2, or --like's)")
     add_model_options(ex, Limits, "lim_", skip=())
     f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes "
                                                              "(the diff is recorded in the manifest)")
@@ -327,6 +335,18 @@ def _compare_parser(sub) -> None:
     c.add_argument("run_b", type=Path, metavar="RUN_B")
     c.add_argument("--out", type=Path, default=None, help="where the comparison entry is written "
                                                           "(default: ledgers/compare/<A>--<B>/)")
+    cp = sub.add_parser("compare-profiles", help="tasks whose verdict differs between two runs of one dataset contract "
+                                                 "on two execution profiles",
+                        description="Set two finished dataset runs of the same contract (same tasks, hashes, "
+                                    "expectations and salt: make the second with `validate freeze --like`) on "
+                                    "different execution profiles side by side: the profile fields that differ, "
+                                    "each run's counts, and every task whose verdict or reason differs, with both "
+                                    "sides' evidence. Written as sealed Markdown, HTML and JSON that `validate "
+                                    "audit` of either run computes again.")
+    cp.add_argument("run_a", type=Path, metavar="RUN_A")
+    cp.add_argument("run_b", type=Path, metavar="RUN_B")
+    cp.add_argument("--out", type=Path, default=None, help="where the comparison entry is written "
+                                                           "(default: ledgers/compare-profiles/<A>--<B>/)")
 
 
 def _default_env() -> str | None:
@@ -334,6 +354,14 @@ def _default_env() -> str | None:
 
 
 # --- commands ---------------------------------------------------------------------------
+
+def _api():
+    """The harness as functions, loaded only by the command that runs (``--help`` and a
+    refused option never import it)."""
+    from validate import api  # lazy: the harness loads only for the command that runs it
+
+    return api
+
 
 def cmd_image(args) -> int:
     log = lambda m: err.print(m, markup=False)  # noqa: E731
@@ -399,7 +427,9 @@ def _ceilings(items: list[str]) -> dict[str, float]:
 
 
 def cmd_freeze(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
+    if args.like is not None:
+        return _freeze_like(api, args)
     controls = _csv(args.controls)
     if controls == []:  # refused before anything is loaded; `contract.agent_entries` refuses it for the API
         raise ValidateError(f"--controls: a contract must name at least one negative control, got "
@@ -407,10 +437,31 @@ def cmd_freeze(args) -> int:
                             f"the environment declares")
     manifest = api.freeze(
         args.name, env=args.env, config=args.config, config_overrides=given(args, "cfg_"), idx=_idx(args.idx),
-        idx_start=args.idx_start, idx_stop=args.idx_stop, backend=args.backend, image=args.image,
+        idx_start=args.idx_start or 0, idx_stop=args.idx_stop, backend=args.backend, image=args.image,
         limits=given(args, "lim_"), controls=controls, ceilings=_ceilings(args.ceiling),
-        pass_threshold=args.pass_threshold, exception_rule=args.exception_rule, min_count=args.min_count,
-        infra_retries=args.infra_retries, data=args.data, allow_patch=args.allow_patch, out=args.out)
+        pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
+        infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
+        allow_patch=args.allow_patch, out=args.out)
+    return _froze(manifest, args)
+
+
+def _freeze_like(api, args) -> int:
+    """``freeze --like``: the dataset and expectations come from the manifest; only the profile is given."""
+    dataset = {"--env": args.env, "--config": args.config, "--idx": args.idx, "--idx-start": args.idx_start,
+               "--idx-stop": args.idx_stop, "--controls": args.controls, "--ceiling": args.ceiling or None,
+               "--pass-threshold": args.pass_threshold, "--exception-rule": args.exception_rule,
+               "--min-count": args.min_count, **{f"--{k.replace('_', '-')}": v for k, v in given(args, "cfg_").items()}}
+    bad = [flag for flag, value in dataset.items() if value is not None]
+    if bad:
+        raise ValidateError(f"{bad[0]}: with --like the dataset contract (environment, config, selection, "
+                            f"expectations) is {args.like}'s; drop {', '.join(bad)} or freeze without --like")
+    manifest = api.freeze_like(args.name, args.like, backend=args.backend, image=args.image,
+                               limits=given(args, "lim_"), infra_retries=args.infra_retries, data=args.data,
+                               allow_patch=args.allow_patch, out=args.out)
+    return _froze(manifest, args)
+
+
+def _froze(manifest, args) -> int:
     path = args.out or MANIFEST_DIR / f"{args.name}.json"
     if args.json:
         out.print(manifest.to_json().decode(), end="", markup=False)
@@ -421,7 +472,7 @@ def cmd_freeze(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     m = api.verify(args.manifest, args.data)
     out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
@@ -495,14 +546,14 @@ def _phase(args, fn) -> int:
 
 
 def cmd_run(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     return _phase(args, lambda hooks: api.run(args.manifest, agents=args.agents, phase=args.phase, progress=hooks,
                                               **_where(args)))
 
 
 def cmd_pool(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     return _phase(args, lambda hooks: api.pool(args.manifest, smoke_sample=args.smoke_sample,
                                                manifest_dir=args.manifest_dir, progress=hooks,
@@ -510,14 +561,14 @@ def cmd_pool(args) -> int:
 
 
 def cmd_pilot(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, progress=hooks,
                                                 **_where(args)))
 
 
 def cmd_smoke(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     result = api.smoke(args.run_dir, sample=args.sample, data=args.data, log=lambda m: err.print(m, markup=False))
     if args.json:
@@ -531,7 +582,7 @@ def cmd_smoke(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     entry, verdict = api.report(args.run_dir)
     if args.json:
@@ -543,7 +594,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     result = api.audit(args.run_dir, signature=args.signature, identity=args.identity, data=args.data,
                        manifests=args.manifests)
@@ -571,7 +622,7 @@ def print_audit(result, run_dir) -> int:
 
 
 def cmd_sign(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     sig = api.sign(args.run_dir, args.key)
     out.print(f"signed {args.run_dir / CHECKSUMS} → {sig}", markup=False)
@@ -611,7 +662,7 @@ def _template(path: Path | None) -> str | None:
 
 
 def cmd_eval(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
     if args.eval_command == "freeze":
         c = api.eval_freeze(args.name, pool_run=args.pool_run, manifest=args.manifest, model=args.model,
                             model_revision=args.model_revision, base_url=args.base_url, server=args.server,
@@ -648,7 +699,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from validate import api  # lazy: the harness loads only for the command that runs it
+    api = _api()
 
     result, entry = api.compare(args.run_a, args.run_b, out=args.out)
     for name, a, b, d in result.overall:
@@ -657,9 +708,24 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_compare_profiles(args) -> int:
+    api = _api()
+
+    result, entry = api.compare_profiles(args.run_a, args.run_b, out=args.out)
+    total = result.a.tasks
+    out.print(f"{result.a.run_id} ({result.a.backend}) vs {result.b.run_id} ({result.b.backend}): "
+              f"{result.same}/{total} tasks agree, {len(result.differences)}/{total} differ; profile fields that "
+              f"differ: {', '.join(f for f, _, _ in result.profile) or 'none'}; wrote {entry}", markup=False)
+    for d in result.differences:
+        out.print(f"  {d.task_id}: {' — '.join(p for p in d.a[:2] if p)} → {' — '.join(p for p in d.b[:2] if p)}",
+                  markup=False)
+    return 0
+
+
 COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run, "pool": cmd_pool,
             "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign,
-            "view": cmd_view, "eval": cmd_eval, "compare": cmd_compare}
+            "view": cmd_view, "eval": cmd_eval, "compare": cmd_compare,
+            "compare-profiles": cmd_compare_profiles}
 
 
 def _sigterm_as_interrupt(signum, frame):

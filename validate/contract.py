@@ -373,6 +373,18 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
     }).sealed()
 
 
+def reprofile(like: Manifest, *, name: str, facts: BackendFacts, git_commit: str = "",
+              patch: PatchInfo | None = None, **execution: Any) -> Manifest:
+    """The contract `like` on another execution profile: the same environment, selection, tasks,
+    expectations, minimum count, salt and parent (so the same tasks, judged the same way), with
+    a new execution profile from this machine's backend `facts` — what
+    `validate.profiles` compares. The caller checks first that the tasks load here as frozen."""
+    return like.model_copy(update={
+        "name": name, "created_at": datetime.now(UTC), "execution": profile(facts, **execution),
+        "harness_version": validate.__version__, "git_commit": git_commit, "patch": patch,
+    }).sealed()
+
+
 # --- reading and checking ----------------------------------------------------------------
 
 def write_manifest(manifest: Manifest, path: Path) -> Path:

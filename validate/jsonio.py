@@ -9,6 +9,7 @@ larger than `MAX_BYTES` before parsing it.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 MAX_BYTES = 256 * 1024 * 1024
 
@@ -31,3 +32,12 @@ def loads(data: bytes | str, max_bytes: int = MAX_BYTES):
         raise JSONInputError("nested too deeply") from None
     except ValueError as e:  # an integer too long to convert
         raise JSONInputError(str(e)) from None
+
+
+def field_differences(x: Any, y: Any, skip: frozenset[str] | set[str] = frozenset(), at: str = "") -> list[str]:
+    """Dotted names of every field where two JSON documents differ (dicts are walked; any
+    other value is compared whole), sorted; top-level keys in `skip` are left out."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return [d for k in sorted(set(x) | set(y)) if not (not at and k in skip)
+                for d in field_differences(x.get(k), y.get(k), skip, f"{at}.{k}" if at else k)]
+    return [] if x == y else [at]

@@ -28,6 +28,7 @@ from environment.protocol import ScorerSpec, canonical_json, sha256_tag
 from validate.contract import Manifest
 from validate.sealed import SealedDocument, first_error, pretty
 from validate.errors import ContractError
+from validate.jsonio import field_differences
 from validate.patches import PatchInfo
 
 SCHEMA_VERSION = 1
@@ -263,11 +264,4 @@ def load(path: str | Path) -> EvalContract:
 def differences(a: EvalContract, b: EvalContract) -> list[str]:
     """Dotted names of every field that differs (identity fields excluded), sorted."""
     skip = {"name", "created_at", "sha256", "git_commit", "patch", "harness_version"}
-
-    def walk(x: Any, y: Any, at: str) -> list[str]:
-        if isinstance(x, dict) and isinstance(y, dict):
-            return [d for k in sorted(set(x) | set(y)) if not (not at and k in skip)
-                    for d in walk(x.get(k), y.get(k), f"{at}.{k}" if at else k)]
-        return [] if x == y else [at]
-
-    return walk(a.model_dump(mode="json"), b.model_dump(mode="json"), "")
+    return field_differences(a.model_dump(mode="json"), b.model_dump(mode="json"), skip)
