@@ -71,7 +71,7 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def _toml(agent_timeout: float = 60, verifier_timeout: float = 60, agent_user: str = "nobody",
-          verifier_user: str = "root") -> str:
+          verifier_user: str = "root", memory_mb: int = 4096) -> str:
     return textwrap.dedent(f"""\
         schema_version = "1.4"
         [task]
@@ -84,7 +84,7 @@ def _toml(agent_timeout: float = 60, verifier_timeout: float = 60, agent_user: s
         user = "{agent_user}"
         [environment]
         cpus = 4
-        memory_mb = 4096
+        memory_mb = {memory_mb}
         network_mode = "no-network"
         """)
 
@@ -148,6 +148,8 @@ def tasks(tmp_path_factory, client) -> dict[str, tuple[HarborTask, Path, str]]:
     sum_task(root, "solve-too-slow", solve="#!/bin/bash\nsleep 300\n", agent_timeout=2)
     sum_task(root, "verifier-hangs", verifier_timeout=2,
              test_sh="#!/bin/bash\nmkfifo /tmp/ready\nread -r _ < /tmp/ready\necho 1 > /logs/verifier/reward.txt\n")
+    sum_task(root, "solve-oom", memory_mb=64, solve="#!/bin/bash\npython3 -c 'b = bytearray(512 * 2**20)'\n")
+    sum_task(root, "no-such-user", agent_user="ghost")
     built = {}
     for task_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         task = load_task(root, task_dir.name)
@@ -296,3 +298,18 @@ def test_a_ctrl_c_in_the_verifier_phase_leaves_nothing_behind(client, tasks, mon
     with pytest.raises(KeyboardInterrupt):
         run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL)
     assert len(calls) == 2 and _left_behind(client) == []
+
+
+def test_a_solve_sh_past_its_memory_is_an_agent_oom(client, tasks):
+    r = trial(client, tasks, "solve-oom", ORACLE)
+    assert (r.status, r.applied.memory_mb) == ("agent_oom", 64)
+    assert r.agent_run.oom_killed and r.agent_run.exit_code == 137
+    assert r.reward == 0.0 and not r.verifier_run.oom_killed
+
+
+def test_an_agent_user_the_image_lacks_is_the_tasks_error(client, tasks):
+    r = trial(client, tasks, "no-such-user", NOP)
+    assert r.status == "ok"  # nop runs nothing: the user is never asked for
+    r = trial(client, tasks, "no-such-user", ORACLE)
+    assert (r.status, r.reward, r.infrastructure_error) == ("task_error", None, None)
+    assert "'ghost' is not in the image" in r.task_error

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 import requests
-from docker.errors import DockerException, NotFound
+from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount
 
 from validate.sandbox.docker.wire import LABEL
@@ -42,6 +42,11 @@ _POLL_S = (0.02, 0.25)
 
 class DockerFault(Exception):
     """Docker failed the harness (an infrastructure error, never the agent's or verifier's)."""
+
+
+class TaskFault(Exception):
+    """Docker refused what the task's own configuration asks for (a user its image lacks):
+    the task's error, not the infrastructure's and not the agent's."""
 
 
 def fault(what: str, error: BaseException) -> DockerFault:
@@ -174,7 +179,14 @@ def run_exec(api, cid: str, argv: list[str], user: str | None, workdir: str | No
     eid = call("exec create", api.exec_create, cid, argv, user=user or "", workdir=workdir,
                environment=dict(sorted(env.items())))["Id"]
     t0 = time.monotonic()
-    call("exec start", api.exec_start, eid, detach=True)
+    try:
+        api.exec_start(eid, detach=True)
+    except APIError as e:
+        if "unable to find user" in str(e.explanation or e):
+            raise TaskFault(f"user {user!r} is not in the image ({str(e.explanation or e)[:200]})") from None
+        raise fault("exec start", e) from None
+    except DOCKER_ERRORS as e:
+        raise fault("exec start", e) from None
     pause = _POLL_S[0]
     while True:
         info = call("exec inspect", api.exec_inspect, eid)

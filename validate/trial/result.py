@@ -11,6 +11,8 @@ Status, in the order a trial decides it (the first that holds wins):
 - ``infrastructure_error``: docker failed the harness (a create, start, commit or archive
   call refused, the daemon unreachable, a container killed by someone other than the
   harness) — known from docker's own answers, never from anything the agent printed;
+- ``task_error``: docker refused what the task's own ``task.toml`` asks for (an agent or
+  verifier user its image does not have): neither phase's outcome can be trusted or blamed;
 - ``verifier_error``: the verifier produced no usable reward (`VerifierError.kind`: a reward
   problem of `environment.harbor.reward`, ``missing_key``, ``timeout``, ``oom``, or
   ``not_regular`` when a reward file is a link or a directory) — never a pass, never a 0;
@@ -25,7 +27,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "infrastructure_error"]
+TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "task_error", "infrastructure_error"]
 VerifierErrorKind = Literal["missing", "empty", "too_large", "not_utf8", "unparsable", "non_numeric",
                             "non_finite", "out_of_range", "missing_key", "not_regular", "timeout", "oom"]
 
@@ -116,6 +118,7 @@ class TrialResult(BaseModel):
     reward_source: Literal["reward.json", "reward.txt"] | None = None
     verifier_error: VerifierError | None = None
     infrastructure_error: str | None = None
+    task_error: str | None = None
     agent_run: PhaseRun = Field(default_factory=PhaseRun)
     verifier_run: PhaseRun = Field(default_factory=PhaseRun)
     #: What was in /logs/verifier when the agent phase ended (recorded, never read as a reward).

@@ -89,6 +89,8 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         result.status = _status(result)
     except dk.DockerFault as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
+    except dk.TaskFault as e:
+        result.status, result.task_error = "task_error", str(e)
     finally:
         result.cleanup_errors = res.close()
         result.runtime_s = round(time.monotonic() - t0, 3)
