@@ -354,3 +354,18 @@ def test_sample_tasks_get_what_their_labels_say(client, sample, name, agent, sta
         assert "copied /app/expected/top10.txt -> /app/top10.txt" in r.agent_run.stdout
     if name == "multi-key-reward":
         assert (r.reward_source, r.rewards) == ("reward.json", {"from_roman": 1.0, "reward": 1.0, "to_roman": 1.0})
+
+
+def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_path):
+    from validate.trial.programs import reader
+
+    text = "Write the top words of `/app/book.txt` to `/app/top10.txt`. Logs go to /var/log/app/."
+    assert reader.targets(text) == ["/app/book.txt", "/app/top10.txt", "/var/log/app"]
+    assert {reader.key(n) for n in ("top10.txt", "top10.txt.expected", "expected_top10.txt",
+                                    "top10_golden.txt")} == {"top10.txt"}
+    assert reader.leaky("/app/expected/top10.txt") and not reader.leaky("/app/book.txt")
+    assert reader.testish("/srv/tests/helpers.py") and reader.testish("/app/check_out.py")
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254  out/top10.txt\n")
+    assert reader.checksums(str(sums)) == [("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254",
+                                            "top10.txt")]

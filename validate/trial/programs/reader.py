@@ -11,7 +11,10 @@ instruction. Generic: it never knows which task it is on.
      name once those words and suffixes are set aside (``expected/top10.txt``,
      ``top10.txt.expected``, ``expected_top10.txt`` → ``/app/top10.txt``);
    - checksums (``SHA256SUMS``, ``*.sha256``, ``checksums.txt``, ``*.md5``): a file in
-     the image whose digest is listed for a target's name is copied there.
+     the image whose digest is listed for a target's name is copied there;
+   - test files left in the image (``test*.py``, ``*_test.py``, ``check*.py``, ``test*.sh``,
+     anything under a ``tests``/``test`` directory): a file in the image whose digest one of
+     them spells is copied over the target of the same name.
 A pass of this control means the task's answer is readable in the agent's image.
 """
 
@@ -31,13 +34,15 @@ SUMS = re.compile(r"sha(1|224|256|384|512)?sums?|md5sums?|checksums?|\.(sha(1|25
 LINE = re.compile(r"^\s*(?:[A-Za-z0-9-]+\s*\((?P<a>[^)]+)\)\s*=\s*(?P<da>[0-9a-fA-F]{32,128})"
                   r"|(?P<db>[0-9a-fA-F]{32,128})\s+\*?(?P<b>\S+))\s*$")
 ALGOS = {32: "md5", 40: "sha1", 56: "sha224", 64: "sha256", 96: "sha384", 128: "sha512"}
+TESTISH = re.compile(r"^(test[^/]*\.(py|sh)|[^/]*_test\.py|check[^/]*\.py)$", re.I)
+HEX = re.compile(r"(?<![0-9a-fA-F])([0-9a-fA-F]{32}|[0-9a-fA-F]{40}|[0-9a-fA-F]{64})(?![0-9a-fA-F])")
 MAX_FILES, MAX_HASH_BYTES = 100_000, 8 * 2**20
 
 
 def targets(instruction):
     found = []
     for p in re.findall(r"(?<![\w.~:/-])(/(?:[\w.+@-]+/)*[\w.+@-]+)", instruction):
-        p = p.rstrip(".")
+        p = os.path.normpath(p.rstrip("."))
         if p not in found and not os.path.isdir(p):
             found.append(p)
     return found
@@ -96,14 +101,32 @@ def checksums(path):
     return out
 
 
-def digest(path, algo):
+def spelled(path):
+    """Digests a test file spells (no file name: the match's own name says where it goes)."""
     try:
-        if os.path.getsize(path) > MAX_HASH_BYTES:
-            return None
-        with open(path, "rb") as f:
-            return hashlib.new(algo, f.read()).hexdigest()
-    except (OSError, ValueError):
-        return None
+        with open(path, errors="replace") as f:
+            return [(h.lower(), None) for h in HEX.findall(f.read(1 << 20))]
+    except OSError:
+        return []
+
+
+def testish(path):
+    parts = path.lower().split("/")
+    return bool(TESTISH.match(parts[-1])) or any(p in ("tests", "test") for p in parts[:-1])
+
+
+_DIGESTS = {}
+
+
+def digest(path, algo):
+    if (path, algo) not in _DIGESTS:
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_HASH_BYTES + 1)
+            _DIGESTS[path, algo] = hashlib.new(algo, data).hexdigest() if len(data) <= MAX_HASH_BYTES else None
+        except (OSError, ValueError):
+            _DIGESTS[path, algo] = None
+    return _DIGESTS[path, algo]
 
 
 def run_solver(path):
@@ -131,11 +154,13 @@ def main():
             for t in by_key.get(key(os.path.basename(path)), []):
                 copy(path, t, "an expected output")
     listed = [pair for path in files if SUMS.search(os.path.basename(path)) for pair in checksums(path)]
+    listed += [pair for path in files if testish(path) for pair in spelled(path)]
     for want, name in listed:
-        for t in by_key.get(key(name), []):
-            match = next((p for p in files if p != t and digest(p, ALGOS.get(len(want), "sha256")) == want), None)
-            if match:
-                copy(match, t, f"its checksum is listed for {name}")
+        algo = ALGOS.get(len(want), "sha256")
+        for match in [p for p in files if digest(p, algo) == want]:
+            for t in by_key.get(key(name or os.path.basename(match)), []):
+                if t != match:
+                    copy(match, t, f"its digest is spelled in the image ({name or 'a test file'})")
 
 
 if __name__ == "__main__":
