@@ -68,8 +68,9 @@ def key(name):
     for suffix in SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
-    stripped = LEAKY.sub("", name).strip("._- ")
-    return stripped or name
+    stem, ext = os.path.splitext(name)
+    words = [w for w in re.split(r"[._\- ]+", stem) if w and not LEAKY.fullmatch(w)]
+    return "_".join(words) + ext if words else name
 
 
 def leaky(path):
