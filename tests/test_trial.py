@@ -31,7 +31,7 @@ from validate.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.trial import docker as dk
 from validate.trial import run as trial_run
-from validate.trial.agents import AGENTS, HISTORY_MINER, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, plan
+from validate.trial.agents import AGENTS, HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, plan
 from validate.trial.result import TrialLimits
 from validate.trial.run import UnsupportedTask, apply_limits, run_trial
 
@@ -369,3 +369,15 @@ def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_
     sums.write_text("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254  out/top10.txt\n")
     assert reader.checksums(str(sums)) == [("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254",
                                             "top10.txt")]
+
+
+def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastructure_error(client, tasks, monkeypatch):
+    """/logs/verifier made a file and /tests a link to /etc: the harness makes both
+    directories again before the verifier's volumes are mounted there (a mount on a file
+    fails the start), records what it found, and the verifier runs as usual."""
+    wreck = "rm -rf /logs/verifier /tests && echo forged > /logs/verifier && ln -s /etc /tests"
+    monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
+        name=agent, command=["sh", "-c", wreck], output="/logs/agent/wrecker.txt"))
+    r = trial(client, tasks, "answer-in-history", "wrecker")
+    assert (r.status, r.reward, r.infrastructure_error) == ("ok", 0.0, None)
+    assert [(f.path, f.kind, f.size) for f in r.left_in_verifier_dir] == [(".", "file", 7)]

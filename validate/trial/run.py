@@ -47,6 +47,7 @@ VERIFIER_STDOUT, VERIFIER_STDERR = "test-stdout.txt", "test-stderr.txt"
 PINNED_ENV = {"LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "TZ": "UTC"}
 _LOG_DIRS = [("logs", 0o755, None), ("logs/agent", 0o777, None), ("logs/artifacts", 0o777, None),
              ("logs/verifier", 0o777, None)]
+_MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests", 0o755, None)]
 _TEST_SH = f"{TESTS_DIR}/test.sh"
 _VERIFY = (f"{{ if command -v bash >/dev/null 2>&1; then exec bash {_TEST_SH}; else exec sh {_TEST_SH}; fi; }}"
            f" > {VERIFIER_DIR}/{VERIFIER_STDOUT} 2> {VERIFIER_DIR}/{VERIFIER_STDERR}")
@@ -169,9 +170,13 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
     left = dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
+    # "." is /logs/verifier itself: recorded only when the agent replaced it by a file or a link
     result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
-                                   for f in left.entries if f.path != "."]
+                                   for f in left.entries if f.path != "." or f.kind != "dir"]
     result.left_listing_truncated = left.truncated
+    # The verifier's mount points made directories again (a file or a link the agent put
+    # there would fail the verifier's start: the agent's doing, not the infrastructure's).
+    dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
     snapshot = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
     res.images.append(snapshot)
     dk.call("remove the agent's container", res.api.remove_container, cid, force=True, v=True)
@@ -185,7 +190,7 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, snapsho
     volumes = ((dk.volume(res, "verifier"), VERIFIER_DIR), (dk.volume(res, "tests"), TESTS_DIR))
     cid = dk.create(res, _spec(task, snapshot, result, a.verifier_timeout_s, task.config.verifier.env, volumes),
                     "verifier")
-    dk.put_tree(res.api, cid, "/logs", [("verifier", 0o777, None)])
+    dk.put_tree(res.api, cid, "/", _MOUNT_POINTS[:2])  # the fresh volume's root, writable by any verifier user
     dk.put_tree(res.api, cid, "/", tree_entries(task_dir / "tests", TESTS_DIR.lstrip("/")))
     pid, oom_before, since = _started(res, cid)
     ex = dk.run_exec(res.api, cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
