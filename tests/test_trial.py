@@ -54,7 +54,7 @@ TEST_SUM = """#!/bin/bash
 for p in /proc/[0-9]*; do tr '\\0' ' ' < "$p/cmdline" 2>/dev/null; echo; done
 id -u
 sleep 0.6
-if [ "$(cat /app/sum.txt 2>/dev/null)" = "60" ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
+if [ "$(cat /app/sum.txt 2>/dev/null)" = "60" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 """
 BASE_DOCKERFILE = f"""FROM {DEFAULT_IMAGE}
 WORKDIR /app
@@ -197,6 +197,9 @@ def test_no_agent_gets_the_tests_and_only_the_oracle_gets_the_solution(tasks):
         paths = [p for p, _, _ in plan(agent, task, task_dir).uploads]
         assert not any(p.startswith("tests") for p in paths), agent
         assert any(p.startswith("solution") for p in paths) == (agent == ORACLE), agent
+        if agent != ORACLE:  # the controls are generic: nothing they are given names the task
+            given = b"".join(data or b"" for _, _, data in plan(agent, task, task_dir).uploads)
+            assert task.id.encode() not in given and task.config.task.name.encode() not in given, agent
     with pytest.raises(UnknownAgent, match="not one of"):
         plan("oracle-but-better", task, task_dir)
 

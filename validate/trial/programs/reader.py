@@ -26,7 +26,8 @@ import subprocess
 import sys
 
 SKIP = ("/proc", "/sys", "/dev", "/run", "/boot", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin",
-        "/sbin", "/etc", "/var/lib", "/var/cache", "/var/log", "/logs", "/snap", "/tmp/.X11-unix")
+        "/sbin", "/etc", "/var/lib", "/var/cache", "/var/log", "/logs", "/snap")
+SKIP_NAMES = (".git", "site-packages", "node_modules", "__pycache__")
 LEAKY = re.compile(r"expected|answer|solution|golden|reference|oracle|truth|correct", re.I)
 SUFFIXES = (".expected", ".golden", ".answer", ".ans")
 SOLVERS = ("solve.sh", "solution.sh", "solve.py", "solution.py")
@@ -51,8 +52,7 @@ def targets(instruction):
 def walk():
     seen = 0
     for top, dirs, files in os.walk("/", topdown=True):
-        dirs[:] = sorted(d for d in dirs if os.path.join(top, d) not in SKIP and d not in (".git", "site-packages",
-                                                                                           "node_modules", "__pycache__"))
+        dirs[:] = sorted(d for d in dirs if os.path.join(top, d) not in SKIP and d not in SKIP_NAMES)
         for name in sorted(files):
             path = os.path.join(top, name)
             if os.path.isfile(path) and not os.path.islink(path):
