@@ -20,6 +20,8 @@ import os
 import shutil
 import subprocess
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import docker
@@ -384,3 +386,34 @@ def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastruct
     r = trial(client, tasks, "answer-in-history", "wrecker")
     assert (r.status, r.reward, r.infrastructure_error) == ("ok", 0.0, None)
     assert [(f.path, f.kind, f.size) for f in r.left_in_verifier_dir] == [(".", "file", 7)]
+
+
+def test_a_container_killed_from_outside_is_an_infrastructure_error(client, tasks, monkeypatch):
+    """Someone's ``docker kill`` mid-agent-phase: the daemon's state and events say so (the
+    agent cannot stop its container's PID 1), and nothing of the trial is left."""
+    monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
+        name=agent, command=["sleep", "30"], output="/logs/agent/sleeper.txt"))
+
+    def killer():  # once the agent's command runs
+        for _ in range(300):
+            for c in client.api.containers(filters={"label": f"{LABEL}={RUN_LABEL}", "status": "running"}):
+                execs = client.api.inspect_container(c["Id"])["ExecIDs"] or []
+                if any(client.api.exec_inspect(e)["Running"] for e in execs):
+                    client.api.kill(c["Id"])
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    r = trial(client, tasks, "sound", "sleeper")
+    thread.join()
+    assert (r.status, r.reward) == ("infrastructure_error", None)
+    assert "stopped before the harness killed it" in r.infrastructure_error
+    assert "kills by others: 9" in r.infrastructure_error
+
+
+def test_an_image_docker_does_not_have_is_an_infrastructure_error(client, tasks):
+    task, task_dir, _ = tasks["sound"]
+    r = run_trial(client, task, task_dir, "sha256:" + "0" * 64, NOP, LIMITS, run_label=RUN_LABEL)
+    assert r.status == "infrastructure_error" and "No such image" in r.infrastructure_error
+    assert r.cleanup_errors == [] and _left_behind(client) == []
