@@ -1,0 +1,12 @@
+"""A Harbor trial on docker: one agent on one task image, verified through a reward channel
+the agent cannot touch, as a library (the attempt kind that runs trials in a pool is built
+on it). The modules:
+
+- `validate.trial.run`: the trial itself (`run_trial`): the agent phase, the snapshot, the
+  verifier phase, the reward, the cleanup; and the task's limits capped by the profile;
+- `validate.trial.docker`: the container mechanics (create, exec against the harness's
+  clock, files in and out as capped archives, labelled resources and their removal);
+- `validate.trial.agents`: what each agent uploads and runs (the oracle, ``nop``, the leak
+  controls), with the controls' programs in `validate.trial.programs`;
+- `validate.trial.result`: the pydantic models of the inputs' limits and of the result.
+"""

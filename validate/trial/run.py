@@ -1,0 +1,243 @@
+"""One Harbor trial on docker: the agent phase, a snapshot, the verifier phase, the result.
+
+Inputs are plain data (a parsed task and its directory, an image id, an agent name, the
+profile's `TrialLimits`, a docker client), so the attempt kind that wires trials into a run
+stays thin. The sequence, and why:
+
+1. **Agent phase.** A container of the task image (no network, the task's limits capped by
+   the profile), ``/logs/agent``, ``/logs/artifacts`` and ``/logs/verifier`` created by the
+   harness (as Harbor's container has them); the agent's files uploaded (``/solution`` for
+   the oracle only, never ``tests/``); its command run as the task's agent user until it ends
+   or the agent timeout passes.
+2. **Snapshot.** The agent's container is killed (PID 1 of its namespace: every process of
+   the agent phase dies with it, background rewriters included), what it left in
+   ``/logs/verifier`` is read and recorded, its filesystem committed to a snapshot image,
+   and the container removed.
+3. **Verifier phase.** A fresh container from the snapshot, with a fresh empty volume at
+   ``/logs/verifier`` (a planted or stale reward file in the image's layers is hidden, never
+   read) and another at ``/tests`` (the agent cannot have put a ``conftest.py`` there), the
+   task's ``tests/`` uploaded into it; ``test.sh`` run as the verifier user against the
+   verifier timeout; the container killed before its files are read (so nothing the verifier
+   started rewrites them either); the reward read with `environment.harbor.reward`.
+4. **Cleanup**, always (an exception, a Ctrl-C): every container, volume and the snapshot.
+
+What this does not defend: a verifier sharing the agent's environment runs the agent's
+binaries and imports (a trojaned ``python3`` or a ``conftest.py`` at ``/``); that is
+Harbor's design for tasks that test what the agent built. The channel is what is guaranteed.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+
+from environment.harbor.config import TaskConfig
+from environment.harbor.reward import MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, read_reward
+from environment.harbor.taskdir import HarborTask
+from validate.sandbox.cgroups import oom_kills_of_pid
+from validate.trial import docker as dk
+from validate.trial.agents import plan as agent_plan, tree_entries
+from validate.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
+
+VERIFIER_DIR = "/logs/verifier"
+TESTS_DIR = "/tests"
+VERIFIER_STDOUT, VERIFIER_STDERR = "test-stdout.txt", "test-stderr.txt"
+#: What makes two runs of a trial differ, pinned for both phases (the task's env may override).
+PINNED_ENV = {"LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "TZ": "UTC"}
+_LOG_DIRS = [("logs", 0o755, None), ("logs/agent", 0o777, None), ("logs/artifacts", 0o777, None),
+             ("logs/verifier", 0o777, None)]
+_MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests", 0o755, None)]
+_TEST_SH = f"{TESTS_DIR}/test.sh"
+_VERIFY = (f"{{ if command -v bash >/dev/null 2>&1; then exec bash {_TEST_SH}; else exec sh {_TEST_SH}; fi; }}"
+           f" > {VERIFIER_DIR}/{VERIFIER_STDOUT} 2> {VERIFIER_DIR}/{VERIFIER_STDERR}")
+
+
+class UnsupportedTask(ValueError):
+    """The task needs what a single-container trial does not do (the caller excludes it)."""
+
+
+def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
+    """The task's limits and timeouts, capped by the profile; the users as docker wants them."""
+    env = config.environment
+    agent_t = (config.agent.timeout_sec or limits.agent_timeout_s) * limits.timeout_multiplier
+    verifier_t = config.verifier.timeout_sec * limits.timeout_multiplier
+    user = (lambda u: None if u is None else str(u))
+    return Applied(cpus=min(env.cpus or limits.cpus, limits.cpus),
+                   memory_mb=min(env.memory_mb or limits.memory_mb, limits.memory_mb), pids=limits.pids,
+                   agent_timeout_s=min(agent_t, limits.max_agent_timeout_s),
+                   verifier_timeout_s=min(verifier_t, limits.max_verifier_timeout_s),
+                   agent_user=user(config.agent.user), verifier_user=user(config.verifier.user),
+                   pinned_env=dict(PINNED_ENV))
+
+
+def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
+              limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
+              reward_range: tuple[float, float] = (0.0, 1.0)) -> TrialResult:
+    """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
+    volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused)."""
+    if task.steps or task.verifier == "separate":
+        raise UnsupportedTask(f"{task.id}: multi-step tasks and separate verifier environments are not run "
+                              f"by a single-container trial")
+    plan = agent_plan(agent, task, Path(task_dir))
+    t0 = time.monotonic()
+    res = dk.Resources(client.api, run_label, secrets.token_hex(6))
+    result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
+                         reward_key=reward_key, applied=apply_limits(task.config, limits))
+    try:
+        snapshot = _agent_phase(res, task, image, plan, result, limits)
+        _verifier_phase(res, task, Path(task_dir), snapshot, result, limits, reward_key, reward_range)
+        result.status = _status(result)
+    except dk.DockerFault as e:
+        result.status, result.infrastructure_error = "infrastructure_error", str(e)
+    except dk.TaskFault as e:
+        result.status, result.task_error = "task_error", str(e)
+    finally:
+        result.cleanup_errors = res.close()
+        result.runtime_s = round(time.monotonic() - t0, 3)
+    return result
+
+
+def _status(result: TrialResult) -> str:
+    if result.verifier_error is not None:
+        return "verifier_error"
+    if result.agent_run.timed_out:
+        return "agent_timeout"
+    return "agent_oom" if result.agent_run.oom_killed else "ok"
+
+
+def _spec(task: HarborTask, image: str, result: TrialResult, lifetime_s: float, env: dict[str, str],
+          volumes: tuple = ()) -> dk.Spec:
+    a = result.applied
+    return dk.Spec(image=image, lifetime_s=lifetime_s, user=None, workdir=task.config.environment.workdir,
+                   env={**a.pinned_env, **task.config.environment.env, **env}, cpus=a.cpus,
+                   memory_mb=a.memory_mb, pids=a.pids, volumes=volumes)
+
+
+def _started(res: dk.Resources, cid: str) -> tuple[int, int | None, float]:
+    """Start `cid`; its PID 1 on the host, its OOM-kill counter now, and when (wall clock)."""
+    since = time.time()
+    dk.call("start a container", res.api.start, cid)
+    pid = int(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("Pid") or 0)
+    return pid, oom_kills_of_pid(pid), since
+
+
+def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: float) -> bool:
+    """Kill `cid` (every process in it) and say whether anything in it was OOM-killed.
+    A container that stopped before the harness killed it was stopped by someone else or
+    by the kernel: the daemon's state and events say which (`DockerFault` unless OOM)."""
+    oom_after = oom_kills_of_pid(pid)
+    state = dk.call("inspect a container", res.api.inspect_container, cid)["State"]
+    if not state.get("Running"):
+        if state.get("OOMKilled"):
+            return True
+        raise dk.DockerFault(f"docker: the container stopped before the harness killed it "
+                             f"(exit {state.get('ExitCode')}, error {state.get('Error')!r}, "
+                             f"kills by others: {_outside_kills(res, cid, since) or 'none'})")
+    dk.call("kill a container", res.api.kill, cid)
+    dk.call("wait for a container", res.api.wait, cid, timeout=60)
+    oom = oom_before is not None and oom_after is not None and oom_after > oom_before
+    return oom or bool(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled"))
+
+
+def _outside_kills(res: dk.Resources, cid: str, since: float) -> str:
+    try:
+        events = res.api.events(since=since, until=time.time() + 0.1, decode=True,
+                                filters={"type": "container", "container": cid})
+        return ", ".join(str(e.get("Actor", {}).get("Attributes", {}).get("signal", "?"))
+                         for e in events if e.get("Action") == "kill")
+    except dk.DOCKER_ERRORS:
+        return "unknown (the daemon's events could not be read)"
+
+
+def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
+                 limits: TrialLimits) -> str:
+    """Run the agent; record what it left in /logs/verifier; return the snapshot image."""
+    a = result.applied
+    cid = dk.create(res, _spec(task, image, result, a.agent_timeout_s, plan.env), "agent")
+    dk.put_tree(res.api, cid, "/", _LOG_DIRS)
+    if plan.uploads:
+        dk.put_tree(res.api, cid, "/", plan.uploads)
+    pid, oom_before, since = _started(res, cid)
+    run = PhaseRun()
+    if plan.command is not None:
+        ex = dk.run_exec(res.api, cid, plan.command, a.agent_user, None,
+                         {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
+        run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
+    run.oom_killed = _stop(res, cid, pid, oom_before, since)
+    if plan.command is not None:
+        out = dk.read_tree(res.api, cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
+        run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
+    result.agent_run = run
+    left = dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
+    # "." is /logs/verifier itself: recorded only when the agent replaced it by a file or a link
+    result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
+                                   for f in left.entries if f.path != "." or f.kind != "dir"]
+    result.left_listing_truncated = left.truncated
+    # The verifier's mount points made directories again (a file or a link the agent put
+    # there would fail the verifier's start: the agent's doing, not the infrastructure's).
+    dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
+    snapshot = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
+    res.images.append(snapshot)
+    dk.call("remove the agent's container", res.api.remove_container, cid, force=True, v=True)
+    res.containers.remove(cid)
+    return snapshot
+
+
+def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, snapshot: str, result: TrialResult,
+                    limits: TrialLimits, reward_key: str, reward_range: tuple[float, float]) -> None:
+    a = result.applied
+    volumes = ((dk.volume(res, "verifier"), VERIFIER_DIR), (dk.volume(res, "tests"), TESTS_DIR))
+    cid = dk.create(res, _spec(task, snapshot, result, a.verifier_timeout_s, task.config.verifier.env, volumes),
+                    "verifier")
+    dk.put_tree(res.api, cid, "/", _MOUNT_POINTS[:2])  # the fresh volume's root, writable by any verifier user
+    dk.put_tree(res.api, cid, "/", tree_entries(task_dir / "tests", TESTS_DIR.lstrip("/")))
+    pid, oom_before, since = _started(res, cid)
+    ex = dk.run_exec(res.api, cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
+                     {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
+                     a.verifier_timeout_s)
+    oom = _stop(res, cid, pid, oom_before, since)
+    per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
+    tree = dk.read_tree(res.api, cid, VERIFIER_DIR, per_file, limits.max_listing_bytes)
+    out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
+    err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
+    result.verifier_run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, oom_killed=oom,
+                                   runtime_s=round(ex.runtime_s, 3), stdout=out, stderr=err,
+                                   truncated=cut_out or cut_err)
+    result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
+    _reward(result, tree, reward_key, reward_range)
+
+
+def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, float]) -> None:
+    """The reward, or the verifier error that stands in for it (never a pass, never a 0)."""
+    run = result.verifier_run
+    if run.timed_out:
+        result.verifier_error = VerifierError(kind="timeout", detail=f"test.sh ran past its "
+                                              f"{result.applied.verifier_timeout_s:g} s timeout and was killed")
+        return
+    if run.oom_killed:
+        result.verifier_error = VerifierError(kind="oom", detail="the verifier ran out of memory")
+        return
+    odd = [f for f in tree.entries if f.path in (REWARD_JSON, REWARD_TXT) and f.kind != "file"]
+    if odd:
+        result.verifier_error = VerifierError(kind="not_regular", file=odd[0].path,
+                                              detail=f"{odd[0].path} is a {odd[0].kind}, not a regular file")
+        return
+    got = read_reward(tree.files(), *bounds)
+    if isinstance(got, RewardError):
+        result.verifier_error = VerifierError(kind=got.kind, file=got.file, detail=got.detail)
+    elif key not in got.values:
+        result.verifier_error = VerifierError(kind="missing_key", file=got.source,
+                                              detail=f"no key {key!r} (keys: {', '.join(sorted(got.values))})")
+    else:
+        result.reward, result.rewards, result.reward_source = got.values[key], dict(got.values), got.source
+
+
+def _text(tree: dk.Tree, path: str, cap: int) -> tuple[str, bool]:
+    """A file of `tree` as text, cut at `cap` bytes; (text, whether it was cut)."""
+    found = next((f for f in tree.entries if f.path == path), None)
+    if found is None:
+        return "", False
+    if found.kind != "file" or found.data is None:
+        return f"(not a regular file: a {found.kind})", False
+    return found.data[:cap].decode("utf-8", "replace"), found.size > cap
