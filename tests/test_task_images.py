@@ -7,6 +7,7 @@ one wrapper (`CountingImages`) only counts the real backend's builds.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,26 @@ def test_a_failing_dockerfile_is_an_invalid_task(body, words, base_map, images, 
     result = build_task_image(task, base_map, images, task_store)
     assert isinstance(result, TaskImageRefusal) and result.reason == INVALID_TASK_OR_VERIFIER, result
     assert words.lower() in result.detail.lower() and words.lower() in result.log_tail.lower()
+
+
+@pytest.mark.docker
+def test_a_build_over_its_timeout_is_an_invalid_task_and_leaves_no_container(base_map, images, task_store,
+                                                                             tmp_path):
+    task = tmp_path / "task"
+    (task / "environment").mkdir(parents=True)
+    (task / "environment/Dockerfile").write_text("FROM debian:bookworm-slim\nRUN sleep 61\n")
+    result = build_task_image(task, base_map, images, task_store, build_timeout_s=2)
+    assert isinstance(result, TaskImageRefusal) and result.reason == INVALID_TASK_OR_VERIFIER, result
+    assert "exceeded its timeout of 2 s" in result.detail and "Step 2/2 : RUN sleep 61" in result.log_tail
+
+    def sleepers():
+        return [c for c in images.client.containers.list(all=True)
+                if "sleep 61" in " ".join(c.attrs["Config"].get("Cmd") or [])]
+
+    deadline = time.monotonic() + 30
+    while sleepers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not sleepers(), "the cancelled build left its container behind"
 
 
 @pytest.mark.docker

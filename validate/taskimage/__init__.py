@@ -17,7 +17,12 @@ versioned substitution. One module per concern:
 - `validate.taskimage.build`: one task's image — resolve its bases, rewrite the Dockerfile in
   a copy of its ``environment/`` context, build through a backend, cache by content digest,
   keep the log; every outcome is data (`TaskImage` or `TaskImageRefusal`), never a raise.
+- `validate.taskimage.backend`: what a backend provides (`ImageBackend`: import a base, build a
+  context, look an image up) and what a build returns (`BuildRun`).
 - `validate.taskimage.docker`: the docker backend (the only module that speaks docker):
   importing a base tarball, the legacy builder, looking images up. Another backend
-  implements `validate.taskimage.build.ImageBackend` beside it.
+  implements `ImageBackend` in a module of its own beside it.
+
+Nothing here is wired into freeze or pool yet: the caller hands `build_base_map` a store
+directory and a backend, and `build_task_image` a task directory and the map.
 """

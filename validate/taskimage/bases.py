@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,6 +33,9 @@ from validate.taskimage.backend import ImageBackend
 from validate.taskimage.basemap import RECIPES, SUBSTITUTIONS, BaseImage, BaseImageMap, BaseRecipe, Substitution
 
 SOURCES_LIST = "etc/apt/sources.list"
+#: Debian's own images are merged-/usr with usr-is-merged; without this hook mmdebstrap's
+#: minbase takes usrmerge, which brings all of perl.
+HOOK_DIRS = ("/usr/share/mmdebstrap/hooks/merged-usr",)
 #: Run in the finished tree: nothing of the build host may stay in the image; apt fetches no
 #: translations (as Docker's own Debian images configure it).
 CUSTOMIZE_HOOKS = (
@@ -56,7 +60,8 @@ class BaseTarball(BaseModel):
 
 def recipe_build_digest(recipe: BaseRecipe) -> str:
     """The recipe's digest with this module's hooks and epoch: either changing rebuilds."""
-    return sha256_tag(canonical_json([recipe.digest(), list(CUSTOMIZE_HOOKS), SOURCE_DATE_EPOCH]))
+    return sha256_tag(canonical_json([recipe.digest(), list(HOOK_DIRS), list(CUSTOMIZE_HOOKS),
+                                     SOURCE_DATE_EPOCH]))
 
 
 def mmdebstrap_argv(recipe: BaseRecipe, target: Path) -> list[str]:
@@ -65,6 +70,7 @@ def mmdebstrap_argv(recipe: BaseRecipe, target: Path) -> list[str]:
         argv.append("--include=" + ",".join(recipe.packages))
     argv += [f"--dpkgopt=path-exclude={p}" for p in recipe.path_excludes]
     argv += [f"--dpkgopt=path-include={p}" for p in recipe.path_includes]
+    argv += [f"--hook-dir={d}" for d in HOOK_DIRS]
     argv += [f"--customize-hook={hook}" for hook in CUSTOMIZE_HOOKS]
     return [*argv, recipe.suite, str(target)]
 
@@ -83,6 +89,9 @@ def build_tarball(recipe: BaseRecipe, store: Path, log=print) -> tuple[Path, Bas
         pass
     if shutil.which("mmdebstrap") is None:
         raise ProfileUnavailable("base image build: mmdebstrap is not installed (apt-get install mmdebstrap)")
+    missing = [d for d in HOOK_DIRS if not Path(d).is_dir()]
+    if missing:
+        raise ProfileUnavailable(f"base image build: this mmdebstrap has no {', '.join(missing)} (bookworm's has)")
     root.mkdir(parents=True, exist_ok=True)
     partial = root / "rootfs.partial.tar"  # mmdebstrap picks the format from the name: keep .tar last
     log(f"base {recipe.name}: building with mmdebstrap (about a minute) ...")
@@ -138,10 +147,12 @@ def _read_members(tarball: Path) -> tuple[str, str, set[str]]:
 def build_base_map(backend: ImageBackend, store: Path, recipes: tuple[BaseRecipe, ...] = RECIPES,
                    substitutions: tuple[Substitution, ...] = SUBSTITUTIONS, log=print) -> BaseImageMap:
     """Build (or reuse) every recipe's tarball, import each through `backend`, and return the
-    map; its JSON is also written to ``<store>/base-map.json``."""
+    map; its JSON is also written to ``<store>/base-map.json``. The tarballs are built side
+    by side (each mmdebstrap waits on the archive much of its time); imports one by one."""
+    with ThreadPoolExecutor(max_workers=max(1, len(recipes))) as pool:
+        built = list(pool.map(lambda recipe: build_tarball(recipe, store, log), recipes))
     bases = {}
-    for recipe in recipes:
-        tarball, record = build_tarball(recipe, store, log)
+    for recipe, (tarball, record) in zip(recipes, built):
         image_id = backend.import_base(tarball, recipe, record.layer)
         bases[recipe.name] = BaseImage(recipe=recipe, recipe_digest=record.recipe_digest, backend=backend.name,
                                        image_id=image_id, layer=record.layer, tree_digest=record.tree_digest,

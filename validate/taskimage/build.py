@@ -27,6 +27,7 @@ image carrying that key's label, and returns it without building (``cached=True`
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -137,22 +138,35 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
     ctx_digest = context_digest(env)
     key = build_key(ctx_digest, bases, policy, backend.name, timeout_s)
     slot = store / key.removeprefix("sha256:")
-    cached = _cached(slot, key, backend)
-    if cached is not None:
-        return cached
     slot.mkdir(parents=True, exist_ok=True)
-    log_path = slot / "build.log"
-    run = _build(env, new_text, backend, {KEY_LABEL: key}, policy.network, timeout_s, log_path)
+    with open(slot / ".lock", "w") as lock:
+        # Two builds of one key (two runs, or two tasks with the same content) wait for each
+        # other: the second finds the first's image instead of clobbering its log.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = _cached(slot, key, backend)
+        if cached is not None:
+            return cached
+        record = TaskImage(key=key, context_digest=ctx_digest, backend=backend.name, image_id="", layers=[],
+                           bases=bases, patch=patch, policy=policy, timeout_s=timeout_s,
+                           log=str(slot / "build.log"), log_sha256="")
+        return _build_and_record(env, new_text, backend, record)
+
+
+def _build_and_record(env: Path, dockerfile: str, backend: ImageBackend,
+                      record: TaskImage) -> TaskImage | TaskImageRefusal:
+    """Build, then fill in `record` (all but the image) and store it, or say why not."""
+    log_path = Path(record.log)
+    run = _build(env, dockerfile, backend, {KEY_LABEL: record.key}, record.policy.network, record.timeout_s,
+                 log_path)
     log_text = log_path.read_text(encoding="utf-8", errors="replace")
     if run.error is not None:
         if run.infrastructure:
             raise SandboxError(f"task image build: {run.error}")
         return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"the build failed: {run.error}",
                                 log_tail=log_text[-LOG_TAIL_CHARS:], log=str(log_path))
-    result = TaskImage(key=key, context_digest=ctx_digest, backend=backend.name, image_id=run.image_id,
-                       layers=backend.image_layers(run.image_id), bases=bases, patch=patch, policy=policy,
-                       timeout_s=timeout_s, log=str(log_path), log_sha256=sha256_tag(log_path.read_bytes()))
-    atomic_write(slot / "image.json", (result.model_dump_json(indent=1) + "\n").encode())
+    result = record.model_copy(update={"image_id": run.image_id, "layers": backend.image_layers(run.image_id),
+                                       "log_sha256": sha256_tag(log_path.read_bytes())})
+    atomic_write(log_path.with_name("image.json"), (result.model_dump_json(indent=1) + "\n").encode())
     return result
 
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import time
 from pathlib import Path
 from typing import IO
 
 import docker
 import requests
+import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from validate.errors import SandboxError
@@ -49,9 +51,15 @@ class DockerImages:
 
     name = "docker"
 
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, base_url: str | None = None) -> None:
+        self.base_url = base_url
+        self.client = self._connect(600)
+
+    def _connect(self, timeout_s: float) -> docker.DockerClient:
         try:
-            self.client = client or docker.from_env(timeout=600)
+            if self.base_url is not None:
+                return docker.DockerClient(base_url=self.base_url, timeout=timeout_s)
+            return docker.from_env(timeout=timeout_s)
         except DockerException as e:
             raise SandboxError(f"task images: cannot reach Docker ({e}); is dockerd running?") from None
 
@@ -84,10 +92,21 @@ class DockerImages:
 
     def build(self, context: Path, labels: dict[str, str], network: str, timeout_s: float,
               log: IO[str]) -> BuildRun:
+        # A client of its own, closed when the build ends however it ends: closing the
+        # connection is what cancels a legacy build in the daemon (a timeout, an interrupt),
+        # which then removes the build's container (forcerm).
+        client = self._connect(timeout_s)
+        try:
+            return self._stream(client, context, labels, network, timeout_s, log)
+        finally:
+            client.close()
+
+    def _stream(self, client: docker.DockerClient, context: Path, labels: dict[str, str], network: str,
+                timeout_s: float, log: IO[str]) -> BuildRun:
         deadline = time.monotonic() + timeout_s
         image_id = None
         try:
-            stream = self.client.api.build(path=str(context), rm=True, forcerm=True, pull=False, decode=True,
+            stream = client.api.build(path=str(context), rm=True, forcerm=True, pull=False, decode=True,
                                            network_mode=network, labels=labels, timeout=timeout_s)
             for chunk in stream:
                 if "stream" in chunk:
@@ -101,14 +120,15 @@ class DockerImages:
                     return BuildRun(error=str(chunk["error"]).strip())
                 if time.monotonic() > deadline:
                     return self._timed_out(log, timeout_s)
-        except requests.exceptions.ReadTimeout:
+        except (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, socket.timeout):
+            # No output for the whole timeout (the SDK reads the stream from the raw socket).
             return self._timed_out(log, timeout_s)
         except APIError as e:
             log.write(f"\nERROR: {e.explanation or e}\n")
             # A 4xx is the request's fault, i.e. the context's (an unparsable Dockerfile);
             # anything else is the daemon's.
             return BuildRun(error=str(e.explanation or e), infrastructure=not e.is_client_error())
-        except (DockerException, requests.exceptions.RequestException) as e:
+        except (DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
             return BuildRun(error=f"docker did not answer the build ({e})", infrastructure=True)
         if image_id is None:
             return BuildRun(error="the build ended without naming an image", infrastructure=True)
@@ -116,7 +136,6 @@ class DockerImages:
 
     @staticmethod
     def _timed_out(log: IO[str], timeout_s: float) -> BuildRun:
-        # Closing the connection cancels a legacy build in the daemon.
         log.write(f"\nERROR: the build exceeded its timeout of {timeout_s:g} s\n")
         return BuildRun(error=f"the build exceeded its timeout of {timeout_s:g} s (build_timeout_sec)")
 
