@@ -101,8 +101,12 @@ def build_tarball(recipe: BaseRecipe, store: Path, log=print) -> tuple[Path, Bas
         partial.unlink(missing_ok=True)
         raise ProfileUnavailable(f"base image build: mmdebstrap failed for {recipe.name} "
                                  f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
-    record = describe(partial, recipe, want)
-    os.replace(partial, tarball)
+    os.replace(partial, tarball)  # before describing it: the digests it caches are then the final file's
+    try:
+        record = describe(tarball, recipe, want)
+    except ProfileUnavailable:
+        tarball.unlink(missing_ok=True)
+        raise
     atomic_write(record_path, (record.model_dump_json(indent=1) + "\n").encode())
     log(f"base {recipe.name}: built {record.layer[:19]}… ({len(record.packages)} packages, python {record.python})")
     return tarball, record
