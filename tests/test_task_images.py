@@ -15,8 +15,8 @@ import pytest
 from environment.harbor.taskdir import HarborTask, load_dataset
 from validate.image import tarball_digests
 from validate.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
-from validate.taskimage.basemap import BaseImageMap
-from validate.taskimage.bases import build_base_map
+from validate.taskimage.basemap import DEBIAN_BOOKWORM_SLIM, BaseImageMap
+from validate.taskimage.bases import build_base_map, build_tarball
 from validate.taskimage.build import KEY_LABEL, TaskImage, TaskImageRefusal, build_task_image, context_digest, \
     resolve_bases
 from validate.taskimage.docker import BASE_REPOSITORY, DockerImages
@@ -296,3 +296,12 @@ def test_every_sample_task_resolves_as_its_label_says(base_map):
             else:
                 assert [b.upstream for b in resolved[1]] == task.base_images, task.id
     assert refused == {"unmapped-base": "ubuntu:24.04 is not available on this profile"}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_base_built_again_is_the_same_layer(base_map, tmp_path):
+    """The smallest recipe once more, from the same archive: the same bytes, so the same layer."""
+    _, again = build_tarball(DEBIAN_BOOKWORM_SLIM, tmp_path, log=lambda _msg: None)
+    assert again.packages == base_map.bases[DEBIAN].packages
+    assert again.layer == base_map.bases[DEBIAN].layer and again.tree_digest == base_map.bases[DEBIAN].tree_digest
