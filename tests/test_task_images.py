@@ -237,7 +237,8 @@ def test_a_second_build_of_the_same_content_rebuilds_nothing(c_build, base_map, 
 def test_an_unmapped_base_is_unsupported_and_nothing_is_built(base_map, images, task_store):
     builds = images.builds
     result = _build("unmapped-base", base_map, images, task_store)
-    assert result == TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail="ubuntu:24.04 is not available on this profile")
+    assert result == TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
+                                      detail="ubuntu:24.04 is not available on this profile")
     assert images.builds == builds
 
 

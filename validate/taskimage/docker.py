@@ -107,7 +107,7 @@ class DockerImages:
         image_id = None
         try:
             stream = client.api.build(path=str(context), rm=True, forcerm=True, pull=False, decode=True,
-                                           network_mode=network, labels=labels, timeout=timeout_s)
+                                      network_mode=network, labels=labels, timeout=timeout_s)
             for chunk in stream:
                 if "stream" in chunk:
                     log.write(chunk["stream"])
