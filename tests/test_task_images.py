@@ -234,6 +234,22 @@ def test_a_second_build_of_the_same_content_rebuilds_nothing(c_build, base_map, 
 
 
 @pytest.mark.docker
+def test_a_newer_python_is_served_by_the_older_one_with_the_difference_recorded(base_map, images, task_store,
+                                                                                tmp_path):
+    task = tmp_path / "task"
+    (task / "environment").mkdir(parents=True)
+    (task / "environment/Dockerfile").write_text("FROM python:3.12-slim AS base\nFROM base\nWORKDIR /app\n")
+    result = build_task_image(task, base_map, images, task_store)
+    assert isinstance(result, TaskImage), result
+    assert [(b.upstream, b.recipe, b.substitution.upstream) for b in result.bases] == [
+        ("python:3.12-slim", PYTHON, "python:3.12-slim*")]
+    assert "Python 3.11 is served where the task asks for Python 3.12: code needing 3.12 features fails" in \
+        result.bases[0].differences
+    assert f"+FROM {base_map.bases[PYTHON].image_id} AS base\n" in result.patch and "+FROM base" not in result.patch
+    assert result.layers[0] == base_map.bases[PYTHON].layer
+
+
+@pytest.mark.docker
 def test_an_unmapped_base_is_unsupported_and_nothing_is_built(base_map, images, task_store):
     builds = images.builds
     result = _build("unmapped-base", base_map, images, task_store)
