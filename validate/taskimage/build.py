@@ -1,0 +1,218 @@
+"""One task's image: built from its ``environment/`` context against a base-image map, cached
+by content, every outcome returned as data.
+
+`build_task_image` reads ``environment/Dockerfile``, resolves every external image it names
+(`validate.taskimage.dockerfile`) through the `BaseImageMap`, rewrites the Dockerfile in a
+copy of the context to the local image ids (the recorded patch), and has the backend build
+that copy with the profile's `BuildPolicy`. Outcomes:
+
+- a `TaskImage`: the image id, its layers, the bases and their recorded differences, the
+  Dockerfile patch, the policy, and the build log kept in the store;
+- a `TaskImageRefusal` with reason ``unsupported_execution_contract`` (a base the profile
+  does not serve: "ubuntu:24.04 is not available on this profile"; an ``ARG``-made base;
+  an environment that is not a Dockerfile) or ``invalid_task_or_verifier`` (the build failed
+  for the Dockerfile's own reasons: an error, a ``COPY`` outside the context, the task's
+  build timeout), with the log's tail.
+
+A failure of the backend itself (the daemon does not answer) is no verdict on the task: it
+raises `validate.errors.SandboxError`, retryable.
+
+The cache key is the sha256 of the context's content (`context_digest`: every file's
+relative path, bytes and executable bit, every symlink's target; no mtime), the resolved
+bases (image id, layer digest, recipe and substitution versions), the rewrite's version, the
+policy and the backend. The store keeps ``<store>/<key hex>/build.log`` and ``image.json``;
+a second build of the same task finds ``image.json``, checks the backend still holds that
+image carrying that key's label, and returns it without building (``cached=True``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from environment.protocol import canonical_json, sha256_tag
+from validate.errors import SandboxError
+from validate.evidence import atomic_write
+from validate.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.taskimage.backend import ImageBackend
+from validate.taskimage.basemap import BaseImageMap, ResolvedBase
+from validate.taskimage.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
+
+#: Bumped whenever what a key covers, or how a build is made, changes.
+BUILD_VERSION = 1
+KEY_LABEL = "deshuffle-validate.task-image.key"
+LOG_TAIL_CHARS = 2000
+
+
+class BuildPolicy(BaseModel):
+    """What the profile allows a task's build: recorded with every image."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: "host": the build's RUN steps share the host's network, so apt reaches the Debian
+    #: archive (nothing else does: a bridge resolves no name on these machines); "none": no
+    #: network at all, for profiles that build only what needs no download.
+    network: Literal["host", "none"] = "host"
+    #: A task's ``build_timeout_sec`` is capped at this.
+    max_timeout_s: float = Field(default=1800.0, gt=0)
+
+
+class TaskImage(BaseModel):
+    """A task's built image (``image.json`` in the store; ``cached`` is the caller's news)."""
+
+    key: str = Field(description="'sha256:<hex>' the image is cached by")
+    context_digest: str
+    backend: str
+    image_id: str
+    layers: list[str] = Field(description="the image's layer digests, the base's first")
+    bases: list[ResolvedBase] = Field(description="each external image of the Dockerfile and what served it")
+    patch: str = Field(description="unified diff of environment/Dockerfile: the FROM rewrite")
+    patch_version: int = REWRITE_VERSION
+    policy: BuildPolicy
+    timeout_s: float
+    log: str = Field(description="the build log's path")
+    log_sha256: str
+    cached: bool = Field(default=False, exclude=True)
+
+
+class TaskImageRefusal(BaseModel):
+    """Why a task has no image: the verdict reason, one line of detail, the log's tail."""
+
+    reason: Literal["unsupported_execution_contract", "invalid_task_or_verifier"]
+    detail: str
+    log_tail: str | None = None
+    log: str | None = None
+
+
+def context_digest(context: Path) -> str:
+    """sha256 over every entry under `context` (sorted by path): kind, relative path, and a
+    file's bytes and executable bit, or a symlink's target. Symlinks are never followed."""
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(context):
+        dirnames.sort()
+        for name in sorted(dirnames + filenames):
+            path = Path(dirpath, name)
+            rel = path.relative_to(context).as_posix()
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                entries.append([rel, "l", os.readlink(path)])
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as fh:
+                    digest = hashlib.file_digest(fh, "sha256").hexdigest()
+                entries.append([rel, "x" if st.st_mode & 0o111 else "f", digest])
+            elif stat.S_ISDIR(st.st_mode):
+                entries.append([rel, "d", ""])
+            else:
+                entries.append([rel, "?", ""])  # a FIFO or socket: docker refuses it; the key still names it
+    return sha256_tag(canonical_json(sorted(entries)))
+
+
+def build_key(ctx_digest: str, bases: list[ResolvedBase], policy: BuildPolicy, backend: str,
+              timeout_s: float) -> str:
+    return sha256_tag(canonical_json({
+        "version": BUILD_VERSION, "rewrite": REWRITE_VERSION, "context": ctx_digest, "backend": backend,
+        "bases": [b.key() for b in bases], "policy": policy.model_dump(mode="json"), "timeout_s": timeout_s}))
+
+
+def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBackend, store: Path,
+                     policy: BuildPolicy = BuildPolicy(), build_timeout_s: float = 600.0,
+                     ) -> TaskImage | TaskImageRefusal:
+    """The image of the task at `task_dir` (see the module's docstring); `build_timeout_s` is
+    the task's ``[environment].build_timeout_sec``."""
+    env = task_dir / "environment"
+    resolved = resolve_bases(env, base_map)
+    if isinstance(resolved, TaskImageRefusal):
+        return resolved
+    text, bases = resolved
+    new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
+    timeout_s = min(build_timeout_s, policy.max_timeout_s)
+    ctx_digest = context_digest(env)
+    key = build_key(ctx_digest, bases, policy, backend.name, timeout_s)
+    slot = store / key.removeprefix("sha256:")
+    slot.mkdir(parents=True, exist_ok=True)
+    with open(slot / ".lock", "w") as lock:
+        # Two builds of one key (two runs, or two tasks with the same content) wait for each
+        # other: the second finds the first's image instead of clobbering its log.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cached = _cached(slot, key, backend)
+        if cached is not None:
+            return cached
+        record = TaskImage(key=key, context_digest=ctx_digest, backend=backend.name, image_id="", layers=[],
+                           bases=bases, patch=patch, policy=policy, timeout_s=timeout_s,
+                           log=str(slot / "build.log"), log_sha256="")
+        return _build_and_record(env, new_text, backend, record)
+
+
+def _build_and_record(env: Path, dockerfile: str, backend: ImageBackend,
+                      record: TaskImage) -> TaskImage | TaskImageRefusal:
+    """Build, then fill in `record` (all but the image) and store it, or say why not."""
+    log_path = Path(record.log)
+    run = _build(env, dockerfile, backend, {KEY_LABEL: record.key}, record.policy.network, record.timeout_s,
+                 log_path)
+    log_text = log_path.read_text(encoding="utf-8", errors="replace")
+    if run.error is not None:
+        if run.infrastructure:
+            raise SandboxError(f"task image build: {run.error}")
+        return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"the build failed: {run.error}",
+                                log_tail=log_text[-LOG_TAIL_CHARS:], log=str(log_path))
+    result = record.model_copy(update={"image_id": run.image_id, "layers": backend.image_layers(run.image_id),
+                                       "log_sha256": sha256_tag(log_path.read_bytes())})
+    atomic_write(log_path.with_name("image.json"), (result.model_dump_json(indent=1) + "\n").encode())
+    return result
+
+
+def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
+    """(the Dockerfile's text, what serves each external image it names), or why not."""
+    dockerfile = env / "Dockerfile"
+    if not dockerfile.is_file() or dockerfile.is_symlink():
+        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
+                                detail="environment/Dockerfile: missing; this profile builds only Dockerfile "
+                                       "environments")
+    try:
+        text = dockerfile.read_text(encoding="utf-8")
+        _, refs = external_images(text)
+    except (UnicodeDecodeError, DockerfileError) as e:
+        return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"environment/Dockerfile: {e}")
+    except Unresolvable as e:
+        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"environment/Dockerfile: {e}")
+    bases: list[ResolvedBase] = []
+    for image in dict.fromkeys(r.image for r in refs):
+        served = base_map.resolve(image)
+        if served is None:
+            return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{image} is not available on this profile")
+        bases.append(served)
+    return text, bases
+
+
+def _build(env: Path, dockerfile: str, backend: ImageBackend, labels: dict[str, str], network: str,
+           timeout_s: float, log_path: Path):
+    """Build a copy of `env` whose Dockerfile is `dockerfile`, logging to `log_path`."""
+    with tempfile.TemporaryDirectory(prefix="task-context-") as tmp:
+        context = Path(tmp) / "context"
+        shutil.copytree(env, context, symlinks=True)
+        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        with open(log_path, "w", encoding="utf-8", errors="replace") as log:
+            started = time.monotonic()
+            run = backend.build(context, labels, network, timeout_s, log)
+            log.write(f"\n# build {'failed' if run.error else 'done'} in {time.monotonic() - started:.1f} s\n")
+    return run
+
+
+def _cached(slot: Path, key: str, backend: ImageBackend) -> TaskImage | None:
+    """The stored image of `key`, if the backend still holds it with that key's label."""
+    try:
+        stored = TaskImage.model_validate_json((slot / "image.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    if stored.key != key or (backend.image_labels(stored.image_id) or {}).get(KEY_LABEL) != key:
+        return None
+    return stored.model_copy(update={"cached": True})

@@ -1,0 +1,160 @@
+"""The docker backend for task images (`validate.taskimage.backend.ImageBackend`): the only
+module of the package that speaks docker.
+
+- A base tarball is imported as one layer (its diff id is the tarball's sha256, as for the
+  sandbox image: `validate.sandbox.docker.image`), configured with the recipe's ``ENV`` and
+  ``CMD``, and tagged under this harness's own repository (`BASE_REPOSITORY`), never under
+  an upstream name: a task's Dockerfile reaches it only through the rewritten ``FROM <id>``.
+- A task is built with the daemon's legacy builder (the SDK's ``/build``; docker 20.10),
+  never pulling (``pull=False``: nothing can be pulled here, and a base is local anyway),
+  with the policy's build network, intermediate containers removed even on failure, the
+  cache key as a label. The build's output is the log, written as it streams.
+
+A daemon that does not answer raises `SandboxError`; an error the build reports (the
+Dockerfile's own) is a `BuildRun` with ``error`` set.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from pathlib import Path
+from typing import IO
+
+import docker
+import requests
+import urllib3
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+from validate.errors import SandboxError
+from validate.sandbox.docker.image import image_layers
+from validate.taskimage.backend import BuildRun
+from validate.taskimage.basemap import BaseRecipe
+
+BASE_REPOSITORY = "deshuffle-validate-base"
+_BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
+
+
+def _changes(recipe: BaseRecipe) -> list[str]:
+    """The image config a recipe asks for, as ``docker import --change`` lines."""
+    for key, value in recipe.env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) or re.search(r"\s", value):
+            raise ValueError(f"recipe {recipe.name}: env {key}={value!r} cannot be an ENV change")
+    lines = [f"ENV {key}={value}" for key, value in sorted(recipe.env.items())]
+    return lines + ([f"CMD {json.dumps(list(recipe.cmd))}"] if recipe.cmd else [])
+
+
+class DockerImages:
+    """Task images and their bases in the daemon of ``DOCKER_HOST`` (or the client given)."""
+
+    name = "docker"
+
+    def __init__(self, base_url: str | None = None) -> None:
+        self.base_url = base_url
+        self.client = self._connect(600)
+
+    def _connect(self, timeout_s: float) -> docker.DockerClient:
+        try:
+            if self.base_url is not None:
+                return docker.DockerClient(base_url=self.base_url, timeout=timeout_s)
+            return docker.from_env(timeout=timeout_s)
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot reach Docker ({e}); is dockerd running?") from None
+
+    def import_base(self, tarball: Path, recipe: BaseRecipe, layer: str) -> str:
+        tag = f"{recipe.name}-v{recipe.version}"
+        reference = f"{BASE_REPOSITORY}:{tag}"
+        changes = _changes(recipe)
+        try:
+            try:
+                image = self.client.images.get(reference)
+                if image_layers(image) == [layer] and self._configured(image.attrs, recipe):
+                    return image.id
+            except ImageNotFound:
+                pass
+            self.client.api.import_image_from_file(str(tarball), repository=BASE_REPOSITORY, tag=tag,
+                                                   changes=changes)
+            image = self.client.images.get(reference)
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot import base {recipe.name} into Docker ({e})") from None
+        if image_layers(image) != [layer] or not self._configured(image.attrs, recipe):
+            raise SandboxError(f"task images: docker imported {tarball} as layers {image_layers(image)} "
+                               f"configured {image.attrs.get('Config')}, not the one layer {layer} of {recipe.name}")
+        return image.id
+
+    @staticmethod
+    def _configured(attrs: dict, recipe: BaseRecipe) -> bool:
+        config = attrs.get("Config") or {}
+        env = dict(line.split("=", 1) for line in config.get("Env") or [])
+        return env == recipe.env and list(config.get("Cmd") or []) == list(recipe.cmd)
+
+    def build(self, context: Path, labels: dict[str, str], network: str, timeout_s: float,
+              log: IO[str]) -> BuildRun:
+        # A client of its own, closed when the build ends however it ends: closing the
+        # connection is what cancels a legacy build in the daemon (a timeout, an interrupt),
+        # which then removes the build's container (forcerm).
+        client = self._connect(timeout_s)
+        try:
+            return self._stream(client, context, labels, network, timeout_s, log)
+        finally:
+            client.close()
+
+    def _stream(self, client: docker.DockerClient, context: Path, labels: dict[str, str], network: str,
+                timeout_s: float, log: IO[str]) -> BuildRun:
+        deadline = time.monotonic() + timeout_s
+        image_id = None
+        try:
+            stream = client.api.build(path=str(context), rm=True, forcerm=True, pull=False, decode=True,
+                                      network_mode=network, labels=labels, timeout=timeout_s)
+            for chunk in stream:
+                if "stream" in chunk:
+                    log.write(chunk["stream"])
+                    built = _BUILT.search(chunk["stream"])
+                    image_id = image_id or (built.group(1) if built else None)
+                if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
+                    image_id = chunk["aux"]["ID"]
+                if "error" in chunk:
+                    log.write(f"\nERROR: {chunk['error']}\n")
+                    return BuildRun(error=str(chunk["error"]).strip())
+                if time.monotonic() > deadline:
+                    return self._timed_out(log, timeout_s)
+        except (requests.exceptions.ReadTimeout, urllib3.exceptions.ReadTimeoutError, socket.timeout):
+            # No output for the whole timeout (the SDK reads the stream from the raw socket).
+            return self._timed_out(log, timeout_s)
+        except APIError as e:
+            log.write(f"\nERROR: {e.explanation or e}\n")
+            # A 4xx is the request's fault, i.e. the context's (an unparsable Dockerfile);
+            # anything else is the daemon's.
+            return BuildRun(error=str(e.explanation or e), infrastructure=not e.is_client_error())
+        except (DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
+            return BuildRun(error=f"docker did not answer the build ({e})", infrastructure=True)
+        if image_id is None:
+            return BuildRun(error="the build ended without naming an image", infrastructure=True)
+        return BuildRun(image_id=self._full_id(image_id))
+
+    @staticmethod
+    def _timed_out(log: IO[str], timeout_s: float) -> BuildRun:
+        log.write(f"\nERROR: the build exceeded its timeout of {timeout_s:g} s\n")
+        return BuildRun(error=f"the build exceeded its timeout of {timeout_s:g} s (build_timeout_sec)")
+
+    def _full_id(self, image_id: str) -> str:
+        try:
+            return self.client.api.inspect_image(image_id)["Id"]
+        except DockerException as e:
+            raise SandboxError(f"task images: the built image {image_id} cannot be inspected ({e})") from None
+
+    def image_labels(self, image_id: str) -> dict[str, str] | None:
+        try:
+            return dict(self.client.api.inspect_image(image_id)["Config"].get("Labels") or {})
+        except (ImageNotFound, NotFound):
+            return None
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot inspect {image_id} ({e})") from None
+
+    def image_layers(self, image_id: str) -> list[str]:
+        try:
+            return list(self.client.api.inspect_image(image_id)["RootFS"].get("Layers") or [])
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot inspect {image_id} ({e})") from None
