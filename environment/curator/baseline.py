@@ -24,8 +24,9 @@ What it does (`policy`, stateless: each request is answered from the conversatio
   (temperature and the theme's tier: subtle themes are misjudged more);
 - it names the remembered principle, sometimes the decoy instead, sometimes a vague half of
   the principle. One blind spot is systematic: on a subtle theme whose decoy shares more words
-  with the items' text than the principle does, it always names the decoy, so those tasks are
-  never solved.
+  with the items' text than the principle does, it always names the decoy, and is sure of it:
+  it answers those tasks as at temperature 0 whatever the seed (a peaked distribution), so
+  they are never solved and their k rewards are equal.
 
 Randomness: one ``random.Random`` per decision, seeded with sha256 of the request's ``seed``,
 its temperature, the collection and the decision's name (no ``hash()``).
@@ -162,6 +163,12 @@ def policy(request: dict) -> dict:
     turn = sum(1 for m in messages if m.get("role") == "assistant")
     tools = [_text(m) for m in messages if m.get("role") == "tool"]
     key = user[-2000:]
+    listed = user.partition("The collection:")[2]
+    theme = recall(list(parse_items(listed).values()))
+    if theme is not None and decoy_pull(theme, listed):
+        # Sure of the wrong theme: a peaked distribution answers as at temperature 0 whatever
+        # the seed, so every sample of such a task is the same conversation.
+        request = {**request, "seed": 0, "temperature": 0.0}
     mode = behaviour(request, key)
     read = next((t for t in reversed(tools) if t.lstrip().startswith("[{")), None)
     if mode == "malformed_only":
@@ -177,7 +184,7 @@ def policy(request: dict) -> dict:
     if mode == "kill_all":
         return call("kill 1", turn)  # meant job %1; PID 1 is the sandbox's own init
     items = parse_items(read) or parse_items(user)
-    flagged, theme = judge_items(request, items, read)
+    flagged, theme = judge_items(request, items, listed)
     if mode == "empty_reply":
         return {"content": ""}
     if mode == "own_words":
