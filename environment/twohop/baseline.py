@@ -15,11 +15,14 @@ What it does (`policy`, stateless: each request is answered from the conversatio
   max_tokens, ``tail -f`` (a command that never ends) until the attempt's time is up, or ``kill 1``
   (the job ``%1`` meant, PID 1 hit) that ends its own sandbox;
 - it follows each hop of the question over the facts it read (`Resolver`), and each hop goes
-  wrong with probability `hop_error(temperature)` (2 % at temperature 0, rising with it): the
-  former employer for the current one (the distractor), a look-alike city or country. One
-  blind spot is systematic, as a model's prior is: when a city has no recorded country it
-  does not answer ``unknown`` but the country most cities lie in; so those questions are never
-  solved. A list of people is sometimes sorted by surname instead of by full name.
+  wrong with probability `hop_error(temperature)` (3 % at temperature 0, 8 % at 1): the
+  former employer for the current one (the distractor), a look-alike city or country; a
+  missing headquarters is guessed with three times that probability instead of ``unknown``.
+  With the same probability a list of people loses a member, gains a resident of the place
+  (the one-hop shortcut: where a person lives, not where the employer is) or is sorted by
+  surname instead of by full name. One blind spot is systematic, as a model's prior is: when
+  a city has no recorded country it does not answer ``unknown`` but the country most cities
+  lie in; so those questions are never solved.
 
 Randomness: one ``random.Random`` per decision, seeded with sha256 of the request's ``seed``,
 its temperature, the question and the decision's name (no ``hash()``): the same request gets
