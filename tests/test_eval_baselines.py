@@ -169,3 +169,14 @@ def test_the_committed_comparison_of_two_twohop_baselines_has_task_and_family_de
     assert len(c["tasks"]) == 36 and {t["family"] for t in c["tasks"]} == {f[0] for f in c["families"]}
     moved = [t for t in c["tasks"] if t["sampled_a"] != t["sampled_b"]]
     assert moved and all(t["greedy_a"] == t["greedy_b"] for t in c["tasks"])  # temperature 0 is deterministic
+
+
+@pytest.mark.parametrize(("contract", "source"), [("eval-twohop-t1.0", "environment/twohop/baseline.py"),
+                                                  ("eval-twohop-t0.7", "environment/twohop/baseline.py"),
+                                                  ("eval-curator-t1.0", "environment/curator/baseline.py")])
+def test_each_contracts_model_revision_is_the_sha256_of_the_baseline_as_committed(contract, source):
+    # The revision is free text to the harness: this is what ties it to the code that ran.
+    raw = json.loads((ROOT / "manifests" / f"{contract}.json").read_text())
+    assert raw["model"]["revision"] == "sha256:" + hashlib.sha256((ROOT / source).read_bytes()).hexdigest()
+    for run in committed(contract):
+        assert json.loads((run / "eval-contract.json").read_text())["sha256"] == raw["sha256"]
