@@ -1,0 +1,145 @@
+"""The ``ray`` executor on a real Ray cluster this module starts and stops: a head (no CPUs,
+so every attempt runs on a worker node) and two worker nodes, each its own raylet process on
+this machine, in a temporary directory of their own. A deshuffle pool through real
+bubblewrap gives the same verdicts, task hashes and attempt rows through ``ray`` as through
+``threads`` and passes the audit; the run directory is written by the driver only; a worker
+node whose raylet is killed mid-run loses its attempts as infrastructure errors naming the
+node, and every task is still judged. Without Ray a command asking for it exits 2 naming the
+extra."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+from ray._private import ray_constants
+from ray.cluster_utils import Cluster
+
+from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
+from validate.audit import audit
+from validate.executors import make_executor
+from validate.phases import PoolPhase, pool
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+KEY = ("phase", "task_id", "task_hash", "agent", "sample", "attempt", "status", "reward", "reply_sha256",
+       "as_expected")
+VERDICT = ("phase", "task_id", "idx", "task_hash", "verdict", "reason", "oracle_reward", "max_control_reward")
+#: Ray's failure detection made quick: a killed raylet is a dead node within seconds.
+FAST_FAILURE = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_timeout_ms": 500,
+                "health_check_failure_threshold": 3}
+
+
+def _rows(run, name: str, key: tuple) -> list[tuple]:
+    return sorted(tuple(r[k] for k in key) for r in pq.read_table(run / name).to_pylist())
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # A short temporary directory of its own (Ray's socket paths must stay under 108 bytes),
+    # where Ray also writes its "current cluster" file: nothing shared with another Ray.
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": FAST_FAILURE})
+    try:
+        workers = [c.add_node(num_cpus=1) for _ in range(2)]
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        yield c, workers
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def manifest(sandboxes):
+    # Controls with fixed rewards keep the pool small; four tasks, infrastructure retries on.
+    return make_manifest(sandboxes("bwrap"), idx=[0, 1, 2, 3], exception_rule="retry", infra_retries=2)
+
+
+def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest, sandboxes):
+    sandbox = sandboxes("bwrap")
+    threads = pool(make_ctx(manifest, sandbox, tmp_path / "threads", concurrency=2), PoolPhase())
+    ctx = make_ctx(manifest, sandbox, tmp_path / "ray", concurrency=2, executor="ray")
+    on_ray = pool(ctx, PoolPhase())
+    # Both worker nodes ran attempts, the head none (it has no CPU).
+    head = cluster[0].head_node.node_id
+    assert len(ctx.executor.nodes) == 2 and head not in ctx.executor.nodes
+    assert _rows(tmp_path / "ray", "tasks.parquet", VERDICT) == _rows(tmp_path / "threads", "tasks.parquet",
+                                                                       VERDICT)
+    assert _rows(tmp_path / "ray", "attempts.parquet", KEY) == _rows(tmp_path / "threads", "attempts.parquet", KEY)
+    assert on_ray.counts == threads.counts
+    # The replies the rows name were stored by the driver, whole.
+    replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
+    assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file() for s in replies)
+    result = audit(tmp_path / "ray")
+    assert result.problems == [] and result.checked
+
+
+def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
+                                                                                           manifest, sandboxes):
+    c, workers = cluster
+    victim = workers[0]
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not any(f.node == victim.node_id for f in list(ctx.executor._running.values())):
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached the victim node"
+        time.sleep(0.05)
+    raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
+    os.kill(raylet.pid, signal.SIGKILL)
+    raylet.wait()
+    runner.join(timeout=240)
+    assert not runner.is_alive() and "summary" in done
+    rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
+    lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
+    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"] for r in lost)
+    # Each lost attempt was played again (a later try of its key, on the surviving node).
+    for r in lost:
+        key = (r["phase"], r["task_id"], r["agent"], r["sample"])
+        assert any((x["phase"], x["task_id"], x["agent"], x["sample"]) == key and x["attempt"] > r["attempt"]
+                   and x["status"] != "infrastructure_error" for x in rows)
+    verdicts = pq.read_table(tmp_path / "killed" / "tasks.parquet").to_pylist()
+    assert sorted(v["idx"] for v in verdicts if v["phase"] == "pool") == [0, 1, 2, 3]
+    assert all(v["verdict"] != "incomplete" for v in verdicts)
+    result = audit(tmp_path / "killed")
+    assert result.problems == [] and result.checked
+
+
+def test_asking_for_ray_without_it_names_the_extra_and_exits_2(tmp_path):
+    # A Python where `import ray` fails: this venv with a `ray` module that raises ImportError first.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(shadow), env.get("PYTHONPATH", "")])
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--executor", "ray"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "pip install .[ray]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    code = "from validate.executors import make_executor; make_executor('ray')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode != 0 and "ExecutorUnavailable" in r.stderr and "pip install .[ray]" in r.stderr
+
+
+def test_ray_address_is_refused_without_the_ray_executor(tmp_path):
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--ray-address", "127.0.0.1:1"],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert r.returncode == 2 and "--ray-address: only with --executor ray" in r.stderr
+    assert make_executor("ray", 2).concurrency == 2
