@@ -26,7 +26,12 @@ from ray.cluster_utils import Cluster
 
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit import audit
-from validate.executors import make_executor
+from validate.agents import resolve
+from validate.context import Play
+from validate.executors import WorkerRecipe, make_executor
+from validate.kinds import kind_of
+from validate.runner import PlayWorker, pending, worker_from_recipe
+from validate.executors.ray import NodeRefused
 from validate.phases import PoolPhase, pool
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -70,6 +75,23 @@ def cluster():
 def manifest(sandboxes):
     # Controls with fixed rewards keep the pool small; four tasks, infrastructure retries on.
     return make_manifest(sandboxes("bwrap"), idx=[0, 1, 2, 3], exception_rule="retry", infra_retries=2)
+
+
+def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run", concurrency=1)
+    config = ctx.env.Config.model_validate(manifest.environment.config)
+    agents = resolve(ctx.env, config, list(manifest.expectations.agents), ["oracle", "identity"])
+    play = Play("oracle", manifest, ctx.taskset, [0], agents, kind_of(ctx.env))
+    shipped = WorkerRecipe.model_validate_json(PlayWorker(ctx, play).recipe().model_dump_json())  # as over a wire
+    worker = worker_from_recipe(shipped, tmp_path / "scratch")
+    results = [r for spec in pending([], play) for r in worker(spec)]
+    worker.ctx.sandbox.close()
+    assert [play.kind.row(r).status for r in results] == ["ok", "ok"]
+    assert not any(p.is_file() for p in (tmp_path / "run").rglob("*"))  # nothing written by the worker
+    play.kind.keep(ctx, results)  # the driver keeps the replies the rows name
+    for r in results:
+        stored = tmp_path / "run" / "replies" / r.row.reply_sha256.removeprefix("sha256:")
+        assert stored.read_bytes() == r.reply
 
 
 def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest, sandboxes):
@@ -121,6 +143,19 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
     assert all(v["verdict"] != "incomplete" for v in verdicts)
     result = audit(tmp_path / "killed")
     assert result.problems == [] and result.checked
+
+
+def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
+    # The driver's context takes the contract as given; each node re-verifies it against its
+    # own backend and image, here with a digest no image has.
+    ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    forged = manifest.model_copy(update={"execution": ex}).sealed()
+    ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
+    with pytest.raises(NodeRefused, match=r"Ray node \w+ \(host .+\) cannot play this contract: "
+                                          r"execution.image_digest"):
+        pool(ctx, PoolPhase())
+    assert not (tmp_path / "forged" / "attempts.parquet").exists() or not pq.read_table(
+        tmp_path / "forged" / "attempts.parquet").num_rows
 
 
 def test_asking_for_ray_without_it_names_the_extra_and_exits_2(tmp_path):

@@ -172,7 +172,7 @@ def _executor_option(sp: argparse.ArgumentParser) -> None:
                          "%(default)s, threads of this process); the evidence is the same whichever runs them")
     sp.add_argument("--ray-address", default=None, metavar="ADDR",
                     help="with --executor ray: the Ray cluster to run on (e.g. HEAD_IP:6379; default: Ray's own, "
-                         "RAY_ADDRESS or a local Ray for this command)")
+                         "RAY_ADDRESS, else the latest Ray started on this machine, else a new local Ray)")
 
 
 def _ray_address(args) -> None:

@@ -6,7 +6,10 @@ runner's worker on it somewhere and gives back every try's result, which the run
 only writer of evidence — journals as it arrives. One try is made by the play's attempt
 kind (`validate.kinds`), which puts whatever goes wrong *in its row*; an infrastructure
 fault (status ``infrastructure_error``) is retried with backoff, each try its own row; an
-agent's own failure is data, never retried.
+agent's own failure is data, never retried. An executor that runs attempts in another
+process or machine ships the worker's `recipe` (plain data) and rebuilds the worker there
+with `worker_from_recipe`; what such a worker returns is kept on the driver (the kind's
+`keep`), and a try lost with its machine becomes its row through `PlayWorker.lost`.
 
 Resuming is not a mode: the runner always skips (phase, task, agent, sample) keys whose
 latest recorded attempt is final (anything but an infrastructure error).

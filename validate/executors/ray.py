@@ -20,7 +20,8 @@ a task lost with its worker or node (Ray's signals: `WorkerCrashedError`, `NodeD
 `ObjectLostError`, ...) becomes an ``infrastructure_error`` row of class `RayNodeLost` naming
 the node and host (`PlayWorker.lost`), and its next try is handed out while the contract's
 ``infra_retries`` allow; the exception rule then judges it as any local fault. An exception
-of the worker's own code is raised on the driver, as with threads.
+of the worker's own code is raised on the driver, as with threads; a node where the contract
+does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`).
 
 `cancel()` asks every task in flight to stop (a KeyboardInterrupt in the task, so its sandbox
 and storage are torn down), then kills what is still running after a short grace
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from validate.errors import ValidateError
 from validate.executors import AttemptSpec, Executor, ExecutorUnavailable, R, Worker
 from validate.runner import worker_from_recipe
 
@@ -54,6 +56,15 @@ CACHED_WORKERS = 4
 
 class RayNodeLost(Exception):
     """An attempt lost with the Ray worker or node that ran it (the error class of its row)."""
+
+
+class NodeRefused(ExecutorUnavailable):
+    """A node that cannot play the contract (its backend, image digest or data differ): the
+    run stops naming it rather than play anywhere the contract does not hold."""
+
+
+def _where(ray) -> dict[str, str]:
+    return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
 
 
 def _ray() -> Any:
@@ -85,7 +96,12 @@ def _node_worker(recipe_ref) -> Any:
             recipe = ray.get(recipe_ref)
             label = hashlib.sha256(recipe.run_id.encode()).hexdigest()[:12]
             scratch = Path(tempfile.mkdtemp(prefix=f"validate-ray-{label}-"))
-            _workers[key] = worker_from_recipe(recipe, scratch)
+            try:
+                _workers[key] = worker_from_recipe(recipe, scratch)
+            except ValidateError as e:
+                where = _where(ray)
+                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
+                                  f"{e}") from None
             while len(_workers) > CACHED_WORKERS:
                 _workers.popitem(last=False)[1].ctx.sandbox.close()
         _workers.move_to_end(key)
@@ -96,7 +112,7 @@ def _play(recipes: list, spec: AttemptSpec) -> Iterator[Any]:
     """The Ray task: first where it runs, then the worker's results for `spec`. The recipe's
     reference comes in a list so that Ray hands the reference over, not the object."""
     ray = _ray()
-    yield {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+    yield _where(ray)
     yield _node_worker(recipes[0])(spec)
 
 
@@ -187,7 +203,9 @@ class RayExecutor(Executor[R]):
             return results
         except ray.exceptions.RayTaskError as e:
             self._running.pop(gen)
-            raise e.as_instanceof_cause() from None  # the worker's own code raised: as with threads
+            # The worker's own code raised: its exception, as with threads (not Ray's wrapper,
+            # whose text carries the node's traceback).
+            raise (e.cause if isinstance(e.cause, Exception) else e) from None
         if isinstance(item, dict):
             flight.node, flight.host = item["node"], item["host"]
             self.nodes[item["node"]] = item["host"]
