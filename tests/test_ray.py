@@ -27,10 +27,11 @@ from ray.cluster_utils import Cluster
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit import audit
 from validate.agents import resolve
-from validate.context import Play
+from validate.context import Interrupted, Play
 from validate.executors import WorkerRecipe, make_executor
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
+from validate.sandbox.storage import DEFAULT_PARENT
 from validate.executors.ray import NodeRefused
 from validate.phases import PoolPhase, pool
 
@@ -73,8 +74,9 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def manifest(sandboxes):
-    # Controls with fixed rewards keep the pool small; four tasks, infrastructure retries on.
-    return make_manifest(sandboxes("bwrap"), idx=[0, 1, 2, 3], exception_rule="retry", infra_retries=2)
+    # Three tasks (the oracle and seven controls each); infrastructure retries on, and the retry
+    # exception rule, so a task whose attempt was lost with its node is still judged.
+    return make_manifest(sandboxes("bwrap"), idx=[0, 1, 2], exception_rule="retry", infra_retries=2)
 
 
 def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
@@ -113,36 +115,32 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
     assert result.problems == [] and result.checked
 
 
-def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
-                                                                                           manifest, sandboxes):
-    c, workers = cluster
-    victim = workers[0]
-    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
-    done: dict = {}
-    runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
+def test_a_cancel_stops_every_task_on_the_cluster_and_leaves_no_attempt_storage(tmp_path, cluster, manifest,
+                                                                              sandboxes):
+    run = tmp_path / f"cancel-{os.getpid()}"  # the run id labels its attempts' storage on every node
+    ctx = make_ctx(manifest, sandboxes("bwrap"), run, concurrency=2, executor="ray")
+    raised: dict = {}
+
+    def play():
+        try:
+            pool(ctx, PoolPhase())
+        except Interrupted as e:
+            raised["interrupted"] = e
+
+    runner = threading.Thread(target=play, daemon=True)
     runner.start()
     deadline = time.monotonic() + 120
-    while not any(f.node == victim.node_id for f in list(ctx.executor._running.values())):
-        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached the victim node"
+    while not any(f.node is not None for f in list(ctx.executor._running.values())):
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt ran on a node"
         time.sleep(0.05)
-    raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
-    os.kill(raylet.pid, signal.SIGKILL)
-    raylet.wait()
-    runner.join(timeout=240)
-    assert not runner.is_alive() and "summary" in done
-    rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
-    lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
-    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"] for r in lost)
-    # Each lost attempt was played again (a later try of its key, on the surviving node).
-    for r in lost:
-        key = (r["phase"], r["task_id"], r["agent"], r["sample"])
-        assert any((x["phase"], x["task_id"], x["agent"], x["sample"]) == key and x["attempt"] > r["attempt"]
-                   and x["status"] != "infrastructure_error" for x in rows)
-    verdicts = pq.read_table(tmp_path / "killed" / "tasks.parquet").to_pylist()
-    assert sorted(v["idx"] for v in verdicts if v["phase"] == "pool") == [0, 1, 2, 3]
-    assert all(v["verdict"] != "incomplete" for v in verdicts)
-    result = audit(tmp_path / "killed")
-    assert result.problems == [] and result.checked
+    ctx.executor.cancel()
+    runner.join(timeout=60)
+    assert not runner.is_alive() and "interrupted" in raised
+    assert not ctx.executor._running  # every task in flight ended (cancelled or finished, dropped)
+    storage = DEFAULT_PARENT / run.name
+    assert not storage.exists() or not any(storage.iterdir())  # no attempt left its tmpfs behind
+    rows = pq.read_table(run / "attempts.parquet").to_pylist() if (run / "attempts.parquet").exists() else []
+    assert len(rows) < len(manifest.tasks) * 8  # it stopped early
 
 
 def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
@@ -178,3 +176,36 @@ def test_ray_address_is_refused_without_the_ray_executor(tmp_path):
                        capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "--ray-address: only with --executor ray" in r.stderr
     assert make_executor("ray", 2).concurrency == 2
+
+
+# Last: it leaves the cluster one worker node short.
+def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
+                                                                                           manifest, sandboxes):
+    c, workers = cluster
+    victim = workers[0]
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not any(f.node == victim.node_id for f in list(ctx.executor._running.values())):
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached the victim node"
+        time.sleep(0.05)
+    raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
+    os.kill(raylet.pid, signal.SIGKILL)
+    raylet.wait()
+    runner.join(timeout=240)
+    assert not runner.is_alive() and "summary" in done
+    rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
+    lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
+    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"] for r in lost)
+    # Each lost attempt was played again (a later try of its key, on the surviving node).
+    for r in lost:
+        key = (r["phase"], r["task_id"], r["agent"], r["sample"])
+        assert any((x["phase"], x["task_id"], x["agent"], x["sample"]) == key and x["attempt"] > r["attempt"]
+                   and x["status"] != "infrastructure_error" for x in rows)
+    verdicts = pq.read_table(tmp_path / "killed" / "tasks.parquet").to_pylist()
+    assert sorted(v["idx"] for v in verdicts if v["phase"] == "pool") == [0, 1, 2]
+    assert all(v["verdict"] != "incomplete" for v in verdicts)
+    result = audit(tmp_path / "killed")
+    assert result.problems == [] and result.checked

@@ -178,8 +178,11 @@ class RayExecutor(Executor[R]):
                     if results is not None and not self._stop.is_set():
                         record(results)
                         submit_next()
-        except KeyboardInterrupt:
+        except BaseException:
+            # Ctrl-C, or evidence that could not be written, or the worker's own error: nothing
+            # keeps running on the cluster unobserved.
             self.cancel()
+            self._drain()
             raise
 
     def _step(self, gen, worker: Worker[R], again: collections.deque) -> list[R] | None:
@@ -214,6 +217,9 @@ class RayExecutor(Executor[R]):
         return item
 
     def cancel(self) -> None:
+        """Stop handing out; ask each task in flight to stop (its sandbox torn down) and kill,
+        after `CANCEL_GRACE_S`, any still running. Safe from another thread: the loop that
+        consumes the tasks drops what they return."""
         self._stop.set()
         worker = self._worker
         if worker is not None:
@@ -221,21 +227,26 @@ class RayExecutor(Executor[R]):
         running = list(self._running)
         for gen in running:
             self.ray.cancel(gen, force=False)
-        deadline = time.monotonic() + CANCEL_GRACE_S
-        while running and time.monotonic() < deadline:
-            running = [g for g in running if not self._finished(g)]
-            time.sleep(0.2)
-        for gen in running:
-            self.ray.cancel(gen, force=True)
+        timer = threading.Timer(CANCEL_GRACE_S, self._kill, [running])
+        timer.daemon = True
+        timer.start()
 
-    def _finished(self, gen) -> bool:
-        ready, _ = self.ray.wait([gen], num_returns=1, timeout=0)
-        if not ready:
-            return False
-        try:
-            self.ray.get(next(gen))
-        except StopIteration:
-            return True
-        except Exception:  # noqa: BLE001 - cancelled or failed: either way it no longer runs
-            return True
-        return False  # another item (where it ran, its results): it may still be running
+    def _kill(self, gens: list) -> None:
+        for gen in gens:
+            if gen in self._running:
+                self.ray.cancel(gen, force=True)
+
+    def _drain(self) -> None:
+        """After a cancel on the loop's own thread: wait (at most the grace) for the tasks in
+        flight to end, so a driver about to exit does not kill them mid-teardown."""
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while self._running and time.monotonic() < deadline:
+            ready, _ = self.ray.wait(list(self._running), num_returns=1, timeout=0.2)
+            for gen in ready:
+                try:
+                    self.ray.get(next(gen))
+                except StopIteration:
+                    self._running.pop(gen, None)
+                except Exception:  # noqa: BLE001 - cancelled, killed or failed: it no longer runs
+                    self._running.pop(gen, None)
+        self._kill(list(self._running))
