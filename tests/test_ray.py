@@ -9,6 +9,7 @@ extra."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,7 +25,7 @@ import ray
 from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 
-from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
+from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit import audit
 from validate.agents import resolve
 from validate.context import Interrupted, Play
@@ -176,6 +177,17 @@ def test_ray_address_is_refused_without_the_ray_executor(tmp_path):
                        capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "--ray-address: only with --executor ray" in r.stderr
     assert make_executor("ray", 2).concurrency == 2
+
+
+def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster, sandboxes):
+    manifest = make_manifest(sandboxes("bwrap"), idx=[0], min_task_count=1)  # one task: the path, not the pool
+    (tmp_path / "m.json").write_bytes(manifest.to_json())
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "m.json", "--run-dir", "ledgers/r", "--allow-patch", "--data",
+                        str(CORPUS_PATH), "--executor", "ray", "--ray-address", cluster[0].address, "-c", "2",
+                        "--json"], capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["counts"]["attempts"] == len(manifest.tasks) * 8
+    assert audit(tmp_path / "ledgers/r").problems == []
 
 
 # Last: it leaves the cluster one worker node short.
