@@ -5,9 +5,10 @@
 One contract (the deshuffle oracle and five controls on `--tasks` tasks) is frozen once and
 run through each executor in a fresh process of its own (its peak RSS its own): first
 ``threads``, then ``ray`` on a local Ray this bench starts (a single node with `-c` CPUs,
-``ray.init`` in the child; stopped with it). Prints wall time, attempts/s and driver peak
-RSS per executor and the ratio of their attempts/s; the ray figure includes starting Ray and
-rebuilding the worker on each Ray worker process (verify the contract, load the taskset).
+``ray.init`` in the child; stopped with it). Prints the time to start Ray (apart), the run's
+wall time, attempts/s and driver peak RSS per executor and the ratio of their attempts/s;
+the ray run includes starting its worker processes and rebuilding the runner's worker in
+each (verify the contract, load the taskset).
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -53,6 +54,8 @@ try:
     if executor == "ray":
         import ray
         ray.init(num_cpus=c, include_dashboard=False, log_to_driver=False)
+    start_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
     env, _, taskset = check_environment(manifest, hints)
     ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(root / "run"),
                      executor=make_executor(executor, c), run_id=f"xbench-{executor}", code=code_state(), hints=hints)
@@ -63,7 +66,7 @@ finally:
     shutil.rmtree(root, ignore_errors=True)
     if executor == "ray":
         ray.shutdown()
-print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wall_s": wall,
+print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wall_s": wall, "start_s": start_s,
                   "compatible": summary.counts.compatible,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -78,7 +81,7 @@ def main() -> None:
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     print(f"{args.tasks} tasks × oracle,{CONTROLS} on {args.backend}; concurrency {args.c}")
-    print(f"{'executor':8s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s}  compatible")
+    print(f"{'executor':8s} {'start':>7s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s}  compatible")
     rates = {}
     for executor in ("threads", "ray"):
         out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
@@ -87,7 +90,7 @@ def main() -> None:
             sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rates[executor] = r["attempts"] / r["wall_s"]
-        print(f"{executor:8s} {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
+        print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
               f"{r['peak_rss_mb']:7.0f}MB  {r['compatible']}")
     print(f"ray / threads attempts/s: {rates['ray'] / rates['threads']:.2f} "
           f"(overhead {100 * (1 - rates['ray'] / rates['threads']):.1f} %)")
