@@ -4,10 +4,10 @@ The workspace is materialised in fresh storage, the agent runs in a fresh sandbo
 is read back (size-capped, regular files only), then scored on the host by the environment's
 own scorer. A try's result is its row and the reply's bytes (`Tried`): the worker that made it
 never writes the run directory (it may run on another node); `keep`, on the driver, stores
-each reply whole under its sha256 before the row naming it is journaled. Whatever goes wrong ends up in the
-attempt's row: an infrastructure fault (`SandboxError`, a scorer's `ScorerUnavailable`) as
-``infrastructure_error``, the scorer raising on this reply as ``scorer_error``, anything
-else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
+each reply whole under its sha256 before the row naming it is journaled. Whatever goes wrong
+ends up in the attempt's row: an infrastructure fault (`SandboxError`, a scorer's
+`ScorerUnavailable`) as ``infrastructure_error``, the scorer raising on this reply as
+``scorer_error``, anything else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
 missing or odd reply) is data.
 """
 
