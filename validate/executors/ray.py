@@ -33,8 +33,11 @@ initialised in this process (a test's cluster) is used as it is.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import hashlib
+import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -95,7 +98,10 @@ def _node_worker(recipe_ref) -> Any:
         if key not in _workers:
             recipe = ray.get(recipe_ref)
             label = hashlib.sha256(recipe.run_id.encode()).hexdigest()[:12]
-            scratch = Path(tempfile.mkdtemp(prefix=f"validate-ray-{label}-"))
+            # Made only by a scorer that caches (most never do); removed when the Ray worker
+            # process exits normally (a killed one leaves it to the node's tmp).
+            scratch = Path(tempfile.gettempdir()) / f"validate-ray-{label}-{os.getpid()}-{key[-12:]}"
+            atexit.register(shutil.rmtree, scratch, ignore_errors=True)
             try:
                 _workers[key] = worker_from_recipe(recipe, scratch)
             except ValidateError as e:
