@@ -31,7 +31,7 @@ def _rows(run) -> list[tuple]:
 
 
 def test_the_registries_list_the_projects_and_the_tests_own():
-    assert executor_names() == ["threads", "toy-reversed"]
+    assert executor_names() == ["ray", "threads", "toy-reversed"]
     assert kind_names() == ["chat", "program", "toy-insandbox"]
 
 
@@ -67,7 +67,7 @@ def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_
 
 
 def test_an_unknown_executor_is_refused_naming_the_installed_ones(tmp_path):
-    with pytest.raises(Exception, match="no executor named 'slurm'; installed: threads, toy-reversed"):
+    with pytest.raises(Exception, match="no executor named 'slurm'; installed: ray, threads, toy-reversed"):
         make_executor("slurm")
     r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--executor", "slurm"], capture_output=True,
                        text=True, env=subprocess_env(), cwd=tmp_path)

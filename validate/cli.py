@@ -178,6 +178,19 @@ def _executor_option(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--executor", default=DEFAULT_EXECUTOR, choices=executor_names(),
                     help="what carries the attempts out, one of the installed (`validate.executors`; default: "
                          "%(default)s, threads of this process); the evidence is the same whichever runs them")
+    sp.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="with --executor ray: the Ray cluster to run on (e.g. HEAD_IP:6379; default: Ray's own, "
+                         "RAY_ADDRESS, else the latest Ray started on this machine, else a new local Ray)")
+
+
+def _ray_address(args) -> None:
+    """``--ray-address`` reaches Ray the way Ray documents it: as ``RAY_ADDRESS``."""
+    address = getattr(args, "ray_address", None)
+    if address is None:
+        return
+    if args.executor != "ray":
+        raise ValidateError(f"--ray-address: only with --executor ray (this command runs on {args.executor})")
+    os.environ["RAY_ADDRESS"] = address
 
 
 def _run_options(sp: argparse.ArgumentParser, manifest_required: bool = False) -> None:
@@ -743,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        _ray_address(args)
         return COMMANDS[args.command](args)
     except Interrupted as e:
         err.print(str(e), style="yellow", markup=False)

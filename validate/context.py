@@ -102,12 +102,19 @@ class AttemptKind(ABC, Generic[R]):
     def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int) -> R:
         """The result of a try the backend cannot make: the task needs a network-isolated sandbox."""
 
+    def lost(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int,
+             error_class: str, message: str) -> R:
+        """The result of a try lost with the machine that ran it: an infrastructure error of
+        `error_class` (a kind that cannot say so cannot run on another machine)."""
+        raise NotImplementedError(f"the {self.name!r} attempt kind cannot record a lost attempt")
+
     def row(self, result: R) -> Attempt:
         assert isinstance(result, Attempt)
         return result
 
-    def keep(self, results: list[R]) -> None:
-        """Write the results' evidence other than their attempt rows (nothing by default)."""
+    def keep(self, ctx: RunContext, results: list[R]) -> None:
+        """Write the results' evidence other than their attempt rows (nothing by default). Called
+        on the driver, the one writer of evidence; `once` itself never writes the run directory."""
 
 
 @dataclass(frozen=True)

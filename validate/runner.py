@@ -6,7 +6,10 @@ runner's worker on it somewhere and gives back every try's result, which the run
 only writer of evidence — journals as it arrives. One try is made by the play's attempt
 kind (`validate.kinds`), which puts whatever goes wrong *in its row*; an infrastructure
 fault (status ``infrastructure_error``) is retried with backoff, each try its own row; an
-agent's own failure is data, never retried.
+agent's own failure is data, never retried. An executor that runs attempts in another
+process or machine ships the worker's `recipe` (plain data) and rebuilds the worker there
+with `worker_from_recipe`; what such a worker returns is kept on the driver (the kind's
+`keep`), and a try lost with its machine becomes its row through `PlayWorker.lost`.
 
 Resuming is not a mode: the runner always skips (phase, task, agent, sample) keys whose
 latest recorded attempt is final (anything but an infrastructure error).
@@ -16,15 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import lru_cache
+from pathlib import Path
 from typing import TypeVar
 
 from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponential
 
-from environment.protocol import Environment, Task, Taskset
+from environment.protocol import Environment, LoadHints, Task, Taskset
+from validate.agents import declared
 from validate.context import Interrupted, Play, RunContext
-from validate.contract import Manifest, TaskEntry
+from validate.contract import Manifest, TaskEntry, parse_manifest, verify
 from validate.evidence import Journal
-from validate.executors import AttemptSpec
+from validate.executors import AttemptSpec, ExecutorUnavailable, WorkerRecipe, make_executor
+from validate.kinds import KINDS
+from validate.patches import CodeState
+from validate.paths import RunPaths
+from validate.sandbox import open_sandbox
 from validate.records import Attempt, FindingRow, TaskVerdict
 from validate.verdicts import Outcome, decide
 
@@ -74,13 +83,54 @@ class PlayWorker:
         self.ctx.stop.set()
         self.ctx.sandbox.close()
 
+    def recipe(self) -> WorkerRecipe:
+        """The plain data `worker_from_recipe` rebuilds this worker from on another machine."""
+        ctx, play, kind = self.ctx, self.play, self.play.kind
+        if not kind.standalone:
+            raise ExecutorUnavailable(f"--executor: the {kind.name!r} attempt kind plays with this process's live "
+                                      f"context and cannot be shipped; run it with --executor threads")
+        return WorkerRecipe(run_id=ctx.run_id, manifest=play.manifest.to_json().decode(),
+                            data=[str(p) for p in ctx.hints.search], phase=play.phase, kind=kind.name,
+                            agents=[a.name for a in play.agents], samples=play.samples, backoff_s=ctx.backoff_s,
+                            code=ctx.code.label)
 
-def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first: int) -> list:
-    """Every try of one (task, agent, sample) (see `PlayWorker`)."""
+    def lost(self, spec: AttemptSpec, first: int, error_class: str, message: str) -> tuple[list, AttemptSpec | None]:
+        """The infrastructure-error result of try `spec.attempt`, lost with the machine that ran
+        it, and the next try's specification while the contract's infra_retries allow one
+        (tries since `first`, this one included, count against them)."""
+        play = self.play
+        result = play.kind.lost(self.ctx, play, self.task(spec.idx), self.agents[spec.agent], spec.sample,
+                                spec.attempt, error_class, message)
+        again = spec.attempt + 1 - first <= play.manifest.execution.infra_retries and not self.ctx.stop.is_set()
+        return [result], spec.model_copy(update={"attempt": spec.attempt + 1}) if again else None
+
+
+def worker_from_recipe(recipe: WorkerRecipe, scratch: Path) -> PlayWorker:
+    """A worker on this machine from the driver's `recipe`: the contract is parsed and verified
+    here (environment, tasks, this backend and its image digest); `scratch` is a directory of
+    this machine for what a try may cache (the scorer's), never the run directory."""
+    m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
+    hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=recipe.run_id)
+    env, taskset = verify(m, sandbox, hints)
+    agents = declared(env, env.Config.model_validate(m.environment.config))
+    ctx = RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(scratch),
+                     run_id=recipe.run_id, code=CodeState(recipe.code, b"", ()), hints=hints,
+                     backoff_s=recipe.backoff_s, executor=make_executor())
+    play = Play(recipe.phase, m, taskset, [], [agents[n] for n in recipe.agents], KINDS.load(recipe.kind)(),
+                recipe.samples)
+    return PlayWorker(ctx, play)
+
+
+def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first: int) -> list[Attempt]:
+    """The rows of every try of one (task, agent, sample) (see `PlayWorker`), their further
+    evidence kept (the kind's `keep`) as `execute` keeps it."""
     worker = PlayWorker(ctx, play)
     worker.task = lambda idx: task
-    return worker(AttemptSpec(phase=play.phase, idx=task.idx, agent=agent.name, sample=sample, attempt=first,
-                              contract=play.manifest.sha256, limits=play.manifest.execution.limits))
+    results = worker(AttemptSpec(phase=play.phase, idx=task.idx, agent=agent.name, sample=sample, attempt=first,
+                                 contract=play.manifest.sha256, limits=play.manifest.execution.limits))
+    play.kind.keep(ctx, results)
+    return [play.kind.row(r) for r in results]
 
 
 def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
@@ -119,7 +169,7 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
     ctx.progress.plan(len(specs))
 
     def record(results: list) -> None:
-        kind.keep(results)
+        kind.keep(ctx, results)
         rows = [kind.row(r) for r in results]
         journal.append(rows)
         if rows:  # one step per specification played (its final try), as planned

@@ -257,7 +257,7 @@ class ChatKind(AttemptKind[tuple[Attempt, Entry]]):
     def row(self, result: tuple[Attempt, Entry]) -> Attempt:
         return result[0]
 
-    def keep(self, results: list[tuple[Attempt, Entry]]) -> None:
+    def keep(self, ctx: RunContext, results: list[tuple[Attempt, Entry]]) -> None:
         for _, entry in results:
             self._ec().journal.append([entry])
 

@@ -7,8 +7,10 @@ specification to the worker somewhere (threads of this process, a cluster's node
 the results back to the caller's thread in the order they finish, so the runner and its
 journal, the one writer of evidence, never know which executor ran an attempt.
 `cancel()` stops handing out work and stops what runs; Ctrl-C reaches it through the
-runner. Executors are the ``validate.executors`` entry-point group of every installed
-distribution (this project registers ``threads``), loaded through `validate.registry`.
+runner. An executor that runs the worker in another process or machine ships its `recipe`
+(`WorkerRecipe`, plain data) and rebuilds it there (`validate.runner.worker_from_recipe`).
+Executors are the ``validate.executors`` entry-point group of every installed distribution
+(this project registers ``threads`` and ``ray``), loaded through `validate.registry`.
 """
 
 from __future__ import annotations
@@ -43,12 +45,38 @@ class AttemptSpec(BaseModel):
     limits: Limits = Field(description="the sandbox limits of every try (the contract's execution limits)")
 
 
+class WorkerRecipe(BaseModel):
+    """What a worker is rebuilt from on another machine: plain data naming the live objects of
+    the driver's worker (an executor that cannot share this process's memory ships this)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = Field(description="the run's id (its sandbox and attempt-storage label)")
+    manifest: str = Field(description="the play's contract, its canonical JSON (re-verified where it is rebuilt)")
+    data: list[str] = Field(default_factory=list, description="where the environment's data is looked for (--data)")
+    phase: str = Field(description="the play's phase")
+    kind: str = Field(description="the attempt kind's registry name")
+    agents: list[str] = Field(description="the play's agents, by their names in the contract")
+    samples: int = Field(ge=1, description="independent samples per (task, agent)")
+    backoff_s: tuple[float, float] = Field(description="the infrastructure retries' backoff (multiplier, max)")
+    code: str = Field(description="the driver's code label (commit, -dirty when patched)")
+
+
 class Worker(Protocol[R_co]):
-    """Plays one specification, every try of it; `cancel` kills what it is running."""
+    """Plays one specification, every try of it; `cancel` kills what it is running. `recipe`
+    is the plain data it is rebuilt from elsewhere; `lost(spec, first, error_class, message)`
+    is the results of a try lost with the machine that ran it (an infrastructure fault) and the
+    next try's specification if the contract's retries allow one (`first`: the key's first try
+    in this run)."""
 
     def __call__(self, spec: AttemptSpec) -> list[R_co]: ...
 
     def cancel(self) -> None: ...
+
+    def recipe(self) -> WorkerRecipe: ...
+
+    def lost(self, spec: AttemptSpec, first: int, error_class: str,
+             message: str) -> tuple[list[R_co], AttemptSpec | None]: ...
 
 
 class Executor(ABC, Generic[R]):
@@ -91,5 +119,5 @@ def make_executor(name: str = DEFAULT_EXECUTOR, concurrency: int = 1) -> Executo
     return EXECUTORS.load(name)(concurrency=concurrency)
 
 
-__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "AttemptSpec", "Executor", "ExecutorUnavailable", "Worker",
+__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "AttemptSpec", "Executor", "ExecutorUnavailable", "Worker", "WorkerRecipe",
            "executor_names", "make_executor"]

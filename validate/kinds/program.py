@@ -1,17 +1,21 @@
 """The ``program`` attempt kind: an agent program in a fresh sandbox, its reply scored on the host.
 
 The workspace is materialised in fresh storage, the agent runs in a fresh sandbox, the reply
-is read back (size-capped, regular files only) and kept whole in the run's replies, then
-scored on the host by the environment's own scorer. Whatever goes wrong ends up in the
-attempt's row: an infrastructure fault (`SandboxError`, a scorer's `ScorerUnavailable`) as
-``infrastructure_error``, the scorer raising on this reply as ``scorer_error``, anything
-else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
+is read back (size-capped, regular files only), then scored on the host by the environment's
+own scorer. A try's result is its row and the reply's bytes (`Tried`): the worker that made it
+never writes the run directory (it may run on another node); `keep`, on the driver, stores
+each reply whole under its sha256 before the row naming it is journaled. Whatever goes wrong
+ends up in the attempt's row: an infrastructure fault (`SandboxError`, a scorer's
+`ScorerUnavailable`) as ``infrastructure_error``, the scorer raising on this reply as
+``scorer_error``, anything else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
 missing or odd reply) is data.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from environment.protocol import AgentSpec, ScorerUnavailable, Task
@@ -65,32 +69,44 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
             row.update(error_class="NoReply", error_message="the agent left no reply.txt")
         return None
     text, cut = _text(reply, ex.max_reply_text_bytes)
-    # The whole reply is kept (reply_text is capped): the audit re-scores from these bytes.
-    row.update(status=status, reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply), reply_text=text,
-               reply_truncated=cut)
+    # The whole reply is kept (reply_text is capped) by `ProgramKind.keep`: the audit re-scores
+    # from these bytes; the tag is the one `store_reply` gives them.
+    row.update(status=status, reply_sha256="sha256:" + hashlib.sha256(reply).hexdigest(), reply_bytes=len(reply),
+               reply_text=text, reply_truncated=cut)
     return reply
 
 
-def unsupported_row(ctx: RunContext, task: Task, key: dict, image_digest: str) -> Attempt:
-    """The row of an attempt the backend cannot run: the task needs a network-isolated sandbox."""
+def unsupported_row(ctx: RunContext, task: Task, key: dict, image_digest: str,
+                    status: str = "unsupported_execution_contract", error_class: str = "NEEDS_CONTAINER",
+                    message: str | None = None) -> Attempt:
+    """The row of an attempt that did not run here: by default the backend cannot run it (the
+    task needs a network-isolated sandbox); or `status` with its error."""
+    message = message or f"the task needs network isolation and backend {ctx.sandbox.backend} provides none"
     return Attempt(**key, task_id=task.id, idx=task.idx, task_hash=task.hash, started_at=_now(), finished_at=_now(),
-                   status="unsupported_execution_contract", error_class="NEEDS_CONTAINER",
-                   error_message=f"the task needs network isolation and backend {ctx.sandbox.backend} provides none",
+                   status=status, error_class=error_class, error_message=message[:2000],
                    workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
                    image_digest=image_digest)
 
 
-class ProgramKind(AttemptKind[Attempt]):
+@dataclass(frozen=True)
+class Tried:
+    """One try's result: its row and the whole reply it names (None: no reply was read)."""
+
+    row: Attempt
+    reply: bytes | None = None
+
+
+class ProgramKind(AttemptKind[Tried]):
     name = "program"
 
-    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Attempt:
+    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Tried:
         """One try, as a row that exists before anything runs and is complete whatever happens."""
         rule = play.manifest.expectations.rules()[agent.name]
         row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                          agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
                          status="harness_error", workspace_sha256=workspace_sha256(dict(task.files)),
                          backend=ctx.sandbox.backend, image_digest=play.manifest.execution.image_digest)
-        scoring = False
+        scoring, reply = False, None
         try:
             reply = _run_agent(ctx, play, task, agent, row)
             scoring = True
@@ -100,17 +116,34 @@ class ProgramKind(AttemptKind[Attempt]):
                                                play.manifest.expectations.pass_threshold))
         except (SandboxError, ScorerUnavailable) as e:
             row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
-        except EvidenceError:
-            raise  # the reply could not be kept: the evidence itself fails, as a journal write does
         except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
             # The scorer raising on this reply is the environment's fault; anything before it is ours.
             row.update(status="scorer_error" if scoring else "harness_error", error_class=type(e).__name__,
                        error_message=(str(e) if scoring else f"harness: {e}")[:2000])
         row["finished_at"] = _now()
-        return Attempt(**row)
+        attempt = Attempt(**row)
+        return Tried(attempt, reply if attempt.reply_sha256 is not None else None)
 
     def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
-                    number: int) -> Attempt:
+                    number: int) -> Tried:
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
                    attempt=number)
-        return unsupported_row(ctx, task, key, play.manifest.execution.image_digest)
+        return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest))
+
+    def lost(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int,
+             error_class: str, message: str) -> Tried:
+        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
+                   attempt=number)
+        return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest, "infrastructure_error",
+                                     error_class, message))
+
+    def row(self, result: Tried) -> Attempt:
+        return result.row
+
+    def keep(self, ctx: RunContext, results: list[Tried]) -> None:
+        # On the driver, before the rows are journaled: a reply that cannot be kept fails the
+        # evidence itself (EvidenceError), as a journal write does.
+        for r in results:
+            if r.reply is not None and store_reply(ctx.paths, r.reply) != r.row.reply_sha256:
+                raise EvidenceError(f"attempt {r.row.phase}/{r.row.task_id}/{r.row.agent}: its reply is not the "
+                                    f"bytes its row names ({r.row.reply_sha256})")

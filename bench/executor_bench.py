@@ -1,0 +1,101 @@
+"""The ``ray`` executor against ``threads`` on the same pool, in one invocation.
+
+    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker]
+
+One contract (the deshuffle oracle and five controls on `--tasks` tasks) is frozen once and
+run through each executor in a fresh process of its own (its peak RSS its own): first
+``threads``, then ``ray`` on a local Ray this bench starts (a single node with `-c` CPUs,
+``ray.init`` in the child; stopped with it). Prints the time to start Ray (apart), the run's
+wall time, attempts/s and driver peak RSS per executor and the ratio of their attempts/s;
+the ray run includes starting its worker processes and rebuilding the runner's worker in
+each (verify the contract, load the taskset).
+Target: the ray executor's overhead on one machine ≤ 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from validate.options import DEFAULT_CONCURRENCY  # noqa: E402
+
+CONTROLS = "empty,shuffled,identity,reversed,malformed"
+
+CHILD = r"""
+import json, resource, shutil, sys, tempfile, time
+from pathlib import Path
+from environment.protocol import LoadHints
+from validate import environments
+from validate.contract import check_environment, freeze
+from validate.patches import code_state
+from validate.paths import DEFAULT_IMAGE, RunPaths
+from validate.phases import RunPhase, run_agents
+from validate.context import RunContext
+from validate.executors import make_executor
+from validate.sandbox import open_sandbox
+
+executor, backend, n, c, corpus_path, controls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
+    sys.argv[5], sys.argv[6]
+hints = LoadHints(search=(Path(corpus_path),))
+env = environments.get("deshuffle-papers")
+sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label=f"xbench-{executor}")
+config = env.Config(corpus=corpus_path, min_papers=1, max_papers=3)
+manifest = freeze(name="xbench", env_name=env.name, config=config, hints=hints, idx=list(range(n)), rule="bench",
+                  facts=sandbox.facts(), controls=controls.split(","), git_commit=code_state().label)
+root = Path(tempfile.mkdtemp(prefix="executor-bench-"))
+try:
+    t0 = time.perf_counter()
+    if executor == "ray":
+        import ray
+        ray.init(num_cpus=c, include_dashboard=False, log_to_driver=False)
+    start_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    env, _, taskset = check_environment(manifest, hints)
+    ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(root / "run"),
+                     executor=make_executor(executor, c), run_id=f"xbench-{executor}", code=code_state(), hints=hints)
+    summary = run_agents(ctx, RunPhase())
+    wall = time.perf_counter() - t0
+finally:
+    sandbox.close()
+    shutil.rmtree(root, ignore_errors=True)
+    if executor == "ray":
+        ray.shutdown()
+print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wall_s": wall, "start_s": start_s,
+                  "compatible": summary.counts.compatible,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=100)
+    ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
+    ap.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY,
+                    help="attempts at once, and the local Ray's CPUs (default: the harness's, %(default)s)")
+    ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
+    args = ap.parse_args()
+    print(f"{args.tasks} tasks × oracle,{CONTROLS} on {args.backend}; concurrency {args.c}")
+    print(f"{'executor':8s} {'start':>7s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s}  "
+          f"compatible")
+    rates = {}
+    for executor in ("threads", "ray"):
+        out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
+                              args.corpus, CONTROLS], cwd=ROOT, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        rates[executor] = r["attempts"] / r["wall_s"]
+        print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
+              f"{r['peak_rss_mb']:7.0f}MB  {r['compatible']}")
+    print(f"ray / threads attempts/s: {rates['ray'] / rates['threads']:.2f} "
+          f"(overhead {100 * (1 - rates['ray'] / rates['threads']):.1f} %)")
+
+
+if __name__ == "__main__":
+    main()

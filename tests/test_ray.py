@@ -1,0 +1,223 @@
+"""The ``ray`` executor on a real Ray cluster this module starts and stops: a head (no CPUs,
+so every attempt runs on a worker node) and two worker nodes, each its own raylet process on
+this machine, in a temporary directory of their own. A deshuffle pool through real
+bubblewrap gives the same verdicts, task hashes and attempt rows through ``ray`` as through
+``threads`` and passes the audit; the run directory is written by the driver only; a worker
+node whose raylet is killed mid-run loses its attempts as infrastructure errors naming the
+node, and every task is still judged. Without Ray a command asking for it exits 2 naming the
+extra."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+from ray._private import ray_constants
+from ray.cluster_utils import Cluster
+
+from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subprocess_env
+from validate.audit import audit
+from validate.agents import resolve
+from validate.context import Interrupted, Play
+from validate.executors import WorkerRecipe, make_executor
+from validate.kinds import kind_of
+from validate.runner import PlayWorker, pending, worker_from_recipe
+from validate.sandbox.storage import DEFAULT_PARENT
+from validate.executors.ray import NodeRefused
+from validate.phases import PoolPhase, pool
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
+
+KEY = ("phase", "task_id", "task_hash", "agent", "sample", "attempt", "status", "reward", "reply_sha256",
+       "as_expected")
+VERDICT = ("phase", "task_id", "idx", "task_hash", "verdict", "reason", "oracle_reward", "max_control_reward")
+#: Ray's failure detection made quick: a killed raylet is a dead node within seconds.
+FAST_FAILURE = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_timeout_ms": 500,
+                "health_check_failure_threshold": 3}
+
+
+def _rows(run, name: str, key: tuple) -> list[tuple]:
+    return sorted(tuple(r[k] for k in key) for r in pq.read_table(run / name).to_pylist())
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # A short temporary directory of its own (Ray's socket paths must stay under 108 bytes),
+    # where Ray also writes its "current cluster" file: nothing shared with another Ray.
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": FAST_FAILURE})
+    try:
+        workers = [c.add_node(num_cpus=1) for _ in range(2)]
+        c.wait_for_nodes()
+        ray.init(address=c.address, log_to_driver=False)
+        yield c, workers
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def manifest(sandboxes):
+    # Three tasks (the oracle and seven controls each); infrastructure retries on, and the retry
+    # exception rule, so a task whose attempt was lost with its node is still judged.
+    return make_manifest(sandboxes("bwrap"), idx=[0, 1, 2], exception_rule="retry", infra_retries=2)
+
+
+def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run", concurrency=1)
+    config = ctx.env.Config.model_validate(manifest.environment.config)
+    agents = resolve(ctx.env, config, list(manifest.expectations.agents), ["oracle", "identity"])
+    play = Play("oracle", manifest, ctx.taskset, [0], agents, kind_of(ctx.env))
+    shipped = WorkerRecipe.model_validate_json(PlayWorker(ctx, play).recipe().model_dump_json())  # as over a wire
+    worker = worker_from_recipe(shipped, tmp_path / "scratch")
+    results = [r for spec in pending([], play) for r in worker(spec)]
+    worker.ctx.sandbox.close()
+    assert [play.kind.row(r).status for r in results] == ["ok", "ok"]
+    assert not any(p.is_file() for p in (tmp_path / "run").rglob("*"))  # nothing written by the worker
+    play.kind.keep(ctx, results)  # the driver keeps the replies the rows name
+    for r in results:
+        stored = tmp_path / "run" / "replies" / r.row.reply_sha256.removeprefix("sha256:")
+        assert stored.read_bytes() == r.reply
+
+
+def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest, sandboxes):
+    sandbox = sandboxes("bwrap")
+    threads = pool(make_ctx(manifest, sandbox, tmp_path / "threads", concurrency=2), PoolPhase())
+    ctx = make_ctx(manifest, sandbox, tmp_path / "ray", concurrency=2, executor="ray")
+    on_ray = pool(ctx, PoolPhase())
+    # Both worker nodes ran attempts, the head none (it has no CPU).
+    head = cluster[0].head_node.node_id
+    assert len(ctx.executor.nodes) == 2 and head not in ctx.executor.nodes
+    assert _rows(tmp_path / "ray", "tasks.parquet", VERDICT) == _rows(tmp_path / "threads", "tasks.parquet",
+                                                                       VERDICT)
+    assert _rows(tmp_path / "ray", "attempts.parquet", KEY) == _rows(tmp_path / "threads", "attempts.parquet", KEY)
+    assert on_ray.counts == threads.counts
+    # The replies the rows name were stored by the driver, whole.
+    replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
+    assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file() for s in replies)
+    result = audit(tmp_path / "ray")
+    assert result.problems == [] and result.checked
+
+
+def test_a_cancel_stops_every_task_on_the_cluster_and_leaves_no_attempt_storage(tmp_path, cluster, manifest,
+                                                                              sandboxes):
+    run = tmp_path / f"cancel-{os.getpid()}"  # the run id labels its attempts' storage on every node
+    ctx = make_ctx(manifest, sandboxes("bwrap"), run, concurrency=2, executor="ray")
+    raised: dict = {}
+
+    def play():
+        try:
+            pool(ctx, PoolPhase())
+        except Interrupted as e:
+            raised["interrupted"] = e
+
+    runner = threading.Thread(target=play, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not any(f.node is not None for f in list(ctx.executor._running.values())):
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt ran on a node"
+        time.sleep(0.05)
+    ctx.executor.cancel()
+    runner.join(timeout=60)
+    assert not runner.is_alive() and "interrupted" in raised
+    assert not ctx.executor._running  # every task in flight ended (cancelled or finished, dropped)
+    storage = DEFAULT_PARENT / run.name
+    assert not storage.exists() or not any(storage.iterdir())  # no attempt left its tmpfs behind
+    rows = pq.read_table(run / "attempts.parquet").to_pylist() if (run / "attempts.parquet").exists() else []
+    assert len(rows) < len(manifest.tasks) * 8  # it stopped early
+
+
+def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
+    # The driver's context takes the contract as given; each node re-verifies it against its
+    # own backend and image, here with a digest no image has.
+    ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    forged = manifest.model_copy(update={"execution": ex}).sealed()
+    ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
+    with pytest.raises(NodeRefused, match=r"Ray node \w+ \(host .+\) cannot play this contract: "
+                                          r"execution.image_digest"):
+        pool(ctx, PoolPhase())
+    assert not (tmp_path / "forged" / "attempts.parquet").exists() or not pq.read_table(
+        tmp_path / "forged" / "attempts.parquet").num_rows
+
+
+def test_asking_for_ray_without_it_names_the_extra_and_exits_2(tmp_path):
+    # A Python where `import ray` fails: this venv with a `ray` module that raises ImportError first.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(shadow), env.get("PYTHONPATH", "")])
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--executor", "ray"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "pip install .[ray]" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    code = "from validate.executors import make_executor; make_executor('ray')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode != 0 and "ExecutorUnavailable" in r.stderr and "pip install .[ray]" in r.stderr
+
+
+def test_ray_address_is_refused_without_the_ray_executor(tmp_path):
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--ray-address", "127.0.0.1:1"],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert r.returncode == 2 and "--ray-address: only with --executor ray" in r.stderr
+    assert make_executor("ray", 2).concurrency == 2
+
+
+def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster, sandboxes):
+    manifest = make_manifest(sandboxes("bwrap"), idx=[0], min_task_count=1)  # one task: the path, not the pool
+    (tmp_path / "m.json").write_bytes(manifest.to_json())
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "m.json", "--run-dir", "ledgers/r", "--allow-patch", "--data",
+                        str(CORPUS_PATH), "--executor", "ray", "--ray-address", cluster[0].address, "-c", "2",
+                        "--json"], capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["counts"]["attempts"] == len(manifest.tasks) * 8
+    assert audit(tmp_path / "ledgers/r").problems == []
+
+
+# Last: it leaves the cluster one worker node short.
+def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
+                                                                                           manifest, sandboxes):
+    c, workers = cluster
+    victim = workers[0]
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not any(f.node == victim.node_id for f in list(ctx.executor._running.values())):
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached the victim node"
+        time.sleep(0.05)
+    raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
+    os.kill(raylet.pid, signal.SIGKILL)
+    raylet.wait()
+    runner.join(timeout=240)
+    assert not runner.is_alive() and "summary" in done
+    rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
+    lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
+    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"] for r in lost)
+    # Each lost attempt was played again (a later try of its key, on the surviving node).
+    for r in lost:
+        key = (r["phase"], r["task_id"], r["agent"], r["sample"])
+        assert any((x["phase"], x["task_id"], x["agent"], x["sample"]) == key and x["attempt"] > r["attempt"]
+                   and x["status"] != "infrastructure_error" for x in rows)
+    verdicts = pq.read_table(tmp_path / "killed" / "tasks.parquet").to_pylist()
+    assert sorted(v["idx"] for v in verdicts if v["phase"] == "pool") == [0, 1, 2]
+    assert all(v["verdict"] != "incomplete" for v in verdicts)
+    result = audit(tmp_path / "killed")
+    assert result.problems == [] and result.checked

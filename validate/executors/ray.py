@@ -1,0 +1,258 @@
+"""The ``ray`` executor: each attempt specification is a Ray task on a cluster's nodes.
+
+Ray cannot ship the runner's worker: it holds live objects (the run's sandbox, the contract's
+taskset, the attempt kind). The seam between the driver and a node is plain data both ways:
+
+- out: the worker's **recipe** (`WorkerRecipe`: the play's contract as canonical JSON, where
+  the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`), put once
+  per play into Ray's object store, and each `AttemptSpec`;
+- on the node: `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract
+  there (environment, tasks, that node's backend and the image's digest), once per Ray worker
+  process and recipe; its scratch (a scorer's cache) is a temporary directory of that node;
+- back: where the task runs (Ray node id and host, the task's first item, sent as it starts)
+  and then its results (rows and reply bytes). A node never writes the run directory: the
+  driver's `record` (the runner's journal and the kind's `keep`) is the one writer.
+
+The driver keeps at most `concurrency` tasks in flight and takes the next specification from
+the lazy iterator only when one finishes (`ray.wait`), so its memory is flat in the number of
+tasks; `record` runs on the driver's thread. Ray's own retries are off (``max_retries=0``):
+a task lost with its worker or node (Ray's signals: `WorkerCrashedError`, `NodeDiedError`,
+`ObjectLostError`, ...) becomes an ``infrastructure_error`` row of class `RayNodeLost` naming
+the node and host (`PlayWorker.lost`), and its next try is handed out while the contract's
+``infra_retries`` allow; the exception rule then judges it as any local fault. An exception
+of the worker's own code is raised on the driver, as with threads; a node where the contract
+does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`).
+
+`cancel()` asks every task in flight to stop (a KeyboardInterrupt in the task, so its sandbox
+and storage are torn down), then kills what is still running after a short grace
+(``ray.cancel(force=True)``); what finishes after a cancel is dropped (a resume reruns it).
+Ray is the optional extra ``ray`` (``pip install .[ray]``); the cluster is `address`
+(``--ray-address``, exported as ``RAY_ADDRESS``) or Ray's own default; a Ray already
+initialised in this process (a test's cluster) is used as it is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from validate.errors import ValidateError
+from validate.executors import AttemptSpec, Executor, ExecutorUnavailable, R, Worker
+from validate.runner import worker_from_recipe
+
+#: Seconds a cancelled task has to tear its sandbox down before it is killed.
+CANCEL_GRACE_S = 10.0
+#: Rebuilt workers kept per Ray worker process (a pool plays two contracts: oracle, controls).
+CACHED_WORKERS = 4
+
+
+class RayNodeLost(Exception):
+    """An attempt lost with the Ray worker or node that ran it (the error class of its row)."""
+
+
+class NodeRefused(ExecutorUnavailable):
+    """A node that cannot play the contract (its backend, image digest or data differ): the
+    run stops naming it rather than play anywhere the contract does not hold."""
+
+
+def _where(ray) -> dict[str, str]:
+    return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+
+
+def _ray() -> Any:
+    try:
+        import ray  # lazy: the optional extra `ray`
+    except ImportError:
+        raise ExecutorUnavailable("--executor ray: Ray is not installed; pip install .[ray]") from None
+    return ray
+
+
+def _lost_errors(ray) -> tuple[type[BaseException], ...]:
+    """Ray's signals that the machine, not the attempt, failed."""
+    ex = ray.exceptions
+    return (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.RaySystemError, ex.OutOfMemoryError,
+            ex.LocalRayletDiedError)
+
+
+_workers: collections.OrderedDict[str, Any] = collections.OrderedDict()
+_workers_lock = threading.Lock()
+
+
+def _node_worker(recipe_ref) -> Any:
+    """The worker rebuilt from this recipe in this Ray worker process (cached by the recipe's
+    object id, so a 10,000-task manifest is neither fetched nor hashed per task)."""
+    ray = _ray()
+    key = recipe_ref.hex()
+    with _workers_lock:
+        if key not in _workers:
+            recipe = ray.get(recipe_ref)
+            label = hashlib.sha256(recipe.run_id.encode()).hexdigest()[:12]
+            # Made only by a scorer that caches (most never do); removed when the Ray worker
+            # process exits normally (a killed one leaves it to the node's tmp).
+            scratch = Path(tempfile.gettempdir()) / f"validate-ray-{label}-{os.getpid()}-{key[-12:]}"
+            atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+            try:
+                _workers[key] = worker_from_recipe(recipe, scratch)
+            except ValidateError as e:
+                where = _where(ray)
+                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
+                                  f"{e}") from None
+            while len(_workers) > CACHED_WORKERS:
+                _workers.popitem(last=False)[1].ctx.sandbox.close()
+        _workers.move_to_end(key)
+        return _workers[key]
+
+
+def _play(recipes: list, spec: AttemptSpec) -> Iterator[Any]:
+    """The Ray task: first where it runs, then the worker's results for `spec`. The recipe's
+    reference comes in a list so that Ray hands the reference over, not the object."""
+    ray = _ray()
+    yield _where(ray)
+    yield _node_worker(recipes[0])(spec)
+
+
+@dataclass
+class _Flight:
+    spec: AttemptSpec
+    first: int  # the key's first try in this run: lost tries count from it
+    node: str | None = None
+    host: str | None = None
+
+
+class RayExecutor(Executor[R]):
+    name = "ray"
+
+    def __init__(self, concurrency: int = 1, address: str | None = None) -> None:
+        super().__init__(concurrency)
+        self.ray = _ray()  # refused at once when the extra is missing, before anything runs
+        self.address = address
+        self._stop = threading.Event()
+        self._worker: Worker[R] | None = None
+        self._running: dict[Any, _Flight] = {}
+        #: Ray node id -> host of every node that ran an attempt of this executor.
+        self.nodes: dict[str, str] = {}
+
+    def _connect(self) -> None:
+        if not self.ray.is_initialized():
+            # log_to_driver off: the nodes' stdout would interleave with the progress bar.
+            self.ray.init(address=self.address, log_to_driver=False)
+
+    def run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
+        recipe = worker.recipe()  # a play that cannot be shipped is refused before anything runs
+        self._connect()
+        self._stop, self._worker, self._running = threading.Event(), worker, {}
+        try:
+            self._run(specs, worker, record, self.ray.put(recipe))
+        finally:
+            self._worker = None
+
+    def _run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None],
+             recipe) -> None:
+        ray, queue, again = self.ray, iter(specs), collections.deque()
+        task = ray.remote(max_retries=0, num_returns="streaming")(_play)
+        running = self._running
+
+        def submit_next() -> None:
+            if self._stop.is_set():
+                return
+            if again:
+                spec, first = again.popleft()
+            elif (spec := next(queue, None)) is not None:
+                first = spec.attempt
+            else:
+                return
+            running[task.remote([recipe], spec)] = _Flight(spec, first)
+
+        for _ in range(self.concurrency):
+            submit_next()
+        try:
+            while running:
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
+                for gen in ready:
+                    results = self._step(gen, worker, again)
+                    if results is not None and not self._stop.is_set():
+                        record(results)
+                        submit_next()
+        except BaseException:
+            # Ctrl-C, or evidence that could not be written, or the worker's own error: nothing
+            # keeps running on the cluster unobserved.
+            self.cancel()
+            self._drain()
+            raise
+
+    def _step(self, gen, worker: Worker[R], again: collections.deque) -> list[R] | None:
+        """The next item of a task in flight: where it runs (None returned) or its results
+        (the lost-attempt results if its machine failed; None when cancelled)."""
+        ray, flight = self.ray, self._running[gen]
+        try:
+            item = ray.get(next(gen))
+        except ray.exceptions.TaskCancelledError:
+            self._running.pop(gen)
+            return None
+        except _lost_errors(ray) as e:
+            self._running.pop(gen)
+            if self._stop.is_set():
+                return None  # killed by our own cancel: not evidence
+            lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) lost the "
+                               f"attempt: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            results, retry = worker.lost(flight.spec, flight.first, type(lost).__name__, str(lost))
+            if retry is not None:
+                again.append((retry, flight.first))
+            return results
+        except ray.exceptions.RayTaskError as e:
+            self._running.pop(gen)
+            # The worker's own code raised: its exception, as with threads (not Ray's wrapper,
+            # whose text carries the node's traceback).
+            raise (e.cause if isinstance(e.cause, Exception) else e) from None
+        if isinstance(item, dict):
+            flight.node, flight.host = item["node"], item["host"]
+            self.nodes[item["node"]] = item["host"]
+            return None
+        self._running.pop(gen)
+        return item
+
+    def cancel(self) -> None:
+        """Stop handing out; ask each task in flight to stop (its sandbox torn down) and kill,
+        after `CANCEL_GRACE_S`, any still running. Safe from another thread: the loop that
+        consumes the tasks drops what they return."""
+        self._stop.set()
+        worker = self._worker
+        if worker is not None:
+            worker.cancel()  # the driver's side: its stop flag, its sandbox
+        running = list(self._running)
+        for gen in running:
+            self.ray.cancel(gen, force=False)
+        timer = threading.Timer(CANCEL_GRACE_S, self._kill, [running])
+        timer.daemon = True
+        timer.start()
+
+    def _kill(self, gens: list) -> None:
+        for gen in gens:
+            if gen in self._running:
+                self.ray.cancel(gen, force=True)
+
+    def _drain(self) -> None:
+        """After a cancel on the loop's own thread: wait (at most the grace) for the tasks in
+        flight to end, so a driver about to exit does not kill them mid-teardown."""
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while self._running and time.monotonic() < deadline:
+            ready, _ = self.ray.wait(list(self._running), num_returns=1, timeout=0.2)
+            for gen in ready:
+                try:
+                    self.ray.get(next(gen))
+                except StopIteration:
+                    self._running.pop(gen, None)
+                except Exception:  # noqa: BLE001 - cancelled, killed or failed: it no longer runs
+                    self._running.pop(gen, None)
+        self._kill(list(self._running))
