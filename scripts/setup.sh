@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian 12 machine (as root) for this checkout: system packages; a venv at
-# .venv holding the project; a dockerd that answers; the sandbox image. With --test, also
-# what only the test suite needs: its Python extras, a headless browser (the viewer's tests),
-# a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel), gVisor (runsc) and
-# rootless podman (its packages, its unprivileged user dv-podman and that user's subordinate ids).
+# Prepare a fresh Debian 12 machine (as root) for this checkout. Without options, only what
+# the README's main job (freeze and a pilot through docker) needs: docker, mmdebstrap (the
+# sandbox image), python3-venv; a venv at .venv holding the project; a dockerd that answers;
+# the sandbox image. With --test, also what only the test suite (and the other backends and
+# `validate sign`) needs: the test extras, bubblewrap (the bwrap backend), openssh-client
+# (ssh-keygen), procps and iproute2 (pgrep, ss: the tests' leak checks), a headless browser
+# (the viewer's tests), a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel),
+# gVisor (runsc) and rootless podman (its packages, its unprivileged user dv-podman and that
+# user's subordinate ids).
 # Idempotent: a second run only checks. The README's two commands and .ci/run use it.
 #
 #   bash scripts/setup.sh [--test]
@@ -25,13 +29,13 @@ esac
 
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
-command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
-command -v ssh >/dev/null || need+=(openssh-client)
-command -v pgrep >/dev/null || need+=(procps)
-command -v setpriv >/dev/null || need+=(util-linux)
-command -v ss >/dev/null || need+=(iproute2)
 if [ "$test_extras" = 1 ]; then
+  command -v bwrap >/dev/null || need+=(bubblewrap)
+  command -v setpriv >/dev/null || need+=(util-linux)  # bwrap's drop to the agents' uid
+  command -v ssh-keygen >/dev/null || need+=(openssh-client)  # validate sign
+  command -v pgrep >/dev/null || need+=(procps)
+  command -v ss >/dev/null || need+=(iproute2)
   command -v chromium >/dev/null || need+=(chromium)  # the viewer's tests drive a real headless browser
   command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)  # a cgroup-v2-only VM tests bwrap on v2
   # the package, not /bin/busybox: Debian's initramfs-tools brings a dynamic busybox, useless as an init
@@ -53,7 +57,9 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   python3 -m venv .venv
 fi
-extras=smoke  # the pool's smoke test builds the wheel
+# [smoke] (build, wheel: pure Python) although the main job's pilot needs neither: `validate
+# pool`, its next step, ends with the smoke test and would fail only at its end without them.
+extras=smoke
 [ "$test_extras" = 1 ] && extras=test
 if [ "$test_extras" = 1 ]; then
   # The rootless profile's user: container root maps to it; its subordinate ids are a range of

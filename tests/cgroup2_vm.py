@@ -38,7 +38,11 @@ mount -t overlay overlay -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w /
 mount -t proc proc /newroot/proc; mount -t sysfs sys /newroot/sys; mount -t devtmpfs dev /newroot/dev
 mount -t cgroup2 none /newroot/sys/fs/cgroup
 mount -t tmpfs tmpfs /newroot/tmp; mount -t tmpfs tmpfs /newroot/run
-for p in $(cat /keep); do mkdir -p "/newroot$p" && mount -o bind "/lower$p" "/newroot$p"; done
+i=0
+for p in $(cat /keep); do
+  i=$((i + 1)); mkdir -p "/newroot$p" "/upper/k$i/u" "/upper/k$i/w"
+  mount -t overlay overlay -o "lowerdir=/lower$p,upperdir=/upper/k$i/u,workdir=/upper/k$i/w" "/newroot$p"
+done
 cp /bin/busybox /command /stage2 /newroot/run/
 exec switch_root /newroot /run/busybox sh /run/stage2
 """
@@ -122,8 +126,10 @@ def run_in_vm(command: str, env: Mapping[str, str] | None = None, timeout_s: flo
     """Boot the VM, run `command` (sh) as root in it, with `env` exported (the command otherwise
     starts with an empty environment); return (its exit status, its output). A value of `env`
     that is a directory under /tmp or /run, which the VM covers with its own tmpfs, stays
-    visible there (bound read-only from the host): a fresh image store under /tmp is one. So
-    does each directory of `visible` (a checkout under /tmp, the corpus beside it)."""
+    visible there: a fresh image store under /tmp is one. So does each directory of `visible`
+    (a checkout under /tmp, the corpus beside it). Each is writable as the VM's root is (an
+    overlay on the VM's tmpfs; no write reaches the host): the tests write into the checkout
+    (conftest's entry-point dist-info), which a read-only bind refused."""
     env = dict(env or {})
     dirs = [*env.values(), *(str(Path(d).resolve()) for d in visible)]
     keep = tuple(sorted({v for v in dirs if v.startswith(("/tmp/", "/run/")) and Path(v).is_dir()}))

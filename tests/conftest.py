@@ -11,12 +11,25 @@ from pathlib import Path
 import pytest
 
 from environment.deshuffle import Corpus, DeshuffleConfig, DeshuffleTaskset
-from environment.protocol import LoadHints
+from environment.deshuffle.env import find_corpus
+from environment.deshuffle.generate import DEFAULT_CORPUS
+from environment.protocol import ConfigError, LoadHints
 
 pytest_plugins = ["tests.dockerd", "tests.podmand"]  # the suite's own dockerd and rootless podman service
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS_PATH = Path(os.environ.get("DESHUFFLE_CORPUS", ROOT.parent / "shared/corpus/papers.jsonl.gz"))
+
+
+def _corpus_path() -> Path:
+    """The corpus the README's main job reads, found the same way: beside the checkout
+    (``../shared/corpus/``), else in ``$VALIDATE_DATA_DIR`` (a checkout elsewhere, /tmp say)."""
+    try:
+        return find_corpus(DEFAULT_CORPUS, LoadHints())
+    except ConfigError:
+        return ROOT.parent / "shared/corpus/papers.jsonl.gz"  # the fixture says what is missing
+
+
+CORPUS_PATH = Path(os.path.abspath(_corpus_path()))
 HINTS = LoadHints(search=(CORPUS_PATH,))
 
 # Environments and a sandbox backend that live in tests/, registered through entry-point groups
@@ -65,7 +78,8 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def corpus_path() -> Path:
-    assert CORPUS_PATH.is_file(), f"the local corpus is missing at {CORPUS_PATH} (set DESHUFFLE_CORPUS)"
+    assert CORPUS_PATH.is_file(), (f"the local corpus is neither at {CORPUS_PATH} nor in $VALIDATE_DATA_DIR: "
+                                   f"set VALIDATE_DATA_DIR to the folder holding papers.jsonl.gz")
     return CORPUS_PATH
 
 

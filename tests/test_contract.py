@@ -127,7 +127,7 @@ def test_the_corpus_is_found_by_its_revision_not_the_working_directory(corpus_pa
     monkeypatch.chdir(tmp_path)  # the relative path means nothing here ...
     verify(default, sandboxes("bwrap"), LoadHints())  # ... but it is found below the project's root
     m = make_manifest(sandboxes("bwrap"), idx=[0], corpus="data/papers.jsonl.gz")
-    with pytest.raises(ContractError, match="--data PATH"):
+    with pytest.raises(ContractError, match="--data PATH, or set VALIDATE_DATA_DIR"):  # names both ways
         verify(m, sandboxes("bwrap"), LoadHints())
     verify(m, sandboxes("bwrap"), LoadHints(search=(corpus_path.parent,)))  # a folder is searched by name
     cache = tmp_path / "cache"

@@ -122,8 +122,11 @@ def unpack_rootfs(paths: ImagePaths, log=print) -> None:
     partial = paths.rootfs.with_name("rootfs.partial")
     _remove(partial)
     partial.mkdir(parents=True)
+    # Extraction filters (PEP 706) came with Python 3.11.4; Debian 12's python3 is 3.11.2,
+    # whose extractall has no `filter` and always does what "fully_trusted" names.
+    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     with tarfile.open(paths.tarball) as tar:  # our own tarball: owners, modes and devices kept as they are
-        tar.extractall(partial, numeric_owner=True, filter="fully_trusted")
+        tar.extractall(partial, numeric_owner=True, **trusted)
     got = tree_digest(partial)
     if got != record.tree_digest:
         raise ProfileUnavailable(f"image build: {paths.rootfs} unpacked to tree {got[:19]}…, "

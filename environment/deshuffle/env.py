@@ -2,10 +2,12 @@
 
 The corpus is found by its revision, not by the working directory: `load` tries the
 config's ``corpus`` path as given, then the ``--data`` paths, then that path below
-the project's root (where the repository's README says the snapshot lies), then the data
-cache (``$VALIDATE_DATA_DIR``, default ``~/.cache/validate/data``); a folder is searched for
-a file of the same name. At freeze time (no revision yet) the first file found is used and
-its sha256 becomes the contract's revision; afterwards only a file with that sha256 is.
+the project's root (the default, ``../shared/corpus/papers.jsonl.gz``, is the checkout's
+sibling ``shared``), then the data folder (``$VALIDATE_DATA_DIR``, default
+``~/.cache/validate/data``: how a checkout elsewhere, ``/tmp`` say, says where the corpus
+is); a folder is searched for a file of the same name, and nothing beyond these. At freeze
+time (no revision yet) the first file found is used and its sha256 becomes the contract's
+revision; afterwards only a file with that sha256 is.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def find_corpus(location: str, hints: LoadHints) -> Path:
             return path
     want = f" with revision {hints.revision}" if hints.revision else ""
     raise ConfigError(f"corpus: no corpus file{want} at {', '.join(map(str, dict.fromkeys(tried)))}; "
-                      f"pass its location with --data PATH (or place it in {data_cache()})")
+                      f"pass its location with --data PATH, or set VALIDATE_DATA_DIR to the folder "
+                      f"holding {Path(location).name} (now {data_cache()})")
 
 
 def load_corpus(config: DeshuffleConfig, hints: LoadHints) -> Corpus:
