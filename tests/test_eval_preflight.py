@@ -221,7 +221,8 @@ def test_eval_run_refuses_a_broken_endpoint_before_writing_anything(passed_pool,
         with pytest.raises(EndpointMisconfigured, match=rf"^{field}: .*nothing was run or written"):
             api.eval_run(tmp_path / f"{case}.json", run_dir=tmp_path / "run", data=DATA, allow_patch=True)
         assert not (tmp_path / "run").exists()  # no attempt row, no journal, no eval journal: no directory at all
-        assert not [r for r in s.requests if r.path.endswith("/chat/completions")]
+        chats = [r.body for r in s.requests if r.path.endswith("/chat/completions")]
+        assert len(chats) <= 1 and all(b["max_tokens"] == 1 for b in chats)  # the preflight's one probe, no attempt
 
 
 @pytest.mark.bwrap

@@ -148,6 +148,11 @@ section.attempt.superseded{opacity:.75;border-style:dashed}
 tr.v-excluded td:first-child{border-left:4px solid var(--fail)}tr.v-incomplete td:first-child{border-left:4px solid var(--inc)}
 .warn{color:var(--fail);font-weight:700}
 .n-pass{color:var(--pass);font-weight:700}.n-fail{color:var(--fail);font-weight:700}.n-inc{color:var(--inc);font-weight:700}
+section.msg{border:1px solid var(--line);border-radius:6px;margin:.5rem 0}
+section.msg header{font-size:.82rem;padding:.2rem .6rem;background:var(--bg2);border-bottom:1px solid var(--line)}
+section.msg pre{margin:0;border:0;border-radius:0 0 6px 6px}
+section.msg.user header{background:#ddf4ff}section.msg.assistant header{background:#dafbe1}
+section.msg.tool header{background:#fff8c5}
 .nw{white-space:nowrap}table.runs td:first-child,table.runs td:nth-child(8){white-space:nowrap}table.runs th:nth-child(6){max-width:11rem}
 """
 
