@@ -238,15 +238,17 @@ def attempt_page(e: EvalEntry, one: evaldata.OneAttempt, key: tuple) -> bytes:
     x = one.attempt
     metrics = ", ".join(f"{k[len('metric_'):]}={num(v)}" for k, v in sorted(x.items())
                         if k.startswith("metric_") and v is not None)
-    body: list[object] = [_block(b) for b in trajectories.blocks(one, key)]
+    body: list[object] = [tag("h1", f"{task_id} · {phase} · sample {sample} · try {attempt}"),
+                          tag("p", join(["evaluation ", a(e.key, eval_url(e.key)), " · task ",
+                                         a(task_id, eval_task_url(e.key, task_id))]), class_="sub")]
+    body += [_block(b) for b in trajectories.blocks(one, key)]
     body += [tag("h2", "The reply, as scored"),
              kv([("status", x["status"]), ("reward", x["reward"]), ("metrics", metrics or None),
                  ("reply", None if x["reply_bytes"] is None else f"{x['reply_bytes']} bytes, {x['reply_sha256']}")]),
              pre(x["reply_text"], "(no reply)")]
     if x["error_class"] or x["error_message"]:
         body += [tag("h2", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
-    title = f"{task_id} · {phase} · sample {sample} · try {attempt}"
-    return page(f"{title} — {e.key}", body, crumbs=[(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
+    return page(f"{task_id} · {phase} · sample {sample} · try {attempt} — {e.key}", body, crumbs=[(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
                                                     (f"{phase} sample {sample} try {attempt}",
                                                      attempt_url(e.key, phase, task_id, agent, sample, attempt))])
 

@@ -133,7 +133,7 @@ border:1px solid currentColor;white-space:nowrap}
 .card{border:1px solid var(--line);border-radius:6px;padding:.2rem .7rem;min-width:7rem}
 .card b{font-size:1.15rem;margin-right:.35rem}.card span{color:var(--muted);font-size:.82rem}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(26rem,1fr));gap:0 2rem;align-items:start}
-ul.links{margin:.3rem 0 .8rem;padding-left:1.1rem;font-size:.9rem}ul.links li{margin:.2rem 0}
+ul.links{margin:.3rem 0 .8rem;padding-left:1.1rem;font-size:.9rem}ul.links li{margin:.2rem 0;overflow-wrap:anywhere}
 nav.toc{font-size:.9rem;margin:.4rem 0}nav.toc a{margin-right:.9rem}
 form.filters{display:flex;flex-wrap:wrap;gap:.8rem;align-items:end;background:var(--bg2);padding:.6rem .8rem;
 border:1px solid var(--line);border-radius:6px}

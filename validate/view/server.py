@@ -121,14 +121,14 @@ class Viewer:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
-    def _run(self, key: str) -> tuple[RunEntry, dict[str, RunEntry]]:
-        runs = self.catalog.runs()
-        entry = runs.get(key)
+    def _run(self, key: str) -> tuple[RunEntry, Listing]:
+        listing = self.catalog.scan()
+        entry = listing.runs.get(key)
         if entry is None:
             raise HTTPError(404, "Not Found", f"no run {key!r} under the directories this viewer shows")
         if entry.summary is None:
             raise HTTPError(404, "Not Found", f"run {key!r} cannot be shown: {entry.error}")
-        return entry, runs
+        return entry, listing
 
     def _eval(self, key: str) -> tuple[EvalEntry, Listing]:
         listing = self.catalog.scan()
@@ -196,9 +196,9 @@ class Viewer:
         if len(seg) == 2 and seg[0] == "compare":
             return 200, HTML, compare_page(*self._compare(seg[1]))
         if len(seg) >= 2 and seg[0] == "run":
-            entry, runs = self._run(seg[1])
+            entry, listing = self._run(seg[1])
             if len(seg) == 2:
-                return 200, "text/html; charset=utf-8", run_page(entry, runs, task_filter(q))
+                return 200, HTML, run_page(entry, listing.runs, task_filter(q), list(listing.evals.values()))
             if seg[2:] == ["task"]:
                 row = tables.task_row(entry.root, q.get("phase", ""), q.get("id", ""))
                 if row is None:
