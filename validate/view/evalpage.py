@@ -144,8 +144,9 @@ def _related(e: EvalEntry, listing: Listing) -> list[object]:
 def _files(e: EvalEntry) -> list[object]:
     out: list[object] = [tag("h2", "Reports and files", id="files")]
     if e.reports:
-        out.append(table(["report (UTC)", "files"], [[n, join([a(f, file_url(e.key, REPORTS, n, f)) for f in fs], " · ")]
-                                                     for n, fs in sorted(e.reports.items(), reverse=True)]))
+        rows = [[n, join([a(f, file_url(e.key, REPORTS, n, f)) for f in fs], " · ")]
+                for n, fs in sorted(e.reports.items(), reverse=True)]
+        out.append(table(["report (UTC)", "files"], rows))
     else:
         out.append(tag("p", "No report yet: `validate eval report RUN_DIR` writes one.", class_="muted"))
     names = [EVAL_SUMMARY, EVAL_CONTRACT, MANIFEST, CHECKSUMS, ATTEMPTS, SAMPLES, TRAJECTORIES, EVAL_TASKS]
@@ -248,9 +249,9 @@ def attempt_page(e: EvalEntry, one: evaldata.OneAttempt, key: tuple) -> bytes:
              pre(x["reply_text"], "(no reply)")]
     if x["error_class"] or x["error_message"]:
         body += [tag("h2", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
-    return page(f"{task_id} · {phase} · sample {sample} · try {attempt} — {e.key}", body, crumbs=[(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
-                                                    (f"{phase} sample {sample} try {attempt}",
-                                                     attempt_url(e.key, phase, task_id, agent, sample, attempt))])
+    crumbs = [(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
+              (f"{phase} sample {sample} try {attempt}", attempt_url(e.key, phase, task_id, agent, sample, attempt))]
+    return page(f"{task_id} · {phase} · sample {sample} · try {attempt} — {e.key}", body, crumbs=crumbs)
 
 
 def compare_page(x: CompareEntry, listing: Listing) -> bytes:
@@ -272,7 +273,8 @@ def compare_page(x: CompareEntry, listing: Listing) -> bytes:
             table(["task", "family", "greedy A", "greedy B", "sampled A", "sampled B", "solved A", "solved B"],
                   [[_task_link(by_id, c.run_a, t.task_id), t.family, t.greedy_a, t.greedy_b, t.sampled_a,
                     t.sampled_b, t.solved_a, t.solved_b] for t in c.tasks]),
-            tag("h2", "Files"), tag("p", join([a(n, file_url(x.key, n)) for n in (COMPARE_HTML, COMPARE_MD, COMPARE_JSON)
+            tag("h2", "Files"), tag("p", join([a(n, file_url(x.key, n)) for n in (COMPARE_HTML, COMPARE_MD,
+                                                                                     COMPARE_JSON)
                                                if is_plain_file(x.root / n)], " · "))]
     return page(f"{x.key} — validate view", body, crumbs=[(x.key, compare_url(x.key))])
 
