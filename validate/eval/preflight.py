@@ -47,6 +47,8 @@ CONNECT_S = 10.0
 READ_S = 60.0
 #: Characters of the endpoint's own words quoted in a message.
 QUOTED = 200
+#: Bytes of an answer read (a hosted API's model list is a few hundred kilobytes).
+MAX_BODY = 8 * 1024 * 1024
 
 
 class EndpointMisconfigured(ValidateError):
@@ -89,8 +91,15 @@ class Answer:
         text = err.get("message") if isinstance(err, dict) else err
         if not isinstance(text, str):
             text = self.body.decode("utf-8", "replace")
-        flat = " ".join(text.split())
-        return flat[:QUOTED] + ("…" if len(flat) > QUOTED else "")
+        return quoted(text)
+
+
+def quoted(text: str) -> str:
+    """Untrusted text for a one-line message: whitespace runs made one space, every other control
+    character shown as ``\\xNN`` (no terminal escape reaches the screen), capped at QUOTED."""
+    flat = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in " ".join(text.split()))
+    return flat[:QUOTED] + ("…" if len(flat) > QUOTED else "")
 
 
 class _Transient(Exception):
@@ -126,8 +135,13 @@ class Probe:
     def _once(self, method: str, path: str, body: dict | None) -> Answer:
         url = self.base + path
         try:
-            resp = self.http.request(method, url, data=None if body is None else json.dumps(body),
-                                     headers=self.headers, timeout=(CONNECT_S, min(self.timeout_s, READ_S)))
+            with self.http.request(method, url, data=None if body is None else json.dumps(body), headers=self.headers,
+                                   timeout=(CONNECT_S, min(self.timeout_s, READ_S)), stream=True) as resp:
+                data = b""
+                for chunk in resp.iter_content(65536):  # a model list is kilobytes; a runaway body is cut, not read
+                    data += chunk
+                    if len(data) > MAX_BODY:
+                        break
         except requests.exceptions.SSLError as e:
             raise self._refuse("model.base_url", f"the TLS handshake with {self.base_url} failed ({_first_line(e)})",
                                "check the scheme (http or https) and the certificate") from None
@@ -142,7 +156,7 @@ class Probe:
         except requests.exceptions.RequestException as e:
             raise self._refuse("model.base_url", f"{method} {url} cannot be sent ({_first_line(e)})",
                                "freeze the contract with a valid --base-url") from None
-        answer = Answer(resp.status_code, resp.content, resp.headers.get("Content-Type", ""))
+        answer = Answer(resp.status_code, data[:MAX_BODY], resp.headers.get("Content-Type", ""))
         if answer.status == 429 or answer.status == 408 or answer.status >= 500:
             raise _Transient(f"{method} {url} answered {answer.status} {answer.said()}", _retry_after(resp))
         return answer
@@ -206,7 +220,7 @@ class Probe:
         if a.status in (401, 403):
             raise self._auth(a, what)
         said = a.said()
-        listing = "" if listed is None else f"; it lists {', '.join(listed[:10]) or 'no model'}" + \
+        listing = "" if listed is None else f"; it lists {quoted(', '.join(listed[:10])) or 'no model'}" + \
             (" …" if len(listed) > 10 else "")
         if a.status in (400, 404, 422) and a.names_model(self.model):
             raise self._wrong_model(f"{what} answered {a.status}: {said}{listing}")
@@ -221,7 +235,7 @@ class Probe:
             raise self._not_json(a, what)
         answered = body.get("model") if isinstance(body, dict) else None
         if answered != self.model:
-            raise self._wrong_model(f"{what} was answered as model {answered!r}{listing}")
+            raise self._wrong_model(f"{what} was answered as model {quoted(repr(answered))}{listing}")
 
     def run(self) -> str:
         """Check the endpoint; return what was checked in words, or raise `EndpointMisconfigured`."""
@@ -249,8 +263,8 @@ def _retry_after(resp: requests.Response) -> float | None:
         return None
 
 
-def _first_line(e: Exception) -> str:
-    return " ".join(str(e).split())[:QUOTED]
+def _first_line(e: BaseException) -> str:
+    return quoted(str(e))
 
 
 def _reason(e: requests.exceptions.ConnectionError) -> BaseException | None:
