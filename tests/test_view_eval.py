@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
@@ -190,6 +191,34 @@ def test_every_link_of_the_evaluation_pages_resolves(committed):
         todo += [h for h in hrefs if "/task?" not in h and "/sample?" not in h] + per_page
     assert any(p.startswith("/file/") for p in seen) and any("/task?" in p for p in seen)
     assert len(seen) > 20
+
+
+def test_an_evaluations_files_are_never_read_through_a_symlink(tmp_path):
+    """A copy of a committed evaluation whose trajectories point outside, and one whose eval.json
+    does: the first's trajectory page is refused, the second is listed as not readable."""
+    run = EVALS[0]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.json").write_text('{"secret": "eval-view-secret-41c2"}')
+    ledgers = tmp_path / "ledgers"
+    for name in ("linked-turns", "linked-summary"):
+        shutil.copytree(run, ledgers / name, ignore=shutil.ignore_patterns("replies"))
+    (ledgers / "linked-turns/trajectories.parquet").unlink()
+    (ledgers / "linked-turns/trajectories.parquet").symlink_to(run / "trajectories.parquet")
+    (ledgers / "linked-summary/eval.json").unlink()
+    (ledgers / "linked-summary/eval.json").symlink_to(outside / "secret.json")
+    turn = pq.read_table(run / "trajectories.parquet").slice(0, 1).to_pylist()[0]
+    with serve([ledgers]) as s:
+        _, index = get(s, "/")
+        status, body = get(s, f"/eval/linked-turns/sample?phase={quote(turn['phase'])}&id="
+                              f"{quote(turn['task_id'], safe='')}&agent={quote(turn['agent'])}"
+                              f"&sample={turn['sample']}&attempt={turn['attempt']}")
+        assert get(s, "/eval/linked-turns")[0] == 200  # what it does not read through the link still shows
+        status_summary, _ = get(s, "/eval/linked-summary")
+    assert 'href="/eval/linked-turns"' in index and 'href="/eval/linked-summary"' not in index
+    assert "linked-summary" in index[index.index("Not readable"):]
+    assert status == 500 and "no such file" in body and text(turn["user"][:80]) not in body
+    assert status_summary == 404 and "eval-view-secret" not in index
 
 
 # --- a fresh evaluation whose model and tool write markup ----------------------------------
