@@ -102,7 +102,8 @@ def _task_table(e: EvalEntry, family: str | None, rule: str | None) -> list[obje
     rows = []
     for ln in shown:
         t, g = ln.task, ln.greedy
-        greedy = "—" if g is None else join([badge("yes" if g.solved else "no"), " ", num(g.reward)])
+        greedy = "—" if g is None or g.solved is None else join([badge("yes" if g.solved else "no"), " ",
+                                                                 num(g.reward)])
         rows.append([a(t["task_id"], eval_task_url(e.key, t["task_id"]), class_="nw"), t["family"], greedy,
                      Html(f"{t['solved']}/{t['n_valid']}") if not t["n_lost"]
                      else f"{t['solved']}/{t['n_valid']} ({t['n_lost']} lost)",
