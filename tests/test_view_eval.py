@@ -112,7 +112,11 @@ def test_the_catalog_lists_every_committed_run_the_evaluations_included(committe
         assert f'href="{eval_url(name)}"' in index
     for entry in COMPARES:
         assert f'href="/compare/{quote(str(entry.relative_to(LEDGERS)), safe="")}"' in index
-    assert f"{len(datasets)} dataset runs, {len(evals)} model evaluations and {len(COMPARES)} comparisons" in index
+    def n(count, word):
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    assert (f"{n(len(datasets), 'dataset run')}, {n(len(evals), 'model evaluation')} and "
+            f"{n(len(COMPARES), 'comparison')} under {LEDGERS}") in index
     assert "Not readable" not in index
 
 

@@ -112,7 +112,9 @@ def _evals_table(evals: list[EvalEntry]) -> Html:
     for e in evals:
         s, c = e.summary, e.contract
         g, m = s.greedy, s.sampled
-        rows.append([a(e.key, url(["eval", e.key])), s.environment, s.model,
+        revision = short(c.model.revision) if c.model.revision.startswith("sha256:") else c.model.revision
+        rows.append([a(e.key, url(["eval", e.key])), s.environment,
+                     join([c.model.id, Html("<br>"), tag("code", revision)]),
                      join([c.parent.manifest_name, Html("<br>"), tag("code", short(s.manifest_sha256))]),
                      pct(g.pass_at_1), pct(m.pass_at_k), pct(m.pass_hat_k), f"{m.zero_variance}/{m.eligible}",
                      join([str(s.attempts)] + ([Html("<br>"), tag("span", "interrupted", class_="warn")]
@@ -134,6 +136,10 @@ def _compares_table(compares: list[CompareEntry], evals: Mapping[str, EvalEntry]
     return table(["comparison", "A", "B", "what varied", "Δ pass@1", "Δ pass@k"], rows)
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def index_page(listing: Listing, dirs: list[str]) -> bytes:
     runs = listing.runs
     ok = sorted((e for e in runs.values() if e.summary is not None and e.parent_key is None),
@@ -152,8 +158,8 @@ def index_page(listing: Listing, dirs: list[str]) -> bytes:
                            tag("span", "interrupted", class_="warn") if s.interrupted else ""]),
                      _counts_cell(e), Html(str(c.attempts)), when(s.started_at), _smoke_cell(e)])
     body: list[object] = [tag("h1", "Validation runs"),
-                          tag("p", f"{len(ok)} dataset runs, {len(evals)} model evaluations and {len(compares)} "
-                                   f"comparisons under {', '.join(dirs)}", class_="sub")]
+                          tag("p", f"{_n(len(ok), 'dataset run')}, {_n(len(evals), 'model evaluation')} and "
+                                   f"{_n(len(compares), 'comparison')} under {', '.join(dirs)}", class_="sub")]
     body.append(table(["run", "kind", "environment", "contract", "dataset verdict",
                        "compatible / excluded / incomplete of tasks", "attempts", "started (UTC)", "smoke"], rows,
                       cls="runs")
