@@ -161,7 +161,7 @@ def test_a_rate_limit_inside_the_retries_costs_time_not_the_sample(passed_pool, 
     assert sum(len(t["faults"]) for t in turns) == 3 and all(f == "rate_limited" for t in turns for f in t["faults"])
 
 
-def test_connection_refused_is_infrastructure(passed_pool, server, tmp_path):
+def test_connection_refused_is_refused_by_the_preflight_not_written_as_infrastructure(passed_pool, server, tmp_path):
     import socket
 
     with socket.socket() as sock:
@@ -170,10 +170,9 @@ def test_connection_refused_is_infrastructure(passed_pool, server, tmp_path):
     api.eval_freeze("refused", pool_run=passed_pool, model=MODEL_NAME, model_revision="test",
                     base_url=f"http://127.0.0.1:{port}/v1", server="nothing", k=K, limits={"endpoint_retries": 0},
                     data=DATA, allow_patch=True, out=tmp_path / "refused.json")
-    s = run(tmp_path, name="refused", passes=("greedy",))
-    assert s.greedy.lost == {"lost to infrastructure after its retries": 5}
-    rows = pq.read_table(tmp_path / "run-refused" / "attempts.parquet").to_pylist()
-    assert all(r["error_class"] == "EndpointUnavailable" and "connection" in r["error_message"] for r in rows)
+    with pytest.raises(ValidateError, match=r"model.base_url: nothing answers at .* \(connection refused\)"):
+        run(tmp_path, name="refused", passes=("greedy",))
+    assert not (tmp_path / "run-refused").exists()  # tests/test_eval_preflight.py has the other broken endpoints
 
 
 def test_malformed_tool_calls_are_the_models_own_and_counted(passed_pool, server, tmp_path):
@@ -191,7 +190,8 @@ def test_resume_plays_only_what_is_missing(passed_pool, server, tmp_path):
     before = len(server.requests)
     again = api.eval_run(None, resume=tmp_path / "run-r", concurrency=4, data=DATA, allow_patch=True)
     assert again.attempts == 5 * (1 + K) and again.greedy == first.greedy
-    assert len(server.requests) - before == 2 * 5 * K  # two requests per sampled attempt, none for the greedy ones
+    chats = [r for r in server.requests[before:] if r.path.endswith("/chat/completions")]  # not the preflight's
+    assert len(chats) == 2 * 5 * K  # two requests per sampled attempt, none for the greedy ones
     assert api.eval_audit(tmp_path / "run-r").problems == []
     # attempts/s over the attempts' own span, not over the resuming session's alone
     a = pq.read_table(tmp_path / "run-r" / "attempts.parquet").to_pandas()

@@ -38,6 +38,7 @@ from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.compare import compare as compare_runs
 from validate.eval.freeze import dataset_manifest, parent_of
+from validate.eval.preflight import preflight
 from validate.eval.report import write_report as write_eval_report
 from validate.eval.run import EvalPhase, evaluate
 from validate.evidence import atomic_write
@@ -391,6 +392,10 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         if not key:
             raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not set; "
                                 f"export the endpoint's API key in it")
+    # A wrong key, model id or base URL ends the command here, before the run directory exists:
+    # found per attempt instead, it would be written as every sample's infrastructure error.
+    preflight(c.model.base_url, c.model.id, key, c.model.api_key_env, c.limits.request_timeout_s,
+              c.limits.retry_max_wait_s)
     ctx = context(m_path, kind=EVAL, run_dir=root if resume is None else None, resume=resume,
                   concurrency=concurrency, data=data, allow_patch=allow_patch, executor=executor, progress=progress)
     lim = c.limits

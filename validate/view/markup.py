@@ -133,7 +133,7 @@ border:1px solid currentColor;white-space:nowrap}
 .card{border:1px solid var(--line);border-radius:6px;padding:.2rem .7rem;min-width:7rem}
 .card b{font-size:1.15rem;margin-right:.35rem}.card span{color:var(--muted);font-size:.82rem}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(26rem,1fr));gap:0 2rem;align-items:start}
-ul.links{margin:.3rem 0 .8rem;padding-left:1.1rem;font-size:.9rem}ul.links li{margin:.2rem 0}
+ul.links{margin:.3rem 0 .8rem;padding-left:1.1rem;font-size:.9rem}ul.links li{margin:.2rem 0;overflow-wrap:anywhere}
 nav.toc{font-size:.9rem;margin:.4rem 0}nav.toc a{margin-right:.9rem}
 form.filters{display:flex;flex-wrap:wrap;gap:.8rem;align-items:end;background:var(--bg2);padding:.6rem .8rem;
 border:1px solid var(--line);border-radius:6px}
@@ -148,6 +148,11 @@ section.attempt.superseded{opacity:.75;border-style:dashed}
 tr.v-excluded td:first-child{border-left:4px solid var(--fail)}tr.v-incomplete td:first-child{border-left:4px solid var(--inc)}
 .warn{color:var(--fail);font-weight:700}
 .n-pass{color:var(--pass);font-weight:700}.n-fail{color:var(--fail);font-weight:700}.n-inc{color:var(--inc);font-weight:700}
+section.msg{border:1px solid var(--line);border-radius:6px;margin:.5rem 0}
+section.msg header{font-size:.82rem;padding:.2rem .6rem;background:var(--bg2);border-bottom:1px solid var(--line)}
+section.msg pre{margin:0;border:0;border-radius:0 0 6px 6px}
+section.msg.user header{background:#ddf4ff}section.msg.assistant header{background:#dafbe1}
+section.msg.tool header{background:#fff8c5}
 .nw{white-space:nowrap}table.runs td:first-child,table.runs td:nth-child(8){white-space:nowrap}table.runs th:nth-child(6){max-width:11rem}
 """
 

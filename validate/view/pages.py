@@ -6,13 +6,15 @@ run page itself is `validate.view.runpage`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 
+from validate.eval.report import pct
 from validate.paths import SMOKE
 from validate.records import POOL
 from validate.view import tables
-from validate.view.catalog import RunEntry
+from validate.view.catalog import CompareEntry, EvalEntry, Listing, RunEntry
 from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url
 
 
@@ -105,10 +107,48 @@ def _counts_cell(e: RunEntry) -> Html:
                 f'<span class="n-inc">{c.incomplete}</span> of {c.tasks}')
 
 
-def index_page(runs: Mapping[str, RunEntry], dirs: list[str]) -> bytes:
+def _evals_table(evals: list[EvalEntry]) -> Html:
+    rows = []
+    for e in evals:
+        s, c = e.summary, e.contract
+        g, m = s.greedy, s.sampled
+        revision = short(c.model.revision) if c.model.revision.startswith("sha256:") else c.model.revision
+        rows.append([a(e.key, url(["eval", e.key])), s.environment,
+                     join([c.model.id, Html("<br>"), tag("code", revision)]),
+                     join([c.parent.manifest_name, Html("<br>"), tag("code", short(s.manifest_sha256))]),
+                     pct(g.pass_at_1), pct(m.pass_at_k), pct(m.pass_hat_k), f"{m.zero_variance}/{m.eligible}",
+                     join([str(s.attempts)] + ([Html("<br>"), tag("span", "interrupted", class_="warn")]
+                                               if s.interrupted else [])), when(s.started_at)])
+    return table(["evaluation", "environment", "model", "dataset", "pass@1 (greedy)", "pass@k", "pass^k",
+                  "zero-variance groups", "attempts", "started (UTC)"], rows, cls="runs")
+
+
+def _compares_table(compares: list[CompareEntry], evals: Mapping[str, EvalEntry]) -> Html:
+    by_id = {e.summary.run_id: e for e in evals.values() if e.summary is not None}
+
+    def run(run_id: str) -> object:
+        return a(run_id, url(["eval", by_id[run_id].key])) if run_id in by_id else run_id
+
+    rows = [[a(x.key, url(["compare", x.key])), run(x.comparison.run_a), run(x.comparison.run_b),
+             ", ".join(v[0] for v in x.comparison.varied) or "nothing",
+             *(next((r[3] for r in x.comparison.overall if re.fullmatch(p, r[0])), "—")
+               for p in (r"pass@1 \(greedy\)", r"pass@\d+"))] for x in compares]
+    return table(["comparison", "A", "B", "what varied", "Δ pass@1", "Δ pass@k"], rows)
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def index_page(listing: Listing, dirs: list[str]) -> bytes:
+    runs = listing.runs
     ok = sorted((e for e in runs.values() if e.summary is not None and e.parent_key is None),
                 key=lambda e: (-e.summary.started_at.timestamp(), e.key))
-    bad = [e for e in runs.values() if e.summary is None]
+    evals = sorted((e for e in listing.evals.values() if e.summary is not None),
+                   key=lambda e: (-e.summary.started_at.timestamp(), e.key))
+    compares = sorted((x for x in listing.compares.values() if x.comparison is not None), key=lambda x: x.key)
+    bad = [e for e in [*runs.values(), *listing.evals.values()] if e.summary is None]
+    bad += [x for x in listing.compares.values() if x.comparison is None]
     rows = []
     for e in ok:
         s, c = e.summary, e.summary.counts
@@ -118,11 +158,17 @@ def index_page(runs: Mapping[str, RunEntry], dirs: list[str]) -> bytes:
                            tag("span", "interrupted", class_="warn") if s.interrupted else ""]),
                      _counts_cell(e), Html(str(c.attempts)), when(s.started_at), _smoke_cell(e)])
     body: list[object] = [tag("h1", "Validation runs"),
-                          tag("p", f"{len(ok)} runs under {', '.join(dirs)}", class_="sub")]
+                          tag("p", f"{_n(len(ok), 'dataset run')}, {_n(len(evals), 'model evaluation')} and "
+                                   f"{_n(len(compares), 'comparison')} under {', '.join(dirs)}", class_="sub")]
     body.append(table(["run", "kind", "environment", "contract", "dataset verdict",
                        "compatible / excluded / incomplete of tasks", "attempts", "started (UTC)", "smoke"], rows,
                       cls="runs")
                 if rows else tag("p", "No run directory found (a run directory holds run.json).", class_="muted"))
+    body += [tag("h2", "Model evaluations", id="evals"),
+             _evals_table(evals) if evals else tag("p", "No evaluation found (an eval run directory holds "
+                                                        "eval-contract.json).", class_="muted")]
+    if compares:
+        body += [tag("h2", "Comparisons of evaluations", id="compares"), _compares_table(compares, listing.evals)]
     if bad:
         body += [tag("h2", "Not readable"),
                  table(["directory", "why"], [[e.key, e.error] for e in sorted(bad, key=lambda e: e.key)])]

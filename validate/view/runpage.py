@@ -8,7 +8,7 @@ It reads only the small columns (`validate.view.tables`): never a reply, stdout 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pyarrow.compute as pc
 
@@ -27,10 +27,11 @@ from validate.paths import (
     TASKS,
     VARIANTS,
 )
+from validate.eval.report import headline
 from validate.records import INCOMPLETE, POOL, VERDICTS
 from validate.view import tables
-from validate.view.catalog import RunEntry, is_plain_file
-from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone
+from validate.view.catalog import EvalEntry, RunEntry, is_plain_file
+from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone, url
 from validate.view.pages import file_url, kv, related, run_link, run_url, short, task_url, when
 
 #: The cap on rows of the ledger tables (the task table pages instead).
@@ -178,12 +179,21 @@ def _agents(e: RunEntry, rows: list[tables.AgentRow]) -> list[object]:
     return out
 
 
-def _related(e: RunEntry, runs: Mapping[str, RunEntry]) -> list[object]:
+def _evaluations(e: RunEntry, evals: Sequence[EvalEntry]) -> list[Html]:
+    """The model evaluations of this run's set: its frozen child (a pool's) or its own contract."""
+    mine = {c.sha256 for c in (e.frozen, e.contract) if c is not None}
+    return [join(["evaluated: ", a(x.key, url(["eval", x.key])), f" — {x.summary.model}, {headline(x.summary)}"])
+            for x in evals if x.summary is not None and x.contract is not None
+            and x.contract.parent.manifest_sha256 in mine]
+
+
+def _related(e: RunEntry, runs: Mapping[str, RunEntry], evals: Sequence[EvalEntry] = ()) -> list[object]:
     items = []
     if e.parent_key is not None and e.parent_key in runs:
         items.append(join(["a smoke rerun of the pool ", run_link(runs[e.parent_key])]))
     items += [join([badge(o.verdict.verdict), " ", run_link(o),
                     f" — {o.summary.kind}, {label}, started {when(o.summary.started_at)}"]) for o, label in related(e, runs)]
+    items += _evaluations(e, evals)
     out: list[object] = [tag("h2", "Related runs", id="related"),
                          _list(items) if items else tag("p", "No other run shares a contract with this one.",
                                                         class_="muted")]
@@ -238,9 +248,10 @@ def _contract(e: RunEntry) -> list[object]:
     return [tag("h2", "Contract and execution", id="contract"), kv(pairs)]
 
 
-def run_page(e: RunEntry, runs: Mapping[str, RunEntry], f: tables.TaskFilter) -> bytes:
+def run_page(e: RunEntry, runs: Mapping[str, RunEntry], f: tables.TaskFilter,
+             evals: Sequence[EvalEntry] = ()) -> bytes:
     agent_rows = tables.agent_rows(tables.final_attempts(e.root, e.summary))
-    side = [tag("div", *_criteria(e)), tag("div", *_related(e, runs))]
+    side = [tag("div", *_criteria(e)), tag("div", *_related(e, runs, evals))]
     body = [*_head(e), tag("div", *side, class_="grid"), *_tasks_section(e, f, agent_rows), *_ledgers(e), *_agents(e, agent_rows),
             *_files(e), *_contract(e)]
     crumbs = [(e.parent_key, run_url(e.parent_key))] if e.parent_key else []

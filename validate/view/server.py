@@ -5,8 +5,12 @@ Routes (``KEY`` is a run key, percent-encoded as one segment)::
     /                              the index of runs
     /run/KEY?family=&verdict=&…    a run's page (filters as query parameters)
     /run/KEY/task?phase=P&id=T     one task: its verdict and every attempt
+    /eval/KEY?family=&rule=        a model evaluation's page
+    /eval/KEY/task?id=T            one task of it: its figures and every attempt
+    /eval/KEY/sample?phase=P&id=T&agent=G&sample=S&attempt=A   one attempt's trajectory
+    /compare/KEY                   a comparison of two evaluations
     /file/KEY/PATH                 one of the run's own files, from a fixed list of names
-    /file/KEY/                     the run directory itself: redirects to /run/KEY
+    /file/KEY/                     the run directory itself: redirects to its page
 
 Files sit under ``/file/`` in the run directories' own layout, so the relative links a report
 makes to its sibling runs (``../../../<run>/…``) resolve here as they do on disk.
@@ -32,6 +36,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from validate.paths import (
     ATTEMPTS,
     CHECKSUMS,
+    COMPARE_HTML,
+    COMPARE_JSON,
+    COMPARE_MD,
+    EVAL_CONTRACT,
+    EVAL_SUMMARY,
+    EVAL_TASKS,
     EXCLUSIONS,
     FROZEN_MANIFEST,
     MANIFEST,
@@ -43,16 +53,20 @@ from validate.paths import (
     SIGNATURE,
     SMOKE,
     SMOKE_RESULT,
+    SAMPLES,
     SUMMARY,
     TASKS,
+    TRAJECTORIES,
     VARIANTS,
 )
-from validate.view import tables
-from validate.view.catalog import Catalog, NotInside, RunEntry, open_inside
+from validate.view import evaldata, tables
+from validate.view.catalog import Catalog, CompareEntry, EvalEntry, Listing, NotInside, RunEntry, open_inside
+from validate.view.evalpage import attempt_page, compare_page, eval_page, eval_task_page
 from validate.view.markup import url
 from validate.view.pages import index_page, message_page, task_page
 from validate.view.runpage import run_page
 
+HTML = "text/html; charset=utf-8"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'"
 #: The run files the viewer serves: (path pattern, content type). Nothing else is reachable.
 _ENTRY = r"[A-Za-z0-9._-]+"  # an entry's or a variant's name
@@ -63,7 +77,10 @@ def _one_of(*names: str) -> str:
 
 
 FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in (
-    (_one_of(SUMMARY, MANIFEST, FROZEN_MANIFEST), "application/json"),
+    (_one_of(SUMMARY, MANIFEST, FROZEN_MANIFEST, EVAL_SUMMARY, EVAL_CONTRACT, COMPARE_JSON), "application/json"),
+    (_one_of(SAMPLES, TRAJECTORIES, EVAL_TASKS), "application/vnd.apache.parquet"),
+    (re.escape(COMPARE_HTML), "text/html; charset=utf-8"),
+    (re.escape(COMPARE_MD), "text/markdown; charset=utf-8"),
     (rf"{re.escape(VARIANTS)}/{_ENTRY}\.json", "application/json"),
     (_one_of(PATCH, CHECKSUMS, SIGNATURE), "text/plain; charset=utf-8"),
     (_one_of(ATTEMPTS, TASKS, EXCLUSIONS), "application/vnd.apache.parquet"),
@@ -104,22 +121,59 @@ class Viewer:
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
 
-    def _run(self, key: str) -> tuple[RunEntry, dict[str, RunEntry]]:
-        runs = self.catalog.runs()
-        entry = runs.get(key)
+    def _run(self, key: str) -> tuple[RunEntry, Listing]:
+        listing = self.catalog.scan()
+        entry = listing.runs.get(key)
         if entry is None:
             raise HTTPError(404, "Not Found", f"no run {key!r} under the directories this viewer shows")
         if entry.summary is None:
             raise HTTPError(404, "Not Found", f"run {key!r} cannot be shown: {entry.error}")
-        return entry, runs
+        return entry, listing
 
-    def _file(self, entry: RunEntry, parts: Sequence[str]) -> tuple[int, str, bytes]:
+    def _eval(self, key: str) -> tuple[EvalEntry, Listing]:
+        listing = self.catalog.scan()
+        entry = listing.evals.get(key)
+        if entry is None:
+            raise HTTPError(404, "Not Found", f"no evaluation {key!r} under the directories this viewer shows")
+        if entry.summary is None:
+            raise HTTPError(404, "Not Found", f"evaluation {key!r} cannot be shown: {entry.error}")
+        return entry, listing
+
+    def _compare(self, key: str) -> tuple[CompareEntry, Listing]:
+        listing = self.catalog.scan()
+        entry = listing.compares.get(key)
+        if entry is None or entry.comparison is None:
+            raise HTTPError(404, "Not Found", f"no readable comparison {key!r} under the directories this viewer "
+                                              f"shows" + (f": {entry.error}" if entry is not None else ""))
+        return entry, listing
+
+    def _eval_pages(self, seg: list[str], q: dict[str, str]) -> tuple[int, str, bytes]:
+        entry, listing = self._eval(seg[1])
+        if len(seg) == 2:
+            return 200, HTML, eval_page(entry, listing, q.get("family"), q.get("rule"))
+        if seg[2:] == ["task"]:
+            row = evaldata.task_row(entry.root, q.get("id", ""))
+            if row is None:
+                raise HTTPError(404, "Not Found", f"evaluation {entry.key} has no task {q.get('id')!r}")
+            return 200, HTML, eval_task_page(entry, row)
+        if seg[2:] == ["sample"]:
+            numbers = [q.get(n, "") for n in ("sample", "attempt")]
+            one = None
+            if all(n.isdigit() for n in numbers):
+                key = (q.get("phase", ""), q.get("id", ""), q.get("agent", ""), int(numbers[0]), int(numbers[1]))
+                one = evaldata.one_attempt(entry.root, key)
+            if one is None:
+                raise HTTPError(404, "Not Found", f"evaluation {entry.key} has no such attempt")
+            return 200, HTML, attempt_page(entry, one, key)
+        raise HTTPError(404, "Not Found", "no such page")
+
+    def _file(self, root: Path, parts: Sequence[str]) -> tuple[int, str, bytes]:
         rel = "/".join(parts)
         kind = next((t for p, t in FILES if p.fullmatch(rel)), None)
         if kind is None:
             raise HTTPError(404, "Not Found", f"{rel!r} is not a file this viewer serves")
         try:
-            with open_inside(entry.root, parts) as fh:
+            with open_inside(root, parts) as fh:
                 return 200, kind, fh.read()
         except NotInside as e:
             raise HTTPError(404, "Not Found", str(e)) from None
@@ -136,11 +190,15 @@ class Viewer:
             raise HTTPError(400, "Bad Request", "the path is not percent-encoded UTF-8") from None
         q = _query(split.query)
         if seg == [""]:
-            return 200, "text/html; charset=utf-8", index_page(self.catalog.runs(), [str(d) for d in self.catalog.dirs])
+            return 200, HTML, index_page(self.catalog.scan(), [str(d) for d in self.catalog.dirs])
+        if len(seg) >= 2 and seg[0] == "eval":
+            return self._eval_pages(seg, q)
+        if len(seg) == 2 and seg[0] == "compare":
+            return 200, HTML, compare_page(*self._compare(seg[1]))
         if len(seg) >= 2 and seg[0] == "run":
-            entry, runs = self._run(seg[1])
+            entry, listing = self._run(seg[1])
             if len(seg) == 2:
-                return 200, "text/html; charset=utf-8", run_page(entry, runs, task_filter(q))
+                return 200, HTML, run_page(entry, listing.runs, task_filter(q), list(listing.evals.values()))
             if seg[2:] == ["task"]:
                 row = tables.task_row(entry.root, q.get("phase", ""), q.get("id", ""))
                 if row is None:
@@ -148,10 +206,17 @@ class Viewer:
                                                       f"{q.get('phase')!r}")
                 return 200, "text/html; charset=utf-8", task_page(entry, row)
         if len(seg) >= 3 and seg[0] == "file":
-            entry, _ = self._run(seg[1])
+            listing = self.catalog.scan()
+            if seg[1] in listing.evals:
+                kind = "eval"
+            elif seg[1] in listing.compares:
+                kind = "compare"
+            else:
+                self._run(seg[1])  # a dataset run, or a 404 naming why not
+                kind = "run"
             if seg[2:] == [""]:
-                raise Redirect(url(["run", entry.key]))
-            return self._file(entry, seg[2:])
+                raise Redirect(url([kind, seg[1]]))
+            return self._file(listing.root(seg[1]), seg[2:])
         raise HTTPError(404, "Not Found", "no such page")
 
 
