@@ -362,7 +362,7 @@ def test_sample_tasks_get_what_their_labels_say(client, sample, name, agent, sta
 
 
 def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_path):
-    from validate.trial.programs import reader
+    from environment.harbor.agents import reader
 
     text = "Write the top words of `/app/book.txt` to `/app/top10.txt`. Logs go to /var/log/app/."
     assert reader.targets(text) == ["/app/book.txt", "/app/top10.txt", "/var/log/app"]

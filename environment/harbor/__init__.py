@@ -11,5 +11,13 @@ A Harbor dataset is a directory of task directories (``task.toml``, ``instructio
   precedence and this harness's stricter rule, and what the agent left in the verifier's
   log directory.
 
-Running trials (images, containers, agents) is the harness's business, not this package's.
+- `environment.harbor.env`: the dataset behind the environment seam (config, taskset found
+  by its revision, families, findings, the agents it declares);
+- `environment.harbor.agents`: the agents' programs — the oracle (the task's own
+  ``solve.sh``), ``nop`` and three leak controls (``reward-forger``, ``test-reader``,
+  ``history-miner``), each generic: none ever reads which task it is on.
+
+Running trials (images, containers, the verifier inside them) is the harness's business
+(`validate.taskimage`, `validate.trial`), not this package's. The environment is not
+registered yet: the attempt kind that plays its trials in a run comes next.
 """

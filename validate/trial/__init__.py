@@ -7,6 +7,6 @@ on it). The modules:
 - `validate.trial.docker`: the container mechanics (create, exec against the harness's
   clock, files in and out as capped archives, labelled resources and their removal);
 - `validate.trial.agents`: what each agent uploads and runs (the oracle, ``nop``, the leak
-  controls), with the controls' programs in `validate.trial.programs`;
+  controls), with the controls' programs in `environment.harbor.agents`;
 - `validate.trial.result`: the pydantic models of the inputs' limits and of the result.
 """

@@ -8,7 +8,8 @@ the command it runs there (as the task's agent user, against the task's agent ti
 - three leak controls, each a generic in-container program that never reads the task's name
   (a pass means the task leaks its answer): ``reward-forger`` (POSIX sh: plants both reward
   files and leaves a background process that keeps rewriting them), ``test-reader`` and
-  ``history-miner`` (standard-library Python 3, `validate.trial.programs`). Each is given
+  ``history-miner`` (standard-library Python 3); their programs are the Harbor environment's
+  own agents, `environment.harbor.agents`. Each is given
   the instruction, as every agent is, at ``/logs/agent/instruction.md``.
 
 ``tests/`` never goes into the agent's container; the verifier phase uploads it.
@@ -20,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import environment.harbor.agents
 from environment.harbor.taskdir import HarborTask
 from validate.records import ORACLE
 
@@ -34,23 +36,7 @@ AGENT_DIR = "/logs/agent"
 CONTROL_DIR = f"{AGENT_DIR}/control"
 INSTRUCTION = f"{AGENT_DIR}/instruction.md"
 SOLUTION_DIR = "/solution"
-PROGRAMS = Path(__file__).resolve().parent / "programs"
-
-#: Plants both reward files, then leaves a process (immune to hangup and terminate) that
-#: rewrites them every 0.2 s: Harbor's readers report both forgeries.
-FORGER = """#!/bin/sh
-plant() {
-  mkdir -p /logs/verifier 2>/dev/null
-  printf '1\\n' > /logs/verifier/reward.txt 2>/dev/null
-  printf '{"reward": 1.0}\\n' > /logs/verifier/reward.json 2>/dev/null
-}
-plant
-(
-  trap '' HUP TERM
-  while :; do plant; sleep 0.2; done
-) </dev/null >/dev/null 2>&1 &
-echo "planted /logs/verifier/reward.txt and reward.json; rewriter pid $!"
-"""
+PROGRAMS = Path(environment.harbor.agents.__file__).resolve().parent
 
 #: Runs a script with bash when the image has it (as Harbor does), else sh.
 _SHELL = "if command -v bash >/dev/null 2>&1; then exec bash {0}; else exec sh {0}; fi"
@@ -106,16 +92,15 @@ def plan(agent: str, task: HarborTask, task_dir: Path) -> AgentPlan:
                          uploads=tree_entries(task_dir / "solution", SOLUTION_DIR.lstrip("/")))
     if agent == NOP:
         return AgentPlan(name=agent, command=None, output=output)
-    programs = {REWARD_FORGER: ("forger.sh", FORGER.encode()), TEST_READER: ("reader.py", None),
-                HISTORY_MINER: ("miner.py", None)}
+    programs = {REWARD_FORGER: "forger.sh", TEST_READER: "reader.py", HISTORY_MINER: "miner.py"}
     if agent not in programs:
         raise UnknownAgent(f"agent {agent!r} is not one of: {', '.join(AGENTS)}")
-    name, text = programs[agent]
+    name = programs[agent]
     program = f"{CONTROL_DIR}/{name}"
     run = f"exec sh {program}" if name.endswith(".sh") else f"exec python3 {program} {INSTRUCTION}"
     uploads: list[Entry] = [
         (CONTROL_DIR.lstrip("/"), 0o755, None),
-        (program.lstrip("/"), 0o755, text if text is not None else (PROGRAMS / name).read_bytes()),
+        (program.lstrip("/"), 0o755, (PROGRAMS / name).read_bytes()),
         (INSTRUCTION.lstrip("/"), 0o644, task.instruction.encode()),
     ]
     return AgentPlan(name=agent, command=["sh", "-c", f"{run} > {output} 2>&1"], output=output, uploads=uploads)

@@ -1,0 +1,172 @@
+"""A Harbor task-directory dataset behind the environment seam: config, taskset, findings.
+
+The dataset directory is found by its revision, not by the working directory: `load` tries
+the config's ``dataset`` path as given, then each ``--data`` path (a folder holding a
+directory of that name, or the dataset itself), then that path below the project's root. At
+freeze time (no revision yet) the first directory found is used and its revision (a sha256
+over every file of every task, `environment.harbor.taskdir`) becomes the contract's;
+afterwards only a directory with that revision is.
+
+A task is one task directory, in the loader's sorted order: its id is the directory's path
+in the dataset, its hash covers the whole directory, its prompt is ``instruction.md``. Its
+family is the ``[metadata]`` key the config names (``category``, ``difficulty``) or, without
+one, its top folder. A task that did not parse keeps its place with the loader's problems as
+blocking findings (``invalid_task_or_verifier``, naming the file), so the rest of the
+dataset still validates.
+
+How an attempt at these tasks is played (the task's image, the agent, the verifier inside
+the container) is the harness's ``trial`` attempt kind; nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
+from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score
+
+ENV_NAME = "harbor"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+AGENTS = Path(__file__).resolve().parent / "agents"
+
+
+class HarborConfig(BaseModel):
+    """What a Harbor dataset's contract freezes about reading it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str = Field(min_length=1, description="The dataset directory (every task directory under it is a task); "
+                                                   "found as given, under each --data path, or below the project.")
+    family_key: str | None = Field(default=None, min_length=1,
+                                   description="The [metadata] key whose value is a task's family (e.g. category); "
+                                               "unset: the task's top folder.")
+
+
+@dataclass(frozen=True)
+class HarborTaskRef:
+    """One task of the dataset, as the harness's `Task` protocol sees it."""
+
+    id: str
+    idx: int
+    hash: str
+    prompt: str
+    family: str
+    meta: Mapping[str, MetaValue]
+    #: The parsed task, or None when it did not parse (its findings say why).
+    parsed: HarborTask | None
+    problems: tuple[Finding, ...] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    requires_network_isolation: bool = True
+
+    @property
+    def answer_key(self) -> bytes:
+        return b""  # the reference solution stays in the task directory; only the oracle's trial gets it
+
+
+def _meta(metadata: Mapping[str, object]) -> dict[str, MetaValue]:
+    """The scalar [metadata] values (the Parquet meta column holds scalars only), sorted."""
+    return {k: v for k, v in sorted(metadata.items()) if isinstance(v, bool | int | float | str)}
+
+
+class HarborTaskset:
+    """The tasks of one dataset directory, in the loader's order."""
+
+    metric_names: tuple[str, ...] = ()
+
+    def __init__(self, root: Path, dataset: HarborDataset, config: HarborConfig) -> None:
+        self.root, self.dataset, self.config = root, dataset, config
+        self.revision = dataset.revision
+        self.data_files = (root,)
+
+    @cached_property
+    def _tasks(self) -> list[HarborTaskRef]:
+        loaded: list[HarborTask | InvalidTask] = sorted([*self.dataset.tasks, *self.dataset.invalid],
+                                                        key=lambda t: t.id)
+        return [self._ref(i, t) for i, t in enumerate(loaded)]
+
+    def _ref(self, idx: int, t: HarborTask | InvalidTask) -> HarborTaskRef:
+        top = t.id.split("/")[0] if "/" in t.id else "tasks"
+        if isinstance(t, InvalidTask):
+            return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt="", family=top, meta={}, parsed=None,
+                                 problems=tuple(t.findings()))
+        meta = _meta(t.config.metadata)
+        key = self.config.family_key
+        family = str(meta[key]) if key is not None and key in meta else top
+        return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt=t.instruction, family=family, meta=meta, parsed=t)
+
+    @property
+    def size(self) -> int:
+        return len(self._tasks)
+
+    def task(self, idx: int) -> HarborTaskRef:
+        if not 0 <= idx < len(self._tasks):
+            raise IndexError(f"task idx {idx}: the dataset has {len(self._tasks)} tasks")
+        return self._tasks[idx]
+
+    def task_dir(self, task: HarborTaskRef) -> Path:
+        return self.root / task.id
+
+    def score(self, task: HarborTaskRef, reply: bytes, cache_dir: Path | None = None) -> Score:
+        raise NotImplementedError("a Harbor task is scored by its own verifier inside its container (the trial "
+                                  "attempt kind), never on the host from a reply")
+
+
+def find_dataset(location: str, hints: LoadHints) -> tuple[Path, HarborDataset]:
+    """The dataset directory the config and hints point at, loaded (see the module docstring)."""
+    name = Path(location).name
+    places = [Path(location), *(p / name if (p / name).is_dir() else p for p in hints.search), PROJECT_ROOT / location]
+    tried: list[str] = []
+    for place in dict.fromkeys(places):
+        tried.append(str(place))
+        if not place.is_dir():
+            continue
+        try:
+            dataset = load_dataset(place)
+        except DatasetError:
+            continue
+        if hints.revision is None or dataset.revision == hints.revision:
+            return place.resolve(), dataset
+    want = f" with revision {hints.revision}" if hints.revision else ""
+    raise ConfigError(f"dataset: no Harbor dataset directory{want} at {', '.join(tried)}; pass its location with "
+                      f"--data PATH")
+
+
+class HarborEnvironment(Environment):
+    """Harbor task directories: each task its own image, reference solution and in-container
+    verifier, played by the ``trial`` attempt kind."""
+
+    name = ENV_NAME
+    Config = HarborConfig
+    attempt_kind = "trial"
+
+    def load(self, config: HarborConfig, hints: LoadHints = LoadHints()) -> HarborTaskset:
+        root, dataset = find_dataset(config.dataset, hints)
+        return HarborTaskset(root, dataset, config)
+
+    def agents(self, config: HarborConfig) -> Sequence[AgentSpec]:
+        return [
+            AgentSpec(name="oracle", role="oracle", program=AGENTS / "oracle.sh",
+                      tests="the task's reference solution (solution/solve.sh) passes its verifier"),
+            AgentSpec(name="nop", role="control", program=AGENTS / "nop.sh",
+                      tests="an untouched container: a pass means the verifier checks nothing the agent must do"),
+            AgentSpec(name="reward-forger", role="control", program=AGENTS / "forger.sh",
+                      tests="the reward channel: both reward files planted and rewritten by a process left behind"),
+            AgentSpec(name="test-reader", role="control", program=AGENTS / "reader.py",
+                      tests="answers left in the image: test files, solutions, expected outputs, checksums copied "
+                            "into the places the instruction names"),
+            AgentSpec(name="history-miner", role="control", program=AGENTS / "miner.py",
+                      tests="answers in version-control history: every file restored from .git objects, stashes "
+                            "and refs under the filesystem"),
+        ]
+
+    def findings(self, task: HarborTaskRef) -> list[Finding]:
+        return list(task.problems)
+
+    def not_applicable(self, agent: AgentSpec, task: HarborTaskRef) -> str | None:
+        """No agent plays a task that did not load (its findings say why)."""
+        return None if task.parsed is not None else "the task did not load (its findings name the file)"

@@ -1,0 +1,75 @@
+"""The Harbor dataset behind the environment seam (`environment.harbor.env`): the sample
+dataset as a taskset found by its revision, its families, every task that did not load kept
+in its place with blocking findings and no agent to play it, and the agents it declares."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from environment.harbor.env import HarborConfig, HarborEnvironment
+from environment.harbor.taskdir import load_dataset
+from environment.protocol import ConfigError, LoadHints
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
+CONFIG = HarborConfig(dataset=str(SAMPLE))
+
+
+@pytest.fixture(scope="module")
+def env():
+    return HarborEnvironment()
+
+
+def test_every_task_directory_is_a_task_in_the_loaders_order_with_its_hash(env):
+    ts = env.load(HarborConfig(dataset=str(SAMPLE)))
+    ds = load_dataset(SAMPLE)
+    every = sorted([*ds.tasks, *ds.invalid], key=lambda t: t.id)
+    assert ts.revision == ds.revision and ts.size == len(every) >= 30
+    assert [(ts.task(i).id, ts.task(i).hash) for i in range(ts.size)] == [(t.id, t.hash) for t in every]
+    with pytest.raises(IndexError):
+        ts.task(ts.size)
+
+
+def test_a_task_that_did_not_load_keeps_its_place_with_blocking_findings_and_no_agent(env):
+    ts = env.load(HarborConfig(dataset=str(SAMPLE)))
+    bad = [ts.task(i) for i in range(ts.size) if ts.task(i).parsed is None]
+    assert {t.id for t in bad} >= {"bad-task-toml", "no-instruction"}
+    for t in bad:
+        findings = env.findings(t)
+        assert findings and all(f.blocking for f in findings)
+        assert all(env.not_applicable(a, t) for a in env.agents(CONFIG))
+    good = next(ts.task(i) for i in range(ts.size) if ts.task(i).id == "csv-to-json")
+    assert env.findings(good) == [] and not any(env.not_applicable(a, good) for a in env.agents(CONFIG))
+    assert good.prompt and good.requires_network_isolation
+
+
+def test_the_family_is_the_named_metadata_key_or_else_the_top_folder(env):
+    by_key = env.load(HarborConfig(dataset=str(SAMPLE), family_key="category"))
+    fams = {by_key.task(i).id: by_key.task(i).family for i in range(by_key.size)}
+    assert fams["c-fix-build"] == by_key.task(next(i for i in range(by_key.size)
+                                                   if by_key.task(i).id == "c-fix-build")).meta["category"]
+    plain = env.load(HarborConfig(dataset=str(SAMPLE)))
+    assert {plain.task(i).family for i in range(plain.size)} == {"tasks"}  # the sample has no family folders
+
+
+def test_the_dataset_is_found_by_its_revision_under_data_paths(env, tmp_path):
+    copy = tmp_path / "elsewhere" / "harbor-sample"
+    shutil.copytree(SAMPLE, copy, symlinks=True)
+    revision = load_dataset(SAMPLE).revision
+    ts = env.load(HarborConfig(dataset="harbor-sample"), LoadHints(revision=revision, search=(copy.parent,)))
+    assert ts.root == copy.resolve()
+    (copy / "csv-to-json" / "instruction.md").write_text("changed\n")
+    with pytest.raises(ConfigError, match=r"dataset: no Harbor dataset directory with revision .*--data"):
+        env.load(HarborConfig(dataset="harbor-sample"), LoadHints(revision=revision, search=(copy.parent,)))
+
+
+def test_the_declared_agents_are_the_programs_the_trial_runs(env):
+    from validate.trial.agents import AGENTS, PROGRAMS
+
+    specs = {a.name: a for a in env.agents(CONFIG)}
+    assert sorted(specs) == sorted(AGENTS)
+    assert [a.name for a in specs.values() if a.role == "oracle"] == ["oracle"]
+    for a in specs.values():
+        assert a.program.is_file() and a.program.parent == PROGRAMS
