@@ -101,6 +101,7 @@ from validate.patches import code_state  # noqa: E402
 from validate.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
 from validate.context import RunContext  # noqa: E402
 from validate.executors import make_executor  # noqa: E402
+from validate.phases import PoolPhase, pool  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
 
 
@@ -170,3 +171,16 @@ def hostile(name: str):
     env = environments.get("deshuffle-hostile")
     specs = {a.name: a for a in env.agents(env.Config())}
     return specs[name.replace("_", "-")]
+
+
+@pytest.fixture(scope="session")
+def passed_pool(tmp_path_factory, sandboxes):
+    """A pool of 5 deshuffle tasks on bwrap whose dataset verdict is PASS (its smoke test run
+    for real): what an eval is frozen on. Built once per session; the tests only read it."""
+    base = tmp_path_factory.mktemp("evalpool")
+    sandbox = sandboxes("bwrap")
+    manifest = make_manifest(sandbox, idx=[0, 1, 2, 3, 4], max_papers=2)
+    summary = pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase(manifest_dir=base, smoke_sample=1),
+                   log=lambda m: None)
+    assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict.headline
+    return base / "pool"

@@ -26,12 +26,11 @@ import pytest
 
 from environment.deshuffle.baseline import MODEL_NAME
 from environment.deshuffle.baseline import policy as baseline
-from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subprocess_env
+from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 from tests.openai_stub import OpenAIStub, usage_tokens
 from validate import api
 from validate.eval.preflight import EndpointMisconfigured, Probe, preflight
 from validate.localserver import Faults, serve
-from validate.phases import PoolPhase, pool
 
 DATA = (CORPUS_PATH,)
 K = 2
@@ -183,18 +182,6 @@ def test_a_passing_fault_is_tried_again_and_one_that_stays_is_refused():
 
 
 # --- through the API and the command line, on a real pool ---------------------------------
-
-@pytest.fixture(scope="module")
-def passed_pool(tmp_path_factory, sandboxes):
-    """A pool of 5 tasks whose dataset verdict is PASS (its smoke test run for real)."""
-    base = tmp_path_factory.mktemp("preflightpool")
-    sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[0, 1, 2, 3, 4], max_papers=2)
-    summary = pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase(manifest_dir=base, smoke_sample=1),
-                   log=lambda m: None)
-    assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict.headline
-    return base / "pool"
-
 
 def freeze(pool_run, tmp_path, name, base_url, model=MODEL_NAME, api_key_env=None, **sampling):
     return api.eval_freeze(name, pool_run=pool_run, model=model, model_revision="test", base_url=base_url,

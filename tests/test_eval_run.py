@@ -15,29 +15,16 @@ import pytest
 
 from environment.deshuffle.baseline import MODEL_NAME
 from environment.deshuffle.baseline import policy as baseline
-from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
+from tests.conftest import CORPUS_PATH
 from validate import api
 from validate.errors import ContractError, ValidateError
 from validate.evidence import write_checksums
 from validate.localserver import Faults, serve
 from validate.paths import RunPaths
-from validate.phases import PoolPhase, pool
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 DATA = (CORPUS_PATH,)
 K = 2
-
-
-@pytest.fixture(scope="module")
-def passed_pool(tmp_path_factory, sandboxes):
-    """A pool of 5 tasks whose dataset verdict is PASS (its smoke test run for real)."""
-    base = tmp_path_factory.mktemp("evalpool")
-    sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[0, 1, 2, 3, 4], max_papers=2)
-    summary = pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase(manifest_dir=base, smoke_sample=1),
-                   log=lambda m: None)
-    assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict.headline
-    return base / "pool"
 
 
 @pytest.fixture(scope="module")
