@@ -49,7 +49,8 @@ def add_model_options(group, model: type[BaseModel], prefix: str, skip: tuple[st
         kind = _plain(info.annotation)
         default = info.get_default(call_default_factory=True)
         shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else default
-        help_text = f"{info.description or name} (default: {shown})".replace("%", "%%")
+        said = "required" if info.is_required() else f"default: {shown}"
+        help_text = f"{info.description or name} ({said})".replace("%", "%%")
         dest = f"{prefix}{name}"
         if kind is bool:
             group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,

@@ -62,6 +62,9 @@ The sandbox image store (``validate image build``; ``$VALIDATE_IMAGE_DIR``, by d
         rootfs/              the same, unpacked, for bwrap (world-readable, owned by root)
         image.json           what the build recorded: digests of the tarball and of its tree,
                              the Python version, the packages (name=version)
+    <image_dir>/task-images/ TASK_IMAGES: task-directory datasets' images (`validate.taskimage`)
+        bases/               the base-image map's root filesystems and base-map.json
+        <key>/               one task image's build: image.json and build.log, by content key
 """
 
 from __future__ import annotations
@@ -73,6 +76,14 @@ from pathlib import Path
 #: Default root of the image store; must be traversable by the sandbox uid, so not ~root.
 #: ``VALIDATE_IMAGE_DIR`` overrides it, read each time an `ImagePaths` is made.
 IMAGE_DIR = Path("/var/lib/deshuffle-validate/images")
+#: Under the image store: task-directory datasets' base images and per-task image records.
+TASK_IMAGES = "task-images"
+
+
+def task_image_store() -> Path:
+    """Where task images' bases and build records are kept (``$VALIDATE_IMAGE_DIR/task-images``)."""
+    return Path(os.environ.get("VALIDATE_IMAGE_DIR") or IMAGE_DIR) / TASK_IMAGES
+
 DEFAULT_IMAGE = "deshuffle-validate-sandbox:bookworm"
 MANIFEST_DIR = Path("manifests")
 LEDGER_DIR = Path("ledgers")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from environment.harbor.reward import score_record
 from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
 from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score
 
@@ -112,8 +113,11 @@ class HarborTaskset:
         return self.root / task.id
 
     def score(self, task: HarborTaskRef, reply: bytes, cache_dir: Path | None = None) -> Score:
-        raise NotImplementedError("a Harbor task is scored by its own verifier inside its container (the trial "
-                                  "attempt kind), never on the host from a reply")
+        """A task is scored by its own verifier inside its container (the ``trial`` attempt
+        kind); its reply is the `VerifierRecord` of what the verifier wrote, and this reads the
+        reward from it again by Harbor's rule (raising `VerifierFailed` where it gave none)."""
+        reward, _ = score_record(reply)
+        return Score(reward, {})
 
 
 def find_dataset(location: str, hints: LoadHints) -> tuple[Path, HarborDataset]:

@@ -19,15 +19,16 @@ The functions take bytes, not paths: the harness copies the files out of a conta
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from environment.protocol import sha256_tag
+from environment.protocol import canonical_json, sha256_tag
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -85,6 +86,56 @@ def read_reward(files: Mapping[str, bytes], low: float = 0.0, high: float = 1.0)
         key, value = sorted(bad.items())[0]
         return RewardError(kind="out_of_range", file=got.source, detail=f"{key} = {value!r} is outside [{low}, {high}]")
     return got
+
+
+class VerifierRecord(BaseModel):
+    """What the harness read where the verifier writes its reward, once every process of the
+    trial was gone: the bytes of the reward files (base64), the key and range the contract
+    asks, or the harness's own reason there was nothing to read (the verifier timed out, ran
+    out of memory, left a reward path that is not a regular file). Kept whole as the
+    attempt's reply, so the audit reads the reward again from these bytes by the same rule
+    (`score_record`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str = Field(default="reward", description="the reward key that counts")
+    low: float = 0.0
+    high: float = 1.0
+    failed: str | None = Field(default=None, description="why nothing was read, from the harness's own signals")
+    files: dict[str, str] = Field(default_factory=dict, description="reward.json / reward.txt → base64 of its bytes")
+    image: str | None = Field(default=None, description="the task image the trial ran in (its id)")
+
+    @classmethod
+    def of(cls, files: Mapping[str, bytes], key: str = "reward", low: float = 0.0, high: float = 1.0,
+           failed: str | None = None) -> VerifierRecord:
+        kept = {n: base64.b64encode(files[n]).decode() for n in (REWARD_JSON, REWARD_TXT) if n in files}
+        return cls(key=key, low=low, high=high, failed=failed, files={} if failed else kept)
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(self.model_dump(mode="json"))
+
+
+class VerifierFailed(Exception):
+    """The verifier gave no usable reward: the task's (or its verifier's) error, never the agent's."""
+
+
+def score_record(data: bytes) -> tuple[float, dict[str, float]]:
+    """The reward a `VerifierRecord` holds under its key, and every key's value; raises
+    `VerifierFailed` for anything else (a failed verifier, an unusable file, a missing key,
+    bytes that are not a record)."""
+    try:
+        record = VerifierRecord.model_validate_json(data)
+        files = {n: base64.b64decode(v, validate=True) for n, v in record.files.items()}
+    except (ValidationError, ValueError):
+        raise VerifierFailed("no verifier record: the verifier never ran to the end") from None
+    if record.failed is not None:
+        raise VerifierFailed(record.failed)
+    got = read_reward(files, record.low, record.high)
+    if isinstance(got, RewardError):
+        raise VerifierFailed(got.line())
+    if record.key not in got.values:
+        raise VerifierFailed(f"{got.source}: no key {record.key!r} (keys: {', '.join(sorted(got.values))})")
+    return got.values[record.key], dict(got.values)
 
 
 def _text(data: bytes, name: str) -> str | RewardError:

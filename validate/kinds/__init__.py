@@ -1,12 +1,12 @@
 """Attempt kinds by name: how one attempt is prepared, played and scored.
 
 The ``validate.attempt_kinds`` entry-point group of every installed distribution, loaded
-through `validate.registry`. This project registers two: ``program`` (an environment's agent
-program runs in a fresh sandbox and its reply is scored on the host,
-`validate.kinds.program`) and ``chat`` (a model converses and calls tools in a live session,
-`validate.eval.chat`). An environment names the kind its tasks are played with
-(`Environment.attempt_kind`); a kind that runs the task's verifier inside the sandbox after
-the agent is one more class and one more entry point.
+through `validate.registry`. This project registers three: ``program`` (an environment's
+agent program runs in a fresh sandbox and its reply is scored on the host,
+`validate.kinds.program`), ``trial`` (a task directory's own image, the agent in it, then the
+task's verifier inside a fresh container of what the agent left, `validate.kinds.trial`) and
+``chat`` (a model converses and calls tools in a live session, `validate.eval.chat`). An
+environment names the kind its tasks are played with (`Environment.attempt_kind`).
 """
 
 from __future__ import annotations

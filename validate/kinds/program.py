@@ -141,9 +141,14 @@ class ProgramKind(AttemptKind[Tried]):
         return result.row
 
     def keep(self, ctx: RunContext, results: list[Tried]) -> None:
-        # On the driver, before the rows are journaled: a reply that cannot be kept fails the
-        # evidence itself (EvidenceError), as a journal write does.
-        for r in results:
-            if r.reply is not None and store_reply(ctx.paths, r.reply) != r.row.reply_sha256:
-                raise EvidenceError(f"attempt {r.row.phase}/{r.row.task_id}/{r.row.agent}: its reply is not the "
-                                    f"bytes its row names ({r.row.reply_sha256})")
+        keep_replies(ctx, results)
+
+
+def keep_replies(ctx: RunContext, results: list[Tried]) -> None:
+    """Store each result's reply whole under its sha256, on the driver, before the rows are
+    journaled: a reply that cannot be kept fails the evidence itself (EvidenceError), as a
+    journal write does."""
+    for r in results:
+        if r.reply is not None and store_reply(ctx.paths, r.reply) != r.row.reply_sha256:
+            raise EvidenceError(f"attempt {r.row.phase}/{r.row.task_id}/{r.row.agent}: its reply is not the "
+                                f"bytes its row names ({r.row.reply_sha256})")

@@ -27,6 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from environment.harbor.reward import VerifierRecord
+
 TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "task_error", "infrastructure_error"]
 VerifierErrorKind = Literal["missing", "empty", "too_large", "not_utf8", "unparsable", "non_numeric",
                             "non_finite", "out_of_range", "missing_key", "not_regular", "timeout", "oom"]
@@ -116,6 +118,9 @@ class TrialResult(BaseModel):
     #: Every key of the reward the verifier wrote (reward.txt gives ``{"reward": x}``).
     rewards: dict[str, float] = Field(default_factory=dict)
     reward_source: Literal["reward.json", "reward.txt"] | None = None
+    #: What was read where the verifier writes its reward (None: the verifier never ran to the
+    #: end); kept whole as the attempt's reply, the audit reads the reward again from it.
+    record: VerifierRecord | None = None
     verifier_error: VerifierError | None = None
     infrastructure_error: str | None = None
     task_error: str | None = None

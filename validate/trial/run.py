@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 from environment.harbor.config import TaskConfig
-from environment.harbor.reward import MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, read_reward
+from environment.harbor.reward import (
+    MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, VerifierRecord, read_reward,
+)
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.trial import docker as dk
@@ -129,15 +131,26 @@ def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: 
     oom_after = oom_kills_of_pid(pid)
     state = dk.call("inspect a container", res.api.inspect_container, cid)["State"]
     if not state.get("Running"):
-        if state.get("OOMKilled"):
-            return True
-        raise dk.DockerFault(f"docker: the container stopped before the harness killed it "
-                             f"(exit {state.get('ExitCode')}, error {state.get('Error')!r}, "
-                             f"kills by others: {_outside_kills(res, cid, since) or 'none'})")
-    dk.call("kill a container", res.api.kill, cid)
+        return _stopped_before(res, cid, state, since)
+    try:
+        dk.call("kill a container", res.api.kill, cid)
+    except dk.DockerFault:
+        state = dk.call("inspect a container", res.api.inspect_container, cid)["State"]
+        if state.get("Running"):
+            raise
+        return _stopped_before(res, cid, state, since)  # it stopped between the look and the kill
     dk.call("wait for a container", res.api.wait, cid, timeout=60)
     oom = oom_before is not None and oom_after is not None and oom_after > oom_before
     return oom or bool(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled"))
+
+
+def _stopped_before(res: dk.Resources, cid: str, state: dict, since: float) -> bool:
+    """A container that stopped before the harness killed it: OOM (True), or a `DockerFault`."""
+    if state.get("OOMKilled"):
+        return True
+    raise dk.DockerFault(f"docker: the container stopped before the harness killed it "
+                         f"(exit {state.get('ExitCode')}, error {state.get('Error')!r}, "
+                         f"kills by others: {_outside_kills(res, cid, since) or 'none'})")
 
 
 def _outside_kills(res: dk.Resources, cid: str, since: float) -> str:
@@ -209,20 +222,24 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, snapsho
 
 
 def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, float]) -> None:
-    """The reward, or the verifier error that stands in for it (never a pass, never a 0)."""
+    """The reward, or the verifier error that stands in for it (never a pass, never a 0); and
+    the record of what was read (`VerifierRecord`), which the audit reads again."""
     run = result.verifier_run
+    failed = None
     if run.timed_out:
-        result.verifier_error = VerifierError(kind="timeout", detail=f"test.sh ran past its "
-                                              f"{result.applied.verifier_timeout_s:g} s timeout and was killed")
-        return
-    if run.oom_killed:
-        result.verifier_error = VerifierError(kind="oom", detail="the verifier ran out of memory")
-        return
+        failed = VerifierError(kind="timeout", detail=f"test.sh ran past its "
+                               f"{result.applied.verifier_timeout_s:g} s timeout and was killed")
+    elif run.oom_killed:
+        failed = VerifierError(kind="oom", detail="the verifier ran out of memory")
     odd = [f for f in tree.entries if f.path in (REWARD_JSON, REWARD_TXT) and f.kind != "file"]
-    if odd:
-        result.verifier_error = VerifierError(kind="not_regular", file=odd[0].path,
-                                              detail=f"{odd[0].path} is a {odd[0].kind}, not a regular file")
+    if failed is None and odd:
+        failed = VerifierError(kind="not_regular", file=odd[0].path,
+                               detail=f"{odd[0].path} is a {odd[0].kind}, not a regular file")
+    if failed is not None:
+        result.verifier_error = failed
+        result.record = VerifierRecord.of({}, key, *bounds, failed=f"{failed.kind}: {failed.detail}")
         return
+    result.record = VerifierRecord.of(tree.files(), key, *bounds)
     got = read_reward(tree.files(), *bounds)
     if isinstance(got, RewardError):
         result.verifier_error = VerifierError(kind=got.kind, file=got.file, detail=got.detail)

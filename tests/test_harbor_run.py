@@ -1,0 +1,80 @@
+"""Harbor task directories validated end to end through the ``trial`` attempt kind: a
+contract frozen on tasks of the sample dataset, every agent played through docker (each task
+its own image, built against the base-image map; the verifier in a fresh container of what
+the agent left), each task's verdict and reason equal to the label in its own [metadata],
+and the audit passing — the reward read again from the verifier record kept as the reply."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import make_ctx, make_manifest
+from validate.audit import audit
+from validate.phases import RunPhase, run_agents
+
+pytestmark = pytest.mark.docker
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
+#: One sound task and one of each kind of exclusion the trial decides (a leak, a verifier
+#: that writes garbage, one that writes nothing over a stale reward baked into the image, a
+#: base the map does not serve, a GPU, a task.toml that does not load).
+PICK = ("csv-to-json", "nop-passes", "answer-in-image", "garbage-reward-txt", "no-reward-written", "unmapped-base",
+        "gpu-required", "bad-task-toml")
+
+
+def label(task_id: str) -> tuple[str, str]:
+    meta = tomllib.loads((SAMPLE / task_id / "task.toml").read_text())["metadata"]
+    return meta["expected_verdict"], meta["expected_reason"]
+
+
+@pytest.fixture(scope="module")
+def harbor_run(tmp_path_factory, sandboxes):
+    from validate import environments
+
+    env = environments.get("harbor")
+    ts = env.load(env.Config(dataset=str(SAMPLE)))
+    idx = [i for i in range(ts.size) if ts.task(i).id in PICK]
+    sandbox = sandboxes("docker")
+    manifest = make_manifest(sandbox, idx=idx, env_name="harbor", dataset=str(SAMPLE), min_task_count=1)
+    run_dir = tmp_path_factory.mktemp("harbor") / "run"
+    summary = run_agents(make_ctx(manifest, sandbox, run_dir, concurrency=2), RunPhase())
+    return run_dir, summary
+
+
+def test_every_verdict_and_reason_is_the_tasks_own_label(harbor_run):
+    run_dir, summary = harbor_run
+    tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
+    assert sorted(tasks.index) == sorted(PICK)
+    reason = lambda t: tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""  # noqa: E731
+    got = {t: (tasks.loc[t, "verdict"], reason(t)) for t in PICK}
+    assert got == {t: label(t) for t in PICK}, tasks[["verdict", "reason", "detail"]].to_dict("index")
+    assert "control test-reader passed" in tasks.loc["answer-in-image", "detail"]
+    assert "control nop passed" in tasks.loc["nop-passes", "detail"]
+    assert "ubuntu:24.04" in tasks.loc["unmapped-base", "detail"]
+
+
+def test_trials_record_the_task_image_and_the_verifier_record(harbor_run):
+    run_dir, _ = harbor_run
+    att = pd.read_parquet(run_dir / "attempts.parquet")
+    played = att[att["task_id"] == "csv-to-json"].set_index("agent")
+    assert played.loc["oracle", "reward"] == 1.0 and played.loc["oracle", "status"] == "ok"
+    records = [json.loads((run_dir / "replies" / played.loc[a, "reply_sha256"].removeprefix("sha256:")).read_bytes())
+               for a in played.index]
+    assert len({r["image"] for r in records}) == 1 and records[0]["image"].startswith("sha256:")
+    assert set(records[0]["files"]) & {"reward.txt", "reward.json"}
+    forger = played.loc["reward-forger"]
+    assert forger["reward"] == 0.0 and "left in /logs/verifier" in forger["stderr"]
+    stale = att[att["task_id"] == "no-reward-written"]
+    assert (stale["status"] == "scorer_error").all() and stale["reward"].isna().all()
+
+
+def test_the_audit_reads_every_reward_again_from_the_kept_records(harbor_run):
+    run_dir, _ = harbor_run
+    result = audit(run_dir)
+    assert result.problems == []
+    assert any("rewards re-scored" in line for line in result.checked), result.checked
