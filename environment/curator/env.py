@@ -22,8 +22,10 @@ from environment.protocol import (
 PACKAGE_DIR = Path(__file__).resolve().parent
 AGENTS_DIR = PACKAGE_DIR / "agents"
 SUPPORT = (AGENTS_DIR / "curatorlib.py",)
-#: Documents about the dataset, kept from agents that see the source like the specs themselves.
-DATASET_DOCUMENTS = ("AUTHORING.md", "FACTCHECK.md")
+#: Documents about the dataset, kept from agents that see the source like the specs themselves;
+#: and the recall baseline (`baseline.py`), a stand-in for a model that memorised the published
+#: dataset: it is no code of the environment, and its own words name items of the specs.
+DATASET_DOCUMENTS = ("AUTHORING.md", "FACTCHECK.md", "baseline.py")
 #: One grade step (A→B or B→C) moves the reward by 0.3 × 0.5.
 JUDGED_SMOKE_TOLERANCE = 0.15
 

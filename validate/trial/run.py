@@ -173,11 +173,22 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         dk.put_tree(res.api, cid, "/", plan.uploads)
     pid, oom_before, since = _started(res, cid)
     run = PhaseRun()
-    if plan.command is not None:
-        ex = dk.run_exec(res.api, cid, plan.command, a.agent_user, None,
-                         {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
-        run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
-    run.oom_killed = _stop(res, cid, pid, oom_before, since)
+    try:
+        if plan.command is not None:
+            ex = dk.run_exec(res.api, cid, plan.command, a.agent_user, None,
+                             {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
+            run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
+        run.oom_killed = _stop(res, cid, pid, oom_before, since)
+    except dk.DockerFault as fault:
+        # A docker call that failed because the container was stopped under it (an exec that
+        # could not start, say) is named by the container's state and events, not by the call.
+        try:
+            state = res.api.inspect_container(cid)["State"]
+        except dk.DOCKER_ERRORS:
+            raise fault from None
+        if state.get("Running"):
+            raise
+        run.oom_killed = _stopped_before(res, cid, state, since)
     if plan.command is not None:
         out = dk.read_tree(res.api, cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
