@@ -15,6 +15,7 @@ import pytest
 from environment.harbor.taskdir import HarborTask, load_dataset
 from validate.image import tarball_digests
 from validate.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.paths import task_image_store
 from validate.taskimage.basemap import DEBIAN_BOOKWORM_SLIM, BaseImageMap
 from validate.taskimage.bases import build_base_map, build_tarball
 from validate.taskimage.build import KEY_LABEL, TaskImage, TaskImageRefusal, build_task_image, context_digest, \
@@ -105,10 +106,10 @@ def images():
 
 
 @pytest.fixture(scope="session")
-def base_store(tmp_path_factory):
-    store = tmp_path_factory.mktemp("task-image-bases")
-    yield store
-    shutil.rmtree(store)  # two root filesystems (~300 MB) pytest would otherwise keep for three sessions
+def base_store():
+    """The image store's own bases (``$VALIDATE_IMAGE_DIR/task-images/bases``, fresh in CI): what
+    the trial attempt kind builds and uses, so a session builds them once (tests/test_harbor_run.py)."""
+    return task_image_store() / "bases"
 
 
 @pytest.fixture(scope="session")
