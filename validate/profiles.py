@@ -32,6 +32,8 @@ from validate.errors import ValidateError
 from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
 from validate.jsonio import field_differences
 from validate.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, MANIFEST, SUMMARY, TASKS, RunPaths
+from validate.eval.render import STYLE  # the comparisons' one stylesheet
+from validate.records import PILOT
 from validate.render import to_html, to_markdown
 from validate.run_evidence import RunEvidence, load_run
 
@@ -42,9 +44,6 @@ INPUTS = (MANIFEST, SUMMARY, TASKS)
 #: This renderer's version; the audit knows only this one (bump it whenever a change here
 #: changes a byte of a comparison).
 RENDERER = "profiles/1"
-STYLE = ("body{font-family:system-ui,sans-serif;max-width:80rem;margin:2rem auto;padding:0 1rem;color:#222}"
-         "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem;"
-         "text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}")
 
 
 class Side(BaseModel):
@@ -118,7 +117,7 @@ def _side(ev: RunEvidence) -> Side:
 
 def _rows(ev: RunEvidence) -> dict[str, dict]:
     """One row per task: the run's own phase's verdict (a pool's, a run's; a pilot keeps each variant)."""
-    return {f"{r['phase']}\n{r['task_id']}" if ev.summary.kind == "pilot" else r["task_id"]: r
+    return {f"{r['phase']}\n{r['task_id']}" if ev.summary.kind == PILOT else r["task_id"]: r
             for r in ev.tasks.to_dict("records")}
 
 

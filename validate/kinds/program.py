@@ -13,12 +13,11 @@ missing or odd reply) is data.
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from environment.protocol import AgentSpec, ScorerUnavailable, Task
+from environment.protocol import AgentSpec, ScorerUnavailable, Task, sha256_tag
 from validate.agents import source_files
 from validate.context import AttemptKind, Play, RunContext
 from validate.errors import EvidenceError, SandboxError
@@ -71,7 +70,7 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
     text, cut = _text(reply, ex.max_reply_text_bytes)
     # The whole reply is kept (reply_text is capped) by `ProgramKind.keep`: the audit re-scores
     # from these bytes; the tag is the one `store_reply` gives them.
-    row.update(status=status, reply_sha256="sha256:" + hashlib.sha256(reply).hexdigest(), reply_bytes=len(reply),
+    row.update(status=status, reply_sha256=sha256_tag(reply), reply_bytes=len(reply),
                reply_text=text, reply_truncated=cut)
     return reply
 

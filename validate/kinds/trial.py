@@ -21,11 +21,11 @@ frozen in the contract yet: the row's ``image_digest`` is the contract's sandbox
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from datetime import UTC, datetime
 
 from environment.harbor.env import HarborTaskRef
+from environment.protocol import sha256_tag
 from environment.harbor.reward import VerifierFailed, score_record
 from environment.harbor.taskdir import HarborTask
 from validate.context import AttemptKind, Play, RunContext
@@ -134,7 +134,7 @@ class TrialKind(AttemptKind[Tried]):
         record = None if result.record is None else result.record.model_copy(update={"image": image.image_id})
         reply = record.to_bytes() if record is not None else None
         if reply is not None:
-            row.update(reply_sha256=_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
+            row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
         if result.status == "infrastructure_error":
             row.update(status="infrastructure_error", error_class="DockerFault",
                        error_message=(result.infrastructure_error or "")[:2000])
@@ -179,6 +179,3 @@ def _outputs(row: dict, result: TrialResult) -> None:
                stderr=(f"[left in /logs/verifier by the agent phase, removed unread: {left}]\n" if left else "")
                + f"[verifier exit {v.exit_code}]\n{v.stdout}\n{v.stderr}")
 
-
-def _tag(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
