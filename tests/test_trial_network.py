@@ -245,3 +245,44 @@ def test_a_separate_verifier_passes_the_oracle_and_sees_only_the_artifacts(clien
 def test_a_separate_verifier_fails_nop(client, tasks):
     r = trial(client, tasks, "separate", NOP)
     assert (r.status, r.reward) == ("ok", 0.0) and r.artifacts.files == []
+
+
+# --- without docker: the responder's parsing and the log's reading ----------------------------------
+
+
+def _query(name: bytes, qtype: int = 1) -> bytes:
+    import struct
+    q = struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
+    for label in name.split(b"."):
+        q += bytes([len(label)]) + label
+    return q + b"\0" + struct.pack("!HH", qtype, 1)
+
+
+def test_the_responder_answers_nxdomain_and_renders_hostile_names_inert(capsys):
+    from validate.trial import dnslog
+
+    reply = dnslog.answer(_query(b"checker.example.com"))
+    assert reply[:2] == b"\x12\x34" and reply[3] & 0x0F == 3 and reply[2] & 0x80  # an NXDOMAIN response
+    assert dnslog.name_of(_query(b'Evil\n{"mark": 1}.Example', 28)) == ('evil\\010{"mark":\\0321}.example', 28)
+    assert dnslog.name_of(b"\x00" * 11) is None and dnslog.answer(reply) is None  # short; a response
+    log = dnslog.Log()
+    for name in [b"a.test", b"a.test"] + [b"n%d.test" % i for i in range(dnslog.MAX_NAMES + 5)]:
+        log.note(_query(name), "udp")
+    log.mark()
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == dnslog.MAX_NAMES + 2 and lines[-2:] == ['{"overflow": 6}', '{"mark": 1}']
+
+
+def test_the_harness_reads_the_log_by_phase_and_ignores_what_is_not_its_format():
+    class Api:
+        def logs(self, sid, stdout, stderr):
+            return (b'{"ready": true}\nnot json\n[1]\n{"name": "b.test", "type": 1, "via": "udp"}\n'
+                    b'{"name": "a.test", "type": 1, "via": "tcp"}\n{"mark": 1}\n'
+                    b'{"name": "a.test", "type": 28, "via": "udp"}\n{"overflow": 3}\n')
+
+    res = dk.Resources(Api(), "r", "t")
+    found = network.lookups(res, "sid", 1)
+    assert (found.agent, found.verifier, found.overflow) == (["a.test", "b.test"], ["a.test"], 3)
+    assert network.lookups(res, "sid", None).agent == ["a.test", "b.test"]  # no boundary: all the agent's
+    assert network.offline_reason(found, True, False) == ("the verifier looked up a.test; the reference solution "
+                                                          "looked up a.test, b.test (no network on this profile)")
