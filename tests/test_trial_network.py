@@ -200,34 +200,41 @@ def test_without_a_resolver_nothing_is_recorded(client, tasks):
     assert r.status == "verifier_error" and r.lookups is None
 
 
-def test_an_interrupted_trial_leaves_no_resolver_behind(client, tasks, monkeypatch):
-    task, task_dir, image, _ = tasks["needs-network"]
+@pytest.mark.parametrize("at", [1, 2], ids=["in-the-agent-phase", "in-the-verifier-phase"])
+def test_an_interrupted_trial_leaves_no_resolver_behind(client, tasks, monkeypatch, at):
+    name = "separate" if at == 1 else "needs-network"
+    task, task_dir, image, verifier = tasks[name]
     real = trial_run.dk.run_exec
     calls = []
 
     def interrupted(*args, **kwargs):
         calls.append(args[2])
-        if len(calls) == 2:  # the verifier's exec: the resolver, snapshot and volumes exist now
+        if len(calls) == at:  # the agent's exec, or the verifier's (the snapshot and volumes exist)
             assert any("resolver" in x for x in _left_behind(client))
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     monkeypatch.setattr(trial_run.dk, "run_exec", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE)
-    assert len(calls) == 2 and _left_behind(client) == []
+        run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE,
+                  verifier_image=verifier)
+    assert len(calls) == at and _left_behind(client) == []
 
 
 def test_the_resolvers_cost_per_trial_is_measured(client, tasks, capsys):
-    """Reported, not a pass/fail number: the same nop trial with and without the resolver."""
-    cost = {}
-    for resolver in (False, True, False, True):
+    """Reported, not a pass/fail number: the same nop trial with and without the resolver,
+    alternated (this machine's load varies), the best and the median of each."""
+    cost: dict[bool, list[float]] = {}
+    for resolver in (False, True) * 4:
         t0 = time.monotonic()
         trial(client, tasks, "offline", NOP, resolver=resolver)
         cost.setdefault(resolver, []).append(time.monotonic() - t0)
+    best = {k: min(v) for k, v in cost.items()}
+    median = {k: sorted(v)[len(v) // 2] for k, v in cost.items()}
     with capsys.disabled():
-        print(f"\nnop trial: {min(cost[False]):.2f} s without the resolver, {min(cost[True]):.2f} s with it")
-    assert min(cost[True]) < min(cost[False]) + 5
+        print(f"\nnop trial, best/median of 4: {best[False]:.2f}/{median[False]:.2f} s without the resolver, "
+              f"{best[True]:.2f}/{median[True]:.2f} s with it")
+    assert best[True] < best[False] + 5
 
 
 # --- the separate verifier ------------------------------------------------------------------------
