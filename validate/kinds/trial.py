@@ -102,6 +102,8 @@ class TrialKind(AttemptKind[Tried]):
             if key not in self._images:
                 builder, bases = self._base_map()
                 config = task.parsed.config.environment
+                if context == "tests":  # a separate verifier's own environment, if it has one
+                    config = task.parsed.config.verifier.environment or config
                 self._images[key] = build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                                      build_timeout_s=config.build_timeout_sec, context=context)
             return self._images[key]

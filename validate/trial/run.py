@@ -299,6 +299,9 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
         volumes.append((dk.volume(res, "artifacts"), artifacts.ARTIFACTS_DIR))
     env_config = _verifier_environment(task) if handed is not None else task.config.environment
     spec = _spec(task, image, result, a.verifier_timeout_s, task.config.verifier.env, tuple(volumes))
+    if handed is not None:  # a separate verifier's own limits, capped by the profile as the agent's are
+        spec = replace(spec, cpus=min(env_config.cpus or limits.cpus, limits.cpus),
+                       memory_mb=min(env_config.memory_mb or limits.memory_mb, limits.memory_mb))
     cid = dk.create(res, replace(spec, network=net, workdir=env_config.workdir,
                                  env={**a.pinned_env, **env_config.env, **task.config.verifier.env}), "verifier")
     dk.put_tree(res.api, cid, "/", points)  # the fresh volumes' roots, writable by any verifier user
