@@ -92,7 +92,8 @@ class TrialKind(AttemptKind[Tried]):
         self._bases: BaseImageMap | None = None
         self._builder: DockerImages | None = None
 
-    def _image(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
+    def _image(self, ctx: RunContext, task: HarborTaskRef,
+               context: str = "environment") -> TaskImage | TaskImageRefusal:
         """The task's image (or its separate verifier's, from `context` ``tests``), built once
         per run (and cached by content across runs)."""
         key = (task.idx, context)
@@ -210,7 +211,8 @@ def _outputs(row: dict, result: TrialResult) -> None:
     exit_code = a.exit_code if a.exit_code is not None or a.timed_out or a.oom_killed else 0
     looked = network.describe(result.lookups)
     handed = result.artifacts
-    dropped = f"[artifacts not handed to the verifier: {', '.join(handed.dropped)}]\n" if handed and handed.dropped else ""
+    dropped = (f"[artifacts not handed to the verifier: {', '.join(handed.dropped)}]\n"
+               if handed and handed.dropped else "")
     row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed, timed_out=a.timed_out,
                stdout=a.stdout,
                stderr=(f"[left in /logs/verifier by the agent phase, removed unread: {left}]\n" if left else "")
