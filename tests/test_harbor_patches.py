@@ -137,6 +137,10 @@ def test_a_patched_task_is_frozen_played_and_audited_with_its_patch_in_the_evide
     tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
     assert tasks.loc[TASK, "verdict"] == "compatible", (r.stderr[-2000:], tasks.to_dict("index"))
     assert f"patched offline by {TASK}.diff" in tasks.loc[TASK, "detail"]
+    report = subprocess.run(["validate", "report", str(run_dir)], capture_output=True, text=True, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    [md] = (run_dir / "reports").glob("*/report.md")
+    assert f"| {TASK} | patched offline by {TASK}.diff" in md.read_text()
     audit = subprocess.run(["validate", "audit", str(run_dir)], capture_output=True, text=True, cwd=tmp_path)
     assert audit.returncode == 0, audit.stdout[-2000:] + audit.stderr[-2000:]
 
