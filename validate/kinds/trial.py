@@ -92,7 +92,8 @@ class TrialKind(AttemptKind[Tried]):
         with lock:
             if task.idx not in self._images:
                 frozen = ctx.manifest.execution.task_images
-                got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task), ctx.paths.root)
+                got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
+                                                         ctx.paths.root, self._base_map()[0], task_image_store())
                 self._images[task.idx] = got if got is not None else self._build(ctx, task)
             return self._images[task.idx]
 

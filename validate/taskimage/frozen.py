@@ -14,15 +14,16 @@ with the log's tail). Every build log is kept as evidence beside the manifest
 records); a run copies the logs of the images it used into ``build-logs/`` of its run
 directory, where the checksums seal them and the audit checks them against the contract.
 
-At run time (`routed`) a task's image is taken from the cache and held to the frozen id: a
-different id (the cache was cleared and the build is not reproducible, another daemon) is a
-`TaskImageMismatch`, an infrastructure fault naming both ids, never a trial in another
-image. A frozen refusal is returned as it was frozen, without building.
+At run time (`routed`) a task runs in its frozen image id: the daemon's own image of that id
+and key label, else the cache's build held to the frozen id — a different id (the cache was
+cleared and the build is not reproducible, another daemon) is a `TaskImageMismatch`, an
+infrastructure fault naming both ids, never a trial in another image. A frozen refusal is
+returned as it was frozen, without building. The logs are also kept, content-addressed, in
+the image store's ``logs/``, which is where a run copies them from.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -33,11 +34,14 @@ from environment.protocol import sha256_tag
 from validate.errors import SandboxError
 from validate.evidence import atomic_write
 from validate.taskimage.basemap import BaseImageMap
-from validate.taskimage.build import BUILD_VERSION, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
+from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.dockerfile import REWRITE_VERSION
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
 BUILD_LOGS = "build-logs"
+#: The store's content-addressed copy of every frozen build log (never overwritten: a log's
+#: name is its hash), which a run copies its logs from.
+LOGS = "logs"
 
 
 class FrozenImage(BaseModel):
@@ -100,7 +104,8 @@ def keep_log(source: str | Path | None, directory: Path) -> str | None:
     return tag
 
 
-def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path) -> FrozenImage:
+def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> FrozenImage:
+    keep_log(built.log, store / LOGS)
     if isinstance(built, TaskImageRefusal):
         return FrozenImage(refusal=built.reason, detail=built.detail, log_tail=built.log_tail,
                            log_sha256=keep_log(built.log, log_dir))
@@ -135,36 +140,36 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
             continue
         built = build_task_image(taskset.task_dir(task), base_map, builder, store,
                                  build_timeout_s=task.parsed.config.environment.build_timeout_sec)
-        tasks[task.id] = _entry(built, log_dir)
+        tasks[task.id] = _entry(built, log_dir, store)
         state = "refused" if isinstance(built, TaskImageRefusal) else "cached" if built.cached else "built"
         log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
     return TaskImages(build_policy=BuildPolicy(), base_map=base_map, tasks=dict(sorted(tasks.items())))
 
 
-def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal],
-           run_root: Path) -> TaskImage | TaskImageRefusal | None:
+def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], run_root: Path,
+           backend, store: Path) -> TaskImage | TaskImageRefusal | None:
     """The task's image as its contract routes it: a frozen refusal as frozen (nothing is
-    built); a frozen image taken from the cache (`build`) and held to its id, its log kept in
-    the run's ``build-logs/``. None: the contract routes no image for this task."""
+    built); the frozen image when `backend` holds it under its key's label, else the cache's
+    (`build`) held to the frozen id; its build log (from the store's ``logs/``) kept in the
+    run's ``build-logs/``. None: the contract routes no image for this task."""
     entry = frozen.tasks.get(task_id)
     if entry is None:
         return None
     if entry.refusal is not None:
         return entry.refused()
-    built = build()
-    if isinstance(built, TaskImageRefusal) or built.image_id != entry.image:
-        have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
-        raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze {entry.image}; "
-                                f"the trial runs in the frozen image only (freeze the dataset again on this machine)")
-    log = Path(built.log)
-    if log.is_file() and sha256_tag(log.read_bytes()) == entry.log_sha256:
-        keep_log(log, run_root / BUILD_LOGS)
-    return built
-
-
-def copy_logs(source: Path, target: Path) -> None:
-    """Copy a manifest's build logs (`log_dir_of`) to `target`, each verified by its name."""
-    for f in sorted(source.glob("*.log")) if source.is_dir() else ():
-        if sha256_tag(f.read_bytes()).removeprefix("sha256:") == f.stem:
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, target / f.name)
+    # The daemon's own answer first: the store is shared by every daemon on the machine, so
+    # its record may name another daemon's build of the same key.
+    if (backend.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key:
+        image = TaskImage(key=entry.key or "", context_digest="", backend=backend.name, image_id=entry.image,
+                          layers=list(entry.layers), bases=[], patch="", policy=frozen.build_policy, timeout_s=0.0,
+                          log="", log_sha256=entry.log_sha256 or "", cached=True)
+    else:
+        image = build()
+        if isinstance(image, TaskImageRefusal) or image.image_id != entry.image:
+            have = image.detail if isinstance(image, TaskImageRefusal) else image.image_id
+            raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze "
+                                    f"{entry.image}; the trial runs in the frozen image only (freeze the dataset "
+                                    f"again on this machine)")
+    if entry.log_sha256:
+        keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
+    return image
