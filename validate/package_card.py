@@ -79,7 +79,7 @@ def card(m: Manifest, ev: RunEvidence, taskset, retained: Sequence[str], source:
         f"verifier) and {len(retained) - certified} runtime-tested only, each rejected by every control "
         f"({controls}). The claim is scoped to the execution profile below; it says nothing of other profiles.",
         "",
-        f"Dataset verdict of the run: {verdict.headline()}",
+        f"Dataset verdict of the run: {verdict.headline}",
         "",
         "## Counts",
         "",
