@@ -42,7 +42,8 @@ def exclusion_ledger(exclusions: pd.DataFrame) -> bytes:
 def _profile(m: Manifest) -> list[str]:
     ex = m.execution
     lim = ex.limits
-    lines = [f"- backend: {ex.backend} {ex.backend_version}, {ex.architecture}; the agent's network: {ex.network}",
+    lines = [f"- backend: {ex.backend} (version {ex.backend_version}), {ex.architecture}; the agent's network: "
+             f"{ex.network}",
              f"- limits per attempt (the profile's caps): {lim.cpus:g} CPU, {lim.memory_mb} MiB memory, "
              f"{lim.pids} processes, {lim.timeout_s:g} s",
              f"- infrastructure retries: {ex.infra_retries}"]
@@ -79,7 +80,7 @@ def card(m: Manifest, ev: RunEvidence, taskset, retained: Sequence[str], source:
         f"verifier) and {len(retained) - certified} runtime-tested only, each rejected by every control "
         f"({controls}). The claim is scoped to the execution profile below; it says nothing of other profiles.",
         "",
-        f"Dataset verdict of the run: {verdict.headline}",
+        f"The run's {verdict.headline}",
         "",
         "## Counts",
         "",
