@@ -23,8 +23,13 @@ reward the verifier wrote under the contract's key, the agent's output and the v
 hung) is ``scorer_error``, never a pass and never a 0 blamed on the agent; a docker fault,
 known from docker's own answers, is ``infrastructure_error`` (retried). The reply kept for
 the attempt is the harness's `VerifierRecord` of the reward files' bytes and the task image's
-id, from which the audit reads the reward again by the same rule. (The task images are not
-frozen in the contract yet: the row's ``image_digest`` is the contract's sandbox image.)
+id, from which the audit reads the reward again by the same rule.
+
+A contract that froze the task images (``execution.task_images``, `validate.taskimage.frozen`)
+routes each task: a frozen refusal is the task's outcome as frozen (nothing is built), a
+frozen image is taken from the cache and must be that image id (else `TaskImageMismatch`, an
+infrastructure fault), and the row's ``image_digest`` is that id. Without it (a contract
+frozen before the field) the image is built here and the row names the sandbox image.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.docker import DockerImages
 from validate.records import ORACLE
+from validate.taskimage.frozen import routed
 from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
 from validate.trial.run import run_trial
@@ -101,12 +107,12 @@ class TrialKind(AttemptKind[Tried]):
             lock = self._task_locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._images:
-                builder, bases = self._base_map()
-                config = task.parsed.config.environment
-                if context == "tests":  # a separate verifier's own environment, if it has one
-                    config = task.parsed.config.verifier.environment or config
-                self._images[key] = build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
-                                                     build_timeout_s=config.build_timeout_sec, context=context)
+                # The contract routes the task's own image (`validate.taskimage.frozen`); a
+                # separate verifier's image from tests/ is built (or taken from the cache) here.
+                frozen = ctx.manifest.execution.task_images if context == "environment" else None
+                got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
+                                                         ctx.paths.root, self._base_map()[0], task_image_store())
+                self._images[key] = got if got is not None else self._build(ctx, task, context)
             return self._images[key]
 
     def _images_of(self, ctx: RunContext, task: HarborTaskRef) -> tuple[TaskImage | TaskImageRefusal, str | None]:
@@ -118,6 +124,14 @@ class TrialKind(AttemptKind[Tried]):
             return image, image.image_id  # a fresh container of the task's own image
         verifier = self._image(ctx, task, "tests")
         return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
+
+    def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
+        builder, bases = self._base_map()
+        config = task.parsed.config.environment
+        if context == "tests":  # a separate verifier's own environment, if it has one
+            config = task.parsed.config.verifier.environment or config
+        return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
+                                build_timeout_s=config.build_timeout_sec, context=context)
 
     def _base_map(self) -> tuple[DockerImages, BaseImageMap]:
         with self._lock:
@@ -131,7 +145,7 @@ class TrialKind(AttemptKind[Tried]):
         row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                          agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
                          status="harness_error", workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
-                         image_digest=m.execution.image_digest)
+                         image_digest=_routed_digest(m, task.id))
         reply = None
         try:
             why = unsupported(task.parsed, ctx.sandbox.backend) if task.parsed is not None else "the task did not load"
@@ -195,13 +209,19 @@ class TrialKind(AttemptKind[Tried]):
     def unsupported(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
                    attempt=number)
-        return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest))
+        return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id)))
 
     def row(self, result: Tried) -> Attempt:
         return result.row
 
     def keep(self, ctx: RunContext, results: list[Tried]) -> None:
         keep_replies(ctx, results)
+
+
+def _routed_digest(m, task_id: str) -> str:
+    """The image the contract routes the task to (its frozen id), else the sandbox image."""
+    frozen = m.execution.task_images
+    return (frozen.digest_of(task_id) if frozen is not None else None) or m.execution.image_digest
 
 
 def _outputs(row: dict, result: TrialResult) -> None:
