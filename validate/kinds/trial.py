@@ -52,8 +52,8 @@ def _now() -> datetime:
 
 def unsupported(task: HarborTask, backend: str) -> str | None:
     """Why this profile cannot run `task`, or None."""
-    if backend != "docker":
-        return f"task-directory trials run on the docker backend only; this contract's is {backend}"
+    if backend not in ("docker", "bwrap"):
+        return f"task-directory trials run on the docker and bwrap backends only; this contract's is {backend}"
     if task.steps:
         return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
     if task.verifier == "separate":
@@ -128,8 +128,13 @@ class TrialKind(AttemptKind[Tried]):
         """Run the trial; fill `row`; return the verifier record's bytes (the reply), if any."""
         lim = play.manifest.execution.limits
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
-        result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id, agent.name,
-                           limits, run_label=ctx.run_id)
+        if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
+            from validate.trial import bwrap
+            result = bwrap.run_trial(ctx.sandbox, self._builder.client, task.parsed, ctx.taskset.task_dir(task),
+                                     image.image_id, agent.name, limits, lim)
+        else:
+            result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id,
+                               agent.name, limits, run_label=ctx.run_id)
         _outputs(row, result)
         record = None if result.record is None else result.record.model_copy(update={"image": image.image_id})
         reply = record.to_bytes() if record is not None else None

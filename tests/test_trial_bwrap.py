@@ -1,0 +1,181 @@
+"""Harbor trials under bwrap (`validate.trial.bwrap`): the task image built in the suite's own
+dockerd, exported and unpacked once, each trial on an overlay of it, every process uid 65534.
+
+What is shown: a sound task of the sample passes the oracle and fails nop; the sample's task
+whose solve.sh needs root (``dpkg -i``) fails there and passes under docker; the reward
+forger's files and background rewriter do not reach the verifier; the contract's limits
+(memory, pids, storage, file size, network) hold in the agent's phase; nothing — no mount, no
+cgroup, no process, no directory — is left after a trial; and the execution profile says the
+profile is rootless, what root is, and how each limit is enforced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import docker
+import pytest
+
+from environment.harbor.taskdir import HarborTask, load_task
+from validate.paths import DEFAULT_IMAGE
+from validate.records import ORACLE
+from validate.sandbox import storage
+from validate.sandbox.base import Limits
+from validate.sandbox.docker.wire import LABEL
+from validate.trial import bwrap as bwrap_trial
+from validate.trial import docker as dk
+from validate.trial.agents import NOP, REWARD_FORGER
+from validate.trial.result import TrialLimits
+from validate.trial.roots import TREE_UID, task_root
+from validate.trial.run import run_trial
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.docker]
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples/harbor-sample"
+IMAGE_LABEL = f"{LABEL}.test-task-image"
+LIMITS = TrialLimits(cpus=1, memory_mb=256, pids=64, max_agent_timeout_s=60, max_verifier_timeout_s=60)
+CONTRACT = Limits(memory_mb=256, pids=64, storage_mb=32, storage_inodes=2048, max_file_mb=8)
+
+#: Probes of the agent's phase, each line "name value"; the verifier always writes 1.
+PROBE = textwrap.dedent("""\
+    #!/bin/bash
+    echo "uid $(id -u)"
+    echo "ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')"
+    python3 -c 'b = bytearray(300 * 2**20); print("allocated")' 2>/dev/null || echo "alloc-failed $?"
+    head -c 20000000 /dev/zero > /app/big 2>/dev/null; echo "bigfile $(stat -c %s /app/big 2>/dev/null)"
+    rm -f /app/big
+    for i in $(seq 1 40); do head -c 1000000 /dev/zero > /app/fill.$i 2>/dev/null || { echo "storage-full-at $i"; break; }; done
+    rm -f /app/fill.*
+    python3 -c 'import os, time
+    n = 0
+    try:
+        while n < 200:
+            if os.fork() == 0:
+                time.sleep(5)
+                os._exit(0)
+            n += 1
+    except OSError:
+        pass
+    print("forked", n)'
+    """)
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = docker.from_env(timeout=120)
+    yield c
+    dk.sweep(c.api, f"{IMAGE_LABEL}=1")
+
+
+def _build(client, root: Path, name: str) -> tuple[HarborTask, Path, str]:
+    dockerfile = root / name / "environment/Dockerfile"
+    text = dockerfile.read_text()
+    for base in ("python:3.11-slim-bookworm", "debian:bookworm-slim"):
+        text = text.replace(f"FROM {base}", f"FROM {DEFAULT_IMAGE}")
+    dockerfile.write_text(text)
+    task = load_task(root, name)
+    assert isinstance(task, HarborTask), task
+    image, _ = client.images.build(path=str(root / name / "environment"), labels={IMAGE_LABEL: "1"},
+                                   network_mode="none", rm=True, forcerm=True)
+    return task, root / name, image.id
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory, client) -> dict[str, tuple[HarborTask, Path, str]]:
+    """Two tasks of the sample (FROM the sandbox image, which stands in for their bases) and a
+    probe of the limits."""
+    root = tmp_path_factory.mktemp("bwrap-trial")
+    for name in ("csv-to-json", "install-local-deb"):
+        shutil.copytree(SAMPLE / name, root / name)
+    probe = root / "probe"
+    shutil.copytree(SAMPLE / "csv-to-json", probe)
+    (probe / "solution/solve.sh").write_text(PROBE)
+    (probe / "tests/test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    return {name: _build(client, root, name) for name in ("csv-to-json", "install-local-deb", "probe")}
+
+
+@pytest.fixture(scope="module")
+def bwrap(sandboxes):
+    return sandboxes("bwrap")
+
+
+def trial(bwrap, client, tasks, name, agent):
+    task, task_dir, image = tasks[name]
+    return bwrap_trial.run_trial(bwrap, client, task, task_dir, image, agent, LIMITS, CONTRACT)
+
+
+def _leftovers(bwrap) -> list[str]:
+    left = [f"cgroup {n}" for n in bwrap.hierarchy.names(bwrap.run_label)]
+    base = storage.DEFAULT_PARENT / bwrap.run_label
+    left += [f"storage {p.name}" for p in base.iterdir()] if base.is_dir() else []
+    mounts = Path("/proc/self/mountinfo").read_text()
+    left += [line for line in mounts.splitlines() if f"/{bwrap.run_label}/trial-" in line]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+        if uid == str(TREE_UID) and "bwrap-trial" not in status:
+            left.append(f"process {pid} of uid {uid}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
+    return left
+
+
+def test_a_sound_task_passes_the_oracle_and_fails_nop(bwrap, client, tasks):
+    r = trial(bwrap, client, tasks, "csv-to-json", ORACLE)
+    assert (r.status, r.reward, r.cleanup_errors) == ("ok", 1.0, []), r
+    assert r.agent_run.exit_code == 0
+    r = trial(bwrap, client, tasks, "csv-to-json", NOP)
+    assert (r.status, r.reward) == ("ok", 0.0), r
+    assert _leftovers(bwrap) == []
+
+
+def test_a_task_whose_solution_needs_root_fails_here_and_passes_under_docker(bwrap, client, tasks):
+    r = trial(bwrap, client, tasks, "install-local-deb", ORACLE)
+    assert (r.status, r.reward) == ("ok", 0.0), r
+    assert r.agent_run.exit_code == 2 and "requires superuser privilege" in r.agent_run.stdout
+    task, task_dir, image = tasks["install-local-deb"]
+    on_docker = run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label="pytest-bwrap-trial")
+    assert (on_docker.status, on_docker.reward) == ("ok", 1.0), on_docker
+    assert _leftovers(bwrap) == []
+
+
+def test_the_forgers_files_and_rewriter_do_not_reach_the_verifier(bwrap, client, tasks):
+    r = trial(bwrap, client, tasks, "csv-to-json", REWARD_FORGER)
+    assert (r.status, r.reward) == ("ok", 0.0), r
+    assert {f.path for f in r.left_in_verifier_dir} >= {"reward.txt", "reward.json"}
+    assert set(r.verifier_files) == {"reward.txt", "test-stdout.txt", "test-stderr.txt"}
+    assert _leftovers(bwrap) == []
+
+
+def test_the_contracts_limits_hold_in_the_agents_phase(bwrap, client, tasks):
+    r = trial(bwrap, client, tasks, "probe", ORACLE)
+    out = dict(line.split(" ", 1) for line in r.agent_run.stdout.splitlines() if " " in line)
+    assert out["uid"] == str(TREE_UID)
+    assert out["ifaces"].split() == ["lo"]
+    assert out["alloc-failed"] == "137" and "allocated" not in r.agent_run.stdout.splitlines()  # 300 > 256 MiB
+    assert r.agent_run.oom_killed  # read off the phase's memory cgroup
+    assert out["bigfile"] == str(8 * 2**20)  # ulimit -f: the contract's max_file_mb
+    assert int(out["storage-full-at"]) <= 34  # 1 MB files on the overlay's 32 MiB tmpfs
+    assert int(out["forked"]) < 64  # the pids cgroup
+    assert r.reward == 1.0 and _leftovers(bwrap) == []
+
+
+def test_the_image_is_unpacked_once_and_belongs_to_the_sandbox_user(client, tasks):
+    _, _, image = tasks["csv-to-json"]
+    first = task_root(client, image)
+    again = task_root(client, image)
+    assert first == again and first.workdir == "/app"
+    st = (first.root / "app/people.csv").stat()
+    assert (st.st_uid, st.st_gid) == (TREE_UID, TREE_UID)
+    assert not any((first.root / "dev").iterdir())  # no device node made
+
+
+def test_the_profile_records_rootless_bwrap_and_how_each_limit_is_enforced(bwrap):
+    iso = bwrap.facts().isolation
+    assert iso is not None and iso.rootless and iso.runtime == "bwrap"
+    assert "65534" in iso.root_maps_to
+    assert set(Limits.model_fields) <= set(iso.limit_enforcement)
