@@ -47,15 +47,15 @@ PROBE = textwrap.dedent("""\
     python3 -c 'b = bytearray(300 * 2**20); print("allocated")' 2>/dev/null || echo "alloc-failed $?"
     head -c 20000000 /dev/zero > /app/big 2>/dev/null; echo "bigfile $(stat -c %s /app/big 2>/dev/null)"
     rm -f /app/big
+    printf '#!/bin/sh\necho ran\n' > /app/x.sh && chmod +x /app/x.sh && echo "exec $(/app/x.sh)"
     for i in $(seq 1 40); do head -c 1000000 /dev/zero > /app/fill.$i 2>/dev/null || { echo "storage-full-at $i"; break; }; done
     rm -f /app/fill.*
-    python3 -c 'import os, time
+    python3 -c 'import os
     n = 0
     try:
         while n < 200:
             if os.fork() == 0:
-                time.sleep(5)
-                os._exit(0)
+                os.execv("/bin/sleep", ["sleep", "5"])
             n += 1
     except OSError:
         pass
@@ -113,14 +113,14 @@ def _leftovers(bwrap) -> list[str]:
     left += [f"storage {p.name}" for p in base.iterdir()] if base.is_dir() else []
     mounts = Path("/proc/self/mountinfo").read_text()
     left += [line for line in mounts.splitlines() if f"/{bwrap.run_label}/trial-" in line]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in filter(str.isdigit, os.listdir("/proc")):  # this session's only: others run bwrap too
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            mine = bwrap.run_label in Path(f"/proc/{pid}/cgroup").read_text() or \
+                str(base) in os.readlink(f"/proc/{pid}/root")
+            if mine:
+                left.append(f"process {pid}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
         except OSError:
             continue
-        uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
-        if uid == str(TREE_UID) and "bwrap-trial" not in status:
-            left.append(f"process {pid} of uid {uid}: {Path(f'/proc/{pid}/cmdline').read_bytes()[:80]!r}")
     return left
 
 
@@ -154,13 +154,14 @@ def test_the_forgers_files_and_rewriter_do_not_reach_the_verifier(bwrap, client,
 def test_the_contracts_limits_hold_in_the_agents_phase(bwrap, client, tasks):
     r = trial(bwrap, client, tasks, "probe", ORACLE)
     out = dict(line.split(" ", 1) for line in r.agent_run.stdout.splitlines() if " " in line)
-    assert out["uid"] == str(TREE_UID)
+    assert out["uid"] == str(TREE_UID), r.agent_run.stdout
+    assert out["exec"] == "ran"  # what the agent writes runs (the overlay's writable layer)
     assert out["ifaces"].split() == ["lo"]
     assert out["alloc-failed"] == "137" and "allocated" not in r.agent_run.stdout.splitlines()  # 300 > 256 MiB
     assert r.agent_run.oom_killed  # read off the phase's memory cgroup
     assert out["bigfile"] == str(8 * 2**20)  # ulimit -f: the contract's max_file_mb
     assert int(out["storage-full-at"]) <= 34  # 1 MB files on the overlay's 32 MiB tmpfs
-    assert int(out["forked"]) < 64  # the pids cgroup
+    assert 20 < int(out["forked"]) < 64, r.agent_run.stdout  # the pids cgroup
     assert r.reward == 1.0 and _leftovers(bwrap) == []
 
 
@@ -179,3 +180,53 @@ def test_the_profile_records_rootless_bwrap_and_how_each_limit_is_enforced(bwrap
     assert iso is not None and iso.rootless and iso.runtime == "bwrap"
     assert "65534" in iso.root_maps_to
     assert set(Limits.model_fields) <= set(iso.limit_enforcement)
+
+
+# --- through the trial attempt kind, on both profiles ---------------------------------------------
+
+PAIR = ("csv-to-json", "install-local-deb")
+
+
+@pytest.fixture(scope="module")
+def two_profiles(tmp_path_factory, sandboxes):
+    """The same contract (two tasks of the sample) run on docker and, frozen `--like` it, on bwrap."""
+    from tests.conftest import make_ctx, make_manifest
+    from validate import environments
+    from validate.contract import reprofile
+    from validate.phases import RunPhase, run_agents
+
+    env = environments.get("harbor")
+    ts = env.load(env.Config(dataset=str(SAMPLE)))
+    idx = [i for i in range(ts.size) if ts.task(i).id in PAIR]
+    on_docker = make_manifest(sandboxes("docker"), idx=idx, env_name="harbor", dataset=str(SAMPLE), min_task_count=1)
+    on_bwrap = reprofile(on_docker, name="pytest-bwrap", facts=sandboxes("bwrap").facts(),
+                         limits=on_docker.execution.limits, infra_retries=on_docker.execution.infra_retries)
+    runs = {}
+    for backend, manifest in (("docker", on_docker), ("bwrap", on_bwrap)):
+        run_dir = tmp_path_factory.mktemp(backend) / f"{backend}-run"
+        run_agents(make_ctx(manifest, sandboxes(backend), run_dir, concurrency=2), RunPhase())
+        runs[backend] = run_dir
+    return runs
+
+
+def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_root_is_needed(two_profiles,
+                                                                                                sandboxes, tmp_path):
+    import pandas as pd
+
+    from validate.audit import audit
+    from validate.profiles import compare_profiles
+
+    verdicts = {}
+    for backend, run_dir in two_profiles.items():
+        tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
+        verdicts[backend] = {t: (tasks.loc[t, "verdict"], tasks.loc[t, "reason"] or "") for t in PAIR}
+        att = pd.read_parquet(run_dir / "attempts.parquet")
+        assert set(att["backend"]) == {backend}
+        assert audit(run_dir).problems == []
+    assert verdicts["docker"] == {t: ("compatible", "") for t in PAIR}
+    assert verdicts["bwrap"] == {"csv-to-json": ("compatible", ""),
+                                 "install-local-deb": ("excluded", "oracle_fails_on_valid_task")}
+    comparison, entry = compare_profiles(two_profiles["docker"], two_profiles["bwrap"], out=tmp_path / "cmp")
+    assert [d.task_id for d in comparison.differences] == ["install-local-deb"]
+    assert "isolation" in {f for f, _, _ in comparison.profile}
+    assert _leftovers(sandboxes("bwrap")) == []
