@@ -47,7 +47,7 @@ PROBE = textwrap.dedent("""\
     python3 -c 'b = bytearray(300 * 2**20); print("allocated")' 2>/dev/null || echo "alloc-failed $?"
     head -c 20000000 /dev/zero > /app/big 2>/dev/null; echo "bigfile $(stat -c %s /app/big 2>/dev/null)"
     rm -f /app/big
-    printf '#!/bin/sh\necho ran\n' > /app/x.sh && chmod +x /app/x.sh && echo "exec $(/app/x.sh)"
+    printf '#!/bin/sh\\necho ran\\n' > /app/x.sh && chmod +x /app/x.sh && echo "exec $(/app/x.sh)"
     for i in $(seq 1 40); do head -c 1000000 /dev/zero > /app/fill.$i 2>/dev/null || { echo "storage-full-at $i"; break; }; done
     rm -f /app/fill.*
     python3 -c 'import os
