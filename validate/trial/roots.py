@@ -24,7 +24,10 @@ import errno
 import json
 import os
 import stat
+import secrets
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,8 @@ from validate.trial.docker import Found, Tree
 TREE_UID = AGENT_UID
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _UNPACK_TIMEOUT_S = 900
+_LOCK = threading.Lock()
+_UNPACKING: dict[str, threading.Lock] = {}
 
 
 def tree_store() -> Path:
@@ -58,10 +63,14 @@ class TaskRoot:
 
 
 def task_root(docker_client, image_id: str) -> TaskRoot:
-    """The unpacked tree of `image_id` (exported from `docker_client`'s daemon on first use)."""
+    """The unpacked tree of `image_id` (exported from `docker_client`'s daemon on first use;
+    trials of one image in several threads wait for the one unpack)."""
     final = tree_store() / image_id.removeprefix("sha256:")
-    if not (final / "config.json").is_file():
-        _unpack(docker_client, image_id, final)
+    with _LOCK:
+        lock = _UNPACKING.setdefault(final.name, threading.Lock())
+    with lock:
+        if not (final / "config.json").is_file():
+            _unpack(docker_client, image_id, final)
     config = json.loads((final / "config.json").read_text())
     return TaskRoot(image_id=image_id, root=final / "root", env=config["env"], workdir=config["workdir"],
                     user=config["user"])
@@ -75,7 +84,8 @@ def _unpack(client, image_id: str, final: Path) -> None:
         raise SandboxError(f"task root: cannot inspect {image_id[:19]}: {e}") from None
     store = final.parent
     store.mkdir(mode=0o755, parents=True, exist_ok=True)
-    tmp = store / f".{final.name}.{os.getpid()}.tmp"
+    # Another process may unpack the same image meanwhile: its own temporary name, one rename wins.
+    tmp = store / f".{final.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     remove_tree(tmp)
     (tmp / "root").mkdir(parents=True, mode=0o755)
     os.chown(tmp / "root", TREE_UID, TREE_UID)
@@ -97,24 +107,27 @@ def _export_into(api, image_id: str, dest: Path) -> None:
     """Stream the image's flattened filesystem into an unprivileged tar extracting at `dest`."""
     cid = api.create_container(image_id, command=["true"], entrypoint=[], network_disabled=True,
                                labels={LABEL: "task-root-export"})["Id"]
+    # tar's complaints go to a file, never a pipe: a pipe nobody drains while the export is
+    # written would stop tar, and the export with it.
+    errors = tempfile.TemporaryFile()
     tar = subprocess.Popen(["setpriv", f"--reuid={TREE_UID}", f"--regid={TREE_UID}", "--clear-groups",
                             "--inh-caps=-all", "--no-new-privs", "tar", "-x", "-p", "-f", "-", "-C", str(dest),
                             "--no-same-owner", "--exclude=dev/*"],
-                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
+    tail = lambda: (errors.seek(0), errors.read().decode(errors="replace")[-500:])[1]  # noqa: E731
     try:
         for chunk in api.export(cid):
             tar.stdin.write(chunk)
         tar.stdin.close()
-        err = tar.stderr.read().decode(errors="replace")
         if tar.wait(timeout=_UNPACK_TIMEOUT_S) != 0:
-            raise SandboxError(f"task root: unpacking {image_id[:19]} failed: {err[-500:]}")
+            raise SandboxError(f"task root: unpacking {image_id[:19]} failed: {tail()}")
     except BrokenPipeError:
-        raise SandboxError(f"task root: tar stopped reading the export of {image_id[:19]}: "
-                           f"{tar.stderr.read().decode(errors='replace')[-500:]}") from None
+        raise SandboxError(f"task root: tar stopped reading the export of {image_id[:19]}: {tail()}") from None
     finally:
         if tar.poll() is None:
             tar.kill()
             tar.wait()
+        errors.close()
         try:
             api.remove_container(cid, force=True)
         except Exception:  # noqa: BLE001, S110 - the export's container is labelled; a sweep finds it
