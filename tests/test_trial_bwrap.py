@@ -175,6 +175,31 @@ def test_the_image_is_unpacked_once_and_belongs_to_the_sandbox_user(client, task
     assert not any((first.root / "dev").iterdir())  # no device node made
 
 
+def test_trials_of_one_image_starting_at_once_unpack_it_once(client, tmp_path):
+    """A fresh image (its own file, so its own id), asked for by four threads at once."""
+    import threading
+
+    (tmp_path / "stamp").write_text(f"{os.getpid()} {tmp_path}\n")
+    (tmp_path / "Dockerfile").write_text(f"FROM {DEFAULT_IMAGE}\nCOPY stamp /stamp\n")
+    image, _ = client.images.build(path=str(tmp_path), labels={IMAGE_LABEL: "1"}, network_mode="none", rm=True)
+    got, errors = [], []
+
+    def ask():
+        try:
+            got.append(task_root(client, image.id))
+        except Exception as e:  # noqa: BLE001 - collected and asserted on
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(got) == 4 and all(g == got[0] for g in got)
+    assert (got[0].root / "stamp").read_text() == (tmp_path / "stamp").read_text()
+    assert not [p for p in got[0].root.parent.parent.iterdir() if p.name.startswith(f".{got[0].root.parent.name}")]
+
+
 def test_the_profile_records_rootless_bwrap_and_how_each_limit_is_enforced(bwrap):
     iso = bwrap.facts().isolation
     assert iso is not None and iso.rootless and iso.runtime == "bwrap"
