@@ -244,7 +244,8 @@ def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_
     verdicts = {}
     for backend, run_dir in two_profiles.items():
         tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
-        verdicts[backend] = {t: (tasks.loc[t, "verdict"], tasks.loc[t, "reason"] or "") for t in PAIR}
+        reason = lambda t: tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""  # noqa: E731
+        verdicts[backend] = {t: (tasks.loc[t, "verdict"], reason(t)) for t in PAIR}
         att = pd.read_parquet(run_dir / "attempts.parquet")
         assert set(att["backend"]) == {backend}
         assert audit(run_dir).problems == []
