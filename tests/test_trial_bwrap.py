@@ -11,12 +11,14 @@ profile is rootless, what root is, and how each limit is enforced.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import textwrap
 from pathlib import Path
 
 import docker
+import pandas as pd
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
@@ -29,7 +31,7 @@ from validate.trial import bwrap as bwrap_trial
 from validate.trial import docker as dk
 from validate.trial.agents import NOP, REWARD_FORGER
 from validate.trial.result import TrialLimits
-from validate.trial.roots import TREE_UID, task_root
+from validate.trial.roots import TREE_UID, task_root, tree_store
 from validate.trial.run import run_trial
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.docker]
@@ -63,11 +65,18 @@ PROBE = textwrap.dedent("""\
     """)
 
 
+#: Images this module built (its own dockerd's ids, never seen again): their unpacked trees
+#: are removed at the end, so the tree store does not grow by a session's worth each time.
+MADE: set[str] = set()
+
+
 @pytest.fixture(scope="module")
 def client():
     c = docker.from_env(timeout=120)
     yield c
     dk.sweep(c.api, f"{IMAGE_LABEL}=1")
+    for image_id in MADE:
+        storage.remove_tree(tree_store() / image_id.removeprefix("sha256:"))
 
 
 def _build(client, root: Path, name: str) -> tuple[HarborTask, Path, str]:
@@ -80,6 +89,7 @@ def _build(client, root: Path, name: str) -> tuple[HarborTask, Path, str]:
     assert isinstance(task, HarborTask), task
     image, _ = client.images.build(path=str(root / name / "environment"), labels={IMAGE_LABEL: "1"},
                                    network_mode="none", rm=True, forcerm=True)
+    MADE.add(image.id)
     return task, root / name, image.id
 
 
@@ -182,6 +192,7 @@ def test_trials_of_one_image_starting_at_once_unpack_it_once(client, tmp_path):
     (tmp_path / "stamp").write_text(f"{os.getpid()} {tmp_path}\n")
     (tmp_path / "Dockerfile").write_text(f"FROM {DEFAULT_IMAGE}\nCOPY stamp /stamp\n")
     image, _ = client.images.build(path=str(tmp_path), labels={IMAGE_LABEL: "1"}, network_mode="none", rm=True)
+    MADE.add(image.id)
     got, errors = [], []
 
     def ask():
@@ -213,7 +224,7 @@ PAIR = ("csv-to-json", "install-local-deb")
 
 
 @pytest.fixture(scope="module")
-def two_profiles(tmp_path_factory, sandboxes):
+def two_profiles(tmp_path_factory, sandboxes, client):
     """The same contract (two tasks of the sample) run on docker and, frozen `--like` it, on bwrap."""
     from tests.conftest import make_ctx, make_manifest
     from validate import environments
@@ -231,13 +242,13 @@ def two_profiles(tmp_path_factory, sandboxes):
         run_dir = tmp_path_factory.mktemp(backend) / f"{backend}-run"
         run_agents(make_ctx(manifest, sandboxes(backend), run_dir, concurrency=2), RunPhase())
         runs[backend] = run_dir
+    att = pd.read_parquet(runs["bwrap"] / "attempts.parquet")
+    MADE.update(json.loads(text)["image"] for text in att["reply_text"].dropna())
     return runs
 
 
 def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_root_is_needed(two_profiles,
                                                                                                 sandboxes, tmp_path):
-    import pandas as pd
-
     from validate.audit import audit
     from validate.profiles import compare_profiles
 

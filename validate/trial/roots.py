@@ -9,7 +9,9 @@ anything (every process runs with no_new_privs), device nodes are not made (the 
 its own ``/dev``). The image's root is that user, never the host's root. Trees live under
 `tree_store` by the image's id (content-addressed, so a second run reuses them; made in a
 temporary directory and renamed, so two sessions never see half a tree), with the image's
-``Env``, ``WorkingDir`` and ``User`` beside them (``config.json``). Nothing here removes a tree.
+``Env``, ``WorkingDir`` and ``User`` beside them (``config.json``). Nothing here removes a tree: one
+per image id, as a daemon keeps images (a daemon that rebuilds makes new ids, so new trees;
+the tests remove the trees of the images they built).
 
 **Safe operations.** After the image, the tree's content is the agent's (the verifier runs
 over it). Every path the harness writes or reads in it is walked one component at a time
