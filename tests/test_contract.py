@@ -81,7 +81,9 @@ def test_an_isolation_record_is_sealed_only_when_present_and_checked(bwrap_manif
     from validate.sandbox.base import Isolation
 
     m, _ = bwrap_manifest
-    assert "isolation" not in json.loads(m.to_json())["execution"]
+    assert json.loads(m.to_json())["execution"]["isolation"]["rootless"] is True  # bwrap records its own
+    bare = m.model_copy(update={"execution": m.execution.model_copy(update={"isolation": None})}).sealed()
+    assert "isolation" not in json.loads(bare.to_json())["execution"]
     iso = Isolation(runtime="runsc", limit_enforcement={"memory_mb": "cgroup v1 memory.limit_in_bytes"})
     changed = m.model_copy(update={"execution": m.execution.model_copy(update={"isolation": iso})}).sealed()
     assert changed.sha256 != m.sha256

@@ -68,10 +68,12 @@ def _now() -> datetime:
 
 def unsupported(task: HarborTask, backend: str) -> str | None:
     """Why this profile cannot run `task`, or None."""
-    if backend != "docker":
-        return f"task-directory trials run on the docker backend only; this contract's is {backend}"
+    if backend not in ("docker", "bwrap"):
+        return f"task-directory trials run on the docker and bwrap backends only; this contract's is {backend}"
     if task.steps:
         return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
+    if task.verifier == "separate" and backend == "bwrap":
+        return "a separate verifier environment: the bwrap profile verifies over the agent's own tree only"
     if task.verifier == "separate" and task.verifier_build not in ("dockerfile", "environment"):
         return f"a separate verifier environment from {task.verifier_build}: this harness builds a verifier only " \
                f"from tests/Dockerfile or the task's own environment"
@@ -172,8 +174,14 @@ class TrialKind(AttemptKind[Tried]):
         m = play.manifest
         lim = m.execution.limits
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
-        result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id, agent.name,
-                           limits, run_label=ctx.run_id, resolver_image=m.execution.image, verifier_image=verifier)
+        if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
+            from validate.trial import bwrap
+            result = bwrap.run_trial(ctx.sandbox, self._builder.client, task.parsed, ctx.taskset.task_dir(task),
+                                     image.image_id, agent.name, limits, lim)
+        else:
+            result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id,
+                               agent.name, limits, run_label=ctx.run_id, resolver_image=m.execution.image,
+                               verifier_image=verifier)
         _outputs(row, result)
         offline = network.offline_reason(result.lookups, agent.role == ORACLE,
                                          result.passed(m.expectations.pass_threshold))

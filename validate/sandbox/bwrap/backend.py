@@ -69,7 +69,7 @@ from validate.errors import ProfileUnavailable, SandboxError
 from validate.image import rootfs_facts, unpack_rootfs
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, shield, supervise
+from validate.sandbox.base import BackendFacts, ExecResult, Isolation, RunRequest, Sandbox, shield, supervise
 from validate.sandbox.bwrap import server
 from validate.sandbox.bwrap.launch import Launch, bwrap_argv
 from validate.sandbox.cgroups import Cgroups, open_cgroups
@@ -77,6 +77,20 @@ from validate.sandbox.session import SandboxEnded
 
 #: Seconds bwrap may take to report the sandbox's exit once its command server has gone.
 EXIT_GRACE_S = 5.0
+#: How this profile isolates (recorded in the execution profile): bwrap itself runs as the
+#: sandbox's uid (root is dropped before it starts), and no process in the sandbox is uid 0.
+ISOLATION = Isolation(
+    runtime="bwrap", rootless=True,
+    root_maps_to="nothing: every process runs as uid 65534 (a task directory's image, unpacked, belongs to it)",
+    limit_enforcement={
+        "memory_mb": "the harness's cgroup per sandbox; no swap", "pids": "the harness's cgroup per sandbox",
+        "cpus": "the harness's cgroup per sandbox (cpu quota)",
+        "timeout_s": "the harness kills the sandbox's PID 1; coreutils timeout as PID 1 kills it later",
+        "storage_mb": "a size-capped tmpfs per attempt (a task directory's trial: its overlay's writable layer)",
+        "storage_inodes": "an inode-capped tmpfs per attempt (a task directory's trial: likewise)",
+        "tmpfs_mb": "a tmpfs of that size at /tmp (a task directory's trial: the image's /tmp, counted in storage_mb)",
+        "max_file_mb": "RLIMIT_FSIZE (ulimit -f) before root is dropped",
+        "max_log_bytes": "the harness keeps the head of each stream"})
 
 
 @dataclass
@@ -133,7 +147,7 @@ class BwrapSandbox(Sandbox):
         return BackendFacts(backend=self.backend, image=self.image, image_digest=image.digest,
                             architecture=_docker_arch(platform.machine()), version=version,
                             packages=image.packages, python=image.python, tree_digest=image.tree_digest,
-                            seccomp=self.seccomp_sha256, cgroup=self.hierarchy.version)
+                            seccomp=self.seccomp_sha256, cgroup=self.hierarchy.version, isolation=ISOLATION)
 
     def run(self, req: RunRequest) -> ExecResult:
         name = f"{self.run_label}-{req.name}"
