@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from environment.harbor.config import TaskConfig
@@ -39,7 +41,7 @@ from environment.harbor.reward import (
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.trial import docker as dk
-from validate.trial.agents import plan as agent_plan, tree_entries
+from validate.trial.agents import AgentPlan, plan as agent_plan, tree_entries
 from validate.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
 
 VERIFIER_DIR = "/logs/verifier"
@@ -53,6 +55,27 @@ _MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests"
 _TEST_SH = f"{TESTS_DIR}/test.sh"
 _VERIFY = (f"{{ if command -v bash >/dev/null 2>&1; then exec bash {_TEST_SH}; else exec sh {_TEST_SH}; fi; }}"
            f" > {VERIFIER_DIR}/{VERIFIER_STDOUT} 2> {VERIFIER_DIR}/{VERIFIER_STDERR}")
+
+
+@dataclass(frozen=True)
+class AgentContainer:
+    """The agent phase's live container as a driver sees it: where and as whom its commands
+    run (the task's agent user, its working directory, the phase's environment) and the
+    phase's time. The harness starts and stops the container; a driver only runs commands."""
+
+    api: object
+    cid: str
+    user: str | None
+    workdir: str | None
+    env: dict[str, str]
+    timeout_s: float
+
+
+#: Plays the agent phase in place of an agent's command (e.g. a model whose shell commands run
+#: in the container): given the live container, it returns what the phase did. Raising
+#: `validate.trial.docker.DockerFault` makes the trial an infrastructure error; any other
+#: exception leaves the trial (cleanup done) to the caller.
+AgentDriver = Callable[[AgentContainer], PhaseRun]
 
 
 class UnsupportedTask(ValueError):
@@ -75,19 +98,20 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
 
 def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
-              reward_range: tuple[float, float] = (0.0, 1.0)) -> TrialResult:
+              reward_range: tuple[float, float] = (0.0, 1.0), drive: AgentDriver | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
-    volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused)."""
+    volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused).
+    With `drive`, the agent phase is that driver's (`agent` only names it): nothing is uploaded."""
     if task.steps or task.verifier == "separate":
         raise UnsupportedTask(f"{task.id}: multi-step tasks and separate verifier environments are not run "
                               f"by a single-container trial")
-    plan = agent_plan(agent, task, Path(task_dir))
+    plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent, command=None, output="")
     t0 = time.monotonic()
     res = dk.Resources(client.api, run_label, secrets.token_hex(6))
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
                          reward_key=reward_key, applied=apply_limits(task.config, limits))
     try:
-        snapshot = _agent_phase(res, task, image, plan, result, limits)
+        snapshot = _agent_phase(res, task, image, plan, result, limits, drive)
         _verifier_phase(res, task, Path(task_dir), snapshot, result, limits, reward_key, reward_range)
         result.status = _status(result)
     except dk.DockerFault as e:
@@ -164,7 +188,7 @@ def _outside_kills(res: dk.Resources, cid: str, since: float) -> str:
 
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
-                 limits: TrialLimits) -> str:
+                 limits: TrialLimits, drive: AgentDriver | None = None) -> str:
     """Run the agent; record what it left in /logs/verifier; return the snapshot image."""
     a = result.applied
     cid = dk.create(res, _spec(task, image, result, a.agent_timeout_s, plan.env), "agent")
@@ -174,7 +198,11 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
     pid, oom_before, since = _started(res, cid)
     run = PhaseRun()
     try:
-        if plan.command is not None:
+        if drive is not None:
+            run = drive(AgentContainer(api=res.api, cid=cid, user=a.agent_user, workdir=task.config.environment.workdir,
+                                       env={**a.pinned_env, **task.config.environment.env, **plan.env},
+                                       timeout_s=a.agent_timeout_s))
+        elif plan.command is not None:
             ex = dk.run_exec(res.api, cid, plan.command, a.agent_user, None,
                              {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))

@@ -82,7 +82,7 @@ def _figures(e: EvalEntry) -> list[object]:
 
 
 def _classes(e: EvalEntry) -> list[object]:
-    said = {r[0]: r[2] for r in rule_table()}
+    said = {r[0]: r[2] for r in rule_table(True)}
     rows = [[c.phase, c.failure_class, a(c.rule, eval_url(e.key, rule=c.rule) + "#tasks"), said.get(c.rule, "?"),
              Html(str(c.attempts))] for c in e.summary.failure_classes]
     errs = [[x.phase, x.status, x.error_class, Html(str(x.attempts))] for x in e.summary.errors]
