@@ -196,7 +196,7 @@ class ShellKind(TrialKind):
 
     def _result(self, ctx, result: TrialResult, conv: Conversation, row: dict, stats: dict) -> None:
         """The trial's outcome as the attempt's status, reward and kept reply."""
-        record = result.record
+        record = None if result.record is None else result.record.model_copy(update={"image": result.image})
         reply = None if record is None else record.to_bytes()
         if reply is not None:
             row.update(reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply),
