@@ -156,3 +156,17 @@ def test_no_key_inside_no_network_a_planted_reward_is_never_read(harbor, server,
     for path in run_dir.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_freezing_on_a_task_directory_pool_freezes_the_shell_agent(tmp_path):
+    """`validate eval freeze` on the committed harbor-sample pool: the contract names the
+    task-shell agent (its sources' sha256), its tool and its system prompt; the chat agent's
+    are for every other environment."""
+    pool = next((Path(__file__).resolve().parents[1] / "ledgers").glob("harbor-sample-pool-*"))
+    c = api.eval_freeze("shell", pool_run=pool, model=baseline.MODEL_NAME, model_revision="test",
+                        base_url="http://127.0.0.1:9/v1", server="localserver", allow_patch=True,
+                        out=tmp_path / "shell.json")
+    assert c.parent.environment == "harbor" and c.parent.task_count == 11
+    assert (c.agent.name, c.agent.source_sha256) == (ec.SHELL_AGENT_NAME, ec.shell_source_sha256())
+    assert c.tools == [ec.SHELL_TOOL] and c.prompts.system_template == ec.SHELL_SYSTEM
+    assert ec.default_system("program") == ec.DEFAULT_SYSTEM != ec.SHELL_SYSTEM
