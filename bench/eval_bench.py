@@ -83,8 +83,8 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     total = sum(r["wall_s"] for r in rows)
     parts = {k: sum(r[k] for r in rows) for k in ("model_s", "endpoint_wait_s", "tool_s", "sandbox_s", "score_s")}
     rest = total - sum(parts.values())
-    print(f"eval ({env.name}, {contract.agent.name}), {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s = {summary.attempts / wall:.2f} "
-          f"attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
+    print(f"eval ({env.name}, {contract.agent.name}), {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s "
+          f"= {summary.attempts / wall:.2f} attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
           f"{summary.greedy.mean_reward.value:.3f})")
     print(f"per attempt: {statistics.fmean(r['wall_s'] for r in rows) * 1000:.0f} ms mean wall")
     for name, value in [*parts.items(), ("harness (the rest)", rest)]:

@@ -271,9 +271,10 @@ def _reward_files(reply: str | None) -> list[object]:
         return []
     if files is None:
         return []
+    facts = [("reward key", record.get("key")), ("range", f"[{record.get('low')}, {record.get('high')}]"),
+             ("nothing read because", record.get("failed")), ("task image", record.get("image"))]
     out: list[object] = [tag("h2", "Reward files, as the harness read them from the verifier's fresh /logs/verifier"),
-                         kv([("reward key", record.get("key")), ("range", f"[{record.get('low')}, {record.get('high')}]"),
-                             ("nothing read because", record.get("failed")), ("task image", record.get("image"))])]
+                         kv(facts)]
     for name, data in decoded.items():
         out += [tag("h3", f"{name} ({len(data)} bytes)"), pre(data.decode("utf-8", "replace"))]
     return out
