@@ -1,14 +1,18 @@
-"""Eval attempts per second with the heuristic baseline, and the harness's own share of an attempt.
+"""Eval attempts per second with a scripted baseline, and the harness's own share of an attempt.
 
-    python bench/eval_bench.py --pool-run ledgers/<pool run> [--backend docker] [-n 100] [-c N]
+    python bench/eval_bench.py --pool-run ledgers/<pool run> [--pool-run ...] [--backend docker] [-n 100] [-c N]
     python bench/eval_bench.py --composition [--backend docker|bwrap|both] [-n 60] [-c N]
 
-The first mode evaluates the heuristic baseline (behind the real local server, on loopback)
-greedily on the first N tasks of a passed pool's frozen set, through the real harness
-(sessions, trajectories, journals, Parquet), and prints, from that one run: attempts/s,
-and where an attempt's wall time went — the model (its requests, the server's policy
-included), the bash commands, the sandbox session's start and stop, scoring, and the rest,
-the harness itself. The harness's own share is everything but the model and the commands.
+The first mode evaluates the environment's scripted baseline (behind the real local server,
+on loopback: the deshuffle heuristic, or the Harbor policy for task directories) greedily on
+the first N tasks of a passed pool's frozen set, through the real harness (sessions or
+trials, trajectories, journals, Parquet), and prints, from that one run: attempts/s, and
+where an attempt's wall time went — the model (its requests, the server's policy included),
+the bash commands, the sandbox (a session's start and stop; for a task directory, the trial's
+containers, snapshot and cleanup), scoring (for a task directory, the task's own verifier),
+and the rest, the harness itself. The harness's own share is everything but the model and
+the commands. Each ``--pool-run`` is measured in turn, in one invocation (a chat eval and an
+agentic one side by side).
 
 The second mode measures a one-shot agent run as a composition of a session (start → exec
 → stop, `validate.sandbox.session.run_in_session`) against the backend's direct `run` and
@@ -36,7 +40,6 @@ from validate.paths import DEFAULT_IMAGE  # noqa: E402
 def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     import pyarrow.parquet as pq
 
-    from environment.deshuffle.baseline import MODEL_NAME, policy
     from validate.api import context
     from validate.audit import audit
     from validate.contract import derive, write_manifest
@@ -54,6 +57,10 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     from validate.contract import check_environment
 
     env, _, taskset = check_environment(frozen, LoadHints())
+    if env.attempt_kind == "trial":
+        from environment.harbor.baseline import MODEL_NAME, policy
+    else:
+        from environment.deshuffle.baseline import MODEL_NAME, policy
     sub = derive(frozen, env, taskset, name=f"{frozen.name}.bench", idx=frozen.selection.idx[:n],
                  rule=f"eval bench: the first {n} tasks of {frozen.name}")
     write_manifest(sub, work / "bench.json")
@@ -62,7 +69,8 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     with serve({MODEL_NAME: policy}) as server:
         contract = ec.build(name="bench", parent=parent, manifest=sub, reward_code="sha256:bench",
                             model=ec.ModelSpec(id=MODEL_NAME, revision="bench", server="localserver",
-                                               base_url=server.base_url))
+                                               base_url=server.base_url), attempt_kind=env.attempt_kind,
+                            limits=ec.AgentLimits(attempt_timeout_s=45, tool_timeout_s=15))
         ctx = context(work / "bench.json", kind="eval", run_dir=work / "run", concurrency=c, allow_patch=True)
         client = ChatClient(server.base_url)
         t0 = time.perf_counter()
@@ -75,8 +83,8 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     total = sum(r["wall_s"] for r in rows)
     parts = {k: sum(r[k] for r in rows) for k in ("model_s", "endpoint_wait_s", "tool_s", "sandbox_s", "score_s")}
     rest = total - sum(parts.values())
-    print(f"eval, {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s = {summary.attempts / wall:.2f} "
-          f"attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
+    print(f"eval ({env.name}, {contract.agent.name}), {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s "
+          f"= {summary.attempts / wall:.2f} attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
           f"{summary.greedy.mean_reward.value:.3f})")
     print(f"per attempt: {statistics.fmean(r['wall_s'] for r in rows) * 1000:.0f} ms mean wall")
     for name, value in [*parts.items(), ("harness (the rest)", rest)]:
@@ -127,7 +135,8 @@ def composition(backend: str, n: int, c: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--pool-run", type=Path, help="a passed pool run (its frozen set is evaluated)")
+    p.add_argument("--pool-run", type=Path, action="append", default=[],
+                   help="a passed pool run (its frozen set is evaluated); repeat to measure several in one invocation")
     p.add_argument("--composition", action="store_true", help="measure the one-shot run as a session composition")
     p.add_argument("--backend", default="docker", choices=["docker", "bwrap", "both"])
     p.add_argument("-n", type=int, default=100, help="tasks (eval) or attempts per loop (composition)")
@@ -137,10 +146,11 @@ def main() -> None:
     for backend in backends:
         if args.composition:
             composition(backend, args.n, args.c)
-        elif args.pool_run is None:
+        elif not args.pool_run:
             p.error("--pool-run is required (or --composition)")
         else:
-            eval_rate(args.pool_run, backend, args.n, args.c)
+            for pool_run in args.pool_run:
+                eval_rate(pool_run, backend, args.n, args.c)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,13 @@ def facts(**kw) -> Facts:
     (dict(status="timeout", termination="timeout", tool_s=2.0, model_s=2.0), ("uncertain", "no-rule")),
     (dict(status="no_reply", termination="max_turns", tool_calls=4, malformed_tool_calls=4), ("uncertain", "no-rule")),
     (dict(parsed=None, reward=0.0), ("uncertain", "no-rule")),
+    # a task directory: the task's own verifier scored what the model left when it stopped
+    (dict(verified=True, parsed=None, reward=0.0), ("capability", "verifier-rejected")),
+    (dict(verified=True, parsed=None, reward=0.5, termination="empty_answer"), ("capability", "verifier-rejected")),
+    (dict(verified=True, parsed=None, termination="max_turns", tool_calls=8), ("capability", "out-of-turns")),
+    (dict(verified=True, parsed=None, status="timeout", termination="timeout", tool_s=30.0),
+     ("capability", "timeout-in-tools")),
+    (dict(verified=True, status="scorer_error", reward=None), ("invalid_task_or_verifier", "verifier-raised")),
 ])
 def test_each_rule_gives_its_class(kw, expected):
     assert classify(facts(**kw)) == expected
@@ -62,10 +69,10 @@ def test_every_combination_gets_exactly_the_first_applying_rule():
                 "unsupported_execution_contract"]
     terminations = [None, *get_args(Termination)]
     seen = set()
-    for status, term, parsed, reward, calls, time_split in itertools.product(
+    for status, term, parsed, reward, calls, time_split, verified in itertools.product(
             statuses, terminations, [None, 0.0, 1.0], [None, 0.0, 0.5], [(0, 0), (2, 2), (3, 1)],
-            [(1.0, 2.0), (2.0, 1.0)]):
-        f = Facts(status, reward, False, term, parsed, calls[0], calls[1], *time_split)
+            [(1.0, 2.0), (2.0, 1.0)], [False, True]):
+        f = Facts(status, reward, False, term, parsed, calls[0], calls[1], *time_split, verified)
         cls, rule = classify(f)
         first = next((r for r in RULES if r.applies(f)), NO_RULE)
         assert (cls, rule) == (first.failure_class, first.id)
@@ -74,8 +81,14 @@ def test_every_combination_gets_exactly_the_first_applying_rule():
     assert seen == {r.id for r in (*RULES, NO_RULE)}, "a rule no combination reaches"
 
 
+def test_the_task_directory_rules_are_listed_only_for_task_directories():
+    assert "verifier-rejected" not in [r[0] for r in rule_table()]
+    assert [r[0] for r in rule_table(True)] == [r.id for r in (*RULES, NO_RULE)]
+    assert classify(facts(parsed=None, reward=0.0)) == ("uncertain", "no-rule")  # no verifier: no such rule
+
+
 def test_the_rule_table_is_ordered_and_unique():
-    table = rule_table()
+    table = rule_table(True)
     assert [r[0] for r in table][-1] == "no-rule"
     assert len({r[0] for r in table}) == len(table)
     assert {r[1] for r in table} == set(CLASSES)

@@ -32,7 +32,7 @@ def _rows(run) -> list[tuple]:
 
 def test_the_registries_list_the_projects_and_the_tests_own():
     assert executor_names() == ["ray", "threads", "toy-reversed"]
-    assert kind_names() == ["chat", "program", "toy-insandbox", "trial"]
+    assert kind_names() == ["chat", "program", "task-shell", "toy-insandbox", "trial"]
 
 
 def test_an_executor_from_tests_gives_the_same_evidence_as_threads_and_passes_the_audit(tmp_path, sandboxes):

@@ -177,6 +177,35 @@ def test_a_trajectory_page_shows_a_tool_call_and_its_output(committed):
     assert sample["failure_rule"] is None or sample["failure_rule"] in task
 
 
+def test_a_task_directory_sample_shows_its_verifier_reward_files_and_class(committed):
+    """A committed eval of task directories: a failed sample's page shows every tool call with
+    its capped output, the task's verifier's output, the reward files as read, and its class."""
+    import base64
+
+    run = next(p for p in EVALS if json.loads((p / "eval-contract.json").read_text())["agent"]["name"]
+               == "task-shell-agent")
+    samples = pq.read_table(run / "samples.parquet").to_pylist()
+    s = next(x for x in samples if not x["solved"] and x["verifier"] and x["tool_calls"] >= 2)
+    key = {k: s[k] for k in ("phase", "task_id", "agent", "sample", "attempt")}
+    turns = [t for t in pq.read_table(run / "trajectories.parquet").to_pylist()
+             if all(t[k] == v for k, v in key.items())]
+    attempt = next(a for a in pq.read_table(run / "attempts.parquet").to_pylist()
+                   if all(a[k] == v for k, v in key.items()))
+    path = (f"{eval_url(run)}/sample?phase={quote(s['phase'])}&id={quote(s['task_id'], safe='')}"
+            f"&agent={quote(s['agent'])}&sample={s['sample']}&attempt={s['attempt']}")
+    status, body = get(committed, path)
+    assert status == 200
+    for call in (c for t in turns for c in t["tool_calls"]):
+        assert text(f"→ {call['name']}({call['arguments']})"[:200]) in body
+        assert text(call["output"][:200]) in body
+    assert "the task&#x27;s own verifier" in body or "the task's own verifier" in body
+    assert text(s["verifier"][:120]) in body
+    assert text(f"failed: {s['failure_class']} (rule {s['failure_rule']})") in body
+    record = json.loads(attempt["reply_text"])
+    for name, data in record["files"].items():
+        assert text(name) in body and text(base64.b64decode(data).decode().strip()) in body
+
+
 def test_every_link_of_the_evaluation_pages_resolves(committed):
     _, index = get(committed, "/")
     todo = [h for h in re.findall(r'href="(/(?:eval|compare)/[^"#]*)', index)]

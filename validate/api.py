@@ -370,7 +370,7 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
     contract = ec.build(
         name=name, parent=parent, manifest=frozen, model=spec,
         reward_code=ec.reward_code_sha256(env.source_files()),
-        system_template=ec.DEFAULT_SYSTEM if system_template is None else system_template,
+        system_template=system_template, attempt_kind=env.attempt_kind,
         user_template=ec.DEFAULT_USER if user_template is None else user_template,
         sampling=model_values(ec.Sampling, {}, dict(sampling or {}), "sampling"),
         limits=model_values(ec.AgentLimits, {}, dict(limits or {}), "limits"), k=k,

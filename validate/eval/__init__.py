@@ -6,6 +6,9 @@
   retried (Retry-After honoured);
 - `agent`: the model agent, on the host, whose ``bash`` tool runs inside the task's live
   sandbox session (`validate.sandbox.session`);
+- `shell`: the same agent on task directories (the ``task-shell`` kind): its ``bash`` runs in
+  the task's live container, then the task's own verifier decides the reward
+  (`validate.trial.run`);
 - `records`: the rows it writes (per turn, per sample) beside ``attempts.parquet``;
 - `runner`, `run`: the eval phases (``eval-greedy`` for pass@1 at temperature 0, ``eval``
   for k samples) on one run directory, resumable;

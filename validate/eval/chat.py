@@ -215,7 +215,7 @@ def facts_of(a, s: SampleRow) -> classes.Facts:
     reward = None if a.reward is None or a.reward != a.reward else float(a.reward)
     return classes.Facts(status=a.status, reward=reward, solved=s.solved, termination=s.termination, parsed=s.parsed,
                          tool_calls=s.tool_calls, malformed_tool_calls=s.malformed_tool_calls, model_s=s.model_s,
-                         tool_s=s.tool_s)
+                         tool_s=s.tool_s, verified=s.verifier is not None)
 
 
 def unsupported(ec: EvalContext, play: Play, temperature: float, task: Task, sample: int,
@@ -262,8 +262,22 @@ class ChatKind(AttemptKind[tuple[Attempt, Entry]]):
             self._ec().journal.append([entry])
 
 
+def model_kind(ec: EvalContext, temperature: float) -> AttemptKind:
+    """The kind that plays the model on this environment: a registered kind that ``evaluates``
+    the environment's own attempt kind (task directories, ``trial``: `validate.eval.shell`),
+    else this module's conversation scored on the host."""
+    from validate.kinds import KINDS
+
+    wanted = ec.run.env.attempt_kind
+    for name in KINDS.names():
+        cls = KINDS.load(name)
+        if getattr(cls, "evaluates", None) == wanted:
+            return cls(ec, temperature)
+    return ChatKind(ec, temperature)
+
+
 def model_play(ec: EvalContext, phase: str, temperature: float, samples: int, idx: list[int]) -> Play:
     """One pass: `samples` samples of every task of `idx` at `temperature`."""
     ctx = ec.run
-    return Play(phase, ctx.manifest, ctx.taskset, idx, [MODEL_PLAYER], ChatKind(ec, temperature), samples,
+    return Play(phase, ctx.manifest, ctx.taskset, idx, [MODEL_PLAYER], model_kind(ec, temperature), samples,
                 skips=False)

@@ -41,6 +41,9 @@ class Facts(NamedTuple):
     malformed_tool_calls: int
     model_s: float
     tool_s: float
+    #: A task-directory sample: the task's own verifier scored the container the model left
+    #: (`validate.eval.shell`), so there is no answer to read, only the state it left.
+    verified: bool = False
 
 
 class Rule(NamedTuple):
@@ -65,6 +68,9 @@ RULES: tuple[Rule, ...] = (
     Rule("harness-error", "harness", "the harness failed handling the attempt (or the endpoint refused a request "
                                      "the harness built)", lambda f: f.status == HARNESS_ERROR),
     Rule("unscored", "harness", "a valid attempt carries no reward", lambda f: f.reward is None),
+    Rule("verifier-rejected", "capability", "the model stopped working on a task directory and the task's own "
+         "verifier scored what it left below the threshold",
+         lambda f: f.verified and f.status == OK and f.termination in ("answer", "empty_answer", "max_tokens")),
     Rule("answer-cut", "capability", "the final answer was cut at max_tokens and does not pass",
          lambda f: _answered(f) and f.termination == "max_tokens"),
     Rule("wrong-answer", "capability", "the model answered in the required format and the answer is wrong",
@@ -97,6 +103,13 @@ def classify(f: Facts) -> tuple[FailureClass | None, str | None]:
     return NO_RULE.failure_class, NO_RULE.id
 
 
-def rule_table() -> list[tuple[str, str, str]]:
-    """(rule id, class, description) of every rule in order, ``no-rule`` last: for reports."""
-    return [(r.id, r.failure_class, r.description) for r in (*RULES, NO_RULE)]
+#: Rules that only a task-directory sample (`Facts.verified`) can meet.
+TASK_DIR_RULES = frozenset({"verifier-rejected"})
+
+
+def rule_table(task_dirs: bool = False) -> list[tuple[str, str, str]]:
+    """(rule id, class, description) of every rule in order, ``no-rule`` last: for reports.
+    The task-directory rules are listed only for an eval of task directories (`task_dirs`):
+    elsewhere they can never apply."""
+    return [(r.id, r.failure_class, r.description) for r in (*RULES, NO_RULE)
+            if task_dirs or r.id not in TASK_DIR_RULES]

@@ -52,6 +52,24 @@ BASH_TOOL: dict[str, Any] = {"type": "function", "function": {
         "command": {"type": "string", "description": "The command line, run with bash -c."}},
         "required": ["command"]}}}
 
+#: The task-directory agent (`validate.eval.shell`): a task's instruction, a shell in its container,
+#: then the task's own verifier; the model ends its work by replying without a tool call.
+SHELL_AGENT_NAME = "task-shell-agent"
+SHELL_SYSTEM = (
+    "You are working on a task inside its own Linux container, which has no network. Use the bash tool to run "
+    "commands there (each one runs in a fresh shell in the task's working directory, with a time limit, and "
+    "you see its output). Do what the task asks by changing the container's files. When you are done, reply "
+    "with a short message without calling a tool: the task's own checks then run on the container as you "
+    "left it.")
+SHELL_TOOL: dict[str, Any] = {"type": "function", "function": {
+    "name": "bash",
+    "description": "Run a bash command in the task's container (the task's working directory, its agent user, no "
+                   "network, a time limit per command). Returns its standard output; standard error and a non-zero "
+                   "exit code are appended; long output is cut.",
+    "parameters": {"type": "object", "properties": {
+        "command": {"type": "string", "description": "The command line, run with bash -c."}},
+        "required": ["command"]}}}
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -216,10 +234,29 @@ def request_seed(root: int, task_id: str, sample: int) -> int:
 #: The model agent's source (`validate.eval.agent`), read by path: the agent is built on this
 #: contract, so the contract names its code without importing it.
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
+#: The task-directory agent's sources: its driver and the conversation it plays.
+SHELL_SOURCES = (AGENT_SOURCE, Path(__file__).with_name("shell.py"))
 
 
 def agent_source_sha256() -> str:
     return sha256_tag(AGENT_SOURCE.read_bytes())
+
+
+def shell_source_sha256() -> str:
+    return sha256_tag(canonical_json([[p.name, sha256_tag(p.read_bytes())] for p in SHELL_SOURCES]))
+
+
+def default_system(attempt_kind: str) -> str:
+    """The default system prompt for an environment whose tasks are played by `attempt_kind`."""
+    return SHELL_SYSTEM if attempt_kind == "trial" else DEFAULT_SYSTEM
+
+
+def _agent_of(attempt_kind: str) -> tuple[AgentImpl, dict[str, Any]]:
+    """The agent implementation and the tool it offers, by the environment's attempt kind:
+    task directories (``trial``) are played by the task-shell agent, the rest by the chat agent."""
+    if attempt_kind == "trial":
+        return AgentImpl(name=SHELL_AGENT_NAME, version=AGENT_VERSION, source_sha256=shell_source_sha256()), SHELL_TOOL
+    return AgentImpl(name=AGENT_NAME, version=AGENT_VERSION, source_sha256=agent_source_sha256()), BASH_TOOL
 
 
 def reward_code_sha256(files: list[tuple[str, Path]]) -> str:
@@ -231,18 +268,21 @@ def _error(e: ValidationError, where: str) -> ContractError:
 
 
 def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelSpec, reward_code: str,
-          system_template: str = DEFAULT_SYSTEM, user_template: str = DEFAULT_USER, sampling: Sampling | None = None,
+          system_template: str | None = None, user_template: str = DEFAULT_USER, sampling: Sampling | None = None,
           limits: AgentLimits | None = None, k: int = 8, git_commit: str = "",
-          patch: PatchInfo | None = None) -> EvalContract:
-    """A sealed eval contract (no checks of the parent: see `validate.eval.freeze`)."""
-    tools = [BASH_TOOL]
+          patch: PatchInfo | None = None, attempt_kind: str = "program") -> EvalContract:
+    """A sealed eval contract (no checks of the parent: see `validate.eval.freeze`); the agent,
+    its tool and the default system prompt follow the environment's `attempt_kind`."""
+    agent, tool = _agent_of(attempt_kind)
+    tools = [tool]
+    system_template = default_system(attempt_kind) if system_template is None else system_template
     try:
         prompts = Prompts(system_template=system_template, user_template=user_template,
                           system_sha256=sha256_tag(system_template.encode()),
                           user_sha256=sha256_tag(user_template.encode()))
         return EvalContract(
             name=name, created_at=datetime.now(UTC), parent=parent, model=model,
-            agent=AgentImpl(name=AGENT_NAME, version=AGENT_VERSION, source_sha256=agent_source_sha256()),
+            agent=agent,
             prompts=prompts, tools=tools, tools_sha256=sha256_tag(canonical_json(tools)),
             sampling=sampling or Sampling(), limits=limits or AgentLimits(), k=k,
             harness_version=validate.__version__, git_commit=git_commit, patch=patch,

@@ -85,6 +85,9 @@ class SampleRow(AttemptKey):
     seed: int = Field(description="Request seed.")
     solved: bool = Field(default=False, description="Valid and the reward reached the pass threshold.")
     parsed: float | None = Field(default=None, description="The scorer's parsed_ok metric, if it has one.")
+    verifier: str | None = Field(default=None, description="A task-directory sample: the task's verifier's exit "
+                                 "code and output (capped), which decided its reward; None when the reply was "
+                                 "scored on the host.")
     failure_class: str | None = Field(default=None, description="One of validate.eval.classes.CLASSES; None when "
                                                                 "solved.")
     failure_rule: str | None = Field(default=None, description="The rule that gave the class (see the report).")

@@ -166,15 +166,15 @@ def _ops_rows(ops: dict[str, Operations]) -> list[list[str]]:
     return [[n, *(f(ops[p]) for p in (GREEDY_PHASE, SAMPLED_PHASE))] for n, f in names]
 
 
-def _class_blocks(s: EvalSummary) -> list:
-    table = {r[0]: r for r in rule_table()}
+def _class_blocks(s: EvalSummary, task_dirs: bool = False) -> list:
+    table = {r[0]: r for r in rule_table(True)}
     rows = [[c.phase, c.failure_class, c.rule, table.get(c.rule, ("", "", "?"))[2], str(c.attempts)]
             for c in s.failure_classes]
     errs = [[e.phase, e.status, e.error_class, str(e.attempts)] for e in s.errors]
     return [("h2", "Failure classes (unsolved final attempts)"),
             ("table", ["pass", "class", "rule", "the rule says", "attempts"], rows or [["—", "—", "—", "none", "0"]]),
             ("p", ["Rules, in the order they are tried (the first that applies gives the class):"]),
-            ("table", ["rule", "class", "condition"], [list(r) for r in rule_table()]),
+            ("table", ["rule", "class", "condition"], [list(r) for r in rule_table(task_dirs)]),
             ("h2", "Errors (every try, superseded included)"),
             ("table", ["pass", "status", "kind", "attempts"], errs or [["—", "—", "none", "0"]])]
 
@@ -235,7 +235,7 @@ def blocks(ev: EvalEvidence) -> list:
     doc += _metric_blocks(s) + _family_blocks(s)
     doc += [("h2", "What the agent did (final attempts)"),
             ("table", ["", GREEDY_PHASE, SAMPLED_PHASE], _ops_rows(s.operations))]
-    doc += _class_blocks(s)
+    doc += _class_blocks(s, task_dirs="verifier" in ev.samples and bool(ev.samples["verifier"].notna().any()))
     shown = pick(ev, s.run_id)
     solved = int(ev.samples["solved"].sum())
     doc += [("h2", "Trajectories (a seeded sample of solved and failed attempts)"),

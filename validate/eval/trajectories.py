@@ -1,6 +1,7 @@
 """One attempt's trajectory as report blocks: the system and user messages, then each turn's
 assistant message, its tool calls and their results (as stored: capped, with their full
-sizes and sha256), then how the attempt ended and what it scored."""
+sizes and sha256), then how the attempt ended and what it scored; for a task-directory
+sample, last, the task's own verifier's exit code and output (`SampleRow.verifier`)."""
 
 from __future__ import annotations
 
@@ -55,4 +56,7 @@ def blocks(ev, key: tuple) -> list:
             more = "" if len(c["output"].encode()) >= c["output_bytes"] else \
                 f"\n[… stored head only: {c['output_bytes']} bytes in all, {c['output_sha256']}]"
             out.append(("message", "tool", shown, _cut(c["output"]) + more))
+    if s.get("verifier"):  # task directories: what decided the reward, after the model's work
+        out.append(("message", "verifier", "the task's own verifier, in a fresh container of what the model left",
+                    _cut(s["verifier"])))
     return out

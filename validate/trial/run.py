@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -50,7 +51,7 @@ from environment.harbor.taskdir import HarborTask
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.trial import artifacts, network
 from validate.trial import docker as dk
-from validate.trial.agents import plan as agent_plan, tree_entries
+from validate.trial.agents import AgentPlan, plan as agent_plan, tree_entries
 from validate.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
 
 VERIFIER_DIR = "/logs/verifier"
@@ -64,6 +65,27 @@ _MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests"
 _TEST_SH = f"{TESTS_DIR}/test.sh"
 _VERIFY = (f"{{ if command -v bash >/dev/null 2>&1; then exec bash {_TEST_SH}; else exec sh {_TEST_SH}; fi; }}"
            f" > {VERIFIER_DIR}/{VERIFIER_STDOUT} 2> {VERIFIER_DIR}/{VERIFIER_STDERR}")
+
+
+@dataclass(frozen=True)
+class LiveAgent:
+    """The agent phase's live container as a driver sees it: where and as whom its commands
+    run (the task's agent user, its working directory, the phase's environment) and the
+    phase's time. The harness starts and stops the container; a driver only runs commands."""
+
+    api: object
+    cid: str
+    user: str | None
+    workdir: str | None
+    env: dict[str, str]
+    timeout_s: float
+
+
+#: Plays the agent phase in place of an agent's command (e.g. a model whose shell commands run
+#: in the container): given the live container, it returns what the phase did. Raising
+#: `validate.trial.docker.DockerFault` makes the trial an infrastructure error; any other
+#: exception leaves the trial (cleanup done) to the caller.
+AgentDriver = Callable[[LiveAgent], PhaseRun]
 
 
 class UnsupportedTask(ValueError):
@@ -87,17 +109,18 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
 def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
               reward_range: tuple[float, float] = (0.0, 1.0), resolver_image: str | None = None,
-              verifier_image: str | None = None) -> TrialResult:
+              verifier_image: str | None = None, drive: AgentDriver | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
     volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused).
     `resolver_image` (one with python3): run the trial's resolver from it and record every
-    name looked up (`TrialResult.lookups`); `verifier_image`: a separate verifier's image."""
+    name looked up (`TrialResult.lookups`); `verifier_image`: a separate verifier's image.
+    With `drive`, the agent phase is that driver's (`agent` only names it): nothing is uploaded."""
     if task.steps:
         raise UnsupportedTask(f"{task.id}: multi-step tasks are not run by this harness")
     separate = task.verifier == "separate"
     if separate and (verifier_image is None or task.verifier_build not in ("dockerfile", "environment")):
         raise UnsupportedTask(f"{task.id}: a separate verifier built from {task.verifier_build} needs its image")
-    plan = agent_plan(agent, task, Path(task_dir))
+    plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent, command=None, output="")
     t0 = time.monotonic()
     res = dk.Resources(client.api, run_label, secrets.token_hex(6))
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
@@ -107,7 +130,7 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
     try:
         if resolver_image is not None:
             resolver = network.Resolver(res, resolver_image)
-        handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate)
+        handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate, drive)
         if resolver is not None:
             mark = network.boundary(res, resolver.id)
         _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
@@ -245,14 +268,19 @@ def stopped_under(res: dk.Resources, agent: AgentContainer, fault: dk.DockerFaul
 
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
-                 limits: TrialLimits, resolver: network.Resolver | None, separate: bool):
+                 limits: TrialLimits, resolver: network.Resolver | None, separate: bool,
+                 drive: AgentDriver | None = None):
     """Run the agent; record what it left in /logs/verifier; return the snapshot image (or,
     for a separate verifier, the artifacts to hand it: `validate.trial.artifacts`)."""
     a = result.applied
     agent = start_agent(res, _spec(task, image, result, a.agent_timeout_s, plan.env), plan.uploads, resolver)
     run = PhaseRun()
     try:
-        if plan.command is not None:
+        if drive is not None:
+            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=a.agent_user, workdir=task.config.environment.workdir,
+                                  env={**a.pinned_env, **task.config.environment.env, **plan.env},
+                                  timeout_s=a.agent_timeout_s))
+        elif plan.command is not None:
             ex = dk.run_exec(res.api, agent.cid, plan.command, a.agent_user, None,
                              {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))

@@ -6,12 +6,17 @@ with the rules that gave them, the errors, and per task its greedy pass@1 and th
 pass's solved / valid, pass@k and pass^k (filterable by family and failure rule as query
 parameters). A task's page lists every attempt with its failure class; an attempt's page is
 its trajectory, rendered by the eval report's own `validate.eval.trajectories` (messages, tool
-calls, capped outputs) and shown here through `validate.view.markup`, so model and tool text
-are escaped as everything else the viewer shows.
+calls, capped outputs; for a task directory, the task's verifier's output) and shown here
+through `validate.view.markup`, so model and tool text are escaped as everything else the
+viewer shows. A task-directory attempt's reply is the harness's record of the reward files
+(base64 in JSON): its files are shown decoded, as the harness read them.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Mapping
 
 from validate.eval import trajectories
@@ -82,7 +87,7 @@ def _figures(e: EvalEntry) -> list[object]:
 
 
 def _classes(e: EvalEntry) -> list[object]:
-    said = {r[0]: r[2] for r in rule_table()}
+    said = {r[0]: r[2] for r in rule_table(True)}
     rows = [[c.phase, c.failure_class, a(c.rule, eval_url(e.key, rule=c.rule) + "#tasks"), said.get(c.rule, "?"),
              Html(str(c.attempts))] for c in e.summary.failure_classes]
     errs = [[x.phase, x.status, x.error_class, Html(str(x.attempts))] for x in e.summary.errors]
@@ -248,11 +253,31 @@ def attempt_page(e: EvalEntry, one: evaldata.OneAttempt, key: tuple) -> bytes:
              kv([("status", x["status"]), ("reward", x["reward"]), ("metrics", metrics or None),
                  ("reply", None if x["reply_bytes"] is None else f"{x['reply_bytes']} bytes, {x['reply_sha256']}")]),
              pre(x["reply_text"], "(no reply)")]
+    body += _reward_files(x["reply_text"])
     if x["error_class"] or x["error_message"]:
         body += [tag("h2", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
     crumbs = [(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
               (f"{phase} sample {sample} try {attempt}", attempt_url(e.key, phase, task_id, agent, sample, attempt))]
     return page(f"{task_id} · {phase} · sample {sample} · try {attempt} — {e.key}", body, crumbs=crumbs)
+
+
+def _reward_files(reply: str | None) -> list[object]:
+    """A verifier record's reward files, decoded (nothing for any other reply: shown as it is above)."""
+    try:
+        record = json.loads(reply or "")
+        files = record["files"] if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+        decoded = {str(n): base64.b64decode(str(v), validate=True) for n, v in sorted((files or {}).items())}
+    except (ValueError, binascii.Error):
+        return []
+    if files is None:
+        return []
+    facts = [("reward key", record.get("key")), ("range", f"[{record.get('low')}, {record.get('high')}]"),
+             ("nothing read because", record.get("failed")), ("task image", record.get("image"))]
+    out: list[object] = [tag("h2", "Reward files, as the harness read them from the verifier's fresh /logs/verifier"),
+                         kv(facts)]
+    for name, data in decoded.items():
+        out += [tag("h3", f"{name} ({len(data)} bytes)"), pre(data.decode("utf-8", "replace"))]
+    return out
 
 
 def compare_page(x: CompareEntry, listing: Listing) -> bytes:
