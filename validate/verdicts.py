@@ -223,6 +223,9 @@ def _undecided(final, every, required, rules, certifies, no_reference, oracle_re
     """The verdict once nothing the run found excludes the task: no control can test it, the
     oracle cannot certify it (runtime-tested only), evidence is missing, or compatible."""
     untestable = no_control_can_test(required, rules)
+    why = no_reference or "the oracle is frozen out of this task"
+    if untestable and not certifies:  # nothing can run: the task's own missing reference is the reason
+        return verdict(EXCLUDED, NO_REFERENCE_SOLUTION, f"no reference solution ({why}), and {untestable}")
     if untestable:
         return verdict(EXCLUDED, NO_NEGATIVE_CONTROL, untestable)
     ran = {agent for agent, _ in final}
@@ -238,8 +241,8 @@ def _undecided(final, every, required, rules, certifies, no_reference, oracle_re
         return verdict(INCOMPLETE, None, f"no attempt in this run for {what}", missing)
     if not certifies:
         return verdict(EXCLUDED, NO_REFERENCE_SOLUTION,
-                       f"no reference solution ({no_reference or 'the oracle is frozen out of this task'}): "
-                       f"runtime-tested only — every control rejected, the oracle was never played")
+                       f"no reference solution ({why}): runtime-tested only — every control rejected, the oracle "
+                       f"was never played")
     retried = any(a.status in EXCEPTION_STATUSES for a in every)
     passed = "oracle passed" + (f" all {oracle_repeats} repeats" if oracle_repeats > 1 else "")
     return verdict(COMPATIBLE, None, f"{passed}; every control rejected"
