@@ -137,3 +137,34 @@ def test_a_coin_flip_verifier_is_classed_flaky_at_five_repeats_with_probability_
         v = d([*attempts, o("nop"), o("reader")], repeats=5)
         flaky += v.reason == "invalid_task_or_verifier" and v.detail.startswith("flaky")
     assert abs(flaky / trials - 15 / 16) < 0.02
+
+
+# --- resume: only the missing repeats are played again ----------------------------------------
+
+def test_a_resume_plays_only_the_repeats_not_yet_final():
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from validate.context import Play
+    from validate.records import Attempt
+    from validate.runner import pending
+    from validate.sandbox import Limits
+
+    manifest = SimpleNamespace(
+        sha256="sha256:x", expectations=SimpleNamespace(oracle_repeats=4),
+        execution=SimpleNamespace(limits=Limits()),
+        tasks=[SimpleNamespace(idx=0, skip={}), SimpleNamespace(idx=1, skip={"oracle": WHY})])
+    agents = [SimpleNamespace(name="oracle", role="oracle"), SimpleNamespace(name="nop", role="control")]
+
+    def row(idx, agent, sample, status="ok", attempt=1):
+        return Attempt(run_id="r", phase="run", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent,
+                       role="oracle" if agent == "oracle" else "control", sample=sample, attempt=attempt,
+                       status=status, started_at=datetime.now(UTC), workspace_sha256="w", backend="docker",
+                       image_digest="d")
+
+    done = [row(0, "oracle", 0), row(0, "oracle", 2, status="infrastructure_error"), row(0, "nop", 0)]
+    play = Play("run", manifest, None, [0, 1], agents, kind=None)
+    got = sorted((s.idx, s.agent, s.sample, s.attempt) for s in pending(done, play))
+    assert got == [(0, "oracle", 1, 1), (0, "oracle", 2, 2), (0, "oracle", 3, 1), (1, "nop", 0, 1)]
+    evaluated = Play("run", manifest, None, [0], agents, kind=None, samples=2, skips=False)  # the model's plays
+    assert evaluated.samples_of(agents[0]) == 2
