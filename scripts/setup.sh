@@ -30,6 +30,7 @@ esac
 need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v git >/dev/null || need+=(git)  # the code's commit in every contract; `--patches` applies diffs with it
 if [ "$test_extras" = 1 ]; then
   command -v bwrap >/dev/null || need+=(bubblewrap)
   command -v setpriv >/dev/null || need+=(util-linux)  # bwrap's drop to the agents' uid

@@ -22,9 +22,10 @@ pytestmark = pytest.mark.docker
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 #: One sound task and one of each kind of exclusion the trial decides (a leak, a verifier
 #: that writes garbage, one that writes nothing over a stale reward baked into the image, a
-#: base the map does not serve, a GPU, a task.toml that does not load).
+#: base the map does not serve, a GPU, a task.toml that does not load, a verifier that looks
+#: a host up); a task that declares a public network and uses none; a separate verifier.
 PICK = ("csv-to-json", "nop-passes", "answer-in-image", "garbage-reward-txt", "no-reward-written", "unmapped-base",
-        "gpu-required", "bad-task-toml")
+        "gpu-required", "bad-task-toml", "verifier-needs-network", "declared-public-network", "separate-verifier")
 
 
 def label(task_id: str) -> tuple[str, str]:
@@ -56,6 +57,20 @@ def test_every_verdict_and_reason_is_the_tasks_own_label(harbor_run):
     assert "control test-reader passed" in tasks.loc["answer-in-image", "detail"]
     assert "control nop passed" in tasks.loc["nop-passes", "detail"]
     assert "ubuntu:24.04" in tasks.loc["unmapped-base", "detail"]
+    assert "the verifier looked up checker.example.com" in tasks.loc["verifier-needs-network", "detail"]
+
+
+def test_lookups_are_the_resolvers_and_a_separate_verifier_sees_the_artifacts(harbor_run):
+    run_dir, _ = harbor_run
+    att = pd.read_parquet(run_dir / "attempts.parquet")
+    net = att[att["task_id"] == "verifier-needs-network"].set_index("agent")
+    assert net.loc["oracle", "status"] == "unsupported_execution_contract"
+    assert net.loc["oracle", "error_message"] == \
+        "the verifier looked up checker.example.com (no network on this profile)"
+    assert net.loc["nop", "status"] != "unsupported_execution_contract"  # a control's lookups change nothing
+    assert "verifier phase: checker.example.com" in net.loc["nop", "stderr"]
+    sep = att[att["task_id"] == "separate-verifier"].set_index("agent")
+    assert (sep.loc["oracle", "reward"], sep.loc["nop", "reward"]) == (1.0, 0.0)
 
 
 def test_trials_record_the_task_image_and_the_verifier_record(harbor_run):

@@ -314,6 +314,11 @@ def test_every_sample_task_resolves_as_its_label_says(base_map):
             else:
                 assert [b.upstream for b in resolved[1]] == task.base_images, task.id
     assert refused == {"unmapped-base": "ubuntu:24.04 is not available on this profile"}
+    # a separate verifier's tests/Dockerfile resolves through the same map
+    verifier = resolve_bases(SAMPLE / "separate-verifier" / "tests", base_map)
+    assert [b.upstream for b in verifier[1]] == ["python:3.11-slim-bookworm"]
+    assert resolve_bases(SAMPLE / "csv-to-json" / "tests", base_map).detail == \
+        "tests/Dockerfile: missing; this profile builds only Dockerfile environments"
 
 
 @pytest.mark.docker

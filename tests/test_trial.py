@@ -206,11 +206,14 @@ def test_no_agent_gets_the_tests_and_only_the_oracle_gets_the_solution(tasks):
         plan("oracle-but-better", task, task_dir)
 
 
-def test_a_separate_verifier_task_is_refused_before_docker_is_touched(tasks, client):
+def test_a_separate_verifier_without_its_image_is_refused_before_docker_is_touched(tasks, client):
     task, task_dir, image = tasks["sound"]
-    separate = task.model_copy(update={"verifier": "separate"})
+    separate = task.model_copy(update={"verifier": "separate", "verifier_build": "dockerfile"})
     with pytest.raises(UnsupportedTask, match="separate verifier"):
         run_trial(client, separate, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL)
+    composed = separate.model_copy(update={"verifier_build": "compose"})
+    with pytest.raises(UnsupportedTask, match="separate verifier built from compose"):
+        run_trial(client, composed, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL, verifier_image=image)
 
 
 # --- trials -------------------------------------------------------------------------------------------

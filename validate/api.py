@@ -49,7 +49,7 @@ from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it
     run_directory, utf8_path,
 )
 from validate.options import min_count as check_min_count
-from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths
+from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths, task_image_store
 from validate.patches import require
 from validate.phases import PilotPhase, PoolPhase, RunPhase, run_agents
 from validate.profiles import compare_profiles as profile_comparison
@@ -61,6 +61,7 @@ from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
+from validate.taskimage.frozen import freeze_images, log_dir_of
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -151,8 +152,10 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           oracle_repeats: int = 1):
-    """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it.
+           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1):
+    """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
+    task-directory dataset's images are built (or taken from the cache) and frozen with it,
+    their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
     `oracle_repeats`: how many times the oracle plays each task (every repeat must pass)."""
     check_oracle_repeats(oracle_repeats)
     env_name = env or environments.default_name()
@@ -169,11 +172,14 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     check_min_count(min_count, len(chosen))
     _some_task_can_pass(environment, taskset, chosen)
     sandbox = open_sandbox(backend, image=image)
+    # A task-directory dataset on docker: every task's image built (or cached) and frozen.
+    images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log)
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
         min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
-        config_file=_config_file(config), oracle_repeats=oracle_repeats)
+        config_file=_config_file(config), oracle_repeats=oracle_repeats,
+        **({} if images is None else {"task_images": images}))
     write_manifest(manifest, path)
     return manifest
 
@@ -308,6 +314,16 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
     cfg = _phase_config(SmokePhase, sample=sample)
     ctx, frozen = reopen(run_dir, tuple(Path(p) for p in data))
     return _phase(ctx, lambda c: smoke_test(c, frozen, cfg, log=log))
+
+
+def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = ()) -> dict:
+    """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
+    `out` (`validate.package`); return its hash manifest."""
+    from validate.package import package as write_package
+
+    existing_dir(run_dir, "RUN")
+    utf8_path(Path(out), "--out")
+    return write_package(Path(run_dir), Path(out), tuple(Path(p) for p in data))
 
 
 def _is_eval(run_dir: PathLike) -> bool:

@@ -40,6 +40,7 @@ from validate.audit_counts import check_counts, check_identity, check_smokes, ve
 from validate.audit_env import EnvAtHand, rescore
 from validate.audit_reports import check_rendered
 from validate.audit_seal import AuditResult, check_seal
+from validate.audit_taskimages import check_build_logs, routed_digests
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.paths import (
@@ -136,11 +137,13 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
                               f"contract's for that task (or another idx), e.g. {row['task_id']} {row['task_hash']} "
                               f"idx {row['idx']}")
         ex = m.execution
-        off = group[(group["backend"] != ex.backend) | (group["image_digest"] != ex.image_digest)]
+        routed = routed_digests(m, group["task_id"])  # a task's frozen image, else the sandbox image
+        off = group[(group["backend"] != ex.backend) | (group["image_digest"] != routed)]
         if len(off):
             r.problems.append(f"{where}: {len(off)} attempt(s) of phase {phase} name a backend or image_digest that "
-                              f"is not the contract's ({ex.backend}, {ex.image_digest}), e.g. {off.iloc[0]['task_id']} "
-                              f"{off.iloc[0]['agent']}: {off.iloc[0]['backend']} {off.iloc[0]['image_digest']}")
+                              f"is not the contract's ({ex.backend}, {routed[off.index[0]]}), e.g. "
+                              f"{off.iloc[0]['task_id']} {off.iloc[0]['agent']}: {off.iloc[0]['backend']} "
+                              f"{off.iloc[0]['image_digest']}")
         for row in group.itertuples():
             if row.role != MODEL and row.status in STATUS_OF_RUN and _run_status(row) != row.status:
                 r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: status {row.status} "
@@ -339,6 +342,7 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
         by_phase["controls"] = found[FROZEN_MANIFEST]
     attempts = tables[ATTEMPTS]
     _attempts(attempts, by_phase, r, paths.attempts)
+    check_build_logs(paths, found, attempts, r)
     at = EnvAtHand(found, data, paths.root, r)
     if at.ok:
         _rederive(paths, at, by_phase, attempts, s, found, r)

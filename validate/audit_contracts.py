@@ -10,6 +10,7 @@ from pathlib import Path
 
 from validate.contract import ContractError, Manifest, load_manifest
 from validate.paths import FROZEN_MANIFEST, MANIFEST, SMOKE, VARIANTS, RunPaths
+from validate.smoke_package import package_search, same_package_terms
 
 
 def read_manifests(paths: RunPaths, r) -> dict[str, Manifest]:
@@ -28,6 +29,9 @@ def read_manifests(paths: RunPaths, r) -> dict[str, Manifest]:
         parent = None if name == MANIFEST else frozen if name.startswith(f"{SMOKE}/") else root
         if name != MANIFEST and (parent is None or m.parent_sha256 != parent.sha256):
             r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
+        elif parent is not None and name != MANIFEST and package_search((paths.root / name).parent) \
+                and name.startswith(f"{SMOKE}/"):  # a task-directory smoke, rerun from its package
+            same_package_terms(paths.root / name, m, parent, r)
         elif parent is not None and name != MANIFEST:
             _same_terms(paths.root / name, m, parent, variant=name.startswith(f"{VARIANTS}/"), r=r)
     if frozen is not None and root is not None:

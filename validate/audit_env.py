@@ -36,6 +36,7 @@ from validate.contract import ContractError, Manifest, check_environment, check_
 from validate.evidence import reply_path
 from validate.paths import SCORER_CACHE, RunPaths
 from validate.records import EXCEPTION_STATUSES, SCORER_ERROR, UNSUPPORTED_EXECUTION_CONTRACT
+from validate.smoke_package import package_search
 from validate.workspace import workspace_sha256
 
 #: Statuses that carry no reward: the attempt was never scored (or its scorer raised).
@@ -54,7 +55,8 @@ class EnvAtHand:
         self.ok = bool(manifests)
         for name, m in manifests.items():
             try:
-                self._check(m)
+                # A task-directory smoke entry's tasks are its own package's.
+                self._check(m, package_search((root / name).parent) if name.startswith("smoke/") else ())
             except ContractError as e:
                 r.problems.append(f"{root / name}: {e} (recomputed from the environment's code and data at audit "
                                   f"time)")
@@ -71,10 +73,10 @@ class EnvAtHand:
     def key(m: Manifest) -> str:
         return json.dumps(m.environment.config, sort_keys=True)
 
-    def _check(self, m: Manifest) -> None:
+    def _check(self, m: Manifest, extra: tuple = ()) -> None:
         key = self.key(m)
         if key not in self._sets:
-            self._sets[key] = check_environment(m, LoadHints(search=self.search))
+            self._sets[key] = check_environment(m, LoadHints(search=(*extra, *self.search)))
         env, config, taskset = self._sets[key]
         self.env = env
         if taskset.revision != m.environment.revision:

@@ -35,6 +35,7 @@ from validate.evidence import file_sha256, ledger_source
 from validate.jsonio import loads
 from validate.paths import ATTEMPTS, COMPARE_JSON, MANIFEST, REPORT_JSON, SMOKE_RESULT, SMOKE_RUN, RunPaths
 from validate.records import EVAL, RUN, RunKind
+from validate.smoke_package import PACKAGE
 from validate.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
 
 #: The full audit of a run directory (`validate.audit.audit`, `validate.audit_eval.audit`),
@@ -157,7 +158,7 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
     if not (entry / SMOKE_RUN / ATTEMPTS).is_file() or not (entry / MANIFEST).is_file():
         r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet, manifest.json)")
         return False
-    extra = sorted(p.name for p in entry.iterdir() if p.name not in (MANIFEST, SMOKE_RESULT, SMOKE_RUN))
+    extra = sorted(p.name for p in entry.iterdir() if p.name not in (MANIFEST, SMOKE_RESULT, SMOKE_RUN, PACKAGE))
     if extra:
         r.problems.append(f"{entry}: holds {', '.join(extra)}, which a smoke test does not write")
         return False

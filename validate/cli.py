@@ -130,7 +130,10 @@ def _image_file_parsers(img_sub) -> None:
 def _freeze_parser(sub, env_name: str | None) -> None:
     f = sub.add_parser("freeze", help="write a contract manifest",
                        description="Freeze a contract: generate the selected tasks of an environment and record "
-                                   "their hashes, the expectations and the execution profile.")
+                                   "their hashes, the expectations and the execution profile. A task-directory "
+                                   "dataset (--env harbor) on docker also builds every task's image (or takes it "
+                                   "from the cache) and freezes the base-image map, the build policy and each "
+                                   "task's image id or build refusal; the build logs go to <name>.build-logs/.")
     f.add_argument("--name", required=True, help="manifest name; written to manifests/<name>.json")
     f.add_argument("--env", default=None,
                    help=f"environment (installed: {', '.join(environments.names()) or 'none'}; default: "
@@ -257,6 +260,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sm.add_argument("--sample", type=int, default=5, help="tasks rerun, evenly spaced (default: %(default)s)")
     sm.add_argument("--data", type=Path, action="append", default=[], metavar="PATH")
     sm.add_argument("--json", action="store_true", help="print the smoke result (smoke/<time>/result.json) as JSON")
+
+    pk = sub.add_parser("package", help="write a validated task-directory dataset's retained tasks as a Harbor "
+                                         "dataset: byte-identical tasks, hash manifest, exclusions, dataset card",
+                        description="Package a sealed run that passes its audit (protocol step 5): its compatible "
+                                    "task directories byte for byte, package.json (every file's sha256), "
+                                    "exclusions.json (the exclusion ledger) and README.md (the dataset card: N of M "
+                                    "tasks retained, each reason's count, the execution profile). `validate smoke` "
+                                    "of such a pool reruns its sample from a package in a fresh location.")
+    pk.add_argument("run_dir", type=Path, metavar="RUN", help="a sealed pool or run directory of a task-directory "
+                                                              "dataset")
+    pk.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) directory")
+    pk.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
+                    help="where to look for the dataset the run validated (repeatable)")
 
     rp = sub.add_parser("report", help="write a new report (Markdown and self-contained HTML) into RUN_DIR/reports/")
     rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -457,7 +473,8 @@ def cmd_freeze(args) -> int:
         limits=given(args, "lim_"), controls=controls, ceilings=_ceilings(args.ceiling),
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
-        allow_patch=args.allow_patch, out=args.out, oracle_repeats=_repeats(args.oracle_repeats))
+        allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
+        oracle_repeats=_repeats(args.oracle_repeats))
     return _froze(manifest, args)
 
 
@@ -594,6 +611,13 @@ def cmd_pilot(args) -> int:
 
     return _phase(args, lambda hooks: api.pilot(args.manifest, per_stratum=args.per_stratum, progress=hooks,
                                                 **_where(args)))
+
+
+def cmd_package(args) -> int:
+    done = _api().package(args.run_dir, out=args.out, data=args.data)
+    out.print(f"packaged {sum(1 for f in done['files'] if f.endswith('/task.toml'))} tasks of {args.run_dir} → "
+              f"{args.out} (revision {done['revision']}, {len(done['files'])} files in package.json)", markup=False)
+    return 0
 
 
 def cmd_smoke(args) -> int:
@@ -752,7 +776,7 @@ def cmd_compare_profiles(args) -> int:
 
 
 COMMANDS = {"image": cmd_image, "freeze": cmd_freeze, "verify": cmd_verify, "run": cmd_run, "pool": cmd_pool,
-            "pilot": cmd_pilot, "smoke": cmd_smoke, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign,
+            "pilot": cmd_pilot, "smoke": cmd_smoke, "package": cmd_package, "report": cmd_report, "audit": cmd_audit, "sign": cmd_sign,
             "view": cmd_view, "eval": cmd_eval, "compare": cmd_compare,
             "compare-profiles": cmd_compare_profiles}
 

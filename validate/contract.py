@@ -32,6 +32,7 @@ from validate.records import Role as RecordedRole
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
 from validate.sealed import SealedDocument, first_error
+from validate.taskimage.frozen import TaskImages
 from validate.verdicts import Rule
 
 SCHEMA_VERSION = 2
@@ -151,14 +152,18 @@ class ExecutionProfile(BaseModel):
     isolation: Isolation | None = Field(default=None, description=(
         "The profile's runtime, rootlessness and how each limit is enforced, for profiles other than "
         "rootful runc (validate.sandbox.base.Isolation); absent for docker with runc and bwrap."))
+    task_images: TaskImages | None = Field(default=None, description=(
+        "A task-directory dataset's per-task images: the base-image map, the build policy and each task's image "
+        "id or build refusal (validate.taskimage.frozen); absent for every other dataset."))
 
     @model_serializer(mode="wrap")
     def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict:
         # A field added after contracts were sealed is written only when recorded, so every
         # contract sealed before it keeps its bytes and its content hash.
         data = handler(self)
-        if data.get("isolation") is None:
-            data.pop("isolation", None)
+        for field in ("isolation", "task_images"):
+            if data.get(field) is None:
+                data.pop(field, None)
         return data
 
 

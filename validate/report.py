@@ -185,11 +185,22 @@ def _ledger_blocks(ev: RunEvidence) -> list:
                           f"{s.patch.sha256}, files {', '.join(s.patch.files)}."]))
     else:
         out.append(("p", [f"None: the code that ran is commit {s.code_commit}."]))
+    patched = [(r.task_id, f["detail"]) for r in ev.tasks.itertuples() for f in _findings(r) if f["kind"] == "patched"]
+    if patched:
+        out += [("p", [f"{_of(len(patched), n)} tasks were patched offline before they were frozen (the contract "
+                       f"holds the patched hashes):"]),
+                ("table", ["task", "patch"], [list(x) for x in patched])]
     if ev.manifest.get("patch"):
         p = ev.manifest["patch"]
         out.append(("p", [f"The contract was frozen with a patch on {p['base_commit']}: sha256 {p['sha256']}, files "
                           f"{', '.join(p['files'])}."]))
     return out
+
+
+def _findings(row) -> list:
+    """A task row's findings (a Parquet list of structs; absent in an old ledger)."""
+    found = getattr(row, "findings", None)
+    return [] if found is None else list(found)
 
 
 def _attempt_blocks(ev: RunEvidence) -> list:

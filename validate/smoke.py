@@ -10,7 +10,8 @@
    must import from the virtualenv, and no ``sys.path`` entry may lie under the checkout.
 4. Derive a small sample of the frozen set (evenly spaced tasks) and rerun the oracle and
    every control on it with the *installed* ``validate run`` through the contract's execution
-   profile.
+   profile. A task-directory dataset's sample is first materialised as a package in the
+   temporary directory and rerun from there alone (`validate.smoke_package`); the entry keeps it.
 5. Pass iff every rerun attempt equals the frozen run's: same task hash, workspace hash,
    reply hash and reward (within the contract's smoke tolerance for a judged scorer), and no
    exception.
@@ -42,6 +43,7 @@ from validate.evidence import atomic_write, new_entry, write_checksums
 from validate.paths import ATTEMPTS, MANIFEST, SMOKE_RESULT, SMOKE_RUN
 from validate.records import EXCEPTION_STATUSES
 from validate.context import RunContext
+from validate.smoke_package import PACKAGE, is_task_directories, materialise_sample
 
 KEY = ["task_id", "agent"]
 #: Environment variables the rerun inherits: where the daemon, the image and the data are.
@@ -209,11 +211,15 @@ def smoke(ctx: RunContext, frozen: Manifest, cfg: SmokePhase, log=print) -> Smok
         (tmp / "work").mkdir()
         imported = isolation(venv, tmp / "work")
         idx = sample(frozen, n)
-        child = derive(frozen, ctx.env, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
-                       rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
+        places = [*getattr(ctx.taskset, "data_files", ()), *ctx.hints.search]
+        if is_task_directories(ctx.taskset):  # rerun from the sample's package, and nothing else
+            child, package_dir = materialise_sample(ctx, frozen, idx, tmp)
+            places = [package_dir]
+        else:
+            child = derive(frozen, ctx.env, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
+                           rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
         write_manifest(child, tmp / "smoke.json")
         log(f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ...")
-        places = [*getattr(ctx.taskset, "data_files", ()), *ctx.hints.search]
         data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
         proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
                                "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c", "2",
@@ -229,6 +235,8 @@ def smoke(ctx: RunContext, frozen: Manifest, cfg: SmokePhase, log=print) -> Smok
         entry = new_entry(ctx.paths.smoke)  # only now: a smoke test that failed to run leaves no entry
         shutil.copy(tmp / "smoke.json", entry / MANIFEST)
         shutil.copytree(tmp / SMOKE_RUN, entry / SMOKE_RUN, ignore=shutil.ignore_patterns(".*"))
+        if is_task_directories(ctx.taskset):
+            shutil.copytree(tmp / PACKAGE, entry / PACKAGE, symlinks=True)
         # From the entry's own copies, exactly as the audit will derive it again.
         result = smoke_result(ctx.paths.root, entry / SMOKE_RUN, entry / MANIFEST,
                               ctx.manifest.environment.scorer.smoke_tolerance, process)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from environment.harbor.patches import TaskPatch, patched_copy, read_patch_set
 from environment.harbor.reward import ALL_KEYS, score_record
 from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
 from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score
@@ -52,6 +53,10 @@ class HarborConfig(BaseModel):
                                         f"'{ALL_KEYS}': every key the verifier wrote (the task's reward is then the "
                                         f"least of them). A key the rule names but the reward lacks is a verifier "
                                         f"error, never a pass and never a 0.")
+    patches: str | None = Field(default=None, min_length=1,
+                                description="A directory of offline patches, one <task id>.diff per task, applied to "
+                                            "a copy of the dataset (found like the dataset); the contract holds the "
+                                            "patched tasks' hashes.")
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,12 @@ class HarborTaskset:
 
     metric_names: tuple[str, ...] = ()
 
-    def __init__(self, root: Path, dataset: HarborDataset, config: HarborConfig) -> None:
+    def __init__(self, root: Path, dataset: HarborDataset, config: HarborConfig,
+                 patches: Sequence[TaskPatch] = (), sources: tuple[Path, ...] = ()) -> None:
         self.root, self.dataset, self.config = root, dataset, config
         self.revision = dataset.revision
-        self.data_files = (root,)
+        self.patches = {p.task_id: p for p in patches}
+        self.data_files = sources or (root,)
 
     @cached_property
     def _tasks(self) -> list[HarborTaskRef]:
@@ -99,12 +106,15 @@ class HarborTaskset:
     def _ref(self, idx: int, t: HarborTask | InvalidTask) -> HarborTaskRef:
         top = t.id.split("/")[0] if "/" in t.id else "tasks"
         if isinstance(t, InvalidTask):
+            patch = self.patches.get(t.id)
             return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt="", family=top, meta={}, parsed=None,
-                                 problems=tuple(t.findings()))
+                                 problems=(*t.findings(), *((patch.finding(),) if patch else ())))
         meta = _meta(t.config.metadata)
         key = self.config.family_key
         family = str(meta[key]) if key is not None and key in meta else top
-        return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt=t.instruction, family=family, meta=meta, parsed=t)
+        patch = self.patches.get(t.id)
+        return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt=t.instruction, family=family, meta=meta, parsed=t,
+                             problems=(patch.finding(),) if patch else ())
 
     @property
     def size(self) -> int:
@@ -126,12 +136,28 @@ class HarborTaskset:
         return Score(reward, {})
 
 
-def find_dataset(location: str, hints: LoadHints) -> tuple[Path, HarborDataset]:
-    """The dataset directory the config and hints point at, loaded (see the module docstring)."""
+def _places(location: str, hints: LoadHints, loose: bool = True) -> list[Path]:
+    """Where `location` may lie: as given, under (or, when `loose` or the name matches, as)
+    each ``--data`` path, below the project."""
     name = Path(location).name
-    places = [Path(location), *(p / name if (p / name).is_dir() else p for p in hints.search), PROJECT_ROOT / location]
+    search = [p / name if (p / name).is_dir() else p for p in hints.search if loose or (p / name).is_dir()
+              or p.name == name]
+    return list(dict.fromkeys([Path(location), *search, PROJECT_ROOT / location]))
+
+
+def find_dataset(location: str, hints: LoadHints, patches: str | None = None,
+                 ) -> tuple[Path, HarborDataset, list[TaskPatch], tuple[Path, ...]]:
+    """The dataset directory the config and hints point at, loaded, with the patch set applied
+    when there is one (see the module docstring and `environment.harbor.patches`): (the
+    directory tasks are read from, the dataset, the patches, the source directories)."""
+    patch_dirs = [p for p in _places(patches, hints, loose=False) if p.is_dir()] if patches else []
+    if patches and not patch_dirs:
+        raise ConfigError(f"patches: no directory {patches!r} at "
+                          f"{', '.join(map(str, _places(patches, hints, loose=False)))}; pass its location with "
+                          f"--data PATH")
     tried: list[str] = []
-    for place in dict.fromkeys(places):
+    errors: list[ConfigError] = []
+    for place in _places(location, hints):
         tried.append(str(place))
         if not place.is_dir():
             continue
@@ -139,8 +165,23 @@ def find_dataset(location: str, hints: LoadHints) -> tuple[Path, HarborDataset]:
             dataset = load_dataset(place)
         except DatasetError:
             continue
-        if hints.revision is None or dataset.revision == hints.revision:
-            return place.resolve(), dataset
+        if not patch_dirs:
+            if hints.revision is None or dataset.revision == hints.revision:
+                return place.resolve(), dataset, [], (place.resolve(),)
+            continue
+        ids = sorted([*(t.id for t in dataset.tasks), *(t.id for t in dataset.invalid)])
+        for patch_dir in patch_dirs:
+            try:
+                found = read_patch_set(patch_dir, ids)
+                copy = patched_copy(place, dataset.revision, found)
+            except ConfigError as e:  # this patch set is not for this dataset; say so if nothing else fits
+                errors.append(e)
+                continue
+            patched = load_dataset(copy)
+            if hints.revision is None or patched.revision == hints.revision:
+                return copy, patched, found, (place.resolve(), patch_dir.resolve())
+    if errors:
+        raise errors[0]
     want = f" with revision {hints.revision}" if hints.revision else ""
     raise ConfigError(f"dataset: no Harbor dataset directory{want} at {', '.join(tried)}; pass its location with "
                       f"--data PATH")
@@ -155,8 +196,8 @@ class HarborEnvironment(Environment):
     attempt_kind = "trial"
 
     def load(self, config: HarborConfig, hints: LoadHints = LoadHints()) -> HarborTaskset:
-        root, dataset = find_dataset(config.dataset, hints)
-        return HarborTaskset(root, dataset, config)
+        root, dataset, patches, sources = find_dataset(config.dataset, hints, config.patches)
+        return HarborTaskset(root, dataset, config, patches, sources)
 
     def agents(self, config: HarborConfig) -> Sequence[AgentSpec]:
         return [

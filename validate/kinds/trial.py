@@ -3,11 +3,19 @@ own verifier inside a fresh container of what the agent left (`validate.trial`).
 
 Per task, once per run: the task's image is built from its ``environment/`` against the
 profile's base-image map (`validate.taskimage`; cached by content across runs, the bases
-built on first use into the image store's ``task-images/``). A task the profile cannot run —
-several steps, a separate verifier container, a compose environment, a prebuilt image to
-pull, a GPU, a base the map does not serve — is ``unsupported_execution_contract`` with its
-reason, never played. A build that fails otherwise is the task's error (``scorer_error``,
-which the verdict reads as ``invalid_task_or_verifier``), with the log's tail.
+built on first use into the image store's ``task-images/``), and a separate verifier's
+image from its ``tests/`` the same way (``tests/Dockerfile``; without one, the task's own
+image serves, fresh). A task the profile cannot run — several steps, a separate verifier
+from a compose file or a prebuilt image, extra ``artifacts`` for one, a compose
+environment, a prebuilt image to pull, a GPU, a base the map does not serve — is
+``unsupported_execution_contract`` with its reason, never played. A build that fails
+otherwise is the task's error (``scorer_error``, which the verdict reads as
+``invalid_task_or_verifier``), with the log's tail.
+
+Every trial runs with the harness's resolver (`validate.trial.network`, from the contract's
+sandbox image): the reference solution's trial that gets no pass and looked a name up, in
+``solve.sh`` or in ``test.sh``, is ``unsupported_execution_contract`` naming the hosts; any
+agent's lookups are kept in its row's ``stderr``.
 
 One try is one trial. Its row: the agent's status (``ok``, ``timeout``, ``oom``: the agent's
 exit code is data, as Harbor ignores it: ``exit_nonzero`` still carries its reward), the
@@ -15,8 +23,13 @@ reward the verifier wrote under the contract's key, the agent's output and the v
 hung) is ``scorer_error``, never a pass and never a 0 blamed on the agent; a docker fault,
 known from docker's own answers, is ``infrastructure_error`` (retried). The reply kept for
 the attempt is the harness's `VerifierRecord` of the reward files' bytes and the task image's
-id, from which the audit reads the reward again by the same rule. (The task images are not
-frozen in the contract yet: the row's ``image_digest`` is the contract's sandbox image.)
+id, from which the audit reads the reward again by the same rule.
+
+A contract that froze the task images (``execution.task_images``, `validate.taskimage.frozen`)
+routes each task: a frozen refusal is the task's outcome as frozen (nothing is built), a
+frozen image is taken from the cache and must be that image id (else `TaskImageMismatch`, an
+infrastructure fault), and the row's ``image_digest`` is that id. Without it (a contract
+frozen before the field) the image is built here and the row names the sandbox image.
 """
 
 from __future__ import annotations
@@ -37,6 +50,9 @@ from validate.taskimage.bases import build_base_map
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.docker import DockerImages
+from validate.records import ORACLE
+from validate.taskimage.frozen import routed
+from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
 from validate.trial.run import run_trial
 from validate.verdicts import as_expected
@@ -56,8 +72,11 @@ def unsupported(task: HarborTask, backend: str) -> str | None:
         return f"task-directory trials run on the docker backend only; this contract's is {backend}"
     if task.steps:
         return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
-    if task.verifier == "separate":
-        return "a separate verifier environment: this harness verifies in the agent's own container"
+    if task.verifier == "separate" and task.verifier_build not in ("dockerfile", "environment"):
+        return f"a separate verifier environment from {task.verifier_build}: this harness builds a verifier only " \
+               f"from tests/Dockerfile or the task's own environment"
+    if task.verifier == "separate" and task.config.artifacts:
+        return "a separate verifier handed artifacts beyond /logs/artifacts: this harness hands it only that directory"
     if task.environment == "compose":
         return "environment/docker-compose.yaml: this harness runs one image per task"
     if task.environment == "image":
@@ -74,22 +93,45 @@ class TrialKind(AttemptKind[Tried]):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._task_locks: dict[int, threading.Lock] = {}
-        self._images: dict[int, TaskImage | TaskImageRefusal] = {}
+        self._task_locks: dict[tuple[int, str], threading.Lock] = {}
+        self._images: dict[tuple[int, str], TaskImage | TaskImageRefusal] = {}
         self._bases: BaseImageMap | None = None
         self._builder: DockerImages | None = None
 
-    def _image(self, ctx: RunContext, task: HarborTaskRef) -> TaskImage | TaskImageRefusal:
-        """The task's image, built once per run (and cached by content across runs)."""
+    def _image(self, ctx: RunContext, task: HarborTaskRef,
+               context: str = "environment") -> TaskImage | TaskImageRefusal:
+        """The task's image (or its separate verifier's, from `context` ``tests``), built once
+        per run (and cached by content across runs)."""
+        key = (task.idx, context)
         with self._lock:
-            lock = self._task_locks.setdefault(task.idx, threading.Lock())
+            lock = self._task_locks.setdefault(key, threading.Lock())
         with lock:
-            if task.idx not in self._images:
-                builder, bases = self._base_map()
-                config = task.parsed.config.environment
-                self._images[task.idx] = build_task_image(ctx.taskset.task_dir(task), bases, builder,
-                                                          task_image_store(), build_timeout_s=config.build_timeout_sec)
-            return self._images[task.idx]
+            if key not in self._images:
+                # The contract routes the task's own image (`validate.taskimage.frozen`); a
+                # separate verifier's image from tests/ is built (or taken from the cache) here.
+                frozen = ctx.manifest.execution.task_images if context == "environment" else None
+                got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
+                                                         ctx.paths.root, self._base_map()[0], task_image_store())
+                self._images[key] = got if got is not None else self._build(ctx, task, context)
+            return self._images[key]
+
+    def _images_of(self, ctx: RunContext, task: HarborTaskRef) -> tuple[TaskImage | TaskImageRefusal, str | None]:
+        """The task's image and, for a separate verifier, its image's id (or the refusal)."""
+        image = self._image(ctx, task)
+        if task.parsed.verifier != "separate" or isinstance(image, TaskImageRefusal):
+            return image, None
+        if task.parsed.verifier_build == "environment":
+            return image, image.image_id  # a fresh container of the task's own image
+        verifier = self._image(ctx, task, "tests")
+        return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
+
+    def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
+        builder, bases = self._base_map()
+        config = task.parsed.config.environment
+        if context == "tests":  # a separate verifier's own environment, if it has one
+            config = task.parsed.config.verifier.environment or config
+        return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
+                                build_timeout_s=config.build_timeout_sec, context=context)
 
     def _base_map(self) -> tuple[DockerImages, BaseImageMap]:
         with self._lock:
@@ -103,11 +145,11 @@ class TrialKind(AttemptKind[Tried]):
         row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                          agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
                          status="harness_error", workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
-                         image_digest=m.execution.image_digest)
+                         image_digest=_routed_digest(m, task.id))
         reply = None
         try:
             why = unsupported(task.parsed, ctx.sandbox.backend) if task.parsed is not None else "the task did not load"
-            image = None if why else self._image(ctx, task)
+            image, verifier = (None, None) if why else self._images_of(ctx, task)
             if isinstance(image, TaskImageRefusal) and image.reason == "unsupported_execution_contract":
                 why = image.detail
             if why:
@@ -116,7 +158,7 @@ class TrialKind(AttemptKind[Tried]):
                 row.update(status="scorer_error", error_class="BuildFailed",
                            error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
             else:
-                reply = self._trial(ctx, play, task, agent, image, row)
+                reply = self._trial(ctx, play, task, agent, image, verifier, row)
         except SandboxError as e:
             row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
         except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
@@ -124,22 +166,32 @@ class TrialKind(AttemptKind[Tried]):
         row["finished_at"] = _now()
         return Tried(Attempt(**row), reply)
 
-    def _trial(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, image: TaskImage, row: dict) -> bytes | None:
+    def _trial(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, image: TaskImage,
+               verifier: str | None, row: dict) -> bytes | None:
         """Run the trial; fill `row`; return the verifier record's bytes (the reply), if any."""
-        lim = play.manifest.execution.limits
+        m = play.manifest
+        lim = m.execution.limits
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
         rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
         result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id, agent.name,
-                           limits, run_label=ctx.run_id, reward_key=rule)
+                           limits, run_label=ctx.run_id, resolver_image=m.execution.image, verifier_image=verifier,
+                           reward_key=rule)
         _outputs(row, result)
         record = None if result.record is None else result.record.model_copy(update={"image": image.image_id,
                                                                                       "key": rule})
-        if result.verifier_error is not None and result.verifier_error.kind == "missing_key":
+        if result.verifier_error is not None and result.verifier_error.kind == "missing_key" and record is not None:
             # The key rule is the record's to apply (`score_record`, below and in the audit): the
             # trial knows one key only, not 'all'; a key the rule names but the reward lacks is
             # a verifier error there too.
             status = _agent_status(result) if result.status == "verifier_error" else result.status
-            result = result.model_copy(update={"verifier_error": None, "status": status})
+            try:
+                reward, values = score_record(record.to_bytes(), rule)
+                read = {"reward": reward, "rewards": values}
+            except VerifierFailed:
+                read = {}
+            result = result.model_copy(update={"verifier_error": None, "status": status, **read})
+        offline = network.offline_reason(result.lookups, agent.role == ORACLE,
+                                         result.passed(m.expectations.pass_threshold))
         reply = record.to_bytes() if record is not None else None
         if reply is not None:
             row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
@@ -147,6 +199,9 @@ class TrialKind(AttemptKind[Tried]):
             row.update(status="infrastructure_error", error_class="DockerFault",
                        error_message=(result.infrastructure_error or "")[:2000])
             return None
+        if offline is not None:  # the harness's own resolver saw the lookups: not the task's text
+            row.update(status="unsupported_execution_contract", error_class="NetworkLookup", error_message=offline)
+            return reply
         if result.status not in STATUS or result.verifier_error is not None:
             what = result.task_error or (f"{result.verifier_error.kind}: {result.verifier_error.detail}"
                                          if result.verifier_error else result.status)
@@ -168,7 +223,7 @@ class TrialKind(AttemptKind[Tried]):
     def unsupported(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
                    attempt=number)
-        return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest))
+        return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id)))
 
     def row(self, result: Tried) -> Attempt:
         return result.row
@@ -183,13 +238,24 @@ def _agent_status(result: TrialResult) -> str:
     return "agent_timeout" if a.timed_out else "agent_oom" if a.oom_killed else "ok"
 
 
+def _routed_digest(m, task_id: str) -> str:
+    """The image the contract routes the task to (its frozen id), else the sandbox image."""
+    frozen = m.execution.task_images
+    return (frozen.digest_of(task_id) if frozen is not None else None) or m.execution.image_digest
+
+
 def _outputs(row: dict, result: TrialResult) -> None:
     a, v = result.agent_run, result.verifier_run
     left = ", ".join(f"{f.path} ({f.size} B)" for f in result.left_in_verifier_dir)
     # An agent that runs no command (nop) ran a program that does nothing: it exited 0.
     exit_code = a.exit_code if a.exit_code is not None or a.timed_out or a.oom_killed else 0
+    looked = network.describe(result.lookups)
+    handed = result.artifacts
+    dropped = (f"[artifacts not handed to the verifier: {', '.join(handed.dropped)}]\n"
+               if handed and handed.dropped else "")
     row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed, timed_out=a.timed_out,
                stdout=a.stdout,
                stderr=(f"[left in /logs/verifier by the agent phase, removed unread: {left}]\n" if left else "")
+               + (f"{looked}\n" if looked else "") + dropped
                + f"[verifier exit {v.exit_code}]\n{v.stdout}\n{v.stderr}")
 

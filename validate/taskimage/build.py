@@ -125,10 +125,11 @@ def build_key(ctx_digest: str, bases: list[ResolvedBase], policy: BuildPolicy, b
 
 def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBackend, store: Path,
                      policy: BuildPolicy = BuildPolicy(), build_timeout_s: float = 600.0,
-                     ) -> TaskImage | TaskImageRefusal:
+                     context: str = "environment") -> TaskImage | TaskImageRefusal:
     """The image of the task at `task_dir` (see the module's docstring); `build_timeout_s` is
-    the task's ``[environment].build_timeout_sec``."""
-    env = task_dir / "environment"
+    the task's ``[environment].build_timeout_sec``; `context` ``tests``: a separate verifier's
+    image, from ``tests/Dockerfile`` (the same map, policy and cache)."""
+    env = task_dir / context
     resolved = resolve_bases(env, base_map)
     if isinstance(resolved, TaskImageRefusal):
         return resolved
@@ -173,17 +174,17 @@ def _build_and_record(env: Path, dockerfile: str, backend: ImageBackend,
 def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
     """(the Dockerfile's text, what serves each external image it names), or why not."""
     dockerfile = env / "Dockerfile"
+    name = f"{env.name}/Dockerfile"
     if not dockerfile.is_file() or dockerfile.is_symlink():
         return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
-                                detail="environment/Dockerfile: missing; this profile builds only Dockerfile "
-                                       "environments")
+                                detail=f"{name}: missing; this profile builds only Dockerfile environments")
     try:
         text = dockerfile.read_text(encoding="utf-8")
         _, refs = external_images(text)
     except (UnicodeDecodeError, DockerfileError) as e:
-        return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"environment/Dockerfile: {e}")
+        return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"{name}: {e}")
     except Unresolvable as e:
-        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"environment/Dockerfile: {e}")
+        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{name}: {e}")
     bases: list[ResolvedBase] = []
     for image in dict.fromkeys(r.image for r in refs):
         served = base_map.resolve(image)

@@ -6,6 +6,10 @@ on it). The modules:
   verifier phase, the reward, the cleanup; and the task's limits capped by the profile;
 - `validate.trial.docker`: the container mechanics (create, exec against the harness's
   clock, files in and out as capped archives, labelled resources and their removal);
+- `validate.trial.network`: the trial's resolver sidecar (every name either phase looks up,
+  logged where only the harness reads it; `validate.trial.dnslog` is its program) and the
+  rule that makes a reference solution's lookups ``unsupported_execution_contract``;
+- `validate.trial.artifacts`: what a separate verifier is handed (``/logs/artifacts`` only);
 - `validate.trial.agents`: what each agent uploads and runs (the oracle, ``nop``, the leak
   controls), with the controls' programs in `environment.harbor.agents`;
 - `validate.trial.result`: the pydantic models of the inputs' limits and of the result.

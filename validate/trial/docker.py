@@ -74,7 +74,8 @@ class Resources:
         """Remove containers (with their anonymous volumes), then volumes and images; then
         sweep by the trial's label. Returns what could not be removed (empty when clean)."""
         errors: list[str] = []
-        for cid in self.containers:
+        # the task containers before the resolver whose network namespace they joined
+        for cid in reversed(self.containers):
             _try(errors, f"container {cid[:12]}", self.api.remove_container, cid, force=True, v=True)
         for name in self.volumes:
             _try(errors, f"volume {name}", self.api.remove_volume, name, force=True)
@@ -124,21 +125,25 @@ class Spec:
     memory_mb: int
     pids: int
     volumes: tuple[tuple[str, str], ...] = ()  # (volume name, mount point)
+    #: "none", or "container:<id>": the namespace of the trial's resolver (`validate.trial.network`)
+    network: str = "none"
 
 
 def create(res: Resources, spec: Spec, name: str) -> str:
-    """Create (not start) a phase's container: no network, the limits, PID 1 a backstop sleep."""
+    """Create (not start) a phase's container: no network (at most the resolver's loopback),
+    the limits, PID 1 a backstop sleep."""
     api = res.api
     mounts = [Mount(target=target, source=vol, type="volume", no_copy=True) for vol, target in spec.volumes]
     try:
-        host = api.create_host_config(network_mode="none", mem_limit=f"{spec.memory_mb}m",
+        host = api.create_host_config(network_mode=spec.network, mem_limit=f"{spec.memory_mb}m",
                                       memswap_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpus * 1e9),
                                       pids_limit=spec.pids, cap_drop=CAP_DROP, mounts=mounts,
                                       security_opt=["no-new-privileges"])
         cid = api.create_container(spec.image, entrypoint=["sleep", str(int(spec.lifetime_s) + BACKSTOP_S)],
                                    command=[], name=f"dv-{res.trial}-{name}", labels=res.labels(),
                                    user=spec.user or "", working_dir=spec.workdir or "",
-                                   environment=dict(sorted(spec.env.items())), network_disabled=True,
+                                   environment=dict(sorted(spec.env.items())),
+                                   network_disabled=spec.network == "none",
                                    host_config=host)["Id"]
     except DOCKER_ERRORS as e:
         raise fault(f"create the {name} container from {spec.image[:19]}", e) from None
@@ -228,6 +233,7 @@ class Found:
     kind: str  # file, dir, symlink, other
     size: int
     data: bytes | None  # the first `per_file` bytes of a regular file
+    mode: int = 0o644  # the permission bits the archive gave it
 
 
 @dataclass
@@ -283,7 +289,7 @@ def read_tree(api, cid: str, path: str, per_file: int, budget: int) -> Tree:
                 _, _, rel = m.name.partition("/")
                 kind = "file" if m.isreg() else "dir" if m.isdir() else "symlink" if m.issym() else "other"
                 data = tf.extractfile(m).read(per_file) if m.isreg() else None
-                tree.entries.append(Found(path=rel or ".", kind=kind, size=m.size, data=data))
+                tree.entries.append(Found(path=rel or ".", kind=kind, size=m.size, data=data, mode=m.mode & 0o7777))
     except (tarfile.TarError, EOFError, OSError) as e:
         if not raw.cut:
             raise fault(f"read {path}", e) from None

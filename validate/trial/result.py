@@ -28,6 +28,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.harbor.reward import VerifierRecord
+from validate.trial.artifacts import Handed
+from validate.trial.network import Lookups
 
 TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "task_error", "infrastructure_error"]
 VerifierErrorKind = Literal["missing", "empty", "too_large", "not_utf8", "unparsable", "non_numeric",
@@ -52,6 +54,8 @@ class TrialLimits(BaseModel):
     max_output_bytes: int = Field(default=64 * 1024, gt=0)
     #: Bytes streamed when listing a log directory (what an agent left, the verifier's files).
     max_listing_bytes: int = Field(default=64 * 2**20, gt=0)
+    #: Bytes of the agent's /logs/artifacts handed to a separate verifier, at most.
+    max_artifact_bytes: int = Field(default=64 * 2**20, gt=0)
 
 
 class Applied(BaseModel):
@@ -64,6 +68,7 @@ class Applied(BaseModel):
     verifier_timeout_s: float
     agent_user: str | None
     verifier_user: str | None
+    #: No network in either phase (at most the loopback of the trial's logging resolver).
     network: Literal["none"] = "none"
     #: Pinned for every phase so two runs of a trial differ only by what the task does.
     pinned_env: dict[str, str]
@@ -132,6 +137,12 @@ class TrialResult(BaseModel):
     #: Names of the files the verifier wrote to /logs/verifier (sorted).
     verifier_files: list[str] = Field(default_factory=list)
     applied: Applied | None = None
+    #: A separate verifier's image (None: the verifier ran in a snapshot of the agent's container).
+    verifier_image: str | None = None
+    #: What a separate verifier was handed of the agent's /logs/artifacts.
+    artifacts: Handed | None = None
+    #: The names each phase looked up through the trial's resolver (None: no resolver ran).
+    lookups: Lookups | None = None
     runtime_s: float = 0.0
     #: Reasons the harness's own cleanup could not finish (empty when it left nothing behind).
     cleanup_errors: list[str] = Field(default_factory=list)

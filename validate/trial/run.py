@@ -4,22 +4,31 @@ Inputs are plain data (a parsed task and its directory, an image id, an agent na
 profile's `TrialLimits`, a docker client), so the attempt kind that wires trials into a run
 stays thin. The sequence, and why:
 
+0. **Resolver** (when the caller names an image for it): the trial's resolver sidecar
+   (`validate.trial.network`), whose network namespace both phases' containers join: still
+   no network, but every name either phase looks up is logged where the harness reads it.
 1. **Agent phase.** A container of the task image (no network, the task's limits capped by
    the profile), ``/logs/agent``, ``/logs/artifacts`` and ``/logs/verifier`` created by the
    harness (as Harbor's container has them); the agent's files uploaded (``/solution`` for
    the oracle only, never ``tests/``); its command run as the task's agent user until it ends
-   or the agent timeout passes.
+   or the agent timeout passes. (`start_agent`, `stop_agent`: the container's lifecycle, for
+   any driver of the agent phase.)
 2. **Snapshot.** The agent's container is killed (PID 1 of its namespace: every process of
    the agent phase dies with it, background rewriters included), what it left in
-   ``/logs/verifier`` is read and recorded, its filesystem committed to a snapshot image,
-   and the container removed.
-3. **Verifier phase.** A fresh container from the snapshot, with a fresh empty volume at
-   ``/logs/verifier`` (a planted or stale reward file in the image's layers is hidden, never
-   read) and another at ``/tests`` (the agent cannot have put a ``conftest.py`` there), the
-   task's ``tests/`` uploaded into it; ``test.sh`` run as the verifier user against the
-   verifier timeout; the container killed before its files are read (so nothing the verifier
-   started rewrites them either); the reward read with `environment.harbor.reward`.
-4. **Cleanup**, always (an exception, a Ctrl-C): every container, volume and the snapshot.
+   ``/logs/verifier`` is read and recorded, its filesystem committed to a snapshot image
+   (for a separate verifier: only its ``/logs/artifacts`` read, `validate.trial.artifacts`),
+   and the container removed; the resolver's log marked and its files rewritten.
+3. **Verifier phase.** A fresh container from the snapshot (a separate verifier: of its own
+   image, with the artifacts in a fresh volume at ``/logs/artifacts``), with a fresh empty
+   volume at ``/logs/verifier`` (a planted or stale reward file in the image's layers is
+   hidden, never read) and another at ``/tests`` (the agent cannot have put a
+   ``conftest.py`` there), the task's ``tests/`` uploaded into it (unless a separate
+   verifier's image was built from ``tests/``: it owns ``/tests``, as in Harbor);
+   ``test.sh`` run as the verifier user against the verifier timeout; the container killed
+   before its files are read (so nothing the verifier started rewrites them either); the
+   reward read with `environment.harbor.reward`; the resolver's log read.
+4. **Cleanup**, always (an exception, a Ctrl-C): every container (the resolver too), volume
+   and the snapshot.
 
 What this does not defend: a verifier sharing the agent's environment runs the agent's
 binaries and imports (a trojaned ``python3`` or a ``conftest.py`` at ``/``); that is
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from environment.harbor.config import TaskConfig
@@ -38,6 +48,7 @@ from environment.harbor.reward import (
 )
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.cgroups import oom_kills_of_pid
+from validate.trial import artifacts, network
 from validate.trial import docker as dk
 from validate.trial.agents import plan as agent_plan, tree_entries
 from validate.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
@@ -75,28 +86,45 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
 
 def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
-              reward_range: tuple[float, float] = (0.0, 1.0)) -> TrialResult:
+              reward_range: tuple[float, float] = (0.0, 1.0), resolver_image: str | None = None,
+              verifier_image: str | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
-    volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused)."""
-    if task.steps or task.verifier == "separate":
-        raise UnsupportedTask(f"{task.id}: multi-step tasks and separate verifier environments are not run "
-                              f"by a single-container trial")
+    volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused).
+    `resolver_image` (one with python3): run the trial's resolver from it and record every
+    name looked up (`TrialResult.lookups`); `verifier_image`: a separate verifier's image."""
+    if task.steps:
+        raise UnsupportedTask(f"{task.id}: multi-step tasks are not run by this harness")
+    separate = task.verifier == "separate"
+    if separate and (verifier_image is None or task.verifier_build not in ("dockerfile", "environment")):
+        raise UnsupportedTask(f"{task.id}: a separate verifier built from {task.verifier_build} needs its image")
     plan = agent_plan(agent, task, Path(task_dir))
     t0 = time.monotonic()
     res = dk.Resources(client.api, run_label, secrets.token_hex(6))
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
-                         reward_key=reward_key, applied=apply_limits(task.config, limits))
+                         reward_key=reward_key, applied=apply_limits(task.config, limits),
+                         verifier_image=verifier_image if separate else None)
+    resolver, mark = None, None
     try:
-        snapshot = _agent_phase(res, task, image, plan, result, limits)
-        _verifier_phase(res, task, Path(task_dir), snapshot, result, limits, reward_key, reward_range)
+        if resolver_image is not None:
+            resolver = network.Resolver(res, resolver_image)
+        handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate)
+        if resolver is not None:
+            mark = network.boundary(res, resolver.id)
+        _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
+                        reward_key, reward_range, network.mode(resolver.id) if resolver else "none",
+                        handed if separate else None)
         result.status = _status(result)
     except dk.DockerFault as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
     except dk.TaskFault as e:
         result.status, result.task_error = "task_error", str(e)
     finally:
-        result.cleanup_errors = res.close()
-        result.runtime_s = round(time.monotonic() - t0, 3)
+        try:
+            if resolver is not None:
+                result.lookups = network.lookups(res, resolver.id, mark)
+        finally:
+            result.cleanup_errors = res.close()
+            result.runtime_s = round(time.monotonic() - t0, 3)
     return result
 
 
@@ -163,32 +191,76 @@ def _outside_kills(res: dk.Resources, cid: str, since: float) -> str:
         return "unknown (the daemon's events could not be read)"
 
 
-def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
-                 limits: TrialLimits) -> str:
-    """Run the agent; record what it left in /logs/verifier; return the snapshot image."""
-    a = result.applied
-    cid = dk.create(res, _spec(task, image, result, a.agent_timeout_s, plan.env), "agent")
+@dataclass
+class AgentContainer:
+    """A running agent container: its id, its PID 1 on the host, its OOM-kill counter at the
+    start, and when it started (what `stop_agent` needs to tell who stopped it)."""
+
+    cid: str
+    pid: int
+    oom_before: int | None
+    since: float
+
+
+def start_agent(res: dk.Resources, spec: dk.Spec, uploads: list,
+                resolver: network.Resolver | None = None) -> AgentContainer:
+    """Create the agent's container (`spec`; joining `resolver`'s network namespace if
+    given), make Harbor's log directories, upload `uploads` (tar entries extracted at ``/``),
+    start it once the resolver answers. Any driver of an agent phase starts here, runs its
+    commands with `dk.run_exec`, and ends with `stop_agent`."""
+    if resolver is not None:
+        spec = replace(spec, network=network.mode(resolver.id))
+    cid = dk.create(res, spec, "agent")
     dk.put_tree(res.api, cid, "/", _LOG_DIRS)
-    if plan.uploads:
-        dk.put_tree(res.api, cid, "/", plan.uploads)
-    pid, oom_before, since = _started(res, cid)
+    if uploads:
+        dk.put_tree(res.api, cid, "/", uploads)
+    if resolver is not None:
+        resolver.started()
+    started = AgentContainer(cid, *_started(res, cid))
+    if resolver is not None:
+        network.wait_ready(res, resolver.id)  # no early question goes unlogged
+    return started
+
+
+def stop_agent(res: dk.Resources, agent: AgentContainer) -> bool:
+    """Kill the agent's container (every process of the phase); whether anything was OOM-killed.
+    A docker call that failed because the container was stopped under it (an exec that could
+    not start, say) is named by the container's state and events, not by the call."""
+    try:
+        return _stop(res, agent.cid, agent.pid, agent.oom_before, agent.since)
+    except dk.DockerFault as fault:
+        return stopped_under(res, agent, fault)
+
+
+def stopped_under(res: dk.Resources, agent: AgentContainer, fault: dk.DockerFault) -> bool:
+    """After `fault` (a docker call in the agent's container failed): raise it if the
+    container still runs, else say who stopped it (`_stopped_before`: OOM, or a `DockerFault`)."""
+    try:
+        state = res.api.inspect_container(agent.cid)["State"]
+    except dk.DOCKER_ERRORS:
+        raise fault from None
+    if state.get("Running"):
+        raise fault
+    return _stopped_before(res, agent.cid, state, agent.since)
+
+
+def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
+                 limits: TrialLimits, resolver: network.Resolver | None, separate: bool):
+    """Run the agent; record what it left in /logs/verifier; return the snapshot image (or,
+    for a separate verifier, the artifacts to hand it: `validate.trial.artifacts`)."""
+    a = result.applied
+    agent = start_agent(res, _spec(task, image, result, a.agent_timeout_s, plan.env), plan.uploads, resolver)
     run = PhaseRun()
     try:
         if plan.command is not None:
-            ex = dk.run_exec(res.api, cid, plan.command, a.agent_user, None,
+            ex = dk.run_exec(res.api, agent.cid, plan.command, a.agent_user, None,
                              {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
-        run.oom_killed = _stop(res, cid, pid, oom_before, since)
     except dk.DockerFault as fault:
-        # A docker call that failed because the container was stopped under it (an exec that
-        # could not start, say) is named by the container's state and events, not by the call.
-        try:
-            state = res.api.inspect_container(cid)["State"]
-        except dk.DOCKER_ERRORS:
-            raise fault from None
-        if state.get("Running"):
-            raise
-        run.oom_killed = _stopped_before(res, cid, state, since)
+        run.oom_killed = stopped_under(res, agent, fault)
+    else:
+        run.oom_killed = stop_agent(res, agent)
+    cid = agent.cid
     if plan.command is not None:
         out = dk.read_tree(res.api, cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
@@ -198,28 +270,48 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
     result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
                                    for f in left.entries if f.path != "." or f.kind != "dir"]
     result.left_listing_truncated = left.truncated
-    # The verifier's mount points made directories again (a file or a link the agent put
-    # there would fail the verifier's start: the agent's doing, not the infrastructure's).
-    dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
-    snapshot = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
-    res.images.append(snapshot)
+    if separate:
+        handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
+    else:
+        # The verifier's mount points made directories again (a file or a link the agent put
+        # there would fail the verifier's start: the agent's doing, not the infrastructure's).
+        dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
+        handed = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
+        res.images.append(handed)
     dk.call("remove the agent's container", res.api.remove_container, cid, force=True, v=True)
     res.containers.remove(cid)
-    return snapshot
+    return handed
 
 
-def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, snapshot: str, result: TrialResult,
-                    limits: TrialLimits, reward_key: str, reward_range: tuple[float, float]) -> None:
+def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: str, result: TrialResult,
+                    limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], net: str,
+                    handed: list | None) -> None:
+    """`image` is the snapshot, or a separate verifier's image (`handed`: the artifacts)."""
     a = result.applied
-    volumes = ((dk.volume(res, "verifier"), VERIFIER_DIR), (dk.volume(res, "tests"), TESTS_DIR))
-    cid = dk.create(res, _spec(task, snapshot, result, a.verifier_timeout_s, task.config.verifier.env, volumes),
-                    "verifier")
-    dk.put_tree(res.api, cid, "/", _MOUNT_POINTS[:2])  # the fresh volume's root, writable by any verifier user
-    dk.put_tree(res.api, cid, "/", tree_entries(task_dir / "tests", TESTS_DIR.lstrip("/")))
+    # A separate verifier built from tests/ owns /tests (Harbor uploads nothing there).
+    bundled = handed is not None and task.verifier_build == "dockerfile"
+    volumes = [(dk.volume(res, "verifier"), VERIFIER_DIR)]
+    points = list(_MOUNT_POINTS[:2])
+    if not bundled:
+        volumes.append((dk.volume(res, "tests"), TESTS_DIR))
+        points.append(_MOUNT_POINTS[2])
+    if handed is not None:
+        volumes.append((dk.volume(res, "artifacts"), artifacts.ARTIFACTS_DIR))
+    env_config = _verifier_environment(task) if handed is not None else task.config.environment
+    spec = _spec(task, image, result, a.verifier_timeout_s, task.config.verifier.env, tuple(volumes))
+    if handed is not None:  # a separate verifier's own limits, capped by the profile as the agent's are
+        spec = replace(spec, cpus=min(env_config.cpus or limits.cpus, limits.cpus),
+                       memory_mb=min(env_config.memory_mb or limits.memory_mb, limits.memory_mb))
+    cid = dk.create(res, replace(spec, network=net, workdir=env_config.workdir,
+                                 env={**a.pinned_env, **env_config.env, **task.config.verifier.env}), "verifier")
+    dk.put_tree(res.api, cid, "/", points)  # the fresh volumes' roots, writable by any verifier user
+    if not bundled:
+        dk.put_tree(res.api, cid, "/", tree_entries(task_dir / "tests", TESTS_DIR.lstrip("/")))
+    if handed is not None:
+        dk.put_tree(res.api, cid, "/", handed)
     pid, oom_before, since = _started(res, cid)
     ex = dk.run_exec(res.api, cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
-                     {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
-                     a.verifier_timeout_s)
+                     {**a.pinned_env, **env_config.env, **task.config.verifier.env}, a.verifier_timeout_s)
     oom = _stop(res, cid, pid, oom_before, since)
     per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
     tree = dk.read_tree(res.api, cid, VERIFIER_DIR, per_file, limits.max_listing_bytes)
@@ -230,6 +322,12 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, snapsho
                                    truncated=cut_out or cut_err)
     result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
     _reward(result, tree, reward_key, reward_range)
+
+
+def _verifier_environment(task: HarborTask):
+    """A separate verifier's environment: its own ``[verifier.environment]``, else a fresh
+    copy of the task's (Harbor's rule)."""
+    return task.config.verifier.environment or task.config.environment
 
 
 def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, float]) -> None:

@@ -1,0 +1,175 @@
+"""Per-task images frozen in the contract: the protocol's "image hashes and task-to-image
+routing" for a task-directory dataset.
+
+At freeze (``validate freeze --env harbor`` on the docker backend) every selected task's
+image is built (or taken from the content-addressed cache, `validate.taskimage.build`)
+against the profile's base-image map, and the contract's execution profile records, as
+`TaskImages`: the built map (each upstream base → local image by id and layer digest, with
+each substitution's recorded differences), the build policy (the build-time network), the
+build and rewrite versions, and per task id a `FrozenImage` — the image id the trial must
+run in, or the refusal the build gave (a base the map does not serve, a GPU, several steps:
+``unsupported_execution_contract``; a Dockerfile that fails: ``invalid_task_or_verifier``
+with the log's tail). Every build log is kept as evidence beside the manifest
+(``<manifest stem>.build-logs/<sha256 hex>.log``, named by its own hash, which the entry
+records); a run copies the logs of the images it used into ``build-logs/`` of its run
+directory, where the checksums seal them and the audit checks them against the contract.
+
+At run time (`routed`) a task runs in its frozen image id: the daemon's own image of that id
+and key label, else the cache's build held to the frozen id — a different id (the cache was
+cleared and the build is not reproducible, another daemon) is a `TaskImageMismatch`, an
+infrastructure fault naming both ids, never a trial in another image. A frozen refusal is
+returned as it was frozen, without building. The logs are also kept, content-addressed, in
+the image store's ``logs/``, which is where a run copies them from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from environment.protocol import sha256_tag
+from validate.errors import SandboxError
+from validate.evidence import atomic_write
+from validate.taskimage.basemap import BaseImageMap
+from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
+from validate.taskimage.dockerfile import REWRITE_VERSION
+
+#: Where a run keeps the build logs of the images it ran (relative to the run directory).
+BUILD_LOGS = "build-logs"
+#: The store's content-addressed copy of every frozen build log (never overwritten: a log's
+#: name is its hash), which a run copies its logs from.
+LOGS = "logs"
+
+
+class FrozenImage(BaseModel):
+    """One task's routing: the image it runs in, or why it has none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str | None = Field(default=None, description="the image id ('sha256:<config digest>') the trial runs in")
+    key: str | None = Field(default=None, description="the content key the image is cached by")
+    layers: tuple[str, ...] = Field(default=(), description="the image's layer digests, the base's first")
+    bases: dict[str, str] = Field(default_factory=dict, description="each FROM of the Dockerfile → the recipe serving it")
+    patch_sha256: str | None = Field(default=None, description="sha256 of the Dockerfile's FROM rewrite (the patch)")
+    log_sha256: str | None = Field(default=None, description="sha256 of the build log (the file build-logs/<hex>.log)")
+    refusal: Literal["unsupported_execution_contract", "invalid_task_or_verifier"] | None = None
+    detail: str | None = None
+    log_tail: str | None = None
+
+    def refused(self) -> TaskImageRefusal | None:
+        if self.refusal is None:
+            return None
+        return TaskImageRefusal(reason=self.refusal, detail=self.detail or "", log_tail=self.log_tail)
+
+
+class TaskImages(BaseModel):
+    """The execution profile's per-task images (``execution.task_images``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    build_version: int = BUILD_VERSION
+    rewrite_version: int = REWRITE_VERSION
+    build_policy: BuildPolicy = Field(description="the build-time policy: its network and timeout cap")
+    base_map: BaseImageMap
+    tasks: dict[str, FrozenImage] = Field(description="task id → its image or its refusal (tasks that loaded)")
+
+    def digest_of(self, task_id: str) -> str | None:
+        entry = self.tasks.get(task_id)
+        return None if entry is None else entry.image
+
+
+class TaskImageMismatch(SandboxError):
+    """The image this machine has for a task is not the one its contract froze."""
+
+
+def log_dir_of(manifest_path: Path) -> Path:
+    """Where a manifest's build logs are kept: ``<stem>.build-logs/`` beside it."""
+    return manifest_path.with_name(f"{manifest_path.stem}.{BUILD_LOGS}")
+
+
+def keep_log(source: str | Path | None, directory: Path) -> str | None:
+    """Copy a build log into `directory` as ``<sha256 hex>.log``; return its sha256 tag."""
+    if source is None or not Path(source).is_file():
+        return None
+    data = Path(source).read_bytes()
+    tag = sha256_tag(data)
+    target = directory / f"{tag.removeprefix('sha256:')}.log"
+    if not target.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, data)
+    return tag
+
+
+def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> FrozenImage:
+    keep_log(built.log, store / LOGS)
+    if isinstance(built, TaskImageRefusal):
+        return FrozenImage(refusal=built.reason, detail=built.detail, log_tail=built.log_tail,
+                           log_sha256=keep_log(built.log, log_dir))
+    # The store's log is the one the image was built with (a cached image keeps its first log).
+    log = keep_log(built.log, log_dir)
+    return FrozenImage(image=built.image_id, key=built.key, layers=tuple(built.layers),
+                       bases={b.upstream: b.recipe for b in built.bases}, patch_sha256=sha256_tag(built.patch.encode()),
+                       log_sha256=log or built.log_sha256)
+
+
+def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
+                  builder=None, log: Callable[[str], None] = print) -> TaskImages | None:
+    """Build (or take from the cache) the image of every selected task that loaded; None when
+    the dataset is not one of task directories or the backend cannot run them (the trial
+    kind then says why per task, as before)."""
+    if backend != "docker" or not hasattr(taskset, "task_dir"):
+        return None
+    # Imported here: the trial kind imports this module (routing), and this needs its rule of
+    # what a profile cannot run, so the two stay one rule.
+    from validate.kinds.trial import unsupported
+    from validate.taskimage.bases import build_base_map
+    from validate.taskimage.docker import DockerImages
+
+    builder = builder or DockerImages()
+    base_map = build_base_map(builder, store / "bases", log=lambda m: None)
+    tasks: dict[str, FrozenImage] = {}
+    loaded = [t for t in (taskset.task(i) for i in idx) if t.parsed is not None]
+    for n, task in enumerate(loaded, 1):
+        why = unsupported(task.parsed, backend)
+        if why is not None:
+            tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
+            continue
+        built = build_task_image(taskset.task_dir(task), base_map, builder, store,
+                                 build_timeout_s=task.parsed.config.environment.build_timeout_sec)
+        tasks[task.id] = _entry(built, log_dir, store)
+        state = "refused" if isinstance(built, TaskImageRefusal) else "cached" if built.cached else "built"
+        log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
+    return TaskImages(build_policy=BuildPolicy(), base_map=base_map, tasks=dict(sorted(tasks.items())))
+
+
+def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], run_root: Path,
+           backend, store: Path) -> TaskImage | TaskImageRefusal | None:
+    """The task's image as its contract routes it: a frozen refusal as frozen (nothing is
+    built); the frozen image when `backend` holds it under its key's label, else the cache's
+    (`build`) held to the frozen id; its build log (from the store's ``logs/``) kept in the
+    run's ``build-logs/``. None: the contract routes no image for this task."""
+    entry = frozen.tasks.get(task_id)
+    if entry is None:
+        return None
+    if entry.refusal is not None:
+        return entry.refused()
+    # The daemon's own answer first: the store is shared by every daemon on the machine, so
+    # its record may name another daemon's build of the same key.
+    if (backend.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key:
+        image = TaskImage(key=entry.key or "", context_digest="", backend=backend.name, image_id=entry.image,
+                          layers=list(entry.layers), bases=[], patch="", policy=frozen.build_policy, timeout_s=0.0,
+                          log="", log_sha256=entry.log_sha256 or "", cached=True)
+    else:
+        image = build()
+        if isinstance(image, TaskImageRefusal) or image.image_id != entry.image:
+            have = image.detail if isinstance(image, TaskImageRefusal) else image.image_id
+            raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze "
+                                    f"{entry.image}; the trial runs in the frozen image only (freeze the dataset "
+                                    f"again on this machine)")
+    if entry.log_sha256:
+        keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
+    return image
