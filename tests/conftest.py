@@ -146,14 +146,14 @@ def sandboxes():
 
 
 def make_manifest(sandbox, *, idx, env_name="deshuffle-papers", controls=None, limits=None, ceilings=None,
-                  exception_rule="strict", infra_retries=2, min_task_count=None, **config):
+                  exception_rule="strict", infra_retries=2, min_task_count=None, oracle_repeats=1, **config):
     env = environments.get(env_name)
     cfg = env.Config.model_validate({"corpus": str(CORPUS_PATH), **config} if env_name.startswith("deshuffle")
                                     else config)
     return freeze(name="pytest", env_name=env_name, config=cfg, hints=HINTS, idx=idx, rule="test selection",
                   facts=sandbox.facts(), controls=controls, ceilings=ceilings, exception_rule=exception_rule,
                   min_task_count=min_task_count, git_commit=code_state().label, limits=limits or Limits(),
-                  infra_retries=infra_retries)
+                  infra_retries=infra_retries, oracle_repeats=oracle_repeats)
 
 
 def make_ctx(manifest, sandbox, run_dir, concurrency: int = 4, executor: str = "threads") -> RunContext:

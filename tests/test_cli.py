@@ -49,6 +49,10 @@ BAD_FREEZE = [
     (["--idx-start", "5", "--idx-stop", "5"], "--idx-stop"),
     (["--env", "nope"], "no environment named 'nope'"),
     (["--corpus", "missing.jsonl.gz"], "no corpus file at"),
+    (["--oracle-repeats", "0"], "--oracle-repeats: expected an integer ≥ 1"),
+    (["--oracle-repeats=-2"], "--oracle-repeats: expected an integer ≥ 1"),
+    (["--oracle-repeats", "2.5"], "--oracle-repeats: expected an integer ≥ 1"),
+    (["--oracle-repeats", "101"], "--oracle-repeats: expected an integer from 1 to 100"),
 ]
 
 

@@ -204,3 +204,21 @@ def test_another_machines_image_names_the_packages_that_differ(bwrap_manifest, s
     forged = m.model_copy(update={"execution": m.execution.model_copy(update={"packages": packages})}).sealed()
     with pytest.raises(ContractError, match=rf"execution.packages:.*{name}.*made-up-package"):
         verify(forged, sandboxes("bwrap"), HINTS)
+
+
+@pytest.mark.bwrap
+def test_oracle_repeats_are_sealed_only_when_more_than_one(bwrap_manifest, tmp_path):
+    """One repeat (every contract sealed before the field) is not written, so those contracts
+    keep their bytes and hash; more is sealed, read back, and refused when not a whole number ≥ 1."""
+    m, path = bwrap_manifest
+    assert m.expectations.oracle_repeats == 1 and b"oracle_repeats" not in path.read_bytes()
+    three = m.model_copy(update={"expectations": m.expectations.model_copy(update={"oracle_repeats": 3})}).sealed()
+    assert three.sha256 != m.sha256 and b'"oracle_repeats": 3' in three.to_json()
+    assert load_manifest(write_manifest(three, tmp_path / "three.json")) == three
+    for bad in (0, -1, 1.5, True, "3"):
+        raw = json.loads(three.to_json())
+        raw["expectations"]["oracle_repeats"] = bad
+        raw["sha256"] = sha256_tag(canonical_json({k: v for k, v in raw.items() if k != "sha256"}))
+        (tmp_path / "bad.json").write_text(json.dumps(raw))
+        with pytest.raises(ContractError, match="oracle_repeats"):
+            load_manifest(tmp_path / "bad.json")

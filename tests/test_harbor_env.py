@@ -73,3 +73,39 @@ def test_the_declared_agents_are_the_programs_the_trial_runs(env):
     assert [a.name for a in specs.values() if a.role == "oracle"] == ["oracle"]
     for a in specs.values():
         assert a.program.is_file() and a.program.parent == PROGRAMS
+
+
+def test_the_oracle_is_frozen_out_of_a_task_without_a_solution_by_its_role(env):
+    """The missing reference excuses the agent whose declared role is oracle, whatever its
+    name; the controls still play the task (runtime-tested only)."""
+    ts = env.load(CONFIG)
+    task = next(ts.task(i) for i in range(ts.size) if ts.task(i).id == "no-solution")
+    skips = {a.name: env.not_applicable(a, task) for a in env.agents(CONFIG)}
+    assert "solution/solve.sh" in skips["oracle"] and [n for n, why in skips.items() if why] == ["oracle"]
+    renamed = next(a for a in env.agents(CONFIG) if a.role == "oracle").model_copy(update={"name": "reference"})
+    assert env.not_applicable(renamed, task) == skips["oracle"]
+    control = next(a for a in env.agents(CONFIG) if a.role == "control").model_copy(update={"name": "oracle"})
+    assert env.not_applicable(control, task) is None
+
+
+def test_the_reward_key_rule_is_frozen_and_applied_to_the_record(env):
+    from environment.harbor.reward import VerifierFailed, VerifierRecord
+
+    assert CONFIG.reward_key == "reward" and CONFIG.model_dump()["reward_key"] == "reward"
+    ts = env.load(CONFIG)
+    task = ts.task(0)
+    files = {"reward.json": b'{"reward": 1.0, "to_roman": 1.0, "from_roman": 0.5}'}
+
+    def score(rule: str, record_key: str | None = None) -> float:
+        taskset = env.load(HarborConfig(dataset=str(SAMPLE), reward_key=rule))
+        return taskset.score(task, VerifierRecord.of(files, key=record_key or rule).to_bytes()).reward
+
+    assert score("reward") == 1.0 and score("to_roman") == 1.0 and score("from_roman") == 0.5
+    assert score("all") == 0.5  # the least key: a pass only when every key reaches the threshold
+    with pytest.raises(VerifierFailed, match="no key 'style'"):
+        score("style")
+    with pytest.raises(VerifierFailed, match="names reward key 'reward', the contract's rule is 'all'"):
+        score("all", record_key="reward")  # a record read under another rule is not re-read under this one
+    txt = VerifierRecord.of({"reward.txt": b"1"}, key="all").to_bytes()
+    assert env.load(HarborConfig(dataset=str(SAMPLE), reward_key="all")).score(task, txt).reward == 1.0
+    assert ts.score(task, VerifierRecord.of({"reward.txt": b"1"}).to_bytes()).reward == 1.0

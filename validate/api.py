@@ -133,6 +133,18 @@ def _config_file(config) -> str | None:
     return f"{Path(config).name} {sha256_tag(Path(config).read_bytes())}"
 
 
+#: The most oracle repeats a contract may ask (the contract's own bound).
+MAX_ORACLE_REPEATS = 100
+
+
+def check_oracle_repeats(n: object) -> int:
+    """`n` as the contract's oracle repeats: an integer from 1 to `MAX_ORACLE_REPEATS`."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ORACLE_REPEATS:
+        raise ValidateError(f"--oracle-repeats: expected an integer from 1 to {MAX_ORACLE_REPEATS} (how many times "
+                            f"the oracle plays each task), got {n!r}")
+    return n
+
+
 def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | PathLike | None = None,
            config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None, idx_start: int = 0,
            idx_stop: int | None = None, backend: str = "docker", image: str = DEFAULT_IMAGE,
@@ -140,10 +152,12 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           log: Callable[[str], None] = lambda m: None):
+           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
-    their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds."""
+    their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
+    `oracle_repeats`: how many times the oracle plays each task (every repeat must pass)."""
+    check_oracle_repeats(oracle_repeats)
     env_name = env or environments.default_name()
     if env_name is None:
         raise ValidateError("--env: no environment given and none is the default; install one")
@@ -164,7 +178,8 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
         min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
-        config_file=_config_file(config), **({} if images is None else {"task_images": images}))
+        config_file=_config_file(config), oracle_repeats=oracle_repeats,
+        **({} if images is None else {"task_images": images}))
     write_manifest(manifest, path)
     return manifest
 

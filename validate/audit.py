@@ -191,10 +191,8 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
         if sorted(t for _, t in mine) != sorted(t.id for t in tasks_m.tasks):
             r.problems.append(f"{where}: phase {g.phase}: the verdicts do not cover each of the contract's "
                               f"{len(tasks_m.tasks)} tasks exactly once")
-        sub = attempts[attempts["phase"].isin(g.attempt_phases) & (attempts["sample"] == 0)]
-        outcomes = {tid: [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
-                                  x.error_class, x.error_message) for x in grp.itertuples()]
-                    for tid, grp in sub.groupby("task_id", sort=False)}
+        sub = attempts[attempts["phase"].isin(g.attempt_phases)]  # `decide` counts the samples the contract asks
+        outcomes = {tid: _outcomes(grp) for tid, grp in sub.groupby("task_id", sort=False)}
         taskset = at.taskset(tasks_m)
         for e in tasks_m.tasks:
             want = verdict_row(at.env, summary.run_id, g.phase, exp_m, e, taskset.task(e.idx),
@@ -216,6 +214,12 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
     else:
         r.checked.append(f"{len(expected)} task rows and {excluded} exclusion rows re-derived from their "
                          f"attempts and the environment")
+
+
+def _outcomes(grp: pd.DataFrame) -> list[Outcome]:
+    """A task's attempt rows as the outcomes `decide` reads."""
+    return [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
+                    x.error_class, x.error_message, int(x.sample)) for x in grp.itertuples()]
 
 
 def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
@@ -271,10 +275,8 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     testable = {t.id for t in root.tasks if exp.testing(t.skip)}
     passes = set()
     for tid, grp in o[o["task_id"].isin(testable)].groupby("task_id"):
-        outs = [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
-                        x.error_class, x.error_message) for x in grp.itertuples()]
-        d = decide(outs, [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
-                   findings_of.get(tid, []))  # the oracle alone, as the pool judged it at freeze
+        d = decide(_outcomes(grp), [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
+                   findings_of.get(tid, []), oracle_repeats=exp.oracle_repeats)  # the oracle alone, as at freeze
         if d.verdict == COMPATIBLE:
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:

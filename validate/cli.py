@@ -161,6 +161,9 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                      help="strict: any infrastructure exception excludes the task; retry: a passing retry "
                           "counts, and the claim says how many tasks needed one (default: strict)")
     exp.add_argument("--min-count", type=int, default=None, help="minimum compatible tasks (default: every task)")
+    exp.add_argument("--oracle-repeats", default=None, metavar="N",
+                     help="play the oracle N times per task; every repeat must pass, a mix (e.g. 2 of 3) is a "
+                          "flaky verifier: invalid_task_or_verifier (default: 1)")
     ex = f.add_argument_group("execution profile")
     ex.add_argument("--backend", default="docker", choices=backend_names(),
                     help="sandbox backend, one of the installed (`validate.backends`; default: docker)")
@@ -470,8 +473,22 @@ def cmd_freeze(args) -> int:
         limits=given(args, "lim_"), controls=controls, ceilings=_ceilings(args.ceiling),
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
-        allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False))
+        allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
+        oracle_repeats=_repeats(args.oracle_repeats))
     return _froze(manifest, args)
+
+
+def _repeats(text: str | None) -> int:
+    """``--oracle-repeats``: a whole number ≥ 1, refused before anything loads (the API holds
+    it to the contract's upper bound)."""
+    if text is None:
+        return 1
+    digits = text.strip()
+    n = int(digits) if digits.isascii() and digits.isdigit() else 0  # no sign, "1_0", "1.5" or other scripts
+    if n < 1:
+        raise ValidateError(f"--oracle-repeats: expected an integer ≥ 1 (how many times the oracle plays each "
+                            f"task), got {text!r}")
+    return n
 
 
 def _freeze_like(api, args) -> int:
@@ -479,7 +496,7 @@ def _freeze_like(api, args) -> int:
     dataset = {"--env": args.env, "--config": args.config, "--idx": args.idx, "--idx-start": args.idx_start,
                "--idx-stop": args.idx_stop, "--controls": args.controls, "--ceiling": args.ceiling or None,
                "--pass-threshold": args.pass_threshold, "--exception-rule": args.exception_rule,
-               "--min-count": args.min_count, **{f"--{k.replace('_', '-')}": v for k, v in given(args, "cfg_").items()}}
+               "--min-count": args.min_count, "--oracle-repeats": args.oracle_repeats, **{f"--{k.replace('_', '-')}": v for k, v in given(args, "cfg_").items()}}
     bad = [flag for flag, value in dataset.items() if value is not None]
     if bad:
         raise ValidateError(f"{bad[0]}: with --like the dataset contract (environment, config, selection, "

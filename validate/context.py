@@ -24,7 +24,7 @@ from validate.errors import ValidateError
 from validate.executors import Executor, make_executor
 from validate.patches import CodeState
 from validate.paths import RunPaths
-from validate.records import Attempt
+from validate.records import ORACLE, Attempt
 from validate.sandbox import Limits, Sandbox
 
 R = TypeVar("R")
@@ -132,3 +132,11 @@ class Play:
     #: which is no agent of the contract (a control that happened to be named like it must not
     #: drop the model's attempts).
     skips: bool = True
+
+    def samples_of(self, agent: Player) -> int:
+        """How many samples of `agent` each task gets: the contract's ``oracle_repeats`` for
+        its oracle (each repeat a sample, so a resume reruns only the missing ones), else
+        `samples`."""
+        if self.skips and agent.role == ORACLE:
+            return max(self.samples, self.manifest.expectations.oracle_repeats)
+        return self.samples

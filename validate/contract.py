@@ -82,6 +82,19 @@ class Expectations(BaseModel):
     exception_rule: Literal["strict", "retry"] = Field(
         default="strict", description="strict: any infrastructure exception in the run excludes the task; retry: "
                                       "only each agent's final attempt counts.")
+    oracle_repeats: int = Field(
+        default=1, ge=1, le=100, strict=True,
+        description="The oracle plays each task this many times (samples 0..N-1); every repeat must pass, a mix "
+                    "is a flaky verifier (invalid_task_or_verifier).")
+
+    @model_serializer(mode="wrap")
+    def _omit_one_repeat(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written only when more than one: every contract sealed before the field (one repeat,
+        # as they all played) keeps its bytes and its content hash.
+        data = handler(self)
+        if data.get("oracle_repeats") == 1:
+            data.pop("oracle_repeats", None)
+        return data
 
     def rules(self) -> dict[str, Rule]:
         return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope)
@@ -333,7 +346,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
            facts: BackendFacts, controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
            pass_threshold: float | None = None, exception_rule: str = "strict", min_task_count: int | None = None,
            git_commit: str = "", patch: PatchInfo | None = None, config_file: str | None = None,
-           **execution: Any) -> Manifest:
+           oracle_repeats: int = 1, **execution: Any) -> Manifest:
     """Build and seal a root manifest: generate every selected task and record its hash."""
     env = environments.get(env_name)
     salt = secrets.token_hex(16)
@@ -350,7 +363,7 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
             selection=Selection(rule=rule, idx=idx), tasks=tasks, task_list_sha256=task_list_sha256(tasks),
             expectations=Expectations(pass_threshold=scorer.pass_threshold if pass_threshold is None else pass_threshold,
                                       agents=agents,
-                                      exception_rule=exception_rule),
+                                      exception_rule=exception_rule, oracle_repeats=oracle_repeats),
             execution=profile(facts, **execution),
             min_task_count=len(tasks) if min_task_count is None else min_task_count,
             harness_version=validate.__version__, git_commit=git_commit, patch=patch, config_file=config_file,

@@ -97,6 +97,18 @@ def run_agents(ctx: RunContext, cfg: RunPhase) -> RunSummary:
 
 # --- pool -------------------------------------------------------------------------------
 
+#: The pool's phase of the controls on tasks without a reference solution (the oracle frozen
+#: out of them): such a task is never frozen, since no oracle certifies it, but it is
+#: runtime-tested — its verdict is ``no_reference_solution`` only when every control rejects.
+RUNTIME_ONLY = "runtime-only"
+
+
+def runtime_only(m: Manifest) -> list[int]:
+    """The contract's tasks its oracle is frozen out of that some control can test."""
+    oracle = m.expectations.named(ORACLE)[0]
+    return [t.idx for t in m.tasks if oracle in t.skip and m.expectations.testing(t.skip)]
+
+
 def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) -> RunSummary:
     """Oracle on every task → freeze the exception-free passes some control can test → controls on
     that set → smoke (its progress lines go to `log`)."""
@@ -107,10 +119,12 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
     oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]),
                        kind)
     controls = resolve(ctx.env, config, names, ["controls"])
+    unreferenced = runtime_only(parent)
+    phases = ("oracle", "controls", *((RUNTIME_ONLY,) if unreferenced else ()))
     verdicts = Verdicts(cfg.kind, cfg.required,
-                        [JudgedGroup(phase="pool", attempt_phases=["oracle", "controls"], manifest=MANIFEST,
+                        [JudgedGroup(phase="pool", attempt_phases=list(phases), manifest=MANIFEST,
                                      expectations=MANIFEST)],
-                        lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, ("oracle", "controls")))
+                        lambda j: judge(ctx, j.marked(), "pool", parent, ctx.taskset, phases))
     run = Run(ctx, verdicts)
     frozen = None
     try:
@@ -136,6 +150,8 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
         if cfg.manifest_dir is not None:
             write_manifest(frozen, cfg.manifest_dir / f"{frozen.name}.json")
         run.play(Play("controls", frozen, ctx.taskset, frozen.selection.idx, controls, kind))
+        if unreferenced:  # never frozen (nothing certifies them), but their controls still run
+            run.play(Play(RUNTIME_ONLY, parent, ctx.taskset, unreferenced, controls, kind))
     except Interrupted:
         run.finish(True, Ending(verdicts.judge(run), frozen_sha256=frozen.sha256 if frozen else None))
         raise

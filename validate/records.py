@@ -80,6 +80,14 @@ Reason = Literal[
     "unsupported_execution_contract",
     "invalid_task_or_verifier",
     "oracle_fails_on_valid_task",
+    # The task ships no reference solution (the environment froze the oracle out of it, e.g. a
+    # Harbor task without solution/solve.sh): it cannot be oracle-certified, only runtime-tested
+    # (its controls run and all reject). After the three reasons above: a control that passes,
+    # a verifier error or a broken task is the more telling finding (invalid_task_or_verifier
+    # wins), and nothing about the oracle can be found on a task it never plays. Before
+    # no_negative_control: a missing reference is a fact of the task's own files, whichever
+    # controls the contract chose.
+    "no_reference_solution",
     # The contract names controls, but every one is frozen out of this task (its environment's
     # not_applicable, the manifest's per-task skip): no rejection can be shown, so the oracle's
     # pass proves nothing about the reward here. Last: the contract alone decides it, so any
@@ -92,6 +100,7 @@ INFRASTRUCTURE_FAILURE: Reason = "infrastructure_failure"
 UNSUPPORTED_CONTRACT: Reason = "unsupported_execution_contract"
 INVALID_TASK_OR_VERIFIER: Reason = "invalid_task_or_verifier"
 ORACLE_FAILS_ON_VALID_TASK: Reason = "oracle_fails_on_valid_task"
+NO_REFERENCE_SOLUTION: Reason = "no_reference_solution"
 NO_NEGATIVE_CONTROL: Reason = "no_negative_control"
 
 #: A task's one verdict.

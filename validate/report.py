@@ -25,7 +25,8 @@ from validate.evidence import atomic_write, file_sha256, new_entry, write_checks
 from validate.paths import REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 from validate.plot import box_plot_svg
 from validate.render import Bold, to_html, to_markdown
-from validate.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, ROLES, SCORER_ERROR
+from validate.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, NO_REFERENCE_SOLUTION, ROLES
+from validate.records import SCORER_ERROR
 # The run's evidence is loaded below the report (`validate.run_evidence`), where the audit and
 # ``eval freeze`` read it too.
 from validate.run_evidence import RunEvidence, current_verdict, load_run, report_inputs
@@ -78,10 +79,25 @@ def _claim(ev: RunEvidence, verdict: DatasetVerdict) -> str:
     rule = m["expectations"]["exception_rule"]
     retry = (f"; exception rule retry: {c.retried_passes} of them passed only after an infrastructure retry"
              if rule == "retry" else "; exception rule strict: no task with any infrastructure exception counts")
+    repeats = m["expectations"].get("oracle_repeats", 1)
+    each = f" on each of its {repeats} repeats" if repeats > 1 else ""
     return (f"Claim (scoped): {_of(c.compatible, c.tasks)} tasks of contract {m['name']} ({s.kind}) passed — the "
-            f"oracle reached reward ≥ {m['expectations']['pass_threshold']} and every negative control the contract "
-            f"names stayed under its ceiling, all in this run{retry} — on {where}. Dataset verdict {verdict.verdict}. "
-            f"This is evidence for that execution profile only.")
+            f"oracle reached reward ≥ {m['expectations']['pass_threshold']}{each} and every negative control the "
+            f"contract names stayed under its ceiling, all in this run{retry} — on {where}.{_certified(c)} Dataset "
+            f"verdict {verdict.verdict}. This is evidence for that execution profile only.")
+
+
+def _certified(c) -> str:
+    """What the claim says of tasks without a reference solution, when the run has any: how
+    many tasks are oracle-certified and how many runtime-tested only (no oracle; every control
+    rejected), each over every task judged. (Said only then, so a report of a run without
+    such a task keeps its bytes.)"""
+    runtime = c.excluded_by_reason.get(NO_REFERENCE_SOLUTION, 0)
+    if not runtime:
+        return ""
+    return (f" {_of(c.compatible, c.tasks)} oracle-certified, {_of(runtime, c.tasks)} runtime-tested only (no "
+            f"reference solution: every control rejected, no oracle played; excluded as no_reference_solution, "
+            f"never counted as passed).")
 
 
 def _contract_rows(ev: RunEvidence) -> list[list[str]]:
@@ -96,6 +112,8 @@ def _contract_rows(ev: RunEvidence) -> list[list[str]]:
             ["selection", f"{m['selection']['rule']}; {len(m['tasks'])} tasks"],
             ["task list sha256", m["task_list_sha256"]], ["agents", "; ".join(agents)],
             ["pass threshold", str(exp["pass_threshold"])], ["exception rule", exp["exception_rule"]],
+            *([["oracle repeats", f"{exp['oracle_repeats']} (every repeat must pass)"]]
+              if exp.get("oracle_repeats", 1) > 1 else []),
             ["minimum task count", str(m["min_task_count"])],
             ["limits", ", ".join(f"{k}={v}" for k, v in sorted(m["execution"]["limits"].items()))],
             ["harness", f"version {m['harness_version']}, frozen at {m['git_commit']}; ran at {ev.summary.code_commit}"]]

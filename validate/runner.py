@@ -34,7 +34,7 @@ from validate.kinds import KINDS
 from validate.patches import CodeState
 from validate.paths import RunPaths
 from validate.sandbox import open_sandbox
-from validate.records import Attempt, FindingRow, TaskVerdict
+from validate.records import ORACLE, Attempt, FindingRow, TaskVerdict
 from validate.verdicts import Outcome, decide
 
 T = TypeVar("T")
@@ -153,7 +153,7 @@ def pending(done: Iterable[Attempt], play: Play) -> list[AttemptSpec]:
     """The specifications still to play: keys of `play` with no final attempt recorded yet,
     less the (task, agent) pairs its contract skips."""
     skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
-    keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples)]
+    keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples_of(a))]
     m = play.manifest
     return [AttemptSpec(phase=play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
                         limits=m.execution.limits)
@@ -188,11 +188,12 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
 
 def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Manifest, taskset: Taskset,
           phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> list[TaskVerdict]:
-    """One verdict per task of `entries` (default: `manifest`'s) from all its attempts (sample 0)
-    in `phases`, superseded ones included. `attempts` is streamed; small outcomes are kept."""
+    """One verdict per task of `entries` (default: `manifest`'s) from all its attempts in
+    `phases`, superseded ones included (`decide` counts the oracle's repeats, sample 0 of the
+    rest). `attempts` is streamed; small outcomes are kept."""
     outcomes: dict[str, list[Outcome]] = {}
     for a in attempts:
-        if a.phase in phases and a.sample == 0:
+        if a.phase in phases:
             outcomes.setdefault(a.task_id, []).append(Outcome.of(a))
     entries = entries if entries is not None else manifest.tasks
     return [verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), outcomes.get(e.id, []))
@@ -204,7 +205,9 @@ def verdict_row(env: Environment, run_id: str, phase: str, manifest: Manifest, e
     """One task's verdict row from its attempts' outcomes (the run's and the audit's one way)."""
     exp = manifest.expectations
     findings = env.findings(task)
-    d = decide(outcomes, exp.required(entry.skip), exp.rules(), exp.pass_threshold, exp.exception_rule, findings)
+    oracle = exp.named(ORACLE)[0]
+    d = decide(outcomes, exp.required(entry.skip), exp.rules(), exp.pass_threshold, exp.exception_rule, findings,
+               oracle_repeats=exp.oracle_repeats, no_reference=entry.skip.get(oracle))
     return TaskVerdict(
         run_id=run_id, phase=phase, task_id=entry.id, idx=entry.idx, task_hash=entry.hash,
         family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,

@@ -9,6 +9,18 @@ there was no exception (under the contract's exception rule). It is
 evidence already decides it, and **incomplete** (neither) when an agent the contract names
 never ran and nothing else decided it.
 
+Oracle repeats (the contract's ``oracle_repeats``, N): the oracle is played N times per task,
+as samples 0..N-1, and every repeat must pass. A mix (some pass, some fail) is a flaky
+verifier, ``invalid_task_or_verifier`` with the counts; all failing is
+``oracle_fails_on_valid_task``; with one repeat every verdict is what it always was.
+
+No reference solution: a task the environment froze the oracle out of (a Harbor task without
+``solution/solve.sh``) cannot be oracle-certified. Its controls still run; when every one
+rejects it is ``excluded`` / ``no_reference_solution`` (runtime-tested only, counted apart). A
+control that passes, a verifier error or a blocking finding makes it
+``invalid_task_or_verifier`` instead: that is a fault of the task, which a missing reference
+does not excuse.
+
 Exception rules: ``strict`` (the default) excludes a task with any infrastructure or harness
 exception in the run, superseded ones included; ``retry`` (declared at freeze) looks at each
 agent's final attempt only, and the verdict records that the task passed only after a retry.
@@ -32,6 +44,7 @@ from validate.records import (
     INFRASTRUCTURE_FAILURE,
     INVALID_TASK_OR_VERIFIER,
     NO_NEGATIVE_CONTROL,
+    NO_REFERENCE_SOLUTION,
     OK,
     ORACLE,
     ORACLE_FAILS_ON_VALID_TASK,
@@ -65,10 +78,12 @@ class Outcome(NamedTuple):
     reward: float | None
     error_class: str | None
     error_message: str | None
+    #: Which repeat of (task, agent) it is: the oracle's repeats (``oracle_repeats``) are samples.
+    sample: int = 0
 
     @classmethod
     def of(cls, a) -> Outcome:
-        return cls(a.agent, a.attempt, a.status, a.reward, a.error_class, a.error_message)
+        return cls(a.agent, a.attempt, a.status, a.reward, a.error_class, a.error_message, a.sample)
 
 
 def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float) -> bool:
@@ -93,13 +108,18 @@ class Decision(NamedTuple):
     retried: bool
 
 
-def _final(attempts: Iterable[Outcome]) -> tuple[list[Outcome], dict[str, Outcome]]:
-    every = list(attempts)
-    final: dict[str, Outcome] = {}
+def _final(attempts: Iterable[Outcome], rules: dict[str, Rule],
+           oracle_repeats: int) -> tuple[list[Outcome], dict[tuple[str, int], Outcome]]:
+    """Every attempt that counts, and the final (latest) try of each (agent, sample). The
+    oracle counts on its first `oracle_repeats` samples, every other agent on sample 0 only
+    (a run draws no further samples of them)."""
+    every = [a for a in attempts if a.sample < (oracle_repeats if rules[a.agent].role == ORACLE else 1)]
+    final: dict[tuple[str, int], Outcome] = {}
     for a in every:
-        if a.agent not in final or a.attempt > final[a.agent].attempt:
-            final[a.agent] = a
-    return every, final
+        key = (a.agent, a.sample)
+        if key not in final or a.attempt > final[key].attempt:
+            final[key] = a
+    return every, final  # in the attempts' order, as the details list them
 
 
 def no_control_can_test(required: Sequence[str], rules: dict[str, Rule]) -> str | None:
@@ -114,16 +134,40 @@ def no_control_can_test(required: Sequence[str], rules: dict[str, Rule]) -> str 
             f"frozen out of it, so nothing shows that a wrong answer fails here")
 
 
+def _oracle_repeats(oracle: list[Outcome], rules: dict[str, Rule], pass_threshold: float,
+                    oracle_repeats: int) -> tuple[str | None, str | None]:
+    """(a flaky verifier's detail, an oracle failure's detail) from the oracle's final try of
+    each repeat that ran; both None when every repeat that ran passed. A mix of passes and
+    fails is the verifier's (or the task's) nondeterminism, never the oracle's failure."""
+    passed = [as_expected(rules[a.agent], a.status, a.reward, pass_threshold) for a in oracle]
+    if not oracle or all(passed):
+        return None, None
+    ran = f"{len(oracle)} repeats" + (f" ({oracle_repeats - len(oracle)} not run yet)"
+                                      if len(oracle) < oracle_repeats else "")
+    if any(passed):
+        return f"flaky: the oracle passed {sum(passed)} of {ran}", None
+    first = oracle[0]
+    detail = f"oracle status {first.status}, reward {first.reward} < {pass_threshold}"
+    return None, detail + (f"; it passed 0 of {ran}" if oracle_repeats > 1 else "")
+
+
 def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str, Rule], pass_threshold: float,
-           exception_rule: str, findings: Sequence[Finding]) -> Decision:
+           exception_rule: str, findings: Sequence[Finding], oracle_repeats: int = 1,
+           no_reference: str | None = None) -> Decision:
     """One task's verdict from all its attempts in the run (superseded included). `required`:
-    the oracle and the controls the contract names that apply to this task."""
-    every, final = _final(attempts)
+    the oracle and the controls the contract names that apply to this task; an oracle not in
+    it was frozen out of the task (`no_reference`: the environment's reason), which is then
+    runtime-tested only. `oracle_repeats`: the oracle's samples, each of which must pass."""
+    every, final = _final(attempts, rules, oracle_repeats)
     notes = [f.detail for f in findings if not f.blocking]
-    oracle = next((a for a in final.values() if rules[a.agent].role == ORACLE), None)
+    oracle_named = next((n for n, r in rules.items() if r.role == ORACLE), None)
+    certifies = oracle_named is not None and oracle_named in required
+    oracle = sorted((a for a in final.values() if rules[a.agent].role == ORACLE), key=lambda a: a.sample) \
+        if certifies else []
     controls = [a for a in final.values() if rules[a.agent].role == CONTROL and a.reward is not None]
     top = max(controls, key=lambda a: (a.reward, a.agent), default=None)
-    o_reward = oracle.reward if oracle else None
+    rewards = [a.reward for a in oracle if a.reward is not None]
+    o_reward = min(rewards) if rewards else None  # the worst repeat: what every repeat reached
     margin = o_reward - top.reward if o_reward is not None and top is not None else None
 
     def verdict(kind: Verdict, reason: Reason | None, detail: str, missing: Sequence[str] = (),
@@ -134,15 +178,34 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     pool = every if exception_rule == "strict" else list(final.values())
     exceptions = [a for a in pool if a.status in EXCEPTION_STATUSES]
     if exceptions:
-        parts = [f"{a.agent} try {a.attempt}: {a.status}: {a.error_class}: {a.error_message}" for a in exceptions]
-        if any(a is not final[a.agent] for a in exceptions):
+        parts = [f"{_who(a, oracle_repeats, rules)} try {a.attempt}: {a.status}: {a.error_class}: {a.error_message}"
+                 for a in exceptions]
+        if any(a is not final[(a.agent, a.sample)] for a in exceptions):
             parts.append("strict exception rule: an exception excludes the task even when a retry passed")
         return verdict(EXCLUDED, INFRASTRUCTURE_FAILURE, "; ".join(parts))
     unsupported = [a for a in final.values() if a.status == UNSUPPORTED_EXECUTION_CONTRACT]
     if unsupported:
         return verdict(EXCLUDED, UNSUPPORTED_CONTRACT, unsupported[0].error_message or "")
+    flaky, fails = _oracle_repeats(oracle, rules, pass_threshold, oracle_repeats)
+    invalid = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats) + ([flaky] if flaky else [])
+    if invalid:
+        return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid))
+    if fails:
+        return verdict(EXCLUDED, ORACLE_FAILS_ON_VALID_TASK, fails)
+    return _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict)
+
+
+def _who(a: Outcome, oracle_repeats: int, rules: dict[str, Rule]) -> str:
+    """An attempt's agent, and its repeat where the oracle has several."""
+    return f"{a.agent} repeat {a.sample + 1}" if oracle_repeats > 1 and rules[a.agent].role == ORACLE else a.agent
+
+
+def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass_threshold: float,
+             findings: Sequence[Finding], notes: list[str], oracle_repeats: int) -> list[str]:
+    """Why the task or its verifier is invalid whatever the oracle did: blocking findings, a
+    scorer (verifier) error, a control at or over its ceiling (a chance-level one: a note)."""
     invalid = [f.detail for f in findings if f.blocking]
-    invalid += [f"{a.agent}: scorer raised {a.error_class}: {a.error_message}"
+    invalid += [f"{_who(a, oracle_repeats, rules)}: scorer raised {a.error_class}: {a.error_message}"
                 for a in final.values() if a.status == SCORER_ERROR]
     for a in final.values():
         rule = rules[a.agent]
@@ -153,19 +216,36 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
                 notes.append(f"{hit}: a chance-level control, judged on its mean over the run")
             else:
                 invalid.append(hit)
-    if invalid:
-        return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid))
-    if oracle is not None and not as_expected(rules[oracle.agent], oracle.status, oracle.reward, pass_threshold):
-        return verdict(EXCLUDED, ORACLE_FAILS_ON_VALID_TASK,
-                       f"oracle status {oracle.status}, reward {oracle.reward} < {pass_threshold}")
+    return invalid
+
+
+def _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict) -> Decision:
+    """The verdict once nothing the run found excludes the task: no control can test it, the
+    oracle cannot certify it (runtime-tested only), evidence is missing, or compatible."""
     untestable = no_control_can_test(required, rules)
+    why = no_reference or "the oracle is frozen out of this task"
+    if untestable and not certifies:  # nothing can run: the task's own missing reference is the reason
+        return verdict(EXCLUDED, NO_REFERENCE_SOLUTION, f"no reference solution ({why}), and {untestable}")
     if untestable:
         return verdict(EXCLUDED, NO_NEGATIVE_CONTROL, untestable)
-    missing = sorted(name for name in required if name not in final)  # one order, whatever the dict order of `required`
+    ran = {agent for agent, _ in final}
+    missing = sorted(name for name in required if name not in ran)  # one order, whatever the dict order of `required`
+    if certifies:
+        short = sum(1 for agent, _ in final if rules[agent].role == ORACLE) < oracle_repeats
+        oracle = next(n for n, r in rules.items() if r.role == ORACLE)
+        if short and oracle not in missing:
+            missing = sorted([*missing, oracle])
     if missing:
-        return verdict(INCOMPLETE, None, f"no attempt in this run for {', '.join(missing)}", missing)
+        what = ", ".join(f"{n} ({oracle_repeats} repeats)" if oracle_repeats > 1 and rules[n].role == ORACLE else n
+                         for n in missing)
+        return verdict(INCOMPLETE, None, f"no attempt in this run for {what}", missing)
+    if not certifies:
+        return verdict(EXCLUDED, NO_REFERENCE_SOLUTION,
+                       f"no reference solution ({why}): runtime-tested only — every control rejected, the oracle "
+                       f"was never played")
     retried = any(a.status in EXCEPTION_STATUSES for a in every)
-    return verdict(COMPATIBLE, None, "oracle passed; every control rejected"
+    passed = "oracle passed" + (f" all {oracle_repeats} repeats" if oracle_repeats > 1 else "")
+    return verdict(COMPATIBLE, None, f"{passed}; every control rejected"
                    + (" (after an infrastructure retry)" if retried else ""), retried=retried)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.harbor.patches import TaskPatch, patched_copy, read_patch_set
-from environment.harbor.reward import score_record
+from environment.harbor.reward import ALL_KEYS, score_record
 from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
 from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score
 
@@ -47,6 +47,12 @@ class HarborConfig(BaseModel):
     family_key: str | None = Field(default=None, min_length=1,
                                    description="The [metadata] key whose value is a task's family (e.g. category); "
                                                "unset: the task's top folder.")
+    reward_key: str = Field(default="reward", min_length=1, max_length=128,
+                            description=f"Which reward must reach the pass threshold: a reward.json key (default "
+                                        f"'reward', Harbor's; reward.txt and a bare number are 'reward'), or "
+                                        f"'{ALL_KEYS}': every key the verifier wrote (the task's reward is then the "
+                                        f"least of them). A key the rule names but the reward lacks is a verifier "
+                                        f"error, never a pass and never a 0.")
     patches: str | None = Field(default=None, min_length=1,
                                 description="A directory of offline patches, one <task id>.diff per task, applied to "
                                             "a copy of the dataset (found like the dataset); the contract holds the "
@@ -126,7 +132,7 @@ class HarborTaskset:
         """A task is scored by its own verifier inside its container (the ``trial`` attempt
         kind); its reply is the `VerifierRecord` of what the verifier wrote, and this reads the
         reward from it again by Harbor's rule (raising `VerifierFailed` where it gave none)."""
-        reward, _ = score_record(reply)
+        reward, _ = score_record(reply, self.config.reward_key)
         return Score(reward, {})
 
 
@@ -213,5 +219,11 @@ class HarborEnvironment(Environment):
         return list(task.problems)
 
     def not_applicable(self, agent: AgentSpec, task: HarborTaskRef) -> str | None:
-        """No agent plays a task that did not load (its findings say why)."""
-        return None if task.parsed is not None else "the task did not load (its findings name the file)"
+        """No agent plays a task that did not load (its findings say why); the oracle (by its
+        declared role) does not play a task without a reference solution, which its controls
+        still test (the verdict: ``no_reference_solution``, runtime-tested only)."""
+        if task.parsed is None:
+            return "the task did not load (its findings name the file)"
+        if agent.role == "oracle" and not task.parsed.has_solution:
+            return "no solution/solve.sh: the task ships no reference solution, so the oracle cannot certify it"
+        return None

@@ -98,7 +98,8 @@ class VerifierRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    key: str = Field(default="reward", description="the reward key that counts")
+    key: str = Field(default="reward", description="the reward key that must reach the threshold, or 'all' "
+                                                   "(every key)")
     low: float = 0.0
     high: float = 1.0
     failed: str | None = Field(default=None, description="why nothing was read, from the harness's own signals")
@@ -119,23 +120,39 @@ class VerifierFailed(Exception):
     """The verifier gave no usable reward: the task's (or its verifier's) error, never the agent's."""
 
 
-def score_record(data: bytes) -> tuple[float, dict[str, float]]:
-    """The reward a `VerifierRecord` holds under its key, and every key's value; raises
-    `VerifierFailed` for anything else (a failed verifier, an unusable file, a missing key,
-    bytes that are not a record)."""
+#: The reward-key rule under which every key the verifier wrote must reach the pass threshold.
+ALL_KEYS = "all"
+
+
+def reward_under(values: Mapping[str, float], source: str, rule: str) -> float:
+    """The task's reward under the contract's key `rule`: that key's value, or with `ALL_KEYS`
+    the least value of every key (so it reaches the pass threshold only when each key does).
+    A key the rule names but the reward lacks is a verifier error (`VerifierFailed`)."""
+    if rule == ALL_KEYS:
+        return min(values.values())  # a usable reward holds at least one key (`read_reward`)
+    if rule not in values:
+        raise VerifierFailed(f"{source}: no key {rule!r} (keys: {', '.join(sorted(values))})")
+    return values[rule]
+
+
+def score_record(data: bytes, rule: str | None = None) -> tuple[float, dict[str, float]]:
+    """The reward a `VerifierRecord` holds under the contract's key `rule` (None: the key the
+    record names), and every key's value; raises `VerifierFailed` for anything else (a failed
+    verifier, an unusable file, a missing key, a record read under another rule than the
+    contract's, bytes that are not a record)."""
     try:
         record = VerifierRecord.model_validate_json(data)
         files = {n: base64.b64decode(v, validate=True) for n, v in record.files.items()}
     except (ValidationError, ValueError):
         raise VerifierFailed("no verifier record: the verifier never ran to the end") from None
+    if rule is not None and record.key != rule:
+        raise VerifierFailed(f"the verifier record names reward key {record.key!r}, the contract's rule is {rule!r}")
     if record.failed is not None:
         raise VerifierFailed(record.failed)
     got = read_reward(files, record.low, record.high)
     if isinstance(got, RewardError):
         raise VerifierFailed(got.line())
-    if record.key not in got.values:
-        raise VerifierFailed(f"{got.source}: no key {record.key!r} (keys: {', '.join(sorted(got.values))})")
-    return got.values[record.key], dict(got.values)
+    return reward_under(got.values, got.source, record.key), dict(got.values)
 
 
 def _text(data: bytes, name: str) -> str | RewardError:

@@ -174,18 +174,31 @@ class TrialKind(AttemptKind[Tried]):
         m = play.manifest
         lim = m.execution.limits
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
+        rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
         if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
             from validate.trial import bwrap
             result = bwrap.run_trial(ctx.sandbox, self._builder.client, task.parsed, ctx.taskset.task_dir(task),
-                                     image.image_id, agent.name, limits, lim)
+                                     image.image_id, agent.name, limits, lim, reward_key=rule)
         else:
             result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id,
                                agent.name, limits, run_label=ctx.run_id, resolver_image=m.execution.image,
-                               verifier_image=verifier)
+                               verifier_image=verifier, reward_key=rule)
         _outputs(row, result)
+        record = None if result.record is None else result.record.model_copy(update={"image": image.image_id,
+                                                                                      "key": rule})
+        if result.verifier_error is not None and result.verifier_error.kind == "missing_key" and record is not None:
+            # The key rule is the record's to apply (`score_record`, below and in the audit): the
+            # trial knows one key only, not 'all'; a key the rule names but the reward lacks is
+            # a verifier error there too.
+            status = _agent_status(result) if result.status == "verifier_error" else result.status
+            try:
+                reward, values = score_record(record.to_bytes(), rule)
+                read = {"reward": reward, "rewards": values}
+            except VerifierFailed:
+                read = {}
+            result = result.model_copy(update={"verifier_error": None, "status": status, **read})
         offline = network.offline_reason(result.lookups, agent.role == ORACLE,
                                          result.passed(m.expectations.pass_threshold))
-        record = None if result.record is None else result.record.model_copy(update={"image": image.image_id})
         reply = record.to_bytes() if record is not None else None
         if reply is not None:
             row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
@@ -202,7 +215,7 @@ class TrialKind(AttemptKind[Tried]):
             row.update(status="scorer_error", error_class="VerifierError", error_message=what[:2000])
             return reply
         try:
-            reward, _ = score_record(reply or b"")
+            reward, _ = score_record(reply or b"", rule)
         except VerifierFailed as e:  # the record and the trial disagree: the record is what the audit reads
             row.update(status="scorer_error", error_class="VerifierError", error_message=str(e)[:2000])
             return reply
@@ -224,6 +237,12 @@ class TrialKind(AttemptKind[Tried]):
 
     def keep(self, ctx: RunContext, results: list[Tried]) -> None:
         keep_replies(ctx, results)
+
+
+def _agent_status(result: TrialResult) -> str:
+    """The trial's status from its agent phase alone (the verifier's reward read apart)."""
+    a = result.agent_run
+    return "agent_timeout" if a.timed_out else "agent_oom" if a.oom_killed else "ok"
 
 
 def _routed_digest(m, task_id: str) -> str:
