@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("contract", ("validate.sealed", "validate.contract", "validate.workspace")),
     ("running", ("validate.context", "validate.executors", "validate.executors.*", "validate.kinds",
                  "validate.kinds.*", "validate.runner", "validate.lifecycle", "validate.phases", "validate.smoke",
+                 "validate.package", "validate.package_card", "validate.smoke_package",
                  "validate.eval", "validate.eval.*")),
     ("reading", ("validate.report", "validate.profiles", "validate.view", "validate.view.*")),
     ("audit", ("validate.audit", "validate.audit_*")),

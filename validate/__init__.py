@@ -31,7 +31,9 @@ with this very list as ``LAYERS``):
    `workspace` (a task laid out as files).
 6. running — `context` (a run's context), `executors` and `kinds` (the registries of how
    attempts are carried out and what an attempt is), `runner`, `lifecycle`, `phases`,
-   `smoke`, and model evaluation (``eval/``: its contract, client, agent, the chat kind,
+   `smoke`, `package` and `package_card` (a validated task-directory dataset written as a
+   Harbor dataset, with its dataset card; handed the audit by the caller), `smoke_package`
+   (the smoke test of such a pool rerun from its package), and model evaluation (``eval/``: its contract, client, agent, the chat kind,
    metrics, its own report and `eval.freeze`, which is handed the pool's audit by the
    caller rather than importing it).
 7. reading — `report` (the run report), `profiles` (one contract's runs on two execution

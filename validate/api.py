@@ -62,6 +62,7 @@ from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
 from validate.taskimage.frozen import freeze_images, log_dir_of
+from validate.package import package as write_package
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -319,11 +320,10 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
 def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = ()) -> dict:
     """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
     `out` (`validate.package`); return its hash manifest."""
-    from validate.package import package as write_package
 
     existing_dir(run_dir, "RUN")
     utf8_path(Path(out), "--out")
-    return write_package(Path(run_dir), Path(out), tuple(Path(p) for p in data))
+    return write_package(Path(run_dir), Path(out), audit_run, tuple(Path(p) for p in data))
 
 
 def _is_eval(run_dir: PathLike) -> bool:

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from environment.protocol import LoadHints, ScorerUnavailable
 from validate.contract import ContractError, Manifest, check_environment, check_tasks, program_sha256
 from validate.evidence import reply_path
-from validate.paths import SCORER_CACHE, RunPaths
+from validate.paths import SCORER_CACHE, SMOKE, RunPaths
 from validate.records import EXCEPTION_STATUSES, SCORER_ERROR, UNSUPPORTED_EXECUTION_CONTRACT
 from validate.smoke_package import package_search
 from validate.workspace import workspace_sha256
@@ -56,7 +56,7 @@ class EnvAtHand:
         for name, m in manifests.items():
             try:
                 # A task-directory smoke entry's tasks are its own package's.
-                self._check(m, package_search((root / name).parent) if name.startswith("smoke/") else ())
+                self._check(m, package_search((root / name).parent) if name.startswith(f"{SMOKE}/") else ())
             except ContractError as e:
                 r.problems.append(f"{root / name}: {e} (recomputed from the environment's code and data at audit "
                                   f"time)")

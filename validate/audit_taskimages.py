@@ -10,7 +10,7 @@ import pandas as pd
 
 from environment.protocol import sha256_tag
 from validate.contract import Manifest
-from validate.paths import RunPaths
+from validate.paths import MANIFEST, RunPaths
 from validate.taskimage.frozen import BUILD_LOGS
 
 
@@ -23,7 +23,7 @@ def routed_digests(m: Manifest, task_ids: pd.Series) -> pd.Series:
 
 
 def check_build_logs(paths: RunPaths, found: dict[str, Manifest], attempts: pd.DataFrame, r) -> None:
-    root = found.get("manifest.json")
+    root = found.get(MANIFEST)
     frozen = None if root is None else root.execution.task_images
     kept = paths.root / BUILD_LOGS
     if frozen is None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from environment.protocol import LoadHints, canonical_json, sha256_tag
@@ -33,6 +33,10 @@ from validate.contract import Manifest, check_environment, load_manifest
 from validate.errors import ValidateError
 from validate.evidence import atomic_write, file_sha256
 from validate.paths import RunPaths
+from validate.jsonio import JSONInputError, loads
+from validate.package_card import card, exclusion_ledger, retained_ids
+from validate.run_evidence import load_run
+from environment.harbor.taskdir import load_dataset, load_task
 
 HASH_MANIFEST = "package.json"
 EXCLUSIONS = "exclusions.json"
@@ -53,7 +57,6 @@ def copy_task(src: Path, dest: Path) -> None:
 def materialise(taskset, task_ids: Sequence[str], expected: dict[str, str], dest: Path) -> None:
     """Write the tasks `task_ids` of `taskset` (a task-directory dataset) under `dest`, each
     checked to hash as the contract froze it (`expected`: id → hash)."""
-    from environment.harbor.taskdir import load_task
 
     by_id = {taskset.task(i).id: taskset.task(i) for i in range(taskset.size)}
     for tid in sorted(task_ids):
@@ -83,7 +86,6 @@ def file_hashes(root: Path, skip: Iterable[str] = (HASH_MANIFEST,)) -> dict[str,
 
 def hash_manifest(root: Path, source: dict[str, str]) -> bytes:
     """``package.json``'s bytes: the files' hashes, the package's revision, where it came from."""
-    from environment.harbor.taskdir import load_dataset
 
     return canonical_json({"schema_version": SCHEMA_VERSION, "revision": load_dataset(root).revision,
                            "source": dict(sorted(source.items())), "files": file_hashes(root)})
@@ -91,7 +93,6 @@ def hash_manifest(root: Path, source: dict[str, str]) -> bytes:
 
 def verify_package(root: Path) -> list[str]:
     """Every way the package at `root` differs from its own hash manifest (empty: it verifies)."""
-    from validate.jsonio import JSONInputError, loads
 
     try:
         said = loads((root / HASH_MANIFEST).read_bytes())
@@ -106,9 +107,7 @@ def verify_package(root: Path) -> list[str]:
     return problems
 
 
-def _refuse_unpackable(run: Path, data: Sequence[Path]) -> None:
-    from validate.audit import audit
-
+def _refuse_unpackable(run: Path, data: Sequence[Path], audit: Callable[..., object]) -> None:
     paths = RunPaths(run)
     if not paths.manifest.is_file() or not paths.tasks.is_file():
         raise ValidateError(f"RUN: {run} is not a finished run directory (no manifest.json or tasks.parquet)")
@@ -120,22 +119,20 @@ def _refuse_unpackable(run: Path, data: Sequence[Path]) -> None:
                             f"{result.problems[0]}); only a run that passes `validate audit` is packaged")
 
 
-def package(run: Path, out: Path, data: Sequence[Path] = ()) -> dict:
+def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[Path] = ()) -> dict:
     """Write the package of the sealed, audited run `run` into `out` (new or empty); return
-    its hash manifest as a dict."""
-    from validate.jsonio import loads
-    from validate.package_card import card, exclusion_ledger, retained_ids
+    its hash manifest as a dict. `audit` is `validate.audit.audit` (passed in: the audit reads
+    packages, so this module cannot import it)."""
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValidateError(f"--out: {out} exists and is not an empty directory; give a new one")
-    _refuse_unpackable(run, data)
+    _refuse_unpackable(run, data, audit)
     paths = RunPaths(run)
     manifest = load_manifest(paths.manifest)
     _, _, taskset = check_environment(manifest, LoadHints(search=tuple(data)))
     if not hasattr(taskset, "task_dir"):
         raise ValidateError(f"RUN: {run} validated {manifest.environment.name}, not a task-directory dataset; "
                             f"`validate package` writes Harbor dataset directories")
-    from validate.run_evidence import load_run
 
     ev = load_run(paths.root)
     ids = retained_ids(ev.tasks)

@@ -19,7 +19,7 @@ import pandas as pd
 from environment.protocol import canonical_json
 from validate.contract import Manifest
 from validate.errors import ValidateError
-from validate.records import COMPATIBLE, ORACLE
+from validate.records import COMPATIBLE, CONTROL, ORACLE
 from validate.run_evidence import RunEvidence, current_verdict
 
 EXCLUSION_FIELDS = ("task_id", "phase", "task_hash", "reason", "detail")
@@ -70,7 +70,7 @@ def card(m: Manifest, ev: RunEvidence, taskset, retained: Sequence[str], source:
     by_id = {taskset.task(i).id: taskset.task(i) for i in range(taskset.size)}
     certified = sum(1 for t in retained if getattr(by_id[t].parsed, "has_solution", False))
     oracle = ", ".join(m.expectations.named(ORACLE))
-    controls = ", ".join(m.expectations.named("control"))
+    controls = ", ".join(m.expectations.named(CONTROL))
     verdict = current_verdict(ev.summary, ev.smokes)
     lines = [
         f"# {m.name}: {len(retained)} of {total} tasks retained",

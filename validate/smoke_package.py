@@ -22,6 +22,7 @@ from validate.contract import Manifest, derive
 from validate.package import HASH_MANIFEST, hash_manifest, materialise
 from validate.errors import ValidateError
 from validate.evidence import atomic_write
+from environment.harbor.taskdir import load_dataset
 
 PACKAGE = "package"
 
@@ -40,7 +41,6 @@ def materialise_sample(ctx, frozen: Manifest, idx: list[int], where: Path) -> tu
     materialise(ctx.taskset, ids, {t.id: t.hash for t in frozen.tasks}, staging)
     atomic_write(staging / HASH_MANIFEST, hash_manifest(staging, {"contract_sha256": frozen.sha256}))
     config = ctx.env.Config.model_validate(frozen.environment.config)
-    from environment.harbor.taskdir import load_dataset
 
     name = f"package-{load_dataset(staging).revision.removeprefix('sha256:')[:12]}"
     staging.rename(parent / name)

@@ -44,6 +44,7 @@ from validate.records import MODEL, Attempt
 from validate.sandbox import Mount, RunRequest
 from validate.sandbox.storage import attempt_storage
 from validate.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
+from validate.kinds import KINDS
 
 MODEL_AGENT = "model"
 
@@ -266,7 +267,6 @@ def model_kind(ec: EvalContext, temperature: float) -> AttemptKind:
     """The kind that plays the model on this environment: a registered kind that ``evaluates``
     the environment's own attempt kind (task directories, ``trial``: `validate.eval.shell`),
     else this module's conversation scored on the host."""
-    from validate.kinds import KINDS
 
     wanted = ec.run.env.attempt_kind
     for name in KINDS.names():

@@ -40,7 +40,6 @@ from datetime import UTC, datetime
 from environment.harbor.env import HarborTaskRef
 from environment.protocol import sha256_tag
 from environment.harbor.reward import VerifierFailed, score_record
-from environment.harbor.taskdir import HarborTask
 from validate.context import AttemptKind, Play, RunContext
 from validate.errors import SandboxError
 from validate.kinds.program import Tried, keep_replies, unsupported_row
@@ -54,9 +53,11 @@ from validate.records import ORACLE
 from validate.taskimage.frozen import routed
 from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
+from validate.trial.support import unsupported
 from validate.trial.run import run_trial
 from validate.verdicts import as_expected
 from validate.workspace import workspace_sha256
+from validate.trial import bwrap
 
 #: The trial's statuses as attempt statuses (the rest: the verifier's or the task's error).
 STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom", "infrastructure_error": "infrastructure_error"}
@@ -64,30 +65,6 @@ STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom", "infrastru
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def unsupported(task: HarborTask, backend: str) -> str | None:
-    """Why this profile cannot run `task`, or None."""
-    if backend not in ("docker", "bwrap"):
-        return f"task-directory trials run on the docker and bwrap backends only; this contract's is {backend}"
-    if task.steps:
-        return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
-    if task.verifier == "separate" and backend == "bwrap":
-        return "a separate verifier environment: the bwrap profile verifies over the agent's own tree only"
-    if task.verifier == "separate" and task.verifier_build not in ("dockerfile", "environment"):
-        return f"a separate verifier environment from {task.verifier_build}: this harness builds a verifier only " \
-               f"from tests/Dockerfile or the task's own environment"
-    if task.verifier == "separate" and task.config.artifacts:
-        return "a separate verifier handed artifacts beyond /logs/artifacts: this harness hands it only that directory"
-    if task.environment == "compose":
-        return "environment/docker-compose.yaml: this harness runs one image per task"
-    if task.environment == "image":
-        return f"a prebuilt image ({task.docker_image}) cannot be pulled on this profile"
-    gpus = task.config.environment.gpus or 0
-    if gpus > 0:
-        types = ", ".join(task.config.environment.gpu_types or []) or "any type"
-        return f"the task asks for {gpus} GPU(s) ({types}); this profile has none"
-    return None
 
 
 class TrialKind(AttemptKind[Tried]):
@@ -176,7 +153,6 @@ class TrialKind(AttemptKind[Tried]):
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
         rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
         if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
-            from validate.trial import bwrap
             result = bwrap.run_trial(ctx.sandbox, self._builder.client, task.parsed, ctx.taskset.task_dir(task),
                                      image.image_id, agent.name, limits, lim, reward_key=rule)
         else:

@@ -36,6 +36,9 @@ from validate.evidence import atomic_write
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.dockerfile import REWRITE_VERSION
+from validate.trial.support import unsupported
+from validate.taskimage.bases import build_base_map
+from validate.taskimage.docker import DockerImages
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
 BUILD_LOGS = "build-logs"
@@ -123,11 +126,6 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
     kind then says why per task, as before)."""
     if backend != "docker" or not hasattr(taskset, "task_dir"):
         return None
-    # Imported here: the trial kind imports this module (routing), and this needs its rule of
-    # what a profile cannot run, so the two stay one rule.
-    from validate.kinds.trial import unsupported
-    from validate.taskimage.bases import build_base_map
-    from validate.taskimage.docker import DockerImages
 
     builder = builder or DockerImages()
     base_map = build_base_map(builder, store / "bases", log=lambda m: None)
