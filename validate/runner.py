@@ -17,7 +17,7 @@ latest recorded attempt is final (anything but an infrastructure error).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
@@ -133,31 +133,59 @@ def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first
     return [play.kind.row(r) for r in results]
 
 
-def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
-    """``(idx, agent, sample, next try number)`` of each key with no final attempt recorded in
-    `phase` yet (a final attempt is anything but an infrastructure error)."""
+def _latest(done: Iterable[Attempt], phase: str) -> dict[tuple[int, str, int], tuple[int, str]]:
+    """(try number, status) of the latest recorded try of each (task, agent, sample) of `phase`."""
     latest: dict[tuple[int, str, int], tuple[int, str]] = {}
     for a in done:
         key = (a.idx, a.agent, a.sample)
         if a.phase == phase and (key not in latest or a.attempt > latest[key][0]):
             latest[key] = (a.attempt, a.status)
-    out = []
+    return latest
+
+
+def _unfinished(latest: dict, keys: Iterable[tuple[int, str, int]]) -> Iterator[tuple]:
     for key in keys:
         number, status = latest.get(key, (0, "infrastructure_error"))
         if status == "infrastructure_error":
-            out.append((*key, number + 1))
-    return out
+            yield (*key, number + 1)
 
 
-def pending(done: Iterable[Attempt], play: Play) -> list[AttemptSpec]:
-    """The specifications still to play: keys of `play` with no final attempt recorded yet,
-    less the (task, agent) pairs its contract skips."""
-    skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
-    keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples)]
-    m = play.manifest
-    return [AttemptSpec(phase=play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
-                        limits=m.execution.limits)
-            for idx, name, sample, n in pending_keys(done, play.phase, keys) if name not in skip.get(idx, {})]
+def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
+    """``(idx, agent, sample, next try number)`` of each key with no final attempt recorded in
+    `phase` yet (a final attempt is anything but an infrastructure error)."""
+    return list(_unfinished(_latest(done, phase), keys))
+
+
+class Pending:
+    """The specifications still to play (keys of a play with no final attempt recorded yet, less
+    the (task, agent) pairs its contract skips), made one at a time as they are handed out:
+    `len()` counts them without holding them, so a 10,000-task play costs the driver no list
+    of specifications (only the latest try of keys already recorded, on a resume)."""
+
+    def __init__(self, done: Iterable[Attempt], play: Play) -> None:
+        self.play, self.latest = play, _latest(done, play.phase)
+        self.skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
+        self.count = sum(1 for _ in self._todo())
+
+    def _todo(self) -> Iterator[tuple]:
+        play, skip = self.play, self.skip
+        keys = ((idx, a.name, sample) for idx in play.idx for a in play.agents if a.name not in skip.get(idx, {})
+                for sample in range(play.samples))
+        return _unfinished(self.latest, keys)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[AttemptSpec]:
+        m = self.play.manifest
+        for idx, name, sample, n in self._todo():
+            yield AttemptSpec(phase=self.play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
+                              limits=m.execution.limits)
+
+
+def pending(done: Iterable[Attempt], play: Play) -> Pending:
+    """The specifications still to play (see `Pending`), produced lazily."""
+    return Pending(done, play)
 
 
 def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resume") -> None:
