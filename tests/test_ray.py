@@ -109,6 +109,13 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
                                                                        VERDICT)
     assert _rows(tmp_path / "ray", "attempts.parquet", KEY) == _rows(tmp_path / "threads", "attempts.parquet", KEY)
     assert on_ray.counts == threads.counts
+    # Where each attempt ran: the node Ray put it on and that node's host in the cluster's own
+    # table; a run on threads has no such columns at all (its evidence as it always was).
+    table = {n["NodeID"]: n["NodeManagerHostname"] for n in ray.nodes()}
+    placed = pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()
+    assert {r["node"] for r in placed} == set(ctx.executor.nodes) and all(table[r["node"]] == r["host"]
+                                                                          for r in placed)
+    assert not {"node", "host"} & set(pq.read_schema(tmp_path / "threads" / "attempts.parquet").names)
     # The replies the rows name were stored by the driver, whole.
     replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
     assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file() for s in replies)
@@ -190,6 +197,78 @@ def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster,
     assert audit(tmp_path / "ledgers/r").problems == []
 
 
+def _driver(tmp_path, cluster, *args: str) -> subprocess.Popen:
+    """``validate pool … --executor ray`` as a user runs it: a process of its own, the driver."""
+    argv = [*VALIDATE, "pool", *args, "--executor", "ray", "--ray-address", cluster[0].address, "-c", "2",
+            "--smoke-sample", "0", "--allow-patch", "--data", str(CORPUS_PATH)]
+    return subprocess.Popen(argv, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _journaled(run) -> int:
+    journal = run / "journal.jsonl"
+    return journal.read_bytes().count(b"\n") if journal.exists() else 0
+
+
+def _wait_for_attempts(run, proc: subprocess.Popen, n: int) -> None:
+    deadline = time.monotonic() + 300
+    while _journaled(run) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the driver recorded no attempts"
+        time.sleep(0.05)
+
+
+def _sandboxes_of(run_id: str) -> list[str]:
+    """Command lines of the processes running anything of the run (its sandboxes name the run's storage)."""
+    found = []
+    for proc in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{proc}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.isdigit() and run_id in cmdline and "pytest" not in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_a_killed_driver_resumed_completes_with_no_attempt_run_twice(tmp_path, cluster, manifest):
+    (tmp_path / "m.json").write_bytes(manifest.to_json())
+    run = tmp_path / "ledgers" / f"killed-driver-{os.getpid()}"
+    driver = _driver(tmp_path, cluster, "--manifest", "m.json", "--run-dir", str(run))
+    _wait_for_attempts(run, driver, 3)
+    os.kill(driver.pid, signal.SIGKILL)  # no handler, no cleanup: what finished is in the journal
+    driver.communicate()
+    before = _journaled(run)
+    assert 3 <= before < len(manifest.tasks) * 8  # it died mid-run
+    resumed = _driver(tmp_path, cluster, "--resume", str(run))
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode in (0, 1), err  # 1: the dataset verdict waits for its smoke test
+    rows = pq.read_table(run / "attempts.parquet").to_pylist()
+    final = [(r["phase"], r["task_id"], r["agent"], r["sample"]) for r in rows if r["status"] != "infrastructure_error"]
+    assert len(final) == len(set(final)) == len(manifest.tasks) * 8  # each key played to its end exactly once
+    verdicts = pq.read_table(run / "tasks.parquet").to_pylist()
+    assert sorted(v["idx"] for v in verdicts) == [0, 1, 2] and all(v["verdict"] != "incomplete" for v in verdicts)
+    result = audit(run)
+    assert result.problems == [] and result.checked
+
+
+def test_ctrl_c_on_the_driver_cancels_every_task_and_leaves_no_sandbox_running(tmp_path, cluster, manifest):
+    (tmp_path / "m.json").write_bytes(manifest.to_json())
+    run = tmp_path / "ledgers" / f"ctrl-c-{os.getpid()}"
+    driver = _driver(tmp_path, cluster, "--manifest", "m.json", "--run-dir", str(run))
+    _wait_for_attempts(run, driver, 1)
+    deadline = time.monotonic() + 120
+    while not _sandboxes_of(run.name):  # an attempt is in its sandbox on a node right now
+        assert time.monotonic() < deadline and driver.poll() is None, "no sandbox ran"
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130 and f"--resume {run}" in err, err
+    assert _sandboxes_of(run.name) == []  # nothing of the run outlives its driver, on any node
+    storage = DEFAULT_PARENT / run.name
+    assert not storage.exists() or not any(storage.iterdir())
+
+
 # Last: it leaves the cluster one worker node short.
 def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
                                                                                            manifest, sandboxes):
@@ -210,7 +289,8 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
     assert not runner.is_alive() and "summary" in done
     rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
     lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
-    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"] for r in lost)
+    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"]
+                        and r["node"] == victim.node_id for r in lost)
     # Each lost attempt was played again (a later try of its key, on the surviving node).
     for r in lost:
         key = (r["phase"], r["task_id"], r["agent"], r["sample"])

@@ -94,6 +94,10 @@ class PlayWorker:
                             agents=[a.name for a in play.agents], samples=play.samples, backoff_s=ctx.backoff_s,
                             code=ctx.code.label)
 
+    def placed(self, results: list, node: str, host: str) -> list:
+        """`results` with where they ran (a cluster node's id and host, as the executor knows them)."""
+        return [self.play.kind.placed(r, node, host) for r in results]
+
     def lost(self, spec: AttemptSpec, first: int, error_class: str, message: str) -> tuple[list, AttemptSpec | None]:
         """The infrastructure-error result of try `spec.attempt`, lost with the machine that ran
         it, and the next try's specification while the contract's infra_retries allow one

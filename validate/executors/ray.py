@@ -142,6 +142,7 @@ class RayExecutor(Executor[R]):
         self._running: dict[Any, _Flight] = {}
         #: Ray node id -> host of every node that ran an attempt of this executor.
         self.nodes: dict[str, str] = {}
+        self._table: dict[str, str] = {}  # the cluster's node table: node id -> host
 
     def _connect(self) -> None:
         if not self.ray.is_initialized():
@@ -209,18 +210,28 @@ class RayExecutor(Executor[R]):
             results, retry = worker.lost(flight.spec, flight.first, type(lost).__name__, str(lost))
             if retry is not None:
                 again.append((retry, flight.first))
-            return results
+            return results if flight.node is None else worker.placed(results, flight.node, flight.host)
         except ray.exceptions.RayTaskError as e:
             self._running.pop(gen)
             # The worker's own code raised: its exception, as with threads (not Ray's wrapper,
             # whose text carries the node's traceback).
             raise (e.cause if isinstance(e.cause, Exception) else e) from None
         if isinstance(item, dict):
-            flight.node, flight.host = item["node"], item["host"]
-            self.nodes[item["node"]] = item["host"]
+            flight.node, flight.host = item["node"], self._host(item["node"])
+            self.nodes[flight.node] = flight.host
             return None
         self._running.pop(gen)
-        return item
+        return worker.placed(item, flight.node, flight.host)
+
+    def _host(self, node: str) -> str:
+        """The host of `node` as the cluster's own node table records it (the task only says
+        which node Ray's runtime context put it on; a node the table does not hold is refused)."""
+        if node not in self._table:
+            self._table = {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "unknown"
+                           for n in self.ray.nodes()}
+        if node not in self._table:
+            raise NodeRefused(f"a Ray task says it runs on node {node}, which the cluster's node table does not hold")
+        return self._table[node]
 
     def cancel(self) -> None:
         """Stop handing out; ask each task in flight to stop (its sandbox torn down) and kill,
