@@ -48,8 +48,18 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def run_driver(argv: list[str], cwd: Path, log: Path) -> tuple[int, float, float, list[float]]:
-    """(exit code, wall seconds, peak RSS in MB by wait4, RSS samples each second) of the driver."""
+def _journaled(run: Path) -> int:
+    try:
+        with open(run / "journal.jsonl", "rb") as fh:
+            return sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
+    except OSError:
+        return 0
+
+
+def run_driver(argv: list[str], cwd: Path, log: Path, run: Path,
+               every_s: float) -> tuple[int, float, float, list[float]]:
+    """(exit code, wall seconds, peak RSS in MB by wait4, RSS samples each second) of the driver;
+    every `every_s` a progress line (attempts journaled so far, the driver's RSS now and its peak)."""
     samples: list[float] = []
     t0 = time.perf_counter()
     with open(log, "w") as out:
@@ -57,10 +67,15 @@ def run_driver(argv: list[str], cwd: Path, log: Path) -> tuple[int, float, float
         done = threading.Event()
 
         def sample() -> None:
+            last = time.perf_counter()
             while not done.wait(1.0):
                 rss = _rss_mb(proc.pid)
                 if rss is not None:
                     samples.append(rss)
+                if time.perf_counter() - last >= every_s and samples:
+                    last = time.perf_counter()
+                    print(f"  {last - t0:7.0f}s  {_journaled(run):7d} attempts journaled  driver RSS {samples[-1]:.0f} MB "
+                          f"(peak so far {max(samples):.0f} MB)", flush=True)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -82,7 +97,7 @@ def one_size(n: int, args, address: str, work: Path) -> dict:
     run = here / "run"
     argv = [*VALIDATE, "pool", "--manifest", str(manifest), "--run-dir", str(run), "--executor", "ray",
             "--ray-address", address, "-c", str(args.c), "--smoke-sample", "0", "--allow-patch", "--json", *data]
-    code, wall, peak, samples = run_driver(argv, here, here / "driver.log")
+    code, wall, peak, samples = run_driver(argv, here, here / "driver.log", run, args.every)
     # Exit 1: the dataset's verdict is INCOMPLETE, as it must be without the smoke test (skipped here).
     if code not in (0, 1) or not (run / "run.json").is_file():
         tail = (here / "driver.log").read_text()[-2000:]
@@ -101,6 +116,7 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=4, help="attempts in flight, and the worker nodes' CPUs in all")
     ap.add_argument("--nodes", type=int, default=2, help="worker nodes (each its own raylet)")
     ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
+    ap.add_argument("--every", type=float, default=120.0, help="seconds between progress lines (default: %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     from ray.cluster_utils import Cluster  # lazy: the extra `ray`

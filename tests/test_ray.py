@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -29,7 +30,10 @@ from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subpr
 from validate.audit import audit
 from validate.agents import resolve
 from validate.context import Interrupted, Play
+from validate.evidence import file_sha256
 from validate.executors import WorkerRecipe, make_executor
+from validate.image import rootfs_facts
+from validate.paths import ImagePaths
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
 from validate.sandbox.storage import DEFAULT_PARENT
@@ -50,6 +54,20 @@ def _rows(run, name: str, key: tuple) -> list[tuple]:
     return sorted(tuple(r[k] for k in key) for r in pq.read_table(run / name).to_pylist())
 
 
+def _node_with_store(c: Cluster, store: Path, **kw):
+    """A worker node whose processes see `store` as their image store (VALIDATE_IMAGE_DIR in the
+    environment its raylet starts with, as `ray start` on a machine of its own would)."""
+    before = os.environ.get("VALIDATE_IMAGE_DIR")
+    os.environ["VALIDATE_IMAGE_DIR"] = str(store)
+    try:
+        return c.add_node(num_cpus=1, **kw)
+    finally:
+        if before is None:
+            os.environ.pop("VALIDATE_IMAGE_DIR", None)
+        else:
+            os.environ["VALIDATE_IMAGE_DIR"] = before
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # A short temporary directory of its own (Ray's socket paths must stay under 108 bytes),
@@ -58,11 +76,14 @@ def cluster():
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": FAST_FAILURE})
+    # The second worker node starts with an image store of its own, empty: it must fetch the
+    # contract's image from the driver's store (the default one) before its first attempt.
+    fresh = Path(temp) / "images"
     try:
-        workers = [c.add_node(num_cpus=1) for _ in range(2)]
+        workers = [c.add_node(num_cpus=1), _node_with_store(c, fresh)]
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False)
-        yield c, workers
+        yield c, workers, fresh
     finally:
         ray.shutdown()
         c.shutdown()
@@ -115,6 +136,12 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
     placed = pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()
     assert {r["node"] for r in placed} == set(ctx.executor.nodes) and all(table[r["node"]] == r["host"]
                                                                           for r in placed)
+    # The node that started with an empty image store fetched the contract's image from the
+    # driver's, by digest, and played with it: the same verdicts as above.
+    fetched = ImagePaths(manifest.execution.image, base=cluster[2])
+    assert "sha256:" + file_sha256(fetched.tarball) == manifest.execution.image_digest
+    assert rootfs_facts(fetched).digest == manifest.execution.image_digest
+    assert any(r["node"] == cluster[1][1].node_id and r["status"] == "ok" for r in placed)
     assert not {"node", "host"} & set(pq.read_schema(tmp_path / "threads" / "attempts.parquet").names)
     # The replies the rows name were stored by the driver, whole.
     replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
@@ -145,23 +172,38 @@ def test_a_cancel_stops_every_task_on_the_cluster_and_leaves_no_attempt_storage(
     runner.join(timeout=60)
     assert not runner.is_alive() and "interrupted" in raised
     assert not ctx.executor._running  # every task in flight ended (cancelled or finished, dropped)
-    storage = DEFAULT_PARENT / run.name
-    assert not storage.exists() or not any(storage.iterdir())  # no attempt left its tmpfs behind
+    # Each Ray worker's sandbox is labelled by the run and its pid: none left a tmpfs behind.
+    assert not any(any(storage.iterdir()) for storage in DEFAULT_PARENT.glob(f"{run.name}*"))
     rows = pq.read_table(run / "attempts.parquet").to_pylist() if (run / "attempts.parquet").exists() else []
     assert len(rows) < len(manifest.tasks) * 8  # it stopped early
 
 
 def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
     # The driver's context takes the contract as given; each node re-verifies it against its
-    # own backend and image, here with a digest no image has.
-    ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    # own backend and image, here a backend version no node has.
+    ex = manifest.execution.model_copy(update={"backend_version": "bubblewrap 0.0.1"})
     forged = manifest.model_copy(update={"execution": ex}).sealed()
     ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
     with pytest.raises(NodeRefused, match=r"Ray node \w+ \(host .+\) cannot play this contract: "
-                                          r"execution.image_digest"):
+                                          r"execution.backend_version"):
         pool(ctx, PoolPhase())
     assert not (tmp_path / "forged" / "attempts.parquet").exists() or not pq.read_table(
         tmp_path / "forged" / "attempts.parquet").num_rows
+
+
+def test_an_image_digest_no_node_has_nor_the_driver_can_send_stops_the_run_naming_the_last_node(
+        tmp_path, cluster, manifest, sandboxes):
+    ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    forged = manifest.model_copy(update={"execution": ex}).sealed()
+    ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
+    with pytest.raises(NodeRefused, match=r"no node of the Ray cluster is left that has the contract's image; the "
+                                          r"last: Ray node \w+ \(host .+\): not the contract's image .* at "
+                                          r"sha256:0{64}: it has sha256:[0-9a-f]{64}; the driver's store has none"):
+        pool(ctx, PoolPhase())
+    assert ctx.executor.excluded == {w.node_id for w in cluster[1]}  # every worker node, each named
+    # What was journaled before the refusal: each node's fault, no reward.
+    rows = [json.loads(line) for line in (tmp_path / "forged" / "journal.jsonl").read_text().splitlines()]
+    assert rows and all(r["error_class"] == "NodeImageUnavailable" and r["reward"] is None for r in rows)
 
 
 def test_asking_for_ray_without_it_names_the_extra_and_exits_2(tmp_path):
@@ -184,6 +226,15 @@ def test_ray_address_is_refused_without_the_ray_executor(tmp_path):
                        capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "--ray-address: only with --executor ray" in r.stderr
     assert make_executor("ray", 2).concurrency == 2
+
+
+def test_an_eval_on_ray_is_refused_before_anything_is_read_or_written(tmp_path):
+    # The chat kind plays with the driver's live context (the endpoint's client): it is not shipped.
+    r = subprocess.run([*VALIDATE, "eval", "run", "--contract", "missing.json", "--executor", "ray"],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--executor ray: `validate eval` plays the model's conversations" in r.stderr
+    assert "--executor threads" in r.stderr and not any(tmp_path.iterdir())
 
 
 def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster, sandboxes):
@@ -265,14 +316,41 @@ def test_ctrl_c_on_the_driver_cancels_every_task_and_leaves_no_sandbox_running(t
     _, err = driver.communicate(timeout=120)
     assert driver.returncode == 130 and f"--resume {run}" in err, err
     assert _sandboxes_of(run.name) == []  # nothing of the run outlives its driver, on any node
-    storage = DEFAULT_PARENT / run.name
-    assert not storage.exists() or not any(storage.iterdir())
+    assert not any(any(storage.iterdir()) for storage in DEFAULT_PARENT.glob(f"{run.name}*"))
+
+
+def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(tmp_path, cluster,
+                                                                                            manifest, sandboxes):
+    c, _, _ = cluster
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    # Its image store lies under a regular file: it can neither hold nor fetch any image.
+    bad = _node_with_store(c, blocker / "images")
+    try:
+        c.wait_for_nodes()
+        threads = pool(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "threads", concurrency=2), PoolPhase())
+        ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "bad-node", concurrency=3, executor="ray")
+        on_ray = pool(ctx, PoolPhase())
+    finally:
+        c.remove_node(bad)
+    rows = pq.read_table(tmp_path / "bad-node" / "attempts.parquet").to_pylist()
+    faults = [r for r in rows if r["error_class"] == "NodeImageUnavailable"]
+    assert faults and all(r["status"] == "infrastructure_error" and r["node"] == bad.node_id
+                          and bad.node_id in r["error_message"] and "image store" in r["error_message"]
+                          for r in faults)
+    assert ctx.executor.excluded == {bad.node_id}  # kept out of the rest of the run
+    assert not any(r["node"] == bad.node_id and r["status"] != "infrastructure_error" for r in rows)
+    assert _rows(tmp_path / "bad-node", "tasks.parquet", VERDICT) == _rows(tmp_path / "threads", "tasks.parquet",
+                                                                           VERDICT)
+    assert on_ray.counts.compatible == threads.counts.compatible
+    result = audit(tmp_path / "bad-node")
+    assert result.problems == [] and result.checked
 
 
 # Last: it leaves the cluster one worker node short.
 def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
                                                                                            manifest, sandboxes):
-    c, workers = cluster
+    c, workers, _ = cluster
     victim = workers[0]
     ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
     done: dict = {}

@@ -109,13 +109,15 @@ class PlayWorker:
         return [result], spec.model_copy(update={"attempt": spec.attempt + 1}) if again else None
 
 
-def worker_from_recipe(recipe: WorkerRecipe, scratch: Path) -> PlayWorker:
+def worker_from_recipe(recipe: WorkerRecipe, scratch: Path, label: str | None = None) -> PlayWorker:
     """A worker on this machine from the driver's `recipe`: the contract is parsed and verified
     here (environment, tasks, this backend and its image digest); `scratch` is a directory of
-    this machine for what a try may cache (the scorer's), never the run directory."""
+    this machine for what a try may cache (the scorer's), never the run directory. `label`
+    labels its sandbox (default: the run's id); a backend sweeps what an earlier process of the
+    same label left, so each of several workers of one run on one machine needs its own."""
     m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
     hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=recipe.run_id)
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=label or recipe.run_id)
     env, taskset = verify(m, sandbox, hints)
     agents = declared(env, env.Config.model_validate(m.environment.config))
     ctx = RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(scratch),

@@ -87,6 +87,9 @@ class Executor(ABC, Generic[R]):
 
     #: The executor's registry name (``--executor``).
     name: ClassVar[str]
+    #: It runs the worker in other processes or machines, rebuilt from its recipe: only
+    #: standalone attempt kinds can run on it (`validate eval`'s chat kind cannot).
+    remote: ClassVar[bool] = False
 
     def __init__(self, concurrency: int = 1) -> None:
         self.concurrency = concurrency
