@@ -57,9 +57,10 @@ def _journaled(run: Path) -> int:
 
 
 def run_driver(argv: list[str], cwd: Path, log: Path, run: Path,
-               every_s: float) -> tuple[int, float, float, list[float]]:
-    """(exit code, wall seconds, peak RSS in MB by wait4, RSS samples each second) of the driver;
-    every `every_s` a progress line (attempts journaled so far, the driver's RSS now and its peak)."""
+               every_s: float) -> tuple[int, float, float, float, list[float]]:
+    """(exit code, wall seconds, peak RSS in MB and CPU seconds by wait4, RSS samples each second)
+    of the driver; every `every_s` a progress line (attempts journaled so far, the driver's RSS
+    now and its peak)."""
     samples: list[float] = []
     t0 = time.perf_counter()
     with open(log, "w") as out:
@@ -82,7 +83,7 @@ def run_driver(argv: list[str], cwd: Path, log: Path, run: Path,
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         done.set()
-    return proc.returncode, time.perf_counter() - t0, usage.ru_maxrss / 1024, samples
+    return proc.returncode, time.perf_counter() - t0, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, samples
 
 
 def one_size(n: int, args, address: str, work: Path) -> dict:
@@ -97,7 +98,7 @@ def one_size(n: int, args, address: str, work: Path) -> dict:
     run = here / "run"
     argv = [*VALIDATE, "pool", "--manifest", str(manifest), "--run-dir", str(run), "--executor", "ray",
             "--ray-address", address, "-c", str(args.c), "--smoke-sample", "0", "--allow-patch", "--json", *data]
-    code, wall, peak, samples = run_driver(argv, here, here / "driver.log", run, args.every)
+    code, wall, peak, cpu, samples = run_driver(argv, here, here / "driver.log", run, args.every)
     # Exit 1: the dataset's verdict is INCOMPLETE, as it must be without the smoke test (skipped here).
     if code not in (0, 1) or not (run / "run.json").is_file():
         tail = (here / "driver.log").read_text()[-2000:]
@@ -105,7 +106,7 @@ def one_size(n: int, args, address: str, work: Path) -> dict:
     summary = json.loads((run / "run.json").read_text())
     counts = summary.get("counts", {})
     third = max(1, len(samples) // 3)
-    return {"tasks": n, "attempts": counts.get("attempts"), "wall_s": wall, "peak_rss_mb": peak,
+    return {"tasks": n, "attempts": counts.get("attempts"), "wall_s": wall, "peak_rss_mb": peak, "driver_cpu_s": cpu,
             "rss_first_third_mb": max(samples[:third], default=0.0), "rss_last_third_mb": max(samples[-third:], default=0.0),
             "evidence_mb": _size(run) / 2**20, "compatible": counts.get("compatible")}
 
@@ -132,12 +133,13 @@ def main() -> None:
         print(f"deshuffle pool (oracle + every control) on {args.backend}, ray: head + {args.nodes} worker nodes, "
               f"-c {args.c}", flush=True)
         print(f"{'tasks':>6s} {'attempts':>9s} {'wall':>9s} {'att/s':>7s} {'driver peak RSS':>16s} "
-              f"{'RSS 1st/last third':>19s} {'evidence':>9s}  compatible", flush=True)
+              f"{'RSS 1st/last third':>19s} {'driver CPU/att':>15s} {'evidence':>9s}  compatible", flush=True)
         for n in map(int, args.sizes.split(",")):
             r = one_size(n, args, cluster.address, work)
             print(f"{n:6d} {r['attempts']:9d} {r['wall_s']:8.1f}s {r['attempts'] / r['wall_s']:7.1f} "
                   f"{r['peak_rss_mb']:14.0f}MB {r['rss_first_third_mb']:8.0f}/{r['rss_last_third_mb']:.0f}MB "
-                  f"{r['evidence_mb']:7.1f}MB  {r['compatible']}/{n}", flush=True)
+                  f"{1000 * r['driver_cpu_s'] / r['attempts']:12.1f}ms {r['evidence_mb']:7.1f}MB  {r['compatible']}/{n}",
+                  flush=True)
             print(json.dumps(r), flush=True)
             shutil.rmtree(work / f"n{n}", ignore_errors=True)
     finally:

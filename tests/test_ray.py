@@ -34,6 +34,7 @@ from validate.evidence import file_sha256
 from validate.executors import WorkerRecipe, make_executor
 from validate.image import rootfs_facts
 from validate.paths import ImagePaths
+from validate.view import pages, tables
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
 from validate.sandbox.storage import DEFAULT_PARENT
@@ -143,6 +144,10 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
     assert rootfs_facts(fetched).digest == manifest.execution.image_digest
     assert any(r["node"] == cluster[1][1].node_id and r["status"] == "ok" for r in placed)
     assert not {"node", "host"} & set(pq.read_schema(tmp_path / "threads" / "attempts.parquet").names)
+    # The viewer's task page says where each attempt ran.
+    first = tables.task_attempts(tmp_path / "ray", ["oracle", "controls"], placed[0]["task_id"])[0]
+    shown = str(pages._attempt_section(1, first))
+    assert "ran on" in shown and first["node"] in shown and first["host"] in shown
     # The replies the rows name were stored by the driver, whole.
     replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
     assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file() for s in replies)
