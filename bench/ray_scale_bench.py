@@ -117,6 +117,7 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=4, help="attempts in flight, and the worker nodes' CPUs in all")
     ap.add_argument("--nodes", type=int, default=2, help="worker nodes (each its own raylet)")
     ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
+    ap.add_argument("--keep", type=Path, default=None, help="move each size's run directory here (default: removed)")
     ap.add_argument("--every", type=float, default=120.0, help="seconds between progress lines (default: %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
@@ -141,7 +142,10 @@ def main() -> None:
                   f"{1000 * r['driver_cpu_s'] / r['attempts']:12.1f}ms {r['evidence_mb']:7.1f}MB  {r['compatible']}/{n}",
                   flush=True)
             print(json.dumps(r), flush=True)
-            shutil.rmtree(work / f"n{n}", ignore_errors=True)
+            if args.keep is None:
+                shutil.rmtree(work / f"n{n}", ignore_errors=True)
+            else:
+                shutil.move(work / f"n{n}", args.keep / f"n{n}")
     finally:
         cluster.shutdown()
         shutil.rmtree(temp, ignore_errors=True)

@@ -1,11 +1,15 @@
 """The ``ray`` executor on a real Ray cluster this module starts and stops: a head (no CPUs,
 so every attempt runs on a worker node) and two worker nodes, each its own raylet process on
-this machine, in a temporary directory of their own. A deshuffle pool through real
-bubblewrap gives the same verdicts, task hashes and attempt rows through ``ray`` as through
-``threads`` and passes the audit; the run directory is written by the driver only; a worker
-node whose raylet is killed mid-run loses its attempts as infrastructure errors naming the
-node, and every task is still judged. Without Ray a command asking for it exits 2 naming the
-extra."""
+this machine, in a temporary directory of their own; the second starts with an empty image
+store of its own. A deshuffle pool through real bubblewrap gives the same verdicts, task
+hashes and attempt rows through ``ray`` as through ``threads`` and passes the audit, each row
+naming the node and host it ran on; the node with the empty store fetched the image by digest;
+a node that cannot get it is that node's infrastructure fault and the verdicts stand; the run
+directory is written by the driver only; a driver killed mid-run is resumed with no attempt
+played twice, and Ctrl-C on it leaves no sandbox running; a worker node whose raylet is killed
+mid-run loses its attempts as infrastructure errors naming the node, and every task is still
+judged. Without Ray a command asking for it exits 2 naming the extra; ``validate eval``
+refuses ray."""
 
 from __future__ import annotations
 

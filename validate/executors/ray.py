@@ -4,14 +4,21 @@ Ray cannot ship the runner's worker: it holds live objects (the run's sandbox, t
 taskset, the attempt kind). The seam between the driver and a node is plain data both ways:
 
 - out: the worker's **recipe** (`WorkerRecipe`: the play's contract as canonical JSON, where
-  the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`), put once
-  per play into Ray's object store, and each `AttemptSpec`;
-- on the node: `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract
-  there (environment, tasks, that node's backend and the image's digest), once per Ray worker
-  process and recipe; its scratch (a scorer's cache) is a temporary directory of that node;
-- back: where the task runs (Ray node id and host, the task's first item, sent as it starts)
-  and then its results (rows and reply bytes). A node never writes the run directory: the
-  driver's `record` (the runner's journal and the kind's `keep`) is the one writer.
+  the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`) and where
+  the driver's image lies (`ImageSource`), put once per play into Ray's object store, and
+  each `AttemptSpec`;
+- on the node: the contract's image is checked by digest, fetched from the driver's store if
+  missing or different (`validate.executors.ray_image`); then
+  `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract there
+  (environment, tasks, that node's backend and the image's digest), once per Ray worker
+  process and recipe, its sandbox labelled by the run and that process (opening a sandbox
+  sweeps what its label left, never another worker's attempts); its scratch (a scorer's
+  cache) is a temporary directory of that node;
+- back: where the task runs (the Ray node id from Ray's runtime context, the task's first
+  item, sent as it starts) and then its results (rows and reply bytes). The driver names the
+  host from the cluster's own node table and marks every row with both (`Worker.placed`). A
+  node never writes the run directory: the driver's `record` (the runner's journal and the
+  kind's `keep`) is the one writer.
 
 The driver keeps at most `concurrency` tasks in flight and takes the next specification from
 the lazy iterator only when one finishes (`ray.wait`), so its memory is flat in the number of
@@ -21,7 +28,10 @@ a task lost with its worker or node (Ray's signals: `WorkerCrashedError`, `NodeD
 the node and host (`PlayWorker.lost`), and its next try is handed out while the contract's
 ``infra_retries`` allow; the exception rule then judges it as any local fault. An exception
 of the worker's own code is raised on the driver, as with threads; a node where the contract
-does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`).
+does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`). A node that
+has not the image and cannot get it (`NodeImageUnavailable`) loses the attempt the same way
+as a lost node, under that class, and is kept out of the rest of the run (a label selector on
+Ray's ``ray.io/node-id``); the run stops when no node is left.
 
 `cancel()` asks every task in flight to stop (a KeyboardInterrupt in the task, so its sandbox
 and storage are torn down), then kills what is still running after a short grace
