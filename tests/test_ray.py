@@ -356,6 +356,29 @@ def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_ve
     assert result.problems == [] and result.checked
 
 
+def test_a_node_whose_image_store_is_corrupted_fetches_the_image_again_by_digest(tmp_path, cluster, manifest,
+                                                                                  sandboxes):
+    c, _, _ = cluster
+    # Its store claims the contract's image (the record names the digest) over other bytes.
+    store = tmp_path / "images"
+    damaged = ImagePaths(manifest.execution.image, base=store)
+    damaged.root.mkdir(parents=True)
+    damaged.record.write_bytes(ImagePaths(manifest.execution.image).record.read_bytes())
+    damaged.tarball.write_bytes(b"not the image" * 1000)
+    node = _node_with_store(c, store)
+    try:
+        c.wait_for_nodes()
+        ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "damaged", concurrency=3, executor="ray")
+        pool(ctx, PoolPhase())
+    finally:
+        c.remove_node(node)
+    rows = pq.read_table(tmp_path / "damaged" / "attempts.parquet").to_pylist()
+    assert any(r["node"] == node.node_id and r["status"] == "ok" for r in rows)  # it played, with the image
+    assert "sha256:" + file_sha256(damaged.tarball) == manifest.execution.image_digest
+    assert all(v["verdict"] == "compatible" for v in pq.read_table(tmp_path / "damaged" / "tasks.parquet").to_pylist())
+    assert audit(tmp_path / "damaged").problems == []
+
+
 # Last: it leaves the cluster one worker node short.
 def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
                                                                                            manifest, sandboxes):
