@@ -107,7 +107,10 @@ def manifest(sandboxes):
 
 
 def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
-    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run", concurrency=1)
+    # A run id of its own: opening a sandbox sweeps what its label left, and "run" is a name
+    # other runs on this machine use too.
+    run = tmp_path / f"recipe-{os.getpid()}"
+    ctx = make_ctx(manifest, sandboxes("bwrap"), run, concurrency=1)
     config = ctx.env.Config.model_validate(manifest.environment.config)
     agents = resolve(ctx.env, config, list(manifest.expectations.agents), ["oracle", "identity"])
     play = Play("oracle", manifest, ctx.taskset, [0], agents, kind_of(ctx.env))
@@ -116,10 +119,10 @@ def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_director
     results = [r for spec in pending([], play) for r in worker(spec)]
     worker.ctx.sandbox.close()
     assert [play.kind.row(r).status for r in results] == ["ok", "ok"]
-    assert not any(p.is_file() for p in (tmp_path / "run").rglob("*"))  # nothing written by the worker
+    assert not any(p.is_file() for p in run.rglob("*"))  # nothing written by the worker
     play.kind.keep(ctx, results)  # the driver keeps the replies the rows name
     for r in results:
-        stored = tmp_path / "run" / "replies" / r.row.reply_sha256.removeprefix("sha256:")
+        stored = run / "replies" / r.row.reply_sha256.removeprefix("sha256:")
         assert stored.read_bytes() == r.reply
 
 
