@@ -95,7 +95,9 @@ def one_size(n: int, args, address: str, work: Path) -> dict:
               args.backend, "--max-papers", "3", "--corpus", args.corpus, "--min-count", "1", "--out", str(manifest),
               "--allow-patch", *data]
     subprocess.run(freeze, cwd=here, check=True, capture_output=True)
-    run = here / "run"
+    # A run id no other run on the machine has: attempt storage is labelled by it, and a sandbox
+    # opened for another run of the same id sweeps that storage.
+    run = here / f"scale{n}-{os.getpid()}"
     argv = [*VALIDATE, "pool", "--manifest", str(manifest), "--run-dir", str(run), "--executor", "ray",
             "--ray-address", address, "-c", str(args.c), "--smoke-sample", "0", "--allow-patch", "--json", *data]
     code, wall, peak, cpu, samples = run_driver(argv, here, here / "driver.log", run, args.every)
