@@ -1,11 +1,15 @@
 """The ``ray`` executor on a real Ray cluster this module starts and stops: a head (no CPUs,
 so every attempt runs on a worker node) and two worker nodes, each its own raylet process on
-this machine, in a temporary directory of their own. A deshuffle pool through real
-bubblewrap gives the same verdicts, task hashes and attempt rows through ``ray`` as through
-``threads`` and passes the audit; the run directory is written by the driver only; a worker
-node whose raylet is killed mid-run loses its attempts as infrastructure errors naming the
-node, and every task is still judged. Without Ray a command asking for it exits 2 naming the
-extra."""
+this machine, in a temporary directory of their own; the second starts with an empty image
+store of its own. A deshuffle pool through real bubblewrap gives the same verdicts, task
+hashes and attempt rows through ``ray`` as through ``threads`` and passes the audit, each row
+naming the node and host it ran on; the node with the empty store fetched the image by digest;
+a node that cannot get it is that node's infrastructure fault and the verdicts stand; the run
+directory is written by the driver only; a driver killed mid-run is resumed with no attempt
+played twice, and Ctrl-C on it leaves no sandbox running; a worker node whose raylet is killed
+mid-run loses its attempts as infrastructure errors naming the node, and every task is still
+judged. Without Ray a command asking for it exits 2 naming the extra; ``validate eval``
+refuses ray."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -29,7 +34,11 @@ from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subpr
 from validate.audit import audit
 from validate.agents import resolve
 from validate.context import Interrupted, Play
+from validate.evidence import file_sha256
 from validate.executors import WorkerRecipe, make_executor
+from validate.image import rootfs_facts
+from validate.paths import ImagePaths
+from validate.view import pages, tables
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
 from validate.sandbox.storage import DEFAULT_PARENT
@@ -50,6 +59,20 @@ def _rows(run, name: str, key: tuple) -> list[tuple]:
     return sorted(tuple(r[k] for k in key) for r in pq.read_table(run / name).to_pylist())
 
 
+def _node_with_store(c: Cluster, store: Path, **kw):
+    """A worker node whose processes see `store` as their image store (VALIDATE_IMAGE_DIR in the
+    environment its raylet starts with, as `ray start` on a machine of its own would)."""
+    before = os.environ.get("VALIDATE_IMAGE_DIR")
+    os.environ["VALIDATE_IMAGE_DIR"] = str(store)
+    try:
+        return c.add_node(num_cpus=1, **kw)
+    finally:
+        if before is None:
+            os.environ.pop("VALIDATE_IMAGE_DIR", None)
+        else:
+            os.environ["VALIDATE_IMAGE_DIR"] = before
+
+
 @pytest.fixture(scope="module")
 def cluster():
     # A short temporary directory of its own (Ray's socket paths must stay under 108 bytes),
@@ -58,11 +81,14 @@ def cluster():
     before = os.environ.get("RAY_TMPDIR")
     os.environ["RAY_TMPDIR"] = temp
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": FAST_FAILURE})
+    # The second worker node starts with an image store of its own, empty: it must fetch the
+    # contract's image from the driver's store (the default one) before its first attempt.
+    fresh = Path(temp) / "images"
     try:
-        workers = [c.add_node(num_cpus=1) for _ in range(2)]
+        workers = [c.add_node(num_cpus=1), _node_with_store(c, fresh)]
         c.wait_for_nodes()
         ray.init(address=c.address, log_to_driver=False)
-        yield c, workers
+        yield c, workers, fresh
     finally:
         ray.shutdown()
         c.shutdown()
@@ -81,7 +107,10 @@ def manifest(sandboxes):
 
 
 def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
-    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run", concurrency=1)
+    # A run id of its own: opening a sandbox sweeps what its label left, and "run" is a name
+    # other runs on this machine use too.
+    run = tmp_path / f"recipe-{os.getpid()}"
+    ctx = make_ctx(manifest, sandboxes("bwrap"), run, concurrency=1)
     config = ctx.env.Config.model_validate(manifest.environment.config)
     agents = resolve(ctx.env, config, list(manifest.expectations.agents), ["oracle", "identity"])
     play = Play("oracle", manifest, ctx.taskset, [0], agents, kind_of(ctx.env))
@@ -90,10 +119,10 @@ def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_director
     results = [r for spec in pending([], play) for r in worker(spec)]
     worker.ctx.sandbox.close()
     assert [play.kind.row(r).status for r in results] == ["ok", "ok"]
-    assert not any(p.is_file() for p in (tmp_path / "run").rglob("*"))  # nothing written by the worker
+    assert not any(p.is_file() for p in run.rglob("*"))  # nothing written by the worker
     play.kind.keep(ctx, results)  # the driver keeps the replies the rows name
     for r in results:
-        stored = tmp_path / "run" / "replies" / r.row.reply_sha256.removeprefix("sha256:")
+        stored = run / "replies" / r.row.reply_sha256.removeprefix("sha256:")
         assert stored.read_bytes() == r.reply
 
 
@@ -109,6 +138,23 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
                                                                        VERDICT)
     assert _rows(tmp_path / "ray", "attempts.parquet", KEY) == _rows(tmp_path / "threads", "attempts.parquet", KEY)
     assert on_ray.counts == threads.counts
+    # Where each attempt ran: the node Ray put it on and that node's host in the cluster's own
+    # table; a run on threads has no such columns at all (its evidence as it always was).
+    table = {n["NodeID"]: n["NodeManagerHostname"] for n in ray.nodes()}
+    placed = pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()
+    assert {r["node"] for r in placed} == set(ctx.executor.nodes) and all(table[r["node"]] == r["host"]
+                                                                          for r in placed)
+    # The node that started with an empty image store fetched the contract's image from the
+    # driver's, by digest, and played with it: the same verdicts as above.
+    fetched = ImagePaths(manifest.execution.image, base=cluster[2])
+    assert "sha256:" + file_sha256(fetched.tarball) == manifest.execution.image_digest
+    assert rootfs_facts(fetched).digest == manifest.execution.image_digest
+    assert any(r["node"] == cluster[1][1].node_id and r["status"] == "ok" for r in placed)
+    assert not {"node", "host"} & set(pq.read_schema(tmp_path / "threads" / "attempts.parquet").names)
+    # The viewer's task page says where each attempt ran.
+    first = tables.task_attempts(tmp_path / "ray", ["oracle", "controls"], placed[0]["task_id"])[0]
+    shown = str(pages._attempt_section(1, first))
+    assert "ran on" in shown and first["node"] in shown and first["host"] in shown
     # The replies the rows name were stored by the driver, whole.
     replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
     assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file() for s in replies)
@@ -138,23 +184,38 @@ def test_a_cancel_stops_every_task_on_the_cluster_and_leaves_no_attempt_storage(
     runner.join(timeout=60)
     assert not runner.is_alive() and "interrupted" in raised
     assert not ctx.executor._running  # every task in flight ended (cancelled or finished, dropped)
-    storage = DEFAULT_PARENT / run.name
-    assert not storage.exists() or not any(storage.iterdir())  # no attempt left its tmpfs behind
+    # Each Ray worker's sandbox is labelled by the run and its pid: none left a tmpfs behind.
+    assert not any(any(storage.iterdir()) for storage in DEFAULT_PARENT.glob(f"{run.name}*"))
     rows = pq.read_table(run / "attempts.parquet").to_pylist() if (run / "attempts.parquet").exists() else []
     assert len(rows) < len(manifest.tasks) * 8  # it stopped early
 
 
 def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
     # The driver's context takes the contract as given; each node re-verifies it against its
-    # own backend and image, here with a digest no image has.
-    ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    # own backend and image, here a backend version no node has.
+    ex = manifest.execution.model_copy(update={"backend_version": "bubblewrap 0.0.1"})
     forged = manifest.model_copy(update={"execution": ex}).sealed()
     ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
     with pytest.raises(NodeRefused, match=r"Ray node \w+ \(host .+\) cannot play this contract: "
-                                          r"execution.image_digest"):
+                                          r"execution.backend_version"):
         pool(ctx, PoolPhase())
     assert not (tmp_path / "forged" / "attempts.parquet").exists() or not pq.read_table(
         tmp_path / "forged" / "attempts.parquet").num_rows
+
+
+def test_an_image_digest_no_node_has_nor_the_driver_can_send_stops_the_run_naming_the_last_node(
+        tmp_path, cluster, manifest, sandboxes):
+    ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
+    forged = manifest.model_copy(update={"execution": ex}).sealed()
+    ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
+    with pytest.raises(NodeRefused, match=r"no node of the Ray cluster is left that has the contract's image; the "
+                                          r"last: Ray node \w+ \(host .+\): not the contract's image .* at "
+                                          r"sha256:0{64}: it has sha256:[0-9a-f]{64}; the driver's store has none"):
+        pool(ctx, PoolPhase())
+    assert ctx.executor.excluded == {w.node_id for w in cluster[1]}  # every worker node, each named
+    # What was journaled before the refusal: each node's fault, no reward.
+    rows = [json.loads(line) for line in (tmp_path / "forged" / "journal.jsonl").read_text().splitlines()]
+    assert rows and all(r["error_class"] == "NodeImageUnavailable" and r["reward"] is None for r in rows)
 
 
 def test_asking_for_ray_without_it_names_the_extra_and_exits_2(tmp_path):
@@ -179,6 +240,15 @@ def test_ray_address_is_refused_without_the_ray_executor(tmp_path):
     assert make_executor("ray", 2).concurrency == 2
 
 
+def test_an_eval_on_ray_is_refused_before_anything_is_read_or_written(tmp_path):
+    # The chat kind plays with the driver's live context (the endpoint's client): it is not shipped.
+    r = subprocess.run([*VALIDATE, "eval", "run", "--contract", "missing.json", "--executor", "ray"],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--executor ray: `validate eval` plays the model's conversations" in r.stderr
+    assert "--executor threads" in r.stderr and not any(tmp_path.iterdir())
+
+
 def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster, sandboxes):
     manifest = make_manifest(sandboxes("bwrap"), idx=[0], min_task_count=1)  # one task: the path, not the pool
     (tmp_path / "m.json").write_bytes(manifest.to_json())
@@ -190,10 +260,132 @@ def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster,
     assert audit(tmp_path / "ledgers/r").problems == []
 
 
+def _driver(tmp_path, cluster, *args: str) -> subprocess.Popen:
+    """``validate pool … --executor ray`` as a user runs it: a process of its own, the driver."""
+    argv = [*VALIDATE, "pool", *args, "--executor", "ray", "--ray-address", cluster[0].address, "-c", "2",
+            "--smoke-sample", "0", "--allow-patch", "--data", str(CORPUS_PATH)]
+    return subprocess.Popen(argv, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _journaled(run) -> int:
+    journal = run / "journal.jsonl"
+    return journal.read_bytes().count(b"\n") if journal.exists() else 0
+
+
+def _wait_for_attempts(run, proc: subprocess.Popen, n: int) -> None:
+    deadline = time.monotonic() + 300
+    while _journaled(run) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the driver recorded no attempts"
+        time.sleep(0.05)
+
+
+def _sandboxes_of(run_id: str) -> list[str]:
+    """Command lines of the processes running anything of the run (its sandboxes name the run's storage)."""
+    found = []
+    for proc in os.listdir("/proc"):
+        try:
+            cmdline = open(f"/proc/{proc}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.isdigit() and run_id in cmdline and "pytest" not in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_a_killed_driver_resumed_completes_with_no_attempt_run_twice(tmp_path, cluster, manifest):
+    (tmp_path / "m.json").write_bytes(manifest.to_json())
+    run = tmp_path / "ledgers" / f"killed-driver-{os.getpid()}"
+    driver = _driver(tmp_path, cluster, "--manifest", "m.json", "--run-dir", str(run))
+    _wait_for_attempts(run, driver, 3)
+    os.kill(driver.pid, signal.SIGKILL)  # no handler, no cleanup: what finished is in the journal
+    driver.communicate()
+    before = _journaled(run)
+    assert 3 <= before < len(manifest.tasks) * 8  # it died mid-run
+    resumed = _driver(tmp_path, cluster, "--resume", str(run))
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode in (0, 1), err  # 1: the dataset verdict waits for its smoke test
+    rows = pq.read_table(run / "attempts.parquet").to_pylist()
+    final = [(r["phase"], r["task_id"], r["agent"], r["sample"]) for r in rows if r["status"] != "infrastructure_error"]
+    assert len(final) == len(set(final)) == len(manifest.tasks) * 8  # each key played to its end exactly once
+    verdicts = pq.read_table(run / "tasks.parquet").to_pylist()
+    assert sorted(v["idx"] for v in verdicts) == [0, 1, 2] and all(v["verdict"] != "incomplete" for v in verdicts)
+    result = audit(run)
+    assert result.problems == [] and result.checked
+
+
+def test_ctrl_c_on_the_driver_cancels_every_task_and_leaves_no_sandbox_running(tmp_path, cluster, manifest):
+    (tmp_path / "m.json").write_bytes(manifest.to_json())
+    run = tmp_path / "ledgers" / f"ctrl-c-{os.getpid()}"
+    driver = _driver(tmp_path, cluster, "--manifest", "m.json", "--run-dir", str(run))
+    _wait_for_attempts(run, driver, 1)
+    deadline = time.monotonic() + 120
+    while not _sandboxes_of(run.name):  # an attempt is in its sandbox on a node right now
+        assert time.monotonic() < deadline and driver.poll() is None, "no sandbox ran"
+        time.sleep(0.02)
+    driver.send_signal(signal.SIGINT)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130 and f"--resume {run}" in err, err
+    assert _sandboxes_of(run.name) == []  # nothing of the run outlives its driver, on any node
+    assert not any(any(storage.iterdir()) for storage in DEFAULT_PARENT.glob(f"{run.name}*"))
+
+
+def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(tmp_path, cluster,
+                                                                                            manifest, sandboxes):
+    c, _, _ = cluster
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    # Its image store lies under a regular file: it can neither hold nor fetch any image.
+    bad = _node_with_store(c, blocker / "images")
+    try:
+        c.wait_for_nodes()
+        threads = pool(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "threads", concurrency=2), PoolPhase())
+        ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "bad-node", concurrency=3, executor="ray")
+        on_ray = pool(ctx, PoolPhase())
+    finally:
+        c.remove_node(bad)
+    rows = pq.read_table(tmp_path / "bad-node" / "attempts.parquet").to_pylist()
+    faults = [r for r in rows if r["error_class"] == "NodeImageUnavailable"]
+    assert faults and all(r["status"] == "infrastructure_error" and r["node"] == bad.node_id
+                          and bad.node_id in r["error_message"] and "image store" in r["error_message"]
+                          for r in faults)
+    assert ctx.executor.excluded == {bad.node_id}  # kept out of the rest of the run
+    assert not any(r["node"] == bad.node_id and r["status"] != "infrastructure_error" for r in rows)
+    assert _rows(tmp_path / "bad-node", "tasks.parquet", VERDICT) == _rows(tmp_path / "threads", "tasks.parquet",
+                                                                           VERDICT)
+    assert on_ray.counts.compatible == threads.counts.compatible
+    result = audit(tmp_path / "bad-node")
+    assert result.problems == [] and result.checked
+
+
+def test_a_node_whose_image_store_is_corrupted_fetches_the_image_again_by_digest(tmp_path, cluster, manifest,
+                                                                                  sandboxes):
+    c, _, _ = cluster
+    # Its store claims the contract's image (the record names the digest) over other bytes.
+    store = tmp_path / "images"
+    damaged = ImagePaths(manifest.execution.image, base=store)
+    damaged.root.mkdir(parents=True)
+    damaged.record.write_bytes(ImagePaths(manifest.execution.image).record.read_bytes())
+    damaged.tarball.write_bytes(b"not the image" * 1000)
+    node = _node_with_store(c, store)
+    try:
+        c.wait_for_nodes()
+        ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "damaged", concurrency=3, executor="ray")
+        pool(ctx, PoolPhase())
+    finally:
+        c.remove_node(node)
+    rows = pq.read_table(tmp_path / "damaged" / "attempts.parquet").to_pylist()
+    assert any(r["node"] == node.node_id and r["status"] == "ok" for r in rows)  # it played, with the image
+    assert "sha256:" + file_sha256(damaged.tarball) == manifest.execution.image_digest
+    assert all(v["verdict"] == "compatible" for v in pq.read_table(tmp_path / "damaged" / "tasks.parquet").to_pylist())
+    assert audit(tmp_path / "damaged").problems == []
+
+
 # Last: it leaves the cluster one worker node short.
 def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
                                                                                            manifest, sandboxes):
-    c, workers = cluster
+    c, workers, _ = cluster
     victim = workers[0]
     ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
     done: dict = {}
@@ -210,7 +402,8 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
     assert not runner.is_alive() and "summary" in done
     rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
     lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
-    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"] for r in lost)
+    assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"]
+                        and r["node"] == victim.node_id for r in lost)
     # Each lost attempt was played again (a later try of its key, on the surviving node).
     for r in lost:
         key = (r["phase"], r["task_id"], r["agent"], r["sample"])

@@ -42,7 +42,7 @@ from validate.eval.preflight import preflight
 from validate.eval.report import write_report as write_eval_report
 from validate.eval.run import EvalPhase, evaluate
 from validate.evidence import atomic_write
-from validate.executors import DEFAULT_EXECUTOR, make_executor
+from validate.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
 from validate.lifecycle import reopen
 from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
     DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
@@ -400,6 +400,10 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
              allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
+    if EXECUTORS.load(executor).remote:
+        raise ExecutorUnavailable(f"--executor {executor}: `validate eval` plays the model's conversations with this "
+                                  f"process's live context (the endpoint's client, the eval contract), which is not "
+                                  f"shipped to other machines; run it with --executor {DEFAULT_EXECUTOR}")
     cfg = _phase_config(EvalPhase, passes=tuple(passes))
     if resume is not None:
         root = Path(resume)

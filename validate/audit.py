@@ -64,6 +64,7 @@ from validate.records import (
     OOM,
     ORACLE,
     TIMEOUT,
+    PLACEMENT,
     Attempt,
     Exclusion,
     Status,
@@ -81,7 +82,7 @@ from validate.verdicts import Outcome, as_expected, decide
 SEALED_ONLY: tuple[str, ...] = (
     "run.json: machine, code_commit, started_at (a resume starts it again), interrupted",
     "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr, "
-    "error_class, error_message",
+    "error_class, error_message, node, host (where a cluster ran it)",
     "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
     "re-derives the answer itself)",
     f"{SCORER_CACHE}/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
@@ -104,7 +105,9 @@ def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
             r.problems.append(f"{path}: unreadable Parquet ({type(e).__name__}: {e})")
             continue
         names = [n for n in table.schema.names if not n.startswith("metric_")]
-        expected = [n for n in arrow_schema(model).names if not n.startswith("metric_")]
+        # A run on one machine has no placement columns (`PLACEMENT`); one on a cluster has both.
+        absent = PLACEMENT if model is Attempt and not set(PLACEMENT) & set(names) else ()
+        expected = [n for n in arrow_schema(model, omit=absent).names if not n.startswith("metric_")]
         if names != expected:
             r.problems.append(f"{path}: columns {names} differ from the {model.__name__} model's {expected}")
             continue

@@ -108,6 +108,11 @@ class AttemptKind(ABC, Generic[R]):
         `error_class` (a kind that cannot say so cannot run on another machine)."""
         raise NotImplementedError(f"the {self.name!r} attempt kind cannot record a lost attempt")
 
+    def placed(self, result: R, node: str, host: str) -> R:
+        """The result with where it ran: the cluster node (its id) and host, as the executor
+        learnt them from the cluster (a kind that cannot say so cannot run on another machine)."""
+        raise NotImplementedError(f"the {self.name!r} attempt kind cannot record where an attempt ran")
+
     def row(self, result: R) -> Attempt:
         assert isinstance(result, Attempt)
         return result

@@ -39,7 +39,8 @@ from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
-from validate.records import EXCLUDED, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type, unflatten
+from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
+                              unflatten)
 
 BATCH_ROWS = 1000
 
@@ -275,6 +276,8 @@ class Journal:
         self.paths = paths
         self.metric_names = metric_names
         self._log = AppendLog(paths.journal, Attempt)
+        #: Some attempt read or appended names the cluster node it ran on (its `PLACEMENT` columns are written).
+        self.placed = False
 
     def __iter__(self) -> Iterator[Attempt]:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
@@ -283,6 +286,7 @@ class Journal:
             key = (a.phase, a.task_id, a.agent, a.sample, a.attempt)
             if key not in seen:
                 seen.add(key)
+                self.placed = self.placed or a.node is not None
                 yield a
 
     def existing(self) -> list[Attempt]:
@@ -334,8 +338,13 @@ def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel]
 def fold(journal: Journal) -> None:
     """Fold the journal into attempts.parquet (streamed, superseded attempts flagged)."""
     journal.close()
-    rows = (flat_row(a, journal.metric_names) for a in journal.marked())
-    write_parquet(journal.paths.attempts, rows, arrow_schema(Attempt, journal.metric_names))
+    marked = journal.marked()
+    # `marked` reads every attempt once (the latest tries) before it yields the first, so by then
+    # the journal knows whether any ran on a cluster node: only then are the placement columns kept.
+    first = next(marked, None)
+    rows = (flat_row(a, journal.metric_names) for a in itertools.chain([first] if first else [], marked))
+    omit = () if journal.placed else PLACEMENT
+    write_parquet(journal.paths.attempts, rows, arrow_schema(Attempt, journal.metric_names, omit=omit))
     journal.paths.journal.unlink(missing_ok=True)
 
 

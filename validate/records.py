@@ -157,6 +157,16 @@ class Attempt(TaskRow):
     timed_out: bool = Field(default=False, description="The harness's own clock hit timeout_s.")
     stdout: str = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
     stderr: str = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
+    # Where it ran, set by an executor that runs attempts on other machines (ray) from what the
+    # cluster itself says; None on this machine. Their columns are written only when some row
+    # has them (`PLACEMENT`), so evidence of local runs keeps the columns it always had.
+    node: str | None = Field(default=None, description="The cluster node that ran the attempt (Ray's node id); "
+                                                       "None: the driver's own machine.")
+    host: str | None = Field(default=None, description="That node's host, as the cluster records it.")
+
+
+#: Attempt columns present only in the evidence of a run whose attempts ran on cluster nodes.
+PLACEMENT: tuple[str, ...] = ("node", "host")
 
 
 class FindingRow(BaseModel):
@@ -219,9 +229,12 @@ def meta_type(example: dict[str, Any]) -> pa.DataType:
 
 
 def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
-                 meta: pa.DataType | None = None) -> pa.Schema:
+                 meta: pa.DataType | None = None, omit: tuple[str, ...] = ()) -> pa.Schema:
+    """The model's Parquet schema, less the columns named in `omit` (`PLACEMENT` of a local run)."""
     fields = []
     for name, info in model.model_fields.items():
+        if name in omit:
+            continue
         about = {b"description": (info.description or "").encode()}
         if name == "metrics":
             fields += [pa.field(f"metric_{m}", pa.float64(), metadata={b"description": f"metric {m}".encode()})

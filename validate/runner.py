@@ -17,7 +17,7 @@ latest recorded attempt is final (anything but an infrastructure error).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
@@ -94,6 +94,10 @@ class PlayWorker:
                             agents=[a.name for a in play.agents], samples=play.samples, backoff_s=ctx.backoff_s,
                             code=ctx.code.label)
 
+    def placed(self, results: list, node: str, host: str) -> list:
+        """`results` with where they ran (a cluster node's id and host, as the executor knows them)."""
+        return [self.play.kind.placed(r, node, host) for r in results]
+
     def lost(self, spec: AttemptSpec, first: int, error_class: str, message: str) -> tuple[list, AttemptSpec | None]:
         """The infrastructure-error result of try `spec.attempt`, lost with the machine that ran
         it, and the next try's specification while the contract's infra_retries allow one
@@ -105,13 +109,15 @@ class PlayWorker:
         return [result], spec.model_copy(update={"attempt": spec.attempt + 1}) if again else None
 
 
-def worker_from_recipe(recipe: WorkerRecipe, scratch: Path) -> PlayWorker:
+def worker_from_recipe(recipe: WorkerRecipe, scratch: Path, label: str | None = None) -> PlayWorker:
     """A worker on this machine from the driver's `recipe`: the contract is parsed and verified
     here (environment, tasks, this backend and its image digest); `scratch` is a directory of
-    this machine for what a try may cache (the scorer's), never the run directory."""
+    this machine for what a try may cache (the scorer's), never the run directory. `label`
+    labels its sandbox (default: the run's id); a backend sweeps what an earlier process of the
+    same label left, so each of several workers of one run on one machine needs its own."""
     m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
     hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=recipe.run_id)
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=label or recipe.run_id)
     env, taskset = verify(m, sandbox, hints)
     agents = declared(env, env.Config.model_validate(m.environment.config))
     ctx = RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(scratch),
@@ -133,31 +139,59 @@ def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first
     return [play.kind.row(r) for r in results]
 
 
-def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
-    """``(idx, agent, sample, next try number)`` of each key with no final attempt recorded in
-    `phase` yet (a final attempt is anything but an infrastructure error)."""
+def _latest(done: Iterable[Attempt], phase: str) -> dict[tuple[int, str, int], tuple[int, str]]:
+    """(try number, status) of the latest recorded try of each (task, agent, sample) of `phase`."""
     latest: dict[tuple[int, str, int], tuple[int, str]] = {}
     for a in done:
         key = (a.idx, a.agent, a.sample)
         if a.phase == phase and (key not in latest or a.attempt > latest[key][0]):
             latest[key] = (a.attempt, a.status)
-    out = []
+    return latest
+
+
+def _unfinished(latest: dict, keys: Iterable[tuple[int, str, int]]) -> Iterator[tuple]:
     for key in keys:
         number, status = latest.get(key, (0, "infrastructure_error"))
         if status == "infrastructure_error":
-            out.append((*key, number + 1))
-    return out
+            yield (*key, number + 1)
 
 
-def pending(done: Iterable[Attempt], play: Play) -> list[AttemptSpec]:
-    """The specifications still to play: keys of `play` with no final attempt recorded yet,
-    less the (task, agent) pairs its contract skips."""
-    skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
-    keys = [(idx, a.name, sample) for idx in play.idx for a in play.agents for sample in range(play.samples_of(a))]
-    m = play.manifest
-    return [AttemptSpec(phase=play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
-                        limits=m.execution.limits)
-            for idx, name, sample, n in pending_keys(done, play.phase, keys) if name not in skip.get(idx, {})]
+def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
+    """``(idx, agent, sample, next try number)`` of each key with no final attempt recorded in
+    `phase` yet (a final attempt is anything but an infrastructure error)."""
+    return list(_unfinished(_latest(done, phase), keys))
+
+
+class Pending:
+    """The specifications still to play (keys of a play with no final attempt recorded yet, less
+    the (task, agent) pairs its contract skips), made one at a time as they are handed out:
+    `len()` counts them without holding them, so a 10,000-task play costs the driver no list
+    of specifications (only the latest try of keys already recorded, on a resume)."""
+
+    def __init__(self, done: Iterable[Attempt], play: Play) -> None:
+        self.play, self.latest = play, _latest(done, play.phase)
+        self.skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
+        self.count = sum(1 for _ in self._todo())
+
+    def _todo(self) -> Iterator[tuple]:
+        play, skip = self.play, self.skip
+        keys = ((idx, a.name, sample) for idx in play.idx for a in play.agents if a.name not in skip.get(idx, {})
+                for sample in range(play.samples_of(a)))
+        return _unfinished(self.latest, keys)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[AttemptSpec]:
+        m = self.play.manifest
+        for idx, name, sample, n in self._todo():
+            yield AttemptSpec(phase=self.play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
+                              limits=m.execution.limits)
+
+
+def pending(done: Iterable[Attempt], play: Play) -> Pending:
+    """The specifications still to play (see `Pending`), produced lazily."""
+    return Pending(done, play)
 
 
 def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resume") -> None:

@@ -67,7 +67,8 @@ class Worker(Protocol[R_co]):
     is the plain data it is rebuilt from elsewhere; `lost(spec, first, error_class, message)`
     is the results of a try lost with the machine that ran it (an infrastructure fault) and the
     next try's specification if the contract's retries allow one (`first`: the key's first try
-    in this run)."""
+    in this run); `placed(results, node, host)` is the results marked with the cluster node that
+    ran them."""
 
     def __call__(self, spec: AttemptSpec) -> list[R_co]: ...
 
@@ -78,12 +79,17 @@ class Worker(Protocol[R_co]):
     def lost(self, spec: AttemptSpec, first: int, error_class: str,
              message: str) -> tuple[list[R_co], AttemptSpec | None]: ...
 
+    def placed(self, results: list[R_co], node: str, host: str) -> list[R_co]: ...
+
 
 class Executor(ABC, Generic[R]):
     """Carries out attempt specifications (see the module)."""
 
     #: The executor's registry name (``--executor``).
     name: ClassVar[str]
+    #: It runs the worker in other processes or machines, rebuilt from its recipe: only
+    #: standalone attempt kinds can run on it (`validate eval`'s chat kind cannot).
+    remote: ClassVar[bool] = False
 
     def __init__(self, concurrency: int = 1) -> None:
         self.concurrency = concurrency

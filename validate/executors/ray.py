@@ -4,14 +4,21 @@ Ray cannot ship the runner's worker: it holds live objects (the run's sandbox, t
 taskset, the attempt kind). The seam between the driver and a node is plain data both ways:
 
 - out: the worker's **recipe** (`WorkerRecipe`: the play's contract as canonical JSON, where
-  the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`), put once
-  per play into Ray's object store, and each `AttemptSpec`;
-- on the node: `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract
-  there (environment, tasks, that node's backend and the image's digest), once per Ray worker
-  process and recipe; its scratch (a scorer's cache) is a temporary directory of that node;
-- back: where the task runs (Ray node id and host, the task's first item, sent as it starts)
-  and then its results (rows and reply bytes). A node never writes the run directory: the
-  driver's `record` (the runner's journal and the kind's `keep`) is the one writer.
+  the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`) and where
+  the driver's image lies (`ImageSource`), put once per play into Ray's object store, and
+  each `AttemptSpec`;
+- on the node: the contract's image is checked by digest, fetched from the driver's store if
+  missing or different (`validate.executors.ray_image`); then
+  `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract there
+  (environment, tasks, that node's backend and the image's digest), once per Ray worker
+  process and recipe, its sandbox labelled by the run and that process (opening a sandbox
+  sweeps what its label left, never another worker's attempts); its scratch (a scorer's
+  cache) is a temporary directory of that node;
+- back: where the task runs (the Ray node id from Ray's runtime context, the task's first
+  item, sent as it starts) and then its results (rows and reply bytes). The driver names the
+  host from the cluster's own node table and marks every row with both (`Worker.placed`). A
+  node never writes the run directory: the driver's `record` (the runner's journal and the
+  kind's `keep`) is the one writer.
 
 The driver keeps at most `concurrency` tasks in flight and takes the next specification from
 the lazy iterator only when one finishes (`ray.wait`), so its memory is flat in the number of
@@ -21,7 +28,10 @@ a task lost with its worker or node (Ray's signals: `WorkerCrashedError`, `NodeD
 the node and host (`PlayWorker.lost`), and its next try is handed out while the contract's
 ``infra_retries`` allow; the exception rule then judges it as any local fault. An exception
 of the worker's own code is raised on the driver, as with threads; a node where the contract
-does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`).
+does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`). A node that
+has not the image and cannot get it (`NodeImageUnavailable`) loses the attempt the same way
+as a lost node, under that class, and is kept out of the rest of the run (a label selector on
+Ray's ``ray.io/node-id``); the run stops when no node is left.
 
 `cancel()` asks every task in flight to stop (a KeyboardInterrupt in the task, so its sandbox
 and storage are torn down), then kills what is still running after a short grace
@@ -36,6 +46,7 @@ from __future__ import annotations
 import atexit
 import collections
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -49,6 +60,7 @@ from typing import Any
 
 from validate.errors import ValidateError
 from validate.executors import AttemptSpec, Executor, ExecutorUnavailable, R, Worker
+from validate.executors.ray_image import NodeImageUnavailable, driver_source, ensure_image
 from validate.runner import worker_from_recipe
 
 #: Seconds a cancelled task has to tear its sandbox down before it is killed.
@@ -89,13 +101,16 @@ _workers: collections.OrderedDict[str, Any] = collections.OrderedDict()
 _workers_lock = threading.Lock()
 
 
-def _node_worker(recipe_ref) -> Any:
+def _node_worker(recipe_ref, source_ref) -> Any:
     """The worker rebuilt from this recipe in this Ray worker process (cached by the recipe's
-    object id, so a 10,000-task manifest is neither fetched nor hashed per task)."""
+    object id, so a 10,000-task manifest is neither fetched nor hashed per task), on a node
+    that has the contract's image at its digest or got it (`ensure_image`)."""
     ray = _ray()
     key = recipe_ref.hex()
     with _workers_lock:
         if key not in _workers:
+            where = _where(ray)
+            ensure_image(ray, ray.get(source_ref), f"Ray node {where['node']} (host {where['host']})")
             recipe = ray.get(recipe_ref)
             label = hashlib.sha256(recipe.run_id.encode()).hexdigest()[:12]
             # Made only by a scorer that caches (most never do); removed when the Ray worker
@@ -103,7 +118,11 @@ def _node_worker(recipe_ref) -> Any:
             scratch = Path(tempfile.gettempdir()) / f"validate-ray-{label}-{os.getpid()}-{key[-12:]}"
             atexit.register(shutil.rmtree, scratch, ignore_errors=True)
             try:
-                _workers[key] = worker_from_recipe(recipe, scratch)
+                # Its own sandbox label: opening a sandbox sweeps what an earlier process of its
+                # label left, which must never be another live Ray worker's attempts (several run
+                # on one node, and a test's nodes share one machine). The run's id leads it, and a
+                # dot, not a dash, follows it: the driver's own sweep (of "<run id>-*") passes it by.
+                _workers[key] = worker_from_recipe(recipe, scratch, label=f"{recipe.run_id}.w{os.getpid()}")
             except ValidateError as e:
                 where = _where(ray)
                 raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
@@ -114,12 +133,13 @@ def _node_worker(recipe_ref) -> Any:
         return _workers[key]
 
 
-def _play(recipes: list, spec: AttemptSpec) -> Iterator[Any]:
+def _play(refs: list, spec: AttemptSpec) -> Iterator[Any]:
     """The Ray task: first where it runs, then the worker's results for `spec`. The recipe's
-    reference comes in a list so that Ray hands the reference over, not the object."""
+    and the image source's references come in a list so that Ray hands the references over,
+    not the objects (fetched once per Ray worker process, not per task)."""
     ray = _ray()
     yield _where(ray)
-    yield _node_worker(recipes[0])(spec)
+    yield _node_worker(*refs)(spec)
 
 
 @dataclass
@@ -132,6 +152,7 @@ class _Flight:
 
 class RayExecutor(Executor[R]):
     name = "ray"
+    remote = True
 
     def __init__(self, concurrency: int = 1, address: str | None = None) -> None:
         super().__init__(concurrency)
@@ -142,6 +163,9 @@ class RayExecutor(Executor[R]):
         self._running: dict[Any, _Flight] = {}
         #: Ray node id -> host of every node that ran an attempt of this executor.
         self.nodes: dict[str, str] = {}
+        self._table: dict[str, str] = {}  # the cluster's node table: node id -> host
+        #: Nodes kept out of this executor's runs: they could not get the contract's image.
+        self.excluded: set[str] = set()
 
     def _connect(self) -> None:
         if not self.ray.is_initialized():
@@ -152,16 +176,23 @@ class RayExecutor(Executor[R]):
         recipe = worker.recipe()  # a play that cannot be shipped is refused before anything runs
         self._connect()
         self._stop, self._worker, self._running = threading.Event(), worker, {}
+        source = driver_source(self.ray, json.loads(recipe.manifest)["execution"])
         try:
-            self._run(specs, worker, record, self.ray.put(recipe))
+            self._run(specs, worker, record, [self.ray.put(recipe), self.ray.put(source)])
         finally:
             self._worker = None
 
     def _run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None],
-             recipe) -> None:
+             refs: list) -> None:
         ray, queue, again = self.ray, iter(specs), collections.deque()
-        task = ray.remote(max_retries=0, num_returns="streaming")(_play)
+        play = ray.remote(max_retries=0, num_returns="streaming")(_play)
         running = self._running
+
+        def task():
+            # Nodes found without the contract's image are kept out of the rest of the run.
+            if not self.excluded:
+                return play
+            return play.options(label_selector={"ray.io/node-id": f"!in({','.join(sorted(self.excluded))})"})
 
         def submit_next() -> None:
             if self._stop.is_set():
@@ -172,7 +203,7 @@ class RayExecutor(Executor[R]):
                 first = spec.attempt
             else:
                 return
-            running[task.remote([recipe], spec)] = _Flight(spec, first)
+            running[task().remote(refs, spec)] = _Flight(spec, first)
 
         for _ in range(self.concurrency):
             submit_next()
@@ -206,21 +237,49 @@ class RayExecutor(Executor[R]):
                 return None  # killed by our own cancel: not evidence
             lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) lost the "
                                f"attempt: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            results, retry = worker.lost(flight.spec, flight.first, type(lost).__name__, str(lost))
-            if retry is not None:
-                again.append((retry, flight.first))
-            return results
+            return self._lost(worker, flight, lost, again)
         except ray.exceptions.RayTaskError as e:
             self._running.pop(gen)
+            if isinstance(e.cause, NodeImageUnavailable) and not self._stop.is_set():
+                self._exclude(flight.node, str(e.cause))
+                return self._lost(worker, flight, e.cause, again)
             # The worker's own code raised: its exception, as with threads (not Ray's wrapper,
             # whose text carries the node's traceback).
             raise (e.cause if isinstance(e.cause, Exception) else e) from None
         if isinstance(item, dict):
-            flight.node, flight.host = item["node"], item["host"]
-            self.nodes[item["node"]] = item["host"]
+            flight.node, flight.host = item["node"], self._host(item["node"])
+            self.nodes[flight.node] = flight.host
             return None
         self._running.pop(gen)
-        return item
+        return worker.placed(item, flight.node, flight.host)
+
+    def _lost(self, worker: Worker[R], flight: _Flight, error: Exception, again: collections.deque) -> list[R]:
+        """The infrastructure-error results of a try its node could not make, its next try queued
+        while the contract's retries allow."""
+        results, retry = worker.lost(flight.spec, flight.first, type(error).__name__, str(error))
+        if retry is not None:
+            again.append((retry, flight.first))
+        return results if flight.node is None else worker.placed(results, flight.node, flight.host)
+
+    def _exclude(self, node: str | None, why: str) -> None:
+        """Keep `node` out of the rest of the run; refuse the run when no node with CPUs is left."""
+        if node is None:
+            return
+        self.excluded.add(node)
+        left = [n["NodeID"] for n in self.ray.nodes()
+                if n.get("Alive") and n.get("Resources", {}).get("CPU") and n["NodeID"] not in self.excluded]
+        if not left:
+            raise NodeRefused(f"no node of the Ray cluster is left that has the contract's image; the last: {why}")
+
+    def _host(self, node: str) -> str:
+        """The host of `node` as the cluster's own node table records it (the task only says
+        which node Ray's runtime context put it on; a node the table does not hold is refused)."""
+        if node not in self._table:
+            self._table = {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "unknown"
+                           for n in self.ray.nodes()}
+        if node not in self._table:
+            raise NodeRefused(f"a Ray task says it runs on node {node}, which the cluster's node table does not hold")
+        return self._table[node]
 
     def cancel(self) -> None:
         """Stop handing out; ask each task in flight to stop (its sandbox torn down) and kill,

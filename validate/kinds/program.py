@@ -136,6 +136,9 @@ class ProgramKind(AttemptKind[Tried]):
         return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest, "infrastructure_error",
                                      error_class, message))
 
+    def placed(self, result: Tried, node: str, host: str) -> Tried:
+        return Tried(result.row.model_copy(update={"node": node, "host": host}), result.reply)
+
     def row(self, result: Tried) -> Attempt:
         return result.row
 

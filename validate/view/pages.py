@@ -231,6 +231,8 @@ def _attempt_section(i: int, x: dict) -> Html:
               if x["reply_bytes"] is not None else None),
              ("workspace", tag("code", x["workspace_sha256"])), ("backend", x["backend"]),
              ("image", tag("code", x["image_digest"]))]
+    if x.get("node"):  # a cluster ran it (a local run's evidence has no such column)
+        pairs.append(("ran on", join([x.get("host") or "unknown host", " · node ", tag("code", x["node"])])))
     title = f"{x['agent']} ({x['role']}) · sample {x['sample']} · try {x['attempt']} · {x['status']}"
     parts = [tag("h3", title), _kv2(pairs)]
     if x["error_class"] or x["error_message"]:
