@@ -170,7 +170,10 @@ class Taskset(Protocol):
     metric_names: tuple[str, ...]
     #: Number of tasks, or None for an infinite (procedurally generated) taskset.
     size: int | None
-    # Optional, read with getattr: ``data_files: tuple[Path, ...]``, the data files the
+    # Optional, read with getattr: ``parse_metric: str``, the one of `metric_names` that is 1.0
+    # when the reply parsed in the format the prompt asks for and 0.0 when not (the failure
+    # rules tell a malformed answer from a wrong one by it). Optional, read with getattr:
+    # ``data_files: tuple[Path, ...]``, the data files the
     # taskset was loaded from, so a fresh install elsewhere (the smoke test) is told where
     # they lie; absent or () when the data ships in the package.
 

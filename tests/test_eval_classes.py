@@ -92,3 +92,20 @@ def test_the_rule_table_is_ordered_and_unique():
     assert [r[0] for r in table][-1] == "no-rule"
     assert len({r[0] for r in table}) == len(table)
     assert {r[1] for r in table} == set(CLASSES)
+
+
+@pytest.mark.parametrize("env_name, config", [("twohop-env", {}), ("curator", {}),
+                                              ("deshuffle-papers", {"max_papers": 2})])
+def test_the_metric_that_says_a_reply_parsed_is_declared_by_the_taskset(env_name, config):
+    """The failure rules tell a malformed answer from a wrong one by the metric the taskset
+    declares (`parse_metric`), never by a metric's name: curator's is ``format_ok``."""
+    from tests.conftest import CORPUS_PATH, HINTS
+    from validate import environments
+
+    env = environments.get(env_name)
+    if env_name.startswith("deshuffle"):
+        config = {**config, "corpus": str(CORPUS_PATH)}
+    taskset = env.load(env.Config.model_validate(config), HINTS)
+    assert taskset.parse_metric in taskset.metric_names
+    assert (env_name != "curator") or taskset.parse_metric == "format_ok"
+

@@ -102,6 +102,7 @@ class CuratorTaskset:
 
     name = ENV_NAME
     metric_names = METRIC_NAMES
+    parse_metric = "format_ok"
 
     def __init__(self, config: CuratorConfig, specs: Sequence[ThemeSpec], expected_revision: str | None = None) -> None:
         rows = build_rows(specs, config.seed)

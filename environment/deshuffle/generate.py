@@ -188,6 +188,7 @@ class DeshuffleTaskset:
 
     name = ENV_NAME
     metric_names = METRIC_NAMES
+    parse_metric = "parsed_ok"
     #: Procedurally generated: as many tasks as one asks for.
     size = None
 

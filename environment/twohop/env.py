@@ -86,6 +86,7 @@ class TwohopTaskset:
     """The 36 tasks of one config's dataset."""
 
     metric_names = METRIC_NAMES
+    parse_metric = "parsed_ok"
 
     def __init__(self, config: TwohopConfig, dataset: Dataset) -> None:
         self.config = config

@@ -185,12 +185,15 @@ def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sa
         _fault(row, stats, e)
     row.update(finished_at=_now(), runtime_s=time.monotonic() - t0)
     attempt = Attempt(**row)
-    return attempt, Entry(sample=sample_row(key, task, conv, attempt, stats, contract, temperature, seed),
+    return attempt, Entry(sample=sample_row(key, task, conv, attempt, stats, contract, temperature, seed,
+                                            getattr(ec.run.taskset, "parse_metric", None)),
                           turns=_turn_rows(key, conv, contract, temperature, seed))
 
 
 def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dict, contract: EvalContract,
-               temperature: float, seed: int) -> SampleRow:
+               temperature: float, seed: int, parse_metric: str | None = None) -> SampleRow:
+    """The sample's row; `parse_metric`: the metric the taskset declares says whether the reply
+    parsed (its ``parse_metric``; None: it has none), which the failure rules read."""
     calls = [c for t in conv.turns for c in t.calls]
     comps = [t.completion for t in conv.turns]
     s = SampleRow(**key, family=task.family, termination=conv.termination, turns=len(conv.turns),
@@ -206,7 +209,7 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
                   tool_s=conv.tool_s, sandbox_s=stats.get("sandbox_s", 0.0), score_s=stats.get("score_s", 0.0),
                   wall_s=a.runtime_s or 0.0, temperature=temperature, seed=seed,
                   solved=solved(a.status, a.reward, contract.reward.pass_threshold),
-                  parsed=a.metrics.get("parsed_ok"))
+                  parsed=a.metrics.get(parse_metric) if parse_metric else None)
     cls, rule = classes.classify(facts_of(a, s))
     return s.model_copy(update={"failure_class": cls, "failure_rule": rule})
 

@@ -9,7 +9,7 @@ not guess. A solved attempt gets no class.
 
 What the rules read (`Facts`) is the attempt's status and reward, the agent's termination
 (`validate.eval.agent.Termination`), whether the scorer parsed the answer (the
-environment's ``parsed_ok`` metric when it has one), the tool calls, and where the time
+metric the taskset declares as its ``parse_metric``, when it has one), the tool calls, and where the time
 went. Nothing the model wrote is read as an instruction.
 """
 
@@ -35,7 +35,8 @@ class Facts(NamedTuple):
     reward: float | None
     solved: bool
     termination: str | None
-    #: The scorer's ``parsed_ok`` metric: 1.0 parsed, 0.0 not, None when the environment has none.
+    #: The scorer's metric the taskset declares as its ``parse_metric``: 1.0 parsed, 0.0 not,
+    #: None when the environment has none.
     parsed: float | None
     tool_calls: int
     malformed_tool_calls: int

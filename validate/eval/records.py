@@ -84,7 +84,8 @@ class SampleRow(AttemptKey):
     temperature: float = Field(description="Sampling temperature.")
     seed: int = Field(description="Request seed.")
     solved: bool = Field(default=False, description="Valid and the reward reached the pass threshold.")
-    parsed: float | None = Field(default=None, description="The scorer's parsed_ok metric, if it has one.")
+    parsed: float | None = Field(default=None, description="The scorer's metric that says the reply parsed (the "
+                                                          "taskset's declared parse_metric), if it has one.")
     verifier: str | None = Field(default=None, description="A task-directory sample: the task's verifier's exit "
                                  "code and output (capped), which decided its reward; None when the reply was "
                                  "scored on the host.")
