@@ -50,6 +50,7 @@ from validate.paths import (
     VARIANTS,
     RunPaths,
 )
+from validate.profiles import ProfileComparison
 from validate.run_evidence import current_verdict
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict
@@ -296,7 +297,18 @@ def _kind(path: Path) -> str | None:
         return EVAL
     if is_plain_file(path / SUMMARY):
         return RUN
-    return COMPARE if is_plain_file(path / COMPARE_JSON) else None
+    return COMPARE if is_plain_file(path / COMPARE_JSON) and not _profile_comparison(path) else None
+
+
+def _profile_comparison(path: Path) -> bool:
+    """A `validate compare-profiles` entry holds a compare.json too, of another document
+    (`validate.profiles.ProfileComparison`): it is no evaluation comparison, so it is not
+    listed as one (told apart by the document's own fields, not by where it lies)."""
+    try:
+        ProfileComparison.model_validate(read_json(path, [COMPARE_JSON]))
+    except (ValidationError, NotInside, JSONInputError):
+        return False
+    return True
 
 
 @dataclass
