@@ -19,7 +19,7 @@ import pytest
 
 from environment.harbor.env import HarborConfig, HarborEnvironment
 from environment.harbor.taskdir import load_dataset
-from environment.protocol import ConfigError, LoadHints
+from environment.protocol import ConfigError, LoadHints, sha256_tag
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "harbor-sample"
@@ -52,7 +52,7 @@ def test_the_patched_task_alone_changes_and_says_what_its_diff_touches(env):
     assert changed == [TASK]
     task = _task(patched, TASK)
     [finding] = env.findings(task)
-    digest = "sha256:" + __import__("hashlib").sha256((PATCHES / f"{TASK}.diff").read_bytes()).hexdigest()
+    digest = sha256_tag((PATCHES / f"{TASK}.diff").read_bytes())
     assert not finding.blocking and finding.kind == "patched"
     assert f"{TASK}.diff ({digest}): task.toml, tests/test.sh" in finding.detail
     test_sh = (patched.task_dir(task) / "tests" / "test.sh").read_text()

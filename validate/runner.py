@@ -156,12 +156,6 @@ def _unfinished(latest: dict, keys: Iterable[tuple[int, str, int]]) -> Iterator[
             yield (*key, number + 1)
 
 
-def pending_keys(done: Iterable[Attempt], phase: str, keys: Iterable[tuple[int, str, int]]) -> list[tuple]:
-    """``(idx, agent, sample, next try number)`` of each key with no final attempt recorded in
-    `phase` yet (a final attempt is anything but an infrastructure error)."""
-    return list(_unfinished(_latest(done, phase), keys))
-
-
 class Pending:
     """The specifications still to play (keys of a play with no final attempt recorded yet, less
     the (task, agent) pairs its contract skips), made one at a time as they are handed out:

@@ -45,11 +45,10 @@ from validate.eval.evidence import Entry
 from validate.eval.records import SampleRow
 from validate.evidence import store_reply
 from validate.kinds.program import unsupported_row
-from validate.kinds.trial import TrialKind, unsupported
+from validate.kinds.trial import TrialKind
 from validate.records import MODEL, Attempt
 from validate.sandbox.base import ExecResult
 from validate.sandbox.docker import wire
-from validate.taskimage.build import TaskImageRefusal
 from validate.trial import docker as dk
 from validate.trial.result import PhaseRun, TrialLimits, TrialResult
 from validate.trial.run import LiveAgent, run_trial
@@ -145,17 +144,9 @@ class ShellKind(TrialKind):
         stats: dict = {}
         t0 = time.monotonic()
         try:
-            why = unsupported(task.parsed, ctx.sandbox.backend) if task.parsed is not None else "the task did not load"
-            image = None if why else self._image(ctx, task)
-            if isinstance(image, TaskImageRefusal) and image.reason == "unsupported_execution_contract":
-                why = image.detail
-            if why:
-                row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK", error_message=why)
-            elif isinstance(image, TaskImageRefusal):
-                row.update(status="scorer_error", error_class="BuildFailed",
-                           error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
-            else:
-                self._trial_of(ec, ctx, play, task, image.image_id, conv, seed, row, stats)
+            image, verifier = self.prepared(ctx, task, row)
+            if image is not None:
+                self._trial_of(ec, ctx, play, task, image.image_id, conv, seed, row, stats, verifier)
         except EvidenceError:
             raise  # the reply could not be kept: the evidence itself fails
         except SandboxError as e:
@@ -170,8 +161,9 @@ class ShellKind(TrialKind):
         return attempt, Entry(sample=s, turns=_turn_rows(key, conv, contract, self.temperature, seed))
 
     def _trial_of(self, ec: EvalContext, ctx, play, task, image_id: str, conv: Conversation, seed: int, row: dict,
-                  stats: dict) -> None:
-        """The trial with the conversation as its agent phase; fills `row` and `stats`."""
+                  stats: dict, verifier: str | None = None) -> None:
+        """The trial with the conversation as its agent phase (`verifier`: a separate
+        verifier's image); fills `row` and `stats`."""
         contract, lim = ec.contract, play.manifest.execution.limits
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
 
@@ -186,7 +178,7 @@ class ShellKind(TrialKind):
 
         stats["trial_t0"] = time.monotonic()
         result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image_id, MODEL_AGENT,
-                           limits, run_label=ctx.run_id, drive=drive)
+                           limits, run_label=ctx.run_id, drive=drive, verifier_image=verifier)
         end = time.monotonic()
         # What the model did not spend (container start, snapshot, verifier) is the sandbox's time.
         stats["sandbox_s"] = stats.get("sandbox_s", 0.0) + (end - stats.get("agent_end", stats["trial_t0"]))

@@ -94,6 +94,23 @@ class TrialKind(AttemptKind[Tried]):
                 self._images[key] = got if got is not None else self._build(ctx, task, context)
             return self._images[key]
 
+    def prepared(self, ctx: RunContext, task: HarborTaskRef, row: dict) -> tuple[TaskImage | None, str | None]:
+        """The task's image and its separate verifier's (or None), ready for a trial; or
+        (None, None) with `row` saying why the task is not played: a profile that cannot run
+        it (``unsupported_execution_contract``) or a build that failed (the task's error)."""
+        why = unsupported(task.parsed, ctx.sandbox.backend) if task.parsed is not None else "the task did not load"
+        image, verifier = (None, None) if why else self._images_of(ctx, task)
+        if isinstance(image, TaskImageRefusal) and image.reason == "unsupported_execution_contract":
+            why = image.detail
+        if why:
+            row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK", error_message=why)
+        elif isinstance(image, TaskImageRefusal):
+            row.update(status="scorer_error", error_class="BuildFailed",
+                       error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
+        else:
+            return image, verifier
+        return None, None
+
     def _images_of(self, ctx: RunContext, task: HarborTaskRef) -> tuple[TaskImage | TaskImageRefusal, str | None]:
         """The task's image and, for a separate verifier, its image's id (or the refusal)."""
         image = self._image(ctx, task)
@@ -127,16 +144,8 @@ class TrialKind(AttemptKind[Tried]):
                          image_digest=_routed_digest(m, task.id))
         reply = None
         try:
-            why = unsupported(task.parsed, ctx.sandbox.backend) if task.parsed is not None else "the task did not load"
-            image, verifier = (None, None) if why else self._images_of(ctx, task)
-            if isinstance(image, TaskImageRefusal) and image.reason == "unsupported_execution_contract":
-                why = image.detail
-            if why:
-                row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK", error_message=why)
-            elif isinstance(image, TaskImageRefusal):
-                row.update(status="scorer_error", error_class="BuildFailed",
-                           error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
-            else:
+            image, verifier = self.prepared(ctx, task, row)
+            if image is not None:
                 reply = self._trial(ctx, play, task, agent, image, verifier, row)
         except SandboxError as e:
             row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
