@@ -8,9 +8,12 @@ import gc
 import os
 import stat
 
+from pathlib import Path
+
 import pytest
 
 from validate.errors import SandboxError
+from validate.paths import RunPaths
 from validate.sandbox import Limits
 from validate.sandbox.storage import attempt_storage, mount_tmpfs, remove_tree, sweep
 
@@ -108,3 +111,16 @@ def test_a_5000_deep_tree_is_removed_without_recursion_and_symlinks_are_not_foll
     link.symlink_to(outside)
     remove_tree(link)  # a symlink given as the top is removed, not followed
     assert not link.is_symlink() and (outside / "keep").exists()
+
+
+def test_two_runs_of_one_name_in_two_places_get_two_sandbox_labels(tmp_path, monkeypatch):
+    """Opening a sandbox sweeps what its label left: runs named alike must not share a label,
+    while a resume of one run (its directory, however it is named) finds its own again."""
+    a, b = RunPaths(tmp_path / "a" / "run"), RunPaths(tmp_path / "b" / "run")
+    assert a.sandbox_label != b.sandbox_label
+    assert a.sandbox_label.startswith("run.") and b.sandbox_label.startswith("run.")
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    assert RunPaths(Path("run")).sandbox_label == a.sandbox_label
+    for label in (a.sandbox_label, RunPaths(tmp_path / ("x" * 250)).sandbox_label):
+        assert sweep(tmp_path, label) == []  # a plain name the storage accepts (else ValueError)

@@ -253,7 +253,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         run_directory(root, "--run-dir")  # its name is the run id: refused before anything runs, not after
     code = require(allow_patch)
     hints = LoadHints(search=tuple(Path(p) for p in data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=root.name)
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=RunPaths(root).sandbox_label)
     env, taskset = verify_contract(m, sandbox, hints)
     return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root),
                       run_id=root.name, code=code, hints=hints, executor=runner, progress=progress or Progress())

@@ -234,7 +234,7 @@ def reopen(root, data: tuple = ()) -> tuple[RunContext, Manifest]:
     if frozen.parent_sha256 != manifest.sha256:
         raise ValidateError(f"{paths.frozen_manifest}: its parent_sha256 is not the run's manifest")
     hints = LoadHints(search=tuple(data))
-    sandbox = open_sandbox(manifest.execution.backend, image=manifest.execution.image, run_label=paths.root.name)
+    sandbox = open_sandbox(manifest.execution.backend, image=manifest.execution.image, run_label=paths.sandbox_label)
     env, taskset = verify(manifest, sandbox, hints)
     ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=paths,
                      run_id=paths.root.name, code=code_state(), hints=hints)

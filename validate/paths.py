@@ -69,6 +69,8 @@ The sandbox image store (``validate image build``; ``$VALIDATE_IMAGE_DIR``, by d
 
 from __future__ import annotations
 
+import hashlib
+
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +153,15 @@ EVAL_INPUTS: tuple[str, ...] = (ATTEMPTS, EVAL_CONTRACT, EVAL_TASKS, EVAL_SUMMAR
 @dataclass(frozen=True)
 class RunPaths:
     root: Path
+
+    @property
+    def sandbox_label(self) -> str:
+        """The label of this run's sandboxes and attempt storage on this machine: the run's id
+        and a digest of where its directory is. Opening a sandbox sweeps what an earlier process
+        of its label left (killed containers, mounted tmpfs), so two runs of one name in two
+        places (``runs/a/run``, ``runs/b/run``) must not share it; a resume of one run does."""
+        where = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:10]
+        return f"{self.root.name[:180]}.{where}"
 
     @property
     def manifest(self) -> Path:

@@ -89,7 +89,7 @@ class PlayWorker:
         if not kind.standalone:
             raise ExecutorUnavailable(f"--executor: the {kind.name!r} attempt kind plays with this process's live "
                                       f"context and cannot be shipped; run it with --executor threads")
-        return WorkerRecipe(run_id=ctx.run_id, manifest=play.manifest.to_json().decode(),
+        return WorkerRecipe(run_id=ctx.run_id, sandbox_label=ctx.paths.sandbox_label, manifest=play.manifest.to_json().decode(),
                             data=[str(p) for p in ctx.hints.search], phase=play.phase, kind=kind.name,
                             agents=[a.name for a in play.agents], samples=play.samples, backoff_s=ctx.backoff_s,
                             code=ctx.code.label)
@@ -113,11 +113,11 @@ def worker_from_recipe(recipe: WorkerRecipe, scratch: Path, label: str | None = 
     """A worker on this machine from the driver's `recipe`: the contract is parsed and verified
     here (environment, tasks, this backend and its image digest); `scratch` is a directory of
     this machine for what a try may cache (the scorer's), never the run directory. `label`
-    labels its sandbox (default: the run's id); a backend sweeps what an earlier process of the
+    labels its sandbox (default: the driver's, `WorkerRecipe.sandbox_label`); a backend sweeps what an earlier process of the
     same label left, so each of several workers of one run on one machine needs its own."""
     m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
     hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=label or recipe.run_id)
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=label or recipe.sandbox_label)
     env, taskset = verify(m, sandbox, hints)
     agents = declared(env, env.Config.model_validate(m.environment.config))
     ctx = RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(scratch),

@@ -51,7 +51,8 @@ class WorkerRecipe(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    run_id: str = Field(description="the run's id (its sandbox and attempt-storage label)")
+    run_id: str = Field(description="the run's id")
+    sandbox_label: str = Field(description="the run's sandbox and attempt-storage label (`RunPaths.sandbox_label`)")
     manifest: str = Field(description="the play's contract, its canonical JSON (re-verified where it is rebuilt)")
     data: list[str] = Field(default_factory=list, description="where the environment's data is looked for (--data)")
     phase: str = Field(description="the play's phase")

@@ -120,9 +120,9 @@ def _node_worker(recipe_ref, source_ref) -> Any:
             try:
                 # Its own sandbox label: opening a sandbox sweeps what an earlier process of its
                 # label left, which must never be another live Ray worker's attempts (several run
-                # on one node, and a test's nodes share one machine). The run's id leads it, and a
-                # dot, not a dash, follows it: the driver's own sweep (of "<run id>-*") passes it by.
-                _workers[key] = worker_from_recipe(recipe, scratch, label=f"{recipe.run_id}.w{os.getpid()}")
+                # on one node, and a test's nodes share one machine). The run's label leads it, and a
+                # dot, not a dash, follows it: the driver's own sweep (of "<label>-*") passes it by.
+                _workers[key] = worker_from_recipe(recipe, scratch, label=f"{recipe.sandbox_label}.w{os.getpid()}")
             except ValidateError as e:
                 where = _where(ray)
                 raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
