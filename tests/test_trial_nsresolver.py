@@ -87,8 +87,8 @@ def start(api, tmp_path):
     resolver files mounted; yields a starter returning (id, PID 1 on the host)."""
     made = []
 
-    def starter(network_disabled: bool = True, with_files: bool = True) -> tuple[str, int]:
-        mounts = nsresolver.mounts(tmp_path / f"files-{len(made)}", HOSTNAME) if with_files else []
+    def starter(network_disabled: bool = True, with_files: bool = True, hosts_writable: bool = False) -> tuple[str, int]:
+        mounts = nsresolver.mounts(tmp_path / f"files-{len(made)}", HOSTNAME, hosts_writable) if with_files else []
         host = api.create_host_config(network_mode="none", mounts=mounts, cap_drop=dk.CAP_DROP,
                                       security_opt=["no-new-privileges"])
         cid = api.create_container(DEFAULT_IMAGE, entrypoint=["sleep", "300"], command=[], hostname=HOSTNAME,
@@ -178,6 +178,20 @@ def test_docker_replaces_its_own_resolv_conf_by_the_mount(api, start, network_di
     assert run(api, cid, "cat", "/etc/resolv.conf")[1] == nsresolver.RESOLV_CONF
     bare, _ = start(network_disabled=network_disabled, with_files=False)
     assert "nameserver 127.0.0.1" not in run(api, bare, "cat", "/etc/resolv.conf")[1]  # why the mount is needed
+
+
+def test_a_writable_hosts_is_the_containers_own(api, start):
+    """For tasks that add a name to /etc/hosts: they still can, resolv.conf stays read-only,
+    and the next container's hosts is fresh."""
+    cid, pid = start(hosts_writable=True)
+    with nsresolver.open(pid) as r:
+        assert run(api, cid, "sh", "-c", "echo '127.0.0.1 service.example.org' >> /etc/hosts")[0] == 0
+        assert "service.example.org" in run(api, cid, "cat", "/etc/hosts")[1]
+        assert run(api, cid, "sh", "-c", "echo 'nameserver 10.1.2.3' > /etc/resolv.conf")[0] != 0
+        run(api, cid, "getent", "hosts", "other.example.org")
+        assert r.lookups().agent == ["other.example.org"]
+    fresh, _ = start(hosts_writable=True)
+    assert "service.example.org" not in run(api, fresh, "cat", "/etc/hosts")[1]
 
 
 def _fds() -> list[str]:

@@ -28,12 +28,13 @@ docker's default capabilities, no ``CAP_SYS_ADMIN`` or ``CAP_NET_ADMIN``):
   ptrace or replace it (another PID namespace, and the container holds no descriptor of it);
 - they are bound before the container's first exec (its PID 1 is the harness's backstop
   ``sleep``), neither with ``SO_REUSEPORT``, the UDP one without ``SO_REUSEADDR``, the TCP
-  one listening (`_bind`): a process in the container
-  that binds 127.0.0.1:53 or 0.0.0.0:53 later, over UDP or TCP, with or without those
-  options, gets ``EADDRINUSE``;
-- ``/etc/resolv.conf`` and ``/etc/hosts`` are read-only mounts (``EROFS`` for root too;
-  remounting needs ``CAP_SYS_ADMIN``), and every container gets them fresh: nothing the
-  agent did to its own container's files reaches the verifier's;
+  one listening (`_bind`): a process in the container that binds 127.0.0.1:53 or
+  0.0.0.0:53 later, over UDP or TCP, with or without those options, gets ``EADDRINUSE``;
+- ``/etc/resolv.conf`` is a read-only mount (``EROFS`` for root too; remounting needs
+  ``CAP_SYS_ADMIN``), and so is ``/etc/hosts`` unless the caller asks for a writable copy
+  of its own per container (`mounts`, ``hosts_writable``: a task that adds a name there
+  still can, as it could in the sidecar's shared file); either way every container gets
+  them fresh: nothing the agent did to its container's files reaches the verifier's;
 - redirecting port 53 elsewhere (iptables, routes) needs ``CAP_NET_ADMIN``;
 - the record is the harness's memory: a process in the container can only ask names, and a
   name is recorded as data (escaped by `dnslog.name_of`, cut at `MAX_NAME_CHARS`), never
@@ -47,6 +48,13 @@ namespace) before its first exec. `Resolver.lookups` is a `validate.trial.networ
 so `network.offline_reason` and `network.describe` are the rule and the evidence as before.
 `Resolver.close` always (idempotent): the loop ends and every descriptor is closed.
 
+In a trial: each phase's container is created with `mounts` (and the ``hostname`` given
+to them); the agent's is started, ``r = open(pid)`` before its first exec (on
+`NamespaceError`, the sidecar); once it is killed ``r.boundary()``; the verifier's
+container started, ``r.attach(pid)`` before ``test.sh``; at the end, whatever happened,
+``lookups = r.lookups()`` and ``r.close()``. One thread per trial: a trial's loop never
+waits on another's, and `close` leaves nothing behind.
+
 Where ``setns`` is not permitted (the harness is not root, or not in the container's user
 namespace's ancestry), `open` raises `NamespaceError` saying so, and the caller can use the
 sidecar instead. The pid is read from docker after the start; should that container die
@@ -58,6 +66,7 @@ runs after `open` returns.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import re
 import selectors
@@ -83,6 +92,8 @@ MAX_CONNECTIONS = 16
 #: A TCP question not whole after this long is dropped (as the sidecar's `dnslog.TCP_READ_S`).
 TCP_READ_S = dnslog.TCP_READ_S
 BACKLOG = 64
+#: Datagrams or connections the loop takes from one socket before looking at the others.
+MOST_AT_ONCE = 64
 _HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}")
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -91,11 +102,12 @@ class NamespaceError(RuntimeError):
     """The harness could not listen in the container's network namespace (why, in words)."""
 
 
-def mounts(directory: Path, hostname: str | None = None) -> list[Mount]:
+def mounts(directory: Path, hostname: str | None = None, hosts_writable: bool = False) -> list[Mount]:
     """Write the container's ``resolv.conf`` and ``hosts`` into `directory` (the harness's
-    own, kept until the container is removed) and return their read-only bind mounts at
-    ``/etc``. `hostname`: the name the caller gives the container (``hostname=`` at its
-    creation), resolved in ``hosts`` so that looking it up asks no DNS."""
+    own, kept until the container is removed) and return their bind mounts at ``/etc``,
+    read-only. `hostname`: the name the caller gives the container (``hostname=`` at its
+    creation), resolved in ``hosts`` so that looking it up asks no DNS. `hosts_writable`:
+    ``hosts`` mounted writable, `directory` then being this container's alone."""
     if hostname is not None and not _HOSTNAME.fullmatch(hostname):
         raise ValueError(f"not a hostname: {hostname!r}")
     directory = Path(directory)
@@ -107,7 +119,8 @@ def mounts(directory: Path, hostname: str | None = None) -> list[Mount]:
         path = directory / name
         path.write_text(text)
         path.chmod(0o644)
-        found.append(Mount(target=f"/etc/{name}", source=str(path), type="bind", read_only=True))
+        found.append(Mount(target=f"/etc/{name}", source=str(path), type="bind",
+                           read_only=name != "hosts" or not hosts_writable))
     return found
 
 
@@ -318,9 +331,10 @@ class Resolver:
                             except BlockingIOError:
                                 pass
                         else:
-                            self._serve(key.fileobj)
+                            self._serve(key.fileobj, MOST_AT_ONCE)
         except Exception as e:  # recorded: lookups() says the record may be short
-            self.problem = f"the harness's resolver stopped: {type(e).__name__}: {str(e)[:200]}"
+            with self._lock:
+                self.problem = f"the harness's resolver stopped: {type(e).__name__}: {str(e)[:200]}"
 
     def _expire(self) -> float | None:
         """Close connections past their deadline; seconds until the next one (None: none)."""
@@ -330,14 +344,16 @@ class Resolver:
                 self._drop(conn)
         return min((s.deadline - now for s in self._connections.values()), default=None)
 
-    def _serve(self, sock: socket.socket) -> None:
+    def _serve(self, sock: socket.socket, most: int | None = None) -> None:
+        """What `sock` has now (at most `most` datagrams or connections: the loop comes back
+        to a busy socket after the others; a drain takes everything)."""
         if sock in self._connections:
             self._read(sock)
         elif sock in self._listeners:
             if sock.type == socket.SOCK_DGRAM:
-                self._datagrams(sock)
+                self._datagrams(sock, most)
             else:
-                self._accept(sock)
+                self._accept(sock, most)
 
     def _drain(self) -> None:
         """Serve everything queued now: datagrams, connections waiting, what open ones sent."""
@@ -346,8 +362,8 @@ class Resolver:
         for conn in list(self._connections):
             self._read(conn)
 
-    def _datagrams(self, udp: socket.socket) -> None:
-        while True:
+    def _datagrams(self, udp: socket.socket, most: int | None) -> None:
+        for _ in itertools.repeat(None) if most is None else range(most):
             try:
                 msg, peer = udp.recvfrom(4096)
             except (BlockingIOError, InterruptedError):
@@ -361,8 +377,8 @@ class Resolver:
                 except OSError:
                     pass  # the asker's loss
 
-    def _accept(self, tcp: socket.socket) -> None:
-        while True:
+    def _accept(self, tcp: socket.socket, most: int | None) -> None:
+        for _ in itertools.repeat(None) if most is None else range(most):
             try:
                 conn, _ = tcp.accept()
             except (BlockingIOError, InterruptedError):
