@@ -138,6 +138,35 @@ def test_names_are_recorded_by_phase_and_answered_nxdomain(api, start):
         "the verifier looked up fresh.example.org, verifier.example.org; the reference solution looked up ")
 
 
+def test_what_a_dead_phase_left_queued_is_that_phases(api, start):
+    """Questions sent without waiting for an answer (datagrams, and connections that sent
+    their question and closed) by a process that has exited: `boundary` at once, and every
+    one of them is the agent's."""
+    cid, pid = start()
+    burst = textwrap.dedent("""\
+        import socket, struct
+        def question(name):
+            q = struct.pack("!HHHHHH", 7, 0x0100, 1, 0, 0, 0)
+            for label in name.encode().split(b"."):
+                q += bytes([len(label)]) + label
+            return q + b"\\0" + struct.pack("!HH", 1, 1)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for i in range(100):
+            u.sendto(question("u%d.test" % i), ("127.0.0.1", 53))
+        for i in range(10):
+            t = socket.create_connection(("127.0.0.1", 53))
+            q = question("t%d.test" % i)
+            t.sendall(struct.pack("!H", len(q)) + q[:5]); t.sendall(q[5:]); t.close()
+        """)
+    with nsresolver.open(pid) as r:
+        with r._lock:  # the loop held off: what the burst left is the boundary's to serve
+            assert run(api, cid, "python3", "-c", burst)[0] == 0
+        r.boundary()
+        found = r.lookups()
+    assert found.agent == sorted([f"u{i}.test" for i in range(100)] + [f"t{i}.test" for i in range(10)])
+    assert found.verifier == [] and found.overflow == 0
+
+
 def test_a_phase_names_at_most_its_cap_and_a_hostile_name_is_recorded_inert(api, start):
     cid, pid = start()
     many = [f"n{i}.test" for i in range(dnslog.MAX_NAMES + 4)]
