@@ -55,6 +55,11 @@ container started, ``r.attach(pid)`` before ``test.sh``; at the end, whatever ha
 ``lookups = r.lookups()`` and ``r.close()``. One thread per trial: a trial's loop never
 waits on another's, and `close` leaves nothing behind.
 
+This needs the container's loopback to be the kernel's, in the namespace docker made for
+it (runc, as the trial's containers run): a runtime with a network stack of its own
+(gVisor's) would never deliver a question to these sockets, and the trial's names would go
+unanswered and unrecorded.
+
 Where ``setns`` is not permitted (the harness is not root, or not in the container's user
 namespace's ancestry), `open` raises `NamespaceError` saying so, and the caller can use the
 sidecar instead. The pid is read from docker after the start; should that container die
