@@ -26,7 +26,8 @@ with this very list as ``LAYERS``):
    runs) and `imagefile` (the image as one file, exported and imported); `taskimage` (a
    task-directory dataset's per-task images, built against the profile's base-image map);
    `trial` (one Harbor trial on docker: agent phase, snapshot, verifier phase, its agents
-   and result).
+   and result; its network signal from a resolver sidecar, `trial.network`, or from the
+   harness's own sockets in the containers' namespaces, `trial.nsresolver`).
 5. contract — `sealed` (the sealed-document base), `contract` (the sealed manifest),
    `workspace` (a task laid out as files).
 6. running — `context` (a run's context), `executors` and `kinds` (the registries of how
