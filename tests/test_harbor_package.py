@@ -26,7 +26,7 @@ from validate.package import CARD, EXCLUSIONS, HASH_MANIFEST, verify_package
 from validate.paths import RunPaths, task_image_store
 from validate.phases import PoolPhase, pool
 from validate.taskimage.docker import DockerImages
-from validate.taskimage.frozen import BUILD_LOGS, TaskImageMismatch, freeze_images, log_dir_of, routed
+from validate.taskimage.frozen import BUILD_LOGS, TaskImageMismatch, freeze_images, keep_run_log, log_dir_of, routed
 
 pytestmark = pytest.mark.docker
 
@@ -112,12 +112,19 @@ def test_an_image_other_than_the_frozen_one_is_refused(frozen, tmp_path):
 
     docker, store = DockerImages(), task_image_store()
     with pytest.raises(TaskImageMismatch, match="the contract froze sha256:0000"):
-        routed(other, "csv-to-json", lambda: Built(), tmp_path, docker, store)
-    assert routed(ti, "unmapped-base", lambda: pytest.fail("a frozen refusal builds nothing"), tmp_path, docker,
-                  store).reason == "unsupported_execution_contract"
-    held = routed(ti, "csv-to-json", lambda: pytest.fail("the daemon holds the frozen image"), tmp_path, docker, store)
+        routed(other, "csv-to-json", lambda: Built(), docker)
+    assert routed(ti, "unmapped-base", lambda: pytest.fail("a frozen refusal builds nothing"),
+                  docker).reason == "unsupported_execution_contract"
+    held = routed(ti, "csv-to-json", lambda: pytest.fail("the daemon holds the frozen image"), docker,
+                  lambda _id: pytest.fail("an image the daemon holds is not fetched"))
     assert held.image_id == real.image
+    keep_run_log(ti, "csv-to-json", store, tmp_path)  # the driver's copy into the run
     assert [p.name for p in (tmp_path / BUILD_LOGS).iterdir()] == [f"{real.log_sha256[7:]}.log"]
+    # A machine without the frozen image gets it from `fetch` (a cluster's driver), and only that image.
+    asked = []
+    with pytest.raises(TaskImageMismatch, match="fetched from the run's driver is not sha256:0000"):
+        routed(other, "csv-to-json", lambda: pytest.fail("a fetch, not a build"), docker, asked.append)
+    assert asked == ["sha256:" + "0" * 64]
 
 
 def test_the_pool_runs_every_task_in_its_frozen_image_and_audits(frozen, pooled):

@@ -68,6 +68,10 @@ class RunContext:
     #: Carries the attempts out (``--executor``, ``--concurrency``): threads of this process by default.
     executor: Executor = field(default_factory=make_executor)
     progress: Progress = field(default_factory=Progress)
+    #: Gets an image this machine lacks, by id, from the run's driver, or raises a
+    #: `SandboxError` naming why (set by an executor whose workers run on other machines:
+    #: `validate.executors.ray_image.TaskImageFetch`); None: nothing to fetch from.
+    fetch_image: Callable[[str], None] | None = None
 
 
 class Player(Protocol):

@@ -60,7 +60,7 @@ from typing import Any
 
 from validate.errors import ValidateError
 from validate.executors import AttemptSpec, Executor, ExecutorUnavailable, R, Worker
-from validate.executors.ray_image import NodeImageUnavailable, driver_source, ensure_image
+from validate.executors.ray_image import NodeImageUnavailable, TaskImageFetch, driver_source, ensure_image
 from validate.runner import worker_from_recipe
 
 #: Seconds a cancelled task has to tear its sandbox down before it is killed.
@@ -110,7 +110,8 @@ def _node_worker(recipe_ref, source_ref) -> Any:
     with _workers_lock:
         if key not in _workers:
             where = _where(ray)
-            ensure_image(ray, ray.get(source_ref), f"Ray node {where['node']} (host {where['host']})")
+            source = ray.get(source_ref)
+            ensure_image(ray, source, f"Ray node {where['node']} (host {where['host']})")
             recipe = ray.get(recipe_ref)
             label = hashlib.sha256(recipe.run_id.encode()).hexdigest()[:12]
             # Made only by a scorer that caches (most never do); removed when the Ray worker
@@ -127,6 +128,9 @@ def _node_worker(recipe_ref, source_ref) -> Any:
                 where = _where(ray)
                 raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
                                   f"{e}") from None
+            # A task image this node lacks comes from the driver's daemon, by id (`TaskImageFetch`).
+            _workers[key].ctx.fetch_image = TaskImageFetch(ray, source.driver,
+                                                           f"Ray node {where['node']} (host {where['host']})")
             while len(_workers) > CACHED_WORKERS:
                 _workers.popitem(last=False)[1].ctx.sandbox.close()
         _workers.move_to_end(key)

@@ -18,8 +18,14 @@ naming the node and why: the driver records the attempt as that node's infrastru
 fault, keeps the node out of the rest of the run, and plays the attempt elsewhere — a node's
 image is never a reason for a reward.
 
-Task-directory datasets' per-task images are not shipped this way: a node builds them
-from the contract as it would on one machine (`validate.taskimage`).
+A task-directory dataset's per-task images (`validate.taskimage.frozen`) are fetched by
+image id when a trial needs one the node's daemon lacks (`TaskImageFetch`, the run context's
+``fetch_image``): a task pinned to the driver's node saves the image from the driver's daemon
+(``docker save``, once per image, into the driver's task-image store's ``saved/``), the node
+reads it chunk by chunk as above and loads it (``docker load`` keeps the image's id: the
+digest of its config), and the trial kind checks the id and its key label before a trial
+runs in it. A node where that fails raises `TaskImageUnavailable`, a `SandboxError`: that
+attempt's infrastructure error, naming the node, never a trial in another image.
 """
 
 from __future__ import annotations
@@ -34,13 +40,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from validate.errors import ValidateError
+from validate.errors import SandboxError
 from validate.image import read_record
 from validate.imagefile import file_name, import_file
-from validate.paths import ImagePaths
+from validate.paths import ImagePaths, task_image_store
 from validate.sandbox import open_sandbox
+from validate.taskimage.docker import DockerImages
 
 #: Bytes per chunk of a tarball fetched from the driver's node.
 CHUNK = 16 << 20
+
+
+class TaskImageUnavailable(SandboxError):
+    """A node that lacks a frozen task image and could not fetch it from the driver."""
 
 
 class NodeImageUnavailable(Exception):
@@ -59,6 +71,7 @@ class ImageSource(BaseModel):
     node: str | None = Field(description="the driver's Ray node id; None: the driver's store holds no such image")
     path: str | None = Field(default=None, description="the tarball on the driver's node")
     size: int = Field(default=0, ge=0, description="its size in bytes")
+    driver: str | None = Field(default=None, description="the driver's Ray node id (where task images are saved)")
 
 
 def driver_source(ray: Any, execution: dict) -> ImageSource:
@@ -67,10 +80,11 @@ def driver_source(ray: Any, execution: dict) -> ImageSource:
     image, digest, backend = execution["image"], execution["image_digest"], execution["backend"]
     paths = ImagePaths(image)
     record = read_record(paths)
+    driver = ray.get_runtime_context().get_node_id()
     if record is None or record.digest != digest or not paths.tarball.is_file():
-        return ImageSource(image=image, digest=digest, backend=backend, node=None)
-    return ImageSource(image=image, digest=digest, backend=backend, node=ray.get_runtime_context().get_node_id(),
-                       path=str(paths.tarball), size=paths.tarball.stat().st_size)
+        return ImageSource(image=image, digest=digest, backend=backend, node=None, driver=driver)
+    return ImageSource(image=image, digest=digest, backend=backend, node=driver, path=str(paths.tarball),
+                       size=paths.tarball.stat().st_size, driver=driver)
 
 
 def _read_chunk(path: str, offset: int, size: int) -> bytes:
@@ -95,10 +109,69 @@ def _digest_here(source: ImageSource) -> tuple[str | None, str]:
 
 def _fetch(ray: Any, source: ImageSource, dest: Path) -> None:
     """The driver's tarball, chunk by chunk, into `dest` (checked by the import, not here)."""
-    reader = ray.remote(num_cpus=0, max_retries=0, label_selector={"ray.io/node-id": source.node})(_read_chunk)
+    _fetch_file(ray, source.node, source.path, source.size, dest)
+
+
+def _fetch_file(ray: Any, node: str, path: str, size: int, dest: Path) -> None:
+    reader = ray.remote(num_cpus=0, max_retries=0, label_selector={"ray.io/node-id": node})(_read_chunk)
     with open(dest, "wb") as out:
-        for offset in range(0, source.size, CHUNK):
-            out.write(ray.get(reader.remote(source.path, offset, CHUNK)))
+        for offset in range(0, size, CHUNK):
+            out.write(ray.get(reader.remote(path, offset, CHUNK)))
+
+
+def _lock(name: str):
+    """An exclusive lock of this node, shared by its Ray worker processes (a file in its tmp)."""
+    lock = open(Path(tempfile.gettempdir()) / f"validate-{name}.lock", "a+b")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def _saved_task_image(image_id: str) -> tuple[str, int]:
+    """On the driver's node: the task image saved from its daemon into the task-image store's
+    ``saved/<id hex>.tar`` (once: later requests read the same file); its path and size."""
+    saved = task_image_store() / "saved"
+    saved.mkdir(parents=True, exist_ok=True)
+    target = saved / f"{image_id.removeprefix('sha256:')}.tar"
+    with _lock(f"task-image-save-{hashlib.sha256(str(target).encode()).hexdigest()[:16]}"):
+        if not target.is_file():
+            staged = target.with_name(f".{target.name}.{os.getpid()}")
+            try:
+                DockerImages().save(image_id, staged)
+                os.replace(staged, target)
+            finally:
+                staged.unlink(missing_ok=True)
+    return str(target), target.stat().st_size
+
+
+class TaskImageFetch:
+    """The run context's ``fetch_image`` on a Ray node: a frozen task image this node's daemon
+    lacks, by id, from the driver's daemon (see the module)."""
+
+    def __init__(self, ray: Any, driver: str | None, where: str) -> None:
+        self.ray, self.driver, self.where = ray, driver, where
+
+    def __call__(self, image_id: str) -> None:
+        if self.driver is None:
+            raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and no driver node to fetch it from")
+        images = DockerImages()
+        key = hashlib.sha256(f"{os.environ.get('DOCKER_HOST', '')} {image_id}".encode()).hexdigest()[:16]
+        with _lock(f"task-image-fetch-{key}"):  # the node's other workers wait for one fetch
+            if images.image_labels(image_id) is not None:
+                return
+            try:
+                saver = self.ray.remote(num_cpus=0, max_retries=0,
+                                        label_selector={"ray.io/node-id": self.driver})(_saved_task_image)
+                path, size = self.ray.get(saver.remote(image_id))
+                with tempfile.TemporaryDirectory(prefix="validate-task-image-") as tmp:
+                    staged = Path(tmp) / "image.tar"
+                    _fetch_file(self.ray, self.driver, path, size, staged)
+                    images.load(staged)
+            except Exception as e:  # noqa: BLE001 - a save, a transfer or a load that failed: the node's fault
+                raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and fetching it from "
+                                           f"the driver failed: {type(e).__name__}: {str(e)[:500]}") from None
+            if images.image_labels(image_id) is None:
+                raise TaskImageUnavailable(f"{self.where}: the task image fetched from the driver does not load "
+                                           f"as {image_id}")
 
 
 def ensure_image(ray: Any, source: ImageSource, where: str) -> bool:

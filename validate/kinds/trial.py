@@ -50,7 +50,7 @@ from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.docker import DockerImages
 from validate.records import ORACLE
-from validate.taskimage.frozen import routed
+from validate.taskimage.frozen import keep_run_log, routed
 from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
 from validate.trial.support import unsupported
@@ -90,7 +90,7 @@ class TrialKind(AttemptKind[Tried]):
                 # separate verifier's image from tests/ is built (or taken from the cache) here.
                 frozen = ctx.manifest.execution.task_images if context == "environment" else None
                 got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
-                                                         ctx.paths.root, self._base_map()[0], task_image_store())
+                                                         self._daemon(), ctx.fetch_image)
                 self._images[key] = got if got is not None else self._build(ctx, task, context)
             return self._images[key]
 
@@ -129,12 +129,21 @@ class TrialKind(AttemptKind[Tried]):
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                 build_timeout_s=config.build_timeout_sec, context=context)
 
+    def _daemon(self) -> DockerImages:
+        """The daemon's images (what a frozen routing asks, with no base built)."""
+        with self._lock:
+            if self._builder is None:
+                self._builder = DockerImages()
+            return self._builder
+
     def _base_map(self) -> tuple[DockerImages, BaseImageMap]:
+        """The daemon and the base-image map, its bases built on first use (a build needs them;
+        a trial routed to a frozen image, e.g. on a cluster's node, does not)."""
+        builder = self._daemon()
         with self._lock:
             if self._bases is None:
-                self._builder = DockerImages()
-                self._bases = build_base_map(self._builder, task_image_store() / "bases", log=lambda m: None)
-            return self._builder, self._bases
+                self._bases = build_base_map(builder, task_image_store() / "bases", log=lambda m: None)
+            return builder, self._bases
 
     def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
         m = play.manifest
@@ -162,7 +171,7 @@ class TrialKind(AttemptKind[Tried]):
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
         rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
         if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
-            result = bwrap.run_trial(ctx.sandbox, self._builder.client, task.parsed, ctx.taskset.task_dir(task),
+            result = bwrap.run_trial(ctx.sandbox, self._daemon().client, task.parsed, ctx.taskset.task_dir(task),
                                      image.image_id, agent.name, limits, lim, reward_key=rule)
         else:
             result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id,
@@ -217,11 +226,27 @@ class TrialKind(AttemptKind[Tried]):
                    attempt=number)
         return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id)))
 
+    def lost(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int,
+             error_class: str, message: str) -> Tried:
+        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
+                   attempt=number)
+        return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id), "infrastructure_error",
+                                     error_class, message))
+
+    def placed(self, result: Tried, node: str, host: str) -> Tried:
+        return Tried(result.row.model_copy(update={"node": node, "host": host}), result.reply)
+
     def row(self, result: Tried) -> Attempt:
         return result.row
 
     def keep(self, ctx: RunContext, results: list[Tried]) -> None:
+        """The replies, and the build log of each frozen image a trial ran in (into the run's
+        ``build-logs/``, where the audit looks for it), written here on the driver."""
         keep_replies(ctx, results)
+        frozen = ctx.manifest.execution.task_images
+        if frozen is not None:
+            for task_id in sorted({r.row.task_id for r in results if r.reply is not None}):
+                keep_run_log(frozen, task_id, task_image_store(), ctx.paths.root)
 
 
 def _agent_status(result: TrialResult) -> str:

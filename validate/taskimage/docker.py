@@ -158,3 +158,22 @@ class DockerImages:
             return list(self.client.api.inspect_image(image_id)["RootFS"].get("Layers") or [])
         except DockerException as e:
             raise SandboxError(f"task images: cannot inspect {image_id} ({e})") from None
+
+    def save(self, image_id: str, dest: Path) -> None:
+        """`docker save` of `image_id` into `dest`, written as the daemon streams it."""
+        try:
+            with open(dest, "wb") as out:
+                for chunk in self.client.api.get_image(image_id, chunk_size=1 << 20):
+                    out.write(chunk)
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot save {image_id} ({e})") from None
+
+    def load(self, tarball: Path) -> None:
+        """`docker load` of a tarball `save` wrote (the image keeps its id: its config's digest)."""
+        try:
+            with open(tarball, "rb") as fh:
+                said = [line.get("error") for line in self.client.api.load_image(fh) if isinstance(line, dict)]
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot load {tarball.name} ({e})") from None
+        if any(said):
+            raise SandboxError(f"task images: cannot load {tarball.name} ({next(e for e in said if e)})")

@@ -15,11 +15,12 @@ records); a run copies the logs of the images it used into ``build-logs/`` of it
 directory, where the checksums seal them and the audit checks them against the contract.
 
 At run time (`routed`) a task runs in its frozen image id: the daemon's own image of that id
-and key label, else the cache's build held to the frozen id — a different id (the cache was
+and key label, else (on a cluster's node) the image fetched from the run's driver by that id,
+else the cache's build held to the frozen id — a different id (the cache was
 cleared and the build is not reproducible, another daemon) is a `TaskImageMismatch`, an
 infrastructure fault naming both ids, never a trial in another image. A frozen refusal is
 returned as it was frozen, without building. The logs are also kept, content-addressed, in
-the image store's ``logs/``, which is where a run copies them from.
+the image store's ``logs/``, which is where the run's driver copies them from (`keep_run_log`).
 """
 
 from __future__ import annotations
@@ -144,12 +145,12 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
     return TaskImages(build_policy=BuildPolicy(), base_map=base_map, tasks=dict(sorted(tasks.items())))
 
 
-def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], run_root: Path,
-           backend, store: Path) -> TaskImage | TaskImageRefusal | None:
+def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], backend,
+           fetch: Callable[[str], None] | None = None) -> TaskImage | TaskImageRefusal | None:
     """The task's image as its contract routes it: a frozen refusal as frozen (nothing is
-    built); the frozen image when `backend` holds it under its key's label, else the cache's
-    (`build`) held to the frozen id; its build log (from the store's ``logs/``) kept in the
-    run's ``build-logs/``. None: the contract routes no image for this task."""
+    built); the frozen image when `backend` holds it under its key's label, else what `fetch`
+    (a cluster's driver) hands over, else the cache's (`build`) held to the frozen id. None:
+    the contract routes no image for this task."""
     entry = frozen.tasks.get(task_id)
     if entry is None:
         return None
@@ -157,17 +158,37 @@ def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | Tas
         return entry.refused()
     # The daemon's own answer first: the store is shared by every daemon on the machine, so
     # its record may name another daemon's build of the same key.
-    if (backend.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key:
-        image = TaskImage(key=entry.key or "", context_digest="", backend=backend.name, image_id=entry.image,
-                          layers=list(entry.layers), bases=[], patch="", policy=frozen.build_policy, timeout_s=0.0,
-                          log="", log_sha256=entry.log_sha256 or "", cached=True)
-    else:
-        image = build()
-        if isinstance(image, TaskImageRefusal) or image.image_id != entry.image:
-            have = image.detail if isinstance(image, TaskImageRefusal) else image.image_id
-            raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze "
-                                    f"{entry.image}; the trial runs in the frozen image only (freeze the dataset "
-                                    f"again on this machine)")
-    if entry.log_sha256:
-        keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
+    if _held(backend, entry):
+        return _frozen_image(frozen, entry, backend)
+    if fetch is not None:
+        fetch(entry.image)
+        if not _held(backend, entry):
+            raise TaskImageMismatch(f"task image of {task_id}: the image fetched from the run's driver is not "
+                                    f"{entry.image} under its key {entry.key}")
+        return _frozen_image(frozen, entry, backend)
+    image = build()
+    if isinstance(image, TaskImageRefusal) or image.image_id != entry.image:
+        have = image.detail if isinstance(image, TaskImageRefusal) else image.image_id
+        raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze "
+                                f"{entry.image}; the trial runs in the frozen image only (freeze the dataset "
+                                f"again on this machine)")
     return image
+
+
+def _held(backend, entry: FrozenImage) -> bool:
+    return (backend.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key
+
+
+def _frozen_image(frozen: TaskImages, entry: FrozenImage, backend) -> TaskImage:
+    return TaskImage(key=entry.key or "", context_digest="", backend=backend.name, image_id=entry.image,
+                     layers=list(entry.layers), bases=[], patch="", policy=frozen.build_policy, timeout_s=0.0,
+                     log="", log_sha256=entry.log_sha256 or "", cached=True)
+
+
+def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) -> None:
+    """Copy the build log of the task's frozen image (from the store's ``logs/``) into the
+    run's ``build-logs/``: on the driver, the one writer of the run directory, whichever
+    machine ran the trial."""
+    entry = frozen.tasks.get(task_id)
+    if entry is not None and entry.image and entry.log_sha256:
+        keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
