@@ -209,6 +209,22 @@ def test_task_page_shows_every_attempt_with_reply_stdout_and_stderr(server):
     assert "NoReply" in body  # the empty control's error class
 
 
+def test_a_trials_task_page_shows_its_reward_files_decoded_and_each_phases_output():
+    """A task directory's trial: its reply is the harness's record of the reward files (base64
+    in JSON); the page shows each file as read, and says which output is whose."""
+    ledger = Path(__file__).resolve().parents[1] / "ledgers" / "harbor-sample-docker-run-20261202T121125Z"
+    att = tables.read(ledger, "attempts.parquet").to_pylist()
+    oracle = next(r for r in att if r["task_id"] == "csv-to-json" and r["agent"] == "oracle")
+    with serve([ledger]) as s:
+        status, body, _ = get(s, task_path(ledger.name, oracle["phase"], "csv-to-json"))
+    assert status == 200
+    tried = sum(r["task_id"] == "csv-to-json" for r in att)
+    assert body.count("Reward files, as the harness read them") == tried
+    assert "<h3>reward.txt (2 bytes)</h3>" in body and "MQo=" in body  # decoded, and the record as kept
+    assert body.count("stdout: the agent phase&#x27;s output") == tried
+    assert "[verifier exit 0]" in body
+
+
 def test_agent_text_is_escaped_everywhere(server):
     _, run, _ = get(server, "/run/hostile")
     pages = [get(server, h)[1] for h in links(run) if "/task?" in h]

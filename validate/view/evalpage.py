@@ -14,9 +14,6 @@ viewer shows. A task-directory attempt's reply is the harness's record of the re
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 
 from validate.eval import trajectories
@@ -30,7 +27,7 @@ from validate.render import Bold
 from validate.view import evaldata
 from validate.view.catalog import CompareEntry, EvalEntry, Listing, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, pre, table, tag, text, url
-from validate.view.pages import file_url, kv, run_url, short, when
+from validate.view.pages import file_url, kv, reward_files, run_url, short, when
 
 
 def eval_url(key: str, **query: object) -> str:
@@ -253,31 +250,12 @@ def attempt_page(e: EvalEntry, one: evaldata.OneAttempt, key: tuple) -> bytes:
              kv([("status", x["status"]), ("reward", x["reward"]), ("metrics", metrics or None),
                  ("reply", None if x["reply_bytes"] is None else f"{x['reply_bytes']} bytes, {x['reply_sha256']}")]),
              pre(x["reply_text"], "(no reply)")]
-    body += _reward_files(x["reply_text"])
+    body += reward_files(x["reply_text"])
     if x["error_class"] or x["error_message"]:
         body += [tag("h2", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
     crumbs = [(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
               (f"{phase} sample {sample} try {attempt}", attempt_url(e.key, phase, task_id, agent, sample, attempt))]
     return page(f"{task_id} · {phase} · sample {sample} · try {attempt} — {e.key}", body, crumbs=crumbs)
-
-
-def _reward_files(reply: str | None) -> list[object]:
-    """A verifier record's reward files, decoded (nothing for any other reply: shown as it is above)."""
-    try:
-        record = json.loads(reply or "")
-        files = record["files"] if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
-        decoded = {str(n): base64.b64decode(str(v), validate=True) for n, v in sorted((files or {}).items())}
-    except (ValueError, binascii.Error):
-        return []
-    if files is None:
-        return []
-    facts = [("reward key", record.get("key")), ("range", f"[{record.get('low')}, {record.get('high')}]"),
-             ("nothing read because", record.get("failed")), ("task image", record.get("image"))]
-    out: list[object] = [tag("h2", "Reward files, as the harness read them from the verifier's fresh /logs/verifier"),
-                         kv(facts)]
-    for name, data in decoded.items():
-        out += [tag("h3", f"{name} ({len(data)} bytes)"), pre(data.decode("utf-8", "replace"))]
-    return out
 
 
 def compare_page(x: CompareEntry, listing: Listing) -> bytes:

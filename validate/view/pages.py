@@ -6,6 +6,9 @@ run page itself is `validate.view.runpage`.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -237,10 +240,35 @@ def _attempt_section(i: int, x: dict) -> Html:
     parts = [tag("h3", title), _kv2(pairs)]
     if x["error_class"] or x["error_message"]:
         parts += [tag("h3", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
-    parts += [tag("h3", "Reply"), pre(x["reply_text"], "(no reply)"), tag("h3", "stdout"), pre(x["stdout"]),
-              tag("h3", "stderr"), pre(x["stderr"])]
+    files = reward_files(x["reply_text"])
+    if files:  # a trial's: its reply is the harness's record of the reward files, shown decoded
+        parts += [*files, tag("h3", "stdout: the agent phase's output"), pre(x["stdout"]),
+                  tag("h3", "stderr: what the harness noted, then the verifier's exit code and output"),
+                  pre(x["stderr"]), tag("h3", "Reply (the record as kept)"), pre(x["reply_text"])]
+    else:
+        parts += [tag("h3", "Reply"), pre(x["reply_text"], "(no reply)"), tag("h3", "stdout"), pre(x["stdout"]),
+                  tag("h3", "stderr"), pre(x["stderr"])]
     cls = "attempt superseded" if x["superseded"] else "attempt"
     return Html(f'<section class="{cls}" id="attempt-{i}">{join(parts)}</section>')
+
+
+def reward_files(reply: str | None) -> list[object]:
+    """A verifier record's reward files, decoded (nothing for any other reply: shown as it is above)."""
+    try:
+        record = json.loads(reply or "")
+        files = record["files"] if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+        decoded = {str(n): base64.b64decode(str(v), validate=True) for n, v in sorted((files or {}).items())}
+    except (ValueError, binascii.Error):
+        return []
+    if files is None:
+        return []
+    facts = [("reward key", record.get("key")), ("range", f"[{record.get('low')}, {record.get('high')}]"),
+             ("nothing read because", record.get("failed")), ("task image", record.get("image"))]
+    out: list[object] = [tag("h2", "Reward files, as the harness read them from the verifier's fresh /logs/verifier"),
+                         kv(facts)]
+    for name, data in decoded.items():
+        out += [tag("h3", f"{name} ({len(data)} bytes)"), pre(data.decode("utf-8", "replace"))]
+    return out
 
 
 def task_page(e: RunEntry, t: dict) -> bytes:
