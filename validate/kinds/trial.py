@@ -5,9 +5,10 @@ Per task, once per run: the task's image is built from its ``environment/`` agai
 profile's base-image map (`validate.taskimage`; cached by content across runs, the bases
 built on first use into the image store's ``task-images/``), and a separate verifier's
 image from its ``tests/`` the same way (``tests/Dockerfile``; without one, the task's own
-image serves, fresh). A task the profile cannot run — several steps, a separate verifier
+image serves, fresh). A task naming its image (``[environment].docker_image``) runs in the
+base the map serves for that reference, recorded as a ``FROM`` of it is. A task the profile cannot run — several steps, a separate verifier
 from a compose file or a prebuilt image, extra ``artifacts`` for one, a compose
-environment, a prebuilt image to pull, a GPU, a base the map does not serve — is
+environment, a GPU, a base (or ``[environment].docker_image``) the map does not serve — is
 ``unsupported_execution_contract`` with its reason, never played. A build that fails
 otherwise is the task's error (``scorer_error``, which the verdict reads as
 ``invalid_task_or_verifier``), with the log's tail.
@@ -126,8 +127,9 @@ class TrialKind(AttemptKind[Tried]):
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
+        image = task.parsed.docker_image if context == "environment" and task.parsed.environment == "image" else None
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
-                                build_timeout_s=config.build_timeout_sec, context=context)
+                                build_timeout_s=config.build_timeout_sec, context=context, docker_image=image)
 
     def _base_map(self) -> tuple[DockerImages, BaseImageMap]:
         with self._lock:

@@ -7,7 +7,7 @@ against the profile's base-image map, and the contract's execution profile recor
 `TaskImages`: the built map (each upstream base → local image by id and layer digest, with
 each substitution's recorded differences), the build policy (the build-time network), the
 build and rewrite versions, and per task id a `FrozenImage` — the image id the trial must
-run in, or the refusal the build gave (a base the map does not serve, a GPU, several steps:
+run in, or the refusal the build gave (a base or docker_image the map does not serve, a GPU, several steps:
 ``unsupported_execution_contract``; a Dockerfile that fails: ``invalid_task_or_verifier``
 with the log's tail). Every build log is kept as evidence beside the manifest
 (``<manifest stem>.build-logs/<sha256 hex>.log``, named by its own hash, which the entry
@@ -119,6 +119,14 @@ def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> F
                        log_sha256=log or built.log_sha256)
 
 
+def _build(taskset, task, base_map: BaseImageMap, builder, store: Path) -> TaskImage | TaskImageRefusal:
+    """One loaded task's image (from the cache when it holds it), as freeze builds it."""
+    parsed = task.parsed
+    return build_task_image(taskset.task_dir(task), base_map, builder, store,
+                            build_timeout_s=parsed.config.environment.build_timeout_sec,
+                            docker_image=parsed.docker_image if parsed.environment == "image" else None)
+
+
 def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
                   builder=None, log: Callable[[str], None] = print) -> TaskImages | None:
     """Build (or take from the cache) the image of every selected task that loaded; None when
@@ -136,8 +144,7 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         if why is not None:
             tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
             continue
-        built = build_task_image(taskset.task_dir(task), base_map, builder, store,
-                                 build_timeout_s=task.parsed.config.environment.build_timeout_sec)
+        built = _build(taskset, task, base_map, builder, store)
         tasks[task.id] = _entry(built, log_dir, store)
         state = "refused" if isinstance(built, TaskImageRefusal) else "cached" if built.cached else "built"
         log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
@@ -171,3 +178,4 @@ def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | Tas
     if entry.log_sha256:
         keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
     return image
+
