@@ -18,6 +18,8 @@ from tests.conftest import make_ctx
 from tests.test_task_images import CountingImages
 from validate import api, environments
 from validate.audit import audit
+from validate.cli import main
+from validate.contract import write_manifest
 from validate.paths import task_image_store
 from validate.phases import RunPhase, run_agents
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
@@ -124,3 +126,33 @@ def test_the_environment_loads_both(dataset):
     ts = env.load(env.Config(dataset=str(dataset)))
     assert sorted(ts.task(i).id for i in range(ts.size)) == sorted(IMAGES)
 
+
+def _with_image(m, task_id: str, image: str):
+    """The manifest `m` with `task_id`'s frozen image id replaced (sealed again)."""
+    ti = m.execution.task_images
+    entry = ti.tasks[task_id].model_copy(update={"image": image})
+    ti = ti.model_copy(update={"tasks": {**ti.tasks, task_id: entry}})
+    return m.model_copy(update={"execution": m.execution.model_copy(update={"task_images": ti})}).sealed()
+
+
+def test_verify_holds_every_frozen_task_image(frozen, tmp_path, capsys):
+    path, m = frozen
+    assert main(["verify", "--manifest", str(path)]) == 0
+    assert "1 task images held" in capsys.readouterr().out
+    other = tmp_path / "other.json"
+    write_manifest(_with_image(m, "served", "sha256:" + "0" * 64), other)
+    assert main(["verify", "--manifest", str(other)]) == 2
+    said = capsys.readouterr().err
+    assert "execution.task_images.tasks['served'].image" in said and "sha256:" + "0" * 64 in said, said
+    assert m.execution.task_images.tasks["served"].image in said  # what the cache built here
+
+
+def test_verify_refuses_a_daemon_image_with_other_layers(frozen, tmp_path, capsys):
+    _, m = frozen
+    ti = m.execution.task_images
+    entry = ti.tasks["served"].model_copy(update={"layers": ("sha256:" + "1" * 64,)})
+    bad = m.model_copy(update={"execution": m.execution.model_copy(update={"task_images": ti.model_copy(
+        update={"tasks": {**ti.tasks, "served": entry}})})}).sealed()
+    path = write_manifest(bad, tmp_path / "layers.json")
+    assert main(["verify", "--manifest", str(path)]) == 2
+    assert "the manifest froze ['sha256:1111" in capsys.readouterr().err

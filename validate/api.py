@@ -61,7 +61,7 @@ from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
-from validate.taskimage.frozen import freeze_images, log_dir_of
+from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
 from validate.package import package as write_package
 
 MAX_TASKS = 1_000_000
@@ -222,10 +222,13 @@ def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None =
 
 
 def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
-    """Check a manifest against this machine; return it (or raise naming the field)."""
+    """Check a manifest against this machine, a task-directory contract's frozen task images
+    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field)."""
     m = load_manifest(manifest)
-    verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
-                    LoadHints(search=tuple(Path(p) for p in data)))
+    _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
+                                 LoadHints(search=tuple(Path(p) for p in data)))
+    if m.execution.task_images is not None:  # each task's frozen image, as the sandbox image is checked
+        verify_images(m.execution.task_images, taskset, task_image_store())
     return m
 
 

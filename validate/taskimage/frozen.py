@@ -20,6 +20,10 @@ cleared and the build is not reproducible, another daemon) is a `TaskImageMismat
 infrastructure fault naming both ids, never a trial in another image. A frozen refusal is
 returned as it was frozen, without building. The logs are also kept, content-addressed, in
 the image store's ``logs/``, which is where a run copies them from.
+
+``validate verify`` holds every frozen image the same way before anything runs
+(`verify_images`): held by the daemon under its key with its frozen layers, or rebuilt by the
+cache as that very id, else a `validate.errors.ContractError` naming the task (exit 2).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.protocol import sha256_tag
-from validate.errors import SandboxError
+from validate.errors import ContractError, SandboxError
 from validate.evidence import atomic_write
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
@@ -179,3 +183,33 @@ def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | Tas
         keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
     return image
 
+
+def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int:
+    """``validate verify`` of a contract's task images: every frozen image is held by this
+    daemon under its key's label with its frozen layers, or the cache rebuilds it (`store`)
+    as that very image id; else a `ContractError` naming the task and both ids. Returns how
+    many images were checked."""
+    images = {t: e for t, e in sorted(frozen.tasks.items()) if e.image is not None}
+    if not images:
+        return 0
+    builder = builder or DockerImages()
+    tasks = {t.id: t for t in (taskset.task(i) for i in range(taskset.size)) if t.id in images}
+    base_map = None
+    for task_id, entry in images.items():
+        field = f"execution.task_images.tasks[{task_id!r}].image"
+        if (builder.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key:
+            layers = tuple(builder.image_layers(entry.image))
+            if layers != entry.layers:
+                raise ContractError(f"{field}: this daemon's {entry.image} has layers {list(layers)}, the manifest "
+                                    f"froze {list(entry.layers)}")
+            continue
+        task = tasks.get(task_id)
+        if task is None or task.parsed is None:
+            raise ContractError(f"{field}: the task does not load here, so its image cannot be rebuilt")
+        base_map = base_map or build_base_map(builder, store / "bases", log=lambda m: None)
+        built = _build(taskset, task, base_map, builder, store)
+        have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
+        if have != entry.image:
+            raise ContractError(f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
+                                f"the daemon; the cache's build differs); freeze the dataset again on this machine")
+    return len(images)
