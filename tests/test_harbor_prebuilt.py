@@ -19,12 +19,13 @@ from tests.test_task_images import CountingImages
 from validate import api, environments
 from validate.audit import audit
 from validate.cli import main
-from validate.contract import write_manifest
+from validate.contract import Manifest, write_manifest
 from validate.paths import task_image_store
 from validate.phases import RunPhase, run_agents
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.bases import build_base_map
 from validate.taskimage.docker import DockerImages
+from validate.taskimage.frozen import log_dir_of
 from validate.trial.support import unsupported
 from environment.harbor.taskdir import load_dataset
 
@@ -156,3 +157,17 @@ def test_verify_refuses_a_daemon_image_with_other_layers(frozen, tmp_path, capsy
     path = write_manifest(bad, tmp_path / "layers.json")
     assert main(["verify", "--manifest", str(path)]) == 2
     assert "the manifest froze ['sha256:1111" in capsys.readouterr().err
+
+
+def test_freeze_like_freezes_the_task_images_on_its_profile(frozen, tmp_path):
+    path, m = frozen
+    like = tmp_path / "pb-like.json"
+    assert main(["freeze", "--like", str(path), "--name", "pb-like", "--backend", "docker", "--allow-patch",
+                 "--out", str(like)]) == 0
+    again = Manifest.load(like)
+    # the same daemon: every task's image (or refusal) as the contract froze it, from the cache
+    assert again.execution.task_images.tasks == m.execution.task_images.tasks
+    assert again.execution.task_images.base_map == m.execution.task_images.base_map
+    log = again.execution.task_images.tasks["served"].log_sha256.removeprefix("sha256:")
+    assert (log_dir_of(like) / f"{log}.log").is_file()
+    assert main(["verify", "--manifest", str(like)]) == 0

@@ -503,7 +503,7 @@ def _freeze_like(api, args) -> int:
                             f"expectations) is {args.like}'s; drop {', '.join(bad)} or freeze without --like")
     manifest = api.freeze_like(args.name, args.like, backend=args.backend, image=args.image,
                                limits=given(args, "lim_"), infra_retries=args.infra_retries, data=args.data,
-                               allow_patch=args.allow_patch, out=args.out)
+                               allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False))
     return _froze(manifest, args)
 
 
