@@ -8,13 +8,14 @@ temporary directory from the sample's prebuilt-image task (the sample itself is 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import make_ctx
+from tests.conftest import make_ctx, make_manifest
 from tests.test_task_images import CountingImages
 from validate import api, environments
 from validate.audit import audit
@@ -26,6 +27,8 @@ from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_ima
 from validate.taskimage.bases import build_base_map
 from validate.taskimage.docker import DockerImages
 from validate.taskimage.frozen import log_dir_of
+from validate.sandbox import storage
+from validate.trial.roots import tree_store
 from validate.trial.support import unsupported
 from environment.harbor.taskdir import load_dataset
 
@@ -171,3 +174,24 @@ def test_freeze_like_freezes_the_task_images_on_its_profile(frozen, tmp_path):
     log = again.execution.task_images.tasks["served"].log_sha256.removeprefix("sha256:")
     assert (log_dir_of(like) / f"{log}.log").is_file()
     assert main(["verify", "--manifest", str(like)]) == 0
+
+
+
+@pytest.mark.bwrap
+def test_on_bwrap_the_served_tasks_oracle_passes_in_the_unpacked_base(dataset, sandboxes, tmp_path):
+    """No frozen images on bwrap: the trial kind builds the task's image at run time, the same
+    way, and the bwrap trial unpacks it (its tree removed afterwards)."""
+    env = environments.get("harbor")
+    ts = env.load(env.Config(dataset=str(dataset)))
+    sandbox = sandboxes("bwrap")
+    m = make_manifest(sandbox, idx=list(range(ts.size)), env_name="harbor", dataset=str(dataset), min_task_count=1)
+    run_dir = tmp_path / "run"
+    run_agents(make_ctx(m, sandbox, run_dir, concurrency=2), RunPhase(agents="oracle"))
+    att = pd.read_parquet(run_dir / "attempts.parquet").set_index("task_id")
+    served = att.loc[["served"]]
+    record = json.loads((run_dir / "replies" / served["reply_sha256"].iloc[0].removeprefix("sha256:")).read_bytes())
+    storage.remove_tree(tree_store() / record["image"].removeprefix("sha256:"))
+    assert len(served) == 1 and served["status"].iloc[0] == "ok" and served["reward"].iloc[0] == 1.0, \
+        served[["status", "error_class", "error_message", "stderr"]].to_dict("records")
+    assert att.loc["unserved", "status"] == "unsupported_execution_contract"
+    assert "ubuntu:24.04" in att.loc["unserved", "error_message"]
