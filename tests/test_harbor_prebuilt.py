@@ -16,9 +16,12 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
+from tests.test_eval_shell import NOTHING, evaluate_with, server  # noqa: F401 - server: a fixture
 from tests.test_task_images import CountingImages
 from validate import api, environments
 from validate.audit import audit
+from validate.audit_eval import _attempts as eval_attempts
+from validate.audit_seal import AuditResult
 from validate.cli import main
 from validate.contract import Manifest, write_manifest
 from validate.paths import task_image_store
@@ -175,6 +178,23 @@ def test_freeze_like_freezes_the_task_images_on_its_profile(frozen, tmp_path):
     assert (log_dir_of(like) / f"{log}.log").is_file()
     assert main(["verify", "--manifest", str(like)]) == 0
 
+
+def test_a_model_eval_records_each_tasks_routed_image_and_its_audit_holds_it(frozen, sandboxes, server, tmp_path):
+    _, m = frozen
+    env = environments.get("harbor")
+    ts = env.load(env.Config(dataset=m.environment.config["dataset"]))
+    _, _, run_dir, _, _, attempts = evaluate_with((sandboxes("docker"), m, ts), server, tmp_path, NOTHING)
+    assert attempts["served"]["status"] == "ok" and attempts["served"]["reward"] == 0.0
+    assert attempts["served"]["image_digest"] == m.execution.task_images.tasks["served"].image
+    assert attempts["unserved"]["image_digest"] == m.execution.image_digest  # refused: no image of its own
+    assert api.eval_audit(run_dir).problems == []
+    # the audit's rule: a row naming the sandbox image for a task routed to its own is off
+    rows = pd.read_parquet(run_dir / "attempts.parquet")
+    rows.loc[rows["task_id"] == "served", "image_digest"] = m.execution.image_digest
+    r = AuditResult()
+    eval_attempts(rows, m, 1, r, run_dir)
+    assert any("1 attempt(s) on a backend or image_digest" in p and "task served" in p for p in r.problems), \
+        r.problems
 
 
 @pytest.mark.bwrap

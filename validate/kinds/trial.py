@@ -143,7 +143,7 @@ class TrialKind(AttemptKind[Tried]):
         row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                          agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
                          status="harness_error", workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
-                         image_digest=_routed_digest(m, task.id))
+                         image_digest=routed_digest(m, task.id))
         reply = None
         try:
             image, verifier = self.prepared(ctx, task, row)
@@ -217,7 +217,7 @@ class TrialKind(AttemptKind[Tried]):
     def unsupported(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
                    attempt=number)
-        return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id)))
+        return Tried(unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id)))
 
     def row(self, result: Tried) -> Attempt:
         return result.row
@@ -232,7 +232,7 @@ def _agent_status(result: TrialResult) -> str:
     return "agent_timeout" if a.timed_out else "agent_oom" if a.oom_killed else "ok"
 
 
-def _routed_digest(m, task_id: str) -> str:
+def routed_digest(m, task_id: str) -> str:
     """The image the contract routes the task to (its frozen id), else the sandbox image."""
     frozen = m.execution.task_images
     return (frozen.digest_of(task_id) if frozen is not None else None) or m.execution.image_digest
