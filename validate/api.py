@@ -61,7 +61,7 @@ from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
-from validate.taskimage.frozen import freeze_images, log_dir_of
+from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
 from validate.package import package as write_package
 
 MAX_TASKS = 1_000_000
@@ -187,10 +187,13 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
 
 def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: str = DEFAULT_IMAGE,
                 limits: dict[str, Any] | None = None, infra_retries: int | None = None,
-                data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
+                data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
+                log: Callable[[str], None] = lambda m: None):
     """Freeze the contract `like` on another execution profile (``validate freeze --like``):
     the same tasks, expectations and salt, so `compare_profiles` can set the two runs side by
-    side. Limits and infrastructure retries are `like`'s unless given. Return the manifest."""
+    side. Limits and infrastructure retries are `like`'s unless given. A task-directory
+    dataset's images are frozen again on this profile, as `freeze` does (their build logs in
+    ``<name>.build-logs/``); `log` hears the builds. Return the manifest."""
     path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     m = load_manifest(existing_file(like, "--like"))
     lim = check_limits(model_values(Limits, m.execution.limits.model_dump(), dict(limits or {}), "limits"))
@@ -199,9 +202,13 @@ def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: st
     check_tasks(m, env, config, taskset)  # the tasks load here exactly as the contract froze them
     sandbox = open_sandbox(backend, image=image)
     try:
+        # The task images are this profile's, frozen as `freeze` freezes them (the same tasks;
+        # on the same daemon, the same ids from the cache); none on a backend that builds at run time.
+        images = freeze_images(taskset, m.selection.idx, sandbox.backend, log_dir_of(path), task_image_store(),
+                               log=log)
         manifest = reprofile(m, name=name, facts=sandbox.facts(), git_commit=code.label, patch=code.patch,
                              limits=lim, infra_retries=m.execution.infra_retries if infra_retries is None
-                             else infra_retries)
+                             else infra_retries, **({} if images is None else {"task_images": images}))
     finally:
         sandbox.close()
     write_manifest(manifest, path)
@@ -222,10 +229,13 @@ def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None =
 
 
 def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
-    """Check a manifest against this machine; return it (or raise naming the field)."""
+    """Check a manifest against this machine, a task-directory contract's frozen task images
+    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field)."""
     m = load_manifest(manifest)
-    verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
-                    LoadHints(search=tuple(Path(p) for p in data)))
+    _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
+                                 LoadHints(search=tuple(Path(p) for p in data)))
+    if m.execution.task_images is not None:  # each task's frozen image, as the sandbox image is checked
+        verify_images(m.execution.task_images, taskset, task_image_store())
     return m
 
 

@@ -14,7 +14,8 @@ Nothing the run wrote about itself is trusted:
 3. Attempts: keys unique, superseded flags follow the try numbers, every attempt is the
    model's (agent ``model``, role ``model``) on a task of the manifest with its hash, in
    ``eval-greedy`` (sample 0) or ``eval`` (samples 0..k−1), on the contract's backend and
-   image; its reply, workspace and reward re-derive (re-scored offline, `validate.audit_env`).
+   the image it routes the task to (its frozen task image, else the sandbox image, as the
+   validation audit holds trials: `validate.audit_taskimages.routed_digests`); its reply, workspace and reward re-derive (re-scored offline, `validate.audit_env`).
 4. Samples and trajectories: exactly one sample row per attempt; its ``solved`` flag and its
    failure class and rule re-derived (`validate.eval.classes`); each attempt's turn rows
    number exactly its ``turns``.
@@ -37,6 +38,7 @@ from validate.audit_contracts import check_anchor, committed_manifests
 from validate.audit_env import EnvAtHand, rescore
 from validate.audit_reports import check_eval_rendered
 from validate.audit_seal import AuditResult, check_seal
+from validate.audit_taskimages import routed_digests
 from validate.contract import ContractError, load_manifest
 from validate.errors import EvidenceError
 from validate.eval.chat import MODEL_AGENT, facts_of
@@ -66,9 +68,12 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     if wrong.any():
         r.problems.append(f"{where}: sample numbers outside the pass's range")
     ex = manifest.execution
-    if ((a["backend"] != ex.backend) | (a["image_digest"] != ex.image_digest)).any():
-        r.problems.append(f"{where}: attempts on a backend or image_digest that is not the contract's ({ex.backend}, "
-                          f"{ex.image_digest})")
+    routed = routed_digests(manifest, a["task_id"])  # a task's frozen image, else the sandbox image
+    off = a[(a["backend"] != ex.backend) | (a["image_digest"] != routed)]
+    if len(off):
+        r.problems.append(f"{where}: {len(off)} attempt(s) on a backend or image_digest that is not the contract's "
+                          f"({ex.backend}, the image it routes the task to); first: task {off.iloc[0]['task_id']} "
+                          f"{off.iloc[0]['backend']} {off.iloc[0]['image_digest']}")
     r.checked.append(f"{len(a)} attempts against the manifest")
 
 

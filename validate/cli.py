@@ -42,7 +42,7 @@ phases (the validation protocol, in order):
   image export  write it as one file named by its digest; `image import` restores it elsewhere
   freeze        write a contract manifest: environment, config and content revision, tasks
                 and their hashes, expected rewards, execution profile, minimum task count
-  verify        check a manifest against this machine (data, task hashes, agents, image)
+  verify        check a manifest against this machine (data, task hashes, agents, images)
   pilot         a stratified sample under each config variant: oracle, every control, and
                 partial-credit probes that must land strictly between controls and oracle
   pool          one oracle attempt on every task; freeze the exception-free passes if they
@@ -503,7 +503,7 @@ def _freeze_like(api, args) -> int:
                             f"expectations) is {args.like}'s; drop {', '.join(bad)} or freeze without --like")
     manifest = api.freeze_like(args.name, args.like, backend=args.backend, image=args.image,
                                limits=given(args, "lim_"), infra_retries=args.infra_retries, data=args.data,
-                               allow_patch=args.allow_patch, out=args.out)
+                               allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False))
     return _froze(manifest, args)
 
 
@@ -523,8 +523,15 @@ def cmd_verify(args) -> int:
     m = api.verify(args.manifest, args.data)
     out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
               f"hashes, {len(m.expectations.agents)} agents, backend {m.execution.backend}, "
-              f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}", markup=False)
+              f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}{_task_images(m)}", markup=False)
     return 0
+
+
+def _task_images(m) -> str:
+    frozen = m.execution.task_images
+    if frozen is None:
+        return ""
+    return f", {sum(e.image is not None for e in frozen.tasks.values())} task images held"
 
 
 class _Bar:

@@ -25,7 +25,9 @@ verifier's reward; a verifier that gave no usable reward, or a task docker refus
 its image lacks), is ``scorer_error`` (the verifier's failing, never the model's); docker or
 the endpoint failing the harness is ``infrastructure_error``; a task this profile cannot run
 is ``unsupported_execution_contract``. The verifier's exit code and output go into the
-sample row (``verifier``), the reward files' bytes into the reply.
+sample row (``verifier``), the reward files' bytes into the reply. The attempt row's
+``image_digest`` is the image the contract routes the task to (`validate.kinds.trial.routed_digest`:
+its frozen task image, else the sandbox image), as a trial's row.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from validate.eval.evidence import Entry
 from validate.eval.records import SampleRow
 from validate.evidence import store_reply
 from validate.kinds.program import unsupported_row
-from validate.kinds.trial import TrialKind
+from validate.kinds.trial import TrialKind, routed_digest
 from validate.records import MODEL, Attempt
 from validate.sandbox.base import ExecResult
 from validate.sandbox.docker import wire
@@ -138,7 +140,7 @@ class ShellKind(TrialKind):
                    agent=MODEL_AGENT, sample=sample, attempt=number)
         row: dict = dict(key, role=MODEL, started_at=_now(), status="harness_error",
                          workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
-                         image_digest=play.manifest.execution.image_digest)
+                         image_digest=routed_digest(play.manifest, task.id))
         seed = request_seed(contract.sampling.seed, task.id, sample)
         conv = opening(contract, task.prompt, dict(task.meta))
         stats: dict = {}
@@ -218,7 +220,7 @@ class ShellKind(TrialKind):
     def unsupported(self, ctx, play, task, agent, sample: int, number: int) -> tuple[Attempt, Entry]:
         ec = self._ec()
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role=MODEL, sample=sample, attempt=number)
-        a = unsupported_row(ctx, task, key, play.manifest.execution.image_digest)
+        a = unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id))
         seed = request_seed(ec.contract.sampling.seed, task.id, sample)
         conv = opening(ec.contract, task.prompt, dict(task.meta))
         row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,

@@ -5,9 +5,10 @@ Per task, once per run: the task's image is built from its ``environment/`` agai
 profile's base-image map (`validate.taskimage`; cached by content across runs, the bases
 built on first use into the image store's ``task-images/``), and a separate verifier's
 image from its ``tests/`` the same way (``tests/Dockerfile``; without one, the task's own
-image serves, fresh). A task the profile cannot run — several steps, a separate verifier
+image serves, fresh). A task naming its image (``[environment].docker_image``) runs in the
+base the map serves for that reference, recorded as a ``FROM`` of it is. A task the profile cannot run — several steps, a separate verifier
 from a compose file or a prebuilt image, extra ``artifacts`` for one, a compose
-environment, a prebuilt image to pull, a GPU, a base the map does not serve — is
+environment, a GPU, a base (or ``[environment].docker_image``) the map does not serve — is
 ``unsupported_execution_contract`` with its reason, never played. A build that fails
 otherwise is the task's error (``scorer_error``, which the verdict reads as
 ``invalid_task_or_verifier``), with the log's tail.
@@ -126,8 +127,9 @@ class TrialKind(AttemptKind[Tried]):
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
+        image = task.parsed.docker_image if context == "environment" and task.parsed.environment == "image" else None
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
-                                build_timeout_s=config.build_timeout_sec, context=context)
+                                build_timeout_s=config.build_timeout_sec, context=context, docker_image=image)
 
     def _daemon(self) -> DockerImages:
         """The daemon's images (what a frozen routing asks, with no base built)."""
@@ -150,7 +152,7 @@ class TrialKind(AttemptKind[Tried]):
         row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                          agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
                          status="harness_error", workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
-                         image_digest=_routed_digest(m, task.id))
+                         image_digest=routed_digest(m, task.id))
         reply = None
         try:
             image, verifier = self.prepared(ctx, task, row)
@@ -224,13 +226,13 @@ class TrialKind(AttemptKind[Tried]):
     def unsupported(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
                    attempt=number)
-        return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id)))
+        return Tried(unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id)))
 
     def lost(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int,
              error_class: str, message: str) -> Tried:
         key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
                    attempt=number)
-        return Tried(unsupported_row(ctx, task, key, _routed_digest(play.manifest, task.id), "infrastructure_error",
+        return Tried(unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id), "infrastructure_error",
                                      error_class, message))
 
     def placed(self, result: Tried, node: str, host: str) -> Tried:
@@ -255,7 +257,7 @@ def _agent_status(result: TrialResult) -> str:
     return "agent_timeout" if a.timed_out else "agent_oom" if a.oom_killed else "ok"
 
 
-def _routed_digest(m, task_id: str) -> str:
+def routed_digest(m, task_id: str) -> str:
     """The image the contract routes the task to (its frozen id), else the sandbox image."""
     frozen = m.execution.task_images
     return (frozen.digest_of(task_id) if frozen is not None else None) or m.execution.image_digest

@@ -4,12 +4,18 @@ by content, every outcome returned as data.
 `build_task_image` reads ``environment/Dockerfile``, resolves every external image it names
 (`validate.taskimage.dockerfile`) through the `BaseImageMap`, rewrites the Dockerfile in a
 copy of the context to the local image ids (the recorded patch), and has the backend build
-that copy with the profile's `BuildPolicy`. Outcomes:
+that copy with the profile's `BuildPolicy`. A task whose ``[environment].docker_image`` names
+its image (no Dockerfile) is served the same way: its image is the base the map serves for
+that reference (`image_task`: the same substitution and recorded differences as a ``FROM`` of
+it), labelled with its key by a build of an empty context whose Dockerfile is only
+``FROM <base id>`` (no layer is added); the recorded patch is that setting's rewrite
+(`image_patch`). Outcomes:
 
 - a `TaskImage`: the image id, its layers, the bases and their recorded differences, the
   Dockerfile patch, the policy, and the build log kept in the store;
 - a `TaskImageRefusal` with reason ``unsupported_execution_contract`` (a base the profile
-  does not serve: "ubuntu:24.04 is not available on this profile"; an ``ARG``-made base;
+  does not serve: "ubuntu:24.04 is not available on this profile", a ``docker_image`` it
+  does not serve likewise; an ``ARG``-made base;
   an environment that is not a Dockerfile) or ``invalid_task_or_verifier`` (the build failed
   for the Dockerfile's own reasons: an error, a ``COPY`` outside the context, the task's
   build timeout), with the log's tail.
@@ -27,8 +33,10 @@ image carrying that key's label, and returns it without building (``cached=True`
 
 from __future__ import annotations
 
+import difflib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -125,18 +133,28 @@ def build_key(ctx_digest: str, bases: list[ResolvedBase], policy: BuildPolicy, b
 
 def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBackend, store: Path,
                      policy: BuildPolicy = BuildPolicy(), build_timeout_s: float = 600.0,
-                     context: str = "environment") -> TaskImage | TaskImageRefusal:
+                     context: str = "environment", docker_image: str | None = None) -> TaskImage | TaskImageRefusal:
     """The image of the task at `task_dir` (see the module's docstring); `build_timeout_s` is
     the task's ``[environment].build_timeout_sec``; `context` ``tests``: a separate verifier's
-    image, from ``tests/Dockerfile`` (the same map, policy and cache)."""
-    env = task_dir / context
-    resolved = resolve_bases(env, base_map)
+    image, from ``tests/Dockerfile`` (the same map, policy and cache); `docker_image`: the
+    task's ``[environment].docker_image``, whose image is the base the map serves for it
+    (`image_task`), no Dockerfile read."""
+    if docker_image is not None:
+        resolved = image_task(docker_image, base_map)
+        env = None
+    else:
+        env = task_dir / context
+        resolved = resolve_bases(env, base_map)
     if isinstance(resolved, TaskImageRefusal):
         return resolved
     text, bases = resolved
-    new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
+    if docker_image is not None:
+        new_text, patch = f"FROM {bases[0].image_id}\n", image_patch(docker_image, bases[0].image_id)
+        ctx_digest = sha256_tag(canonical_json({"docker_image": docker_image}))
+    else:
+        new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
+        ctx_digest = context_digest(env)
     timeout_s = min(build_timeout_s, policy.max_timeout_s)
-    ctx_digest = context_digest(env)
     key = build_key(ctx_digest, bases, policy, backend.name, timeout_s)
     slot = store / key.removeprefix("sha256:")
     slot.mkdir(parents=True, exist_ok=True)
@@ -153,7 +171,7 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
         return _build_and_record(env, new_text, backend, record)
 
 
-def _build_and_record(env: Path, dockerfile: str, backend: ImageBackend,
+def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend,
                       record: TaskImage) -> TaskImage | TaskImageRefusal:
     """Build, then fill in `record` (all but the image) and store it, or say why not."""
     log_path = Path(record.log)
@@ -169,6 +187,25 @@ def _build_and_record(env: Path, dockerfile: str, backend: ImageBackend,
                                        "log_sha256": sha256_tag(log_path.read_bytes())})
     atomic_write(log_path.with_name("image.json"), (result.model_dump_json(indent=1) + "\n").encode())
     return result
+
+
+def image_task(docker_image: str, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
+    """A ``[environment].docker_image`` task's one base, as `resolve_bases` answers for a
+    Dockerfile that is only ``FROM <docker_image>``: the same substitution, the same recorded
+    differences; a reference the map does not serve is unsupported, naming it."""
+    served = base_map.resolve(docker_image)
+    if served is None:
+        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
+                                detail=f"[environment].docker_image {docker_image} is not available on this profile")
+    return f"FROM {docker_image}\n", [served]
+
+
+def image_patch(docker_image: str, image_id: str) -> str:
+    """The recorded patch of a ``docker_image`` task: its task.toml's image replaced by the
+    local one that serves it (a unified diff of that one setting, as `rewrite`'s of a ``FROM``)."""
+    return "".join(difflib.unified_diff([f"docker_image = {json.dumps(docker_image)}\n"],
+                                        [f"docker_image = {json.dumps(image_id)}\n"],
+                                        "a/task.toml [environment]", "b/task.toml [environment]"))
 
 
 def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
@@ -194,12 +231,16 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
     return text, bases
 
 
-def _build(env: Path, dockerfile: str, backend: ImageBackend, labels: dict[str, str], network: str,
+def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dict[str, str], network: str,
            timeout_s: float, log_path: Path):
-    """Build a copy of `env` whose Dockerfile is `dockerfile`, logging to `log_path`."""
+    """Build a copy of `env` (None: an empty context) whose Dockerfile is `dockerfile`,
+    logging to `log_path`."""
     with tempfile.TemporaryDirectory(prefix="task-context-") as tmp:
         context = Path(tmp) / "context"
-        shutil.copytree(env, context, symlinks=True)
+        if env is None:
+            context.mkdir()
+        else:
+            shutil.copytree(env, context, symlinks=True)
         (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
         with open(log_path, "w", encoding="utf-8", errors="replace") as log:
             started = time.monotonic()

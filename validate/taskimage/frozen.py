@@ -7,7 +7,7 @@ against the profile's base-image map, and the contract's execution profile recor
 `TaskImages`: the built map (each upstream base → local image by id and layer digest, with
 each substitution's recorded differences), the build policy (the build-time network), the
 build and rewrite versions, and per task id a `FrozenImage` — the image id the trial must
-run in, or the refusal the build gave (a base the map does not serve, a GPU, several steps:
+run in, or the refusal the build gave (a base or docker_image the map does not serve, a GPU, several steps:
 ``unsupported_execution_contract``; a Dockerfile that fails: ``invalid_task_or_verifier``
 with the log's tail). Every build log is kept as evidence beside the manifest
 (``<manifest stem>.build-logs/<sha256 hex>.log``, named by its own hash, which the entry
@@ -21,6 +21,10 @@ cleared and the build is not reproducible, another daemon) is a `TaskImageMismat
 infrastructure fault naming both ids, never a trial in another image. A frozen refusal is
 returned as it was frozen, without building. The logs are also kept, content-addressed, in
 the image store's ``logs/``, which is where the run's driver copies them from (`keep_run_log`).
+
+``validate verify`` holds every frozen image the same way before anything runs
+(`verify_images`): held by the daemon under its key with its frozen layers, or rebuilt by the
+cache as that very id, else a `validate.errors.ContractError` naming the task (exit 2).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.protocol import sha256_tag
-from validate.errors import SandboxError
+from validate.errors import ContractError, SandboxError
 from validate.evidence import atomic_write
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
@@ -120,6 +124,14 @@ def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> F
                        log_sha256=log or built.log_sha256)
 
 
+def _build(taskset, task, base_map: BaseImageMap, builder, store: Path) -> TaskImage | TaskImageRefusal:
+    """One loaded task's image (from the cache when it holds it), as freeze builds it."""
+    parsed = task.parsed
+    return build_task_image(taskset.task_dir(task), base_map, builder, store,
+                            build_timeout_s=parsed.config.environment.build_timeout_sec,
+                            docker_image=parsed.docker_image if parsed.environment == "image" else None)
+
+
 def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
                   builder=None, log: Callable[[str], None] = print) -> TaskImages | None:
     """Build (or take from the cache) the image of every selected task that loaded; None when
@@ -137,8 +149,7 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         if why is not None:
             tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
             continue
-        built = build_task_image(taskset.task_dir(task), base_map, builder, store,
-                                 build_timeout_s=task.parsed.config.environment.build_timeout_sec)
+        built = _build(taskset, task, base_map, builder, store)
         tasks[task.id] = _entry(built, log_dir, store)
         state = "refused" if isinstance(built, TaskImageRefusal) else "cached" if built.cached else "built"
         log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
@@ -192,3 +203,34 @@ def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) 
     entry = frozen.tasks.get(task_id)
     if entry is not None and entry.image and entry.log_sha256:
         keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
+
+
+def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int:
+    """``validate verify`` of a contract's task images: every frozen image is held by this
+    daemon under its key's label with its frozen layers, or the cache rebuilds it (`store`)
+    as that very image id; else a `ContractError` naming the task and both ids. Returns how
+    many images were checked."""
+    images = {t: e for t, e in sorted(frozen.tasks.items()) if e.image is not None}
+    if not images:
+        return 0
+    builder = builder or DockerImages()
+    tasks = {t.id: t for t in (taskset.task(i) for i in range(taskset.size)) if t.id in images}
+    base_map = None
+    for task_id, entry in images.items():
+        field = f"execution.task_images.tasks[{task_id!r}].image"
+        if (builder.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key:
+            layers = tuple(builder.image_layers(entry.image))
+            if layers != entry.layers:
+                raise ContractError(f"{field}: this daemon's {entry.image} has layers {list(layers)}, the manifest "
+                                    f"froze {list(entry.layers)}")
+            continue
+        task = tasks.get(task_id)
+        if task is None or task.parsed is None:
+            raise ContractError(f"{field}: the task does not load here, so its image cannot be rebuilt")
+        base_map = base_map or build_base_map(builder, store / "bases", log=lambda m: None)
+        built = _build(taskset, task, base_map, builder, store)
+        have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
+        if have != entry.image:
+            raise ContractError(f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
+                                f"the daemon; the cache's build differs); freeze the dataset again on this machine")
+    return len(images)

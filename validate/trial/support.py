@@ -1,6 +1,8 @@
 """What a profile can run of a Harbor task: the one rule the freeze (`validate.taskimage.frozen`,
 which records a refusal instead of building) and the trial kind (`validate.kinds.trial`, which
-plays nothing it refuses) share."""
+plays nothing it refuses) share. A task naming a prebuilt image (``[environment].docker_image``)
+is not refused here: whether the profile's base-image map serves that reference is the image
+build's answer (`validate.taskimage.build.image_task`), as for a Dockerfile's ``FROM``."""
 
 from __future__ import annotations
 
@@ -22,8 +24,6 @@ def unsupported(task: HarborTask, backend: str) -> str | None:
         return "a separate verifier handed artifacts beyond /logs/artifacts: this harness hands it only that directory"
     if task.environment == "compose":
         return "environment/docker-compose.yaml: this harness runs one image per task"
-    if task.environment == "image":
-        return f"a prebuilt image ({task.docker_image}) cannot be pulled on this profile"
     gpus = task.config.environment.gpus or 0
     if gpus > 0:
         types = ", ".join(task.config.environment.gpu_types or []) or "any type"
