@@ -48,7 +48,7 @@ from validate.records import Attempt
 from validate.taskimage.bases import build_base_map
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
-from validate.taskimage.docker import DockerImages
+from validate.taskimage.docker import DockerImages, images_for
 from validate.records import ORACLE
 from validate.taskimage.frozen import routed
 from validate.trial import network
@@ -90,7 +90,8 @@ class TrialKind(AttemptKind[Tried]):
                 # separate verifier's image from tests/ is built (or taken from the cache) here.
                 frozen = ctx.manifest.execution.task_images if context == "environment" else None
                 got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
-                                                         ctx.paths.root, self._base_map()[0], task_image_store())
+                                                         ctx.paths.root, self._base_map(ctx.sandbox.backend)[0],
+                                                         task_image_store())
                 self._images[key] = got if got is not None else self._build(ctx, task, context)
             return self._images[key]
 
@@ -122,17 +123,19 @@ class TrialKind(AttemptKind[Tried]):
         return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
 
     def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
-        builder, bases = self._base_map()
+        builder, bases = self._base_map(ctx.sandbox.backend)
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                 build_timeout_s=config.build_timeout_sec, context=context)
 
-    def _base_map(self) -> tuple[DockerImages, BaseImageMap]:
+    def _base_map(self, backend: str) -> tuple[DockerImages, BaseImageMap]:
+        """The task images' builder (the rootless service's own for podman: its trials run
+        in images it built; docker's for docker and bwrap) and the base map in it."""
         with self._lock:
             if self._bases is None:
-                self._builder = DockerImages()
+                self._builder = images_for(backend)
                 self._bases = build_base_map(self._builder, task_image_store() / "bases", log=lambda m: None)
             return self._builder, self._bases
 
