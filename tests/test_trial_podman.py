@@ -6,7 +6,8 @@ from the verifier's files; an agent that leaves a background process holding its
 pipe ends when its command ends (podman 4.3 never reports a detached exec as ended: the
 harness attaches); an agent that does not end is timed out by the harness's clock; the
 memory limit podman itself would ignore holds (the harness's own cgroup); the task image
-outlives the trial's snapshot (podman's Docker API prunes untagged parents with it); and
+outlives the trial's snapshot (podman's Docker API prunes untagged parents with it); the
+reward forger's planted files stay out of the verifier's fresh volume; and
 nothing of the trial — container, snapshot, volume, cgroup — is left.
 """
 
@@ -24,7 +25,7 @@ from validate.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman import PodmanSandbox
 from validate.trial import docker as dk
-from validate.trial.agents import NOP
+from validate.trial.agents import NOP, REWARD_FORGER
 from validate.trial.result import TrialLimits
 from validate.trial.run import run_trial
 
@@ -126,6 +127,17 @@ def test_oracle_passes_nop_fails_and_a_background_process_does_not_hold_the_wait
     assert podman.client.api.inspect_image(image)["Id"] == image
     assert _left(podman, label) == []
     assert not [p for p in Path("/sys/fs/cgroup/pids").glob(f"*/{label}-*")]
+
+
+def test_the_reward_forgers_files_do_not_reach_the_verifier(podman, tmp_path):
+    """It plants both reward files in /logs/verifier (and a rewriter): the verifier's fresh
+    volume there starts empty (podman's Docker API would have copied the snapshot's files into
+    it), so the reward is the verifier's own 0."""
+    task = _task(tmp_path, "answer")
+    r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "answer"), REWARD_FORGER, f"{podman.run_label}-f")
+    assert {f.path for f in r.left_in_verifier_dir} >= {"reward.json", "reward.txt"}
+    assert r.status == "ok" and r.reward == 0.0 and r.reward_source == "reward.txt", (r.reward, r.reward_source)
+    assert r.cleanup_errors == []
 
 
 def test_an_agent_that_does_not_end_is_timed_out_by_the_harness(podman, tmp_path):

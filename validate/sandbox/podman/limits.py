@@ -22,6 +22,9 @@ GATE = ('t=$1 n=$2; shift 2; while [ "$(grep -cF -- "$t" /proc/self/cgroup)" != 
         'exec "$@"')
 #: How long the harness waits for a started container or exec to report its pid.
 PID_WAIT_S = 10.0
+#: podman's answer to an upload whose extracting subprocess died (`PodmanAPI.put_archive`).
+BROKEN_PUT = "passing bulk input to subprocess"
+PUT_TRIES = 3
 
 
 
@@ -36,7 +39,9 @@ class PodmanAPI(docker.APIClient):
     harness's own, which its PID 1 itself joins at the start (PID 1 is the trial's backstop
     ``sleep``; the OOM counter read from it is then the group's) and each exec's gate before
     it runs; removing the container kills and removes the group. Without root the group
-    cannot be made: the creation fails (`SandboxError`), never runs unlimited."""
+    cannot be made: the creation fails (`SandboxError`), never runs unlimited. A fresh volume
+    it mounts starts empty (`_nocopy_binds`), and what the harness uploads before the start
+    goes in at the start (`start`)."""
 
     #: podman 4.3's exec inspect never reports a *detached* exec as ended (``Running`` stays
     #: true): `validate.trial.docker.run_exec` attaches instead and waits for the stream's end.
@@ -55,12 +60,18 @@ class PodmanAPI(docker.APIClient):
         self.joins: dict[str, list[Path]] = {}
         #: Containers whose PID 1 itself joins their group (the trial's), not its first child.
         self.pid1_joins: set[str] = set()
+        #: Uploads into a created container with a fresh volume, made at its start (`start`).
+        self.deferred: dict[str, list[tuple[str, bytes]]] = {}
 
     def create_container(self, image, *args, host_config=None, labels=None, name=None, **kwargs):
+        fresh = _nocopy_binds(host_config)
         limits = _take_limits(host_config)
         if limits is None:
-            return super().create_container(image, *args, host_config=host_config, labels=labels, name=name,
-                                            **kwargs)
+            res = super().create_container(image, *args, host_config=host_config, labels=labels, name=name,
+                                           **kwargs)
+            if fresh:
+                self.deferred[res["Id"]] = []
+            return res
         group = f"{(labels or {}).get(LABEL, 'adhoc')}-{name or 'trial'}"
         joins = self.cgroups.create(group, limits)
         try:
@@ -71,9 +82,12 @@ class PodmanAPI(docker.APIClient):
             raise
         self.groups[res["Id"]], self.joins[group] = group, joins
         self.pid1_joins.add(res["Id"])
+        if fresh:
+            self.deferred[res["Id"]] = []
         return res
 
     def remove_container(self, container, *args, **kwargs):
+        self.deferred.pop(container, None)
         try:
             return super().remove_container(container, *args, **kwargs)
         finally:
@@ -103,6 +117,26 @@ class PodmanAPI(docker.APIClient):
             raise docker.errors.APIError(f"podman: remove image {image[:19]}: {errors}")
         return res.json()
 
+    def put_archive(self, container, path, data):
+        if container in self.deferred:  # created with a fresh volume, not started: see `start`
+            self.deferred[container].append((path, data))
+            return True
+        return self._upload(container, path, data)
+
+    def _upload(self, container, path, data):
+        """podman 4.3 fails about one upload in a hundred into a fresh container, its
+        extracting subprocess gone (``passing bulk input to subprocess: write |1: broken
+        pipe``): that one is tried again (extracting the same archive twice is the same; an
+        archive given as a stream is sent once)."""
+        tries = PUT_TRIES if isinstance(data, (bytes, bytearray)) else 1
+        for attempt in range(tries):
+            try:
+                return super().put_archive(container, path, data)
+            except docker.errors.APIError as e:
+                if attempt + 1 >= tries or BROKEN_PUT not in str(e.explanation or e):
+                    raise
+        raise AssertionError("unreachable")
+
     def commit(self, *args, **kwargs):
         """The snapshot's id as ``sha256:<hex>``: podman's Docker API answers bare hex, which it
         then refuses as an image name (``cannot specify 64-byte hexadecimal strings``)."""
@@ -115,6 +149,13 @@ class PodmanAPI(docker.APIClient):
         super().start(container, *args, **kwargs)
         self._join(container, lambda: self.inspect_container(container)["State"],
                    child=container not in self.pid1_joins)
+        # Uploads into a container with a fresh volume, held until now: podman writes an
+        # upload into a created container's own layer, which the ``nocopy`` volume then hides
+        # (without ``nocopy`` podman copies that layer into the volume: the planted files too).
+        # Nothing but its PID 1 (a sleep) runs before they are in; an exec comes after.
+        for path, data in self.deferred.pop(container, []):
+            if not self._upload(container, path, data):
+                raise docker.errors.APIError(f"podman: upload to {path} was refused")
 
     def exec_create(self, container, cmd, *args, **kwargs):
         group = self.groups.get(container)
@@ -148,6 +189,25 @@ class PodmanAPI(docker.APIClient):
             pass  # it died before it ran anything: the wait and the exit code say so
         except OSError as e:
             raise SandboxError(f"podman: cannot move pid {pid} into cgroup {group}: {e}") from None
+
+
+def _nocopy_binds(host_config: dict | None) -> bool:
+    """Each named volume mounted with ``NoCopy`` made a bind with ``nocopy``: podman's Docker
+    API ignores the mount's ``NoCopy`` and fills a fresh volume with what the image holds at
+    its mount point (a trial's snapshot: the reward files the agent planted in
+    ``/logs/verifier``, a ``conftest.py`` in ``/tests``), where its bind option is honoured.
+    Whether there was one."""
+    if not host_config or not host_config.get("Mounts"):
+        return False
+    kept, binds = [], list(host_config.get("Binds") or [])
+    for m in host_config["Mounts"]:
+        if m.get("Type") == "volume" and (m.get("VolumeOptions") or {}).get("NoCopy"):
+            binds.append(f"{m['Source']}:{m['Target']}:{'ro' if m.get('ReadOnly') else 'rw'},nocopy")
+        else:
+            kept.append(m)
+    fresh = len(kept) < len(host_config["Mounts"])
+    host_config["Mounts"], host_config["Binds"] = kept, binds
+    return fresh
 
 
 def _take_limits(host_config: dict | None) -> Limits | None:
