@@ -46,12 +46,6 @@ class PodmanAPI(docker.APIClient):
     #: podman 4.3's exec inspect never reports a *detached* exec as ended (``Running`` stays
     #: true): `validate.trial.docker.run_exec` attaches instead and waits for the stream's end.
     exec_attached = True
-    #: How each limit a trial container asks is enforced here (recorded with the trial).
-    TRIAL_ENFORCEMENT = {
-        "memory_mb": "the harness's own cgroup per container (no swap), joined by PID 1 at the start and by every "
-                     "exec before it runs; podman's own limit is not asked (rootless on cgroup v1 ignores it)",
-        "pids": "the same cgroup (pids.max)", "cpus": "the same cgroup (cpu quota)",
-        "timeout_s": "the harness's clock (the container is killed); PID 1 a backstop sleep"}
 
     def __init__(self, *args, cgroups, **kwargs) -> None:
         super().__init__(*args, **kwargs)
