@@ -10,6 +10,9 @@ module of the package that speaks docker.
   with the policy's build network, intermediate containers removed even on failure, the
   cache key as a label. The build's output is the log, written as it streams.
 
+`PodmanImages` is the same over the rootless podman service (the podman profile's own),
+whose Docker API serves the build; a base goes in through libpod's import.
+
 A daemon that does not answer raises `SandboxError`; an error the build reports (the
 Dockerfile's own) is a `BuildRun` with ``error`` set.
 """
