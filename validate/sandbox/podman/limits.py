@@ -12,6 +12,7 @@ from docker.errors import NotFound
 from validate.errors import SandboxError
 from validate.sandbox.base import Limits
 from validate.sandbox.docker.wire import LABEL
+from validate.sandbox.podman.service import LIBPOD
 
 #: The containers' cgroups (one per controller on v1), beside bwrap's own parent.
 PARENT = "deshuffle-validate-podman"
@@ -98,7 +99,7 @@ class PodmanAPI(docker.APIClient):
         """podman's Docker API ignores ``noprune``: removing a committed snapshot would take
         its untagged parents with it (a task image built here, by id). libpod's endpoint
         honours it."""
-        res = self.delete(f"{self.base_url}/v4.0.0/libpod/images/remove",
+        res = self.delete(f"{self.base_url}/{LIBPOD}/libpod/images/remove",
                           params={"images": image, "force": str(bool(force)).lower(),
                                   "noprune": str(bool(noprune)).lower()})
         if res.status_code == 404:
