@@ -19,17 +19,22 @@ from pathlib import Path
 
 import pytest
 
-from environment.harbor.taskdir import HarborTask, load_task
-from validate.paths import DEFAULT_IMAGE
+from environment.harbor.taskdir import HarborTask, load_dataset, load_task
+from validate.paths import DEFAULT_IMAGE, task_image_store
 from validate.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman import PodmanSandbox
 from validate.trial import docker as dk
 from validate.trial.agents import NOP, REWARD_FORGER
 from validate.trial.result import TrialLimits
+from validate.taskimage.bases import build_base_map
+from validate.taskimage.build import TaskImage, build_task_image
+from validate.taskimage.docker import BASE_REPOSITORY, PodmanImages
 from validate.trial.run import run_trial
 
 pytestmark = pytest.mark.podman
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples/harbor-sample"
 
 LIMITS = TrialLimits(cpus=1, memory_mb=128, pids=64, max_agent_timeout_s=60, max_verifier_timeout_s=60)
 
@@ -153,3 +158,24 @@ def test_the_memory_limit_podman_ignores_holds(podman, tmp_path):
     r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "hog"), ORACLE, f"{podman.run_label}-m")
     assert r.agent_run.oom_killed and r.status == "agent_oom", (r.status, r.agent_run)
     assert r.reward == 0.0 and r.cleanup_errors == []
+
+
+def test_a_sample_task_image_is_built_in_the_rootless_service_and_its_oracle_passes(podman, tmp_path):
+    """The task images' podman backend: the bases imported under the harness's own name
+    (podman's Docker API import would drop the tag), the task built by the rootless service,
+    its cache key podman's own; the oracle of the sample's csv-to-json passes in it."""
+    images = PodmanImages(podman.host)
+    try:
+        bases = build_base_map(images, task_image_store() / "bases", log=lambda _msg: None)
+        for base in bases.bases.values():
+            tags = images.client.api.inspect_image(base.image_id)["RepoTags"]
+            assert all(t.startswith(f"localhost/{BASE_REPOSITORY}:") for t in tags) and tags, tags
+        built = build_task_image(SAMPLE / "csv-to-json", bases, images, tmp_path / "store", build_timeout_s=600)
+        assert isinstance(built, TaskImage) and built.backend == "podman", built
+        task = next(t for t in load_dataset(SAMPLE).tasks if t.id == "csv-to-json")
+        r = run_trial(podman.client, task, SAMPLE / "csv-to-json", built.image_id, ORACLE, LIMITS,
+                      run_label=f"{podman.run_label}-s", resolver_image=DEFAULT_IMAGE)
+        assert r.status == "ok" and r.reward == 1.0, (r.infrastructure_error, r.verifier_error)
+        assert images.image_labels(built.image_id) is not None  # still there after the trial
+    finally:
+        images.client.close()
