@@ -61,6 +61,7 @@ from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
+from validate.taskimage.docker import images_for
 from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
 from validate.package import package as write_package
 
@@ -235,7 +236,7 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
     _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                                  LoadHints(search=tuple(Path(p) for p in data)))
     if m.execution.task_images is not None:  # each task's frozen image, as the sandbox image is checked
-        verify_images(m.execution.task_images, taskset, task_image_store())
+        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
     return m
 
 

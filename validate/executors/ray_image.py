@@ -152,7 +152,8 @@ class TaskImageFetch:
 
     def __call__(self, image_id: str) -> None:
         if self.driver is None:
-            raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and no driver node to fetch it from")
+            raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and no driver node to fetch "
+                                       f"it from")
         images = DockerImages()
         key = hashlib.sha256(f"{os.environ.get('DOCKER_HOST', '')} {image_id}".encode()).hexdigest()[:16]
         with _lock(f"task-image-fetch-{key}"):  # the node's other workers wait for one fetch

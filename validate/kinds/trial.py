@@ -49,7 +49,7 @@ from validate.records import Attempt
 from validate.taskimage.bases import build_base_map
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
-from validate.taskimage.docker import DockerImages
+from validate.taskimage.docker import DockerImages, images_for
 from validate.records import ORACLE
 from validate.taskimage.frozen import keep_run_log, routed
 from validate.trial import network
@@ -91,7 +91,7 @@ class TrialKind(AttemptKind[Tried]):
                 # separate verifier's image from tests/ is built (or taken from the cache) here.
                 frozen = ctx.manifest.execution.task_images if context == "environment" else None
                 got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
-                                                         self._daemon(), ctx.fetch_image)
+                                                         self._daemon(ctx.sandbox.backend), ctx.fetch_image)
                 self._images[key] = got if got is not None else self._build(ctx, task, context)
             return self._images[key]
 
@@ -123,7 +123,7 @@ class TrialKind(AttemptKind[Tried]):
         return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
 
     def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
-        builder, bases = self._base_map()
+        builder, bases = self._base_map(ctx.sandbox.backend)
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
@@ -131,17 +131,18 @@ class TrialKind(AttemptKind[Tried]):
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                 build_timeout_s=config.build_timeout_sec, context=context, docker_image=image)
 
-    def _daemon(self) -> DockerImages:
-        """The daemon's images (what a frozen routing asks, with no base built)."""
+    def _daemon(self, backend: str) -> DockerImages:
+        """The task images' daemon (the rootless service's own for podman: its trials run in
+        images it built; docker's for docker and bwrap), with no base built."""
         with self._lock:
             if self._builder is None:
-                self._builder = DockerImages()
+                self._builder = images_for(backend)
             return self._builder
 
-    def _base_map(self) -> tuple[DockerImages, BaseImageMap]:
+    def _base_map(self, backend: str) -> tuple[DockerImages, BaseImageMap]:
         """The daemon and the base-image map, its bases built on first use (a build needs them;
         a trial routed to a frozen image, e.g. on a cluster's node, does not)."""
-        builder = self._daemon()
+        builder = self._daemon(backend)
         with self._lock:
             if self._bases is None:
                 self._bases = build_base_map(builder, task_image_store() / "bases", log=lambda m: None)
@@ -173,8 +174,9 @@ class TrialKind(AttemptKind[Tried]):
         limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
         rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
         if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
-            result = bwrap.run_trial(ctx.sandbox, self._daemon().client, task.parsed, ctx.taskset.task_dir(task),
-                                     image.image_id, agent.name, limits, lim, reward_key=rule)
+            result = bwrap.run_trial(ctx.sandbox, self._daemon(ctx.sandbox.backend).client, task.parsed,
+                                     ctx.taskset.task_dir(task), image.image_id, agent.name, limits, lim,
+                                     reward_key=rule)
         else:
             result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id,
                                agent.name, limits, run_label=ctx.run_id, resolver_image=m.execution.image,

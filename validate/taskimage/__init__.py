@@ -20,8 +20,10 @@ versioned substitution. One module per concern:
 - `validate.taskimage.backend`: what a backend provides (`ImageBackend`: import a base, build a
   context, look an image up) and what a build returns (`BuildRun`).
 - `validate.taskimage.docker`: the docker backend (the only module that speaks docker):
-  importing a base tarball, the legacy builder, looking images up. Another backend
-  implements `ImageBackend` in a module of its own beside it.
+  importing a base tarball, the legacy builder, looking images up; and, through the same
+  Docker API, the rootless podman service's (`PodmanImages`: the podman profile's trials run
+  in images that service built). Another backend implements `ImageBackend` in a module of
+  its own beside it.
 
 Nothing here is wired into freeze or pool yet: the caller hands `build_base_map` a store
 directory and a backend, and `build_task_image` a task directory and the map.

@@ -10,6 +10,9 @@ module of the package that speaks docker.
   with the policy's build network, intermediate containers removed even on failure, the
   cache key as a label. The build's output is the log, written as it streams.
 
+`PodmanImages` is the same over the rootless podman service (the podman profile's own),
+whose Docker API serves the build; a base goes in through libpod's import.
+
 A daemon that does not answer raises `SandboxError`; an error the build reports (the
 Dockerfile's own) is a `BuildRun` with ``error`` set.
 """
@@ -17,6 +20,7 @@ Dockerfile's own) is a `BuildRun` with ``error`` set.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -30,6 +34,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from validate.errors import SandboxError
 from validate.sandbox.docker.image import image_layers
+from validate.sandbox.podman.service import HOST_ENV, LIBPOD, default_host
 from validate.taskimage.backend import BuildRun
 from validate.taskimage.basemap import BaseRecipe
 
@@ -74,8 +79,7 @@ class DockerImages:
                     return image.id
             except ImageNotFound:
                 pass
-            self.client.api.import_image_from_file(str(tarball), repository=BASE_REPOSITORY, tag=tag,
-                                                   changes=changes)
+            self._import(tarball, tag, changes)
             image = self.client.images.get(reference)
         except DockerException as e:
             raise SandboxError(f"task images: cannot import base {recipe.name} into Docker ({e})") from None
@@ -83,6 +87,9 @@ class DockerImages:
             raise SandboxError(f"task images: docker imported {tarball} as layers {image_layers(image)} "
                                f"configured {image.attrs.get('Config')}, not the one layer {layer} of {recipe.name}")
         return image.id
+
+    def _import(self, tarball: Path, tag: str, changes: list[str]) -> None:
+        self.client.api.import_image_from_file(str(tarball), repository=BASE_REPOSITORY, tag=tag, changes=changes)
 
     @staticmethod
     def _configured(attrs: dict, recipe: BaseRecipe) -> bool:
@@ -177,3 +184,37 @@ class DockerImages:
             raise SandboxError(f"task images: cannot load {tarball.name} ({e})") from None
         if any(said):
             raise SandboxError(f"task images: cannot load {tarball.name} ({next(e for e in said if e)})")
+
+class PodmanImages(DockerImages):
+    """Task images and their bases in the rootless podman service (the podman profile's,
+    `validate.sandbox.podman`; ``VALIDATE_PODMAN_HOST``), built there as its unprivileged
+    user, through the same Docker API calls: podman answers the import and the legacy build
+    endpoint (with its own builder). Its image ids mean something only to that service:
+    `name` keeps its cache keys and records apart from docker's."""
+
+    name = "podman"
+
+    def __init__(self, base_url: str | None = None) -> None:
+        super().__init__(base_url or os.environ.get(HOST_ENV) or default_host())
+
+    def _import(self, tarball: Path, tag: str, changes: list[str]) -> None:
+        # podman's own import: its Docker API's drops the tag and names the image
+        # docker.io/library/<repository>:latest, which the reference then does not find.
+        api = self.client.api
+        with tarball.open("rb") as data:
+            res = api.post(f"{api.base_url}/{LIBPOD}/libpod/images/import",
+                           params={"reference": f"{BASE_REPOSITORY}:{tag}", "changes": changes}, data=data,
+                           headers={"Content-Type": "application/x-tar"}, timeout=600)
+        api._raise_for_status(res)
+
+    def _connect(self, timeout_s: float) -> docker.DockerClient:
+        try:
+            return docker.DockerClient(base_url=self.base_url, timeout=timeout_s, version="1.41")
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot reach the rootless podman service at {self.base_url} ({e})") \
+                from None
+
+
+def images_for(backend: str) -> DockerImages:
+    """The task images' backend of a profile's container backend (docker's for docker and bwrap)."""
+    return PodmanImages() if backend == "podman" else DockerImages()

@@ -43,7 +43,7 @@ from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, Task
 from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.trial.support import unsupported
 from validate.taskimage.bases import build_base_map
-from validate.taskimage.docker import DockerImages
+from validate.taskimage.docker import images_for
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
 BUILD_LOGS = "build-logs"
@@ -137,10 +137,10 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
     """Build (or take from the cache) the image of every selected task that loaded; None when
     the dataset is not one of task directories or the backend cannot run them (the trial
     kind then says why per task, as before)."""
-    if backend != "docker" or not hasattr(taskset, "task_dir"):
+    if backend not in ("docker", "podman") or not hasattr(taskset, "task_dir"):
         return None
 
-    builder = builder or DockerImages()
+    builder = builder or images_for(backend)
     base_map = build_base_map(builder, store / "bases", log=lambda m: None)
     tasks: dict[str, FrozenImage] = {}
     loaded = [t for t in (taskset.task(i) for i in idx) if t.parsed is not None]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -180,24 +181,65 @@ def run_exec(api, cid: str, argv: list[str], user: str | None, workdir: str | No
              timeout_s: float) -> Exec:
     """Start `argv` detached in `cid` and wait for it by the harness's clock: a command that
     has not ended by `timeout_s` is ``timed_out`` (the caller kills the container; processes it
-    left in the background do not hold the wait, only the command itself does)."""
+    left in the background do not hold the wait, only the command itself does). A client
+    whose service never reports a detached exec as ended (``exec_attached``: podman's,
+    `validate.sandbox.podman.limits.PodmanAPI`) is waited for attached (`_attached`)."""
     eid = call("exec create", api.exec_create, cid, argv, user=user or "", workdir=workdir,
                environment=dict(sorted(env.items())))["Id"]
     t0 = time.monotonic()
+    attached = getattr(api, "exec_attached", False)  # podman: `_attached`
     try:
-        api.exec_start(eid, detach=True)
+        stream = api.exec_start(eid, stream=True) if attached else api.exec_start(eid, detach=True)
     except APIError as e:
         if "unable to find user" in str(e.explanation or e):
             raise TaskFault(f"user {user!r} is not in the image ({str(e.explanation or e)[:200]})") from None
         raise fault("exec start", e) from None
     except DOCKER_ERRORS as e:
         raise fault("exec start", e) from None
+    if attached:
+        return _attached(api, eid, stream, t0, timeout_s)
     pause = _POLL_S[0]
     while True:
         info = call("exec inspect", api.exec_inspect, eid)
         runtime = time.monotonic() - t0
         if not info.get("Running") and info.get("ExitCode") is not None:
             return Exec(exit_code=int(info["ExitCode"]), timed_out=False, runtime_s=runtime)
+        if runtime >= timeout_s:
+            return Exec(exit_code=None, timed_out=True, runtime_s=runtime)
+        time.sleep(min(pause, max(0.0, timeout_s - runtime)))
+        pause = min(pause * 1.5, _POLL_S[1])
+
+
+def _attached(api, eid: str, stream, t0: float, timeout_s: float) -> Exec:
+    """Wait for an attached exec by the harness's clock: its output stream (drained and
+    dropped: the harness's commands write theirs to files) ends when the command ends —
+    the service closes it then, even while processes the command left in the background
+    hold the same pipe — and exec inspect then gives the exit code. A command still
+    running at `timeout_s` is ``timed_out``; the reader ends when the caller kills the
+    container."""
+    ended = threading.Event()
+    failed: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            for _chunk in stream:
+                pass
+        except (*DOCKER_ERRORS, OSError) as e:  # OSError: the connection dropped under the reader
+            failed.append(e)
+        finally:
+            ended.set()
+
+    threading.Thread(target=drain, name=f"exec-{eid[:12]}", daemon=True).start()
+    ended.wait(max(0.0, timeout_s - (time.monotonic() - t0)))
+    pause = _POLL_S[0]
+    while True:
+        runtime = time.monotonic() - t0
+        if ended.is_set():
+            info = call("exec inspect", api.exec_inspect, eid)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return Exec(exit_code=int(info["ExitCode"]), timed_out=False, runtime_s=runtime)
+            if failed:
+                raise fault("exec output", failed[0])
         if runtime >= timeout_s:
             return Exec(exit_code=None, timed_out=True, runtime_s=runtime)
         time.sleep(min(pause, max(0.0, timeout_s - runtime)))

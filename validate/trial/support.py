@@ -11,8 +11,8 @@ from environment.harbor.taskdir import HarborTask
 
 def unsupported(task: HarborTask, backend: str) -> str | None:
     """Why this profile cannot run `task`, or None."""
-    if backend not in ("docker", "bwrap"):
-        return f"task-directory trials run on the docker and bwrap backends only; this contract's is {backend}"
+    if backend not in ("docker", "podman", "bwrap"):
+        return f"task-directory trials run on the docker, podman and bwrap backends only; this contract's is {backend}"
     if task.steps:
         return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
     if task.verifier == "separate" and backend == "bwrap":
