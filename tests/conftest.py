@@ -184,3 +184,19 @@ def passed_pool(tmp_path_factory, sandboxes):
                    log=lambda m: None)
     assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict.headline
     return base / "pool"
+
+
+@pytest.fixture(scope="session")
+def reported_pool(tmp_path_factory, sandboxes):
+    """A pool of 4 deshuffle tasks on bwrap (smoke test skipped) with its report, the same one
+    tests/test_audit.py and tests/test_view.py each made: built once per session; a module
+    copies it (``shutil.copytree``) before writing anything, and takes its contract from the
+    copy's manifest.json (`validate.contract.load_manifest`)."""
+    from validate.report import write_report
+
+    run_dir = tmp_path_factory.mktemp("reportedpool") / "pool"
+    sandbox = sandboxes("bwrap")
+    manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
+    pool(make_ctx(manifest, sandbox, run_dir), PoolPhase())
+    write_report(run_dir)
+    return run_dir

@@ -11,11 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
+from tests.conftest import CORPUS_PATH, make_ctx
 from validate.audit import audit
+from validate.contract import load_manifest
 from validate.evidence import write_checksums
 from validate.paths import RunPaths
-from validate.phases import PoolPhase, RunPhase, pool, run_agents
+from validate.phases import RunPhase, run_agents
 from validate.report import write_report
 
 pytestmark = pytest.mark.bwrap
@@ -23,15 +24,15 @@ DATA = (CORPUS_PATH,)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, sandboxes):
-    """A run (oracle and every control) and a pool (smoke skipped), each with a report."""
+def runs(tmp_path_factory, sandboxes, reported_pool):
+    """A run (oracle and every control) and a pool (smoke skipped, a copy of the session's
+    reported pool: tests/conftest.py) of one contract, each with a report."""
     base = tmp_path_factory.mktemp("audit")
     sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], max_papers=2)
+    shutil.copytree(reported_pool, base / "pool")
+    manifest = load_manifest(base / "pool" / "manifest.json")
     run_agents(make_ctx(manifest, sandbox, base / "run"), RunPhase())
     write_report(base / "run")
-    pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase())
-    write_report(base / "pool")
     for name in ("run", "pool"):
         assert audit(base / name, data=DATA).problems == []
     return base

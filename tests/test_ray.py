@@ -106,6 +106,14 @@ def manifest(sandboxes):
     return make_manifest(sandboxes("bwrap"), idx=[0, 1, 2], exception_rule="retry", infra_retries=2)
 
 
+@pytest.fixture(scope="module")
+def on_threads(tmp_path_factory, manifest, sandboxes):
+    """The module's contract pooled once on threads: what each run through Ray is compared with
+    (its directory only read)."""
+    run = tmp_path_factory.mktemp("ray-baseline") / "threads"
+    return run, pool(make_ctx(manifest, sandboxes("bwrap"), run, concurrency=2), PoolPhase())
+
+
 def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
     # A run id of its own: opening a sandbox sweeps what its label left, and "run" is a name
     # other runs on this machine use too.
@@ -126,17 +134,17 @@ def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_director
         assert stored.read_bytes() == r.reply
 
 
-def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest, sandboxes):
+def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest, sandboxes,
+                                                                               on_threads):
     sandbox = sandboxes("bwrap")
-    threads = pool(make_ctx(manifest, sandbox, tmp_path / "threads", concurrency=2), PoolPhase())
+    threads_dir, threads = on_threads
     ctx = make_ctx(manifest, sandbox, tmp_path / "ray", concurrency=2, executor="ray")
     on_ray = pool(ctx, PoolPhase())
     # Both worker nodes ran attempts, the head none (it has no CPU).
     head = cluster[0].head_node.node_id
     assert len(ctx.executor.nodes) == 2 and head not in ctx.executor.nodes
-    assert _rows(tmp_path / "ray", "tasks.parquet", VERDICT) == _rows(tmp_path / "threads", "tasks.parquet",
-                                                                       VERDICT)
-    assert _rows(tmp_path / "ray", "attempts.parquet", KEY) == _rows(tmp_path / "threads", "attempts.parquet", KEY)
+    assert _rows(tmp_path / "ray", "tasks.parquet", VERDICT) == _rows(threads_dir, "tasks.parquet", VERDICT)
+    assert _rows(tmp_path / "ray", "attempts.parquet", KEY) == _rows(threads_dir, "attempts.parquet", KEY)
     assert on_ray.counts == threads.counts
     # Where each attempt ran: the node Ray put it on and that node's host in the cluster's own
     # table; a run on threads has no such columns at all (its evidence as it always was).
@@ -150,7 +158,7 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
     assert "sha256:" + file_sha256(fetched.tarball) == manifest.execution.image_digest
     assert rootfs_facts(fetched).digest == manifest.execution.image_digest
     assert any(r["node"] == cluster[1][1].node_id and r["status"] == "ok" for r in placed)
-    assert not {"node", "host"} & set(pq.read_schema(tmp_path / "threads" / "attempts.parquet").names)
+    assert not {"node", "host"} & set(pq.read_schema(threads_dir / "attempts.parquet").names)
     # The viewer's task page says where each attempt ran.
     first = tables.task_attempts(tmp_path / "ray", ["oracle", "controls"], placed[0]["task_id"])[0]
     shown = str(pages._attempt_section(1, first))
@@ -332,7 +340,8 @@ def test_ctrl_c_on_the_driver_cancels_every_task_and_leaves_no_sandbox_running(t
 
 
 def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(tmp_path, cluster,
-                                                                                            manifest, sandboxes):
+                                                                                            manifest, sandboxes,
+                                                                                            on_threads):
     c, _, _ = cluster
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
@@ -340,7 +349,6 @@ def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_ve
     bad = _node_with_store(c, blocker / "images")
     try:
         c.wait_for_nodes()
-        threads = pool(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "threads", concurrency=2), PoolPhase())
         ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "bad-node", concurrency=3, executor="ray")
         on_ray = pool(ctx, PoolPhase())
     finally:
@@ -352,8 +360,8 @@ def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_ve
                           for r in faults)
     assert ctx.executor.excluded == {bad.node_id}  # kept out of the rest of the run
     assert not any(r["node"] == bad.node_id and r["status"] != "infrastructure_error" for r in rows)
-    assert _rows(tmp_path / "bad-node", "tasks.parquet", VERDICT) == _rows(tmp_path / "threads", "tasks.parquet",
-                                                                           VERDICT)
+    threads_dir, threads = on_threads
+    assert _rows(tmp_path / "bad-node", "tasks.parquet", VERDICT) == _rows(threads_dir, "tasks.parquet", VERDICT)
     assert on_ray.counts.compatible == threads.counts.compatible
     result = audit(tmp_path / "bad-node")
     assert result.problems == [] and result.checked

@@ -23,13 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from environment.deshuffle.baseline import policy as baseline
-from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
+from tests.conftest import CORPUS_PATH
 from validate import api
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.report import headline
 from validate.eval.summary import EvalSummary
 from validate.localserver import serve as serve_model
-from validate.phases import PoolPhase, pool
 from validate.view import serve
 from validate.view.catalog import Catalog
 from validate.view.markup import text
@@ -268,15 +267,12 @@ def hostile(request: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory, sandboxes):
-    """ledgers/{pool, hostile eval, baseline eval, their comparison} made for real through bwrap."""
+def fresh(tmp_path_factory, passed_pool):
+    """ledgers/{pool, hostile eval, baseline eval, their comparison} made for real through bwrap:
+    the pool a copy of the session's passed pool (tests/conftest.py; made once, never written)."""
     base = tmp_path_factory.mktemp("vieweval")
     ledgers = base / "ledgers"
-    sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2)
-    summary = pool(make_ctx(manifest, sandbox, ledgers / "pool"), PoolPhase(manifest_dir=base, smoke_sample=1),
-                   log=lambda m: None)
-    assert summary.dataset_verdict.verdict == "PASS", summary.dataset_verdict.headline
+    shutil.copytree(passed_pool, ledgers / "pool", symlinks=True)
     with serve_model({"hostile": hostile, "baseline": baseline}) as model:
         for name in ("hostile", "baseline"):
             api.eval_freeze(name, pool_run=ledgers / "pool", model=name, model_revision="test",
