@@ -37,7 +37,11 @@ Harbor's design for tasks that test what the agent built. The channel is what is
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import stat
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -126,16 +130,22 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
                          reward_key=reward_key, applied=apply_limits(task.config, limits),
                          verifier_image=verifier_image if separate else None)
-    resolver, mark = None, None
+    resolver, mark, host = None, None, None
     try:
         if resolver_image is not None:
             resolver = network.Resolver(res, resolver_image)
-        handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate, drive)
-        if resolver is not None:
-            mark = network.boundary(res, resolver.id)
-        _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
-                        reward_key, reward_range, network.mode(resolver.id) if resolver else "none",
-                        handed if separate else None)
+        if separate:
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate, drive)
+            if resolver is not None:
+                mark = network.boundary(res, resolver.id)
+            _verifier_phase(res, task, Path(task_dir), verifier_image, result, limits, reward_key, reward_range,
+                            network.mode(resolver.id) if resolver else "none", handed)
+        else:
+            host = Path(tempfile.mkdtemp(prefix=f"dv-{res.trial}-"))
+            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host)
+            if resolver is not None:
+                mark = network.boundary(res, resolver.id)
+            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host)
         result.status = _status(result)
     except dk.DockerFault as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
@@ -147,6 +157,11 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 result.lookups = network.lookups(res, resolver.id, mark)
         finally:
             result.cleanup_errors = res.close()
+            if host is not None:
+                try:
+                    shutil.rmtree(host)
+                except OSError as e:
+                    result.cleanup_errors.append(f"trial directory {host.name}: {type(e).__name__}: {str(e)[:200]}")
             result.runtime_s = round(time.monotonic() - t0, 3)
     return result
 
@@ -175,7 +190,8 @@ def _started(res: dk.Resources, cid: str) -> tuple[int, int | None, float]:
     return pid, oom_kills_of_pid(pid), since
 
 
-def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: float) -> bool:
+def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: float, *,
+          counter_only: bool = False) -> bool:
     """Kill `cid` (every process in it) and say whether anything in it was OOM-killed.
     A container that stopped before the harness killed it was stopped by someone else or
     by the kernel: the daemon's state and events say which (`DockerFault` unless OOM)."""
@@ -191,7 +207,10 @@ def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: 
             raise
         return _stopped_before(res, cid, state, since)  # it stopped between the look and the kill
     dk.call("wait for a container", res.api.wait, cid, timeout=60)
-    oom = oom_before is not None and oom_after is not None and oom_after > oom_before
+    counted = oom_before is not None and oom_after is not None
+    oom = counted and oom_after > oom_before
+    if counter_only and counted:  # (the daemon's flag may be an earlier phase's, in the same container)
+        return oom
     return oom or bool(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled"))
 
 
@@ -223,6 +242,8 @@ class AgentContainer:
     pid: int
     oom_before: int | None
     since: float
+    #: Whether PID 1 runs under `dk.PID1_IDS` (None: not asked for, `dk.Spec.guard_pid1`).
+    guarded: bool | None = None
 
 
 def start_agent(res: dk.Resources, spec: dk.Spec, uploads: list,
@@ -234,12 +255,15 @@ def start_agent(res: dk.Resources, spec: dk.Spec, uploads: list,
     if resolver is not None:
         spec = replace(spec, network=network.mode(resolver.id))
     cid = dk.create(res, spec, "agent")
-    dk.put_tree(res.api, cid, "/", _LOG_DIRS)
+    if not spec.binds:  # else the harness made them in the directory bound at /logs
+        dk.put_tree(res.api, cid, "/", _LOG_DIRS)
     if uploads:
         dk.put_tree(res.api, cid, "/", uploads)
     if resolver is not None:
         resolver.started()
     started = AgentContainer(cid, *_started(res, cid))
+    if spec.guard_pid1:  # no command runs before PID 1 is the guarded sleep
+        started.guarded = dk.settle_pid1(started.pid)
     if resolver is not None:
         network.wait_ready(res, resolver.id)  # no early question goes unlogged
     return started
@@ -350,6 +374,133 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
                                    truncated=cut_out or cut_err)
     result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
     _reward(result, tree, reward_key, reward_range)
+
+
+def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, box: AgentContainer,
+                           result: TrialResult, limits: TrialLimits, reward_key: str,
+                           reward_range: tuple[float, float], host: Path) -> None:
+    """The verifier in the agent's container (every process of the agent phase gone, /logs/verifier
+    and /tests fresh): the task's tests/ written into /tests, ``test.sh`` run as the verifier
+    user, the container killed, then the reward and the verifier's output read from the host
+    directory bound at /logs/verifier."""
+    a = result.applied
+    dk.write_host_tree(host / "tests", tree_entries(task_dir / "tests", "tests"))
+    oom_before, since = oom_kills_of_pid(box.pid), time.time()
+    ex = dk.run_exec(res.api, box.cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
+                     {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
+                     a.verifier_timeout_s)
+    # the agent phase's OOM flag may stand in the daemon's state: the counter says this phase's
+    oom = _stop(res, box.cid, box.pid, oom_before, since, counter_only=True)
+    per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
+    tree = dk.read_host_tree(host / "logs", "verifier", per_file, limits.max_listing_bytes)
+    out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
+    err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
+    result.verifier_run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, oom_killed=oom,
+                                   runtime_s=round(ex.runtime_s, 3), stdout=out, stderr=err,
+                                   truncated=cut_out or cut_err)
+    result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
+    _reward(result, tree, reward_key, reward_range)
+
+
+LOGS_DIR = "/logs"
+#: The host directories of a one-container trial (below its private temporary directory):
+#: bound at /logs (Harbor's log directories in it) and at /tests, made by the harness.
+_HOST_DIRS = [("logs", 0o755), ("logs/agent", 0o777), ("logs/artifacts", 0o777), ("logs/verifier", 0o777),
+              ("tests", 0o755)]
+
+
+def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
+                        limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
+                        host: Path) -> AgentContainer:
+    """The agent phase of a trial whose verifier shares its environment: one container, the
+    harness's host directories bound at /logs and /tests (empty), PID 1 guarded; the agent
+    run; then every process but PID 1 killed, what the agent left recorded, both directories
+    emptied and the task's tests/ written into /tests. Returns the container, still running."""
+    a = result.applied
+    for rel, mode in _HOST_DIRS:
+        (host / rel).mkdir()
+        os.chmod(host / rel, mode)
+    spec = replace(_spec(task, image, result, a.agent_timeout_s + a.verifier_timeout_s, {}),
+                   binds=((str(host / "logs"), LOGS_DIR), (str(host / "tests"), TESTS_DIR)), guard_pid1=True)
+    agent = start_agent(res, spec, plan.uploads, resolver)
+    result.pid1_guarded = agent.guarded
+    env = {**a.pinned_env, **task.config.environment.env, **plan.env}
+    run = PhaseRun()
+    try:
+        if drive is not None:
+            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=a.agent_user,
+                                  workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
+        elif plan.command is not None:
+            ex = dk.run_exec(res.api, agent.cid, plan.command, a.agent_user, None, env, a.agent_timeout_s)
+            run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
+    except dk.DockerFault as fault:
+        run.oom_killed = stopped_under(res, agent, fault)
+    else:
+        run.oom_killed = _end_agent_processes(res, agent, result)
+    if not dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running"):
+        # stopped by the kernel's OOM killer (else `_stopped_before` raised): everything of the
+        # phase died with its PID 1; the container starts again for the verifier
+        agent = AgentContainer(agent.cid, *_started(res, agent.cid))
+        agent.guarded = result.pid1_guarded = dk.settle_pid1(agent.pid)
+    logs = host / "logs"
+    if plan.command is not None:
+        out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
+        run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
+    result.agent_run = run
+    left = dk.read_host_tree(logs, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
+    # "." is /logs/verifier itself: recorded only when the agent replaced it by a file or a link
+    result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
+                                   for f in left.entries if f.path != "." or f.kind != "dir"]
+    result.left_listing_truncated = left.truncated
+    _fresh_dir(logs, LOGS_DIR, 0o755, keep=True)
+    _fresh_dir(logs / "verifier", VERIFIER_DIR, 0o777, keep=False)
+    _fresh_dir(host / "tests", TESTS_DIR, 0o755, keep=False)
+    return agent
+
+
+def _end_agent_processes(res: dk.Resources, agent: AgentContainer, result: TrialResult) -> bool:
+    """Every process of the agent phase but PID 1 killed (`dk.sweep_all_but_pid1`, counted in
+    `TrialResult.agent_processes_killed`); whether anything was OOM-killed. A container
+    that stopped before is named as `_stop` names it (OOM, or a `DockerFault`)."""
+    oom_after = oom_kills_of_pid(agent.pid)
+    state = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"]
+    if not state.get("Running"):
+        return _stopped_before(res, agent.cid, state, agent.since)
+    try:
+        result.agent_processes_killed = dk.sweep_all_but_pid1(res.api, agent.cid, agent.pid)
+    except dk.DockerFault as fault:
+        return stopped_under(res, agent, fault)
+    if agent.oom_before is not None and oom_after is not None:
+        return oom_after > agent.oom_before
+    return bool(state.get("OOMKilled"))
+
+
+def _fresh_dir(path: Path, where: str, mode: int, *, keep: bool) -> None:
+    """`path` a directory again, the harness's, `mode` (the agent may have chmodded, chowned,
+    emptied or replaced it: a directory bound as a mount point cannot be replaced, its
+    contents can); emptied unless `keep`. An error here is the harness's (`DockerFault`)."""
+    try:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            os.mkdir(path)
+        else:
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(path)
+                os.mkdir(path)
+            elif not keep:
+                dk.empty_host_dir(path)
+        os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
+        os.chmod(path, mode)  # a directory now, not a link: no agent process is left to swap it
+    except OSError as e:
+        raise dk.DockerFault(f"docker: making {where} fresh for the verifier: {type(e).__name__}: {e}") from None
+
+
+def _read_logs(res: dk.Resources, cid: str, logs: Path, path: str, per_file: int, budget: int) -> dk.Tree:
+    """`path` of the container, read from the host directory bound at /logs when it is there."""
+    if path.startswith(LOGS_DIR + "/"):
+        return dk.read_host_tree(logs, path[len(LOGS_DIR) + 1:], per_file, budget)
+    return dk.read_tree(res.api, cid, path, per_file, budget)
 
 
 def _verifier_environment(task: HarborTask):
