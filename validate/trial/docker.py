@@ -12,11 +12,16 @@ A container's PID 1 is ``sleep`` for the phase's time plus `BACKSTOP_S`: the har
 the container before that, but a harness that dies leaves nothing running past it. PID 1
 of a pid namespace cannot be killed from inside it, so a container that stops on its own
 was stopped by the kernel (OOM), the daemon or someone else: the harness asks docker which.
+Where the agent and the verifier share one container, PID 1 runs under ids of the
+harness's (`pid1_entrypoint`), and between the phases every other process of the container
+is killed from the host (`sweep_all_but_pid1`).
 
 Files go in as tar archives the harness builds (`put_tree`) and come out as archives the
 harness reads with byte caps (`read_tree`): nothing the agent wrote is followed (a link is
 read as a link), nothing is read past a cap, and the daemon does the copying, so no command
-of the (agent-modified) image runs on the harness's behalf.
+of the (agent-modified) image runs on the harness's behalf. A trial's own host directories,
+bound into its container, are read, emptied and written the same way from the host
+(`read_host_tree`, `empty_host_dir`, `write_host_tree`).
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ class Resources:
     containers: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
+    #: The kinds of thing this trial asked docker for (containers always): what `close` sweeps.
+    kinds: list[str] = field(default_factory=lambda: ["containers"])
 
     def labels(self) -> dict[str, str]:
         return {LABEL: self.run_label, TRIAL_LABEL: self.trial}
@@ -94,7 +101,7 @@ class Resources:
             # noprune: removing the snapshot must not take its parent, an untagged task image
             _try(errors, f"image {image[:19]}", self.api.remove_image, image, force=True, noprune=True)
         if not errors:
-            errors += sweep(self.api, f"{TRIAL_LABEL}={self.trial}")
+            errors += sweep(self.api, f"{TRIAL_LABEL}={self.trial}", tuple(self.kinds))
         return errors
 
 
@@ -107,16 +114,16 @@ def _try(errors: list[str], what: str, call, *args, **kwargs) -> None:
         errors.append(f"{what}: {type(e).__name__}: {str(e)[:200]}")
 
 
-def sweep(api, label_filter: str) -> list[str]:
-    """Remove every container, volume and image carrying `label_filter` (``key=value``)."""
+def sweep(api, label_filter: str, kinds: tuple[str, ...] = ("containers", "volumes", "images")) -> list[str]:
+    """Remove every container, volume and image (of `kinds`) carrying `label_filter` (``key=value``)."""
     errors: list[str] = []
     filters = {"label": label_filter}
     try:
-        for c in api.containers(all=True, quiet=True, filters=filters):
+        for c in api.containers(all=True, quiet=True, filters=filters) if "containers" in kinds else []:
             _try(errors, f"container {c['Id'][:12]}", api.remove_container, c["Id"], force=True, v=True)
-        for v in (api.volumes(filters=filters) or {}).get("Volumes") or []:
+        for v in (api.volumes(filters=filters) or {}).get("Volumes") or [] if "volumes" in kinds else []:
             _try(errors, f"volume {v['Name']}", api.remove_volume, v["Name"], force=True)
-        for image in api.images(all=True, quiet=True, filters=filters):
+        for image in api.images(all=True, quiet=True, filters=filters) if "images" in kinds else []:
             _try(errors, f"image {image[:19]}", api.remove_image, image, force=True, noprune=True)
     except DOCKER_ERRORS as e:
         errors.append(f"sweep {label_filter}: {type(e).__name__}: {str(e)[:200]}")
@@ -236,6 +243,8 @@ def sweep_all_but_pid1(api, cid: str, pid: int) -> int:
 
 def volume(res: Resources, name: str) -> str:
     vol = f"dv-{res.trial}-{name}"
+    if "volumes" not in res.kinds:
+        res.kinds.append("volumes")
     try:
         res.api.create_volume(vol, labels=res.labels())
     except DOCKER_ERRORS as e:
@@ -504,7 +513,8 @@ def empty_host_dir(path: Path) -> None:
 
 def write_host_tree(root: Path, entries: list[tuple[str, int, bytes | None]]) -> None:
     """`entries` (as `tar_of` takes them, their first component `root` itself) written into
-    the empty host directory `root`, each created new (O_EXCL, no link followed)."""
+    the host directory `root`: files created new (O_EXCL, no link followed), directories
+    made or, when there, given the entry's mode."""
     for path, mode, data in entries:
         rel = path.partition("/")[2]
         if not rel:
@@ -516,7 +526,11 @@ def write_host_tree(root: Path, entries: list[tuple[str, int, bytes | None]]) ->
         dir_fd, name = opened
         try:
             if data is None:
-                os.mkdir(name, mode, dir_fd=dir_fd)
+                try:
+                    os.mkdir(name, mode, dir_fd=dir_fd)
+                except FileExistsError:  # one the harness made: the entry's mode below
+                    if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                        raise
                 sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
                 try:
                     os.fchmod(sub, mode)  # the umask left out of mkdir's

@@ -1,38 +1,57 @@
-"""One Harbor trial on docker: the agent phase, a snapshot, the verifier phase, the result.
+"""One Harbor trial on docker: the agent phase, the verifier phase, the result.
 
 Inputs are plain data (a parsed task and its directory, an image id, an agent name, the
 profile's `TrialLimits`, a docker client), so the attempt kind that wires trials into a run
-stays thin. The sequence, and why:
+stays thin. A verifier that shares the agent's environment (Harbor's default) runs in the
+agent's own container; a separate verifier in its own. The sequence, and why:
 
 0. **Resolver** (when the caller names an image for it): the trial's resolver sidecar
-   (`validate.trial.network`), whose network namespace both phases' containers join: still
+   (`validate.trial.network`), whose network namespace the trial's containers join: still
    no network, but every name either phase looks up is logged where the harness reads it.
-1. **Agent phase.** A container of the task image (no network, the task's limits capped by
-   the profile), ``/logs/agent``, ``/logs/artifacts`` and ``/logs/verifier`` created by the
-   harness (as Harbor's container has them); the agent's files uploaded (``/solution`` for
-   the oracle only, never ``tests/``); its command run as the task's agent user until it ends
-   or the agent timeout passes. (`start_agent`, `stop_agent`: the container's lifecycle, for
-   any driver of the agent phase.)
-2. **Snapshot.** The agent's container is killed (PID 1 of its namespace: every process of
-   the agent phase dies with it, background rewriters included), what it left in
-   ``/logs/verifier`` is read and recorded, its filesystem committed to a snapshot image
-   (for a separate verifier: only its ``/logs/artifacts`` read, `validate.trial.artifacts`),
-   and the container removed; the resolver's log marked and its files rewritten.
-3. **Verifier phase.** A fresh container from the snapshot (a separate verifier: of its own
-   image, with the artifacts in a fresh volume at ``/logs/artifacts``), with a fresh empty
-   volume at ``/logs/verifier`` (a planted or stale reward file in the image's layers is
-   hidden, never read) and another at ``/tests`` (the agent cannot have put a
-   ``conftest.py`` there), the task's ``tests/`` uploaded into it (unless a separate
-   verifier's image was built from ``tests/``: it owns ``/tests``, as in Harbor);
-   ``test.sh`` run as the verifier user against the verifier timeout; the container killed
-   before its files are read (so nothing the verifier started rewrites them either); the
-   reward read with `environment.harbor.reward`; the resolver's log read.
+1. **Agent phase.** One container of the task image (no network, the task's limits capped
+   by the profile) with two directories of the harness's own, fresh for the trial in a
+   private temporary directory on the host, bound at ``/logs`` (``agent``, ``artifacts`` and
+   ``verifier`` made in it, as Harbor's container has them) and at ``/tests`` (empty): mount
+   points, so the agent can neither move them nor ``/logs/verifier``'s parent away; the
+   agent's files written there (``/solution`` for the oracle only, a directory of the
+   harness's bound there too; never ``tests/``); its command run as the task's agent user
+   until it ends or the agent timeout passes. PID 1 is a ``sleep`` that, where the image
+   runs as root and has ``setpriv``, runs with two ids of the harness's
+   (`validate.trial.docker.PID1_IDS`, real and effective): no process can hold all three of
+   its uids, so ptrace and ``/proc/1/mem`` need CAP_SYS_PTRACE, which no container here has
+   (the change of ids also makes it non-dumpable). It cannot be a vehicle for the agent.
+2. **Between the phases**, on the host: the container paused (the cgroup freezer: nothing
+   forks or exits), every process of its cgroup but PID 1 SIGKILLed from the host, unpaused,
+   and waited for until the cgroup holds PID 1 alone (else a `DockerFault` naming the pids;
+   the count killed is `TrialResult.agent_processes_killed`); background rewriters, double
+   forks and new sessions included. Then, from the host directories, never following a
+   link (`validate.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
+   recorded, both directories emptied and made the harness's again (mode, owner: the agent
+   may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's log
+   marked. (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
+   read, `validate.trial.artifacts`, and removed.)
+3. **Verifier phase.** ``test.sh`` run by exec in the same container, as the verifier user,
+   against the verifier timeout (a separate verifier: a fresh container of its own image,
+   fresh volumes at ``/logs/verifier``, ``/tests`` unless its image owns it, and
+   ``/logs/artifacts`` with what was handed); the container removed (a separate one killed)
+   before its files are read, so nothing the verifier started rewrites them; the reward read
+   with `environment.harbor.reward` from the host directory; the resolver's log read.
 4. **Cleanup**, always (an exception, a Ctrl-C): every container (the resolver too), volume
-   and the snapshot.
+   and the host directories.
+
+Why one container: the snapshot (``docker commit``), a second container, volumes and the
+archive uploads cost three times a bare trial (`bench/harbor_bench.py`); the channel stays
+one the agent cannot touch: no process of its phase is alive when the verifier starts, and
+the reward is read from a directory the harness emptied after the last of them died.
 
 What this does not defend: a verifier sharing the agent's environment runs the agent's
 binaries and imports (a trojaned ``python3`` or a ``conftest.py`` at ``/``); that is
 Harbor's design for tasks that test what the agent built. The channel is what is guaranteed.
+Residual: an image whose user is not root (PID 1 cannot change its ids) or that lacks
+``setpriv`` (not Debian or Ubuntu based) gets a plain ``sleep`` as PID 1
+(`TrialResult.pid1_guarded` False): an agent running as PID 1's uid could ptrace it and,
+through it, start a process during the verifier phase. The host side needs the daemon on
+this machine and the harness able to signal the container's processes (root).
 """
 
 from __future__ import annotations
@@ -135,7 +154,7 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         if resolver_image is not None:
             resolver = network.Resolver(res, resolver_image)
         if separate:
-            handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate, drive)
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             _verifier_phase(res, task, Path(task_dir), verifier_image, result, limits, reward_key, reward_range,
@@ -190,8 +209,7 @@ def _started(res: dk.Resources, cid: str) -> tuple[int, int | None, float]:
     return pid, oom_kills_of_pid(pid), since
 
 
-def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: float, *,
-          counter_only: bool = False) -> bool:
+def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: float) -> bool:
     """Kill `cid` (every process in it) and say whether anything in it was OOM-killed.
     A container that stopped before the harness killed it was stopped by someone else or
     by the kernel: the daemon's state and events say which (`DockerFault` unless OOM)."""
@@ -207,10 +225,7 @@ def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: 
             raise
         return _stopped_before(res, cid, state, since)  # it stopped between the look and the kill
     dk.call("wait for a container", res.api.wait, cid, timeout=60)
-    counted = oom_before is not None and oom_after is not None
-    oom = counted and oom_after > oom_before
-    if counter_only and counted:  # (the daemon's flag may be an earlier phase's, in the same container)
-        return oom
+    oom = oom_before is not None and oom_after is not None and oom_after > oom_before
     return oom or bool(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled"))
 
 
@@ -292,10 +307,9 @@ def stopped_under(res: dk.Resources, agent: AgentContainer, fault: dk.DockerFaul
 
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
-                 limits: TrialLimits, resolver: network.Resolver | None, separate: bool,
-                 drive: AgentDriver | None = None):
-    """Run the agent; record what it left in /logs/verifier; return the snapshot image (or,
-    for a separate verifier, the artifacts to hand it: `validate.trial.artifacts`)."""
+                 limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None = None):
+    """A separate verifier's agent phase: run the agent in its own container; record what it
+    left in /logs/verifier; return the artifacts to hand the verifier (`validate.trial.artifacts`)."""
     a = result.applied
     agent = start_agent(res, _spec(task, image, result, a.agent_timeout_s, plan.env), plan.uploads, resolver)
     run = PhaseRun()
@@ -322,14 +336,7 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
     result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
                                    for f in left.entries if f.path != "." or f.kind != "dir"]
     result.left_listing_truncated = left.truncated
-    if separate:
-        handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
-    else:
-        # The verifier's mount points made directories again (a file or a link the agent put
-        # there would fail the verifier's start: the agent's doing, not the infrastructure's).
-        dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
-        handed = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
-        res.images.append(handed)
+    handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
     dk.call("remove the agent's container", res.api.remove_container, cid, force=True, v=True)
     res.containers.remove(cid)
     return handed
@@ -389,8 +396,7 @@ def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, 
     ex = dk.run_exec(res.api, box.cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
                      {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
                      a.verifier_timeout_s)
-    # the agent phase's OOM flag may stand in the daemon's state: the counter says this phase's
-    oom = _stop(res, box.cid, box.pid, oom_before, since, counter_only=True)
+    oom = _remove(res, box, oom_before, since)
     per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
     tree = dk.read_host_tree(host / "logs", "verifier", per_file, limits.max_listing_bytes)
     out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
@@ -420,9 +426,25 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     for rel, mode in _HOST_DIRS:
         (host / rel).mkdir()
         os.chmod(host / rel, mode)
+    binds, uploads = [(host / "logs", LOGS_DIR), (host / "tests", TESTS_DIR)], []
+    # what goes under /logs is written there by the harness; a top directory of the uploads
+    # (the oracle's /solution) is a directory of the harness's too, bound there: no archive
+    # goes through the daemon; anything else (none of this harness's agents has one) does
+    tops = sorted(p for p, _, data in plan.uploads if "/" not in p and data is None and p not in ("logs", "tests"))
+    for top in tops:
+        (host / "uploads" / top).mkdir(parents=True)
+        binds.append((host / "uploads" / top, f"/{top}"))
+    for path, mode, data in plan.uploads:
+        top, _, rest = path.partition("/")
+        if top == "logs" and rest:
+            dk.write_host_tree(host / "logs", [(path, mode, data)])
+        elif top in tops:
+            dk.write_host_tree(host / "uploads" / top, [(path, mode, data)])
+        else:
+            uploads.append((path, mode, data))
     spec = replace(_spec(task, image, result, a.agent_timeout_s + a.verifier_timeout_s, {}),
-                   binds=((str(host / "logs"), LOGS_DIR), (str(host / "tests"), TESTS_DIR)), guard_pid1=True)
-    agent = start_agent(res, spec, plan.uploads, resolver)
+                   binds=tuple((str(h), c) for h, c in binds), guard_pid1=True)
+    agent = start_agent(res, spec, uploads, resolver)
     result.pid1_guarded = agent.guarded
     env = {**a.pinned_env, **task.config.environment.env, **plan.env}
     run = PhaseRun()
@@ -472,6 +494,21 @@ def _end_agent_processes(res: dk.Resources, agent: AgentContainer, result: Trial
         return stopped_under(res, agent, fault)
     if agent.oom_before is not None and oom_after is not None:
         return oom_after > agent.oom_before
+    return bool(state.get("OOMKilled"))
+
+
+def _remove(res: dk.Resources, box: AgentContainer, oom_before: int | None, since: float) -> bool:
+    """The verifier's end: the container removed (every process in it killed; its files, in
+    the harness's directories, stay); whether anything was OOM-killed in the verifier phase.
+    A container that stopped before is named as `_stop` names it (OOM, or a `DockerFault`)."""
+    oom_after = oom_kills_of_pid(box.pid)
+    state = dk.call("inspect a container", res.api.inspect_container, box.cid)["State"]
+    if not state.get("Running"):
+        return _stopped_before(res, box.cid, state, since)
+    dk.call("remove the container", res.api.remove_container, box.cid, force=True, v=True)
+    res.containers.remove(box.cid)
+    if oom_before is not None and oom_after is not None:
+        return oom_after > oom_before  # (the daemon's flag may be the agent phase's, same container)
     return bool(state.get("OOMKilled"))
 
 
