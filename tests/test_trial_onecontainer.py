@@ -45,7 +45,7 @@ echo "alive: $ps_count"
 
 #: A root agent that becomes PID 1's real, then effective, uid and tries to take PID 1 over.
 HIJACKER = r"""
-python3 - <<'EOF'
+python3 -u - <<'EOF'
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 ids = [line.split()[1:3] for line in open("/proc/1/status") if line.startswith("Uid:")][0]
@@ -89,7 +89,7 @@ def hostile(tmp_path_factory, client) -> tuple[HarborTask, object, str]:
 def _play(client, hostile, monkeypatch, script: str, name: str):
     task, task_dir, image = hostile
     monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
-        name=agent, command=["sh", "-c", f"{{ {script} ; }} > /logs/agent/{name}.txt 2>&1"],
+        name=agent, command=["sh", "-c", f"exec > /logs/agent/{name}.txt 2>&1\n{script}"],
         output=f"/logs/agent/{name}.txt"))
     r = run_trial(client, task, task_dir, image, name, LIMITS, run_label=RUN_LABEL)
     assert r.cleanup_errors == [] and _left_behind(client) == []
