@@ -100,8 +100,8 @@ def test_a_forger_s_detached_rewriters_are_killed_and_the_reward_is_the_verifier
     r = _play(client, hostile, monkeypatch, FORGER, "forger")
     assert r.infrastructure_error is None, r.infrastructure_error
     assert "alive:" in r.agent_run.stdout and "moved" not in r.agent_run.stdout  # mount points stay put
-    # the rewriter loop, its session leader, the signal-ignoring sleep (at least)
-    assert r.agent_processes_killed is not None and r.agent_processes_killed >= 3
+    # the rewriter loop and the signal-ignoring sleep (and the rewriter's sleep, when caught in it)
+    assert r.agent_processes_killed is not None and r.agent_processes_killed >= 2
     assert r.pid1_guarded is True
     assert (r.status, r.reward, r.rewards, r.reward_source) == ("ok", 0.0, {"reward": 0.0}, "reward.txt")
     assert "reward.json" not in r.verifier_files and "link" not in r.verifier_files

@@ -47,7 +47,10 @@ TRIAL_LABEL = f"{LABEL}.trial"
 BACKSTOP_S = 60
 #: Capabilities of docker's default set a task's agent or verifier never needs here.
 CAP_DROP = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT"]
-_POLL_S = (0.02, 0.25)
+#: An exec's polls: the first soon (most commands of a trial take well under a second), then
+#: slower by `_POLL_GROWTH` each, up to the second figure.
+_POLL_S = (0.01, 0.25)
+_POLL_GROWTH = 1.2
 #: A guarded PID 1's real and effective uid (and gid): two ids, so that no process matches
 #: all of PID 1's (real, effective, saved) as ptrace and ``/proc/1/mem`` demand without
 #: CAP_SYS_PTRACE, which no container here has; and a credential change makes it non-dumpable.
@@ -241,6 +244,24 @@ def sweep_all_but_pid1(api, cid: str, pid: int) -> int:
         time.sleep(0.01)
 
 
+def unreaped(pid: int, wait_s: float = 0.5) -> int:
+    """How many tasks besides PID 1 (host pid `pid`) its container's pids controller still
+    counts once the cgroup holds PID 1 alone: zombies of killed processes that were
+    reparented to PID 1 (a ``sleep`` reaps none), which hold the container's pids limit.
+    Waits up to `wait_s` for those the runtime reaps; 0 when unreadable."""
+    group = group_of_pid(pid)
+    deadline = time.monotonic() + wait_s
+    while group is not None:
+        try:
+            left = int((group / "pids.current").read_text()) - 1
+        except (OSError, ValueError):
+            return 0
+        if left <= 0 or time.monotonic() > deadline:
+            return max(left, 0)
+        time.sleep(0.02)
+    return 0
+
+
 def volume(res: Resources, name: str) -> str:
     vol = f"dv-{res.trial}-{name}"
     if "volumes" not in res.kinds:
@@ -293,7 +314,7 @@ def run_exec(api, cid: str, argv: list[str], user: str | None, workdir: str | No
         if runtime >= timeout_s:
             return Exec(exit_code=None, timed_out=True, runtime_s=runtime)
         time.sleep(min(pause, max(0.0, timeout_s - runtime)))
-        pause = min(pause * 1.5, _POLL_S[1])
+        pause = min(pause * _POLL_GROWTH, _POLL_S[1])
 
 
 def tar_of(entries: list[tuple[str, int, bytes | None]]) -> bytes:

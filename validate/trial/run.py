@@ -459,9 +459,16 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
         run.oom_killed = stopped_under(res, agent, fault)
     else:
         run.oom_killed = _end_agent_processes(res, agent, result)
-    if not dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running"):
-        # stopped by the kernel's OOM killer (else `_stopped_before` raised): everything of the
-        # phase died with its PID 1; the container starts again for the verifier
+    running = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
+    if running and dk.unreaped(agent.pid):
+        # zombies of killed orphans, which PID 1 never reaps, would hold the pids limit in the
+        # verifier phase: the container stops (everything dies with PID 1) and starts again
+        dk.call("kill the container", res.api.kill, agent.cid)
+        dk.call("wait for the container", res.api.wait, agent.cid, timeout=60)
+        running = False
+    if not running:
+        # (or it was stopped by the kernel's OOM killer, else `_stopped_before` raised):
+        # everything of the phase died with its PID 1; the container starts again
         agent = AgentContainer(agent.cid, *_started(res, agent.cid))
         agent.guarded = result.pid1_guarded = dk.settle_pid1(agent.pid)
     logs = host / "logs"
