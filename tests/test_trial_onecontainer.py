@@ -127,3 +127,29 @@ def test_pid1_runs_plain_where_it_cannot_be_guarded():
     assert dk.pid1_entrypoint(10, False) == ["sleep", str(10 + dk.BACKSTOP_S)]
     guarded = dk.pid1_entrypoint(10, True)
     assert guarded[:2] == ["sh", "-c"] and guarded[2].endswith(f"exec sleep {10 + dk.BACKSTOP_S}")
+
+
+#: Fills the pids limit with orphans (reparented to PID 1, which reaps nothing: once killed,
+#: each would stay a zombie holding its pid, and the verifier could not start), and solves
+#: the task (a builtin: no pid left to fork).
+ORPHANS = r"""
+i=0
+while [ $i -lt 200 ] && ( setsid sleep 1000 & ) 2>/dev/null; do i=$((i + 1)); done
+echo 60 > /app/sum.txt
+echo "orphans: $i"
+"""
+
+
+def test_orphans_filling_the_pids_limit_leave_the_verifier_its_pids(client, hostile, monkeypatch):
+    task, task_dir, image = hostile
+    monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
+        name=agent, command=["sh", "-c", f"exec > /logs/agent/orphans.txt 2>&1\n{ORPHANS}"],
+        output="/logs/agent/orphans.txt"))
+    r = run_trial(client, task, task_dir, image, "orphans", LIMITS.model_copy(update={"pids": 64}),
+                  run_label=RUN_LABEL)
+    assert r.cleanup_errors == [] and _left_behind(client) == []
+    assert r.infrastructure_error is None, r.infrastructure_error
+    assert r.agent_processes_killed is not None and r.agent_processes_killed >= 40, r.agent_run.stdout
+    # the zombies went with a fresh PID 1 (the container started again), guarded again
+    assert r.pid1_guarded is True
+    assert (r.status, r.reward, r.verifier_error) == ("ok", 1.0, None), r.verifier_run.stderr
