@@ -9,6 +9,8 @@ the host (counted), records the planted files (the link as a link), and the veri
 reward is the verifier's; the processes the verifier itself sees are PID 1 and its own. A
 root agent that takes PID 1's real or effective uid (``setpriv``, python's ``os.setresuid``)
 can neither ptrace-attach to PID 1 nor open ``/proc/1/mem``; nor move /logs or /tests away.
+Orphans filling the pids limit, zombies once killed (PID 1 reaps none), do not starve the
+verifier: the container starts again.
 """
 
 from __future__ import annotations

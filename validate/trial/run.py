@@ -24,7 +24,9 @@ agent's own container; a separate verifier in its own. The sequence, and why:
    forks or exits), every process of its cgroup but PID 1 SIGKILLed from the host, unpaused,
    and waited for until the cgroup holds PID 1 alone (else a `DockerFault` naming the pids;
    the count killed is `TrialResult.agent_processes_killed`); background rewriters, double
-   forks and new sessions included. Then, from the host directories, never following a
+   forks and new sessions included. Killed orphans stay zombies of PID 1 (a ``sleep`` reaps
+   none) holding the pids limit: if any, the container is stopped and started again (a
+   fresh PID 1; the files stay). Then, from the host directories, never following a
    link (`validate.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
    recorded, both directories emptied and made the harness's again (mode, owner: the agent
    may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's log
