@@ -1,6 +1,6 @@
 """Harbor trials per second through the harness vs a bare loop of the same container work.
 
-    python bench/harbor_bench.py [-n 40] [-c 4] [--rounds 2]
+    python bench/harbor_bench.py [-n 40] [-c 4] [--rounds 2] [--resolver {none,sidecar}]
 
 One trivial task directory (written here, in a temporary directory: its image is the sandbox
 image plus one file; ``solve.sh`` writes one line, ``test.sh`` compares it and writes
@@ -11,8 +11,10 @@ both see the same machine:
   the task image with the network off, start it, one exec for the solution, one exec for the
   test, read ``/logs/verifier/reward.txt``, remove the container;
 - **harness**: `validate.trial.run_trial` playing the oracle on the same task — the agent
-  phase, what the agent left read, its processes gone, the verifier in a fresh container
-  with fresh log and test directories, the reward read by Harbor's rule, everything removed.
+  phase, its processes gone (PID 1 aside), what the agent left read, fresh log and test
+  directories, the verifier in the same container, the reward read by Harbor's rule,
+  everything removed; with ``--resolver sidecar`` (as `validate run` plays a trial) also
+  the trial's resolver sidecar (`validate.trial.network`), with ``none`` (the default) not.
 
 It prints both rates and their ratio (harness / bare; the issue's goal is ≥ 0.9 at ``-c 4``)
 and the harness's per-phase share from the trial records. The docker daemon is the one
@@ -93,7 +95,7 @@ def time_calls(api, table: dict[str, list[float]]) -> None:
     """Wrap `api`'s methods so each call's wall time lands in `table` (the per-call breakdown)."""
     for name in ("create_container", "start", "exec_create", "exec_start", "exec_inspect", "kill", "wait",
                  "get_archive", "put_archive", "commit", "remove_container", "create_volume", "remove_volume",
-                 "remove_image", "inspect_container"):
+                 "remove_image", "inspect_container", "pause", "unpause", "containers", "volumes", "images"):
         fn = getattr(api, name)
 
         def timed(*args, _fn=fn, _name=name, **kwargs):
@@ -106,13 +108,13 @@ def time_calls(api, table: dict[str, list[float]]) -> None:
         setattr(api, name, timed)
 
 
-def breakdown(client, image: str, task, task_dir: Path, limits, names, n: int) -> None:
+def breakdown(client, image: str, task, task_dir: Path, limits, names, n: int, resolver: str | None) -> None:
     """Docker API seconds per trial, call by call, one trial at a time (no contention)."""
     table: dict[str, list[float]] = {}
     time_calls(client.api, table)
     for label, fn in (("bare", lambda: bare_trial(client.api, image, names)),
                       ("harness", lambda: run_trial(client, task, task_dir, image, "oracle", limits,
-                                                    run_label="harbor-bench"))):
+                                                    run_label="harbor-bench", resolver_image=resolver))):
         table.clear()
         t0 = time.perf_counter()
         for _ in range(n):
@@ -136,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=40, help="trials per round and side (default 40)")
     p.add_argument("-c", type=int, default=4, help="concurrency (default 4)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, alternating bare and harness (default 2)")
+    p.add_argument("--resolver", choices=("none", "sidecar"), default="none",
+                   help="the harness's trials with no resolver, or with the resolver sidecar (default none)")
     p.add_argument("--calls", type=int, default=0, metavar="N",
                    help="also time N trials of each, one at a time, docker call by call")
     a = p.parse_args(argv)
@@ -149,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         names = (f"harbor-bench-bare-{i}" for i in itertools.count())
         limits = TrialLimits(cpus=1, memory_mb=512, max_agent_timeout_s=60, max_verifier_timeout_s=60)
         bare_fn = lambda: bare_trial(client.api, image, names)  # noqa: E731
-        harness_fn = lambda: run_trial(client, task, task_dir, image, "oracle", limits, run_label="harbor-bench")  # noqa: E731
+        resolver = DEFAULT_IMAGE if a.resolver == "sidecar" else None
+        harness_fn = lambda: run_trial(client, task, task_dir, image, "oracle", limits,  # noqa: E731
+                                       run_label="harbor-bench", resolver_image=resolver)
         bare_fn(), harness_fn()  # warm: the image's layers, the first exec
         bare, harness, records = [], [], []
         for r in range(a.rounds):
@@ -161,10 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             bare.append(b), harness.append(h), records.extend(results)
             print(f"round {r + 1}: bare {b:.2f} trials/s, harness {h:.2f} trials/s, ratio {h / b:.2f}", flush=True)
         if a.calls:
-            breakdown(client, image, task, task_dir, limits, names, a.calls)
+            breakdown(client, image, task, task_dir, limits, names, a.calls, resolver)
         client.images.remove(image, force=True)
     b, h = statistics.mean(bare), statistics.mean(harness)
-    print(f"\nharbor_bench -n {a.n} -c {a.c} x {a.rounds} rounds")
+    print(f"\nharbor_bench -n {a.n} -c {a.c} x {a.rounds} rounds, resolver: {a.resolver}")
     print(f"  bare docker API trial : {b:.2f} trials/s")
     print(f"  harness run_trial     : {h:.2f} trials/s")
     print(f"  ratio harness / bare  : {h / b:.2f}  (goal >= 0.9)")

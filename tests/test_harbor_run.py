@@ -1,7 +1,7 @@
 """Harbor task directories validated end to end through the ``trial`` attempt kind: a
 contract frozen on tasks of the sample dataset, every agent played through docker (each task
-its own image, built against the base-image map; the verifier in a fresh container of what
-the agent left), each task's verdict and reason equal to the label in its own [metadata],
+its own image, built against the base-image map; the verifier in the agent's container once
+every process of the agent's is gone), each task's verdict and reason equal to the label in its own [metadata],
 and the audit passing — the reward read again from the verifier record kept as the reply."""
 
 from __future__ import annotations

@@ -258,7 +258,9 @@ def test_the_history_miner_passes_a_task_whose_answer_is_in_git_history(client, 
 def test_a_stale_reward_in_the_image_is_never_read(client, tasks):
     r = trial(client, tasks, "stale-reward", ORACLE)
     assert (r.status, r.reward, r.verifier_error.kind) == ("verifier_error", None, "missing")
-    assert [f.path for f in r.left_in_verifier_dir] == ["reward.txt"]  # recorded, hidden from the verifier
+    # the harness's own directory is bound at /logs from the start: the image's file is hidden
+    # from both phases
+    assert r.left_in_verifier_dir == []
     assert "result.txt" in r.verifier_files and not r.passed(threshold=0.0)
 
 
@@ -380,10 +382,11 @@ def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_
 
 
 def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastructure_error(client, tasks, monkeypatch):
-    """/logs/verifier made a file and /tests a link to /etc: the harness makes both
-    directories again before the verifier's volumes are mounted there (a mount on a file
-    fails the start), records what it found, and the verifier runs as usual."""
-    wreck = "rm -rf /logs/verifier /tests && echo forged > /logs/verifier && ln -s /etc /tests"
+    """/logs/verifier made a file, /tests emptied (a mount point: it cannot go) with a link to
+    /etc in it, both made unreadable: the harness records what it found, makes both its
+    directories again, and the verifier runs as usual."""
+    wreck = ("rm -rf /logs/verifier /tests; echo forged > /logs/verifier; ln -s /etc /tests/etc;"
+             " chmod 000 /logs /tests")
     monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
         name=agent, command=["sh", "-c", wreck], output="/logs/agent/wrecker.txt"))
     r = trial(client, tasks, "answer-in-history", "wrecker")

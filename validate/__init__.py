@@ -25,9 +25,10 @@ with this very list as ``LAYERS``):
    cgroups, seccomp, the backends, the registry face `sandbox`; `image` (what a backend
    runs) and `imagefile` (the image as one file, exported and imported); `taskimage` (a
    task-directory dataset's per-task images, built against the profile's base-image map);
-   `trial` (one Harbor trial on docker: agent phase, snapshot, verifier phase, its agents
-   and result; its network signal from a resolver sidecar, `trial.network`, or from the
-   harness's own sockets in the containers' namespaces, `trial.nsresolver`).
+   `trial` (one Harbor trial on docker: agent phase, its processes killed, verifier phase
+   in the same container, its agents and result; its network signal from a resolver
+   sidecar, `trial.network`, or from the harness's own sockets in the container's
+   namespace, `trial.nsresolver`).
 5. contract — `sealed` (the sealed-document base), `contract` (the sealed manifest),
    `workspace` (a task laid out as files).
 6. running — `context` (a run's context), `executors` and `kinds` (the registries of how

@@ -5,8 +5,8 @@ It is the model's side of the ``trial`` kind (`validate.kinds.trial`), and reuse
 but for the agent phase: the task's image (built once per run against the base-image map),
 a container of it with the network off and the task's limits, then — through the seam
 `validate.trial.run.AgentDriver` — the conversation of `validate.eval.agent.converse`
-instead of an agent's command, then the snapshot, the verifier in a fresh container with
-fresh ``/logs/verifier`` and ``/tests`` volumes, and the reward read by the harness from
+instead of an agent's command, then every process of it killed, the verifier in the same
+container with ``/logs/verifier`` and ``/tests`` made fresh, and the reward read by the harness from
 what the verifier wrote (`environment.harbor.reward`). The kept reply is that
 `VerifierRecord`, so the eval audit re-reads every reward by Harbor's rule.
 
@@ -182,7 +182,7 @@ class ShellKind(TrialKind):
         result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image_id, MODEL_AGENT,
                            limits, run_label=ctx.run_id, drive=drive, verifier_image=verifier)
         end = time.monotonic()
-        # What the model did not spend (container start, snapshot, verifier) is the sandbox's time.
+        # What the model did not spend (container start, the sweep between phases, verifier) is the sandbox's time.
         stats["sandbox_s"] = stats.get("sandbox_s", 0.0) + (end - stats.get("agent_end", stats["trial_t0"]))
         stats["score_s"] = result.verifier_run.runtime_s
         stats["sandbox_s"] = max(0.0, stats["sandbox_s"] - stats["score_s"])

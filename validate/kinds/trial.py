@@ -268,6 +268,7 @@ def routed_digest(m, task_id: str) -> str:
 def _outputs(row: dict, result: TrialResult) -> None:
     a, v = result.agent_run, result.verifier_run
     left = ", ".join(f"{f.path} ({f.size} B)" for f in result.left_in_verifier_dir)
+    killed = result.agent_processes_killed
     # An agent that runs no command (nop) ran a program that does nothing: it exited 0.
     exit_code = a.exit_code if a.exit_code is not None or a.timed_out or a.oom_killed else 0
     looked = network.describe(result.lookups)
@@ -277,6 +278,7 @@ def _outputs(row: dict, result: TrialResult) -> None:
     row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed, timed_out=a.timed_out,
                stdout=a.stdout,
                stderr=(f"[left in /logs/verifier by the agent phase, removed unread: {left}]\n" if left else "")
+               + (f"[processes of the agent phase killed before the verifier: {killed}]\n" if killed else "")
                + (f"{looked}\n" if looked else "") + dropped
                + f"[verifier exit {v.exit_code}]\n{v.stdout}\n{v.stderr}")
 

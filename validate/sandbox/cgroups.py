@@ -113,6 +113,30 @@ def oom_kills_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> int | None:
     return None
 
 
+def group_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> Path | None:
+    """The group process `pid` is in whose ``cgroup.procs`` lists every process of it (a
+    docker container's PID 1: the container's group): the unified group on v2, the pids
+    controller's on v1; None when unreadable (no such process, no pids hierarchy)."""
+    if not pid:
+        return None
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v2 = detect(root) == "v2"
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if (v2 and controllers == "") or (not v2 and "pids" in controllers.split(",")):
+            group = (root if v2 else root / "pids") / path.lstrip("/")
+            return group if (group / "cgroup.procs").is_file() else None
+    return None
+
+
+def procs_of(group: Path) -> list[int]:
+    """The pids `group` holds now (sorted; empty when it is gone)."""
+    return sorted(_procs(group))
+
+
 class Cgroups(ABC):
     """The attempts' groups on one hierarchy; every method takes the attempt's name."""
 

@@ -2,8 +2,9 @@
 the agent cannot touch, as a library (the attempt kind that runs trials in a pool is built
 on it). The modules:
 
-- `validate.trial.run`: the trial itself (`run_trial`): the agent phase, the snapshot, the
-  verifier phase, the reward, the cleanup; and the task's limits capped by the profile;
+- `validate.trial.run`: the trial itself (`run_trial`): the agent phase, its processes
+  killed, the verifier phase in the same container (a separate verifier: in its own), the
+  reward, the cleanup; and the task's limits capped by the profile;
 - `validate.trial.docker`: the container mechanics (create, exec against the harness's
   clock, files in and out as capped archives, labelled resources and their removal);
 - `validate.trial.network`: the trial's resolver sidecar (every name either phase looks up,

@@ -12,17 +12,26 @@ A container's PID 1 is ``sleep`` for the phase's time plus `BACKSTOP_S`: the har
 the container before that, but a harness that dies leaves nothing running past it. PID 1
 of a pid namespace cannot be killed from inside it, so a container that stops on its own
 was stopped by the kernel (OOM), the daemon or someone else: the harness asks docker which.
+Where the agent and the verifier share one container, PID 1 runs under ids of the
+harness's (`pid1_entrypoint`), and between the phases every other process of the container
+is killed from the host (`sweep_all_but_pid1`).
 
 Files go in as tar archives the harness builds (`put_tree`) and come out as archives the
 harness reads with byte caps (`read_tree`): nothing the agent wrote is followed (a link is
 read as a link), nothing is read past a cap, and the daemon does the copying, so no command
-of the (agent-modified) image runs on the harness's behalf.
+of the (agent-modified) image runs on the harness's behalf. A trial's own host directories,
+bound into its container, are read, emptied and written the same way from the host
+(`read_host_tree`, `empty_host_dir`, `write_host_tree`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
+import shutil
+import signal
+import stat
 import tarfile
 import threading
 import time
@@ -32,13 +41,23 @@ import requests
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount
 
+from validate.sandbox.cgroups import group_of_pid, procs_of
 from validate.sandbox.docker.wire import LABEL
 
 TRIAL_LABEL = f"{LABEL}.trial"
 BACKSTOP_S = 60
 #: Capabilities of docker's default set a task's agent or verifier never needs here.
 CAP_DROP = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT"]
-_POLL_S = (0.02, 0.25)
+#: An exec's polls: the first soon (most commands of a trial take well under a second), then
+#: slower by `_POLL_GROWTH` each, up to the second figure.
+_POLL_S = (0.01, 0.25)
+_POLL_GROWTH = 1.2
+#: A guarded PID 1's real and effective uid (and gid): two ids, so that no process matches
+#: all of PID 1's (real, effective, saved) as ptrace and ``/proc/1/mem`` demand without
+#: CAP_SYS_PTRACE, which no container here has; and a credential change makes it non-dumpable.
+PID1_IDS = (2147483001, 2147483002)
+#: How long the harness waits for a guarded PID 1 to settle, and for a swept cgroup to empty.
+SETTLE_S = 10.0
 
 
 class DockerFault(Exception):
@@ -67,6 +86,8 @@ class Resources:
     containers: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     volumes: list[str] = field(default_factory=list)
+    #: The kinds of thing this trial asked docker for (containers always): what `close` sweeps.
+    kinds: list[str] = field(default_factory=lambda: ["containers"])
 
     def labels(self) -> dict[str, str]:
         return {LABEL: self.run_label, TRIAL_LABEL: self.trial}
@@ -84,7 +105,7 @@ class Resources:
             # noprune: removing the snapshot must not take its parent, an untagged task image
             _try(errors, f"image {image[:19]}", self.api.remove_image, image, force=True, noprune=True)
         if not errors:
-            errors += sweep(self.api, f"{TRIAL_LABEL}={self.trial}")
+            errors += sweep(self.api, f"{TRIAL_LABEL}={self.trial}", tuple(self.kinds))
         return errors
 
 
@@ -97,16 +118,16 @@ def _try(errors: list[str], what: str, call, *args, **kwargs) -> None:
         errors.append(f"{what}: {type(e).__name__}: {str(e)[:200]}")
 
 
-def sweep(api, label_filter: str) -> list[str]:
-    """Remove every container, volume and image carrying `label_filter` (``key=value``)."""
+def sweep(api, label_filter: str, kinds: tuple[str, ...] = ("containers", "volumes", "images")) -> list[str]:
+    """Remove every container, volume and image (of `kinds`) carrying `label_filter` (``key=value``)."""
     errors: list[str] = []
     filters = {"label": label_filter}
     try:
-        for c in api.containers(all=True, quiet=True, filters=filters):
+        for c in api.containers(all=True, quiet=True, filters=filters) if "containers" in kinds else []:
             _try(errors, f"container {c['Id'][:12]}", api.remove_container, c["Id"], force=True, v=True)
-        for v in (api.volumes(filters=filters) or {}).get("Volumes") or []:
+        for v in (api.volumes(filters=filters) or {}).get("Volumes") or [] if "volumes" in kinds else []:
             _try(errors, f"volume {v['Name']}", api.remove_volume, v["Name"], force=True)
-        for image in api.images(all=True, quiet=True, filters=filters):
+        for image in api.images(all=True, quiet=True, filters=filters) if "images" in kinds else []:
             _try(errors, f"image {image[:19]}", api.remove_image, image, force=True, noprune=True)
     except DOCKER_ERRORS as e:
         errors.append(f"sweep {label_filter}: {type(e).__name__}: {str(e)[:200]}")
@@ -126,6 +147,9 @@ class Spec:
     memory_mb: int
     pids: int
     volumes: tuple[tuple[str, str], ...] = ()  # (volume name, mount point)
+    binds: tuple[tuple[str, str], ...] = ()  # (host directory, mount point)
+    #: PID 1 under `PID1_IDS` when the image runs as root (`pid1_entrypoint`)
+    guard_pid1: bool = False
     #: "none", or "container:<id>": the namespace of the trial's resolver (`validate.trial.network`)
     network: str = "none"
 
@@ -135,12 +159,13 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     the limits, PID 1 a backstop sleep."""
     api = res.api
     mounts = [Mount(target=target, source=vol, type="volume", no_copy=True) for vol, target in spec.volumes]
+    mounts += [Mount(target=target, source=host, type="bind") for host, target in spec.binds]
     try:
         host = api.create_host_config(network_mode=spec.network, mem_limit=f"{spec.memory_mb}m",
                                       memswap_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpus * 1e9),
                                       pids_limit=spec.pids, cap_drop=CAP_DROP, mounts=mounts,
                                       security_opt=["no-new-privileges"])
-        cid = api.create_container(spec.image, entrypoint=["sleep", str(int(spec.lifetime_s) + BACKSTOP_S)],
+        cid = api.create_container(spec.image, entrypoint=pid1_entrypoint(spec.lifetime_s, spec.guard_pid1),
                                    command=[], name=f"dv-{res.trial}-{name}", labels=res.labels(),
                                    user=spec.user or "", working_dir=spec.workdir or "",
                                    environment=dict(sorted(spec.env.items())),
@@ -152,8 +177,96 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     return cid
 
 
+def pid1_entrypoint(lifetime_s: float, guard: bool) -> list[str]:
+    """PID 1: ``sleep`` for the phase's time plus `BACKSTOP_S`. Guarded: where the image runs
+    as root and has util-linux's ``setpriv``, the sleep runs with real ids and effective ids
+    `PID1_IDS` (no capabilities, non-dumpable, no uid a process can take matches all of its
+    ids): no process of the container can ptrace it or write its memory. Otherwise (an image
+    whose user is not root, or without ``setpriv``) a plain sleep (`pid1_guarded` says which)."""
+    n = str(int(lifetime_s) + BACKSTOP_S)
+    if not guard:
+        return ["sleep", n]
+    r, e = PID1_IDS
+    ids = f"--ruid={r} --euid={e} --rgid={r} --egid={e} --clear-groups"
+    return ["sh", "-c", f"if setpriv {ids} true 2>/dev/null; then exec setpriv {ids} sleep {n}; fi; exec sleep {n}"]
+
+
+def settle_pid1(pid: int) -> bool:
+    """Wait (bounded by `SETTLE_S`) until a started container's PID 1 (host pid `pid`) is the
+    sleep (a guarded one execs through ``sh`` and ``setpriv`` first: no command of the phase
+    runs before it is done); whether it runs under `PID1_IDS`. `DockerFault` if it never does."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        try:
+            status = read_status(pid)
+        except OSError as e:
+            raise DockerFault(f"docker: the container's PID 1 ({pid}) cannot be read: {e}") from None
+        if status.get("Name") == "sleep":
+            uids = status.get("Uid", "").split()
+            return uids[:2] == [str(i) for i in PID1_IDS]
+        if time.monotonic() > deadline:
+            raise DockerFault(f"docker: the container's PID 1 ({pid}) is still {status.get('Name')!r} "
+                              f"after {SETTLE_S:g} s")
+        time.sleep(0.005)
+
+
+def read_status(pid: int) -> dict[str, str]:
+    """``/proc/<pid>/status`` as a dict of its fields."""
+    with open(f"/proc/{pid}/status") as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
+
+
+def sweep_all_but_pid1(api, cid: str, pid: int) -> int:
+    """Every process of `cid` but its PID 1 (host pid `pid`) killed from the host: the
+    container paused (the cgroup freezer: nothing forks or exits meanwhile), its cgroup's
+    processes listed and SIGKILLed, unpaused, then waited for (bounded) until the cgroup
+    holds PID 1 alone. Returns how many were killed; `DockerFault` naming what is left."""
+    group = group_of_pid(pid)
+    if group is None:
+        raise DockerFault(f"docker: the cgroup of the container's PID 1 ({pid}) cannot be read")
+    call("pause the container", api.pause, cid)
+    try:
+        frozen = [p for p in procs_of(group) if p != pid]
+        for p in frozen:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    finally:
+        call("unpause the container", api.unpause, cid)
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        held = procs_of(group)
+        if held == [pid]:
+            return len(frozen)
+        if pid not in held or time.monotonic() > deadline:
+            raise DockerFault(f"docker: the container's cgroup holds {held} after the sweep "
+                              f"(PID 1 is {pid}; {len(frozen)} killed)")
+        time.sleep(0.01)
+
+
+def unreaped(pid: int, wait_s: float = 0.5) -> int:
+    """How many tasks besides PID 1 (host pid `pid`) its container's pids controller still
+    counts once the cgroup holds PID 1 alone: zombies of killed processes that were
+    reparented to PID 1 (a ``sleep`` reaps none), which hold the container's pids limit.
+    Waits up to `wait_s` for those the runtime reaps; 0 when unreadable."""
+    group = group_of_pid(pid)
+    deadline = time.monotonic() + wait_s
+    while group is not None:
+        try:
+            left = int((group / "pids.current").read_text()) - 1
+        except (OSError, ValueError):
+            return 0
+        if left <= 0 or time.monotonic() > deadline:
+            return max(left, 0)
+        time.sleep(0.02)
+    return 0
+
+
 def volume(res: Resources, name: str) -> str:
     vol = f"dv-{res.trial}-{name}"
+    if "volumes" not in res.kinds:
+        res.kinds.append("volumes")
     try:
         res.api.create_volume(vol, labels=res.labels())
     except DOCKER_ERRORS as e:
@@ -207,7 +320,7 @@ def run_exec(api, cid: str, argv: list[str], user: str | None, workdir: str | No
         if runtime >= timeout_s:
             return Exec(exit_code=None, timed_out=True, runtime_s=runtime)
         time.sleep(min(pause, max(0.0, timeout_s - runtime)))
-        pause = min(pause * 1.5, _POLL_S[1])
+        pause = min(pause * _POLL_GROWTH, _POLL_S[1])
 
 
 def _attached(api, eid: str, stream, t0: float, timeout_s: float) -> Exec:
@@ -343,3 +456,158 @@ def read_tree(api, cid: str, path: str, per_file: int, budget: int) -> Tree:
             close()
     tree.truncated = raw.cut
     return tree
+
+
+# --- a trial's own host directories, bind-mounted into its container ---------------------------
+#
+# The agent phase wrote into them: every name is opened relative to its directory's
+# descriptor with O_NOFOLLOW (a link is read as a link, never followed out onto the host), a
+# regular file is opened O_NONBLOCK and read only when its descriptor is one (a fifo never
+# blocks the harness), and nothing is read past `per_file` per file nor `budget` in all.
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: What one entry costs of a listing's budget besides its bytes (as a tar header would).
+ENTRY_COST = 512
+
+
+def _kind(mode: int) -> str:
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else \
+        "symlink" if stat.S_ISLNK(mode) else "other"
+
+
+def _read_file(dir_fd: int, name: str, st: os.stat_result, per_file: int) -> bytes | None:
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return None
+        chunks, left = [], per_file
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _open_parent(root: Path, rel: str) -> tuple[int, str] | None:
+    """A descriptor of the directory holding `rel` (below `root`, every component opened
+    without following a link) and the last name; None when a component is missing or no dir."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError:
+        os.close(fd)
+        return None
+    return fd, (parts[-1] if parts else ".")
+
+
+def read_host_tree(root: Path, rel: str, per_file: int, budget: int) -> Tree:
+    """Every entry at and under `rel` in the host directory `root`, as `read_tree` gives a
+    container's (paths below `rel`, ``.`` for itself, sorted; a missing `rel` is empty)."""
+    tree = Tree(entries=[])
+    opened = _open_parent(root, rel)
+    if opened is None:
+        return tree
+    parent, name = opened
+    spent = 0
+    # (directory descriptor, name in it, path in the tree)
+    stack: list[tuple[int, str, str]] = [(parent, name, ".")]
+    owned = [parent]
+    try:
+        while stack:
+            dir_fd, entry, path = stack.pop()
+            try:
+                st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if spent + ENTRY_COST > budget:
+                tree.truncated = True
+                break
+            spent += ENTRY_COST
+            kind = _kind(st.st_mode)
+            data = _read_file(dir_fd, entry, st, min(per_file, budget - spent)) if kind == "file" else None
+            if data is not None:
+                spent += len(data)
+                if len(data) < min(per_file, st.st_size):
+                    tree.truncated = True
+            tree.entries.append(Found(path=path, kind=kind, size=st.st_size if kind == "file" else 0,
+                                      data=data, mode=st.st_mode & 0o7777))
+            if kind == "dir":
+                try:
+                    sub = os.open(entry, _DIR_FLAGS, dir_fd=dir_fd)
+                except OSError:
+                    continue
+                owned.append(sub)
+                names = sorted(os.listdir(sub), reverse=True)
+                stack += [(sub, n, n if path == "." else f"{path}/{n}") for n in names]
+    finally:
+        for fd in owned:
+            os.close(fd)
+    tree.entries.sort(key=lambda f: (f.path != ".", f.path))
+    return tree
+
+
+def empty_host_dir(path: Path) -> None:
+    """Remove everything in the host directory `path`, never following a link (the
+    directory itself stays: it is a container's mount point)."""
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        for name in sorted(os.listdir(fd)):
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(name, dir_fd=fd)
+            else:
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def write_host_tree(root: Path, entries: list[tuple[str, int, bytes | None]]) -> None:
+    """`entries` (as `tar_of` takes them, their first component `root` itself) written into
+    the host directory `root`: files created new (O_EXCL, no link followed), directories
+    made or, when there, given the entry's mode."""
+    for path, mode, data in entries:
+        rel = path.partition("/")[2]
+        if not rel:
+            os.chmod(root, mode)
+            continue
+        opened = _open_parent(root, rel)
+        if opened is None:
+            raise DockerFault(f"docker: cannot write {rel} into a trial directory")
+        dir_fd, name = opened
+        try:
+            if data is None:
+                try:
+                    os.mkdir(name, mode, dir_fd=dir_fd)
+                except FileExistsError:  # one the harness made: the entry's mode below
+                    if not stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                        raise
+                sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    os.fchmod(sub, mode)  # the umask left out of mkdir's
+                finally:
+                    os.close(sub)
+            else:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                             dir_fd=dir_fd)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(dir_fd)

@@ -134,6 +134,13 @@ class TrialResult(BaseModel):
     #: What was in /logs/verifier when the agent phase ended (recorded, never read as a reward).
     left_in_verifier_dir: list[LeftFile] = Field(default_factory=list)
     left_listing_truncated: bool = False
+    #: Processes of the agent phase the harness killed before the verifier ran in the same
+    #: container, PID 1 aside (None: no such sweep: a separate verifier, or the phase's
+    #: container stopped and everything in it died with its PID 1).
+    agent_processes_killed: int | None = None
+    #: Whether that container's PID 1 ran under the harness's own ids, out of every process's
+    #: reach (`validate.trial.docker.pid1_entrypoint`); None: not asked for.
+    pid1_guarded: bool | None = None
     #: Names of the files the verifier wrote to /logs/verifier (sorted).
     verifier_files: list[str] = Field(default_factory=list)
     applied: Applied | None = None

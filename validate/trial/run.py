@@ -1,43 +1,68 @@
-"""One Harbor trial on docker: the agent phase, a snapshot, the verifier phase, the result.
+"""One Harbor trial on docker: the agent phase, the verifier phase, the result.
 
 Inputs are plain data (a parsed task and its directory, an image id, an agent name, the
 profile's `TrialLimits`, a docker client), so the attempt kind that wires trials into a run
-stays thin. The sequence, and why:
+stays thin. A verifier that shares the agent's environment (Harbor's default) runs in the
+agent's own container; a separate verifier in its own. The sequence, and why:
 
 0. **Resolver** (when the caller names an image for it): the trial's resolver sidecar
-   (`validate.trial.network`), whose network namespace both phases' containers join: still
+   (`validate.trial.network`), whose network namespace the trial's containers join: still
    no network, but every name either phase looks up is logged where the harness reads it.
-1. **Agent phase.** A container of the task image (no network, the task's limits capped by
-   the profile), ``/logs/agent``, ``/logs/artifacts`` and ``/logs/verifier`` created by the
-   harness (as Harbor's container has them); the agent's files uploaded (``/solution`` for
-   the oracle only, never ``tests/``); its command run as the task's agent user until it ends
-   or the agent timeout passes. (`start_agent`, `stop_agent`: the container's lifecycle, for
-   any driver of the agent phase.)
-2. **Snapshot.** The agent's container is killed (PID 1 of its namespace: every process of
-   the agent phase dies with it, background rewriters included), what it left in
-   ``/logs/verifier`` is read and recorded, its filesystem committed to a snapshot image
-   (for a separate verifier: only its ``/logs/artifacts`` read, `validate.trial.artifacts`),
-   and the container removed; the resolver's log marked and its files rewritten.
-3. **Verifier phase.** A fresh container from the snapshot (a separate verifier: of its own
-   image, with the artifacts in a fresh volume at ``/logs/artifacts``), with a fresh empty
-   volume at ``/logs/verifier`` (a planted or stale reward file in the image's layers is
-   hidden, never read) and another at ``/tests`` (the agent cannot have put a
-   ``conftest.py`` there), the task's ``tests/`` uploaded into it (unless a separate
-   verifier's image was built from ``tests/``: it owns ``/tests``, as in Harbor);
-   ``test.sh`` run as the verifier user against the verifier timeout; the container killed
-   before its files are read (so nothing the verifier started rewrites them either); the
-   reward read with `environment.harbor.reward`; the resolver's log read.
+1. **Agent phase.** One container of the task image (no network, the task's limits capped
+   by the profile) with two directories of the harness's own, fresh for the trial in a
+   private temporary directory on the host, bound at ``/logs`` (``agent``, ``artifacts`` and
+   ``verifier`` made in it, as Harbor's container has them) and at ``/tests`` (empty): mount
+   points, so the agent can neither move them nor ``/logs/verifier``'s parent away; the
+   agent's files written there (``/solution`` for the oracle only, a directory of the
+   harness's bound there too; never ``tests/``); its command run as the task's agent user
+   until it ends or the agent timeout passes. PID 1 is a ``sleep`` that, where the image
+   runs as root and has ``setpriv``, runs with two ids of the harness's
+   (`validate.trial.docker.PID1_IDS`, real and effective): no process can hold all three of
+   its uids, so ptrace and ``/proc/1/mem`` need CAP_SYS_PTRACE, which no container here has
+   (the change of ids also makes it non-dumpable). It cannot be a vehicle for the agent.
+2. **Between the phases**, on the host: the container paused (the cgroup freezer: nothing
+   forks or exits), every process of its cgroup but PID 1 SIGKILLed from the host, unpaused,
+   and waited for until the cgroup holds PID 1 alone (else a `DockerFault` naming the pids;
+   the count killed is `TrialResult.agent_processes_killed`); background rewriters, double
+   forks and new sessions included. Killed orphans stay zombies of PID 1 (a ``sleep`` reaps
+   none) holding the pids limit: if any, the container is stopped and started again (a
+   fresh PID 1; the files stay). Then, from the host directories, never following a
+   link (`validate.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
+   recorded, both directories emptied and made the harness's again (mode, owner: the agent
+   may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's log
+   marked. (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
+   read, `validate.trial.artifacts`, and removed.)
+3. **Verifier phase.** ``test.sh`` run by exec in the same container, as the verifier user,
+   against the verifier timeout (a separate verifier: a fresh container of its own image,
+   fresh volumes at ``/logs/verifier``, ``/tests`` unless its image owns it, and
+   ``/logs/artifacts`` with what was handed); the container removed (a separate one killed)
+   before its files are read, so nothing the verifier started rewrites them; the reward read
+   with `environment.harbor.reward` from the host directory; the resolver's log read.
 4. **Cleanup**, always (an exception, a Ctrl-C): every container (the resolver too), volume
-   and the snapshot.
+   and the host directories.
+
+Why one container: the snapshot (``docker commit``), a second container, volumes and the
+archive uploads cost three times a bare trial (`bench/harbor_bench.py`); the channel stays
+one the agent cannot touch: no process of its phase is alive when the verifier starts, and
+the reward is read from a directory the harness emptied after the last of them died.
 
 What this does not defend: a verifier sharing the agent's environment runs the agent's
 binaries and imports (a trojaned ``python3`` or a ``conftest.py`` at ``/``); that is
 Harbor's design for tasks that test what the agent built. The channel is what is guaranteed.
+Residual: an image whose user is not root (PID 1 cannot change its ids) or that lacks
+``setpriv`` (not Debian or Ubuntu based) gets a plain ``sleep`` as PID 1
+(`TrialResult.pid1_guarded` False): an agent running as PID 1's uid could ptrace it and,
+through it, start a process during the verifier phase. The host side needs the daemon on
+this machine and the harness able to signal the container's processes (root).
 """
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import stat
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -126,16 +151,23 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
                          reward_key=reward_key, applied=apply_limits(task.config, limits),
                          verifier_image=verifier_image if separate else None)
-    resolver, mark = None, None
+    resolver, mark, host = None, None, None
     try:
         if resolver_image is not None:
             resolver = network.Resolver(res, resolver_image)
-        handed = _agent_phase(res, task, image, plan, result, limits, resolver, separate, drive)
-        if resolver is not None:
-            mark = network.boundary(res, resolver.id)
-        _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
-                        reward_key, reward_range, network.mode(resolver.id) if resolver else "none",
-                        handed if separate else None)
+        if separate or not getattr(client.api, "one_container", True):
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate)
+            if resolver is not None:
+                mark = network.boundary(res, resolver.id)
+            _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
+                            reward_key, reward_range, network.mode(resolver.id) if resolver else "none",
+                            handed if separate else None)
+        else:
+            host = Path(tempfile.mkdtemp(prefix=f"dv-{res.trial}-"))
+            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host)
+            if resolver is not None:
+                mark = network.boundary(res, resolver.id)
+            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host)
         result.status = _status(result)
     except dk.DockerFault as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
@@ -147,6 +179,11 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 result.lookups = network.lookups(res, resolver.id, mark)
         finally:
             result.cleanup_errors = res.close()
+            if host is not None:
+                try:
+                    shutil.rmtree(host)
+                except OSError as e:
+                    result.cleanup_errors.append(f"trial directory {host.name}: {type(e).__name__}: {str(e)[:200]}")
             result.runtime_s = round(time.monotonic() - t0, 3)
     return result
 
@@ -223,6 +260,8 @@ class AgentContainer:
     pid: int
     oom_before: int | None
     since: float
+    #: Whether PID 1 runs under `dk.PID1_IDS` (None: not asked for, `dk.Spec.guard_pid1`).
+    guarded: bool | None = None
 
 
 def start_agent(res: dk.Resources, spec: dk.Spec, uploads: list,
@@ -234,12 +273,15 @@ def start_agent(res: dk.Resources, spec: dk.Spec, uploads: list,
     if resolver is not None:
         spec = replace(spec, network=network.mode(resolver.id))
     cid = dk.create(res, spec, "agent")
-    dk.put_tree(res.api, cid, "/", _LOG_DIRS)
+    if not spec.binds:  # else the harness made them in the directory bound at /logs
+        dk.put_tree(res.api, cid, "/", _LOG_DIRS)
     if uploads:
         dk.put_tree(res.api, cid, "/", uploads)
     if resolver is not None:
         resolver.started()
     started = AgentContainer(cid, *_started(res, cid))
+    if spec.guard_pid1:  # no command runs before PID 1 is the guarded sleep
+        started.guarded = dk.settle_pid1(started.pid)
     if resolver is not None:
         network.wait_ready(res, resolver.id)  # no early question goes unlogged
     return started
@@ -268,10 +310,12 @@ def stopped_under(res: dk.Resources, agent: AgentContainer, fault: dk.DockerFaul
 
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
-                 limits: TrialLimits, resolver: network.Resolver | None, separate: bool,
-                 drive: AgentDriver | None = None):
-    """Run the agent; record what it left in /logs/verifier; return the snapshot image (or,
-    for a separate verifier, the artifacts to hand it: `validate.trial.artifacts`)."""
+                 limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None = None,
+                 separate: bool = True):
+    """The agent phase in a container of its own: run the agent; record what it left in
+    /logs/verifier; return the artifacts to hand a separate verifier (`validate.trial.artifacts`),
+    or else a snapshot of the agent's filesystem for a fresh verifier container (a client that
+    cannot play one container: `one_container`, e.g. rootless podman on cgroup v1, no freezer)."""
     a = result.applied
     agent = start_agent(res, _spec(task, image, result, a.agent_timeout_s, plan.env), plan.uploads, resolver)
     run = PhaseRun()
@@ -350,6 +394,170 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
                                    truncated=cut_out or cut_err)
     result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
     _reward(result, tree, reward_key, reward_range)
+
+
+def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, box: AgentContainer,
+                           result: TrialResult, limits: TrialLimits, reward_key: str,
+                           reward_range: tuple[float, float], host: Path) -> None:
+    """The verifier in the agent's container (every process of the agent phase gone, /logs/verifier
+    and /tests fresh): the task's tests/ written into /tests, ``test.sh`` run as the verifier
+    user, the container killed, then the reward and the verifier's output read from the host
+    directory bound at /logs/verifier."""
+    a = result.applied
+    dk.write_host_tree(host / "tests", tree_entries(task_dir / "tests", "tests"))
+    oom_before, since = oom_kills_of_pid(box.pid), time.time()
+    ex = dk.run_exec(res.api, box.cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
+                     {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
+                     a.verifier_timeout_s)
+    oom = _remove(res, box, oom_before, since)
+    per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
+    tree = dk.read_host_tree(host / "logs", "verifier", per_file, limits.max_listing_bytes)
+    out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
+    err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
+    result.verifier_run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, oom_killed=oom,
+                                   runtime_s=round(ex.runtime_s, 3), stdout=out, stderr=err,
+                                   truncated=cut_out or cut_err)
+    result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
+    _reward(result, tree, reward_key, reward_range)
+
+
+LOGS_DIR = "/logs"
+#: The host directories of a one-container trial (below its private temporary directory):
+#: bound at /logs (Harbor's log directories in it) and at /tests, made by the harness.
+_HOST_DIRS = [("logs", 0o755), ("logs/agent", 0o777), ("logs/artifacts", 0o777), ("logs/verifier", 0o777),
+              ("tests", 0o755)]
+
+
+def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
+                        limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
+                        host: Path) -> AgentContainer:
+    """The agent phase of a trial whose verifier shares its environment: one container, the
+    harness's host directories bound at /logs and /tests (empty), PID 1 guarded; the agent
+    run; then every process but PID 1 killed, what the agent left recorded, both directories
+    emptied and the task's tests/ written into /tests. Returns the container, still running."""
+    a = result.applied
+    for rel, mode in _HOST_DIRS:
+        (host / rel).mkdir()
+        os.chmod(host / rel, mode)
+    binds, uploads = [(host / "logs", LOGS_DIR), (host / "tests", TESTS_DIR)], []
+    # what goes under /logs is written there by the harness; a top directory of the uploads
+    # (the oracle's /solution) is a directory of the harness's too, bound there: no archive
+    # goes through the daemon; anything else (none of this harness's agents has one) does
+    tops = sorted(p for p, _, data in plan.uploads if "/" not in p and data is None and p not in ("logs", "tests"))
+    for top in tops:
+        (host / "uploads" / top).mkdir(parents=True)
+        binds.append((host / "uploads" / top, f"/{top}"))
+    for path, mode, data in plan.uploads:
+        top, _, rest = path.partition("/")
+        if top == "logs" and rest:
+            dk.write_host_tree(host / "logs", [(path, mode, data)])
+        elif top in tops:
+            dk.write_host_tree(host / "uploads" / top, [(path, mode, data)])
+        else:
+            uploads.append((path, mode, data))
+    spec = replace(_spec(task, image, result, a.agent_timeout_s + a.verifier_timeout_s, {}),
+                   binds=tuple((str(h), c) for h, c in binds), guard_pid1=True)
+    agent = start_agent(res, spec, uploads, resolver)
+    result.pid1_guarded = agent.guarded
+    env = {**a.pinned_env, **task.config.environment.env, **plan.env}
+    run = PhaseRun()
+    try:
+        if drive is not None:
+            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=a.agent_user,
+                                  workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
+        elif plan.command is not None:
+            ex = dk.run_exec(res.api, agent.cid, plan.command, a.agent_user, None, env, a.agent_timeout_s)
+            run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
+    except dk.DockerFault as fault:
+        run.oom_killed = stopped_under(res, agent, fault)
+    else:
+        run.oom_killed = _end_agent_processes(res, agent, result)
+    running = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
+    if running and dk.unreaped(agent.pid):
+        # zombies of killed orphans, which PID 1 never reaps, would hold the pids limit in the
+        # verifier phase: the container stops (everything dies with PID 1) and starts again
+        dk.call("kill the container", res.api.kill, agent.cid)
+        dk.call("wait for the container", res.api.wait, agent.cid, timeout=60)
+        running = False
+    if not running:
+        # (or it was stopped by the kernel's OOM killer, else `_stopped_before` raised):
+        # everything of the phase died with its PID 1; the container starts again
+        agent = AgentContainer(agent.cid, *_started(res, agent.cid))
+        agent.guarded = result.pid1_guarded = dk.settle_pid1(agent.pid)
+    logs = host / "logs"
+    if plan.command is not None:
+        out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
+        run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
+    result.agent_run = run
+    left = dk.read_host_tree(logs, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
+    # "." is /logs/verifier itself: recorded only when the agent replaced it by a file or a link
+    result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
+                                   for f in left.entries if f.path != "." or f.kind != "dir"]
+    result.left_listing_truncated = left.truncated
+    _fresh_dir(logs, LOGS_DIR, 0o755, keep=True)
+    _fresh_dir(logs / "verifier", VERIFIER_DIR, 0o777, keep=False)
+    _fresh_dir(host / "tests", TESTS_DIR, 0o755, keep=False)
+    return agent
+
+
+def _end_agent_processes(res: dk.Resources, agent: AgentContainer, result: TrialResult) -> bool:
+    """Every process of the agent phase but PID 1 killed (`dk.sweep_all_but_pid1`, counted in
+    `TrialResult.agent_processes_killed`); whether anything was OOM-killed. A container
+    that stopped before is named as `_stop` names it (OOM, or a `DockerFault`)."""
+    oom_after = oom_kills_of_pid(agent.pid)
+    state = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"]
+    if not state.get("Running"):
+        return _stopped_before(res, agent.cid, state, agent.since)
+    try:
+        result.agent_processes_killed = dk.sweep_all_but_pid1(res.api, agent.cid, agent.pid)
+    except dk.DockerFault as fault:
+        return stopped_under(res, agent, fault)
+    if agent.oom_before is not None and oom_after is not None:
+        return oom_after > agent.oom_before
+    return bool(state.get("OOMKilled"))
+
+
+def _remove(res: dk.Resources, box: AgentContainer, oom_before: int | None, since: float) -> bool:
+    """The verifier's end: the container removed (every process in it killed; its files, in
+    the harness's directories, stay); whether anything was OOM-killed in the verifier phase.
+    A container that stopped before is named as `_stop` names it (OOM, or a `DockerFault`)."""
+    oom_after = oom_kills_of_pid(box.pid)
+    state = dk.call("inspect a container", res.api.inspect_container, box.cid)["State"]
+    if not state.get("Running"):
+        return _stopped_before(res, box.cid, state, since)
+    dk.call("remove the container", res.api.remove_container, box.cid, force=True, v=True)
+    res.containers.remove(box.cid)
+    if oom_before is not None and oom_after is not None:
+        return oom_after > oom_before  # (the daemon's flag may be the agent phase's, same container)
+    return bool(state.get("OOMKilled"))
+
+
+def _fresh_dir(path: Path, where: str, mode: int, *, keep: bool) -> None:
+    """`path` a directory again, the harness's, `mode` (the agent may have chmodded, chowned,
+    emptied or replaced it: a directory bound as a mount point cannot be replaced, its
+    contents can); emptied unless `keep`. An error here is the harness's (`DockerFault`)."""
+    try:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            os.mkdir(path)
+        else:
+            if not stat.S_ISDIR(st.st_mode):
+                os.unlink(path)
+                os.mkdir(path)
+            elif not keep:
+                dk.empty_host_dir(path)
+        os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
+        os.chmod(path, mode)  # a directory now, not a link: no agent process is left to swap it
+    except OSError as e:
+        raise dk.DockerFault(f"docker: making {where} fresh for the verifier: {type(e).__name__}: {e}") from None
+
+
+def _read_logs(res: dk.Resources, cid: str, logs: Path, path: str, per_file: int, budget: int) -> dk.Tree:
+    """`path` of the container, read from the host directory bound at /logs when it is there."""
+    if path.startswith(LOGS_DIR + "/"):
+        return dk.read_host_tree(logs, path[len(LOGS_DIR) + 1:], per_file, budget)
+    return dk.read_tree(res.api, cid, path, per_file, budget)
 
 
 def _verifier_environment(task: HarborTask):

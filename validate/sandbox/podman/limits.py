@@ -47,6 +47,10 @@ class PodmanAPI(docker.APIClient):
     #: podman 4.3's exec inspect never reports a *detached* exec as ended (``Running`` stays
     #: true): `validate.trial.docker.run_exec` attaches instead and waits for the stream's end.
     exec_attached = True
+    #: No one-container trial here (`validate.trial.run`): it pauses the container (the cgroup
+    #: freezer, which rootless podman on cgroup v1 cannot use) and binds host directories the
+    #: rootless user cannot make; a trial snapshots the agent's container instead.
+    one_container = False
 
     def __init__(self, *args, cgroups, **kwargs) -> None:
         super().__init__(*args, **kwargs)
