@@ -1,6 +1,6 @@
 """Harbor trials per second through the harness vs a bare loop of the same container work.
 
-    python bench/harbor_bench.py [-n 40] [-c 4] [--rounds 2] [--resolver {none,sidecar}]
+    python bench/harbor_bench.py [-n 40] [-c 4] [--rounds 2] [--resolver {none,harness}]
 
 One trivial task directory (written here, in a temporary directory: its image is the sandbox
 image plus one file; ``solve.sh`` writes one line, ``test.sh`` compares it and writes
@@ -13,8 +13,10 @@ both see the same machine:
 - **harness**: `validate.trial.run_trial` playing the oracle on the same task — the agent
   phase, its processes gone (PID 1 aside), what the agent left read, fresh log and test
   directories, the verifier in the same container, the reward read by Harbor's rule,
-  everything removed; with ``--resolver sidecar`` (as `validate run` plays a trial) also
-  the trial's resolver sidecar (`validate.trial.network`), with ``none`` (the default) not.
+  everything removed; with ``--resolver harness`` (as `validate run` plays a trial) also
+  the trial's network signal — the harness's own sockets in the container's namespace when
+  it runs as root (`validate.trial.nsresolver`), else the resolver sidecar
+  (`validate.trial.network`) — with ``none`` (the default) no resolver.
 
 It prints both rates and their ratio (harness / bare; the issue's goal is ≥ 0.9 at ``-c 4``)
 and the harness's per-phase share from the trial records. The docker daemon is the one
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
+import os
 import statistics
 import sys
 import tarfile
@@ -138,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-n", type=int, default=40, help="trials per round and side (default 40)")
     p.add_argument("-c", type=int, default=4, help="concurrency (default 4)")
     p.add_argument("--rounds", type=int, default=2, help="rounds, alternating bare and harness (default 2)")
-    p.add_argument("--resolver", choices=("none", "sidecar"), default="none",
-                   help="the harness's trials with no resolver, or with the resolver sidecar (default none)")
+    p.add_argument("--resolver", choices=("none", "harness"), default="none",
+                   help="the harness's trials with no resolver, or with the trial's own as `validate run` "
+                        "plays them (its sockets in the container's namespace as root, else the sidecar; "
+                        "default none)")
     p.add_argument("--calls", type=int, default=0, metavar="N",
                    help="also time N trials of each, one at a time, docker call by call")
     a = p.parse_args(argv)
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         names = (f"harbor-bench-bare-{i}" for i in itertools.count())
         limits = TrialLimits(cpus=1, memory_mb=512, max_agent_timeout_s=60, max_verifier_timeout_s=60)
         bare_fn = lambda: bare_trial(client.api, image, names)  # noqa: E731
-        resolver = DEFAULT_IMAGE if a.resolver == "sidecar" else None
+        resolver = DEFAULT_IMAGE if a.resolver == "harness" else None
         harness_fn = lambda: run_trial(client, task, task_dir, image, "oracle", limits,  # noqa: E731
                                        run_label="harbor-bench", resolver_image=resolver)
         bare_fn(), harness_fn()  # warm: the image's layers, the first exec
@@ -170,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             breakdown(client, image, task, task_dir, limits, names, a.calls, resolver)
         client.images.remove(image, force=True)
     b, h = statistics.mean(bare), statistics.mean(harness)
-    print(f"\nharbor_bench -n {a.n} -c {a.c} x {a.rounds} rounds, resolver: {a.resolver}")
+    how = {"none": "none", "harness": "own sockets (root)" if os.geteuid() == 0 else "sidecar"}[a.resolver]
+    print(f"\nharbor_bench -n {a.n} -c {a.c} x {a.rounds} rounds, resolver: {how}")
     print(f"  bare docker API trial : {b:.2f} trials/s")
     print(f"  harness run_trial     : {h:.2f} trials/s")
     print(f"  ratio harness / bare  : {h / b:.2f}  (goal >= 0.9)")

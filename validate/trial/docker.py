@@ -152,6 +152,10 @@ class Spec:
     guard_pid1: bool = False
     #: "none", or "container:<id>": the namespace of the trial's resolver (`validate.trial.network`)
     network: str = "none"
+    #: further mounts (the harness's resolv.conf and hosts: `validate.trial.nsresolver.mounts`)
+    mounts: tuple = ()
+    #: the container's hostname (None: docker's, its id's head)
+    hostname: str | None = None
 
 
 def create(res: Resources, spec: Spec, name: str) -> str:
@@ -160,6 +164,7 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     api = res.api
     mounts = [Mount(target=target, source=vol, type="volume", no_copy=True) for vol, target in spec.volumes]
     mounts += [Mount(target=target, source=host, type="bind") for host, target in spec.binds]
+    mounts += list(spec.mounts)
     try:
         host = api.create_host_config(network_mode=spec.network, mem_limit=f"{spec.memory_mb}m",
                                       memswap_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpus * 1e9),
@@ -169,7 +174,7 @@ def create(res: Resources, spec: Spec, name: str) -> str:
                                    command=[], name=f"dv-{res.trial}-{name}", labels=res.labels(),
                                    user=spec.user or "", working_dir=spec.workdir or "",
                                    environment=dict(sorted(spec.env.items())),
-                                   network_disabled=spec.network == "none",
+                                   network_disabled=spec.network == "none", hostname=spec.hostname,
                                    host_config=host)["Id"]
     except DOCKER_ERRORS as e:
         raise fault(f"create the {name} container from {spec.image[:19]}", e) from None

@@ -5,9 +5,14 @@ profile's `TrialLimits`, a docker client), so the attempt kind that wires trials
 stays thin. A verifier that shares the agent's environment (Harbor's default) runs in the
 agent's own container; a separate verifier in its own. The sequence, and why:
 
-0. **Resolver** (when the caller names an image for it): the trial's resolver sidecar
-   (`validate.trial.network`), whose network namespace the trial's containers join: still
-   no network, but every name either phase looks up is logged where the harness reads it.
+0. **Resolver** (when the caller names an image for it): still no network, but every name
+   either phase looks up is logged where the harness reads it. In one container with a root
+   harness, the harness's own sockets on 127.0.0.1:53 in the container's namespace
+   (`validate.trial.nsresolver`: its ``resolv.conf`` and ``hosts`` mounted at creation, the
+   sockets opened once PID 1 runs and before any command, the boundary below, the files
+   written again there; about a millisecond a trial); otherwise (a separate verifier, a
+   client that cannot play one container, a harness that is not root) the resolver sidecar
+   (`validate.trial.network`), whose network namespace the trial's containers join.
 1. **Agent phase.** One container of the task image (no network, the task's limits capped
    by the profile) with two directories of the harness's own, fresh for the trial in a
    private temporary directory on the host, bound at ``/logs`` (``agent``, ``artifacts`` and
@@ -29,8 +34,8 @@ agent's own container; a separate verifier in its own. The sequence, and why:
    fresh PID 1; the files stay). Then, from the host directories, never following a
    link (`validate.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
    recorded, both directories emptied and made the harness's again (mode, owner: the agent
-   may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's log
-   marked. (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
+   may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's
+   boundary (what was asked until now was the agent's). (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
    read, `validate.trial.artifacts`, and removed.)
 3. **Verifier phase.** ``test.sh`` run by exec in the same container, as the verifier user,
    against the verifier timeout (a separate verifier: a fresh container of its own image,
@@ -74,7 +79,7 @@ from environment.harbor.reward import (
 )
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.cgroups import oom_kills_of_pid
-from validate.trial import artifacts, network
+from validate.trial import artifacts, network, nsresolver
 from validate.trial import docker as dk
 from validate.trial.agents import AgentPlan, plan as agent_plan, tree_entries
 from validate.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
@@ -151,11 +156,15 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
                          reward_key=reward_key, applied=apply_limits(task.config, limits),
                          verifier_image=verifier_image if separate else None)
-    resolver, mark, host = None, None, None
+    resolver, mark, host, own = None, None, None, _OwnResolver()
+    one = not separate and getattr(client.api, "one_container", True)
     try:
-        if resolver_image is not None:
+        # One container, a root harness: the harness's own sockets in its namespace
+        # (`validate.trial.nsresolver`); otherwise the resolver sidecar (`validate.trial.network`).
+        own.wanted = one and resolver_image is not None and os.geteuid() == 0
+        if resolver_image is not None and not own.wanted:
             resolver = network.Resolver(res, resolver_image)
-        if separate or not getattr(client.api, "one_container", True):
+        if not one:
             handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
@@ -164,9 +173,10 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                             handed if separate else None)
         else:
             host = Path(tempfile.mkdtemp(prefix=f"dv-{res.trial}-"))
-            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host)
+            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
+            own.boundary(box.pid)
             _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host)
         result.status = _status(result)
     except dk.DockerFault as e:
@@ -177,7 +187,10 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         try:
             if resolver is not None:
                 result.lookups = network.lookups(res, resolver.id, mark)
+            elif own.resolver is not None:
+                result.lookups = own.resolver.lookups()
         finally:
+            own.close()
             result.cleanup_errors = res.close()
             if host is not None:
                 try:
@@ -428,9 +441,53 @@ _HOST_DIRS = [("logs", 0o755), ("logs/agent", 0o777), ("logs/artifacts", 0o777),
               ("tests", 0o755)]
 
 
+class _OwnResolver:
+    """The trial's own resolver (`validate.trial.nsresolver`) in a one-container trial: its
+    files mounted at the container's creation, its sockets opened in the container's network
+    namespace once PID 1 runs (before any command), the boundary once the agent's processes
+    are dead (the container's files written again, and a namespace the container got by
+    starting again attached), closed always."""
+
+    def __init__(self) -> None:
+        self.wanted = False
+        self.resolver: nsresolver.Resolver | None = None
+        self.files: Path | None = None
+        self.pid: int | None = None
+
+    def mounts(self, host: Path, hostname: str) -> tuple:
+        if not self.wanted:
+            return ()
+        self.files, self.hostname = host / "etc", hostname
+        # hosts writable, as docker's own is (a task may add a name): written again at the boundary
+        return tuple(nsresolver.mounts(self.files, hostname, hosts_writable=True))
+
+    def started(self, pid: int) -> None:
+        if self.wanted:
+            try:
+                self.resolver, self.pid = nsresolver.open(pid), pid
+            except nsresolver.NamespaceError as e:
+                raise dk.DockerFault(f"the trial's resolver: {e}") from None
+
+    def boundary(self, pid: int) -> None:
+        if self.resolver is None:
+            return
+        self.resolver.boundary()
+        nsresolver.mounts(self.files, self.hostname, hosts_writable=True)
+        if pid != self.pid:  # the container started again: a namespace of its own
+            try:
+                self.resolver.attach(pid)
+            except nsresolver.NamespaceError as e:
+                raise dk.DockerFault(f"the trial's resolver: {e}") from None
+            self.pid = pid
+
+    def close(self) -> None:
+        if self.resolver is not None:
+            self.resolver.close()
+
+
 def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                         limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                        host: Path) -> AgentContainer:
+                        host: Path, own: _OwnResolver) -> AgentContainer:
     """The agent phase of a trial whose verifier shares its environment: one container, the
     harness's host directories bound at /logs and /tests (empty), PID 1 guarded; the agent
     run; then every process but PID 1 killed, what the agent left recorded, both directories
@@ -456,8 +513,10 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
         else:
             uploads.append((path, mode, data))
     spec = replace(_spec(task, image, result, a.agent_timeout_s + a.verifier_timeout_s, {}),
-                   binds=tuple((str(h), c) for h, c in binds), guard_pid1=True)
+                   binds=tuple((str(h), c) for h, c in binds), guard_pid1=True,
+                   mounts=own.mounts(host, f"dv-{res.trial}"), hostname=f"dv-{res.trial}" if own.wanted else None)
     agent = start_agent(res, spec, uploads, resolver)
+    own.started(agent.pid)
     result.pid1_guarded = agent.guarded
     env = {**a.pinned_env, **task.config.environment.env, **plan.env}
     run = PhaseRun()
