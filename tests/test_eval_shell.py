@@ -7,6 +7,7 @@ network is off there, and a reward the model plants is never read. The eval audi
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -170,3 +171,24 @@ def test_freezing_on_a_task_directory_pool_freezes_the_shell_agent(tmp_path):
     assert (c.agent.name, c.agent.source_sha256) == (ec.SHELL_AGENT_NAME, ec.shell_source_sha256())
     assert c.tools == [ec.SHELL_TOOL] and c.prompts.system_template == ec.SHELL_SYSTEM
     assert ec.default_system("program") == ec.DEFAULT_SYSTEM != ec.SHELL_SYSTEM
+
+
+def test_the_datasets_reward_key_rule_reads_the_model_trial_as_validation_reads_it(sandboxes, server, tmp_path):
+    """A dataset whose contract says every reward.json key must reach the threshold (``all``):
+    the model's trial record is read under that rule, as the validation trial's is, so the
+    eval audit, whose scorer reads it under the contract's rule, agrees with the rows."""
+    from validate import environments
+
+    env = environments.get("harbor")
+    ts = env.load(env.Config(dataset=str(SAMPLE), reward_key="all"))
+    idx = [i for i in range(ts.size) if ts.task(i).id == "multi-key-reward"]
+    sandbox = sandboxes("docker")
+    manifest = make_manifest(sandbox, idx=idx, env_name="harbor", dataset=str(SAMPLE), reward_key="all",
+                             min_task_count=1)
+    _, _, run_dir, samples, _, attempts = evaluate_with((sandbox, manifest, ts), server, tmp_path, NOTHING)
+    a = attempts["multi-key-reward"]
+    record = json.loads((run_dir / "replies" / a["reply_sha256"].removeprefix("sha256:")).read_bytes())
+    assert record["key"] == "all"
+    assert set(json.loads(base64.b64decode(record["files"]["reward.json"]))) == {"reward", "to_roman", "from_roman"}
+    assert a["status"] == "ok" and a["reward"] == 0.0 and not samples["multi-key-reward"]["solved"]
+    assert api.eval_audit(run_dir).problems == []

@@ -52,6 +52,7 @@ from validate.records import MODEL, Attempt
 from validate.sandbox.base import ExecResult
 from validate.sandbox.docker import wire
 from validate.trial import docker as dk
+from validate.trial import network
 from validate.trial.result import PhaseRun, TrialLimits, TrialResult
 from validate.trial.run import LiveAgent, run_trial
 from validate.workspace import workspace_sha256
@@ -179,8 +180,11 @@ class ShellKind(TrialKind):
                             runtime_s=round(time.monotonic() - t, 3), stdout=cap(conv.reply or "", 65536))
 
         stats["trial_t0"] = time.monotonic()
+        # The dataset's reward-key rule, as validation reads it (the audit's scorer reads the
+        # record under it), and the trial's resolver (the model's lookups kept, deciding nothing).
         result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image_id, MODEL_AGENT,
-                           limits, run_label=ctx.run_id, drive=drive, verifier_image=verifier)
+                           limits, run_label=ctx.run_id, drive=drive, verifier_image=verifier,
+                           reward_key=ctx.taskset.config.reward_key, resolver_image=play.manifest.execution.image)
         end = time.monotonic()
         # What the model did not spend (container start, the sweep between phases, verifier) is the sandbox's time.
         stats["sandbox_s"] = stats.get("sandbox_s", 0.0) + (end - stats.get("agent_end", stats["trial_t0"]))
@@ -190,7 +194,9 @@ class ShellKind(TrialKind):
 
     def _result(self, ctx, result: TrialResult, conv: Conversation, row: dict, stats: dict) -> None:
         """The trial's outcome as the attempt's status, reward and kept reply."""
-        record = None if result.record is None else result.record.model_copy(update={"image": result.image})
+        rule = ctx.taskset.config.reward_key
+        record = None if result.record is None else result.record.model_copy(update={"image": result.image,
+                                                                                      "key": rule})
         reply = None if record is None else record.to_bytes()
         if reply is not None:
             row.update(reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply),
@@ -202,13 +208,16 @@ class ShellKind(TrialKind):
                        error_message=(result.infrastructure_error or "")[:2000])
             return
         stats["verifier"] = verifier_text(result)
-        row["stderr"] = stats["verifier"]
-        if result.status == "task_error" or result.verifier_error is not None:
+        looked = network.describe(result.lookups)
+        row["stderr"] = f"{looked}\n{stats['verifier']}" if looked else stats["verifier"]
+        # a key the trial did not find is the record's rule to apply (`score_record`, below): 'all'
+        keyed = result.verifier_error is not None and result.verifier_error.kind == "missing_key"
+        if result.status == "task_error" or (result.verifier_error is not None and not keyed):
             what = result.task_error or f"{result.verifier_error.kind}: {result.verifier_error.detail}"
             row.update(status="scorer_error", error_class="VerifierError", error_message=what[:2000])
             return
         try:
-            reward, _ = score_record(reply or b"")
+            reward, _ = score_record(reply or b"", rule)
         except VerifierFailed as e:  # the record is what the audit reads: it decides
             row.update(status="scorer_error", error_class="VerifierError", error_message=str(e)[:2000])
             return
