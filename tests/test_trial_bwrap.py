@@ -149,7 +149,8 @@ def test_a_task_whose_solution_needs_root_fails_here_and_passes_under_docker(bwr
     assert r.agent_run.exit_code == 2 and "requires superuser privilege" in r.agent_run.stdout
     task, task_dir, image = tasks["install-local-deb"]
     on_docker = run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label="pytest-bwrap-trial")
-    assert (on_docker.status, on_docker.reward) == ("ok", 1.0), on_docker
+    assert (on_docker.status, on_docker.reward) == ("ok", 1.0), (on_docker.infrastructure_error, on_docker.task_error,
+                                                                 on_docker.verifier_error)
     assert _leftovers(bwrap) == []
 
 
