@@ -105,3 +105,13 @@ def test_like_refuses_options_of_the_dataset_contract(two_profiles):
     refused(cli("freeze", "--name", "d", "--like", "manifests/nope.json", "--backend", "subprocess",
                 cwd=two_profiles), "--like")
     refused(cli("compare-profiles", "ledgers/a", "ledgers/nope", cwd=two_profiles), "RUN_B")
+
+
+def test_the_one_line_summary_counts_the_per_task_image_fields_and_names_the_rest():
+    from validate.cli import _field_groups
+
+    fields = ["backend", "seccomp", "task_images.base_map.bases.debian.image_id", "task_images.tasks.a.image",
+              "task_images.tasks.a.key", "task_images.tasks.b.image", "task_images.build_policy"]
+    assert _field_groups(fields) == ("backend, seccomp, task_images.base_map.* (1 fields), task_images.tasks.* "
+                                     "(3 fields), task_images.build_policy")
+    assert _field_groups([]) == "none"

@@ -768,6 +768,17 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def _field_groups(fields: list[str]) -> str:
+    """Differing fields for one line: those under one per-task or per-base map counted, not
+    listed (every task image differs between two daemons); the comparison has them all."""
+    groups: dict[str, int] = {}
+    for f in fields:
+        parts = f.split(".")
+        key = ".".join(parts[:2]) + ".*" if parts[0] == "task_images" and len(parts) > 3 else f
+        groups[key] = groups.get(key, 0) + 1
+    return ", ".join(f"{k} ({n} fields)" if k.endswith(".*") else k for k, n in groups.items()) or "none"
+
+
 def cmd_compare_profiles(args) -> int:
     api = _api()
 
@@ -775,7 +786,7 @@ def cmd_compare_profiles(args) -> int:
     total = result.a.tasks
     out.print(f"{result.a.run_id} ({result.a.backend}) vs {result.b.run_id} ({result.b.backend}): "
               f"{result.same}/{total} tasks agree, {len(result.differences)}/{total} differ; profile fields that "
-              f"differ: {', '.join(f for f, _, _ in result.profile) or 'none'}; wrote {entry}", markup=False)
+              f"differ: {_field_groups([f for f, _, _ in result.profile])}; wrote {entry}", markup=False)
     for d in result.differences:
         out.print(f"  {d.task_id}: {' — '.join(p for p in d.a[:2] if p)} → {' — '.join(p for p in d.b[:2] if p)}",
                   markup=False)
