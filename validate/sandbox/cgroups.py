@@ -93,19 +93,23 @@ def read_counters(text: str) -> dict[str, int]:
     return counters
 
 
+def _groups_of_pid(pid: int | None) -> list[tuple[str, str]]:
+    """(controllers, path) of each line of ``/proc/<pid>/cgroup``; none when unreadable."""
+    if not pid:
+        return []
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    return [tuple((line.split(":", 2) + ["", ""])[1:3]) for line in lines]
+
+
 def oom_kills_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> int | None:
     """The ``oom_kill`` counter of the memory cgroup process `pid` is in (a docker container's
     PID 1: the container's group), from ``memory.events`` on v2 or ``memory.oom_control`` on
     v1; None when unreadable (no such process, no memory controller)."""
-    if not pid:
-        return None
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
     v2 = detect(root) == "v2"
-    for line in lines:
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+    for controllers, path in _groups_of_pid(pid):
         if v2 and controllers == "":
             return _counter(root / path.lstrip("/") / "memory.events", "oom_kill")
         if not v2 and "memory" in controllers.split(","):
@@ -117,15 +121,8 @@ def group_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> Path | None:
     """The group process `pid` is in whose ``cgroup.procs`` lists every process of it (a
     docker container's PID 1: the container's group): the unified group on v2, the pids
     controller's on v1; None when unreadable (no such process, no pids hierarchy)."""
-    if not pid:
-        return None
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
     v2 = detect(root) == "v2"
-    for line in lines:
-        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+    for controllers, path in _groups_of_pid(pid):
         if (v2 and controllers == "") or (not v2 and "pids" in controllers.split(",")):
             group = (root if v2 else root / "pids") / path.lstrip("/")
             return group if (group / "cgroup.procs").is_file() else None

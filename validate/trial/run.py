@@ -398,15 +398,9 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
     ex = dk.run_exec(res.api, cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
                      {**a.pinned_env, **env_config.env, **task.config.verifier.env}, a.verifier_timeout_s)
     oom = _stop(res, cid, pid, oom_before, since)
-    per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
-    tree = dk.read_tree(res.api, cid, VERIFIER_DIR, per_file, limits.max_listing_bytes)
-    out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
-    err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
-    result.verifier_run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, oom_killed=oom,
-                                   runtime_s=round(ex.runtime_s, 3), stdout=out, stderr=err,
-                                   truncated=cut_out or cut_err)
-    result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
-    _reward(result, tree, reward_key, reward_range)
+    tree = dk.read_tree(res.api, cid, VERIFIER_DIR, max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                        limits.max_listing_bytes)
+    _verified(result, tree, ex, oom, limits, reward_key, reward_range)
 
 
 def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, box: AgentContainer,
@@ -423,8 +417,14 @@ def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, 
                      {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
                      a.verifier_timeout_s)
     oom = _remove(res, box, oom_before, since)
-    per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
-    tree = dk.read_host_tree(host / "logs", "verifier", per_file, limits.max_listing_bytes)
+    tree = dk.read_host_tree(host / "logs", "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                             limits.max_listing_bytes)
+    _verified(result, tree, ex, oom, limits, reward_key, reward_range)
+
+
+def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits, reward_key: str,
+              reward_range: tuple[float, float]) -> None:
+    """The verifier phase's run, its files and the reward, from what it left in /logs/verifier."""
     out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
     err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
     result.verifier_run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, oom_killed=oom,
