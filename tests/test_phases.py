@@ -122,3 +122,29 @@ def test_a_pilot_whose_control_passes_fails(tmp_path):
     r = cli("pilot", "--manifest", "manifests/lax.json", "--run-dir", "ledgers/lax", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 1 and r.stdout.startswith("Dataset verdict: FAIL")
     assert "every_task_compatible" in r.stderr
+
+
+def test_the_smoke_comparison_holds_each_oracle_repeat_to_its_own_sample(passed_pool, tmp_path):
+    """With ``--oracle-repeats`` the oracle has a row per sample in both runs: each is compared
+    with the same sample of the frozen run (a (task, agent) key alone matched several rows
+    and the comparison crashed), and a repeat that differs is named with its sample."""
+    import shutil
+
+    from validate.paths import ATTEMPTS, SMOKE, SMOKE_RUN
+    from validate.records import ORACLE
+    from validate.smoke import compare
+
+    run = tmp_path / "pool"
+    shutil.copytree(passed_pool, run)
+    rerun = sorted((run / SMOKE).iterdir())[-1] / SMOKE_RUN
+    for root in (run, rerun):  # a second oracle sample in both, as five repeats give five
+        a = pd.read_parquet(root / ATTEMPTS)
+        again = a[a["role"] == ORACLE].assign(sample=1)
+        pd.concat([a, again]).to_parquet(root / ATTEMPTS)
+    n, mismatches = compare(run, rerun, 0.0)
+    assert mismatches == [] and n == len(pd.read_parquet(rerun / ATTEMPTS))
+    a = pd.read_parquet(rerun / ATTEMPTS)
+    a.loc[(a["role"] == ORACLE) & (a["sample"] == 1), "reward"] = -1.0
+    a.to_parquet(rerun / ATTEMPTS)
+    _, mismatches = compare(run, rerun, 0.0)
+    assert mismatches and all(", 1)" in m and "reward" in m for m in mismatches)

@@ -45,7 +45,9 @@ from validate.records import EXCEPTION_STATUSES
 from validate.context import RunContext
 from validate.smoke_package import PACKAGE, is_task_directories, materialise_sample
 
-KEY = ["task_id", "agent"]
+#: An attempt's place in both runs: an oracle played several times (``oracle_repeats``) has a
+#: row per sample, each compared with the same sample of the frozen run.
+KEY = ["task_id", "agent", "sample"]
 #: Environment variables the rerun inherits: where the daemon, the image and the data are.
 PASSED_ENV = ("DOCKER_HOST", "VALIDATE_IMAGE_DIR", "VALIDATE_DATA_DIR", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
               "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR", "PIP_CONFIG_FILE", "http_proxy", "https_proxy")
@@ -153,7 +155,8 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
     before, after = final(frozen_run), final(rerun)
     sample_contract = load_manifest(rerun / MANIFEST)
     expected = [(t.id, agent) for t in sample_contract.tasks for agent in sample_contract.expectations.required(t.skip)]
-    mismatches = [f"{key}: missing from the rerun" for key in expected if key not in after.index]
+    played = {(task_id, agent) for task_id, agent, _ in after.index}
+    mismatches = [f"{key}: missing from the rerun" for key in expected if key not in played]
     for key, row in after.iterrows():
         if row["status"] in EXCEPTION_STATUSES:
             mismatches.append(f"{key}: {row['status']} in the rerun: {row['error_message']}")
