@@ -17,11 +17,13 @@ import pytest
 from environment.harbor import baseline
 from tests.conftest import make_ctx, make_manifest
 from validate import api
+from validate.contract import load_manifest
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.contract import request_seed
 from validate.eval.run import EvalPhase, evaluate
 from validate.localserver import serve
+from validate.paths import FROZEN_MANIFEST
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -167,7 +169,8 @@ def test_freezing_on_a_task_directory_pool_freezes_the_shell_agent(tmp_path):
     c = api.eval_freeze("shell", pool_run=pool, model=baseline.MODEL_NAME, model_revision="test",
                         base_url="http://127.0.0.1:9/v1", server="localserver", allow_patch=True,
                         out=tmp_path / "shell.json")
-    assert c.parent.environment == "harbor" and c.parent.task_count == 11
+    frozen = load_manifest(pool / FROZEN_MANIFEST)  # the pool's frozen set: what an eval plays
+    assert c.parent.environment == "harbor" and c.parent.task_count == len(frozen.tasks) >= 11
     assert (c.agent.name, c.agent.source_sha256) == (ec.SHELL_AGENT_NAME, ec.shell_source_sha256())
     assert c.tools == [ec.SHELL_TOOL] and c.prompts.system_template == ec.SHELL_SYSTEM
     assert ec.default_system("program") == ec.DEFAULT_SYSTEM != ec.SHELL_SYSTEM
