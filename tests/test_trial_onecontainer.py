@@ -10,10 +10,14 @@ reward is the verifier's; the processes the verifier itself sees are PID 1 and i
 root agent that takes PID 1's real or effective uid (``setpriv``, python's ``os.setresuid``)
 can neither ptrace-attach to PID 1 nor open ``/proc/1/mem``; nor move /logs or /tests away.
 Orphans filling the pids limit, zombies once killed (PID 1 reaps none), do not starve the
-verifier: the container starts again.
+verifier: the container starts again. Trees deeper than the recursion limit in the
+directories the harness empties and removes neither stop the trial nor stay on the host.
 """
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +159,27 @@ def test_orphans_filling_the_pids_limit_leave_the_verifier_its_pids(client, host
     # the zombies went with a fresh PID 1 (the container started again), guarded again
     assert r.pid1_guarded is True
     assert (r.status, r.reward, r.verifier_error) == ("ok", 1.0, None), r.verifier_run.stderr
+
+
+#: Trees deeper than Python's recursion limit in every directory the harness empties or
+#: removes from the host (and the task solved, so the verifier's reward says the trial ran).
+DEEP = r"""
+python3 -c '
+import os
+for top in ("/logs/verifier", "/tests", "/logs/agent", "/logs/artifacts"):
+    os.chdir(top)
+    for _ in range(3000):
+        os.mkdir("d")
+        os.chdir("d")
+'
+echo 60 > /app/sum.txt
+"""
+
+
+def test_trees_deeper_than_the_recursion_limit_are_emptied_and_removed(client, hostile, monkeypatch):
+    before = set(Path(tempfile.gettempdir()).glob("dv-*"))
+    r = _play(client, hostile, monkeypatch, DEEP, "deep")
+    assert r.infrastructure_error is None, r.infrastructure_error
+    assert (r.status, r.reward) == ("ok", 1.0), (r.agent_run.stdout, r.verifier_run.stderr)
+    assert [f.path for f in r.left_in_verifier_dir][:2] == ["d", "d/d"]
+    assert set(Path(tempfile.gettempdir()).glob("dv-*")) - before == set()  # the trial's host directory went

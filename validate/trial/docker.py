@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 import signal
 import stat
 import tarfile
@@ -42,6 +41,7 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount
 
 from validate.sandbox.cgroups import group_of_pid, procs_of
+from validate.sandbox.storage import remove_tree
 from validate.sandbox.docker.wire import LABEL
 
 TRIAL_LABEL = f"{LABEL}.trial"
@@ -565,18 +565,16 @@ def read_host_tree(root: Path, rel: str, per_file: int, budget: int) -> Tree:
 
 
 def empty_host_dir(path: Path) -> None:
-    """Remove everything in the host directory `path`, never following a link (the
-    directory itself stays: it is a container's mount point)."""
+    """Remove everything in the host directory `path`, never following a link, however deep
+    (`validate.sandbox.storage.remove_tree`; the directory itself stays: it is a container's
+    mount point)."""
     fd = os.open(path, _DIR_FLAGS)
     try:
-        for name in sorted(os.listdir(fd)):
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(name, dir_fd=fd)
-            else:
-                os.unlink(name, dir_fd=fd)
+        names = sorted(os.listdir(fd))
     finally:
         os.close(fd)
+    for name in names:
+        remove_tree(path / name)
 
 
 def write_host_tree(root: Path, entries: list[tuple[str, int, bytes | None]]) -> None:

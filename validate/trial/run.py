@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import stat
 import tempfile
 import time
@@ -79,6 +78,7 @@ from environment.harbor.reward import (
 )
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.cgroups import oom_kills_of_pid
+from validate.sandbox.storage import remove_tree
 from validate.trial import artifacts, network, nsresolver
 from validate.trial import docker as dk
 from validate.trial.agents import AgentPlan, plan as agent_plan, tree_entries
@@ -194,7 +194,7 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
             result.cleanup_errors = res.close()
             if host is not None:
                 try:
-                    shutil.rmtree(host)
+                    remove_tree(host)  # however deep the agent made it, never following a link
                 except OSError as e:
                     result.cleanup_errors.append(f"trial directory {host.name}: {type(e).__name__}: {str(e)[:200]}")
             result.runtime_s = round(time.monotonic() - t0, 3)
