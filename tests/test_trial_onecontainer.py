@@ -182,4 +182,38 @@ def test_trees_deeper_than_the_recursion_limit_are_emptied_and_removed(client, h
     assert r.infrastructure_error is None, r.infrastructure_error
     assert (r.status, r.reward) == ("ok", 1.0), (r.agent_run.stdout, r.verifier_run.stderr)
     assert [f.path for f in r.left_in_verifier_dir][:2] == ["d", "d/d"]
+    # listed down to the host listing's depth, no further (one descriptor held per level)
+    assert r.left_listing_truncated and max(f.path.count("/") for f in r.left_in_verifier_dir) == dk.MAX_DEPTH - 1
     assert set(Path(tempfile.gettempdir()).glob("dv-*")) - before == set()  # the trial's host directory went
+
+
+def test_a_host_listing_holds_a_descriptor_per_level_not_per_directory(tmp_path, monkeypatch):
+    """However many directories the agent made (here 2,000 side by side, and a chain deeper
+    than the listing goes), reading them holds at most one descriptor per level at once."""
+    top = tmp_path / "logs" / "verifier"
+    for i in range(2000):
+        (top / f"w{i:04d}").mkdir(parents=True)
+        (top / f"w{i:04d}" / "f").write_bytes(b"x")
+    chain = top
+    for _ in range(dk.MAX_DEPTH + 20):
+        chain = chain / "c"
+    chain.mkdir(parents=True)
+    real_open, real_close, held, most = dk.os.open, dk.os.close, set(), [0]
+
+    def counted_open(*a, **kw):
+        fd = real_open(*a, **kw)
+        held.add(fd)
+        most[0] = max(most[0], len(held))
+        return fd
+
+    def counted_close(fd):
+        held.discard(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(dk.os, "open", counted_open)
+    monkeypatch.setattr(dk.os, "close", counted_close)
+    tree = dk.read_host_tree(tmp_path / "logs", "verifier", 16, 64 * 2**20)
+    monkeypatch.undo()
+    assert held == set() and most[0] <= dk.MAX_DEPTH + 3, most[0]
+    assert sum(f.path.endswith("/f") and f.data == b"x" for f in tree.entries) == 2000
+    assert tree.truncated and max(f.path.count("/") for f in tree.entries) == dk.MAX_DEPTH - 1

@@ -474,6 +474,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 #: What one entry costs of a listing's budget besides its bytes (as a tar header would).
 ENTRY_COST = 512
+#: Directory levels below the read one that a host listing goes (one descriptor held each).
+MAX_DEPTH = 64
 
 
 def _kind(mode: int) -> str:
@@ -520,45 +522,61 @@ def _open_parent(root: Path, rel: str) -> tuple[int, str] | None:
 
 def read_host_tree(root: Path, rel: str, per_file: int, budget: int) -> Tree:
     """Every entry at and under `rel` in the host directory `root`, as `read_tree` gives a
-    container's (paths below `rel`, ``.`` for itself, sorted; a missing `rel` is empty)."""
+    container's (paths below `rel`, ``.`` for itself, sorted; a missing `rel` is empty).
+    A directory's descriptor is closed once its entries are read, and nothing deeper than
+    `MAX_DEPTH` below `rel` is listed (``truncated``): the descriptors held at once are
+    bounded however many directories, or how deep a chain of them, the agent made."""
     tree = Tree(entries=[])
     opened = _open_parent(root, rel)
     if opened is None:
         return tree
     parent, name = opened
     spent = 0
-    # (directory descriptor, name in it, path in the tree)
-    stack: list[tuple[int, str, str]] = [(parent, name, ".")]
-    owned = [parent]
+    # (directory descriptor, name in it, path in the tree, depth below `rel`)
+    stack: list[tuple[int, str, str, int]] = [(parent, name, ".", 0)]
+    pending = {parent: 1}  # each open directory's entries not yet read
     try:
         while stack:
-            dir_fd, entry, path = stack.pop()
+            dir_fd, entry, path, depth = stack.pop()
             try:
-                st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
-            except OSError:
-                continue
-            if spent + ENTRY_COST > budget:
-                tree.truncated = True
-                break
-            spent += ENTRY_COST
-            kind = _kind(st.st_mode)
-            data = _read_file(dir_fd, entry, st, min(per_file, budget - spent)) if kind == "file" else None
-            if data is not None:
-                spent += len(data)
-                if len(data) < min(per_file, st.st_size):
+                try:
+                    st = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if spent + ENTRY_COST > budget:
                     tree.truncated = True
-            tree.entries.append(Found(path=path, kind=kind, size=st.st_size if kind == "file" else 0,
-                                      data=data, mode=st.st_mode & 0o7777))
-            if kind == "dir":
+                    break
+                spent += ENTRY_COST
+                kind = _kind(st.st_mode)
+                data = _read_file(dir_fd, entry, st, min(per_file, budget - spent)) if kind == "file" else None
+                if data is not None:
+                    spent += len(data)
+                    if len(data) < min(per_file, st.st_size):
+                        tree.truncated = True
+                tree.entries.append(Found(path=path, kind=kind, size=st.st_size if kind == "file" else 0,
+                                          data=data, mode=st.st_mode & 0o7777))
+                if kind != "dir":
+                    continue
+                if depth >= MAX_DEPTH:
+                    tree.truncated = True
+                    continue
                 try:
                     sub = os.open(entry, _DIR_FLAGS, dir_fd=dir_fd)
                 except OSError:
                     continue
-                owned.append(sub)
                 names = sorted(os.listdir(sub), reverse=True)
-                stack += [(sub, n, n if path == "." else f"{path}/{n}") for n in names]
+                if not names:
+                    os.close(sub)
+                    continue
+                pending[sub] = len(names)
+                stack += [(sub, n, n if path == "." else f"{path}/{n}", depth + 1) for n in names]
+            finally:
+                pending[dir_fd] -= 1
+                if pending[dir_fd] == 0:
+                    del pending[dir_fd]
+                    os.close(dir_fd)
     finally:
-        for fd in owned:
+        for fd in pending:
             os.close(fd)
     tree.entries.sort(key=lambda f: (f.path != ".", f.path))
     return tree
