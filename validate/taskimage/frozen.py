@@ -201,8 +201,11 @@ def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) 
     run's ``build-logs/``: on the driver, the one writer of the run directory, whichever
     machine ran the trial."""
     entry = frozen.tasks.get(task_id)
-    if entry is not None and entry.image and entry.log_sha256:
-        keep_log(store / LOGS / f"{entry.log_sha256.removeprefix('sha256:')}.log", run_root / BUILD_LOGS)
+    if entry is None or not entry.image or not entry.log_sha256:
+        return
+    name = f"{entry.log_sha256.removeprefix('sha256:')}.log"
+    if not (run_root / BUILD_LOGS / name).is_file():  # once per run and image, not per attempt
+        keep_log(store / LOGS / name, run_root / BUILD_LOGS)
 
 
 def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int:
