@@ -4,7 +4,10 @@ one digest for both backends, and a bwrap tree that must be what the tarball hol
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -158,6 +161,49 @@ def test_bwrap_refuses_a_tree_that_is_not_what_the_tarball_holds(tmp_path):
             sandbox.facts()
         unpack_rootfs(paths, log=lambda _msg: None)  # unpacks the tarball anew: accepted again
         assert sandbox.facts().tree_digest == record.tree_digest
+
+
+FACTS_IN_A_NEW_PROCESS = """
+import sys
+from pathlib import Path
+from validate.errors import ProfileUnavailable
+from validate.sandbox.bwrap import BwrapSandbox
+try:
+    print(BwrapSandbox(image="tiny:test", image_dir=Path(sys.argv[1])).facts().tree_digest)
+except ProfileUnavailable as e:
+    print(f"refused: {e}")
+"""
+
+
+@pytest.mark.bwrap
+def test_the_image_hashes_kept_across_processes_still_see_every_change(tmp_path):
+    # Each process that opens a bwrap sandbox checks the tree against the tarball; the file
+    # hashes are kept in the store (digests.json) under each file's inode, size, mtime and ctime,
+    # so the next process rehashes only what changed — and a change that keeps the size and
+    # puts the mtime back still has a new ctime.
+    paths = tiny_store(tmp_path)
+    record = read_record(paths)
+
+    def facts() -> str:
+        out = subprocess.run([sys.executable, "-c", FACTS_IN_A_NEW_PROCESS, str(tmp_path)], capture_output=True,
+                             text=True, check=True)
+        return out.stdout.strip()
+
+    assert facts() == record.tree_digest
+    stored = json.loads(paths.digest_cache.read_bytes())
+    assert len(stored["files"]) == 3 and stored["tarball"][1:] == [record.digest, record.tree_digest]
+    assert facts() == record.tree_digest  # from the stored hashes
+    motd = paths.rootfs / "etc/motd"
+    before = motd.stat()
+    motd.write_bytes(b"hellO\n")  # the same size
+    os.utime(motd, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert motd.stat().st_size == before.st_size and motd.stat().st_mtime_ns == before.st_mtime_ns
+    assert facts().startswith("refused: execution.image: the unpacked tree")
+    motd.write_bytes(b"hello\n")  # what the tarball holds: accepted again, whatever the cache held
+    assert facts() == record.tree_digest
+    paths.digest_cache.write_bytes(b"{not json")  # a damaged cache is ignored, and written anew
+    assert facts() == record.tree_digest
+    assert json.loads(paths.digest_cache.read_bytes())["tarball"][1] == record.digest
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import shutil
@@ -35,6 +36,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from environment.protocol import canonical_json
 
 from validate.errors import ProfileUnavailable
 from validate.evidence import atomic_write
@@ -216,8 +219,13 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
         raise ProfileUnavailable(f"execution.image: no unpacked rootfs for {paths.name} at {paths.root}; "
                                  f"build it with `validate image build`, or restore an exported one with "
                                  f"`validate image import`")
+    stored = _load_digest_cache(paths.digest_cache)
+    hashed = len(_FILE_HASHES) + len(_TARBALLS)
     digest, expected = tarball_digests(paths.tarball)
-    actual = tree_digest(paths.rootfs)
+    used: list[tuple[int, ...]] = []
+    actual = tree_digest(paths.rootfs, used)
+    if not stored or len(_FILE_HASHES) + len(_TARBALLS) > hashed:  # something was hashed the store did not know
+        _save_digest_cache(paths, used)
     if actual != expected:
         raise ProfileUnavailable(f"execution.image: the unpacked tree {paths.rootfs} is not what "
                                  f"{paths.tarball} holds (tree {actual[:19]}…, tarball's {expected[:19]}…); "
@@ -234,23 +242,70 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
 
 _FILE_HASHES: dict[tuple[int, ...], str] = {}
 _TARBALLS: dict[tuple[object, ...], tuple[str, str]] = {}
+_LOADED: dict[Path, tuple[int, ...]] = {}  # digest caches merged, by their file's state
 
 
-def tree_digest(root: Path) -> str:
+def tree_digest(root: Path, used: list[tuple[int, ...]] | None = None) -> str:
     """The digest of the tree under `root`. File hashes are kept for the process, keyed by
-    inode, size, mtime and ctime, so a second look rereads only what changed."""
-    entries = [_disk_entry(".", os.lstat(root), root)]
+    inode, size, mtime and ctime, so a second look rereads only what changed; `used` gets the
+    keys of the tree's files."""
+    entries = [_disk_entry(".", os.lstat(root), root, used)]
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
-            entries.append(_disk_entry(os.path.relpath(path, root), os.lstat(path), Path(path)))
+            entries.append(_disk_entry(os.path.relpath(path, root), os.lstat(path), Path(path), used))
     return _digest_entries(entries)
+
+
+# The bwrap image's hashes outlive the process, in the store beside the image (`ImagePaths.
+# digest_cache`): every process that opens a bwrap sandbox — each CLI command, each Ray worker
+# process of a node — checks the unpacked tree against the tarball, and hashing 185 MB twice
+# took ~3 s of CPU each time. The cache holds what the in-process one does, under the same
+# keys (a file's device, inode, size, mtime and ctime; the tarball's path with them): a file
+# written or replaced since has another ctime or inode and is hashed again, so the check is
+# the same check. Only the store's owner writes the cache (the sandbox never sees the
+# store); a cache that cannot be read is ignored, one that cannot be written is not kept.
+
+def _load_digest_cache(path: Path) -> bool:
+    """Merge the stored hashes into the process's (unless this state of the file was merged
+    already); whether the store holds any."""
+    try:
+        st = path.stat()
+        state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if _LOADED.get(path) == state:
+            return True
+        doc = json.loads(path.read_bytes())
+        files = [(tuple(int(x) for x in k), str(h)) for k, h in doc["files"]]
+        tarball = doc["tarball"]
+        if tarball is not None:
+            key, digest, tree = tarball
+            _TARBALLS[(str(key[0]), *(int(x) for x in key[1:]))] = (str(digest), str(tree))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return False
+    _FILE_HASHES.update(files)
+    _LOADED[path] = state
+    return True
+
+
+def _save_digest_cache(paths: ImagePaths, used: list[tuple[int, ...]]) -> None:
+    """Store this image's hashes (its tree's files and its tarball, nothing of another image)."""
+    key = _tarball_key(paths.tarball)
+    doc = {"files": [[list(k), _FILE_HASHES[k]] for k in sorted(set(used)) if k in _FILE_HASHES],
+           "tarball": [list(key), *_TARBALLS[key]] if key in _TARBALLS else None}
+    try:
+        atomic_write(paths.digest_cache, canonical_json(doc))
+    except OSError:
+        pass
+
+
+def _tarball_key(tarball: Path) -> tuple:
+    st = tarball.stat()
+    return (str(tarball.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def tarball_digests(tarball: Path) -> tuple[str, str]:
     """(sha256 of the tarball, digest of the tree it holds), once per tarball file state."""
-    st = tarball.stat()
-    key = (str(tarball.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = _tarball_key(tarball)
     if key not in _TARBALLS:
         digest, tree, _ = _scan_tarball(tarball)
         _TARBALLS[key] = (digest, tree)
@@ -321,10 +376,12 @@ def _member_payload(m: tarfile.TarInfo) -> str:
     return ""
 
 
-def _disk_entry(rel: str, st: os.stat_result, path: Path) -> tuple:
+def _disk_entry(rel: str, st: os.stat_result, path: Path, used: list | None = None) -> tuple:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISREG(st.st_mode):
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if used is not None:
+            used.append(key)
         if key not in _FILE_HASHES:
             with open(path, "rb") as fh:
                 _FILE_HASHES[key] = _hash_stream(fh, keep=False)[0]

@@ -283,3 +283,8 @@ class ImagePaths:
     @property
     def record(self) -> Path:
         return self.root / "image.json"
+
+    @property
+    def digest_cache(self) -> Path:
+        """The bwrap tree's and tarball's hashes, kept across processes (`validate.image`)."""
+        return self.root / "digests.json"
