@@ -37,11 +37,13 @@ from validate.context import Interrupted, Play
 from validate.evidence import file_sha256
 from validate.executors import WorkerRecipe, make_executor
 from validate.image import rootfs_facts
-from validate.paths import ImagePaths
+from validate.evidence import read_attempts
+from validate.paths import ImagePaths, RunPaths
 from validate.view import pages, tables
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
 from validate.sandbox.storage import DEFAULT_PARENT
+from validate.contract import task_list_sha256
 from validate.executors.ray import NodeRefused
 from validate.phases import PoolPhase, pool
 
@@ -209,6 +211,20 @@ def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_p
         pool(ctx, PoolPhase())
     assert not (tmp_path / "forged" / "attempts.parquet").exists() or not pq.read_table(
         tmp_path / "forged" / "attempts.parquet").num_rows
+
+
+def test_a_node_whose_task_differs_from_the_contract_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
+    # A node checks each task when it is first handed it (not the whole contract up front):
+    # here the contract's last task says another hash than the one every node regenerates.
+    last = manifest.tasks[-1]
+    tasks = [*manifest.tasks[:-1], last.model_copy(update={"hash": "sha256:" + "0" * 64})]
+    forged = manifest.model_copy(update={"tasks": tasks, "task_list_sha256": task_list_sha256(tasks)}).sealed()
+    ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
+    with pytest.raises(NodeRefused, match=rf"Ray node \w+ \(host .+\) cannot play this contract: "
+                                          rf"tasks\[{len(tasks) - 1}\].hash \({last.id}\)"):
+        pool(ctx, PoolPhase())
+    played = read_attempts(RunPaths(tmp_path / "forged"))  # the journal: the run stopped before folding it
+    assert played and last.idx not in {a.idx for a in played}  # the other tasks ran; nothing of it did
 
 
 def test_an_image_digest_no_node_has_nor_the_driver_can_send_stops_the_run_naming_the_last_node(

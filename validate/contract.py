@@ -446,14 +446,38 @@ def check_environment(manifest: Manifest, hints: LoadHints) -> tuple[Environment
 
 
 def check_tasks(manifest: Manifest, env: Environment, config: BaseModel, taskset: Taskset) -> None:
-    specs = [a for a in env.agents(config) if a.name in manifest.expectations.agents]
+    check = TaskCheck(manifest, env, config)
     for i, entry in enumerate(manifest.tasks):
-        task = taskset.task(entry.idx)
+        check.entry(i, entry, taskset.task(entry.idx))
+
+
+class TaskCheck:
+    """One task of the contract regenerated here against its entry: the same id and hash, and
+    the same agents excused. `verify` checks every task up front; a worker rebuilt on a
+    cluster node (`validate.runner.worker_from_recipe`) checks each task it is handed, before
+    it plays it (`__call__`), so a node of a 10,000-task pool regenerates only its own share."""
+
+    def __init__(self, manifest: Manifest, env: Environment, config: BaseModel) -> None:
+        self.env = env
+        self.specs = [a for a in env.agents(config) if a.name in manifest.expectations.agents]
+        self.manifest = manifest
+        self._at: dict[int, int] | None = None
+
+    def entry(self, i: int, entry: TaskEntry, task) -> None:
         if (task.id, task.hash) != (entry.id, entry.hash):
             raise _mismatch(f"tasks[{i}].hash ({entry.id})", entry.hash, task.hash)
-        skip = skips(env, specs, task)
+        skip = skips(self.env, self.specs, task)
         if skip != entry.skip:
             raise _mismatch(f"tasks[{i}].skip ({entry.id})", entry.skip, skip)
+
+    def __call__(self, task) -> None:
+        """Check `task` against the contract's entry of its idx (one the contract lacks is refused)."""
+        if self._at is None:
+            self._at = {e.idx: i for i, e in enumerate(self.manifest.tasks)}
+        i = self._at.get(task.idx)
+        if i is None:
+            raise ContractError(f"tasks: the contract has no task of idx {task.idx}")
+        self.entry(i, self.manifest.tasks[i], task)
 
 
 def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:

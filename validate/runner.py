@@ -27,7 +27,7 @@ from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponen
 from environment.protocol import Environment, LoadHints, Task, Taskset
 from validate.agents import declared
 from validate.context import Interrupted, Play, RunContext
-from validate.contract import Manifest, TaskEntry, parse_manifest, verify
+from validate.contract import Manifest, TaskCheck, TaskEntry, check_environment, check_execution, parse_manifest
 from validate.evidence import Journal
 from validate.executors import AttemptSpec, ExecutorUnavailable, WorkerRecipe, make_executor
 from validate.kinds import KINDS
@@ -62,10 +62,17 @@ class PlayWorker:
     """Plays one attempt specification of `play` on this machine: every try of it, retried
     only on infrastructure faults. `cancel` kills what runs (closes the sandbox)."""
 
-    def __init__(self, ctx: RunContext, play: Play) -> None:
-        self.ctx, self.play = ctx, play
+    def __init__(self, ctx: RunContext, play: Play, check: Callable[[Task], None] | None = None) -> None:
+        self.ctx, self.play, self.check = ctx, play, check
         self.agents = {a.name: a for a in play.agents}
-        self.task = lru_cache(maxsize=max(8, 4 * ctx.executor.concurrency))(play.taskset.task)
+        self.task = lru_cache(maxsize=max(8, 4 * ctx.executor.concurrency))(self._task)
+
+    def _task(self, idx: int) -> Task:
+        """The play's task `idx`, checked against the contract first when `check` is given."""
+        task = self.play.taskset.task(idx)
+        if self.check is not None:
+            self.check(task)
+        return task
 
     def __call__(self, spec: AttemptSpec) -> list:
         ctx, play, kind = self.ctx, self.play, self.play.kind
@@ -111,21 +118,26 @@ class PlayWorker:
 
 def worker_from_recipe(recipe: WorkerRecipe, scratch: Path, label: str | None = None) -> PlayWorker:
     """A worker on this machine from the driver's `recipe`: the contract is parsed and verified
-    here (environment, tasks, this backend and its image digest); `scratch` is a directory of
+    here (environment, this backend and its image digest; each task before it is first played,
+    a `ContractError` if it differs); `scratch` is a directory of
     this machine for what a try may cache (the scorer's), never the run directory. `label`
     labels its sandbox (default: the driver's, `WorkerRecipe.sandbox_label`); a backend sweeps what an earlier process of the
     same label left, so each of several workers of one run on one machine needs its own."""
     m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
     hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=label or recipe.sandbox_label)
-    env, taskset = verify(m, sandbox, hints)
+    # The contract as `verify` checks it, but each task only when this worker is handed it
+    # (`TaskCheck`): a node regenerates its share of a 10,000-task pool, not the whole of it
+    # once per Ray worker process and play.
+    env, config, taskset = check_environment(m, hints)
+    check_execution(m, sandbox)
     agents = declared(env, env.Config.model_validate(m.environment.config))
     ctx = RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(scratch),
                      run_id=recipe.run_id, code=CodeState(recipe.code, b"", ()), hints=hints,
                      backoff_s=recipe.backoff_s, executor=make_executor())
     play = Play(recipe.phase, m, taskset, [], [agents[n] for n in recipe.agents], KINDS.load(recipe.kind)(),
                 recipe.samples)
-    return PlayWorker(ctx, play)
+    return PlayWorker(ctx, play, TaskCheck(m, env, config))
 
 
 def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first: int) -> list[Attempt]:

@@ -10,8 +10,9 @@ taskset, the attempt kind). The seam between the driver and a node is plain data
 - on the node: the contract's image is checked by digest, fetched from the driver's store if
   missing or different (`validate.executors.ray_image`); then
   `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract there
-  (environment, tasks, that node's backend and the image's digest), once per Ray worker
-  process and recipe, its sandbox labelled by the run and that process (opening a sandbox
+  (environment, that node's backend and the image's digest) once per Ray worker process and
+  recipe, and each task when that process is first handed it (regenerated, its hash and
+  skips against the contract's entry; a node whose task differs stops the run, named), its sandbox labelled by the run and that process (opening a sandbox
   sweeps what its label left, never another worker's attempts); its scratch (a scorer's
   cache) is a temporary directory of that node;
 - back: where the task runs (the Ray node id from Ray's runtime context, the task's first
@@ -143,7 +144,13 @@ def _play(refs: list, spec: AttemptSpec) -> Iterator[Any]:
     not the objects (fetched once per Ray worker process, not per task)."""
     ray = _ray()
     yield _where(ray)
-    yield _node_worker(*refs)(spec)
+    worker = _node_worker(*refs)
+    try:
+        worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
+    except ValidateError as e:
+        where = _where(ray)
+        raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: {e}") from None
+    yield worker(spec)
 
 
 @dataclass
