@@ -265,6 +265,27 @@ def _ends_with_newline(path: Path) -> bool:
         return fh.read(1) == b"\n"
 
 
+class _Keys:
+    """(phase, task, agent, sample[, try]) of an attempt as one int: each name numbered the first
+    time it is seen, the numbers packed 32 bits apart. A 10,000-task pool's 80,000 keys cost a
+    few MB this way, where tuples of the names' strings cost tens."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def _id(self, name: str) -> int:
+        return self.ids.setdefault(name, len(self.ids))
+
+    def of(self, a: Attempt, attempt: int = 0) -> int:
+        fields = (self._id(a.phase), self._id(a.task_id), self._id(a.agent), a.sample, attempt)
+        key = 0
+        for f in fields:
+            if not 0 <= f < 1 << 32:
+                raise EvidenceError(f"attempt {a.phase}/{a.task_id}/{a.agent}: a sample or try number out of range")
+            key = key << 32 | f
+        return key
+
+
 class Journal:
     """The run's attempts: those already in Parquet plus those appended since.
 
@@ -281,9 +302,9 @@ class Journal:
 
     def __iter__(self) -> Iterator[Attempt]:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
-        seen: set[tuple] = set()
+        keys, seen = _Keys(), set()
         for a in itertools.chain(self._from_parquet(), self._from_journal()):
-            key = (a.phase, a.task_id, a.agent, a.sample, a.attempt)
+            key = keys.of(a, a.attempt)
             if key not in seen:
                 seen.add(key)
                 self.placed = self.placed or a.node is not None
@@ -303,10 +324,15 @@ class Journal:
 
     def marked(self) -> Iterator[Attempt]:
         """Every attempt with ``superseded`` set: a later try of the same (phase, task, agent,
-        sample) exists."""
-        latest = self.latest()
+        sample) exists. Two passes over the evidence; what is held meanwhile is one small int
+        per (phase, task, agent, sample) and its latest try (`_Keys`), not the attempts."""
+        keys, latest = _Keys(), {}
         for a in self:
-            superseded = a.attempt < latest[(a.phase, a.task_id, a.agent, a.sample)]
+            key = keys.of(a)
+            if a.attempt > latest.get(key, 0):
+                latest[key] = a.attempt
+        for a in self:
+            superseded = a.attempt < latest[keys.of(a)]
             yield a if a.superseded == superseded else a.model_copy(update={"superseded": superseded})
 
     def _from_parquet(self) -> Iterator[Attempt]:

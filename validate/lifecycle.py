@@ -61,12 +61,14 @@ def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
     chance = {n: r.ceiling for n, r in rules.items() if r.role == CONTROL and r.scope == "mean"}
     if not chance:
         return {}
-    t = pq.read_table(attempts_path, columns=["agent", "sample", "superseded", "reward"]).to_pylist()
-    rewards: dict[str, list[float]] = {n: [] for n in chance}
-    for row in t:
-        if row["agent"] in chance and row["sample"] == 0 and not row["superseded"]:
-            rewards[row["agent"]].append(row["reward"] or 0.0)
-    return {n: (sum(r) / len(r), chance[n]) for n, r in sorted(rewards.items()) if r}
+    t = pq.read_table(attempts_path, columns=["agent", "sample", "superseded", "reward"])
+    final = t.filter(pc.and_(pc.equal(t["sample"], 0), pc.invert(t["superseded"])))
+    out = {}
+    for name in sorted(chance):  # computed in Arrow: a pool's 80,000 rows are never Python objects
+        rewards = pc.fill_null(final.filter(pc.equal(final["agent"], name))["reward"], 0.0).to_pylist()
+        if rewards:  # summed in row order, as always (the audit compares the float)
+            out[name] = (sum(rewards) / len(rewards), chance[name])
+    return out
 
 
 def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, min_task_count: int, patch: str,
@@ -203,7 +205,7 @@ class Verdicts(Conclusion[Ending, RunSummary]):
                           probes=ending.probes, smoke=ending.smoke, note=ending.note,
                           chance=chance_means(ctx.paths.attempts, ctx.manifest.expectations.rules()))
         ex = ctx.manifest.execution
-        agents = sorted(set(pq.read_table(ctx.paths.attempts, columns=["agent"]).column("agent").to_pylist()))
+        agents = sorted(pc.unique(pq.read_table(ctx.paths.attempts, columns=["agent"]).column("agent")).to_pylist())
         every = ctx.env.families(ctx.taskset)
         uncovered = None if every is None else sorted(set(every) - {v.family for v in verdicts})
         return RunSummary(

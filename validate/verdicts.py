@@ -28,6 +28,7 @@ agent's final attempt only, and the verdict records that the task passed only af
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple
 
@@ -83,7 +84,9 @@ class Outcome(NamedTuple):
 
     @classmethod
     def of(cls, a) -> Outcome:
-        return cls(a.agent, a.attempt, a.status, a.reward, a.error_class, a.error_message, a.sample)
+        # The few names (agents, statuses, error classes) shared, not one string per attempt.
+        return cls(sys.intern(a.agent), a.attempt, sys.intern(a.status), a.reward,
+                   None if a.error_class is None else sys.intern(a.error_class), a.error_message, a.sample)
 
 
 def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float) -> bool:
