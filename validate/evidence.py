@@ -374,13 +374,43 @@ def fold(journal: Journal) -> None:
     journal.paths.journal.unlink(missing_ok=True)
 
 
-def write_verdicts(paths: RunPaths, verdicts: list[TaskVerdict]) -> None:
-    meta = meta_type(verdicts[0].meta) if verdicts else None
-    write_table(paths.tasks, verdicts, TaskVerdict, meta=meta)
-    exclusions = [Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
+def write_verdicts(paths: RunPaths, verdicts: Iterable[TaskVerdict]) -> StoredVerdicts:
+    """Stream `verdicts` into tasks.parquet and the excluded ones into exclusions.parquet; the
+    verdicts as stored (never all held: a 10,000-task pool's verdicts are tens of MB)."""
+    verdicts = iter(verdicts)
+    first = next(verdicts, None)
+    meta = meta_type(first.meta) if first is not None else None
+    write_table(paths.tasks, itertools.chain([first] if first is not None else [], verdicts), TaskVerdict, meta=meta)
+    stored = StoredVerdicts(paths.tasks)
+    exclusions = (Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)
-                  for v in verdicts if v.verdict == EXCLUDED]
+                  for v in stored if v.verdict == EXCLUDED)
     write_table(paths.exclusions, exclusions, Exclusion)
+    return stored
+
+
+class StoredVerdicts(Sequence[TaskVerdict]):
+    """A run's verdicts as tasks.parquet holds them, read a batch at a time on each pass."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._len = pq.ParquetFile(path).metadata.num_rows
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[TaskVerdict]:
+        source = pq.ParquetFile(self.path)
+        for batch in source.iter_batches(batch_size=BATCH_ROWS):
+            for row in batch.to_pylist():
+                yield TaskVerdict.model_validate(row)
+
+    def __getitem__(self, i):  # a Sequence's; whole passes are what the conclusions make
+        if isinstance(i, slice):
+            return list(itertools.islice(self, *i.indices(self._len)))
+        if not -self._len <= i < self._len:
+            raise IndexError(i)
+        return next(itertools.islice(self, i % self._len, None))
 
 
 def write_json(path: Path, model: BaseModel) -> None:

@@ -14,7 +14,7 @@ Every phase (`validate.phases`, `validate.eval.run`) is a sequence of plays on o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,20 +40,23 @@ from validate.sandbox import open_sandbox
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
 
-def counts(verdicts: Sequence[TaskVerdict], attempts_path) -> Counts:
+def counts(verdicts: Iterable[TaskVerdict], attempts_path) -> Counts:
+    """The run's counts, in one pass over `verdicts` (which may be read from disk)."""
     table = pq.read_table(attempts_path, columns=["status", "superseded"])
     status = table.column("status")
     exceptions = pc.sum(pc.is_in(status, value_set=pa.array(EXCEPTION_STATUSES))).as_py() or 0
     by_reason: dict[str, int] = {}
+    tally = {"tasks": 0, COMPATIBLE: 0, EXCLUDED: 0, INCOMPLETE: 0, "retried": 0}
     for v in verdicts:
+        tally["tasks"] += 1
+        tally[v.verdict] += 1
+        tally["retried"] += v.verdict == COMPATIBLE and v.retried
         if v.reason is not None:
             by_reason[v.reason] = by_reason.get(v.reason, 0) + 1
-    return Counts(tasks=len(verdicts), compatible=sum(v.verdict == COMPATIBLE for v in verdicts),
-                  excluded=sum(v.verdict == EXCLUDED for v in verdicts),
-                  incomplete=sum(v.verdict == INCOMPLETE for v in verdicts),
-                  excluded_by_reason=dict(sorted(by_reason.items())), attempts=table.num_rows,
-                  superseded=pc.sum(table.column("superseded")).as_py() or 0, exceptions=exceptions,
-                  retried_passes=sum(v.verdict == COMPATIBLE and v.retried for v in verdicts))
+    return Counts(tasks=tally["tasks"], compatible=tally[COMPATIBLE], excluded=tally[EXCLUDED],
+                  incomplete=tally[INCOMPLETE], excluded_by_reason=dict(sorted(by_reason.items())),
+                  attempts=table.num_rows, superseded=pc.sum(table.column("superseded")).as_py() or 0,
+                  exceptions=exceptions, retried_passes=tally["retried"])
 
 
 def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
@@ -169,7 +172,7 @@ class Run(Generic[E, S]):
 class Ending:
     """What a dataset phase knows at its end besides its attempts."""
 
-    verdicts: list[TaskVerdict]
+    verdicts: Sequence[TaskVerdict]
     smoke: str = "not run"
     note: str = ""
     strata: Sequence[Stratum] = ()
@@ -183,18 +186,17 @@ class Verdicts(Conclusion[Ending, RunSummary]):
     journal), the dataset verdict by the criteria its phase requires, ``run.json``."""
 
     def __init__(self, kind: RunKind, required: Sequence[str], groups: list[JudgedGroup],
-                 verdicts_of: Callable[[Journal], list[TaskVerdict]]) -> None:
+                 verdicts_of: Callable[[Journal], Iterable[TaskVerdict]]) -> None:
         self.kind, self.required, self.groups, self.verdicts_of = kind, tuple(required), groups, verdicts_of
 
     def summary_path(self, paths: RunPaths) -> Path:
         return paths.summary
 
-    def judge(self, run: Run) -> list[TaskVerdict]:
-        """Fold the journal and write the verdict tables; return the verdicts."""
+    def judge(self, run: Run) -> Sequence[TaskVerdict]:
+        """Fold the journal and write the verdict tables, streamed; return the verdicts as
+        stored (read back on each pass, never all held)."""
         run.fold()
-        verdicts = self.verdicts_of(run.journal)
-        write_verdicts(run.ctx.paths, verdicts)
-        return verdicts
+        return write_verdicts(run.ctx.paths, self.verdicts_of(run.journal))
 
     def conclude(self, run: Run, interrupted: bool, ending: Ending) -> RunSummary:
         ctx, verdicts = run.ctx, ending.verdicts

@@ -227,17 +227,16 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
 
 
 def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Manifest, taskset: Taskset,
-          phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> list[TaskVerdict]:
+          phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> Iterator[TaskVerdict]:
     """One verdict per task of `entries` (default: `manifest`'s) from all its attempts in
     `phases`, superseded ones included (`decide` counts the oracle's repeats, sample 0 of the
-    rest). `attempts` is streamed; small outcomes are kept."""
+    rest), made as they are consumed. `attempts` is streamed; small outcomes are kept."""
     outcomes: dict[str, list[Outcome]] = {}
     for a in attempts:
         if a.phase in phases:
             outcomes.setdefault(a.task_id, []).append(Outcome.of(a))
-    entries = entries if entries is not None else manifest.tasks
-    return [verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), outcomes.get(e.id, []))
-            for e in entries]
+    for e in entries if entries is not None else manifest.tasks:
+        yield verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), outcomes.pop(e.id, []))
 
 
 def verdict_row(env: Environment, run_id: str, phase: str, manifest: Manifest, entry: TaskEntry, task: Task,
