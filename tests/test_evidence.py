@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from validate.errors import EvidenceError
-from validate.evidence import Journal, atomic_write, open_run, write_table
+from validate.evidence import Journal, atomic_write, open_run, write_table, write_verdicts
 from validate.paths import RunPaths
-from validate.records import Attempt
+from validate.records import Attempt, TaskVerdict
 
 METRICS = ("parsed_ok", "grouping_f1")
 
@@ -102,3 +102,22 @@ def test_disk_full_while_writing_parquet_leaves_no_half_file(tiny_disk):
         write_table(tiny_disk / "attempts.parquet", rows, Attempt, METRICS)
     assert pq.read_table(tiny_disk / "attempts.parquet").num_rows == before == 2
     assert [p.name for p in tiny_disk.iterdir()] == ["attempts.parquet"]
+
+
+def verdict(idx, meta, excluded=False):
+    return TaskVerdict(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", family="f", meta=meta,
+                       verdict="excluded" if excluded else "compatible",
+                       reason="oracle_fails_on_valid_task" if excluded else None, detail="d", oracle_reward=1.0,
+                       max_control_reward=0.0, max_control_agent="noop", margin=1.0, n_attempts=2)
+
+
+@pytest.mark.parametrize("meta", [{}, {"n_sections": 3, "source": "arxiv"}])
+def test_verdicts_read_back_from_parquet_are_the_verdicts_written(tmp_path, meta):
+    # An environment without public meta (a task-directory dataset) stores it null; reading
+    # the verdicts back for the summary must give the empty meta again, not fail on it.
+    written = [verdict(0, meta), verdict(1, meta, excluded=True)]
+    stored = write_verdicts(RunPaths(tmp_path), iter(written))
+    assert len(stored) == 2
+    assert list(stored) == written
+    assert stored[1] == written[1] and stored[-2] == written[0]
+    assert [r["task_id"] for r in pq.read_table(tmp_path / "exclusions.parquet").to_pylist()] == ["t1"]

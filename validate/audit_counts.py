@@ -17,7 +17,7 @@ from validate.lifecycle import chance_means, counts
 from validate.phases import CRITERIA
 from validate.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
 from validate.phases import probe_checks, stratify
-from validate.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten
+from validate.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten, verdict_of_row
 from validate.run_evidence import smoke_outcome
 from validate.summary import ProbeCheck
 from validate.verdicts import dataset_verdict
@@ -25,8 +25,7 @@ from validate.verdicts import dataset_verdict
 
 def verdict_rows(path: Path) -> list[TaskVerdict]:
     """tasks.parquet as models (pyarrow's Python objects: no NaN, lists as lists)."""
-    return [TaskVerdict.model_validate({**rec, "meta": rec.get("meta") or {}})
-            for rec in pq.read_table(path).to_pylist()]
+    return [verdict_of_row(rec) for rec in pq.read_table(path).to_pylist()]
 
 
 def check_identity(ev, tables, manifests, at, r) -> None:

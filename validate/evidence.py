@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
 from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
-                              unflatten)
+                              unflatten, verdict_of_row)
 
 BATCH_ROWS = 1000
 
@@ -403,7 +403,7 @@ class StoredVerdicts(Sequence[TaskVerdict]):
         source = pq.ParquetFile(self.path)
         for batch in source.iter_batches(batch_size=BATCH_ROWS):
             for row in batch.to_pylist():
-                yield TaskVerdict.model_validate(row)
+                yield verdict_of_row(row)
 
     def __getitem__(self, i):  # a Sequence's; whole passes are what the conclusions make
         if isinstance(i, slice):

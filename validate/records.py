@@ -257,6 +257,11 @@ def flat_row(record: BaseModel, metric_names: tuple[str, ...] = ()) -> dict:
     return row
 
 
+def verdict_of_row(row: dict) -> TaskVerdict:
+    """The inverse of `flat_row` for a verdict read back from Parquet (an empty meta is stored null)."""
+    return TaskVerdict.model_validate({**row, "meta": row.get("meta") or {}})
+
+
 def unflatten(row: dict) -> dict:
     """The inverse of `flat_row` for an attempt read back from Parquet."""
     metrics = {k[len("metric_"):]: row.pop(k) for k in [k for k in row if k.startswith("metric_")]}
