@@ -381,7 +381,14 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
     if config is not None:
         env_spec = env_spec.model_copy(update={"config": config.model_dump(mode="json")})
     idx = sorted(set(idx))
-    tasks = entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents))
+    own = {e.idx: e for e in parent.tasks}
+    if config is None and all(i in own for i in idx):
+        # The parent's own entries of those tasks (what it was verified against), not the tasks
+        # regenerated again: a 10,000-task pool's frozen set costs the driver neither 10,000
+        # generations nor a second copy of its entries.
+        tasks = [own[i] for i in idx]
+    else:
+        tasks = entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents))
     return parent.model_copy(update={
         "name": name, "created_at": datetime.now(UTC), "environment": env_spec,
         "selection": Selection(rule=rule, idx=idx), "tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
