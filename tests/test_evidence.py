@@ -121,3 +121,16 @@ def test_verdicts_read_back_from_parquet_are_the_verdicts_written(tmp_path, meta
     assert list(stored) == written
     assert stored[1] == written[1] and stored[-2] == written[0]
     assert [r["task_id"] for r in pq.read_table(tmp_path / "exclusions.parquet").to_pylist()] == ["t1"]
+
+
+@pytest.mark.parametrize("asked, used", [("", "system"), ("jemalloc", "jemalloc")])
+def test_arrow_allocates_from_the_c_library_unless_the_user_names_a_pool(asked, used):
+    # mimalloc, Arrow's default, kept ~50 MB more resident in a run's driver (performance.md)
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if asked:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = asked
+    out = subprocess.run([sys.executable, "-c", "import validate.evidence, pyarrow as pa; "
+                          "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == used

@@ -42,6 +42,13 @@ from validate.paths import EARLIER, REPORT_JSON, RunPaths
 from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
                               unflatten, verdict_of_row)
 
+# Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
+# allocated: streaming a run's attempts back in batches left ~50 MB more resident in the
+# driver than the C library's allocator does, for no gain at these sizes (measured in
+# docs/performance.md, "ray executor"). A user's own ARROW_DEFAULT_MEMORY_POOL still decides.
+if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+    pa.set_memory_pool(pa.system_memory_pool())
+
 BATCH_ROWS = 1000
 
 M = TypeVar("M", bound=BaseModel)
