@@ -3,18 +3,20 @@ one digest for both backends, and a bwrap tree that must be what the tarball hol
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
 from validate.errors import ProfileUnavailable
 from validate.evidence import atomic_write, file_sha256
-from validate.image import (build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
+from validate.image import (RACY_NS, build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
                             python_version, read_record, unpack_rootfs)
 from validate.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest
@@ -166,10 +168,17 @@ def test_bwrap_refuses_a_tree_that_is_not_what_the_tarball_holds(tmp_path):
 FACTS_IN_A_NEW_PROCESS = """
 import sys
 from pathlib import Path
+from validate import image
 from validate.errors import ProfileUnavailable
 from validate.sandbox.bwrap import BwrapSandbox
+read = []  # what this process hashed itself: each file of the tree, the tarball
+for name in ("_hash_stream", "_scan_tarball"):
+    def counted(*a, _f=getattr(image, name), **k):
+        read.append(1)
+        return _f(*a, **k)
+    setattr(image, name, counted)
 try:
-    print(BwrapSandbox(image="tiny:test", image_dir=Path(sys.argv[1])).facts().tree_digest)
+    print(BwrapSandbox(image="tiny:test", image_dir=Path(sys.argv[1])).facts().tree_digest, len(read))
 except ProfileUnavailable as e:
     print(f"refused: {e}")
 """
@@ -183,27 +192,60 @@ def test_the_image_hashes_kept_across_processes_still_see_every_change(tmp_path)
     # puts the mtime back still has a new ctime.
     paths = tiny_store(tmp_path)
     record = read_record(paths)
+    time.sleep(RACY_NS / 1e9 + 0.1)  # hashes of files changed in the last seconds are not stored
 
-    def facts() -> str:
+    def facts() -> tuple[str, int]:
         out = subprocess.run([sys.executable, "-c", FACTS_IN_A_NEW_PROCESS, str(tmp_path)], capture_output=True,
                              text=True, check=True)
-        return out.stdout.strip()
+        if out.stdout.startswith("refused: "):
+            return out.stdout.strip(), -1
+        digest, read = out.stdout.split()
+        return digest, int(read)
 
-    assert facts() == record.tree_digest
+    assert facts() == (record.tree_digest, 7)  # the tarball, its three files, the tree's three
     stored = json.loads(paths.digest_cache.read_bytes())
     assert len(stored["files"]) == 3 and stored["tarball"][1:] == [record.digest, record.tree_digest]
-    assert facts() == record.tree_digest  # from the stored hashes
+    assert facts() == (record.tree_digest, 0)  # from the stored hashes: nothing read again
     motd = paths.rootfs / "etc/motd"
     before = motd.stat()
     motd.write_bytes(b"hellO\n")  # the same size
     os.utime(motd, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert motd.stat().st_size == before.st_size and motd.stat().st_mtime_ns == before.st_mtime_ns
-    assert facts().startswith("refused: execution.image: the unpacked tree")
+    assert facts()[0].startswith("refused: execution.image: the unpacked tree")
     motd.write_bytes(b"hello\n")  # what the tarball holds: accepted again, whatever the cache held
-    assert facts() == record.tree_digest
+    assert facts()[0] == record.tree_digest
     paths.digest_cache.write_bytes(b"{not json")  # a damaged cache is ignored, and written anew
-    assert facts() == record.tree_digest
+    assert facts()[0] == record.tree_digest
     assert json.loads(paths.digest_cache.read_bytes())["tarball"][1] == record.digest
+
+
+@pytest.mark.bwrap
+def test_a_stored_hash_vouches_for_nothing_it_should_not(tmp_path):
+    paths = tiny_store(tmp_path)
+    record = read_record(paths)
+    time.sleep(RACY_NS / 1e9 + 0.1)
+    run = lambda: subprocess.run([sys.executable, "-c", FACTS_IN_A_NEW_PROCESS, str(tmp_path)],  # noqa: E731
+                                 capture_output=True, text=True).stdout
+    assert run().split() == [record.tree_digest, "7"]
+    good = json.loads(paths.digest_cache.read_bytes())
+    motd = paths.rootfs / "etc/motd"
+    motd.write_bytes(b"hellO\n")  # changed; a forged cache then claims it is what the tarball holds
+    key = [motd.stat().st_dev, motd.stat().st_ino, motd.stat().st_size, motd.stat().st_mtime_ns,
+           motd.stat().st_ctime_ns]
+    hello = hashlib.sha256(b"hello\n").hexdigest()
+    forged = {"files": [[key, hello]] + [f for f in good["files"] if f[1] != hello], "tarball": good["tarball"]}
+    paths.digest_cache.write_bytes(json.dumps(forged).encode())
+    paths.digest_cache.chmod(0o666)  # anyone could have written it: not believed
+    assert run().startswith("refused: execution.image: the unpacked tree")
+    paths.digest_cache.chmod(0o644)
+    motd.write_bytes(b"hello\n")
+    stale = {"files": [[f[0], "0" * 64] for f in good["files"]], "tarball": good["tarball"]}
+    paths.digest_cache.write_bytes(json.dumps(stale).encode())  # a stale hash does not refuse a good tree
+    assert run().split()[0] == record.tree_digest
+    for damaged in (b'{"files": [[[1e999, 1, 1, 1, 1], "x"]], "tarball": null}', b"[" * 100_000 + b"]" * 100_000,
+                    b'{"files": [[[1, 2], "' + b"0" * 64 + b'"]], "tarball": null}'):
+        paths.digest_cache.write_bytes(damaged)  # ignored, never a crash
+        assert run().split()[0] == record.tree_digest
 
 
 @pytest.mark.slow

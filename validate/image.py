@@ -32,6 +32,7 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -39,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from environment.protocol import canonical_json
 
-from validate.errors import ProfileUnavailable
+from validate.errors import EvidenceError, ProfileUnavailable
 from validate.evidence import atomic_write
 from validate.paths import ImagePaths
 from validate.sandbox import backend_class
@@ -224,8 +225,15 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
     digest, expected = tarball_digests(paths.tarball)
     used: list[tuple[int, ...]] = []
     actual = tree_digest(paths.rootfs, used)
-    if not stored or len(_FILE_HASHES) + len(_TARBALLS) > hashed:  # something was hashed the store did not know
-        _save_digest_cache(paths, used)
+    if actual != expected and stored:
+        # Refuse only on hashes this process computed: a stored one may be stale.
+        _FILE_HASHES.clear(), _TARBALLS.clear(), _LOADED.clear()
+        digest, expected = tarball_digests(paths.tarball)
+        used = []
+        actual = tree_digest(paths.rootfs, used)
+        stored = False
+    if actual == expected and (not stored or len(_FILE_HASHES) + len(_TARBALLS) > hashed):
+        _save_digest_cache(paths, used)  # something was hashed that the store did not know
     if actual != expected:
         raise ProfileUnavailable(f"execution.image: the unpacked tree {paths.rootfs} is not what "
                                  f"{paths.tarball} holds (tree {actual[:19]}…, tarball's {expected[:19]}…); "
@@ -243,6 +251,8 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
 _FILE_HASHES: dict[tuple[int, ...], str] = {}
 _TARBALLS: dict[tuple[object, ...], tuple[str, str]] = {}
 _LOADED: dict[Path, tuple[int, ...]] = {}  # digest caches merged, by their file's state
+#: How long a file must have been left alone for its hash to be stored (filesystems' clocks are coarse).
+RACY_NS = 2_000_000_000
 
 
 def tree_digest(root: Path, used: list[tuple[int, ...]] | None = None) -> str:
@@ -268,33 +278,62 @@ def tree_digest(root: Path, used: list[tuple[int, ...]] | None = None) -> str:
 
 def _load_digest_cache(path: Path) -> bool:
     """Merge the stored hashes into the process's (unless this state of the file was merged
-    already); whether the store holds any."""
+    already); whether the store holds any. Only a cache that none but this process's user
+    could have written counts (the file and its directory owned by that user or root, neither
+    writable by group or others): hashes from anyone else would vouch for a tree unread."""
     try:
         st = path.stat()
+        if not (_owned_here(st) and _owned_here(path.parent.stat())):
+            return False
         state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if _LOADED.get(path) == state:
             return True
         doc = json.loads(path.read_bytes())
-        files = [(tuple(int(x) for x in k), str(h)) for k, h in doc["files"]]
+        files = [(_stat_key(k), _sha256_hex(h)) for k, h in doc["files"]]
         tarball = doc["tarball"]
         if tarball is not None:
             key, digest, tree = tarball
-            _TARBALLS[(str(key[0]), *(int(x) for x in key[1:]))] = (str(digest), str(tree))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
-        return False
+            _TARBALLS[(str(key[0]), *_stat_key(key[1:]))] = (_tag(digest), _tag(tree))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, ArithmeticError, RecursionError):
+        return False  # unreadable or not of this shape: every hash is computed again
     _FILE_HASHES.update(files)
     _LOADED[path] = state
     return True
 
 
+def _owned_here(st: os.stat_result) -> bool:
+    return st.st_uid in (0, os.geteuid()) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _stat_key(k) -> tuple[int, ...]:
+    key = tuple(int(x) for x in k)
+    if len(key) != 5 or not all(0 <= x < 1 << 64 for x in key):
+        raise ValueError("not a stat key")
+    return key
+
+
+def _sha256_hex(h) -> str:
+    if not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
+        raise ValueError("not a sha256")
+    return h
+
+
+def _tag(h) -> str:
+    return "sha256:" + _sha256_hex(h.removeprefix("sha256:") if isinstance(h, str) else h)
+
+
 def _save_digest_cache(paths: ImagePaths, used: list[tuple[int, ...]]) -> None:
-    """Store this image's hashes (its tree's files and its tarball, nothing of another image)."""
+    """Store this image's hashes (its tree's files and its tarball, nothing of another image).
+    A file changed within the last seconds is left out: a same-size rewrite within one tick of
+    the filesystem's clock would keep its key, and a stale hash must not outlive the process."""
+    settled = time.time_ns() - RACY_NS
     key = _tarball_key(paths.tarball)
-    doc = {"files": [[list(k), _FILE_HASHES[k]] for k in sorted(set(used)) if k in _FILE_HASHES],
-           "tarball": [list(key), *_TARBALLS[key]] if key in _TARBALLS else None}
+    doc = {"files": [[list(k), _FILE_HASHES[k]] for k in sorted(set(used))
+                     if k in _FILE_HASHES and max(k[3], k[4]) < settled],
+           "tarball": [list(key), *_TARBALLS[key]] if key in _TARBALLS and max(key[4], key[5]) < settled else None}
     try:
         atomic_write(paths.digest_cache, canonical_json(doc))
-    except OSError:
+    except (OSError, EvidenceError):  # full or read-only store: the cache is not kept
         pass
 
 
