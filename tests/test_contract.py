@@ -151,6 +151,23 @@ def test_changed_task_hash_is_refused(bwrap_manifest, sandboxes):
 
 
 @pytest.mark.bwrap
+def test_a_node_checks_each_task_it_is_handed_by_the_idx_it_asked_for(bwrap_manifest):
+    # A worker rebuilt on a cluster node checks a task the first time it is handed it: the task
+    # its taskset made for idx 2 must be the contract's entry of idx 2, not a task that says it
+    # is another of the contract's tasks.
+    from validate.contract import TaskCheck, check_environment
+
+    m, _ = bwrap_manifest
+    env, config, taskset = check_environment(m, HINTS)
+    check = TaskCheck(m, env, config)
+    check(2, taskset.task(2))  # the contract's own
+    with pytest.raises(ContractError, match=r"tasks\[\d\]\.idx .*the manifest says 2 but this machine has 3"):
+        check(2, taskset.task(3))
+    with pytest.raises(ContractError, match="the contract has no task of idx 7"):
+        check(7, taskset.task(7))
+
+
+@pytest.mark.bwrap
 def test_a_changed_agent_program_is_refused(bwrap_manifest, sandboxes):
     m, _ = bwrap_manifest
     agents = dict(m.expectations.agents)

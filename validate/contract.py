@@ -477,13 +477,16 @@ class TaskCheck:
         if skip != entry.skip:
             raise _mismatch(f"tasks[{i}].skip ({entry.id})", entry.skip, skip)
 
-    def __call__(self, task) -> None:
-        """Check `task` against the contract's entry of its idx (one the contract lacks is refused)."""
+    def __call__(self, idx: int, task) -> None:
+        """Check `task`, made here as task `idx`, against the contract's entry of that idx (one
+        the contract lacks is refused, and so is a task that says it is another)."""
         if self._at is None:
             self._at = {e.idx: i for i, e in enumerate(self.manifest.tasks)}
-        i = self._at.get(task.idx)
+        i = self._at.get(idx)
         if i is None:
-            raise ContractError(f"tasks: the contract has no task of idx {task.idx}")
+            raise ContractError(f"tasks: the contract has no task of idx {idx}")
+        if task.idx != idx:
+            raise _mismatch(f"tasks[{i}].idx ({self.manifest.tasks[i].id})", idx, task.idx)
         self.entry(i, self.manifest.tasks[i], task)
 
 

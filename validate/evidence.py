@@ -45,7 +45,8 @@ from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdi
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
 # allocated: streaming a run's attempts back in batches left ~50 MB more resident in the
 # driver than the C library's allocator does, for no gain at these sizes (measured in
-# docs/performance.md, "ray executor"). A user's own ARROW_DEFAULT_MEMORY_POOL still decides.
+# docs/performance.md, "ray executor"). It is the whole process's default pool (any Arrow user in a
+# process that imports validate); a user's own ARROW_DEFAULT_MEMORY_POOL still decides.
 if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
     pa.set_memory_pool(pa.system_memory_pool())
 

@@ -62,7 +62,7 @@ class PlayWorker:
     """Plays one attempt specification of `play` on this machine: every try of it, retried
     only on infrastructure faults. `cancel` kills what runs (closes the sandbox)."""
 
-    def __init__(self, ctx: RunContext, play: Play, check: Callable[[Task], None] | None = None) -> None:
+    def __init__(self, ctx: RunContext, play: Play, check: Callable[[int, Task], None] | None = None) -> None:
         self.ctx, self.play, self.check = ctx, play, check
         self.agents = {a.name: a for a in play.agents}
         self.task = lru_cache(maxsize=max(8, 4 * ctx.executor.concurrency))(self._task)
@@ -71,7 +71,7 @@ class PlayWorker:
         """The play's task `idx`, checked against the contract first when `check` is given."""
         task = self.play.taskset.task(idx)
         if self.check is not None:
-            self.check(task)
+            self.check(idx, task)
         return task
 
     def __call__(self, spec: AttemptSpec) -> list:
