@@ -309,14 +309,19 @@ class Journal:
         self.placed = False
 
     def __iter__(self) -> Iterator[Attempt]:
-        """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored)."""
+        """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored).
+        Each source holds an attempt once; only a fold cut short (Parquet written, the journal
+        not yet removed) leaves one in both, so keys are remembered only when both are there."""
+        both = self.paths.attempts.exists() and self.paths.journal.exists() and self.paths.journal.stat().st_size > 0
         keys, seen = _Keys(), set()
         for a in itertools.chain(self._from_parquet(), self._from_journal()):
-            key = keys.of(a, a.attempt)
-            if key not in seen:
+            if both:
+                key = keys.of(a, a.attempt)
+                if key in seen:
+                    continue
                 seen.add(key)
-                self.placed = self.placed or a.node is not None
-                yield a
+            self.placed = self.placed or a.node is not None
+            yield a
 
     def existing(self) -> list[Attempt]:
         """Every recorded attempt, superseded ones flagged (for small runs and tests)."""
@@ -333,14 +338,16 @@ class Journal:
     def marked(self) -> Iterator[Attempt]:
         """Every attempt with ``superseded`` set: a later try of the same (phase, task, agent,
         sample) exists. Two passes over the evidence; what is held meanwhile is one small int
-        per (phase, task, agent, sample) and its latest try (`_Keys`), not the attempts."""
+        (`_Keys`) and its latest try for each (phase, task, agent, sample) tried more than once,
+        not the attempts (a try numbered 1 is the latest unless another is held)."""
         keys, latest = _Keys(), {}
         for a in self:
-            key = keys.of(a)
-            if a.attempt > latest.get(key, 0):
-                latest[key] = a.attempt
+            if a.attempt > 1:
+                key = keys.of(a)
+                if a.attempt > latest.get(key, 1):
+                    latest[key] = a.attempt
         for a in self:
-            superseded = a.attempt < latest[keys.of(a)]
+            superseded = bool(latest) and a.attempt < latest.get(keys.of(a), 1)
             yield a if a.superseded == superseded else a.model_copy(update={"superseded": superseded})
 
     def _from_parquet(self) -> Iterator[Attempt]:
