@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("validate", "environment")
 LAZY = re.compile(r"#\s*lazy:\s*\S")
 #: Function-level project imports now; lower it when one goes, never raise it without cause.
-LAZY_CEILING = 5
+#: (5 -> 7: `validate.api` imports what reads a run back only for the commands that read one,
+#: in two lines: pandas off a run's driver, ~34 MB of its peak.)
+LAZY_CEILING = 7
 #: The layers of ``validate/__init__.py``'s docstring, lowest first: name, module patterns.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("environments", ("environment", "environment.*")),

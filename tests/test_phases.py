@@ -148,3 +148,22 @@ def test_the_smoke_comparison_holds_each_oracle_repeat_to_its_own_sample(passed_
     a.to_parquet(rerun / ATTEMPTS)
     _, mismatches = compare(run, rerun, 0.0)
     assert mismatches and all(", 1)" in m and "reward" in m for m in mismatches)
+
+
+def test_a_smoke_rerun_that_recorded_nothing_is_a_failed_comparison(passed_pool, tmp_path):
+    """The frozen run is read only for the rerun's tasks; a rerun with no attempts at all reads
+    none of it and names every attempt the sample owed as missing (never a crash, never a pass)."""
+    import shutil
+
+    from validate.paths import ATTEMPTS, SMOKE, SMOKE_RUN
+    from validate.smoke import compare
+
+    run = tmp_path / "pool"
+    shutil.copytree(passed_pool, run)
+    rerun = sorted((run / SMOKE).iterdir())[-1] / SMOKE_RUN
+    a = pd.read_parquet(rerun / ATTEMPTS)
+    played = sorted(set(zip(a["task_id"], a["agent"])))
+    a.iloc[:0].to_parquet(rerun / ATTEMPTS)
+    n, mismatches = compare(run, rerun, 0.0)
+    assert n == 0 and played
+    assert sorted(mismatches) == sorted(f"{key}: missing from the rerun" for key in played)

@@ -20,14 +20,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from environment.protocol import LoadHints, sha256_tag
 from validate import environments, run_evidence
-from validate.audit import audit as audit_run
-from validate.audit_eval import audit as audit_eval
 from validate.context import Progress, RunContext
 from validate.contract import check_environment, check_limits, check_tasks, load_manifest, load_taskset, reprofile
 from validate.contract import write_manifest
@@ -36,10 +35,8 @@ from validate.contract import verify as verify_contract
 from validate.errors import ValidateError
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
-from validate.eval.compare import compare as compare_runs
 from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.preflight import preflight
-from validate.eval.report import write_report as write_eval_report
 from validate.eval.run import EvalPhase, evaluate
 from validate.evidence import atomic_write
 from validate.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
@@ -56,14 +53,12 @@ from validate.profiles import compare_profiles as profile_comparison
 from validate.phases import pilot as pilot_phase
 from validate.phases import pool as pool_phase
 from validate.records import EVAL, PILOT, POOL
-from validate.report import write_report
 from validate.sandbox import Limits, open_sandbox
 from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
 from validate.taskimage.docker import images_for
 from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
-from validate.package import package as write_package
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -328,13 +323,25 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
     return _phase(ctx, lambda c: smoke_test(c, frozen, cfg, log=log))
 
 
+def _reading() -> SimpleNamespace:
+    """What reads a run back (the audits, the reports, packaging, comparing evals), imported by
+    the commands that use it: it needs pandas, which a run's driver never loads."""
+    from validate import audit, audit_eval, package, report  # lazy: pandas loads only to read a run back
+    from validate.eval import compare, report as eval_report  # lazy: pandas loads only to read a run back
+
+    return SimpleNamespace(audit=audit.audit, audit_eval=audit_eval.audit, package=package.package,
+                           write_report=report.write_report, write_eval_report=eval_report.write_report,
+                           compare=compare.compare)
+
+
 def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = ()) -> dict:
     """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
     `out` (`validate.package`); return its hash manifest."""
 
     existing_dir(run_dir, "RUN")
     utf8_path(Path(out), "--out")
-    return write_package(Path(run_dir), Path(out), audit_run, tuple(Path(p) for p in data))
+    reading = _reading()
+    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data))
 
 
 def _is_eval(run_dir: PathLike) -> bool:
@@ -347,7 +354,7 @@ def report(run_dir: PathLike):
     existing_dir(run_dir, "RUN_DIR")
     if _is_eval(run_dir):
         return eval_report(run_dir), None
-    return write_report(Path(run_dir))
+    return _reading().write_report(Path(run_dir))
 
 
 def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str = "validate",
@@ -361,7 +368,7 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
             raise ValidateError("--signature: sign and verify the eval run's checksums with `validate sign`/`audit` "
                                 "of its pool; an eval run's own signature is not supported yet")
         return eval_audit(run_dir, data=data, manifests=manifests)
-    return audit_run(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
+    return _reading().audit(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
                      data=tuple(Path(p) for p in data), manifests=None if manifests is None else Path(manifests))
 
 
@@ -389,6 +396,7 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
     path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     code = require(allow_patch)
     data = tuple(Path(p) for p in data)
+    audit_run = _reading().audit
     # eval/ sits below the audit: the pool run's audit is handed down, run after the cheaper refusals.
     parent, frozen = parent_of(Path(pool_run), None if manifest is None else Path(manifest),
                                audit=lambda root: audit_run(root, data=data).problems)
@@ -454,13 +462,13 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
 
 def eval_report(run_dir: PathLike) -> Path:
     """Write a new eval report entry (report.md, report.html, report.json); return its directory."""
-    return write_eval_report(existing_dir(run_dir, "RUN_DIR"))
+    return _reading().write_eval_report(existing_dir(run_dir, "RUN_DIR"))
 
 
 def eval_audit(run_dir: PathLike, *, data: Sequence[PathLike] = (), manifests: PathLike | None = None):
     """Re-derive an eval run's replies, rewards, sample rows, classes, metrics and reports;
     return the `AuditResult`."""
-    return audit_eval(existing_dir(run_dir, "RUN_DIR"), data=tuple(Path(p) for p in data),
+    return _reading().audit_eval(existing_dir(run_dir, "RUN_DIR"), data=tuple(Path(p) for p in data),
                       manifests=None if manifests is None else Path(manifests))
 
 
@@ -468,6 +476,6 @@ def compare(run_a: PathLike, run_b: PathLike, *, out: PathLike | None = None):
     """Per-task and per-family deltas of two evals under the same dataset contract; refused
     (naming the field) when their dataset contract, reward or k differ. Returns the comparison
     and the directory it was written to."""
-    if out is not None:  # RUN_A and RUN_B are checked by `compare_runs`, naming what an eval run holds
+    if out is not None:  # RUN_A and RUN_B are checked by the comparison, naming what an eval run holds
         output_dir(out, "--out")
-    return compare_runs(Path(run_a), Path(run_b), None if out is None else Path(out))
+    return _reading().compare(Path(run_a), Path(run_b), None if out is None else Path(out))

@@ -14,13 +14,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from environment.protocol import canonical_json
 from validate.contract import Manifest
 from validate.errors import ValidateError
 from validate.records import COMPATIBLE, CONTROL, ORACLE
 from validate.run_evidence import RunEvidence, current_verdict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EXCLUSION_FIELDS = ("task_id", "phase", "task_hash", "reason", "detail")
 
@@ -34,6 +37,8 @@ def retained_ids(tasks: pd.DataFrame) -> list[str]:
 
 
 def exclusion_ledger(exclusions: pd.DataFrame) -> bytes:
+    import pandas as pd  # lazy: a run's driver imports this module but reads no run back
+
     rows = [{k: (None if pd.isna(r[k]) else r[k]) for k in EXCLUSION_FIELDS if k in r}
             for r in exclusions.to_dict("records")]
     return canonical_json({"exclusions": sorted(rows, key=lambda r: r["task_id"])}) + b"\n"

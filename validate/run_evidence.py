@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 from pydantic import ValidationError
 
 from validate.errors import EvidenceError
@@ -20,6 +21,9 @@ from validate.jsonio import JSONInputError, loads
 from validate.paths import FROZEN_MANIFEST, LEDGER_FILES, SMOKE, SMOKE_RESULT, VARIANTS, RunPaths
 from validate.summary import RunSummary
 from validate.verdicts import DatasetVerdict, dataset_verdict
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _json(path: Path) -> dict:
@@ -65,6 +69,8 @@ def load_run(root: Path, names: list[str] | None = None) -> RunEvidence:
     missing = [n for n in LEDGER_FILES if n not in names]
     if missing:
         raise EvidenceError(f"{paths.root}: the report inputs lack {', '.join(missing)}")
+    import pandas as pd  # lazy: a run's driver imports this module but reads no run back
+
     try:
         summary = RunSummary.model_validate(_json(paths.summary))
         ev = RunEvidence(root=paths.root, manifest=_json(paths.manifest), summary=summary,

@@ -32,7 +32,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict, Field
 
 import validate
@@ -44,6 +45,9 @@ from validate.paths import ATTEMPTS, MANIFEST, SMOKE_RESULT, SMOKE_RUN
 from validate.records import EXCEPTION_STATUSES
 from validate.context import RunContext
 from validate.smoke_package import PACKAGE, is_task_directories, materialise_sample
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: An attempt's place in both runs: an oracle played several times (``oracle_repeats``) has a
 #: row per sample, each compared with the same sample of the frozen run.
@@ -148,11 +152,19 @@ def isolation(venv: Path, work: Path) -> dict[str, str]:
 
 
 def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[str]]:
-    def final(root: Path) -> pd.DataFrame:
-        a = pd.read_parquet(root / ATTEMPTS)
+    import pandas as pd  # lazy: a run's driver never loads pandas; only reading a run back does
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    def final(table: pa.Table) -> pd.DataFrame:
+        a = table.to_pandas()
         return a[~a["superseded"]].set_index(KEY)
 
-    before, after = final(frozen_run), final(rerun)
+    after = final(pq.read_table(rerun / ATTEMPTS))
+    # Only the sample's tasks of the frozen run: a 10,000-task pool's attempts are not read whole.
+    ids = pa.array(sorted(set(after.index.get_level_values(0))), pa.string())
+    before = final(pq.read_table(frozen_run / ATTEMPTS, filters=pc.field("task_id").isin(ids)))
     sample_contract = load_manifest(rerun / MANIFEST)
     expected = [(t.id, agent) for t in sample_contract.tasks for agent in sample_contract.expectations.required(t.skip)]
     played = {(task_id, agent) for task_id, agent, _ in after.index}
