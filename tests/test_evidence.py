@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 import pytest
 
 from validate.errors import EvidenceError
-from validate.evidence import Journal, atomic_write, open_run, write_table, write_verdicts
+from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_table, write_verdicts
 from validate.paths import RunPaths
 from validate.records import Attempt, TaskVerdict
+from validate.verdicts import Outcome
 
 METRICS = ("parsed_ok", "grouping_f1")
 
@@ -134,3 +137,80 @@ def test_arrow_allocates_from_the_c_library_unless_the_user_names_a_pool(asked, 
                           "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == used
+
+
+def test_outcomes_read_from_a_folded_run_are_those_of_its_attempts(tmp_path):
+    """A folded run's outcomes come from attempts.parquet's columns alone; they must be exactly
+    what the whole attempts give, superseded tries, nulls, the sign of a zero and all."""
+    paths = RunPaths(tmp_path)
+    rows = [att(0, attempt=1, status="infrastructure_error").model_copy(update={
+                "reward": None, "error_class": "NodeLost", "error_message": "node n1 died"}),
+            att(0, attempt=2),
+            att(1, agent="nop").model_copy(update={"reward": -0.0}),
+            att(3, agent="nop").model_copy(update={"reward": 0.0}),  # an outcome equal to the one before
+            att(2).model_copy(update={"phase": "q", "reward": 0.25})]
+    j = Journal(paths, METRICS)
+    j.append(rows)
+    live = list(j.outcomes())  # read from the journal, attempt by attempt
+    fold(j)
+    assert not paths.journal.exists()
+    folded = list(Journal(paths, METRICS).outcomes())
+    expected = [(a.phase, a.task_id, Outcome.of(a)) for a in rows]
+    assert live == expected and folded == expected
+    signs = [math.copysign(1.0, o.reward) for _, _, o in folded if o.reward == 0.0]
+    assert signs == [-1.0, 1.0]  # -0.0 and 0.0 are equal, yet neither became the other
+    pq.write_table(pq.read_table(paths.attempts).drop_columns(["status"]), paths.attempts)
+    with pytest.raises(EvidenceError, match="attempts.parquet"):
+        list(Journal(paths, METRICS).outcomes())
+
+
+def test_checksums_list_every_sealed_file_in_path_order_part_by_part(tmp_path):
+    paths = RunPaths(tmp_path)
+    for name in ["a/b", "a.b", "a-c", "a/b.c/d", "z", "replies/ff", "replies/00", ".hidden", "dir/.tmp"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    paths.checksums.write_text("old")
+    write_checksums(paths)
+    listed = [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()]
+    by_path = [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))
+               if p.is_file() and not p.name.startswith(".") and p != paths.checksums]
+    assert listed == by_path == ["a/b", "a/b.c/d", "a-c", "a.b", "replies/00", "replies/ff", "z"]
+    check = subprocess.run(["sha256sum", "-c", "--quiet", paths.checksums.name], cwd=tmp_path,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_links_that_loop_or_dangle_are_not_sealed_and_an_unlistable_directory_is_named(tmp_path, monkeypatch):
+    paths = RunPaths(tmp_path)
+    (tmp_path / "kept").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "dangling").symlink_to("nowhere")
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "kept")  # a link to a file: its target is hashed
+    (tmp_path / "walked").symlink_to(tmp_path, target_is_directory=True)  # never walked (no loop)
+    write_checksums(paths)
+    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere", "kept"]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "f").write_text("y")
+    real = os.scandir
+
+    def scandir(path):  # as an unprivileged sealer sees a directory it may not read (root reads every one)
+        if os.fspath(path) == os.fspath(locked):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(EvidenceError, match=f"{locked}: cannot list it to seal the run"):
+        write_checksums(paths)
+    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere", "kept"]
+
+
+def test_a_run_driver_does_not_load_pandas_until_it_reads_a_run_back():
+    """What a run's driver imports (the command line, the harness, the phases, the executors)
+    leaves pandas out (~34 MB of its peak); the commands that read a run back load it."""
+    script = ("import sys\nimport validate.cli, validate.api, validate.phases, validate.lifecycle, validate.smoke\n"
+              "import validate.executors.ray, validate.executors.threads\n"
+              "before = 'pandas' in sys.modules\nvalidate.api._reading()\nprint(before, 'pandas' in sys.modules)")
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.split() == ["False", "True"]

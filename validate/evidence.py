@@ -24,14 +24,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import shutil
 import os
 import tempfile
+import sys
 import threading
 from contextlib import contextmanager
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, get_args
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,7 +42,8 @@ from pydantic import BaseModel, ValidationError
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
 from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
-                              unflatten, verdict_of_row)
+                              Status, unflatten, verdict_of_row)
+from validate.verdicts import Outcome, outcomes_of
 
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
 # allocated: streaming a run's attempts back in batches left ~50 MB more resident in the
@@ -51,6 +54,9 @@ if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
     pa.set_memory_pool(pa.system_memory_pool())
 
 BATCH_ROWS = 1000
+#: The columns of attempts.parquet a verdict reads: (phase, task id) and an `Outcome`'s fields.
+OUTCOME_COLUMNS = ("phase", "task_id", *Outcome._fields)
+STATUSES = frozenset(get_args(Status))
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -127,17 +133,60 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def sealed_files(paths: RunPaths) -> list[Path]:
-    """Every file the checksums cover: all but the checksums, their signature, the live journal
-    and temp files."""
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()  # a link to a file is one (its target is hashed)
+    except OSError:  # a link that loops, or one that cannot be followed, is not
+        return False
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)  # a link to a directory is not walked
+    except OSError:
+        return False
+
+
+def sealed_names(paths: RunPaths) -> list[str]:
+    """The names (relative, ``/``-separated) of every file the checksums cover: all but the
+    checksums, their signature and dot-files (the live journal's temp files), in the order of
+    their paths (part by part: ``a/b`` before ``a.b``). Only the names are held (a 10,000-task
+    pool's run directory is tens of thousands of files)."""
     skip = {paths.checksums, paths.signature}
-    return sorted(p for p in paths.root.rglob("*")
-                  if p.is_file() and p not in skip and not p.name.startswith("."))
+    keys: list[str] = []  # the parts joined by NUL, which sorts below every character of a name
+    todo: list[tuple[str, ...]] = [()]
+    while todo:
+        parts = todo.pop()
+        where = paths.root.joinpath(*parts)
+        try:
+            with os.scandir(where) as listing:
+                entries = list(listing)
+        except OSError as e:
+            raise EvidenceError(f"{where}: cannot list it to seal the run ({e.strerror or e})") from None
+        for entry in entries:
+            if _is_dir(entry):
+                todo.append((*parts, entry.name))
+            elif _is_file(entry) and not entry.name.startswith(".") and where / entry.name not in skip:
+                keys.append("\0".join((*parts, entry.name)))
+    keys.sort()
+    return [k.replace("\0", "/") for k in keys]
+
+
+def sealed_files(paths: RunPaths) -> list[Path]:
+    """Every file the checksums cover, as `sealed_names` orders them."""
+    return [paths.root / name for name in sealed_names(paths)]
 
 
 def write_checksums(paths: RunPaths) -> None:
-    lines = [f"{file_sha256(p)}  {p.relative_to(paths.root).as_posix()}\n" for p in sealed_files(paths)]
-    atomic_write(paths.checksums, "".join(lines).encode())
+    """``checksums.sha256`` of every sealed file, written a line at a time."""
+    with _replacing(paths.checksums) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
+        for name in sealed_names(paths):
+            try:
+                digest = file_sha256(paths.root / name)
+            except OSError as e:
+                raise EvidenceError(f"{paths.root / name}: cannot hash it to seal the run "
+                                    f"({e.strerror or e})") from None
+            out.write(f"{digest}  {name}\n")
     paths.signature.unlink(missing_ok=True)  # it signed the old checksums
 
 
@@ -349,6 +398,36 @@ class Journal:
         for a in self:
             superseded = bool(latest) and a.attempt < latest.get(keys.of(a), 1)
             yield a if a.superseded == superseded else a.model_copy(update={"superseded": superseded})
+
+    def outcomes(self) -> Iterator[tuple[str, str, Outcome]]:
+        """(phase, task id, outcome) of every recorded attempt, superseded ones included: what
+        the verdicts are judged from. A folded run (no journal left) is read from attempts.parquet's
+        `OUTCOME_COLUMNS` alone, not as whole attempts (at the end of a 10,000-task pool, parsing
+        every attempt's logs and reply head cost the driver ~40 MB more). Equal outcomes are one
+        object (most of a pool's are alike)."""
+        journal = self.paths.journal
+        folded = self.paths.attempts.exists() and not (journal.exists() and journal.stat().st_size > 0)
+        shared: dict[tuple[Outcome, bool], Outcome] = {}
+        for phase, task_id, o in self._outcome_columns() if folded else outcomes_of(self):
+            # -0.0 == 0.0 and hashes alike: the sign is part of the key so no reward is changed.
+            key = (o, o.reward is not None and math.copysign(1.0, o.reward) < 0)
+            yield phase, task_id, shared.setdefault(key, o)
+
+    def _outcome_columns(self) -> Iterator[tuple[str, str, Outcome]]:
+        where = self.paths.attempts
+        try:
+            source = pq.ParquetFile(where)
+            for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=list(OUTCOME_COLUMNS)):
+                columns = [batch.column(name).to_pylist() for name in OUTCOME_COLUMNS]
+                for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample in zip(*columns):
+                    if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
+                        raise EvidenceError(f"{where}: attempt {phase}/{task_id}/{agent}: not an attempt's status, "
+                                            f"try or sample ({status!r}, {attempt!r}, {sample!r})")
+                    yield sys.intern(phase), task_id, Outcome(
+                        sys.intern(agent), attempt, sys.intern(status), reward,
+                        None if error_class is None else sys.intern(error_class), error_message, sample)
+        except (OSError, KeyError, TypeError, pa.ArrowException) as e:
+            raise EvidenceError(f"{where}: unreadable as attempts ({e})") from None
 
     def _from_parquet(self) -> Iterator[Attempt]:
         if not self.paths.attempts.exists():

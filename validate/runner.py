@@ -226,15 +226,16 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
         raise stopped
 
 
-def judge(ctx: RunContext, attempts: Iterable[Attempt], phase: str, manifest: Manifest, taskset: Taskset,
-          phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> Iterator[TaskVerdict]:
+def judge(ctx: RunContext, attempts: Iterable[tuple[str, str, Outcome]], phase: str, manifest: Manifest,
+          taskset: Taskset, phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> Iterator[TaskVerdict]:
     """One verdict per task of `entries` (default: `manifest`'s) from all its attempts in
     `phases`, superseded ones included (`decide` counts the oracle's repeats, sample 0 of the
-    rest), made as they are consumed. `attempts` is streamed; small outcomes are kept."""
+    rest), made as they are consumed. `attempts` — (phase, task id, outcome) as
+    `Journal.outcomes` or `outcomes_of` give them — is streamed; only the outcomes are kept."""
     outcomes: dict[str, list[Outcome]] = {}
-    for a in attempts:
-        if a.phase in phases:
-            outcomes.setdefault(a.task_id, []).append(Outcome.of(a))
+    for attempt_phase, task_id, outcome in attempts:
+        if attempt_phase in phases:
+            outcomes.setdefault(task_id, []).append(outcome)
     for e in entries if entries is not None else manifest.tasks:
         yield verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), outcomes.pop(e.id, []))
 

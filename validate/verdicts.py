@@ -29,7 +29,7 @@ agent's final attempt only, and the verdict records that the task passed only af
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
@@ -87,6 +87,12 @@ class Outcome(NamedTuple):
         # The few names (agents, statuses, error classes) shared, not one string per attempt.
         return cls(sys.intern(a.agent), a.attempt, sys.intern(a.status), a.reward,
                    None if a.error_class is None else sys.intern(a.error_class), a.error_message, a.sample)
+
+
+def outcomes_of(attempts: Iterable) -> Iterator[tuple[str, str, Outcome]]:
+    """(phase, task id, outcome) of each attempt, as `validate.evidence.Journal.outcomes` gives them."""
+    for a in attempts:
+        yield a.phase, a.task_id, Outcome.of(a)
 
 
 def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float) -> bool:
