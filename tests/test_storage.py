@@ -124,3 +124,30 @@ def test_two_runs_of_one_name_in_two_places_get_two_sandbox_labels(tmp_path, mon
     assert RunPaths(Path("run")).sandbox_label == a.sandbox_label
     for label in (a.sandbox_label, RunPaths(tmp_path / ("x" * 250)).sandbox_label):
         assert sweep(tmp_path, label) == []  # a plain name the storage accepts (else ValueError)
+
+
+@pytest.mark.parametrize("when", ["mounting", "unmounting"])
+def test_an_interrupt_while_storage_is_set_up_or_released_is_held_until_it_is_gone(tmp_path, monkeypatch, when):
+    """A Ctrl-C, or a cancelled Ray task (Ray raises its KeyboardInterrupt as a SIGINT in the
+    worker's main thread), that lands while the tmpfs is mounted or released is raised only once
+    nothing is left: landing between the unmount and the removal used to leave a mount point."""
+    import _thread
+
+    from validate.sandbox import storage
+
+    name = f"t0-{when}"
+    real = storage.mount_tmpfs if when == "mounting" else storage.unmount
+
+    def interrupted(*args, **kwargs):
+        result = real(*args, **kwargs)
+        _thread.interrupt_main()  # as Ray's cancel does; Python raises it at its next check
+        return result
+
+    monkeypatch.setattr(storage, "mount_tmpfs" if when == "mounting" else "unmount", interrupted)
+    ran = []
+    with pytest.raises(KeyboardInterrupt):
+        with attempt_storage("run", name, Limits(), parent=tmp_path) as root:
+            ran.append(mounted(root))
+    # Held while mounting, it is raised before the attempt starts; while releasing, after it.
+    assert ran == ([] if when == "mounting" else [True])
+    assert not mounted(tmp_path / "run" / name) and not (tmp_path / "run" / name).exists()

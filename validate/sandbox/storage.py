@@ -23,7 +23,9 @@ import ctypes
 import errno
 import os
 import re
+import signal
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,19 +94,40 @@ def attempt_storage(run_label: str, name: str, limits: Limits, gid: int | None =
     base = parent / _component(run_label, "run label")
     target = base / _component(name, "attempt name")
     _mkdir(base)
+    made = False
     try:
-        target.mkdir(mode=0o700)
-    except FileExistsError:
-        raise SandboxError(f"storage: {target} already exists (attempt names must be unique per run)") from None
-    try:
-        mount_tmpfs(target, limits, gid)
-    except BaseException:
-        target.rmdir()
-        raise
-    try:
+        with _interrupts_held():  # made and mounted whole, or released in `finally`
+            try:
+                target.mkdir(mode=0o700)
+            except FileExistsError:
+                raise SandboxError(f"storage: {target} already exists (attempt names must be unique "
+                                   "per run)") from None
+            made = True
+            mount_tmpfs(target, limits, gid)
         yield target
     finally:
-        release(target)
+        if made:
+            with _interrupts_held():
+                release(target)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold a SIGINT that arrives meanwhile and raise it after: a Ctrl-C, or a cancelled Ray
+    task (Ray raises its KeyboardInterrupt through SIGINT in the worker's main thread). One that
+    landed between the unmount and the removal left the mount point behind, one right after
+    the mount left it mounted. Only the main thread receives signals, so only it holds them."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # not the main thread, or a handler Python did not install (it could not be put back)
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)  # now, to the handler that was there
 
 
 def release(target: Path) -> None:
