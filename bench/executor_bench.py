@@ -6,8 +6,9 @@ One contract (the deshuffle oracle and five controls on `--tasks` tasks) is froz
 run through each executor in a fresh process of its own (its peak RSS its own): first
 ``threads``, then ``ray`` on a local Ray this bench starts (a single node with `-c` CPUs,
 ``ray.init`` in the child; stopped with it). Prints the time to start Ray (apart), the run's
-wall time, attempts/s and driver peak RSS per executor and the ratio of their attempts/s;
-the ray run includes starting its worker processes and rebuilding the runner's worker in
+wall time, attempts/s, driver peak RSS and CPU per attempt per executor (the whole machine's
+busy CPU, from /proc/stat, so run it on an idle machine; and the driver process's own) and
+the ratio of their attempts/s; the ray run includes starting its worker processes and rebuilding the runner's worker in
 each (verify the contract, load the taskset).
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
@@ -28,7 +29,7 @@ from validate.options import DEFAULT_CONCURRENCY  # noqa: E402
 CONTROLS = "empty,shuffled,identity,reversed,malformed"
 
 CHILD = r"""
-import json, resource, shutil, sys, tempfile, time
+import json, os, resource, shutil, sys, tempfile, time
 from pathlib import Path
 from environment.protocol import LoadHints
 from validate import environments
@@ -55,19 +56,24 @@ try:
         import ray
         ray.init(num_cpus=c, include_dashboard=False, log_to_driver=False)
     start_s = time.perf_counter() - t0
+    def machine_cpu_s():  # busy CPU of the whole machine (sandboxes, Ray's processes, this one)
+        v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+        return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+    cpu0, self0 = machine_cpu_s(), time.process_time()
     t0 = time.perf_counter()
     env, _, taskset = check_environment(manifest, hints)
     ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(root / "run"),
                      executor=make_executor(executor, c), run_id=f"xbench-{executor}", code=code_state(), hints=hints)
     summary = run_agents(ctx, RunPhase())
     wall = time.perf_counter() - t0
+    cpu_s, self_s = machine_cpu_s() - cpu0, time.process_time() - self0
 finally:
     sandbox.close()
     shutil.rmtree(root, ignore_errors=True)
     if executor == "ray":
         ray.shutdown()
 print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wall_s": wall, "start_s": start_s,
-                  "compatible": summary.counts.compatible,
+                  "compatible": summary.counts.compatible, "cpu_s": cpu_s, "driver_cpu_s": self_s,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -81,8 +87,8 @@ def main() -> None:
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     print(f"{args.tasks} tasks × oracle,{CONTROLS} on {args.backend}; concurrency {args.c}")
-    print(f"{'executor':8s} {'start':>7s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s}  "
-          f"compatible")
+    print(f"{'executor':8s} {'start':>7s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s} "
+          f"{'CPU/attempt (machine, driver)':>30s}  compatible")
     rates = {}
     for executor in ("threads", "ray"):
         out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
@@ -92,7 +98,8 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rates[executor] = r["attempts"] / r["wall_s"]
         print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
-              f"{r['peak_rss_mb']:7.0f}MB  {r['compatible']}")
+              f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms {1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms"
+              f"  {r['compatible']}")
     print(f"ray / threads attempts/s: {rates['ray'] / rates['threads']:.2f} "
           f"(overhead {100 * (1 - rates['ray'] / rates['threads']):.1f} %)")
 
