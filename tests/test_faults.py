@@ -34,6 +34,7 @@ from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
 from validate.phases import RunPhase, run_agents
 from validate.sandbox import open_sandbox
 from validate.sandbox.cgroups import open_cgroups
+from validate.sandbox.storage import DEFAULT_PARENT
 
 
 def cli(*args, cwd, **kw):
@@ -108,6 +109,10 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     proc.wait()
     recorded = Journal(RunPaths(tmp_path / "ledgers/k"), ()).existing()
     assert len(recorded) >= n and not (tmp_path / "ledgers/k/attempts.parquet").exists()
+    # The killed run's attempt storage is still mounted, under the label of its sandbox (the
+    # one the resume sweeps), not under a name a run elsewhere could share.
+    label = RunPaths(tmp_path / "ledgers/k").sandbox_label
+    assert set(_storage_of("k")) == set(), "attempt storage under the bare run id: no resume ever sweeps it"
     r = cli("run", "--manifest", "manifests/kill.json", "--resume", "ledgers/k", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     attempts = pd.read_parquet(tmp_path / "ledgers/k/attempts.parquet")
@@ -122,6 +127,14 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     else:  # the resumed run swept the cgroups its killed predecessor left
         assert open_cgroups().names("k") == []
     assert set(attempts["run_id"]) == {"k"}  # one run id before and after the resume
+    assert _storage_of(label) == []  # the resume swept the tmpfs its killed predecessor left
+
+
+def _storage_of(label: str) -> list[str]:
+    """Attempt storage mounted under `label` on this machine."""
+    with open("/proc/self/mountinfo") as f:
+        targets = [line.split()[4] for line in f]
+    return sorted(t for t in targets if os.path.dirname(t) == str(DEFAULT_PARENT / label))
 
 
 @pytest.mark.docker

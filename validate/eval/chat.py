@@ -116,7 +116,7 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: Play, tempe
     ctx, contract = ec.run, ec.contract
     limits = ctx.manifest.execution.limits.model_copy(update={"timeout_s": contract.limits.attempt_timeout_s})
     name = f"{task.idx}-model-{play.phase}-{uuid.uuid4().hex[:8]}"
-    make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.run_id, n, lim, gid=gid))
+    make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.sandbox.run_label, n, lim, gid=gid))
     with make(name, limits, AGENT_UID) as root:
         mounts, tmp = lay_out(Path(root), task)
         request = RunRequest(argv=(), mounts=mounts, env={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},

@@ -177,6 +177,9 @@ class Sandbox(ABC):
     backend: str
     #: True when the backend runs agents with no network (tasks with network_allow=[] need it).
     isolates_network: bool
+    #: The label it was opened with: its containers, cgroups and attempt storage carry it, and
+    #: opening a sandbox of this label sweeps what a killed process of it left.
+    run_label: str
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log: Callable[[str], None]) -> None:
