@@ -8,8 +8,8 @@ run through each executor in a fresh process of its own (its peak RSS its own): 
 ``ray.init`` in the child; stopped with it). Prints the time to start Ray (apart), the run's
 wall time, attempts/s, driver peak RSS and CPU per attempt per executor (the whole machine's
 busy CPU, from /proc/stat, so run it on an idle machine; and the driver process's own) and
-the ratio of their attempts/s; the ray run includes starting its worker processes and rebuilding the runner's worker in
-each (verify the contract, load the taskset).
+the ratio of their attempts/s; the ray run includes starting its worker processes and
+rebuilding the runner's worker in each (verify the contract, load the taskset).
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -98,8 +98,8 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rates[executor] = r["attempts"] / r["wall_s"]
         print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
-              f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms {1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms"
-              f"  {r['compatible']}")
+              f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
+              f"{1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms  {r['compatible']}")
     print(f"ray / threads attempts/s: {rates['ray'] / rates['threads']:.2f} "
           f"(overhead {100 * (1 - rates['ray'] / rates['threads']):.1f} %)")
 

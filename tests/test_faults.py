@@ -109,10 +109,9 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     proc.wait()
     recorded = Journal(RunPaths(tmp_path / "ledgers/k"), ()).existing()
     assert len(recorded) >= n and not (tmp_path / "ledgers/k/attempts.parquet").exists()
-    # The killed run's attempt storage is still mounted, under the label of its sandbox (the
-    # one the resume sweeps), not under a name a run elsewhere could share.
-    label = RunPaths(tmp_path / "ledgers/k").sandbox_label
-    assert set(_storage_of("k")) == set(), "attempt storage under the bare run id: no resume ever sweeps it"
+    # Whatever the killed run left mounted is under its sandbox's label (the one a resume
+    # sweeps), never under the bare run id, which nothing sweeps and runs elsewhere share.
+    assert _storage_of("k") == [], "attempt storage under the bare run id: no resume ever sweeps it"
     r = cli("run", "--manifest", "manifests/kill.json", "--resume", "ledgers/k", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     attempts = pd.read_parquet(tmp_path / "ledgers/k/attempts.parquet")
@@ -127,7 +126,8 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     else:  # the resumed run swept the cgroups its killed predecessor left
         assert open_cgroups().names("k") == []
     assert set(attempts["run_id"]) == {"k"}  # one run id before and after the resume
-    assert _storage_of(label) == []  # the resume swept the tmpfs its killed predecessor left
+    # the resume swept the tmpfs its killed predecessor left
+    assert _storage_of(RunPaths(tmp_path / "ledgers/k").sandbox_label) == []
 
 
 def _storage_of(label: str) -> list[str]:
