@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                             "validate.run_evidence")),
     ("sandbox", ("validate.sandbox", "validate.sandbox.*", "validate.image", "validate.imagefile",
                  "validate.taskimage", "validate.taskimage.*", "validate.trial", "validate.trial.*")),
-    ("contract", ("validate.sealed", "validate.contract", "validate.workspace")),
+    ("contract", ("validate.sealed", "validate.tasklist", "validate.contract", "validate.workspace")),
     ("running", ("validate.context", "validate.executors", "validate.executors.*", "validate.kinds",
                  "validate.kinds.*", "validate.runner", "validate.lifecycle", "validate.phases", "validate.smoke",
                  "validate.package", "validate.package_card", "validate.smoke_package",

@@ -29,8 +29,8 @@ with this very list as ``LAYERS``):
    in the same container, its agents and result; its network signal from a resolver
    sidecar, `trial.network`, or from the harness's own sockets in the container's
    namespace, `trial.nsresolver`).
-5. contract — `sealed` (the sealed-document base), `contract` (the sealed manifest),
-   `workspace` (a task laid out as files).
+5. contract — `sealed` (the sealed-document base), `tasklist` (a contract's task entries,
+   held as columns), `contract` (the sealed manifest), `workspace` (a task laid out as files).
 6. running — `context` (a run's context), `executors` and `kinds` (the registries of how
    attempts are carried out and what an attempt is), `runner`, `lifecycle`, `phases`,
    `smoke`, `package` and `package_card` (a validated task-directory dataset written as a

@@ -33,6 +33,7 @@ from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
 from validate.sealed import SealedDocument, first_error
 from validate.taskimage.frozen import TaskImages
+from validate.tasklist import TaskEntry, TaskList
 from validate.verdicts import Rule
 
 SCHEMA_VERSION = 2
@@ -174,16 +175,6 @@ class Selection(BaseModel):
     idx: list[int] = Field(description="Task indices, sorted, distinct.")
 
 
-class TaskEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    id: str
-    idx: int = Field(ge=0)
-    hash: str
-    skip: dict[str, str] = Field(default_factory=dict, description="Agents of the contract that cannot test this "
-                                 "task, each with the environment's reason: they are not played on it.")
-
-
 class Manifest(SealedDocument):
     model_config = ConfigDict(extra="forbid", frozen=True)
     document: ClassVar[str] = "manifest"
@@ -195,7 +186,8 @@ class Manifest(SealedDocument):
     created_at: datetime
     environment: EnvironmentSpec
     selection: Selection
-    tasks: list[TaskEntry]
+    tasks: TaskList = Field(description="One entry per task of the selection, in its order (held as columns: "
+                                          "validate.tasklist).")
     task_list_sha256: str
     expectations: Expectations
     execution: ExecutionProfile
@@ -384,11 +376,11 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
     own = {e.idx: e for e in parent.tasks}
     if config is None and all(i in own for i in idx):
         # The parent's own entries of those tasks (what it was verified against), not the tasks
-        # regenerated again: a 10,000-task pool's frozen set costs the driver neither 10,000
-        # generations nor a second copy of its entries.
-        tasks = [own[i] for i in idx]
+        # regenerated again: a 10,000-task pool's frozen set costs the driver no 10,000
+        # generations.
+        tasks = TaskList(own[i] for i in idx)
     else:
-        tasks = entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents))
+        tasks = TaskList(entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents)))
     return parent.model_copy(update={
         "name": name, "created_at": datetime.now(UTC), "environment": env_spec,
         "selection": Selection(rule=rule, idx=idx), "tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
@@ -468,7 +460,8 @@ class TaskCheck:
         self.env = env
         self.specs = [a for a in env.agents(config) if a.name in manifest.expectations.agents]
         self.manifest = manifest
-        self._at: dict[int, int] | None = None
+        # A contract made by copying with a plain list of entries (not parsed) is held as one too.
+        self._tasks = manifest.tasks if isinstance(manifest.tasks, TaskList) else TaskList(manifest.tasks)
 
     def entry(self, i: int, entry: TaskEntry, task) -> None:
         if (task.id, task.hash) != (entry.id, entry.hash):
@@ -480,14 +473,12 @@ class TaskCheck:
     def __call__(self, idx: int, task) -> None:
         """Check `task`, made here as task `idx`, against the contract's entry of that idx (one
         the contract lacks is refused, and so is a task that says it is another)."""
-        if self._at is None:
-            self._at = {e.idx: i for i, e in enumerate(self.manifest.tasks)}
-        i = self._at.get(idx)
+        i = self._tasks.position(idx)
         if i is None:
             raise ContractError(f"tasks: the contract has no task of idx {idx}")
         if task.idx != idx:
-            raise _mismatch(f"tasks[{i}].idx ({self.manifest.tasks[i].id})", idx, task.idx)
-        self.entry(i, self.manifest.tasks[i], task)
+            raise _mismatch(f"tasks[{i}].idx ({self._tasks[i].id})", idx, task.idx)
+        self.entry(i, self._tasks[i], task)
 
 
 def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:

@@ -176,7 +176,7 @@ class Pending:
 
     def __init__(self, done: Iterable[Attempt], play: Play) -> None:
         self.play, self.latest = play, _latest(done, play.phase)
-        self.skip = {e.idx: e.skip for e in play.manifest.tasks} if play.skips else {}
+        self.skip = {e.idx: e.skip for e in play.manifest.tasks if e.skip} if play.skips else {}
         self.count = sum(1 for _ in self._todo())
 
     def _todo(self) -> Iterator[tuple]:

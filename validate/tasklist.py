@@ -1,0 +1,124 @@
+"""A contract's task entries: the schema of one (`TaskEntry`) and how a parsed contract holds
+them all (`TaskList`).
+
+A contract of 10,000 tasks parsed into one pydantic model per entry costs ~1 KB per task
+(the model, its field dict and field set, its strings), and the allocator keeps the parse's
+garbage around them: ~17 MB more RSS than a 1,000-task one for a driver whose every other
+holding is flat in the tasks. `TaskList` keeps the same entries as columns — the ids and the
+hashes each one string with an offset array, the idx an integer array, only the skips that
+are not empty — ~0.15 KB per task, and makes a `TaskEntry` when one is asked for. It is an
+immutable `Sequence[TaskEntry]` validated and serialised exactly as ``list[TaskEntry]`` is
+(the same JSON, so the same content hash, and the same error locations), so the entry model
+stays the schema of record and every reader of ``manifest.tasks`` is unchanged.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+
+class TaskEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    idx: int = Field(ge=0, le=2**63 - 1)  # held in a 64-bit array (TaskList)
+    hash: str
+    skip: dict[str, str] = Field(default_factory=dict, description="Agents of the contract that cannot test this "
+                                 "task, each with the environment's reason: they are not played on it.")
+
+
+def _column(values: Iterable[str]) -> tuple[str, array]:
+    """Strings as one string and the end offset of each."""
+    parts, ends, at = [], array("q"), 0
+    for v in values:
+        parts.append(v)
+        at += len(v)
+        ends.append(at)
+    return "".join(parts), ends
+
+
+class TaskList(Sequence[TaskEntry]):
+    """The entries of a contract, held as columns (see the module); equal to any sequence of
+    the same entries."""
+
+    __slots__ = ("_hash_ends", "_hashes", "_id_ends", "_ids", "_idx", "_skip", "_skip_at")
+
+    def __init__(self, entries: Iterable[TaskEntry]) -> None:
+        entries = entries if isinstance(entries, Sequence) else list(entries)
+        self._ids, self._id_ends = _column(e.id for e in entries)
+        self._hashes, self._hash_ends = _column(e.hash for e in entries)
+        self._idx = array("q", (e.idx for e in entries))
+        # Skips repeat (the same agents excused for the same reason on many tasks): each distinct
+        # one is held once, and where each applies as an integer array, not an object per task.
+        distinct: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        self._skip_at = array("q", (i for i, e in enumerate(entries) if e.skip))
+        self._skip = [distinct.setdefault(tuple(sorted(entries[i].skip.items())), dict(entries[i].skip))
+                      for i in self._skip_at]
+
+    def __len__(self) -> int:
+        return len(self._idx)
+
+    def _entry(self, i: int) -> TaskEntry:
+        a, b = (self._id_ends[i - 1] if i else 0), self._id_ends[i]
+        c, d = (self._hash_ends[i - 1] if i else 0), self._hash_ends[i]
+        at = bisect_left(self._skip_at, i)
+        skip = self._skip[at] if at < len(self._skip_at) and self._skip_at[at] == i else None
+        # Validated when the list was made: built without validating again.
+        return TaskEntry.model_construct(id=self._ids[a:b], idx=self._idx[i], hash=self._hashes[c:d],
+                                         skip=dict(skip) if skip else {})
+
+    @overload
+    def __getitem__(self, i: int) -> TaskEntry: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[TaskEntry]: ...
+
+    def __getitem__(self, i: int | slice) -> TaskEntry | list[TaskEntry]:
+        if isinstance(i, slice):
+            return [self._entry(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("task list index out of range")
+        return self._entry(i % n)
+
+    def __iter__(self) -> Iterator[TaskEntry]:
+        return (self._entry(i) for i in range(len(self)))
+
+    def position(self, idx: int) -> int | None:
+        """Where the entry of task `idx` is (a contract's entries follow its sorted idx), or None."""
+        i = bisect_left(self._idx, idx)
+        return i if i < len(self._idx) and self._idx[i] == idx else None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TaskList):
+            return (self._ids, self._id_ends, self._hashes, self._hash_ends, self._idx, self._skip_at, self._skip) == \
+                (other._ids, other._id_ends, other._hashes, other._hash_ends, other._idx, other._skip_at, other._skip)
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's: equal to lists, so not hashable
+
+    def __repr__(self) -> str:
+        return f"TaskList({len(self)} tasks)"
+
+    @staticmethod
+    def _dump(entries: Sequence[TaskEntry]) -> list[dict[str, Any]]:
+        # The JSON of list[TaskEntry], field for field (the contract's bytes and hash depend on it).
+        return [{"id": e.id, "idx": e.idx, "hash": e.hash, "skip": dict(e.skip)} for e in entries]
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        entries = handler.generate_schema(list[TaskEntry])
+
+        def validate(value: Any, inner: core_schema.ValidatorFunctionWrapHandler) -> TaskList:
+            return value if isinstance(value, TaskList) else cls(inner(value))
+
+        return core_schema.no_info_wrap_validator_function(
+            validate, entries, serialization=core_schema.plain_serializer_function_ser_schema(cls._dump))
