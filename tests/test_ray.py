@@ -42,9 +42,10 @@ from validate.paths import ImagePaths, RunPaths
 from validate.view import pages, tables
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
-from validate.sandbox.storage import DEFAULT_PARENT
+from validate.sandbox import Limits
+from validate.sandbox.storage import DEFAULT_PARENT, mount_tmpfs, sweep
 from validate.contract import task_list_sha256
-from validate.executors.ray import NodeRefused
+from validate.executors.ray import NodeRefused, _sweep_dead_workers
 from validate.phases import PoolPhase, pool
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -318,6 +319,33 @@ def _sandboxes_of(run_id: str) -> list[str]:
     return found
 
 
+def _leftover_of_a_dead_worker(label: str) -> Path:
+    """Attempt storage, mounted, as a Ray worker process of run label `label` killed mid-attempt
+    leaves it (its pid: one no process has now)."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    planted = DEFAULT_PARENT / f"{label}.w{gone.pid}" / "attempt-left"
+    planted.mkdir(parents=True)
+    mount_tmpfs(planted, Limits())
+    (planted / "written-by-the-agent").write_text("x")
+    return planted.parent
+
+
+def test_a_rebuilt_worker_sweeps_what_dead_workers_of_its_run_left_and_no_live_ones():
+    label = f"sweep-{os.getpid()}-{time.monotonic_ns()}"
+    dead = _leftover_of_a_dead_worker(label)
+    other_run = _leftover_of_a_dead_worker(label + "x")
+    alive = DEFAULT_PARENT / f"{label}.w{os.getppid()}" / "attempt-running"  # a live process's label
+    alive.mkdir(parents=True)
+    try:
+        assert _sweep_dead_workers(label, "bwrap", "deshuffle-validate-sandbox:bookworm") == [dead.name]
+        assert not dead.exists() and str(dead) not in Path("/proc/self/mounts").read_text()
+        assert alive.is_dir() and (other_run / "attempt-left" / "written-by-the-agent").is_file()
+    finally:
+        sweep(DEFAULT_PARENT, other_run.name)
+        shutil.rmtree(alive.parent, ignore_errors=True)
+
+
 def test_a_killed_driver_resumed_completes_with_no_attempt_run_twice(tmp_path, cluster, manifest):
     (tmp_path / "m.json").write_bytes(manifest.to_json())
     run = tmp_path / "ledgers" / f"killed-driver-{os.getpid()}"
@@ -327,6 +355,8 @@ def test_a_killed_driver_resumed_completes_with_no_attempt_run_twice(tmp_path, c
     driver.communicate()
     before = _journaled(run)
     assert 3 <= before < len(manifest.tasks) * 8  # it died mid-run
+    # What a Ray worker process killed mid-attempt leaves: the resume's workers sweep it.
+    left = _leftover_of_a_dead_worker(RunPaths(run).sandbox_label)
     resumed = _driver(tmp_path, cluster, "--resume", str(run))
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode in (0, 1), err  # 1: the dataset verdict waits for its smoke test
@@ -335,6 +365,7 @@ def test_a_killed_driver_resumed_completes_with_no_attempt_run_twice(tmp_path, c
     assert len(final) == len(set(final)) == len(manifest.tasks) * 8  # each key played to its end exactly once
     verdicts = pq.read_table(run / "tasks.parquet").to_pylist()
     assert sorted(v["idx"] for v in verdicts) == [0, 1, 2] and all(v["verdict"] != "incomplete" for v in verdicts)
+    assert not left.exists() and str(left) not in Path("/proc/self/mounts").read_text()
     result = audit(run)
     assert result.problems == [] and result.checked
 

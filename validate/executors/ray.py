@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import atexit
 import collections
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -63,6 +65,7 @@ from validate.errors import ValidateError
 from validate.executors import AttemptSpec, Executor, ExecutorUnavailable, R, Worker
 from validate.executors.ray_image import NodeImageUnavailable, TaskImageFetch, driver_source, ensure_image
 from validate.runner import worker_from_recipe
+from validate.sandbox import open_sandbox, storage
 
 #: Seconds a cancelled task has to tear its sandbox down before it is killed.
 CANCEL_GRACE_S = 10.0
@@ -102,6 +105,51 @@ _workers: collections.OrderedDict[str, Any] = collections.OrderedDict()
 _workers_lock = threading.Lock()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process of that pid: not ours to judge dead
+    return True
+
+
+def _sweep_dead_workers(sandbox_label: str, backend: str, image: str) -> list[str]:
+    """Sweep what Ray worker processes of this run that died on this machine left: each one's
+    label (`<run label>.w<pid>`) whose process is gone, found by the attempt storage it left,
+    swept as a sandbox of that label sweeps when it opens (its processes, cgroups or containers,
+    then its storage). A killed worker sweeps nothing itself, and no later worker has its label;
+    this runs when a worker is rebuilt (each Ray worker process, each play: a resumed run, the
+    next play of a run that lost one). A label whose pid is alive again is left alone. Returns
+    the labels swept."""
+    mine = re.compile(re.escape(sandbox_label) + r"\.w([0-9]{1,10})")
+    try:
+        names = sorted(os.listdir(storage.DEFAULT_PARENT))
+    except OSError:
+        return []
+    dead = [n for n in names if (m := mine.fullmatch(n)) and int(m.group(1)) != os.getpid()
+            and not _alive(int(m.group(1)))]
+    swept = []
+    for name in dead:
+        try:
+            fd = os.open(storage.DEFAULT_PARENT / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # swept meanwhile
+        try:
+            # One sweeper per label: the other workers rebuilt on this machine at the same time pass it by.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            open_sandbox(backend, image=image, run_label=name).close()
+            swept.append(name)
+        finally:
+            os.close(fd)
+    return swept
+
+
 def _node_worker(recipe_ref, source_ref) -> Any:
     """The worker rebuilt from this recipe in this Ray worker process (cached by the recipe's
     object id, so a 10,000-task manifest is neither fetched nor hashed per task), on a node
@@ -129,6 +177,8 @@ def _node_worker(recipe_ref, source_ref) -> Any:
                 where = _where(ray)
                 raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
                                   f"{e}") from None
+            ex = _workers[key].ctx.manifest.execution
+            _sweep_dead_workers(recipe.sandbox_label, ex.backend, ex.image)
             # A task image this node lacks comes from the driver's daemon, by id (`TaskImageFetch`).
             _workers[key].ctx.fetch_image = TaskImageFetch(ray, source.driver,
                                                            f"Ray node {where['node']} (host {where['host']})")
@@ -243,6 +293,15 @@ class RayExecutor(Executor[R]):
         except ray.exceptions.TaskCancelledError:
             self._running.pop(gen)
             return None
+        except StopIteration:
+            # The task ended without its results: cancelled (Ray may end a cancelled streaming
+            # task's stream rather than raise), or its worker stopped it; never a result.
+            self._running.pop(gen)
+            if self._stop.is_set():
+                return None
+            lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) ended the "
+                               f"attempt's task without its results")
+            return self._lost(worker, flight, lost, again)
         except _lost_errors(ray) as e:
             self._running.pop(gen)
             if self._stop.is_set():
