@@ -137,6 +137,7 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
         testable = {t.id for t in parent.tasks if exp.testing(t.skip)}
         passes = [v.idx for v in judge(ctx, run.journal.outcomes(), "oracle", oracle_only, ctx.taskset, ("oracle",))
                   if v.verdict == COMPATIBLE and v.task_id in testable]
+        del testable  # 10,000 ids at 10,000 tasks: not held through the controls' play
         if len(passes) < parent.min_task_count:
             note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
                     f"minimum {parent.min_task_count}, so nothing was frozen")
