@@ -1,6 +1,6 @@
 """The ``ray`` executor against ``threads`` on the same pool, in one invocation.
 
-    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker]
+    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker] [--floor-tasks 3000]
 
 One contract (the deshuffle oracle and five controls on `--tasks` tasks) is frozen once and
 run through each executor in a fresh process of its own (its peak RSS its own): first
@@ -9,7 +9,10 @@ run through each executor in a fresh process of its own (its peak RSS its own): 
 wall time, attempts/s, driver peak RSS and CPU per attempt per executor (the whole machine's
 busy CPU, from /proc/stat, so run it on an idle machine; and the driver process's own) and
 the ratio of their attempts/s; the ray run includes starting its worker processes and
-rebuilding the runner's worker in each (verify the contract, load the taskset).
+rebuilding the runner's worker in each (verify the contract, load the taskset). Last, Ray's
+floor: the busy CPU of empty Ray tasks of the executor's shape (`--floor-tasks`, `-c` in
+flight), as a share of the threads executor's CPU per attempt — what no harness change can
+take off the ray executor on this machine.
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -77,6 +80,46 @@ print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wa
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+# Ray's own cost per task on this machine, apart from any harness work: empty tasks of the
+# executor's shape (a streaming task yielding where it runs, then a short list: `_play`) and,
+# for comparison, plain tasks of one return, `c` in flight as the executor keeps them.
+FLOOR = r"""
+import json, os, sys, time
+import ray
+c, n = int(sys.argv[1]), int(sys.argv[2])
+ray.init(num_cpus=c, include_dashboard=False, log_to_driver=False)
+def busy():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+def streaming(i):
+    yield {"node": "n", "host": "h"}
+    yield [i, i, i]
+def plain(i):
+    return {"node": "n", "host": "h"}, [i, i, i]
+shapes = {"streaming": (ray.remote(max_retries=0, num_returns="streaming")(streaming), 2),
+          "plain": (ray.remote(max_retries=0)(plain), 0)}
+out = {}
+for name, (f, items) in shapes.items():
+    for warm in [f.remote(0) for _ in range(c)]:  # the worker processes started, apart from the timing
+        ray.get(next(warm) if items else warm)
+    cpu0, todo, running = busy(), iter(range(n)), []
+    for _ in range(c):
+        running.append(f.remote(next(todo)))
+    while running:
+        ready, _ = ray.wait(running, num_returns=1, timeout=0.5)
+        for ref in ready:
+            running.remove(ref)
+            for _ in range(items):
+                ray.get(next(ref))
+            if not items:
+                ray.get(ref)
+            if (i := next(todo, None)) is not None:
+                running.append(f.remote(i))
+    out[name] = (busy() - cpu0) / n
+ray.shutdown()
+print(json.dumps(out))
+"""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,11 +128,12 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY,
                     help="attempts at once, and the local Ray's CPUs (default: the harness's, %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
+    ap.add_argument("--floor-tasks", type=int, default=3000, help="empty Ray tasks timed for Ray's floor")
     args = ap.parse_args()
     print(f"{args.tasks} tasks × oracle,{CONTROLS} on {args.backend}; concurrency {args.c}")
     print(f"{'executor':8s} {'start':>7s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s} "
           f"{'CPU/attempt (machine, driver)':>30s}  compatible")
-    rates = {}
+    rates, cpu_per_attempt = {}, {}
     for executor in ("threads", "ray"):
         out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
                               args.corpus, CONTROLS], cwd=ROOT, capture_output=True, text=True)
@@ -97,11 +141,21 @@ def main() -> None:
             sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rates[executor] = r["attempts"] / r["wall_s"]
+        cpu_per_attempt[executor] = r["cpu_s"] / r["attempts"]
         print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
               f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
               f"{1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms  {r['compatible']}")
     print(f"ray / threads attempts/s: {rates['ray'] / rates['threads']:.2f} "
           f"(overhead {100 * (1 - rates['ray'] / rates['threads']):.1f} %)")
+    out = subprocess.run([sys.executable, "-c", FLOOR, str(args.c), str(args.floor_tasks)], cwd=ROOT,
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"Ray's floor: the run failed:\n{out.stderr[-3000:]}")
+    floor = json.loads(out.stdout.strip().splitlines()[-1])
+    per_attempt = cpu_per_attempt["threads"]
+    print(f"Ray's floor, {args.floor_tasks} empty tasks, {args.c} in flight (machine busy CPU per task): "
+          + ", ".join(f"{name} {1000 * v:.2f} ms ({100 * v / per_attempt:.1f} % of a threads attempt)"
+                      for name, v in floor.items()))
 
 
 if __name__ == "__main__":
