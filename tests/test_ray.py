@@ -38,7 +38,7 @@ from validate.evidence import file_sha256
 from validate.executors import WorkerRecipe, make_executor
 from validate.image import rootfs_facts
 from validate.evidence import read_attempts
-from validate.paths import ImagePaths, RunPaths
+from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
 from validate.view import pages, tables
 from validate.kinds import kind_of
 from validate.runner import PlayWorker, pending, worker_from_recipe
@@ -338,7 +338,7 @@ def test_a_rebuilt_worker_sweeps_what_dead_workers_of_its_run_left_and_no_live_o
     alive = DEFAULT_PARENT / f"{label}.w{os.getppid()}" / "attempt-running"  # a live process's label
     alive.mkdir(parents=True)
     try:
-        assert _sweep_dead_workers(label, "bwrap", "deshuffle-validate-sandbox:bookworm") == [dead.name]
+        assert _sweep_dead_workers(label, "bwrap", DEFAULT_IMAGE) == [dead.name]
         assert not dead.exists() and str(dead) not in Path("/proc/self/mounts").read_text()
         assert alive.is_dir() and (other_run / "attempt-left" / "written-by-the-agent").is_file()
     finally:

@@ -45,7 +45,11 @@ def _column(values: Iterable[str]) -> tuple[str, array]:
 
 class TaskList(Sequence[TaskEntry]):
     """The entries of a contract, held as columns (see the module); equal to any sequence of
-    the same entries."""
+    the same entries. One column per field of `TaskEntry` (`COLUMNS`): a field added there
+    needs its column here (tests/test_tasklist.py checks the two agree)."""
+
+    #: The fields of `TaskEntry` this list holds, in the model's order.
+    COLUMNS = ("id", "idx", "hash", "skip")
 
     __slots__ = ("_hash_ends", "_hashes", "_id_ends", "_ids", "_idx", "_skip", "_skip_at")
 
@@ -110,8 +114,8 @@ class TaskList(Sequence[TaskEntry]):
 
     @staticmethod
     def _dump(entries: Sequence[TaskEntry]) -> list[dict[str, Any]]:
-        # The JSON of list[TaskEntry], field for field (the contract's bytes and hash depend on it).
-        return [{"id": e.id, "idx": e.idx, "hash": e.hash, "skip": dict(e.skip)} for e in entries]
+        # The JSON of list[TaskEntry]: each entry as its model dumps it (the contract's bytes and hash).
+        return [e.model_dump(mode="json") for e in entries]
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
