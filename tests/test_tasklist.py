@@ -12,9 +12,11 @@ import tracemalloc
 import pytest
 from pydantic import BaseModel
 
+from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import make_manifest
-from validate.contract import Manifest, write_manifest
+from validate.contract import Manifest, task_list_sha256, write_manifest
 from validate.errors import ContractError
+from validate.sealed import SealedDocument, pretty
 from validate.tasklist import TaskEntry, TaskList
 
 WHY = {"oracle": "no reference", "shuffled": "one paper: nothing to shuffle"}
@@ -27,6 +29,27 @@ def _entries(n: int) -> list[TaskEntry]:
 
 class Holder(BaseModel):
     tasks: TaskList
+
+
+class Doc(SealedDocument):
+    document = "document"
+    short = "the document's"
+    make_with = "make one"
+
+    name: str
+    tasks: TaskList
+    zeta: dict[str, str] = {}
+
+
+def _peak(f):
+    """What `f` returns, and the most memory it had allocated at once (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = f()
+        return out, tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
 
 
 def test_a_task_list_is_its_entries():
@@ -44,6 +67,21 @@ def test_a_task_list_is_its_entries():
     # An entry handed out is a copy: changing its skip changes nothing held.
     tasks[1].skip["x"] = "y"
     assert tasks[1].skip == WHY and tasks[4].skip == WHY
+
+
+def test_taking_entries_makes_a_list_of_those_entries_from_the_columns():
+    entries = _entries(30)
+    tasks = TaskList(entries)
+    taken = tasks.take([4, 1, 7, 29])
+    assert isinstance(taken, TaskList) and taken == [entries[4], entries[1], entries[7], entries[29]]
+    assert taken == TaskList([entries[4], entries[1], entries[7], entries[29]])  # the same columns as built anew
+    assert tasks.take([]) == [] and len(tasks.take([]).take([])) == 0
+    with pytest.raises(IndexError):
+        tasks.take([0, 30])
+    with pytest.raises(IndexError):
+        tasks.take([-1])
+    assert list(tasks.ids()) == [e.id for e in entries] and list(tasks.hashes()) == [e.hash for e in entries]
+    assert list(tasks.idx()) == [e.idx for e in entries]
 
 
 def test_the_list_holds_every_field_of_an_entry():
@@ -65,6 +103,34 @@ def test_it_validates_and_dumps_as_a_list_of_entries():
         Holder.model_validate({"tasks": bad})
     with pytest.raises(ValueError, match=r"tasks\.2\.bogus"):
         Holder.model_validate({"tasks": [*as_list[:2], {**as_list[2], "bogus": 1}]})
+
+
+def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
+    hostile = [TaskEntry(id='a"b\\c\nd/é/☃/\u2028', idx=0, hash="sha256:" + "0" * 64, skip={"x\ty": "ü\"\n"}),
+               *_entries(12)[1:]]
+    for tasks in (hostile, _entries(1), []):
+        # A field holding what the document marks a task list's place with is written as it is.
+        doc = Doc(name="n", tasks=tasks, zeta={"k": '"tasks": [', "tasks": "[]"})
+        whole = doc.model_dump(mode="json")
+        assert doc.to_json() == pretty(whole)
+        assert doc.content_sha256() == sha256_tag(canonical_json({k: v for k, v in whole.items() if k != "sha256"}))
+        assert task_list_sha256(doc.tasks) == task_list_sha256(list(doc.tasks)) == \
+            sha256_tag(canonical_json([[e.id, e.hash] for e in tasks]))
+    # Written a task at a time: the peak is about the bytes written, not a dict and a few strings
+    # per task besides (~10 times them when the dump was held whole), and hashing holds nothing.
+    doc = Doc(name="n", tasks=_entries(10_000))
+    written, peak = _peak(doc.to_json)
+    assert written == pretty(doc.model_dump(mode="json")) and peak < 2 * len(written), peak / len(written)
+    assert _peak(doc.content_sha256)[1] < len(written) / 10
+
+
+def test_validating_a_list_holds_no_model_per_entry():
+    entries = _entries(10_000)
+    as_list = [e.model_dump() for e in entries]
+    held, peak = _peak(lambda: Holder.model_validate({"tasks": as_list}))
+    assert held.tasks == entries
+    # The list validated whole held a model per entry at once: ~7 MB here; an entry at a time ~1.3.
+    assert peak < 250 * len(as_list), peak / len(as_list)
 
 
 @pytest.mark.bwrap

@@ -11,6 +11,7 @@ naming the field on any mismatch.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -206,11 +207,13 @@ class Manifest(SealedDocument):
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
-        if [t.idx for t in self.tasks] != self.selection.idx:
+        # From the list's columns: a 10,000-task contract is checked without an entry model per task.
+        idx = self.selection.idx
+        if len(self.tasks) != len(idx) or any(a != b for a, b in zip(self.tasks.idx(), idx)):
             raise ValueError("tasks: the task list does not follow selection.idx")
-        if sorted(set(self.selection.idx)) != self.selection.idx:
+        if any(a >= b for a, b in zip(idx, idx[1:])):
             raise ValueError("selection.idx: must be sorted and distinct")
-        if len({t.id for t in self.tasks}) != len(self.tasks):
+        if len(set(self.tasks.ids())) != len(self.tasks):
             raise ValueError("tasks: task ids repeat")
         if len(self.expectations.named(ORACLE)) != 1:
             raise ValueError("expectations.agents: exactly one oracle")
@@ -238,7 +241,15 @@ def task_secret(salt: str) -> str:
 
 
 def task_list_sha256(entries: Sequence[TaskEntry]) -> str:
-    return sha256_tag(canonical_json([[e.id, e.hash] for e in entries]))
+    """The hash of the ``[[id, hash], ...]`` of `entries`, its canonical JSON streamed into the
+    hash an entry at a time for a `TaskList` (the same bytes: each string by `canonical_json`)."""
+    if not isinstance(entries, TaskList):
+        return sha256_tag(canonical_json([[e.id, e.hash] for e in entries]))
+    h = hashlib.sha256(b"[")
+    for n, (i, x) in enumerate(zip(entries.ids(), entries.hashes())):
+        h.update(b"%s[%s,%s]" % (b"," if n else b"", canonical_json(i), canonical_json(x)))
+    h.update(b"]")
+    return "sha256:" + h.hexdigest()
 
 
 # --- building ----------------------------------------------------------------------------
@@ -373,12 +384,12 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
     if config is not None:
         env_spec = env_spec.model_copy(update={"config": config.model_dump(mode="json")})
     idx = sorted(set(idx))
-    own = {e.idx: e for e in parent.tasks}
-    if config is None and all(i in own for i in idx):
+    at = [parent.tasks.position(i) for i in idx]
+    if config is None and None not in at:
         # The parent's own entries of those tasks (what it was verified against), not the tasks
-        # regenerated again: a 10,000-task pool's frozen set costs the driver no 10,000
-        # generations.
-        tasks = TaskList(own[i] for i in idx)
+        # regenerated again, taken from its columns: a 10,000-task pool's frozen set costs the
+        # driver no 10,000 generations and no entry model per task.
+        tasks = parent.tasks.take(at)
     else:
         tasks = TaskList(entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents)))
     return parent.model_copy(update={

@@ -97,6 +97,7 @@ class PlayWorker:
             raise ExecutorUnavailable(f"--executor: the {kind.name!r} attempt kind plays with this process's live "
                                       f"context and cannot be shipped; run it with --executor threads")
         return WorkerRecipe(run_id=ctx.run_id, sandbox_label=ctx.paths.sandbox_label, manifest=play.manifest.to_json().decode(),
+                            execution=play.manifest.execution.model_dump(mode="json"),
                             data=[str(p) for p in ctx.hints.search], phase=play.phase, kind=kind.name,
                             agents=[a.name for a in play.agents], samples=play.samples, backoff_s=ctx.backoff_s,
                             code=ctx.code.label)

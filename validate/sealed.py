@@ -10,9 +10,13 @@ field and saying how to make a good one.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -33,6 +37,33 @@ def first_error(e: ValidationError, prefix: str = "") -> str:
     return f"{prefix}{'.' if prefix and loc else ''}{loc}: {err['msg']}"
 
 
+@runtime_checkable
+class Streamed(Protocol):
+    """A field value a sealed document serialises an item at a time (a long list: a contract's
+    task entries, `validate.tasklist.TaskList`): `json_items` gives each item as it dumps in
+    the document, so its JSON is never held whole as one Python object per item."""
+
+    def json_items(self) -> Iterator[Any]: ...
+
+
+def _pretty_items(items: Iterator[Any]) -> Iterator[bytes]:
+    # A top-level field's list as `pretty` indents it (items at depth 2; JSON escapes every
+    # newline inside a string, so each line break is the layout's).
+    first = True
+    for item in items:
+        yield (b"[" if first else b",") + b"\n    " + pretty(item)[:-1].replace(b"\n", b"\n    ")
+        first = False
+    yield b"[]" if first else b"\n  ]"
+
+
+def _canonical_items(items: Iterator[Any]) -> Iterator[bytes]:
+    first = True
+    for item in items:
+        yield (b"[" if first else b",") + canonical_json(item)
+        first = False
+    yield b"[]" if first else b"]"
+
+
 class SealedDocument(BaseModel):
     """A document sealed by the sha256 of its own content (see the module). Subclasses name
     themselves for errors (`document`, `short`) and say how one is made (`make_with`), and
@@ -47,13 +78,40 @@ class SealedDocument(BaseModel):
     sha256: str = ""
 
     def content_sha256(self) -> str:
-        return sha256_tag(canonical_json(self.model_dump(mode="json", exclude={"sha256"})))
+        h = hashlib.sha256()
+        for chunk in self._encoded(canonical_json, _canonical_items, exclude={"sha256"}):
+            h.update(chunk)
+        return "sha256:" + h.hexdigest()
 
     def sealed(self) -> Self:
         return self.model_copy(update={"sha256": self.content_sha256()})
 
     def to_json(self) -> bytes:
-        return pretty(self.model_dump(mode="json"))
+        out = io.BytesIO()
+        for chunk in self._encoded(pretty, _pretty_items):
+            out.write(chunk)
+        return out.getvalue()
+
+    def _encoded(self, encode: Callable[[Any], bytes], items: Callable[[Iterator[Any]], Iterator[bytes]],
+                 exclude: frozenset[str] | set[str] = frozenset()) -> Iterator[bytes]:
+        """The document's bytes as `encode` writes its JSON, in chunks: each `Streamed` field is
+        encoded an item at a time where its value goes (the same bytes as `encode` of the whole
+        dump: tests/test_tasklist.py), everything else as one."""
+        streamed = {name: value for name in type(self).model_fields
+                    if name not in exclude and isinstance(value := getattr(self, name), Streamed)}
+        data = self.model_dump(mode="json", exclude={*exclude, *streamed})
+        # Each streamed field's place, marked by a string no document can hold (a fresh random token).
+        token = secrets.token_hex(16)
+        marks = {name: json.dumps(f"{token}:{name}").encode() for name in streamed}
+        data.update({name: f"{token}:{name}" for name in streamed})
+        text = encode(data)
+        at = 0
+        for name in sorted(streamed, key=lambda n: text.index(marks[n])):
+            where = text.index(marks[name])
+            yield text[at:where]
+            yield from items(streamed[name].json_items())
+            at = where + len(marks[name])
+        yield text[at:]
 
     @classmethod
     def check_raw(cls, raw: Any, where: str) -> None:

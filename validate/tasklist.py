@@ -14,12 +14,13 @@ stays the schema of record and every reader of ``manifest.tasks`` is unchanged.
 
 from __future__ import annotations
 
+import io
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, ValidationError
 from pydantic_core import core_schema
 
 
@@ -34,13 +35,13 @@ class TaskEntry(BaseModel):
 
 
 def _column(values: Iterable[str]) -> tuple[str, array]:
-    """Strings as one string and the end offset of each."""
-    parts, ends, at = [], array("q"), 0
+    """Strings as one string and the end offset of each (each string consumed as it comes:
+    only the column is held, not a list of its parts)."""
+    out, ends, at = io.StringIO(), array("q"), 0
     for v in values:
-        parts.append(v)
-        at += len(v)
+        at += out.write(v)
         ends.append(at)
-    return "".join(parts), ends
+    return out.getvalue(), ends
 
 
 class TaskList(Sequence[TaskEntry]):
@@ -54,19 +55,64 @@ class TaskList(Sequence[TaskEntry]):
     __slots__ = ("_hash_ends", "_hashes", "_id_ends", "_ids", "_idx", "_skip", "_skip_at")
 
     def __init__(self, entries: Iterable[TaskEntry]) -> None:
-        entries = entries if isinstance(entries, Sequence) else list(entries)
-        self._ids, self._id_ends = _column(e.id for e in entries)
-        self._hashes, self._hash_ends = _column(e.hash for e in entries)
-        self._idx = array("q", (e.idx for e in entries))
+        # One pass, each entry into the columns as it comes: an iterable of entries made one at
+        # a time (a parse validating them) never has them all alive at once.
+        ids, hashes = io.StringIO(), io.StringIO()
+        self._id_ends, self._hash_ends, self._idx = array("q"), array("q"), array("q")
         # Skips repeat (the same agents excused for the same reason on many tasks): each distinct
         # one is held once, and where each applies as an integer array, not an object per task.
+        self._skip_at, self._skip = array("q"), []
         distinct: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-        self._skip_at = array("q", (i for i, e in enumerate(entries) if e.skip))
-        self._skip = [distinct.setdefault(tuple(sorted(entries[i].skip.items())), dict(entries[i].skip))
-                      for i in self._skip_at]
+        a = b = 0
+        for i, e in enumerate(entries):
+            a += ids.write(e.id)
+            b += hashes.write(e.hash)
+            self._id_ends.append(a)
+            self._hash_ends.append(b)
+            self._idx.append(e.idx)
+            if e.skip:
+                self._skip_at.append(i)
+                self._skip.append(distinct.setdefault(tuple(sorted(e.skip.items())), dict(e.skip)))
+        self._ids, self._hashes = ids.getvalue(), hashes.getvalue()
 
     def __len__(self) -> int:
         return len(self._idx)
+
+    @staticmethod
+    def _strings(column: str, ends: array, at: Iterable[int] | None = None) -> Iterator[str]:
+        for i in range(len(ends)) if at is None else at:
+            yield column[ends[i - 1] if i else 0:ends[i]]
+
+    def ids(self) -> Iterator[str]:
+        """The entries' ids in order, made one at a time (no entry is made)."""
+        return self._strings(self._ids, self._id_ends)
+
+    def hashes(self) -> Iterator[str]:
+        """The entries' task hashes in order, made one at a time."""
+        return self._strings(self._hashes, self._hash_ends)
+
+    def idx(self) -> array:
+        """The entries' idx in order (a copy: the list is immutable)."""
+        return array("q", self._idx)
+
+    def take(self, positions: Sequence[int]) -> TaskList:
+        """The entries at `positions` (each in range, in the order given) as a new list, made from
+        the columns: a child contract's entries cost no entry model each (`validate.contract.derive`)."""
+        n = len(self)
+        if any(not 0 <= p < n for p in positions):
+            raise IndexError("task list index out of range")
+        out = TaskList(())
+        out._ids, out._id_ends = _column(self._strings(self._ids, self._id_ends, positions))
+        out._hashes, out._hash_ends = _column(self._strings(self._hashes, self._hash_ends, positions))
+        out._idx = array("q", (self._idx[p] for p in positions))
+        at, skips = array("q"), []  # the parent's skip objects: one held once there is held once here too
+        for i, p in enumerate(positions):
+            k = bisect_left(self._skip_at, p)
+            if k < len(self._skip_at) and self._skip_at[k] == p:
+                at.append(i)
+                skips.append(self._skip[k])
+        out._skip_at, out._skip = at, skips
+        return out
 
     def _entry(self, i: int) -> TaskEntry:
         a, b = (self._id_ends[i - 1] if i else 0), self._id_ends[i]
@@ -112,6 +158,11 @@ class TaskList(Sequence[TaskEntry]):
     def __repr__(self) -> str:
         return f"TaskList({len(self)} tasks)"
 
+    def json_items(self) -> Iterator[dict[str, Any]]:
+        """Each entry as its model dumps it, made one at a time (how a sealed document writes
+        and hashes its task list: `validate.sealed.Streamed`)."""
+        return (e.model_dump(mode="json") for e in self)
+
     @staticmethod
     def _dump(entries: Sequence[TaskEntry]) -> list[dict[str, Any]]:
         # The JSON of list[TaskEntry]: each entry as its model dumps it (the contract's bytes and hash).
@@ -122,7 +173,17 @@ class TaskList(Sequence[TaskEntry]):
         entries = handler.generate_schema(list[TaskEntry])
 
         def validate(value: Any, inner: core_schema.ValidatorFunctionWrapHandler) -> TaskList:
-            return value if isinstance(value, TaskList) else cls(inner(value))
+            if isinstance(value, TaskList):
+                return value
+            if isinstance(value, list):
+                # An entry validated at a time into the columns (a parsed 10,000-task contract
+                # never holds 10,000 entry models); on any error the list is validated whole
+                # again, so the error and its location are exactly a list's.
+                try:
+                    return cls(TaskEntry.model_validate(item) for item in value)
+                except ValidationError:
+                    pass
+            return cls(inner(value))
 
         return core_schema.no_info_wrap_validator_function(
             validate, entries, serialization=core_schema.plain_serializer_function_ser_schema(cls._dump))

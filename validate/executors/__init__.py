@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,6 +54,9 @@ class WorkerRecipe(BaseModel):
     run_id: str = Field(description="the run's id")
     sandbox_label: str = Field(description="the run's sandbox and attempt-storage label (`RunPaths.sandbox_label`)")
     manifest: str = Field(description="the play's contract, its canonical JSON (re-verified where it is rebuilt)")
+    execution: dict[str, Any] = Field(description="that contract's execution profile as it dumps (its image, digest "
+                                                  "and backend: what the driver offers the nodes, read without "
+                                                  "parsing the whole contract again)")
     data: list[str] = Field(default_factory=list, description="where the environment's data is looked for (--data)")
     phase: str = Field(description="the play's phase")
     kind: str = Field(description="the attempt kind's registry name")

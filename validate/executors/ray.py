@@ -48,7 +48,6 @@ import atexit
 import collections
 import fcntl
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -237,7 +236,7 @@ class RayExecutor(Executor[R]):
         recipe = worker.recipe()  # a play that cannot be shipped is refused before anything runs
         self._connect()
         self._stop, self._worker, self._running = threading.Event(), worker, {}
-        refs = [self.ray.put(recipe), self.ray.put(driver_source(self.ray, json.loads(recipe.manifest)["execution"]))]
+        refs = [self.ray.put(recipe), self.ray.put(driver_source(self.ray, recipe.execution))]
         del recipe  # the contract's text (2.2 MB at 10,000 tasks) is the object store's now, not held here too
         try:
             self._run(specs, worker, record, refs)
