@@ -10,11 +10,11 @@ import sys
 import tracemalloc
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, field_serializer
 
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import make_manifest
-from validate.contract import Manifest, task_list_sha256, write_manifest
+from validate.contract import Manifest, derive, task_list_sha256, write_manifest
 from validate.errors import ContractError
 from validate.sealed import SealedDocument, pretty
 from validate.tasklist import TaskEntry, TaskList
@@ -76,6 +76,7 @@ def test_taking_entries_makes_a_list_of_those_entries_from_the_columns():
     assert isinstance(taken, TaskList) and taken == [entries[4], entries[1], entries[7], entries[29]]
     assert taken == TaskList([entries[4], entries[1], entries[7], entries[29]])  # the same columns as built anew
     assert tasks.take([]) == [] and len(tasks.take([]).take([])) == 0
+    assert tasks.take(p for p in (2, 0)) == [entries[2], entries[0]]  # any iterable of positions, read once
     with pytest.raises(IndexError):
         tasks.take([0, 30])
     with pytest.raises(IndexError):
@@ -103,6 +104,11 @@ def test_it_validates_and_dumps_as_a_list_of_entries():
         Holder.model_validate({"tasks": bad})
     with pytest.raises(ValueError, match=r"tasks\.2\.bogus"):
         Holder.model_validate({"tasks": [*as_list[:2], {**as_list[2], "bogus": 1}]})
+    # Validated an entry at a time, in the caller's mode: strict refuses what lax coerces.
+    loose = [*as_list[:2], {**as_list[2], "idx": str(as_list[2]["idx"])}]
+    assert Holder.model_validate({"tasks": loose}).tasks == entries[:3]
+    with pytest.raises(ValueError, match=r"tasks\.2\.idx"):
+        Holder.model_validate({"tasks": loose}, strict=True)
 
 
 def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
@@ -116,6 +122,14 @@ def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
         assert doc.content_sha256() == sha256_tag(canonical_json({k: v for k, v in whole.items() if k != "sha256"}))
         assert task_list_sha256(doc.tasks) == task_list_sha256(list(doc.tasks)) == \
             sha256_tag(canonical_json([[e.id, e.hash] for e in tasks]))
+    # A document whose dump reshapes the field is encoded whole, as it dumps.
+    class Shaped(Doc):
+        @field_serializer("tasks")
+        def _ids(self, v: TaskList) -> list[str]:
+            return list(v.ids())
+
+    shaped = Shaped(name="n", tasks=hostile)
+    assert shaped.to_json() == pretty(shaped.model_dump(mode="json")) and b'"tasks": [\n    "a' in shaped.to_json()
     # Written a task at a time: the peak is about the bytes written, not a dict and a few strings
     # per task besides (~10 times them when the dump was held whole), and hashing holds nothing.
     doc = Doc(name="n", tasks=_entries(10_000))
@@ -141,6 +155,11 @@ def test_a_parsed_manifest_holds_its_entries_as_columns_and_keeps_its_bytes(sand
     m = Manifest.parse(raw, "m.json")
     assert isinstance(m.tasks, TaskList) and m.to_json() == raw and m.content_sha256() == m.sha256
     assert [t.idx for t in m.tasks] == m.selection.idx
+    # Deriving takes the parent's entries from its columns; a copy holding a plain list derives alike.
+    for parent in (m, m.model_copy(update={"tasks": list(m.tasks)})):
+        child = derive(parent, None, None, name="child", idx=[9, 2, 5], rule="three")
+        assert isinstance(child.tasks, TaskList) and child.tasks == [m.tasks[2], m.tasks[5], m.tasks[9]]
+        assert Manifest.parse(child.to_json(), "child.json") == child
     hostile = json.loads(raw)
     hostile["tasks"][0]["idx"] = 2**64  # beyond what the columns hold: refused by name, never an overflow
     with pytest.raises(ContractError, match=r"tasks\.0\.idx"):

@@ -384,12 +384,13 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
     if config is not None:
         env_spec = env_spec.model_copy(update={"config": config.model_dump(mode="json")})
     idx = sorted(set(idx))
-    at = [parent.tasks.position(i) for i in idx]
+    own = parent.tasks if isinstance(parent.tasks, TaskList) else TaskList(parent.tasks)  # a copy's plain list too
+    at = [own.position(i) for i in idx]
     if config is None and None not in at:
         # The parent's own entries of those tasks (what it was verified against), not the tasks
         # regenerated again, taken from its columns: a 10,000-task pool's frozen set costs the
         # driver no 10,000 generations and no entry model per task.
-        tasks = parent.tasks.take(at)
+        tasks = own.take(at)
     else:
         tasks = TaskList(entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents)))
     return parent.model_copy(update={

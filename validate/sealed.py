@@ -97,12 +97,19 @@ class SealedDocument(BaseModel):
         """The document's bytes as `encode` writes its JSON, in chunks: each `Streamed` field is
         encoded an item at a time where its value goes (the same bytes as `encode` of the whole
         dump: tests/test_tasklist.py), everything else as one."""
-        streamed = {name: value for name in type(self).model_fields
-                    if name not in exclude and isinstance(value := getattr(self, name), Streamed)}
+        cls = type(self)
+        decorators = cls.__pydantic_decorators__
+        shaped = {f for d in decorators.field_serializers.values() for f in d.info.fields}
+        # Only a field dumped as itself under its own name is spliced: a document whose dump is
+        # reshaped (its own serializer, a field's, an alias, an excluded field) is encoded whole.
+        streamed = {} if decorators.model_serializers else {
+            name: value for name, info in cls.model_fields.items()
+            if name not in exclude and name not in shaped and info.alias is None and info.serialization_alias is None
+            and not info.exclude and isinstance(value := getattr(self, name), Streamed)}
         data = self.model_dump(mode="json", exclude={*exclude, *streamed})
         # Each streamed field's place, marked by a string no document can hold (a fresh random token).
         token = secrets.token_hex(16)
-        marks = {name: json.dumps(f"{token}:{name}").encode() for name in streamed}
+        marks = {name: json.dumps(f"{token}:{name}", ensure_ascii=False).encode() for name in streamed}
         data.update({name: f"{token}:{name}" for name in streamed})
         text = encode(data)
         at = 0

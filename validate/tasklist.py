@@ -15,6 +15,7 @@ stays the schema of record and every reader of ``manifest.tasks`` is unchanged.
 from __future__ import annotations
 
 import io
+import operator
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
@@ -98,7 +99,7 @@ class TaskList(Sequence[TaskEntry]):
     def take(self, positions: Sequence[int]) -> TaskList:
         """The entries at `positions` (each in range, in the order given) as a new list, made from
         the columns: a child contract's entries cost no entry model each (`validate.contract.derive`)."""
-        n = len(self)
+        n, positions = len(self), [operator.index(p) for p in positions]
         if any(not 0 <= p < n for p in positions):
             raise IndexError("task list index out of range")
         out = TaskList(())
@@ -176,11 +177,12 @@ class TaskList(Sequence[TaskEntry]):
             if isinstance(value, TaskList):
                 return value
             if isinstance(value, list):
-                # An entry validated at a time into the columns (a parsed 10,000-task contract
-                # never holds 10,000 entry models); on any error the list is validated whole
-                # again, so the error and its location are exactly a list's.
+                # An entry validated at a time into the columns, each by the list's own validator
+                # (this validation's mode, strict included): a parsed 10,000-task contract never
+                # holds 10,000 entry models. On any error the list is validated whole again, so
+                # the error and its location are exactly a list's.
                 try:
-                    return cls(TaskEntry.model_validate(item) for item in value)
+                    return cls(inner([item])[0] for item in value)
                 except ValidationError:
                     pass
             return cls(inner(value))
