@@ -32,7 +32,7 @@ from validate.records import CONTROL, ORACLE
 from validate.records import Role as RecordedRole
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
-from validate.sealed import SealedDocument, first_error
+from validate.sealed import SealedDocument, canonical_items, first_error
 from validate.taskimage.frozen import TaskImages
 from validate.tasklist import TaskEntry, TaskList
 from validate.verdicts import Rule
@@ -241,14 +241,12 @@ def task_secret(salt: str) -> str:
 
 
 def task_list_sha256(entries: Sequence[TaskEntry]) -> str:
-    """The hash of the ``[[id, hash], ...]`` of `entries`, its canonical JSON streamed into the
-    hash an entry at a time for a `TaskList` (the same bytes: each string by `canonical_json`)."""
-    if not isinstance(entries, TaskList):
-        return sha256_tag(canonical_json([[e.id, e.hash] for e in entries]))
-    h = hashlib.sha256(b"[")
-    for n, (i, x) in enumerate(zip(entries.ids(), entries.hashes())):
-        h.update(b"%s[%s,%s]" % (b"," if n else b"", canonical_json(i), canonical_json(x)))
-    h.update(b"]")
+    """The hash of the canonical JSON of ``[[id, hash], ...]`` of `entries`, streamed into the
+    hash a pair at a time (a `TaskList`'s from its columns)."""
+    pairs = zip(entries.ids(), entries.hashes()) if isinstance(entries, TaskList) else ((e.id, e.hash) for e in entries)
+    h = hashlib.sha256()
+    for chunk in canonical_items([i, x] for i, x in pairs):
+        h.update(chunk)
     return "sha256:" + h.hexdigest()
 
 

@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
@@ -56,7 +56,8 @@ def _pretty_items(items: Iterator[Any]) -> Iterator[bytes]:
     yield b"[]" if first else b"\n  ]"
 
 
-def _canonical_items(items: Iterator[Any]) -> Iterator[bytes]:
+def canonical_items(items: Iterable[Any]) -> Iterator[bytes]:
+    """The canonical JSON of a list, an item at a time (`canonical_json` of the whole list, in chunks)."""
     first = True
     for item in items:
         yield (b"[" if first else b",") + canonical_json(item)
@@ -79,7 +80,7 @@ class SealedDocument(BaseModel):
 
     def content_sha256(self) -> str:
         h = hashlib.sha256()
-        for chunk in self._encoded(canonical_json, _canonical_items, exclude={"sha256"}):
+        for chunk in self._encoded(canonical_json, canonical_items, exclude={"sha256"}):
             h.update(chunk)
         return "sha256:" + h.hexdigest()
 

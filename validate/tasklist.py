@@ -35,14 +35,26 @@ class TaskEntry(BaseModel):
                                  "task, each with the environment's reason: they are not played on it.")
 
 
+class _Column:
+    """Strings appended as one string and the end offset of each (each string consumed as it
+    comes: only the column is held, not a list of its parts)."""
+
+    def __init__(self) -> None:
+        self._out, self._ends, self._at = io.StringIO(), array("q"), 0
+
+    def append(self, value: str) -> None:
+        self._at += self._out.write(value)
+        self._ends.append(self._at)
+
+    def done(self) -> tuple[str, array]:
+        return self._out.getvalue(), self._ends
+
+
 def _column(values: Iterable[str]) -> tuple[str, array]:
-    """Strings as one string and the end offset of each (each string consumed as it comes:
-    only the column is held, not a list of its parts)."""
-    out, ends, at = io.StringIO(), array("q"), 0
+    column = _Column()
     for v in values:
-        at += out.write(v)
-        ends.append(at)
-    return out.getvalue(), ends
+        column.append(v)
+    return column.done()
 
 
 class TaskList(Sequence[TaskEntry]):
@@ -58,23 +70,19 @@ class TaskList(Sequence[TaskEntry]):
     def __init__(self, entries: Iterable[TaskEntry]) -> None:
         # One pass, each entry into the columns as it comes: an iterable of entries made one at
         # a time (a parse validating them) never has them all alive at once.
-        ids, hashes = io.StringIO(), io.StringIO()
-        self._id_ends, self._hash_ends, self._idx = array("q"), array("q"), array("q")
+        ids, hashes, self._idx = _Column(), _Column(), array("q")
         # Skips repeat (the same agents excused for the same reason on many tasks): each distinct
         # one is held once, and where each applies as an integer array, not an object per task.
         self._skip_at, self._skip = array("q"), []
         distinct: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
-        a = b = 0
         for i, e in enumerate(entries):
-            a += ids.write(e.id)
-            b += hashes.write(e.hash)
-            self._id_ends.append(a)
-            self._hash_ends.append(b)
+            ids.append(e.id)
+            hashes.append(e.hash)
             self._idx.append(e.idx)
             if e.skip:
                 self._skip_at.append(i)
                 self._skip.append(distinct.setdefault(tuple(sorted(e.skip.items())), dict(e.skip)))
-        self._ids, self._hashes = ids.getvalue(), hashes.getvalue()
+        (self._ids, self._id_ends), (self._hashes, self._hash_ends) = ids.done(), hashes.done()
 
     def __len__(self) -> int:
         return len(self._idx)
