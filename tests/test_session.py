@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -122,7 +123,14 @@ def test_a_sandbox_killed_from_outside_is_an_infrastructure_fault(sandboxes, bac
             # bwrap's monitor, outside the sandbox's pid namespace (out of the agent's reach):
             # it dies without reporting an exit. (An outside SIGKILL of the sandbox's PID 1
             # reads exactly as the agent's own end, exit 137: see validate.sandbox.bwrap.backend.)
-            os.kill(_parent(s.live.launch.pid1), signal.SIGKILL)
+            pid1 = os.pidfd_open(s.live.launch.pid1)
+            try:
+                os.kill(_parent(s.live.launch.pid1), signal.SIGKILL)
+                # The sandbox goes with its monitor (--die-with-parent), but not at once: a
+                # command sent before it has gone would run, and rightly answer.
+                assert select.select([pid1], [], [], 20)[0], "the sandbox outlived its monitor"
+            finally:
+                os.close(pid1)
         with pytest.raises(SandboxError):
             s.exec(["true"], timeout_s=20)
         s.stop()
