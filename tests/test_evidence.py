@@ -214,3 +214,95 @@ def test_a_run_driver_does_not_load_pandas_until_it_reads_a_run_back():
     got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["False", "True"]
+
+
+def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
+    """A folded run whose attempts of three phases are recorded out of task order (seeded), in
+    row groups of `rows_per_group`, with retries, errors, a -0.0 and tasks never asked for."""
+    import random
+
+    import validate.evidence as evidence
+
+    rng = random.Random(7)
+    rows = []
+    for i in range(tasks):
+        for phase in ("oracle", "controls", "other"):
+            for agent in ("oracle", "nop"):
+                a = att(i, agent=agent).model_copy(update={"phase": phase, "reward": rng.choice([0.0, -0.0, 0.5, 1.0])})
+                rows.append(a)
+                if rng.random() < 0.1:  # a retry after an infrastructure error
+                    rows[-1] = a.model_copy(update={"status": "infrastructure_error", "reward": None,
+                                                    "error_class": "NodeLost", "error_message": f"n{i} died"})
+                    rows.append(a.model_copy(update={"attempt": 2}))
+    rng.shuffle(rows)
+    monkeypatch.setattr(evidence, "BATCH_ROWS", rows_per_group)
+    paths = RunPaths(tmp_path)
+    j = Journal(paths, METRICS)
+    j.append(rows)
+    live = Journal(paths, METRICS)
+    fold(j)
+    return paths, rows, live
+
+
+def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_tasks_at_a_time(tmp_path, monkeypatch):
+    import validate.evidence as evidence
+
+    tasks = 23
+    paths, rows, _ = _scattered_run(tmp_path, monkeypatch, tasks, rows_per_group=7)
+    monkeypatch.setattr(evidence, "JUDGED_TOGETHER", 4)  # windows of 4 tasks over row groups of 7 rows
+    asked = [f"t{i}" for i in (5, 0, 22, 3, 17)] + ["t-none"] + [f"t{i}" for i in range(6, 17)]
+    phases = ("oracle", "controls")
+    expected = [[Outcome.of(a) for a in rows if a.task_id == t and a.phase in phases] for t in asked]
+    got = list(Journal(paths, METRICS).outcomes_by_task(phases, iter(asked)))
+    assert got == expected  # each task's, in the order recorded, superseded tries included
+    assert got[asked.index("t-none")] == []
+    assert [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in got] == \
+           [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in expected]  # no -0.0 became 0.0
+    assert pq.ParquetFile(paths.attempts).num_row_groups > 10  # the windows did cross row groups
+
+
+def test_outcomes_by_task_are_alike_from_the_journal_and_from_the_folded_run(tmp_path, monkeypatch):
+    from validate.verdicts import by_task
+
+    paths, rows, live = _scattered_run(tmp_path, monkeypatch, 9, rows_per_group=5)
+    asked = [f"t{i}" for i in range(9, -1, -1)]
+    triples = [(a.phase, a.task_id, Outcome.of(a)) for a in rows]
+    expected = list(by_task(triples)(("controls",), asked))
+    assert list(Journal(paths, METRICS).outcomes_by_task(("controls",), asked)) == expected
+    assert list(live.outcomes_by_task(("controls",), asked)) == expected  # read before the fold: the journal
+
+
+def test_a_folded_run_is_judged_holding_a_few_tasks_outcomes_not_all(tmp_path, monkeypatch):
+    import tracemalloc
+
+    import validate.evidence as evidence
+    from validate.verdicts import by_task
+
+    paths, _, _ = _scattered_run(tmp_path, monkeypatch, 400, rows_per_group=500)
+    monkeypatch.setattr(evidence, "JUDGED_TOGETHER", 40)
+    asked, phases = [f"t{i}" for i in range(400)], ("oracle", "controls")
+
+    def peak(groups) -> int:
+        tracemalloc.start()
+        try:
+            for _ in groups:
+                pass
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    whole = peak(by_task(Journal(paths, METRICS).outcomes())(phases, asked))
+    windowed = peak(Journal(paths, METRICS).outcomes_by_task(phases, asked))
+    assert windowed < whole / 2, (windowed, whole)
+
+
+@pytest.mark.parametrize("column, value", [("status", "finished"), ("task_id", 7)])
+def test_outcomes_by_task_refuse_a_folded_run_that_is_not_attempts(tmp_path, monkeypatch, column, value):
+    import pyarrow as pa
+
+    paths, _, _ = _scattered_run(tmp_path, monkeypatch, 3, rows_per_group=4)
+    table = pq.read_table(paths.attempts)
+    at = table.schema.get_field_index(column)
+    pq.write_table(table.set_column(at, column, pa.array([value] * table.num_rows)), paths.attempts)
+    with pytest.raises(EvidenceError, match="attempts.parquet"):
+        list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["t0", "t1", "t2"]))

@@ -31,7 +31,7 @@ from validate.paths import DEFAULT_IMAGE
 from validate.context import Play
 from validate.kinds.program import ProgramKind
 from validate.runner import judge, play_task
-from validate.verdicts import outcomes_of
+from validate.verdicts import by_task, outcomes_of
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.cgroups import open_cgroups
@@ -265,7 +265,7 @@ def test_faked_infrastructure_faults_are_the_agents_own_failure(backend, sandbox
     rows = play(ctx, ctx.taskset.task(0), agent)
     assert [(r.status, r.exit_code, r.as_expected) for r in rows] == [("exit_nonzero", code, True)]
     passed = play(ctx, ctx.taskset.task(0), REGISTRY["oracle"])
-    (verdict,) = judge(ctx, outcomes_of([*rows, *passed]), "run", manifest, ctx.taskset, ("run",))
+    (verdict,) = judge(ctx, by_task(outcomes_of([*rows, *passed])), "run", manifest, ctx.taskset, ("run",))
     assert verdict.reason != "infrastructure_failure" and verdict.verdict == "compatible", verdict
 
 

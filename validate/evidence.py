@@ -31,11 +31,12 @@ import tempfile
 import sys
 import threading
 from contextlib import contextmanager
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Generic, TypeVar, get_args
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
@@ -43,7 +44,7 @@ from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
 from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
                               Status, unflatten, verdict_of_row)
-from validate.verdicts import Outcome, outcomes_of
+from validate.verdicts import Outcome, by_task, outcomes_of
 
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
 # allocated: streaming a run's attempts back in batches left ~50 MB more resident in the
@@ -54,6 +55,8 @@ if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
     pa.set_memory_pool(pa.system_memory_pool())
 
 BATCH_ROWS = 1000
+#: How many tasks' outcomes `Journal.outcomes_by_task` holds at once from a folded run.
+JUDGED_TOGETHER = 1000
 #: The columns of attempts.parquet a verdict reads: (phase, task id) and an `Outcome`'s fields.
 OUTCOME_COLUMNS = ("phase", "task_id", *Outcome._fields)
 STATUSES = frozenset(get_args(Status))
@@ -400,34 +403,81 @@ class Journal:
             yield a if a.superseded == superseded else a.model_copy(update={"superseded": superseded})
 
     def outcomes(self) -> Iterator[tuple[str, str, Outcome]]:
-        """(phase, task id, outcome) of every recorded attempt, superseded ones included: what
-        the verdicts are judged from. A folded run (no journal left) is read from attempts.parquet's
-        `OUTCOME_COLUMNS` alone, not as whole attempts (at the end of a 10,000-task pool, parsing
-        every attempt's logs and reply head cost the driver ~40 MB more). Equal outcomes are one
-        object (most of a pool's are alike)."""
-        journal = self.paths.journal
-        folded = self.paths.attempts.exists() and not (journal.exists() and journal.stat().st_size > 0)
-        shared: dict[tuple[Outcome, bool], Outcome] = {}
-        for phase, task_id, o in self._outcome_columns() if folded else outcomes_of(self):
-            # -0.0 == 0.0 and hashes alike: the sign is part of the key so no reward is changed.
-            key = (o, o.reward is not None and math.copysign(1.0, o.reward) < 0)
-            yield phase, task_id, shared.setdefault(key, o)
-
-    def _outcome_columns(self) -> Iterator[tuple[str, str, Outcome]]:
-        where = self.paths.attempts
+        """(phase, task id, outcome) of every recorded attempt, superseded ones included. A
+        folded run (no journal left) is read from attempts.parquet's `OUTCOME_COLUMNS` alone, not
+        as whole attempts (at the end of a 10,000-task pool, parsing every attempt's logs and
+        reply head cost the driver ~40 MB more). Equal outcomes are one object (most of a pool's
+        are alike)."""
+        if not self._folded():
+            yield from _shared(outcomes_of(self))
+            return
         try:
-            source = pq.ParquetFile(where)
-            for batch in source.iter_batches(batch_size=BATCH_ROWS, columns=list(OUTCOME_COLUMNS)):
-                columns = [batch.column(name).to_pylist() for name in OUTCOME_COLUMNS]
-                for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample in zip(*columns):
-                    if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
-                        raise EvidenceError(f"{where}: attempt {phase}/{task_id}/{agent}: not an attempt's status, "
-                                            f"try or sample ({status!r}, {attempt!r}, {sample!r})")
-                    yield sys.intern(phase), task_id, Outcome(
-                        sys.intern(agent), attempt, sys.intern(status), reward,
-                        None if error_class is None else sys.intern(error_class), error_message, sample)
+            yield from _shared(self._outcome_triples(self._outcome_source()))
         except (OSError, KeyError, TypeError, pa.ArrowException) as e:
-            raise EvidenceError(f"{where}: unreadable as attempts ({e})") from None
+            raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts ({e})") from None
+
+    def outcomes_by_task(self, phases: Collection[str], task_ids: Iterable[str]) -> Iterator[list[Outcome]]:
+        """Each of `task_ids`' outcomes in `phases`, in their order, superseded tries included:
+        what the verdicts are judged from (a `validate.verdicts.TaskOutcomes`). From a folded run,
+        the outcomes of at most `JUDGED_TOGETHER` tasks are held at once, so the driver judging a
+        10,000-task pool holds what it holds for 1,000 (grouping all 80,000 outcomes first had
+        left ~8 MB more resident at its end). The journal of a run still playing is read once
+        and grouped whole (`by_task`): reading it again per group would parse every attempt again."""
+        if not self._folded():
+            yield from by_task(self.outcomes())(phases, task_ids)
+            return
+        source, ids = self._outcome_source(), pa.array(list(task_ids), pa.string())
+        wanted = pa.array(sorted(phases), pa.string())
+        try:
+            # Where each row group's rows go: their tasks' positions among `ids` (null: not asked
+            # for). A run's attempts are recorded roughly in task order, so each group of tasks
+            # reads the few row groups that hold its rows, and the whole file is read about twice.
+            where = []
+            for g in range(source.num_row_groups):
+                rows = source.read_row_group(g, columns=["phase", "task_id"])
+                asked = pc.is_in(rows.column("phase"), value_set=wanted)
+                where.append(pc.if_else(asked, pc.index_in(rows.column("task_id"), value_set=ids), None))
+            spans = [pc.min_max(w).as_py() for w in where]
+            for first in range(0, len(ids), JUDGED_TOGETHER):
+                last = min(first + JUDGED_TOGETHER, len(ids))
+                held: list[list[Outcome]] = [[] for _ in range(first, last)]
+                for g, span in enumerate(spans):
+                    if span["min"] is None or span["max"] < first or span["min"] >= last:
+                        continue
+                    inside = pc.and_(pc.greater_equal(where[g], first), pc.less(where[g], last))
+                    rows = source.read_row_group(g, columns=list(OUTCOME_COLUMNS)).filter(inside)
+                    for at, outcome in zip(where[g].filter(inside).to_pylist(),
+                                           _shared_outcomes(self._outcomes_of_rows(rows))):
+                        held[at - first].append(outcome)
+                yield from held
+        except (OSError, KeyError, TypeError, pa.ArrowException) as e:
+            raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts ({e})") from None
+
+    def _folded(self) -> bool:
+        """Only attempts.parquet holds the run's attempts (the journal was folded into it)."""
+        journal = self.paths.journal
+        return self.paths.attempts.exists() and not (journal.exists() and journal.stat().st_size > 0)
+
+    def _outcome_source(self) -> pq.ParquetFile:
+        try:
+            return pq.ParquetFile(self.paths.attempts)
+        except (OSError, pa.ArrowException) as e:
+            raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts ({e})") from None
+
+    def _outcome_triples(self, source: pq.ParquetFile) -> Iterator[tuple[str, str, Outcome]]:
+        for rows in source.iter_batches(batch_size=BATCH_ROWS, columns=list(OUTCOME_COLUMNS)):
+            yield from zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(),
+                           self._outcomes_of_rows(rows))
+
+    def _outcomes_of_rows(self, rows: pa.Table | pa.RecordBatch) -> Iterator[Outcome]:
+        """The `Outcome` of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
+        columns = [rows.column(name).to_pylist() for name in OUTCOME_COLUMNS]
+        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample in zip(*columns):
+            if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
+                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an attempt's "
+                                    f"status, try or sample ({status!r}, {attempt!r}, {sample!r})")
+            yield Outcome(sys.intern(agent), attempt, sys.intern(status), reward,
+                          None if error_class is None else sys.intern(error_class), error_message, sample)
 
     def _from_parquet(self) -> Iterator[Attempt]:
         if not self.paths.attempts.exists():
@@ -448,6 +498,25 @@ class Journal:
 
     def close(self) -> None:
         self._log.close()
+
+
+def _shared_outcomes(outcomes: Iterable[Outcome]) -> Iterator[Outcome]:
+    """`outcomes`, equal ones given as one object while this is read (most of a pool's are alike)."""
+    shared: dict[tuple[Outcome, bool], Outcome] = {}
+    for o in outcomes:
+        yield shared.setdefault(_signed(o), o)
+
+
+def _shared(triples: Iterable[tuple[str, str, Outcome]]) -> Iterator[tuple[str, str, Outcome]]:
+    """(phase, task id, outcome) triples, the phases and equal outcomes shared."""
+    shared: dict[tuple[Outcome, bool], Outcome] = {}
+    for phase, task_id, o in triples:
+        yield sys.intern(phase), task_id, shared.setdefault(_signed(o), o)
+
+
+def _signed(o: Outcome) -> tuple[Outcome, bool]:
+    # -0.0 == 0.0 and hashes alike: the sign is part of the key so no reward is changed.
+    return o, o.reward is not None and math.copysign(1.0, o.reward) < 0
 
 
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],

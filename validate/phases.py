@@ -37,6 +37,7 @@ from validate.kinds import kind_of
 from validate.runner import judge
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
+from validate.verdicts import by_task
 
 
 class RunPhase(BaseModel):
@@ -85,7 +86,7 @@ def run_agents(ctx: RunContext, cfg: RunPhase) -> RunSummary:
                 resolve(ctx.env, config, list(m.expectations.agents), cfg.agents), kind_of(ctx.env))
     verdicts = Verdicts(cfg.kind, cfg.required,
                         [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
-                        lambda j: judge(ctx, j.outcomes(), phase, m, ctx.taskset, (phase,)))
+                        lambda j: judge(ctx, j.outcomes_by_task, phase, m, ctx.taskset, (phase,)))
     run = Run(ctx, verdicts)
     try:
         run.play(play)
@@ -124,7 +125,7 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
     verdicts = Verdicts(cfg.kind, cfg.required,
                         [JudgedGroup(phase="pool", attempt_phases=list(phases), manifest=MANIFEST,
                                      expectations=MANIFEST)],
-                        lambda j: judge(ctx, j.outcomes(), "pool", parent, ctx.taskset, phases))
+                        lambda j: judge(ctx, j.outcomes_by_task, "pool", parent, ctx.taskset, phases))
     run = Run(ctx, verdicts)
     frozen = None
     try:
@@ -135,7 +136,7 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
         # A task no control can test can never be compatible: it is not frozen (its verdict, with
         # its own reason, comes from the whole pool's judgement).
         testable = {t.id for t in parent.tasks if exp.testing(t.skip)}
-        passes = [v.idx for v in judge(ctx, run.journal.outcomes(), "oracle", oracle_only, ctx.taskset, ("oracle",))
+        passes = [v.idx for v in judge(ctx, run.journal.outcomes_by_task, "oracle", oracle_only, ctx.taskset, ("oracle",))
                   if v.verdict == COMPATIBLE and v.task_id in testable]
         del testable  # 10,000 ids at 10,000 tasks: not held through the controls' play
         if len(passes) < parent.min_task_count:
@@ -231,7 +232,7 @@ def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
               for v in variants]
 
     def verdicts_all(j: Journal) -> list[TaskVerdict]:
-        attempts = list(j.outcomes())  # a pilot is small
+        attempts = by_task(list(j.outcomes()))  # a pilot is small
         return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
                                                        (f"pilot-{var.name}",))]
 

@@ -35,7 +35,7 @@ from validate.patches import CodeState
 from validate.paths import RunPaths
 from validate.sandbox import open_sandbox
 from validate.records import ORACLE, Attempt, FindingRow, TaskVerdict
-from validate.verdicts import Outcome, decide
+from validate.verdicts import Outcome, TaskOutcomes, decide
 
 T = TypeVar("T")
 
@@ -227,18 +227,15 @@ def execute(ctx: RunContext, journal: Journal, play: Play, resume: str = "--resu
         raise stopped
 
 
-def judge(ctx: RunContext, attempts: Iterable[tuple[str, str, Outcome]], phase: str, manifest: Manifest,
-          taskset: Taskset, phases: tuple[str, ...], entries: list[TaskEntry] | None = None) -> Iterator[TaskVerdict]:
-    """One verdict per task of `entries` (default: `manifest`'s) from all its attempts in
-    `phases`, superseded ones included (`decide` counts the oracle's repeats, sample 0 of the
-    rest), made as they are consumed. `attempts` — (phase, task id, outcome) as
-    `Journal.outcomes` or `outcomes_of` give them — is streamed; only the outcomes are kept."""
-    outcomes: dict[str, list[Outcome]] = {}
-    for attempt_phase, task_id, outcome in attempts:
-        if attempt_phase in phases:
-            outcomes.setdefault(task_id, []).append(outcome)
-    for e in entries if entries is not None else manifest.tasks:
-        yield verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), outcomes.pop(e.id, []))
+def judge(ctx: RunContext, outcomes: TaskOutcomes, phase: str, manifest: Manifest, taskset: Taskset,
+          phases: tuple[str, ...]) -> Iterator[TaskVerdict]:
+    """One verdict per task of `manifest`, in its order, from all its attempts in `phases`,
+    superseded ones included (`decide` counts the oracle's repeats, sample 0 of the rest), made
+    as they are consumed. `outcomes` gives each task's (`Journal.outcomes_by_task`, or `by_task`
+    of (phase, task id, outcome) triples as `outcomes_of` gives them)."""
+    tasks = manifest.tasks
+    for e, found in zip(tasks, outcomes(phases, (t.id for t in tasks)), strict=True):
+        yield verdict_row(ctx.env, ctx.run_id, phase, manifest, e, taskset.task(e.idx), found)
 
 
 def verdict_row(env: Environment, run_id: str, phase: str, manifest: Manifest, entry: TaskEntry, task: Task,

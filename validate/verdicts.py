@@ -29,7 +29,7 @@ agent's final attempt only, and the verdict records that the task passed only af
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
@@ -93,6 +93,25 @@ def outcomes_of(attempts: Iterable) -> Iterator[tuple[str, str, Outcome]]:
     """(phase, task id, outcome) of each attempt, as `validate.evidence.Journal.outcomes` gives them."""
     for a in attempts:
         yield a.phase, a.task_id, Outcome.of(a)
+
+
+#: Each task's outcomes in some phases, for some task ids, in their order (``[]`` for a task
+#: with none): what a run's verdicts are decided from. `Journal.outcomes_by_task` is one;
+#: `by_task` makes one of (phase, task id, outcome) triples.
+TaskOutcomes = Callable[[Collection[str], Iterable[str]], Iterator[list[Outcome]]]
+
+
+def by_task(attempts: Iterable[tuple[str, str, Outcome]]) -> TaskOutcomes:
+    """`TaskOutcomes` of (phase, task id, outcome) triples (as `outcomes_of` gives them), read
+    once per call and all held, grouped by task, before the first task's are given."""
+    def grouped(phases: Collection[str], task_ids: Iterable[str]) -> Iterator[list[Outcome]]:
+        held: dict[str, list[Outcome]] = {}
+        for phase, task_id, outcome in attempts:
+            if phase in phases:
+                held.setdefault(task_id, []).append(outcome)
+        for task_id in task_ids:
+            yield held.pop(task_id, [])
+    return grouped
 
 
 def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float) -> bool:
