@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from environment.protocol import LoadHints
 from validate.contract import Manifest, load_manifest, verify
 from validate.errors import EvidenceError, ValidateError
-from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
+from validate.evidence import BATCH_ROWS, Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
 from validate.records import (
     COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, FindingRow, RunKind, TaskVerdict,
 )
@@ -42,9 +42,13 @@ from validate.verdicts import RunFacts, dataset_verdict
 
 def counts(verdicts: Iterable[TaskVerdict], attempts_path) -> Counts:
     """The run's counts, in one pass over `verdicts` (which may be read from disk)."""
-    table = pq.read_table(attempts_path, columns=["status", "superseded"])
-    status = table.column("status")
-    exceptions = pc.sum(pc.is_in(status, value_set=pa.array(EXCEPTION_STATUSES))).as_py() or 0
+    attempts = exceptions = superseded = 0
+    exception_statuses = pa.array(EXCEPTION_STATUSES)
+    # A batch at a time: reading the two columns whole held ~8 MB more at 10,000 tasks than at 1,000.
+    for batch in pq.ParquetFile(attempts_path).iter_batches(batch_size=BATCH_ROWS, columns=["status", "superseded"]):
+        attempts += batch.num_rows
+        exceptions += pc.sum(pc.is_in(batch.column("status"), value_set=exception_statuses)).as_py() or 0
+        superseded += pc.sum(batch.column("superseded")).as_py() or 0
     by_reason: dict[str, int] = {}
     tally = {"tasks": 0, COMPATIBLE: 0, EXCLUDED: 0, INCOMPLETE: 0, "retried": 0}
     for v in verdicts:
@@ -55,7 +59,7 @@ def counts(verdicts: Iterable[TaskVerdict], attempts_path) -> Counts:
             by_reason[v.reason] = by_reason.get(v.reason, 0) + 1
     return Counts(tasks=tally["tasks"], compatible=tally[COMPATIBLE], excluded=tally[EXCLUDED],
                   incomplete=tally[INCOMPLETE], excluded_by_reason=dict(sorted(by_reason.items())),
-                  attempts=table.num_rows, superseded=pc.sum(table.column("superseded")).as_py() or 0,
+                  attempts=attempts, superseded=superseded,
                   exceptions=exceptions, retried_passes=tally["retried"])
 
 
@@ -207,7 +211,9 @@ class Verdicts(Conclusion[Ending, RunSummary]):
                           probes=ending.probes, smoke=ending.smoke, note=ending.note,
                           chance=chance_means(ctx.paths.attempts, ctx.manifest.expectations.rules()))
         ex = ctx.manifest.execution
-        agents = sorted(pc.unique(pq.read_table(ctx.paths.attempts, columns=["agent"]).column("agent")).to_pylist())
+        agents = sorted({a for batch in pq.ParquetFile(ctx.paths.attempts).iter_batches(batch_size=BATCH_ROWS,
+                                                                                       columns=["agent"])
+                         for a in pc.unique(batch.column("agent")).to_pylist()})
         every = ctx.env.families(ctx.taskset)
         uncovered = None if every is None else sorted(set(every) - {v.family for v in verdicts})
         return RunSummary(
