@@ -278,9 +278,9 @@ def test_a_folded_run_is_judged_holding_a_few_tasks_outcomes_not_all(tmp_path, m
     import validate.evidence as evidence
     from validate.verdicts import by_task
 
-    paths, _, _ = _scattered_run(tmp_path, monkeypatch, 400, rows_per_group=500)
+    paths, _, _ = _scattered_run(tmp_path, monkeypatch, 800, rows_per_group=100)
     monkeypatch.setattr(evidence, "JUDGED_TOGETHER", 40)
-    asked, phases = [f"t{i}" for i in range(400)], ("oracle", "controls")
+    asked, phases = [f"t{i}" for i in range(800)], ("oracle", "controls")
 
     def peak(groups) -> int:
         tracemalloc.start()
@@ -296,7 +296,8 @@ def test_a_folded_run_is_judged_holding_a_few_tasks_outcomes_not_all(tmp_path, m
     assert windowed < whole / 2, (windowed, whole)
 
 
-@pytest.mark.parametrize("column, value", [("status", "finished"), ("task_id", 7)])
+@pytest.mark.parametrize("column, value", [("status", "finished"), ("task_id", 7), ("task_id", b"t0"),
+                                           ("phase", b"oracle"), ("agent", None)])
 def test_outcomes_by_task_refuse_a_folded_run_that_is_not_attempts(tmp_path, monkeypatch, column, value):
     import pyarrow as pa
 
@@ -304,5 +305,18 @@ def test_outcomes_by_task_refuse_a_folded_run_that_is_not_attempts(tmp_path, mon
     table = pq.read_table(paths.attempts)
     at = table.schema.get_field_index(column)
     pq.write_table(table.set_column(at, column, pa.array([value] * table.num_rows)), paths.attempts)
-    with pytest.raises(EvidenceError, match="attempts.parquet"):
+    with pytest.raises(EvidenceError, match="attempts.parquet"):  # ids "0".."2" would match a column of ints
+        list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["0", "1", "2", "t0", "t1", "t2"]))
+
+
+def test_outcomes_by_task_refuse_a_bad_row_of_a_phase_not_asked_for(tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    paths, _, _ = _scattered_run(tmp_path, monkeypatch, 3, rows_per_group=4)
+    table = pq.read_table(paths.attempts)
+    other = [p == "other" for p in table.column("phase").to_pylist()]
+    status = [("finished" if o else s) for o, s in zip(other, table.column("status").to_pylist())]
+    pq.write_table(table.set_column(table.schema.get_field_index("status"), "status", pa.array(status)),
+                   paths.attempts)
+    with pytest.raises(EvidenceError, match="attempts.parquet"):  # as `outcomes` refuses it: the file is not evidence
         list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["t0", "t1", "t2"]))

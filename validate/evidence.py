@@ -427,15 +427,25 @@ class Journal:
         if not self._folded():
             yield from by_task(self.outcomes())(phases, task_ids)
             return
-        source, ids = self._outcome_source(), pa.array(list(task_ids), pa.string())
-        wanted = pa.array(sorted(phases), pa.string())
+        source = self._outcome_source()
         try:
+            ids, wanted = pa.array(list(task_ids), pa.string()), pa.array(list(phases), pa.string())
+            for name in ("phase", "task_id"):  # matched in Arrow, which would match b"t1" or 7 to "t1" or "7"
+                kind = source.schema_arrow.field(name).type
+                kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+                if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                    raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts (its {name} column holds "
+                                        f"{kind}, not text)")
             # Where each row group's rows go: their tasks' positions among `ids` (null: not asked
             # for). A run's attempts are recorded roughly in task order, so each group of tasks
             # reads the few row groups that hold its rows, and the whole file is read about twice.
+            # Every row is checked on this first reading, as `outcomes` checks it, asked for or not.
             where = []
             for g in range(source.num_row_groups):
-                rows = source.read_row_group(g, columns=["phase", "task_id"])
+                rows = source.read_row_group(g, columns=list(OUTCOME_COLUMNS))
+                for _ in _shared(zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(),
+                                     self._outcomes_of_rows(rows))):
+                    pass
                 asked = pc.is_in(rows.column("phase"), value_set=wanted)
                 where.append(pc.if_else(asked, pc.index_in(rows.column("task_id"), value_set=ids), None))
             spans = [pc.min_max(w).as_py() for w in where]
