@@ -31,7 +31,7 @@ import tempfile
 import sys
 import threading
 from contextlib import contextmanager
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Generic, TypeVar, get_args
 
@@ -443,8 +443,7 @@ class Journal:
             where = []
             for g in range(source.num_row_groups):
                 rows = source.read_row_group(g, columns=list(OUTCOME_COLUMNS))
-                for _ in _shared(zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(),
-                                     self._outcomes_of_rows(rows))):
+                for _ in _shared(self._triples(rows)):
                     pass
                 asked = pc.is_in(rows.column("phase"), value_set=wanted)
                 where.append(pc.if_else(asked, pc.index_in(rows.column("task_id"), value_set=ids), None))
@@ -452,14 +451,14 @@ class Journal:
             for first in range(0, len(ids), JUDGED_TOGETHER):
                 last = min(first + JUDGED_TOGETHER, len(ids))
                 held: list[list[Outcome]] = [[] for _ in range(first, last)]
+                share = _sharing()
                 for g, span in enumerate(spans):
                     if span["min"] is None or span["max"] < first or span["min"] >= last:
                         continue
                     inside = pc.and_(pc.greater_equal(where[g], first), pc.less(where[g], last))
                     rows = source.read_row_group(g, columns=list(OUTCOME_COLUMNS)).filter(inside)
-                    for at, outcome in zip(where[g].filter(inside).to_pylist(),
-                                           _shared_outcomes(self._outcomes_of_rows(rows))):
-                        held[at - first].append(outcome)
+                    for at, outcome in zip(where[g].filter(inside).to_pylist(), self._outcomes_of_rows(rows)):
+                        held[at - first].append(share(outcome))
                 yield from held
         except (OSError, KeyError, TypeError, pa.ArrowException) as e:
             raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts ({e})") from None
@@ -477,8 +476,11 @@ class Journal:
 
     def _outcome_triples(self, source: pq.ParquetFile) -> Iterator[tuple[str, str, Outcome]]:
         for rows in source.iter_batches(batch_size=BATCH_ROWS, columns=list(OUTCOME_COLUMNS)):
-            yield from zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(),
-                           self._outcomes_of_rows(rows))
+            yield from self._triples(rows)
+
+    def _triples(self, rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[str, str, Outcome]]:
+        """(phase, task id, outcome) of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
+        return zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(), self._outcomes_of_rows(rows))
 
     def _outcomes_of_rows(self, rows: pa.Table | pa.RecordBatch) -> Iterator[Outcome]:
         """The `Outcome` of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
@@ -511,18 +513,17 @@ class Journal:
         self._log.close()
 
 
-def _shared_outcomes(outcomes: Iterable[Outcome]) -> Iterator[Outcome]:
-    """`outcomes`, equal ones given as one object while this is read (most of a pool's are alike)."""
+def _sharing() -> Callable[[Outcome], Outcome]:
+    """Each outcome given, or the equal one given before it (most of a pool's are alike)."""
     shared: dict[tuple[Outcome, bool], Outcome] = {}
-    for o in outcomes:
-        yield shared.setdefault(_signed(o), o)
+    return lambda o: shared.setdefault(_signed(o), o)
 
 
 def _shared(triples: Iterable[tuple[str, str, Outcome]]) -> Iterator[tuple[str, str, Outcome]]:
     """(phase, task id, outcome) triples, the phases and equal outcomes shared."""
-    shared: dict[tuple[Outcome, bool], Outcome] = {}
+    share = _sharing()
     for phase, task_id, o in triples:
-        yield sys.intern(phase), task_id, shared.setdefault(_signed(o), o)
+        yield sys.intern(phase), task_id, share(o)
 
 
 def _signed(o: Outcome) -> tuple[Outcome, bool]:
