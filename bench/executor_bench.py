@@ -12,7 +12,9 @@ the ratio of their attempts/s; the ray run includes starting its worker processe
 rebuilding the runner's worker in each (verify the contract, load the taskset). Last, Ray's
 floor: the busy CPU of empty Ray tasks of the executor's shape (`--floor-tasks`, `-c` in
 flight), as a share of the threads executor's CPU per attempt — what no harness change can
-take off the ray executor on this machine.
+take off the ray executor on this machine — beside two other shapes for comparison: a plain
+task of one return, and one call to each of `-c` actors (an actor per slot in flight, each
+attempt one actor call: a design that is not the executor's).
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -82,7 +84,9 @@ print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wa
 
 # Ray's own cost per task on this machine, apart from any harness work: empty tasks of the
 # executor's shape (a streaming task yielding where it runs, then a short list: `_play`) and,
-# for comparison, plain tasks of one return, `c` in flight as the executor keeps them.
+# for comparison, plain tasks of one return and calls of one return to `c` actors (the shape
+# of a design with an actor per slot, each attempt one actor call), `c` in flight as the
+# executor keeps them.
 FLOOR = r"""
 import json, os, sys, time
 import ray
@@ -96,26 +100,33 @@ def streaming(i):
     yield [i, i, i]
 def plain(i):
     return {"node": "n", "host": "h"}, [i, i, i]
-shapes = {"streaming": (ray.remote(max_retries=0, num_returns="streaming")(streaming), 2),
-          "plain": (ray.remote(max_retries=0)(plain), 0)}
-out = {}
-for name, (f, items) in shapes.items():
-    for warm in [f.remote(0) for _ in range(c)]:  # the worker processes started, apart from the timing
-        ray.get(next(warm) if items else warm)
-    cpu0, todo, running = busy(), iter(range(n)), []
-    for _ in range(c):
-        running.append(f.remote(next(todo)))
+class Slot:  # an actor per slot in flight: an attempt would be one of its method calls
+    def play(self, i):
+        return {"node": "n", "host": "h"}, [i, i, i]
+def timed(submit, items):  # `c` in flight, the next submitted as one finishes; busy CPU per task
+    cpu0, todo, running = busy(), iter(range(n)), {}
+    for slot in range(c):
+        running[submit(slot, next(todo))] = slot
     while running:
-        ready, _ = ray.wait(running, num_returns=1, timeout=0.5)
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
         for ref in ready:
-            running.remove(ref)
+            slot = running.pop(ref)
             for _ in range(items):
                 ray.get(next(ref))
             if not items:
                 ray.get(ref)
             if (i := next(todo, None)) is not None:
-                running.append(f.remote(i))
-    out[name] = (busy() - cpu0) / n
+                running[submit(slot, i)] = slot
+    return (busy() - cpu0) / n
+out = {}
+for name, f, items in (("streaming", ray.remote(max_retries=0, num_returns="streaming")(streaming), 2),
+                       ("plain", ray.remote(max_retries=0)(plain), 0)):
+    for warm in [f.remote(0) for _ in range(c)]:  # the worker processes started, apart from the timing
+        ray.get(next(warm) if items else warm)
+    out[name] = timed(lambda slot, i: f.remote(i), items)
+slots = [ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(Slot).remote() for _ in range(c)]
+ray.get([s.play.remote(0) for s in slots])
+out["actor"] = timed(lambda slot, i: slots[slot].play.remote(i), 0)
 ray.shutdown()
 print(json.dumps(out))
 """

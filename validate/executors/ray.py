@@ -1,42 +1,53 @@
-"""The ``ray`` executor: each attempt specification is a Ray task on a cluster's nodes.
+"""The ``ray`` executor: each attempt specification is a Ray task on a cluster's nodes, a call
+to one of `concurrency` slots: Ray actors, each its own Ray worker process holding one CPU,
+placed by Ray on the nodes.
+
+Why actors: on a machine whose CPUs the sandboxes need, Ray's own work per task is the cost.
+Measured on 2 cores (`bench/executor_bench.py`, empty tasks): a call to an actor ~1.5 ms of
+the machine's CPU, a plain task ~3.5 ms, and the streaming task this executor used before (to
+learn where a task runs before its results) ~5.5 ms. A slot knows its node when it starts, so
+a call needs no first item to say where it runs.
 
 Ray cannot ship the runner's worker: it holds live objects (the run's sandbox, the contract's
 taskset, the attempt kind). The seam between the driver and a node is plain data both ways:
 
 - out: the worker's **recipe** (`WorkerRecipe`: the play's contract as canonical JSON, where
   the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`) and where
-  the driver's image lies (`ImageSource`), put once per play into Ray's object store, and
-  each `AttemptSpec`;
+  the driver's image lies (`ImageSource`), put once per play into Ray's object store and
+  handed to each slot as it starts, and each `AttemptSpec`, one per call;
 - on the node: the contract's image is checked by digest, fetched from the driver's store if
   missing or different (`validate.executors.ray_image`); then
   `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract there
-  (environment, that node's backend and the image's digest) once per Ray worker process and
-  recipe, and each task when that process is first handed it (regenerated, its hash and
-  skips against the contract's entry; a node whose task differs stops the run, named), its sandbox labelled by the run and that process (opening a sandbox
-  sweeps what its label left, never another worker's attempts); its scratch (a scorer's
-  cache) is a temporary directory of that node;
-- back: where the task runs (the Ray node id from Ray's runtime context, the task's first
-  item, sent as it starts) and then its results (rows and reply bytes). The driver names the
-  host from the cluster's own node table and marks every row with both (`Worker.placed`). A
-  node never writes the run directory: the driver's `record` (the runner's journal and the
-  kind's `keep`) is the one writer.
+  (environment, that node's backend and the image's digest) once per slot and recipe, and
+  each task when that slot is first handed it (regenerated, its hash and skips against the
+  contract's entry; a node whose task differs stops the run, named), its sandbox labelled by
+  the run and that process (opening a sandbox sweeps what its label left, never another
+  worker's attempts); its scratch (a scorer's cache) is a temporary directory of that node;
+- back: the call's results (rows and reply bytes). The slot said where it runs when it
+  started (the Ray node id from Ray's runtime context); the driver names the host from the
+  cluster's own node table and marks every row with both (`Worker.placed`). A node never
+  writes the run directory: the driver's `record` (the runner's journal and the kind's
+  `keep`) is the one writer.
 
-The driver keeps at most `concurrency` tasks in flight and takes the next specification from
-the lazy iterator only when one finishes (`ray.wait`), so its memory is flat in the number of
-tasks; `record` runs on the driver's thread. Ray's own retries are off (``max_retries=0``):
-a task lost with its worker or node (Ray's signals: `WorkerCrashedError`, `NodeDiedError`,
-`ObjectLostError`, ...) becomes an ``infrastructure_error`` row of class `RayNodeLost` naming
-the node and host (`PlayWorker.lost`), and its next try is handed out while the contract's
-``infra_retries`` allow; the exception rule then judges it as any local fault. An exception
-of the worker's own code is raised on the driver, as with threads; a node where the contract
-does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`). A node that
-has not the image and cannot get it (`NodeImageUnavailable`) loses the attempt the same way
-as a lost node, under that class, and is kept out of the rest of the run (a label selector on
+The driver keeps at most `concurrency` calls in flight, one per slot, and takes the next
+specification from the lazy iterator only when a slot is idle (`ray.wait`), so its memory is
+flat in the number of tasks; `record` runs on the driver's thread. Ray's own retries are off
+(``max_restarts=0``, ``max_task_retries=0``): a call lost with its slot's worker or node (Ray's
+signals: `ActorDiedError`, `NodeDiedError`, `ObjectLostError`, ...) becomes an
+``infrastructure_error`` row of class `RayNodeLost` naming the node and host
+(`PlayWorker.lost`), its next try is handed out while the contract's ``infra_retries`` allow,
+and the slot is replaced (Ray places the new actor where a CPU is free); the exception rule then
+judges it as any local fault. An exception of the worker's own code is raised on the driver, as
+with threads; a node where the contract does not verify (`worker_from_recipe`) stops the run
+naming it (`NodeRefused`). A node that has not the image and cannot get it
+(`NodeImageUnavailable`) loses the attempt the same way as a lost node, under that class, and
+is kept out of the rest of the run (its slots replaced, new ones placed by a label selector on
 Ray's ``ray.io/node-id``); the run stops when no node is left.
 
-`cancel()` asks every task in flight to stop (a KeyboardInterrupt in the task, so its sandbox
-and storage are torn down), then kills what is still running after a short grace
-(``ray.cancel(force=True)``); what finishes after a cancel is dropped (a resume reruns it).
+`cancel()` asks every slot playing to stop (its worker's own cancel, on the slot's second
+thread: its sandbox and storage torn down, as with threads), then kills any slot still playing
+after a short grace (``ray.kill``); what finishes after a cancel is dropped (a resume reruns
+it). At the end of a run every slot closes its sandboxes and leaves.
 Ray is the optional extra ``ray`` (``pip install .[ray]``); the cluster is `address`
 (``--ray-address``, exported as ``RAY_ADDRESS``) or Ray's own default; a Ray already
 initialised in this process (a test's cluster) is used as it is.
@@ -55,7 +66,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,19 +198,56 @@ def _node_worker(recipe_ref, source_ref) -> Any:
         return _workers[key]
 
 
-def _play(refs: list, spec: AttemptSpec) -> Iterator[Any]:
-    """The Ray task: first where it runs, then the worker's results for `spec`. The recipe's
-    and the image source's references come in a list so that Ray hands the references over,
-    not the objects (fetched once per Ray worker process, not per task)."""
-    ray = _ray()
-    yield _where(ray)
-    worker = _node_worker(*refs)
-    try:
-        worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
-    except ValidateError as e:
-        where = _where(ray)
-        raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: {e}") from None
-    yield worker(spec)
+class _SlotActor:
+    """One slot in flight on the cluster: a Ray actor (its own Ray worker process, one CPU) that
+    plays the attempts the driver hands it, one at a time, each one actor call. The recipe's and
+    the image source's references come in a list so that Ray hands the references over, not the
+    objects (fetched once per process, when its worker is rebuilt). Its second thread
+    (``max_concurrency=2``) takes the driver's `stop` while an attempt plays."""
+
+    def __init__(self, refs: list) -> None:
+        self.refs = refs
+
+    def where(self) -> dict[str, str]:
+        return _where(_ray())
+
+    def play(self, spec: AttemptSpec) -> Any:
+        worker = _node_worker(*self.refs)
+        try:
+            worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
+        except ValidateError as e:
+            where = _where(_ray())
+            raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
+                              f"{e}") from None
+        return worker(spec)
+
+    def stop(self) -> None:
+        """The driver's cancel: every worker this process rebuilt stops (its stop flag, its
+        sandbox torn down), as a threads executor's worker does, and none plays again."""
+        with _workers_lock:
+            workers = list(_workers.values())
+            _workers.clear()
+        for worker in workers:
+            worker.cancel()
+
+    def close(self) -> None:
+        """The end of the run: the rebuilt workers' sandboxes closed, then the process leaves as a
+        process exits (its scratch removed)."""
+        with _workers_lock:
+            workers = list(_workers.values())
+            _workers.clear()
+        for worker in workers:
+            worker.ctx.sandbox.close()
+        _ray().actor.exit_actor()
+
+
+@dataclass
+class _Slot:
+    actor: Any
+    ready: Any  # the reference of its `where`, until the driver has read it
+    node: str | None = None
+    host: str | None = None
+    gone: bool = False  # killed, or lost with its worker or node
 
 
 @dataclass
@@ -221,6 +269,7 @@ class RayExecutor(Executor[R]):
         self._stop = threading.Event()
         self._worker: Worker[R] | None = None
         self._running: dict[Any, _Flight] = {}
+        self._slots: dict[Any, _Slot] = {}  # a play call in flight -> the slot playing it
         #: Ray node id -> host of every node that ran an attempt of this executor.
         self.nodes: dict[str, str] = {}
         self._table: dict[str, str] = {}  # the cluster's node table: node id -> host
@@ -235,7 +284,7 @@ class RayExecutor(Executor[R]):
     def run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
         recipe = worker.recipe()  # a play that cannot be shipped is refused before anything runs
         self._connect()
-        self._stop, self._worker, self._running = threading.Event(), worker, {}
+        self._stop, self._worker, self._running, self._slots = threading.Event(), worker, {}, {}
         refs = [self.ray.put(recipe), self.ray.put(driver_source(self.ray, recipe.execution))]
         del recipe  # the contract's text (2.2 MB at 10,000 tasks) is the object store's now, not held here too
         try:
@@ -245,83 +294,115 @@ class RayExecutor(Executor[R]):
 
     def _run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None],
              refs: list) -> None:
+        """`concurrency` slots (Ray places each actor on a node with a CPU free, never on a node
+        kept out), each handed the next specification as it is idle; a slot lost with its worker
+        or node is replaced (Ray places the new one where it can)."""
         ray, queue, again = self.ray, iter(specs), collections.deque()
-        play = ray.remote(max_retries=0, num_returns="streaming")(_play)
-        running = self._running
+        actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=2)(_SlotActor)
+        starting: dict[Any, _Slot] = {}
+        idle: list[_Slot] = []
+        every: list[_Slot] = []
+        failed_starts = 0
 
-        def task():
-            # Nodes found without the contract's image are kept out of the rest of the run.
-            if not self.excluded:
-                return play
-            return play.options(label_selector={"ray.io/node-id": f"!in({','.join(sorted(self.excluded))})"})
+        def start() -> None:
+            options = {}
+            if self.excluded:  # nodes found without the contract's image are kept out of the rest of the run
+                options["label_selector"] = {"ray.io/node-id": f"!in({','.join(sorted(self.excluded))})"}
+            actor = actor_class.options(**options).remote(refs)
+            slot = _Slot(actor, actor.where.remote())
+            starting[slot.ready] = slot
+            every.append(slot)
 
-        def submit_next() -> None:
-            if self._stop.is_set():
-                return
+        def retire(slot: _Slot) -> None:
+            slot.gone = True
+            ray.kill(slot.actor)
+            start()
+
+        def take() -> tuple[AttemptSpec, int] | None:
             if again:
-                spec, first = again.popleft()
-            elif (spec := next(queue, None)) is not None:
-                first = spec.attempt
-            else:
-                return
-            running[task().remote(refs, spec)] = _Flight(spec, first)
+                return again.popleft()
+            spec = next(queue, None)
+            return None if spec is None else (spec, spec.attempt)
 
         for _ in range(self.concurrency):
-            submit_next()
+            start()
+        head: tuple[AttemptSpec, int] | None = None  # the next specification, taken when a slot can play it
         try:
-            while running:
-                ready, _ = ray.wait(list(running), num_returns=1, timeout=0.5)
-                for gen in ready:
-                    results = self._step(gen, worker, again)
+            while True:
+                while idle and not self._stop.is_set() and (head is not None or (head := take()) is not None):
+                    slot = idle.pop()
+                    if slot.node in self.excluded:
+                        retire(slot)
+                        continue
+                    (spec, first), head = head, None
+                    call = slot.actor.play.remote(spec)
+                    self._running[call] = _Flight(spec, first, slot.node, slot.host)
+                    self._slots[call] = slot
+                if not self._running:
+                    if self._stop.is_set() or (head is None and (head := take()) is None):
+                        break  # everything played, or cancelled and every call in flight ended
+                    if not starting:
+                        raise ExecutorUnavailable("--executor ray: no slot of the Ray cluster is left to play on")
+                ready, _ = ray.wait([*self._running, *starting], num_returns=1, timeout=0.5)
+                for ref in ready:
+                    if ref in starting:
+                        slot = starting.pop(ref)
+                        try:
+                            where = ray.get(ref)
+                        except (ray.exceptions.RayActorError, *_lost_errors(ray)) as e:
+                            slot.gone = True
+                            failed_starts += 1
+                            if failed_starts > 10 * self.concurrency:
+                                raise ExecutorUnavailable(f"--executor ray: Ray could not start a slot on the "
+                                                          f"cluster {failed_starts} times; the last: "
+                                                          f"{type(e).__name__}") from None
+                            start()
+                            continue
+                        slot.node, slot.host = where["node"], self._host(where["node"])
+                        idle.append(slot)
+                        continue
+                    slot = self._slots.pop(ref)
+                    results, alive = self._step(ref, worker, again)
+                    if alive:
+                        idle.append(slot)
+                    elif self._stop.is_set():
+                        slot.gone = True
+                    else:
+                        retire(slot)
                     if results is not None and not self._stop.is_set():
                         record(results)
-                        submit_next()
         except BaseException:
             # Ctrl-C, or evidence that could not be written, or the worker's own error: nothing
             # keeps running on the cluster unobserved.
             self.cancel()
             self._drain()
             raise
+        finally:
+            self._close(every)
 
-    def _step(self, gen, worker: Worker[R], again: collections.deque) -> list[R] | None:
-        """The next item of a task in flight: where it runs (None returned) or its results
-        (the lost-attempt results if its machine failed; None when cancelled)."""
-        ray, flight = self.ray, self._running[gen]
+    def _step(self, call, worker: Worker[R], again: collections.deque) -> tuple[list[R] | None, bool]:
+        """The results of a play call (the lost-attempt results if its machine failed; None when
+        cancelled) and whether its slot can play on."""
+        ray, flight = self.ray, self._running.pop(call)
         try:
-            item = ray.get(next(gen))
+            results = ray.get(call)
         except ray.exceptions.TaskCancelledError:
-            self._running.pop(gen)
-            return None
-        except StopIteration:
-            # The task ended without its results: cancelled (Ray may end a cancelled streaming
-            # task's stream rather than raise), or its worker stopped it; never a result.
-            self._running.pop(gen)
+            return None, True
+        except (ray.exceptions.RayActorError, *_lost_errors(ray)) as e:
             if self._stop.is_set():
-                return None
-            lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) ended the "
-                               f"attempt's task without its results")
-            return self._lost(worker, flight, lost, again)
-        except _lost_errors(ray) as e:
-            self._running.pop(gen)
-            if self._stop.is_set():
-                return None  # killed by our own cancel: not evidence
+                return None, False  # killed by our own cancel: not evidence
             lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) lost the "
                                f"attempt: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-            return self._lost(worker, flight, lost, again)
+            return self._lost(worker, flight, lost, again), False
         except ray.exceptions.RayTaskError as e:
-            self._running.pop(gen)
             if isinstance(e.cause, NodeImageUnavailable) and not self._stop.is_set():
                 self._exclude(flight.node, str(e.cause))
-                return self._lost(worker, flight, e.cause, again)
+                return self._lost(worker, flight, e.cause, again), False
             # The worker's own code raised: its exception, as with threads (not Ray's wrapper,
             # whose text carries the node's traceback).
             raise (e.cause if isinstance(e.cause, Exception) else e) from None
-        if isinstance(item, dict):
-            flight.node, flight.host = item["node"], self._host(item["node"])
-            self.nodes[flight.node] = flight.host
-            return None
-        self._running.pop(gen)
-        return worker.placed(item, flight.node, flight.host)
+        self.nodes[flight.node] = flight.host
+        return worker.placed(results, flight.node, flight.host), True
 
     def _lost(self, worker: Worker[R], flight: _Flight, error: Exception, again: collections.deque) -> list[R]:
         """The infrastructure-error results of a try its node could not make, its next try queued
@@ -352,36 +433,46 @@ class RayExecutor(Executor[R]):
         return self._table[node]
 
     def cancel(self) -> None:
-        """Stop handing out; ask each task in flight to stop (its sandbox torn down) and kill,
-        after `CANCEL_GRACE_S`, any still running. Safe from another thread: the loop that
-        consumes the tasks drops what they return."""
+        """Stop handing out; ask each slot playing to stop (its sandbox torn down) and kill,
+        after `CANCEL_GRACE_S`, any still playing. Safe from another thread: the loop that
+        consumes the calls drops what they return."""
         self._stop.set()
         worker = self._worker
         if worker is not None:
             worker.cancel()  # the driver's side: its stop flag, its sandbox
-        running = list(self._running)
-        for gen in running:
-            self.ray.cancel(gen, force=False)
-        timer = threading.Timer(CANCEL_GRACE_S, self._kill, [running])
+        playing = dict(self._slots)
+        for slot in playing.values():
+            slot.actor.stop.remote()
+        timer = threading.Timer(CANCEL_GRACE_S, self._kill, [playing])
         timer.daemon = True
         timer.start()
 
-    def _kill(self, gens: list) -> None:
-        for gen in gens:
-            if gen in self._running:
-                self.ray.cancel(gen, force=True)
+    def _kill(self, playing: dict) -> None:
+        for call, slot in playing.items():
+            if call in self._running:
+                self.ray.kill(slot.actor)
 
     def _drain(self) -> None:
-        """After a cancel on the loop's own thread: wait (at most the grace) for the tasks in
+        """After a cancel on the loop's own thread: wait (at most the grace) for the calls in
         flight to end, so a driver about to exit does not kill them mid-teardown."""
         deadline = time.monotonic() + CANCEL_GRACE_S
         while self._running and time.monotonic() < deadline:
             ready, _ = self.ray.wait(list(self._running), num_returns=1, timeout=0.2)
-            for gen in ready:
-                try:
-                    self.ray.get(next(gen))
-                except StopIteration:
-                    self._running.pop(gen, None)
-                except Exception:  # noqa: BLE001 - cancelled, killed or failed: it no longer runs
-                    self._running.pop(gen, None)
-        self._kill(list(self._running))
+            for call in ready:
+                self._running.pop(call, None)
+                self._slots.pop(call, None)
+        self._kill(dict(self._slots))
+        self._running.clear()
+
+    def _close(self, slots: list[_Slot]) -> None:
+        """Every slot of the run leaves: those that play nothing close (their sandboxes, then the
+        process as it exits); any still playing after a cancel's grace is killed."""
+        playing = list(self._slots.values())
+        for slot in slots:
+            if slot.gone:
+                continue
+            if slot.node is None or any(slot is p for p in playing):  # never started, or still playing
+                self.ray.kill(slot.actor)
+            else:
+                slot.actor.close.remote()
+        self._slots = {}
