@@ -77,9 +77,10 @@ from validate.executors.ray_image import NodeImageUnavailable, TaskImageFetch, d
 from validate.runner import worker_from_recipe
 from validate.sandbox import open_sandbox, storage
 
-#: Seconds a cancelled task has to tear its sandbox down before it is killed.
+#: Seconds a cancelled slot has to tear its sandbox down before it is killed.
 CANCEL_GRACE_S = 10.0
-#: Rebuilt workers kept per Ray worker process (a pool plays two contracts: oracle, controls).
+#: Rebuilt workers kept per Ray worker process (a slot lives for one play, so it holds one; the
+#: bound keeps a worker process that plays many recipes from holding them all).
 CACHED_WORKERS = 4
 
 
