@@ -10,11 +10,11 @@ wall time, attempts/s, driver peak RSS and CPU per attempt per executor (the who
 busy CPU, from /proc/stat, so run it on an idle machine; and the driver process's own) and
 the ratio of their attempts/s; the ray run includes starting its worker processes and
 rebuilding the runner's worker in each (verify the contract, load the taskset). Last, Ray's
-floor: the busy CPU of empty Ray tasks of the executor's shape (`--floor-tasks`, `-c` in
-flight), as a share of the threads executor's CPU per attempt — what no harness change can
-take off the ray executor on this machine — beside two other shapes for comparison: a plain
-task of one return, and one call to each of `-c` actors (an actor per slot in flight, each
-attempt one actor call: a design that is not the executor's).
+floor: the busy CPU of empty Ray tasks (`--floor-tasks`, `-c` in flight), as a share of the
+threads executor's CPU per attempt, in three shapes: a call of one return to each of `-c`
+actors (the executor's: a slot per attempt in flight, each attempt one call) — what no harness
+change can take off the ray executor on this machine — and for comparison the streaming task
+the executor used before (where it runs, then its results) and a plain task of one return.
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -82,11 +82,10 @@ print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wa
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
-# Ray's own cost per task on this machine, apart from any harness work: empty tasks of the
-# executor's shape (a streaming task yielding where it runs, then a short list: `_play`) and,
-# for comparison, plain tasks of one return and calls of one return to `c` actors (the shape
-# of a design with an actor per slot, each attempt one actor call), `c` in flight as the
-# executor keeps them.
+# Ray's own cost per task on this machine, apart from any harness work, `c` in flight as the
+# executor keeps them: calls of one return to `c` actors (the executor's shape: a slot per
+# attempt in flight, `_SlotActor.play`) and, for comparison, the streaming task the executor
+# used before (yielding where it runs, then a short list) and plain tasks of one return.
 FLOOR = r"""
 import json, os, sys, time
 import ray
@@ -100,7 +99,7 @@ def streaming(i):
     yield [i, i, i]
 def plain(i):
     return {"node": "n", "host": "h"}, [i, i, i]
-class Slot:  # an actor per slot in flight: an attempt would be one of its method calls
+class Slot:  # an actor per slot in flight: each attempt one of its method calls
     def play(self, i):
         return {"node": "n", "host": "h"}, [i, i, i]
 def timed(submit, items):  # `c` in flight, the next submitted as one finishes; busy CPU per task

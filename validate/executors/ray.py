@@ -3,9 +3,9 @@ to one of `concurrency` slots: Ray actors, each its own Ray worker process holdi
 placed by Ray on the nodes.
 
 Why actors: on a machine whose CPUs the sandboxes need, Ray's own work per task is the cost.
-Measured on 2 cores (`bench/executor_bench.py`, empty tasks): a call to an actor ~1.5 ms of
-the machine's CPU, a plain task ~3.5 ms, and the streaming task this executor used before (to
-learn where a task runs before its results) ~5.5 ms. A slot knows its node when it starts, so
+Measured on 2 cores (`bench/executor_bench.py`'s floor, empty tasks, the machine's CPU per task):
+a call to an actor 1.2–1.6 ms, a plain task 2.7–3.9 ms, and the streaming task this executor
+used before (to learn where a task runs before its results) 3.7–5.7 ms. A slot knows its node when it starts, so
 a call needs no first item to say where it runs.
 
 Ray cannot ship the runner's worker: it holds live objects (the run's sandbox, the contract's
@@ -225,21 +225,23 @@ class _SlotActor:
     def stop(self) -> None:
         """The driver's cancel: every worker this process rebuilt stops (its stop flag, its
         sandbox torn down), as a threads executor's worker does, and none plays again."""
-        with _workers_lock:
-            workers = list(_workers.values())
-            _workers.clear()
-        for worker in workers:
+        for worker in _forget_workers():
             worker.cancel()
 
     def close(self) -> None:
         """The end of the run: the rebuilt workers' sandboxes closed, then the process leaves as a
         process exits (its scratch removed)."""
-        with _workers_lock:
-            workers = list(_workers.values())
-            _workers.clear()
-        for worker in workers:
+        for worker in _forget_workers():
             worker.ctx.sandbox.close()
         _ray().actor.exit_actor()
+
+
+def _forget_workers() -> list:
+    """The workers this process rebuilt, no longer cached: none is handed out again."""
+    with _workers_lock:
+        workers = list(_workers.values())
+        _workers.clear()
+    return workers
 
 
 @dataclass
@@ -255,8 +257,15 @@ class _Slot:
 class _Flight:
     spec: AttemptSpec
     first: int  # the key's first try in this run: lost tries count from it
-    node: str | None = None
-    host: str | None = None
+    slot: _Slot
+
+    @property
+    def node(self) -> str | None:
+        return self.slot.node
+
+    @property
+    def host(self) -> str | None:
+        return self.slot.host
 
 
 class RayExecutor(Executor[R]):
@@ -269,8 +278,7 @@ class RayExecutor(Executor[R]):
         self.address = address
         self._stop = threading.Event()
         self._worker: Worker[R] | None = None
-        self._running: dict[Any, _Flight] = {}
-        self._slots: dict[Any, _Slot] = {}  # a play call in flight -> the slot playing it
+        self._running: dict[Any, _Flight] = {}  # a play call in flight -> what it plays, on which slot
         #: Ray node id -> host of every node that ran an attempt of this executor.
         self.nodes: dict[str, str] = {}
         self._table: dict[str, str] = {}  # the cluster's node table: node id -> host
@@ -285,7 +293,7 @@ class RayExecutor(Executor[R]):
     def run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
         recipe = worker.recipe()  # a play that cannot be shipped is refused before anything runs
         self._connect()
-        self._stop, self._worker, self._running, self._slots = threading.Event(), worker, {}, {}
+        self._stop, self._worker, self._running = threading.Event(), worker, {}
         refs = [self.ray.put(recipe), self.ray.put(driver_source(self.ray, recipe.execution))]
         del recipe  # the contract's text (2.2 MB at 10,000 tasks) is the object store's now, not held here too
         try:
@@ -336,9 +344,7 @@ class RayExecutor(Executor[R]):
                         retire(slot)
                         continue
                     (spec, first), head = head, None
-                    call = slot.actor.play.remote(spec)
-                    self._running[call] = _Flight(spec, first, slot.node, slot.host)
-                    self._slots[call] = slot
+                    self._running[slot.actor.play.remote(spec)] = _Flight(spec, first, slot)
                 if not self._running:
                     if self._stop.is_set() or (head is None and (head := take()) is None):
                         break  # everything played, or cancelled and every call in flight ended
@@ -362,7 +368,7 @@ class RayExecutor(Executor[R]):
                         slot.node, slot.host = where["node"], self._host(where["node"])
                         idle.append(slot)
                         continue
-                    slot = self._slots.pop(ref)
+                    slot = self._running[ref].slot
                     results, alive = self._step(ref, worker, again)
                     if alive:
                         idle.append(slot)
@@ -411,7 +417,7 @@ class RayExecutor(Executor[R]):
         results, retry = worker.lost(flight.spec, flight.first, type(error).__name__, str(error))
         if retry is not None:
             again.append((retry, flight.first))
-        return results if flight.node is None else worker.placed(results, flight.node, flight.host)
+        return worker.placed(results, flight.node, flight.host)  # a slot plays only once it said where
 
     def _exclude(self, node: str | None, why: str) -> None:
         """Keep `node` out of the rest of the run; refuse the run when no node with CPUs is left."""
@@ -441,17 +447,19 @@ class RayExecutor(Executor[R]):
         worker = self._worker
         if worker is not None:
             worker.cancel()  # the driver's side: its stop flag, its sandbox
-        playing = dict(self._slots)
-        for slot in playing.values():
-            slot.actor.stop.remote()
-        timer = threading.Timer(CANCEL_GRACE_S, self._kill, [playing])
+        playing = list(self._running.items())
+        for _, flight in playing:
+            flight.slot.actor.stop.remote()
+        timer = threading.Timer(CANCEL_GRACE_S, self._kill, [[call for call, _ in playing]])
         timer.daemon = True
         timer.start()
 
-    def _kill(self, playing: dict) -> None:
-        for call, slot in playing.items():
-            if call in self._running:
-                self.ray.kill(slot.actor)
+    def _kill(self, calls: list) -> None:
+        """Kill the slot of each of `calls` still playing."""
+        for call in calls:
+            if (flight := self._running.get(call)) is not None:
+                flight.slot.gone = True
+                self.ray.kill(flight.slot.actor)
 
     def _drain(self) -> None:
         """After a cancel on the loop's own thread: wait (at most the grace) for the calls in
@@ -461,19 +469,16 @@ class RayExecutor(Executor[R]):
             ready, _ = self.ray.wait(list(self._running), num_returns=1, timeout=0.2)
             for call in ready:
                 self._running.pop(call, None)
-                self._slots.pop(call, None)
-        self._kill(dict(self._slots))
+        self._kill(list(self._running))
         self._running.clear()
 
     def _close(self, slots: list[_Slot]) -> None:
-        """Every slot of the run leaves: those that play nothing close (their sandboxes, then the
-        process as it exits); any still playing after a cancel's grace is killed."""
-        playing = list(self._slots.values())
+        """Every slot of the run leaves: a started one closes (its sandboxes, then the process as
+        it exits), one never started is killed; those killed or lost already are passed by."""
         for slot in slots:
             if slot.gone:
                 continue
-            if slot.node is None or any(slot is p for p in playing):  # never started, or still playing
+            if slot.node is None:
                 self.ray.kill(slot.actor)
             else:
                 slot.actor.close.remote()
-        self._slots = {}
