@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import textwrap
 import threading
@@ -416,6 +417,42 @@ def test_a_container_killed_from_outside_is_an_infrastructure_error(client, task
     assert (r.status, r.reward) == ("infrastructure_error", None)
     assert "stopped before the harness killed it" in r.infrastructure_error
     assert "kills by others: 9" in r.infrastructure_error
+
+
+def test_a_pid1_gone_before_its_daemon_heard_of_it_is_named_once_the_daemon_has(client, tasks):
+    """The window the test above can fall into: the container's PID 1 is gone, but the daemon
+    still says Running until the runtime's shim reaps it and reports the exit (a cgroup read
+    failed meanwhile). Held open here: the shim of this test's own container (under the
+    suite's dockerd) stopped while PID 1 is killed from the host, resumed a second later. The
+    harness waits for the daemon and names who stopped the container; the failed read is not
+    taken for the daemon's fault."""
+    _, _, image = tasks["sound"]
+    res = dk.Resources(client.api, RUN_LABEL, "shim-lag")
+    spec = dk.Spec(image=image, lifetime_s=60, user=None, workdir=None, env={}, cpus=1, memory_mb=256, pids=64)
+    agent = trial_run.start_agent(res, spec, [])
+    shim = int(dk.read_status(agent.pid)["PPid"])
+    cmdline = Path(f"/proc/{shim}/cmdline").read_bytes().split(b"\0")
+    assert b"containerd-shim" in cmdline[0] and agent.cid.encode() in cmdline, cmdline  # its own shim
+    resume = threading.Timer(1.0, os.kill, (shim, signal.SIGCONT))
+    try:
+        os.kill(shim, signal.SIGSTOP)
+        os.kill(agent.pid, signal.SIGKILL)
+        for _ in range(500):
+            if not dk.pid_alive(agent.pid):
+                break
+            time.sleep(0.01)
+        assert not dk.pid_alive(agent.pid)
+        assert client.api.inspect_container(agent.cid)["State"]["Running"]  # the window is open
+        resume.start()
+        fault = dk.DockerFault(f"docker: the cgroup of the container's PID 1 ({agent.pid}) cannot be read")
+        with pytest.raises(dk.DockerFault, match="stopped before the harness killed it") as raised:
+            trial_run.stopped_under(res, agent, fault)
+        assert raised.value is not fault
+        assert "(exit 137," in str(raised.value)
+    finally:
+        resume.cancel()
+        os.kill(shim, signal.SIGCONT)
+        assert res.close() == []
 
 
 def test_an_image_docker_does_not_have_is_an_infrastructure_error(client, tasks):

@@ -221,6 +221,16 @@ def read_status(pid: int) -> dict[str, str]:
         return {k: v.strip() for k, _, v in (line.partition(":") for line in f)}
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether host pid `pid` is a live process (not gone, not a zombie waiting to be reaped):
+    a container whose PID 1 is not alive is stopping, whatever its daemon says for the moment
+    it takes to hear of the exit (through the runtime's shim)."""
+    try:
+        return not read_status(pid).get("State", "").startswith(("Z", "X"))
+    except OSError:
+        return False
+
+
 def sweep_all_but_pid1(api, cid: str, pid: int) -> int:
     """Every process of `cid` but its PID 1 (host pid `pid`) killed from the host: the
     container paused (the cgroup freezer: nothing forks or exits meanwhile), its cgroup's

@@ -230,13 +230,13 @@ def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: 
     A container that stopped before the harness killed it was stopped by someone else or
     by the kernel: the daemon's state and events say which (`DockerFault` unless OOM)."""
     oom_after = oom_kills_of_pid(pid)
-    state = dk.call("inspect a container", res.api.inspect_container, cid)["State"]
+    state = dk.call("inspect a container", _state_once_heard, res, cid, pid)
     if not state.get("Running"):
         return _stopped_before(res, cid, state, since)
     try:
         dk.call("kill a container", res.api.kill, cid)
     except dk.DockerFault:
-        state = dk.call("inspect a container", res.api.inspect_container, cid)["State"]
+        state = dk.call("inspect a container", _state_once_heard, res, cid, pid)
         if state.get("Running"):
             raise
         return _stopped_before(res, cid, state, since)  # it stopped between the look and the kill
@@ -314,12 +314,27 @@ def stopped_under(res: dk.Resources, agent: AgentContainer, fault: dk.DockerFaul
     """After `fault` (a docker call in the agent's container failed): raise it if the
     container still runs, else say who stopped it (`_stopped_before`: OOM, or a `DockerFault`)."""
     try:
-        state = res.api.inspect_container(agent.cid)["State"]
+        state = _state_once_heard(res, agent.cid, agent.pid)
     except dk.DOCKER_ERRORS:
         raise fault from None
     if state.get("Running"):
         raise fault
     return _stopped_before(res, agent.cid, state, agent.since)
+
+
+def _state_once_heard(res: dk.Resources, cid: str, pid: int) -> dict:
+    """The daemon's state of `cid`, once it has heard of its PID 1's end: a container whose PID 1
+    (host pid `pid`) is gone or a zombie has stopped, but the daemon says Running until the
+    runtime's shim has reaped it and reported the exit. Waited for up to `dk.SETTLE_S`; then
+    whatever the daemon says (a container still Running is the caller's fault to raise)."""
+    state = res.api.inspect_container(cid)["State"]
+    if state.get("Running") and not dk.pid_alive(pid):
+        try:
+            res.api.wait(cid, timeout=dk.SETTLE_S)
+        except dk.DOCKER_ERRORS:
+            pass  # not stopped in time, or the wait failed: the state below says which
+        state = res.api.inspect_container(cid)["State"]
+    return state
 
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
@@ -564,7 +579,7 @@ def _end_agent_processes(res: dk.Resources, agent: AgentContainer, result: Trial
     `TrialResult.agent_processes_killed`); whether anything was OOM-killed. A container
     that stopped before is named as `_stop` names it (OOM, or a `DockerFault`)."""
     oom_after = oom_kills_of_pid(agent.pid)
-    state = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"]
+    state = dk.call("inspect a container", _state_once_heard, res, agent.cid, agent.pid)
     if not state.get("Running"):
         return _stopped_before(res, agent.cid, state, agent.since)
     try:
@@ -581,7 +596,7 @@ def _remove(res: dk.Resources, box: AgentContainer, oom_before: int | None, sinc
     the harness's directories, stay); whether anything was OOM-killed in the verifier phase.
     A container that stopped before is named as `_stop` names it (OOM, or a `DockerFault`)."""
     oom_after = oom_kills_of_pid(box.pid)
-    state = dk.call("inspect a container", res.api.inspect_container, box.cid)["State"]
+    state = dk.call("inspect a container", _state_once_heard, res, box.cid, box.pid)
     if not state.get("Running"):
         return _stopped_before(res, box.cid, state, since)
     dk.call("remove the container", res.api.remove_container, box.cid, force=True, v=True)
