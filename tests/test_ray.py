@@ -8,7 +8,7 @@ a node that cannot get it is that node's infrastructure fault and the verdicts s
 directory is written by the driver only; a driver killed mid-run is resumed with no attempt
 played twice, and Ctrl-C on it leaves no sandbox running; a worker node whose raylet is killed
 mid-run loses its attempts as infrastructure errors naming the node, and every task is still
-judged. Without Ray a command asking for it exits 2 naming the extra; ``validate eval``
+judged; a slot lost so is replaced, and its replacement plays the lost attempt again. Without Ray a command asking for it exits 2 naming the extra; ``validate eval``
 refuses ray."""
 
 from __future__ import annotations
@@ -469,3 +469,41 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
     assert all(v["verdict"] != "incomplete" for v in verdicts)
     result = audit(tmp_path / "killed")
     assert result.problems == [] and result.checked
+
+
+def test_a_slot_lost_with_its_node_is_replaced_and_its_replacement_plays_the_lost_attempt(tmp_path, cluster,
+                                                                                          manifest, sandboxes):
+    """One slot (``-c 1``) and a node to spare: the slot's node killed while it plays its first
+    attempt; the attempt, lost naming that node, is played again in the same play by the slot
+    that replaced it (there is no other), on another node. Last in the module: it kills a node."""
+    c, workers, _ = cluster
+    spare = c.add_node(num_cpus=1)
+    deadline = time.monotonic() + 60  # (the cluster's own wait counts the node killed above too)
+    while not any(n["NodeID"] == spare.node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, "the spare node did not join"
+        time.sleep(0.1)
+    nodes = {w.node_id: w for w in [*workers, spare]}
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "replaced", concurrency=1, executor="ray")
+    done: dict = {}
+    runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while not (flights := list(ctx.executor._running.values())):  # the first play call: it rebuilds, then plays
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt was handed to the slot"
+        time.sleep(0.02)
+    victim = nodes[flights[0].node]
+    raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
+    os.kill(raylet.pid, signal.SIGKILL)
+    raylet.wait()
+    runner.join(timeout=240)
+    assert not runner.is_alive() and "summary" in done
+    rows = pq.read_table(tmp_path / "replaced" / "attempts.parquet").to_pylist()
+    lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
+    assert len(lost) == 1 and lost[0]["node"] == victim.node_id and victim.node_id in lost[0]["error_message"]
+    key = ("phase", "task_id", "agent", "sample")
+    again = [r for r in rows if tuple(r[k] for k in key) == tuple(lost[0][k] for k in key)
+             and r["attempt"] == lost[0]["attempt"] + 1]
+    assert len(again) == 1 and again[0]["status"] != "infrastructure_error"
+    assert again[0]["node"] in nodes and again[0]["node"] != victim.node_id
+    assert all(v["verdict"] != "incomplete" for v in pq.read_table(tmp_path / "replaced" / "tasks.parquet").to_pylist())
+    assert audit(tmp_path / "replaced").problems == []
