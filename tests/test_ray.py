@@ -438,23 +438,32 @@ def test_a_node_whose_image_store_is_corrupted_fetches_the_image_again_by_digest
 
 
 # Last: it leaves the cluster one worker node short.
-def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
-                                                                                           manifest, sandboxes):
-    c, workers, _ = cluster
-    victim = workers[0]
-    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
+def _pool_losing_a_node(ctx, nodes: dict) -> object:
+    """`pool(ctx)` in a thread; the raylet of the first node of `nodes` (node id -> node) with
+    an attempt in flight killed (by pid); the run waited for to its end. Returns
+    the node killed."""
     done: dict = {}
     runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
     runner.start()
     deadline = time.monotonic() + 120
-    while not any(f.node == victim.node_id for f in list(ctx.executor._running.values())):
-        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached the victim node"
-        time.sleep(0.05)
+    while not (on := [f.node for f in list(ctx.executor._running.values()) if f.node in nodes]):
+        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached a node to kill"
+        time.sleep(0.02)
+    victim = nodes[on[0]]
     raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
     os.kill(raylet.pid, signal.SIGKILL)
     raylet.wait()
     runner.join(timeout=240)
     assert not runner.is_alive() and "summary" in done
+    return victim
+
+
+def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
+                                                                                           manifest, sandboxes):
+    c, workers, _ = cluster
+    victim = workers[0]
+    ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
+    _pool_losing_a_node(ctx, {victim.node_id: victim})
     rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
     lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
     assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"]
@@ -484,19 +493,7 @@ def test_a_slot_lost_with_its_node_is_replaced_and_its_replacement_plays_the_los
         time.sleep(0.1)
     nodes = {w.node_id: w for w in [*workers, spare]}
     ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "replaced", concurrency=1, executor="ray")
-    done: dict = {}
-    runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
-    runner.start()
-    deadline = time.monotonic() + 120
-    while not (flights := list(ctx.executor._running.values())):  # the first play call: it rebuilds, then plays
-        assert time.monotonic() < deadline and runner.is_alive(), "no attempt was handed to the slot"
-        time.sleep(0.02)
-    victim = nodes[flights[0].node]
-    raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
-    os.kill(raylet.pid, signal.SIGKILL)
-    raylet.wait()
-    runner.join(timeout=240)
-    assert not runner.is_alive() and "summary" in done
+    victim = _pool_losing_a_node(ctx, nodes)  # the first play call: it rebuilds, then plays
     rows = pq.read_table(tmp_path / "replaced" / "attempts.parquet").to_pylist()
     lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
     assert len(lost) == 1 and lost[0]["node"] == victim.node_id and victim.node_id in lost[0]["error_message"]
