@@ -326,9 +326,10 @@ def _state_once_heard(res: dk.Resources, cid: str, pid: int) -> dict:
     """The daemon's state of `cid`, once it has heard of its PID 1's end: a container whose PID 1
     (host pid `pid`) is gone or a zombie has stopped, but the daemon says Running until the
     runtime's shim has reaped it and reported the exit. Waited for up to `dk.SETTLE_S`; then
-    whatever the daemon says (a container still Running is the caller's fault to raise)."""
+    whatever the daemon says (a container still Running is the caller's fault to raise). No
+    pid (0: the daemon gave none) is no sign of an end: nothing is waited for."""
     state = res.api.inspect_container(cid)["State"]
-    if state.get("Running") and not dk.pid_alive(pid):
+    if state.get("Running") and pid > 0 and not dk.pid_alive(pid):
         try:
             res.api.wait(cid, timeout=dk.SETTLE_S)
         except dk.DOCKER_ERRORS:
