@@ -8,8 +8,8 @@ a node that cannot get it is that node's infrastructure fault and the verdicts s
 directory is written by the driver only; a driver killed mid-run is resumed with no attempt
 played twice, and Ctrl-C on it leaves no sandbox running; a worker node whose raylet is killed
 mid-run loses its attempts as infrastructure errors naming the node, and every task is still
-judged; a slot lost so is replaced, and its replacement plays the lost attempt again. Without Ray a command asking for it exits 2 naming the extra; ``validate eval``
-refuses ray."""
+judged; a slot lost so is replaced, and its replacement plays the lost attempt again.
+Without Ray a command asking for it exits 2 naming the extra; ``validate eval`` refuses ray."""
 
 from __future__ import annotations
 
@@ -437,7 +437,6 @@ def test_a_node_whose_image_store_is_corrupted_fetches_the_image_again_by_digest
     assert audit(tmp_path / "damaged").problems == []
 
 
-# Last: it leaves the cluster one worker node short.
 def _pool_losing_a_node(ctx, nodes: dict) -> object:
     """`pool(ctx)` in a thread; the raylet of the first node of `nodes` (node id -> node) with
     an attempt in flight killed (by pid); the run waited for to its end. Returns
@@ -458,6 +457,7 @@ def _pool_losing_a_node(ctx, nodes: dict) -> object:
     return victim
 
 
+# The last two: each leaves the cluster one worker node short.
 def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
                                                                                            manifest, sandboxes):
     c, workers, _ = cluster
