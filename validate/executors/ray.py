@@ -1,12 +1,21 @@
-"""The ``ray`` executor: each attempt specification is a Ray task on a cluster's nodes, a call
-to one of `concurrency` slots: Ray actors, each its own Ray worker process holding one CPU,
-placed by Ray on the nodes.
+"""The ``ray`` executor: attempt specifications played on a cluster's nodes, handed out as
+calls (Ray actor tasks) to `concurrency` slots: Ray actors, each its own Ray worker process
+holding one CPU, placed by Ray on the nodes. A call carries one specification, or a few short
+ones (below).
 
 Why actors: on a machine whose CPUs the sandboxes need, Ray's own work per task is the cost.
 Measured on 2 cores (`bench/executor_bench.py`'s floor, empty tasks, the machine's CPU per task):
 a call to an actor 1.2–1.6 ms, a plain task 2.7–3.9 ms, and the streaming task this executor
 used before (to learn where a task runs before its results) 3.7–5.7 ms. A slot knows its node when it starts, so
 a call needs no first item to say where it runs.
+
+Why a few to a call: with the machine busy, Ray's work per call is dearer than its floor: at
+one attempt per call (1,000-task deshuffle pool, 4 slots, 2 cores) the slots' Ray threads and
+the driver took ~2.5 ms of CPU per attempt beyond what threads spend, ~10 % of an attempt. So a
+call carries as many attempts as fill `CALL_S` (0.5 s) by the attempts timed so far, at most
+`MAX_CALL` (8), and an attempt that long or longer goes alone (a task-directory trial: one per
+call). The cost of a call is then shared, and what one lost node or one cancel takes from a
+slot stays under about half a second of attempts, or one attempt.
 
 Ray cannot ship the runner's worker: it holds live objects (the run's sandbox, the contract's
 taskset, the attempt kind). The seam between the driver and a node is plain data both ways:
@@ -34,8 +43,10 @@ specification from the lazy iterator only when a slot is idle (`ray.wait`), so i
 flat in the number of tasks; `record` runs on the driver's thread. Ray's own retries are off
 (``max_restarts=0``, ``max_task_retries=0``): a call lost with its slot's worker or node (Ray's
 signals: `ActorDiedError`, `NodeDiedError`, `ObjectLostError`, ...) becomes an
-``infrastructure_error`` row of class `RayNodeLost` naming the node and host
-(`PlayWorker.lost`), its next try is handed out while the contract's ``infra_retries`` allow,
+``infrastructure_error`` row of class `RayNodeLost` naming the node and host for each attempt
+it carried (`PlayWorker.lost`; none came back, and Ray does not say which had started, so a
+call of several says so in each row's message), each one's next try handed out while the
+contract's ``infra_retries`` allow,
 and the slot is replaced (Ray places the new actor where a CPU is free); the exception rule then
 judges it as any local fault. An exception of the worker's own code is raised on the driver, as
 with threads; a node where the contract does not verify (`worker_from_recipe`) stops the run
@@ -79,6 +90,12 @@ from validate.sandbox import open_sandbox, storage
 
 #: Seconds a cancelled slot has to tear its sandbox down before it is killed.
 CANCEL_GRACE_S = 10.0
+#: Seconds of attempts one call carries, by the attempts timed so far (`RayExecutor.call_s`):
+#: short attempts go several to a call, so Ray's own cost per call is shared among them; an
+#: attempt as long as this, or longer, goes alone.
+CALL_S = 0.5
+#: The most attempts one call carries: what a lost node or a cancel can take at once per slot.
+MAX_CALL = 8
 #: Rebuilt workers kept per Ray worker process (a slot lives for one play, so it holds one; the
 #: bound keeps a worker process that plays many recipes from holding them all).
 CACHED_WORKERS = 4
@@ -201,7 +218,7 @@ def _node_worker(recipe_ref, source_ref) -> Any:
 
 class _SlotActor:
     """One slot in flight on the cluster: a Ray actor (its own Ray worker process, one CPU) that
-    plays the attempts the driver hands it, one at a time, each one actor call. The recipe's and
+    plays the attempts the driver hands it, one at a time, a few to a call. The recipe's and
     the image source's references come in a list so that Ray hands the references over, not the
     objects (fetched once per process, when its worker is rebuilt). Its second thread
     (``max_concurrency=2``) takes the driver's `stop` while an attempt plays."""
@@ -212,15 +229,22 @@ class _SlotActor:
     def where(self) -> dict[str, str]:
         return _where(_ray())
 
-    def play(self, spec: AttemptSpec) -> Any:
+    def play(self, specs: list[AttemptSpec]) -> list[Any]:
+        """The results of each of `specs`, in order, played one after the other; after a `stop`
+        the rest is not played (the driver drops what a cancelled call returns)."""
         worker = _node_worker(*self.refs)
-        try:
-            worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
-        except ValidateError as e:
-            where = _where(_ray())
-            raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
-                              f"{e}") from None
-        return worker(spec)
+        played = []
+        for spec in specs:
+            if worker.ctx.stop.is_set():
+                break
+            try:
+                worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
+            except ValidateError as e:
+                where = _where(_ray())
+                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
+                                  f"{e}") from None
+            played.append(worker(spec))
+        return played
 
     def stop(self) -> None:
         """The driver's cancel: every worker this process rebuilt stops (its stop flag, its
@@ -251,13 +275,14 @@ class _Slot:
     node: str | None = None
     host: str | None = None
     gone: bool = False  # killed, or lost with its worker or node
+    calls: int = 0  # play calls handed to it
 
 
 @dataclass
 class _Flight:
-    spec: AttemptSpec
-    first: int  # the key's first try in this run: lost tries count from it
+    specs: list[tuple[AttemptSpec, int]]  # each with its key's first try in this run (lost tries count from it)
     slot: _Slot
+    started: float  # time.monotonic() when it was handed out
 
     @property
     def node(self) -> str | None:
@@ -284,6 +309,11 @@ class RayExecutor(Executor[R]):
         self._table: dict[str, str] = {}  # the cluster's node table: node id -> host
         #: Nodes kept out of this executor's runs: they could not get the contract's image.
         self.excluded: set[str] = set()
+        #: Seconds of attempts a call carries (`CALL_S`), at most `MAX_CALL`.
+        self.call_s = CALL_S
+        self._attempt_s: float | None = None  # an attempt's seconds on a slot, as timed so far (a moving mean)
+        #: How many calls carried how many attempts (size -> calls), over this executor's runs.
+        self.calls: collections.Counter[int] = collections.Counter()
 
     def _connect(self) -> None:
         if not self.ray.is_initialized():
@@ -343,8 +373,13 @@ class RayExecutor(Executor[R]):
                     if slot.node in self.excluded:
                         retire(slot)
                         continue
-                    (spec, first), head = head, None
-                    self._running[slot.actor.play.remote(spec)] = _Flight(spec, first, slot)
+                    batch, head = [head], None
+                    while len(batch) < self._call_size() and (nxt := take()) is not None:
+                        batch.append(nxt)
+                    slot.calls += 1
+                    self.calls[len(batch)] += 1
+                    call = slot.actor.play.remote([spec for spec, _ in batch])
+                    self._running[call] = _Flight(batch, slot, time.monotonic())
                 if not self._running:
                     if self._stop.is_set() or (head is None and (head := take()) is None):
                         break  # everything played, or cancelled and every call in flight ended
@@ -377,7 +412,8 @@ class RayExecutor(Executor[R]):
                     else:
                         retire(slot)
                     if results is not None and not self._stop.is_set():
-                        record(results)
+                        for one in results:  # each attempt's results, in the order the call played them
+                            record(one)
         except BaseException:
             # Ctrl-C, or evidence that could not be written, or the worker's own error: nothing
             # keeps running on the cluster unobserved.
@@ -387,9 +423,23 @@ class RayExecutor(Executor[R]):
         finally:
             self._close(every)
 
-    def _step(self, call, worker: Worker[R], again: collections.deque) -> tuple[list[R] | None, bool]:
-        """The results of a play call (the lost-attempt results if its machine failed; None when
-        cancelled) and whether its slot can play on."""
+    def _call_size(self) -> int:
+        """How many attempts the next call carries: as many as fill `call_s` by the attempts
+        timed so far (one until a call is timed), at most `MAX_CALL`."""
+        if self._attempt_s is None:
+            return 1
+        return max(1, min(MAX_CALL, int(self.call_s / max(self._attempt_s, 1e-3))))
+
+    def _timed(self, flight: _Flight, played: int) -> None:
+        """A call's seconds per attempt into the moving mean; a slot's first call is passed by
+        (it rebuilt the worker before it played)."""
+        if flight.slot.calls > 1 and played:
+            seconds = (time.monotonic() - flight.started) / played
+            self._attempt_s = seconds if self._attempt_s is None else 0.8 * self._attempt_s + 0.2 * seconds
+
+    def _step(self, call, worker: Worker[R], again: collections.deque) -> tuple[list[list[R]] | None, bool]:
+        """The results of a play call, each attempt's (the lost attempts' results if its machine
+        failed; None when cancelled), and whether its slot can play on."""
         ray, flight = self.ray, self._running.pop(call)
         try:
             results = ray.get(call)
@@ -398,8 +448,10 @@ class RayExecutor(Executor[R]):
         except (ray.exceptions.RayActorError, *_lost_errors(ray)) as e:
             if self._stop.is_set():
                 return None, False  # killed by our own cancel: not evidence
+            among = (f" (one of the {len(flight.specs)} attempts of one call; Ray does not say which had started)"
+                     if len(flight.specs) > 1 else "")
             lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) lost the "
-                               f"attempt: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                               f"attempt{among}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
             return self._lost(worker, flight, lost, again), False
         except ray.exceptions.RayTaskError as e:
             if isinstance(e.cause, NodeImageUnavailable) and not self._stop.is_set():
@@ -409,15 +461,21 @@ class RayExecutor(Executor[R]):
             # whose text carries the node's traceback).
             raise (e.cause if isinstance(e.cause, Exception) else e) from None
         self.nodes[flight.node] = flight.host
-        return worker.placed(results, flight.node, flight.host), True
+        self._timed(flight, len(results))
+        return [worker.placed(one, flight.node, flight.host) for one in results], True
 
-    def _lost(self, worker: Worker[R], flight: _Flight, error: Exception, again: collections.deque) -> list[R]:
-        """The infrastructure-error results of a try its node could not make, its next try queued
-        while the contract's retries allow."""
-        results, retry = worker.lost(flight.spec, flight.first, type(error).__name__, str(error))
-        if retry is not None:
-            again.append((retry, flight.first))
-        return worker.placed(results, flight.node, flight.host)  # a slot plays only once it said where
+    def _lost(self, worker: Worker[R], flight: _Flight, error: Exception,
+              again: collections.deque) -> list[list[R]]:
+        """The infrastructure-error results of each try of a call its node could not make (every
+        attempt the call carried: none came back), each one's next try queued while the
+        contract's retries allow."""
+        lost = []
+        for spec, first in flight.specs:
+            results, retry = worker.lost(spec, first, type(error).__name__, str(error))
+            if retry is not None:
+                again.append((retry, first))
+            lost.append(worker.placed(results, flight.node, flight.host))  # a slot plays only once it said where
+        return lost
 
     def _exclude(self, node: str | None, why: str) -> None:
         """Keep `node` out of the rest of the run; refuse the run when no node with CPUs is left."""
