@@ -142,7 +142,9 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
     sandbox = sandboxes("bwrap")
     threads_dir, threads = on_threads
     ctx = make_ctx(manifest, sandbox, tmp_path / "ray", concurrency=2, executor="ray")
+    ctx.executor.call_s = 60.0  # once an attempt is timed, every call carries as many as it may
     on_ray = pool(ctx, PoolPhase())
+    assert max(ctx.executor.calls) > 1  # calls of several attempts, recorded one by one, judged the same
     # Both worker nodes ran attempts, the head none (it has no CPU).
     head = cluster[0].head_node.node_id
     assert len(ctx.executor.nodes) == 2 and head not in ctx.executor.nodes
@@ -437,24 +439,25 @@ def test_a_node_whose_image_store_is_corrupted_fetches_the_image_again_by_digest
     assert audit(tmp_path / "damaged").problems == []
 
 
-def _pool_losing_a_node(ctx, nodes: dict) -> object:
+def _pool_losing_a_node(ctx, nodes: dict, carrying: int = 1) -> tuple[object, list]:
     """`pool(ctx)` in a thread; the raylet of the first node of `nodes` (node id -> node) with
-    an attempt in flight killed (by pid); the run waited for to its end. Returns
-    the node killed."""
+    a call of at least `carrying` attempts in flight killed (by pid); the run waited for to its
+    end. Returns the node killed and the specifications of that call."""
     done: dict = {}
     runner = threading.Thread(target=lambda: done.setdefault("summary", pool(ctx, PoolPhase())), daemon=True)
     runner.start()
     deadline = time.monotonic() + 120
-    while not (on := [f.node for f in list(ctx.executor._running.values()) if f.node in nodes]):
-        assert time.monotonic() < deadline and runner.is_alive(), "no attempt reached a node to kill"
+    while not (on := [f for f in list(ctx.executor._running.values())
+                      if f.node in nodes and len(f.specs) >= carrying]):
+        assert time.monotonic() < deadline and runner.is_alive(), "no call reached a node to kill"
         time.sleep(0.02)
-    victim = nodes[on[0]]
+    victim = nodes[on[0].node]
     raylet = victim.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process
     os.kill(raylet.pid, signal.SIGKILL)
     raylet.wait()
     runner.join(timeout=240)
     assert not runner.is_alive() and "summary" in done
-    return victim
+    return victim, [spec for spec, _ in on[0].specs]
 
 
 # The last two: each leaves the cluster one worker node short.
@@ -463,11 +466,19 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
     c, workers, _ = cluster
     victim = workers[0]
     ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
-    _pool_losing_a_node(ctx, {victim.node_id: victim})
+    ctx.executor.call_s = 60.0  # calls of several attempts: killed while one of them plays
+    _, carried = _pool_losing_a_node(ctx, {victim.node_id: victim}, carrying=2)
     rows = pq.read_table(tmp_path / "killed" / "attempts.parquet").to_pylist()
     lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
     assert lost and all(r["status"] == "infrastructure_error" and victim.node_id in r["error_message"]
                         and r["node"] == victim.node_id for r in lost)
+    # Every attempt of the call killed is a lost try of its own, saying it was one of that call's.
+    key = ("phase", "agent", "sample", "attempt")
+    carried_keys = {(s.phase, s.agent, s.sample, s.attempt, s.idx) for s in carried}
+    idx_of = {v["task_id"]: v["idx"] for v in pq.read_table(tmp_path / "killed" / "tasks.parquet").to_pylist()}
+    of_call = [r for r in lost if (*(r[k] for k in key), idx_of[r["task_id"]]) in carried_keys]
+    assert len(of_call) == len(carried) >= 2
+    assert all(f"one of the {len(carried)} attempts of one call" in r["error_message"] for r in of_call)
     # Each lost attempt was played again (a later try of its key, on the surviving node).
     for r in lost:
         key = (r["phase"], r["task_id"], r["agent"], r["sample"])
@@ -493,7 +504,8 @@ def test_a_slot_lost_with_its_node_is_replaced_and_its_replacement_plays_the_los
         time.sleep(0.1)
     nodes = {w.node_id: w for w in [*workers, spare]}
     ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "replaced", concurrency=1, executor="ray")
-    victim = _pool_losing_a_node(ctx, nodes)  # the first play call: it rebuilds, then plays
+    victim, carried = _pool_losing_a_node(ctx, nodes)  # the first play call: it rebuilds, then plays
+    assert len(carried) == 1  # a slot's first call carries one attempt: none was timed yet
     rows = pq.read_table(tmp_path / "replaced" / "attempts.parquet").to_pylist()
     lost = [r for r in rows if r["error_class"] == "RayNodeLost"]
     assert len(lost) == 1 and lost[0]["node"] == victim.node_id and victim.node_id in lost[0]["error_message"]
