@@ -11,10 +11,11 @@ busy CPU, from /proc/stat, so run it on an idle machine; and the driver process'
 the ratio of their attempts/s; the ray run includes starting its worker processes and
 rebuilding the runner's worker in each (verify the contract, load the taskset). Last, Ray's
 floor: the busy CPU of empty Ray tasks (`--floor-tasks`, `-c` in flight), as a share of the
-threads executor's CPU per attempt, in three shapes: a call of one return to each of `-c`
-actors (the executor's: a slot per attempt in flight, each attempt one call) — what no harness
-change can take off the ray executor on this machine — and for comparison the streaming task
-the executor used before (where it runs, then its results) and a plain task of one return.
+threads executor's CPU per attempt, in four shapes: calls to each of `-c` actors (the
+executor's: a slot per call in flight) carrying one item, and carrying eight (the most a call
+of the executor carries, per item) — what no harness change can take off the ray executor on
+this machine — and for comparison the streaming task the executor used before (where it
+runs, then its results) and a plain task of one return.
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -83,12 +84,14 @@ print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wa
 """
 
 # Ray's own cost per task on this machine, apart from any harness work, `c` in flight as the
-# executor keeps them: calls of one return to `c` actors (the executor's shape: a slot per
-# attempt in flight, `_SlotActor.play`) and, for comparison, the streaming task the executor
-# used before (yielding where it runs, then a short list) and plain tasks of one return.
+# executor keeps them: calls to `c` actors (the executor's shape: a slot per call in flight,
+# `_SlotActor.play`) of one item and of `MAX_CALL` items (per item) and, for comparison, the
+# streaming task the executor used before (yielding where it runs, then a short list) and
+# plain tasks of one return.
 FLOOR = r"""
 import json, os, sys, time
 import ray
+from validate.executors.ray import MAX_CALL
 c, n = int(sys.argv[1]), int(sys.argv[2])
 ray.init(num_cpus=c, include_dashboard=False, log_to_driver=False)
 def busy():
@@ -99,11 +102,13 @@ def streaming(i):
     yield [i, i, i]
 def plain(i):
     return {"node": "n", "host": "h"}, [i, i, i]
-class Slot:  # an actor per slot in flight: each attempt one of its method calls
+class Slot:  # an actor per slot in flight: each call one or a few items
     def play(self, i):
         return {"node": "n", "host": "h"}, [i, i, i]
-def timed(submit, items):  # `c` in flight, the next submitted as one finishes; busy CPU per task
-    cpu0, todo, running = busy(), iter(range(n)), {}
+    def play_many(self, ii):
+        return [({"node": "n", "host": "h"}, [i, i, i]) for i in ii]
+def timed(submit, items, per=1):  # `c` in flight, the next submitted as one finishes; busy CPU per item
+    cpu0, todo, running = busy(), iter(range(0, n, per)), {}
     for slot in range(c):
         running[submit(slot, next(todo))] = slot
     while running:
@@ -116,7 +121,7 @@ def timed(submit, items):  # `c` in flight, the next submitted as one finishes; 
                 ray.get(ref)
             if (i := next(todo, None)) is not None:
                 running[submit(slot, i)] = slot
-    return (busy() - cpu0) / n
+    return (busy() - cpu0) / (len(range(0, n, per)) * per)
 out = {}
 for name, f, items in (("streaming", ray.remote(max_retries=0, num_returns="streaming")(streaming), 2),
                        ("plain", ray.remote(max_retries=0)(plain), 0)):
@@ -126,6 +131,8 @@ for name, f, items in (("streaming", ray.remote(max_retries=0, num_returns="stre
 slots = [ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(Slot).remote() for _ in range(c)]
 ray.get([s.play.remote(0) for s in slots])
 out["actor"] = timed(lambda slot, i: slots[slot].play.remote(i), 0)
+out[f"actor, {MAX_CALL} a call"] = timed(lambda slot, i: slots[slot].play_many.remote(list(range(i, i + MAX_CALL))), 0,
+                                       MAX_CALL)
 ray.shutdown()
 print(json.dumps(out))
 """
