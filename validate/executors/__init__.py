@@ -101,10 +101,12 @@ class Executor(ABC, Generic[R]):
     @abstractmethod
     def run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
         """`worker(spec)` for each spec, at most `concurrency` at once; `record(results)` on
-        the caller's thread as each finishes, and the next spec handed out only after, so
-        nothing runs that the run could not record. Results of work killed by `cancel` are
-        dropped (they are not evidence: a resume reruns them). A KeyboardInterrupt on the
-        caller's thread cancels and propagates."""
+        the caller's thread for each spec as it finishes (or, where an executor hands a
+        runner a few specs at once, as they all have: ray, at most `MAX_CALL`, each recorded
+        in the order played), and the next spec handed out only after, so nothing runs that
+        the run could not record. Results of work killed by `cancel` are dropped (they are
+        not evidence: a resume reruns them), a cancelled hand-out's finished specs with it.
+        A KeyboardInterrupt on the caller's thread cancels and propagates."""
 
     @abstractmethod
     def cancel(self) -> None:

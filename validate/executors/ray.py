@@ -11,7 +11,7 @@ a call needs no first item to say where it runs.
 
 Why a few to a call: with the machine busy, Ray's work per call is dearer than its floor: at
 one attempt per call (1,000-task deshuffle pool, 4 slots, 2 cores) the slots' Ray threads and
-the driver took ~2.5 ms of CPU per attempt beyond what threads spend, ~10 % of an attempt. So a
+the driver took ~2–2.5 ms of CPU per attempt beyond what threads spend, ~10 % of an attempt. So a
 call carries as many attempts as fill `CALL_S` (0.5 s) by the attempts timed so far, at most
 `MAX_CALL` (8), and an attempt that long or longer goes alone (a task-directory trial: one per
 call). The cost of a call is then shared, and what one lost node or one cancel takes from a
@@ -23,7 +23,7 @@ taskset, the attempt kind). The seam between the driver and a node is plain data
 - out: the worker's **recipe** (`WorkerRecipe`: the play's contract as canonical JSON, where
   the environment's data lies, phase, kind and agents by name; `PlayWorker.recipe`) and where
   the driver's image lies (`ImageSource`), put once per play into Ray's object store and
-  handed to each slot as it starts, and each `AttemptSpec`, one per call;
+  handed to each slot as it starts, and the `AttemptSpec`s each call carries;
 - on the node: the contract's image is checked by digest, fetched from the driver's store if
   missing or different (`validate.executors.ray_image`); then
   `validate.runner.worker_from_recipe` rebuilds a worker, verifying the contract there
@@ -39,26 +39,28 @@ taskset, the attempt kind). The seam between the driver and a node is plain data
   `keep`) is the one writer.
 
 The driver keeps at most `concurrency` calls in flight, one per slot, and takes the next
-specification from the lazy iterator only when a slot is idle (`ray.wait`), so its memory is
-flat in the number of tasks; `record` runs on the driver's thread. Ray's own retries are off
-(``max_restarts=0``, ``max_task_retries=0``): a call lost with its slot's worker or node (Ray's
-signals: `ActorDiedError`, `NodeDiedError`, `ObjectLostError`, ...) becomes an
-``infrastructure_error`` row of class `RayNodeLost` naming the node and host for each attempt
-it carried (`PlayWorker.lost`; none came back, and Ray does not say which had started, so a
-call of several says so in each row's message), each one's next try handed out while the
-contract's ``infra_retries`` allow,
-and the slot is replaced (Ray places the new actor where a CPU is free); the exception rule then
-judges it as any local fault. An exception of the worker's own code is raised on the driver, as
-with threads; a node where the contract does not verify (`worker_from_recipe`) stops the run
-naming it (`NodeRefused`). A node that has not the image and cannot get it
-(`NodeImageUnavailable`) loses the attempt the same way as a lost node, under that class, and
-is kept out of the rest of the run (its slots replaced, new ones placed by a label selector on
+specifications (at most `MAX_CALL`) from the lazy iterator only when a slot is idle
+(`ray.wait`), so its memory is flat in the number of tasks; `record` runs on the driver's
+thread, for each attempt of a call in the order the slot played them, when the call returns.
+Ray's own retries are off (``max_restarts=0``, ``max_task_retries=0``): a call lost with its
+slot's worker or node (Ray's signals: `ActorDiedError`, `NodeDiedError`, `ObjectLostError`,
+...) becomes an ``infrastructure_error`` row of class `RayNodeLost` naming the node and host
+for each attempt it carried (`PlayWorker.lost`; none came back, and Ray does not say which had
+started, so a call of several says so in each row's message), each one's next try handed out
+while the contract's ``infra_retries`` allow, and the slot is replaced (Ray places the new
+actor where a CPU is free); the exception rule then judges it as any local fault. An exception
+of the worker's own code is raised on the driver, as with threads; a node where the contract
+does not verify (`worker_from_recipe`) stops the run naming it (`NodeRefused`). A node that
+has not the image and cannot get it (`NodeImageUnavailable`, at a slot's first call, which
+carries one attempt) loses it the same way as a lost node, under that class, and is kept out
+of the rest of the run (its slots replaced, new ones placed by a label selector on
 Ray's ``ray.io/node-id``); the run stops when no node is left.
 
 `cancel()` asks every slot playing to stop (its worker's own cancel, on the slot's second
 thread: its sandbox and storage torn down, as with threads), then kills any slot still playing
-after a short grace (``ray.kill``); what finishes after a cancel is dropped (a resume reruns
-it). At the end of a run every slot closes its sandboxes and leaves.
+after a short grace (``ray.kill``); a slot told to stop plays no further attempt of its call,
+and what a call returns after a cancel is dropped, the attempts it finished before the cancel
+with it (a resume reruns them). At the end of a run every slot closes its sandboxes and leaves.
 Ray is the optional extra ``ray`` (``pip install .[ray]``); the cluster is `address`
 (``--ray-address``, exported as ``RAY_ADDRESS``) or Ray's own default; a Ray already
 initialised in this process (a test's cluster) is used as it is.
@@ -225,6 +227,7 @@ class _SlotActor:
 
     def __init__(self, refs: list) -> None:
         self.refs = refs
+        self.stopped = threading.Event()  # the driver's `stop`: no attempt is played after it
 
     def where(self) -> dict[str, str]:
         return _where(_ray())
@@ -232,10 +235,14 @@ class _SlotActor:
     def play(self, specs: list[AttemptSpec]) -> list[Any]:
         """The results of each of `specs`, in order, played one after the other; after a `stop`
         the rest is not played (the driver drops what a cancelled call returns)."""
+        if self.stopped.is_set():
+            return []
         worker = _node_worker(*self.refs)
         played = []
         for spec in specs:
-            if worker.ctx.stop.is_set():
+            # The slot's own flag too: a `stop` that came before the worker was rebuilt (its
+            # workers forgotten, this one new) stops this call as well.
+            if self.stopped.is_set() or worker.ctx.stop.is_set():
                 break
             try:
                 worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
@@ -249,6 +256,7 @@ class _SlotActor:
     def stop(self) -> None:
         """The driver's cancel: every worker this process rebuilt stops (its stop flag, its
         sandbox torn down), as a threads executor's worker does, and none plays again."""
+        self.stopped.set()
         for worker in _forget_workers():
             worker.cancel()
 
@@ -324,6 +332,7 @@ class RayExecutor(Executor[R]):
         recipe = worker.recipe()  # a play that cannot be shipped is refused before anything runs
         self._connect()
         self._stop, self._worker, self._running = threading.Event(), worker, {}
+        self._attempt_s = None  # each play times its own attempts (an oracle's are not a control's)
         refs = [self.ray.put(recipe), self.ray.put(driver_source(self.ray, recipe.execution))]
         del recipe  # the contract's text (2.2 MB at 10,000 tasks) is the object store's now, not held here too
         try:
@@ -374,7 +383,9 @@ class RayExecutor(Executor[R]):
                         retire(slot)
                         continue
                     batch, head = [head], None
-                    while len(batch) < self._call_size() and (nxt := take()) is not None:
+                    # A slot's first call carries one: it rebuilds the worker (and may find that
+                    # its node lacks the image), so it is neither timed nor trusted with more.
+                    while slot.calls and len(batch) < self._call_size() and (nxt := take()) is not None:
                         batch.append(nxt)
                     slot.calls += 1
                     self.calls[len(batch)] += 1
@@ -460,6 +471,9 @@ class RayExecutor(Executor[R]):
             # The worker's own code raised: its exception, as with threads (not Ray's wrapper,
             # whose text carries the node's traceback).
             raise (e.cause if isinstance(e.cause, Exception) else e) from None
+        if len(results) != len(flight.specs) and not self._stop.is_set():
+            raise RuntimeError(f"Ray node {flight.node}: a call of {len(flight.specs)} attempts returned "
+                               f"{len(results)} results though the run was not cancelled")
         self.nodes[flight.node] = flight.host
         self._timed(flight, len(results))
         return [worker.placed(one, flight.node, flight.host) for one in results], True
