@@ -109,7 +109,7 @@ def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_
     c, node = cluster
     r = _validate(tmp_path, "run", "--manifest", "m.json", "--agents", "all", "--run-dir", "ledgers/r",
                   "--allow-patch", "--executor", "ray", "--ray-address", c.address, "-c", "2", "--json")
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     run = tmp_path / "ledgers" / "r"
     tasks = pd.read_parquet(run / "tasks.parquet").set_index("task_id")
     att = pd.read_parquet(run / "attempts.parquet")
