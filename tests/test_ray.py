@@ -464,6 +464,11 @@ def _pool_losing_a_node(ctx, nodes: dict, carrying: int = 1) -> tuple[object, li
     raylet.wait()
     runner.join(timeout=240)
     assert not runner.is_alive() and "summary" in done
+    # The killed node's worker left the storage of the attempt it played (its tmpfs, on this
+    # machine): swept as the run's next rebuilt worker would sweep it, and nothing left behind.
+    label = ctx.paths.sandbox_label
+    _sweep_dead_workers(label, "bwrap", DEFAULT_IMAGE)
+    assert not [m for m in Path("/proc/mounts").read_text().splitlines() if f"{DEFAULT_PARENT}/{label}." in m]
     return victim, [spec for spec, _ in on[0].specs]
 
 
