@@ -469,9 +469,7 @@ def _pool_losing_a_node(ctx, nodes: dict, carrying: int = 1) -> tuple[object, li
     label = ctx.paths.sandbox_label
     pids = [int(d.name.rsplit(".w", 1)[1]) for d in DEFAULT_PARENT.glob(f"{label}.w*")]
     deadline = time.monotonic() + 60  # the killed node's worker may still be leaving
-    while any(Path(f"/proc/{pid}").exists() for pid in pids):
-        if time.monotonic() > deadline:
-            break
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     _sweep_dead_workers(label, "bwrap", DEFAULT_IMAGE)
     assert not [m for m in Path("/proc/mounts").read_text().splitlines() if f"{DEFAULT_PARENT}/{label}." in m]
