@@ -103,9 +103,11 @@ class Executor(ABC, Generic[R]):
         """`worker(spec)` for each spec, at most `concurrency` at once; `record(results)` on
         the caller's thread for each spec as it finishes (or, where an executor hands a
         runner a few specs at once, as they all have: ray, at most `MAX_CALL`, each recorded
-        in the order played), and the next spec handed out only after, so nothing runs that
-        the run could not record. Results of work killed by `cancel` are dropped (they are
-        not evidence: a resume reruns them), a cancelled hand-out's finished specs with it.
+        in the order played). Threads hands the next spec out only after, so nothing runs
+        that the run could not record; ray hands its idle slots their next calls first (a
+        slot would otherwise wait on the journal), and a record that fails cancels those.
+        Results of work killed by `cancel` are dropped (they are not evidence: a resume
+        reruns them), a cancelled hand-out's finished specs with it.
         A KeyboardInterrupt on the caller's thread cancels and propagates."""
 
     @abstractmethod

@@ -41,7 +41,8 @@ taskset, the attempt kind). The seam between the driver and a node is plain data
 The driver keeps at most `concurrency` calls in flight, one per slot, and takes the next
 specifications (at most `MAX_CALL`) from the lazy iterator only when a slot is idle
 (`ray.wait`), so its memory is flat in the number of tasks; `record` runs on the driver's
-thread, for each attempt of a call in the order the slot played them, when the call returns.
+thread, for each attempt of a call in the order the slot played them, when the call returns
+and the slots idle have their next calls (a record that fails cancels those, as Ctrl-C does).
 Ray's own retries are off (``max_restarts=0``, ``max_task_retries=0``): a call lost with its
 slot's worker or node (Ray's signals: `ActorDiedError`, `NodeDiedError`, `ObjectLostError`,
 ...) becomes an ``infrastructure_error`` row of class `RayNodeLost` naming the node and host
@@ -372,31 +373,38 @@ class RayExecutor(Executor[R]):
             spec = next(queue, None)
             return None if spec is None else (spec, spec.attempt)
 
+        head: tuple[AttemptSpec, int] | None = None  # the next specification, taken when a slot can play it
+
+        def hand_out() -> None:
+            """Each idle slot its next call: the next specifications, as many as `_call_size`."""
+            nonlocal head
+            while idle and not self._stop.is_set() and (head is not None or (head := take()) is not None):
+                slot = idle.pop()
+                if slot.node in self.excluded:
+                    retire(slot)
+                    continue
+                batch, head = [head], None
+                # A slot's first call carries one: it rebuilds the worker (and may find that
+                # its node lacks the image), so it is neither timed nor trusted with more.
+                while slot.calls and len(batch) < self._call_size() and (nxt := take()) is not None:
+                    batch.append(nxt)
+                slot.calls += 1
+                self.calls[len(batch)] += 1
+                call = slot.actor.play.remote([spec for spec, _ in batch])
+                self._running[call] = _Flight(batch, slot, time.monotonic())
+
         for _ in range(self.concurrency):
             start()
-        head: tuple[AttemptSpec, int] | None = None  # the next specification, taken when a slot can play it
         try:
             while True:
-                while idle and not self._stop.is_set() and (head is not None or (head := take()) is not None):
-                    slot = idle.pop()
-                    if slot.node in self.excluded:
-                        retire(slot)
-                        continue
-                    batch, head = [head], None
-                    # A slot's first call carries one: it rebuilds the worker (and may find that
-                    # its node lacks the image), so it is neither timed nor trusted with more.
-                    while slot.calls and len(batch) < self._call_size() and (nxt := take()) is not None:
-                        batch.append(nxt)
-                    slot.calls += 1
-                    self.calls[len(batch)] += 1
-                    call = slot.actor.play.remote([spec for spec, _ in batch])
-                    self._running[call] = _Flight(batch, slot, time.monotonic())
+                hand_out()
                 if not self._running:
                     if self._stop.is_set() or (head is None and (head := take()) is None):
                         break  # everything played, or cancelled and every call in flight ended
                     if not starting:
                         raise ExecutorUnavailable("--executor ray: no slot of the Ray cluster is left to play on")
                 ready, _ = ray.wait([*self._running, *starting], num_returns=1, timeout=0.5)
+                returned: list[list[R]] = []
                 for ref in ready:
                     if ref in starting:
                         slot = starting.pop(ref)
@@ -422,9 +430,15 @@ class RayExecutor(Executor[R]):
                         slot.gone = True
                     else:
                         retire(slot)
-                    if results is not None and not self._stop.is_set():
-                        for one in results:  # each attempt's results, in the order the call played them
-                            record(one)
+                    if results is not None:
+                        returned.extend(results)
+                # The slots idle again play on while their results are recorded: measured, a slot
+                # waited ~20 ms per call on the journal (5 % of its time), ~6 ms this way.
+                hand_out()
+                for one in returned:  # each attempt's results, in the order its call played them
+                    if self._stop.is_set():
+                        break  # cancelled meanwhile (another thread): not evidence
+                    record(one)
         except BaseException:
             # Ctrl-C, or evidence that could not be written, or the worker's own error: nothing
             # keeps running on the cluster unobserved.
