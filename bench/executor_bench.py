@@ -1,21 +1,22 @@
 """The ``ray`` executor against ``threads`` on the same pool, in one invocation.
 
-    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker] [--floor-tasks 3000]
+    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker] [--rounds 3] [--floor-tasks 3000]
 
-One contract (the deshuffle oracle and five controls on `--tasks` tasks) is frozen once and
-run through each executor in a fresh process of its own (its peak RSS its own): first
-``threads``, then ``ray`` on a local Ray this bench starts (a single node with `-c` CPUs,
-``ray.init`` in the child; stopped with it). Prints the time to start Ray (apart), the run's
-wall time, attempts/s, driver peak RSS and CPU per attempt per executor (the whole machine's
-busy CPU, from /proc/stat, so run it on an idle machine; and the driver process's own) and
-the ratio of their attempts/s; the ray run includes starting its worker processes and
-rebuilding the runner's worker in each (verify the contract, load the taskset). Last, Ray's
-floor: the busy CPU of empty Ray tasks (`--floor-tasks`, `-c` in flight), as a share of the
-threads executor's CPU per attempt, in four shapes: calls to each of `-c` actors (the
-executor's: a slot per call in flight) carrying one item, and carrying eight (the most a call
-of the executor carries, per item) — what no harness change can take off the ray executor on
-this machine — and for comparison the streaming task the executor used before (where it
-runs, then its results) and a plain task of one return.
+One contract (the deshuffle oracle and five controls on `--tasks` tasks) is frozen once and run
+through each executor in a fresh process of its own (its peak RSS its own): ``threads``, and
+``ray`` on a local Ray this bench starts (a single node with `-c` CPUs, ``ray.init`` in the
+child; stopped with it), `--rounds` times, alternating which goes first. Prints the time to
+start Ray (apart), the run's wall time, attempts/s, driver peak RSS and CPU per attempt per
+executor (the whole machine's busy CPU, from /proc/stat, so run it on an idle machine; and the
+driver process's own) and the ratio of their attempts/s (each round's, and all rounds' attempts
+over their wall time); the ray run includes starting its worker processes and rebuilding the
+runner's worker in each (verify the contract, load the taskset). Last, Ray's floor: the busy CPU
+of empty Ray tasks (`--floor-tasks`, `-c` in flight), as a share of the threads executor's CPU
+per attempt, in four shapes: calls to each of `-c` actors (the executor's: a slot per call in
+flight) carrying one item, and carrying eight (the most a call of the executor carries, per
+item) — what no harness change can take off the ray executor on this machine — and for
+comparison the streaming task the executor used before (where it runs, then its results) and a
+plain task of one return.
 Target: the ray executor's overhead on one machine ≤ 10 %.
 """
 
@@ -146,24 +147,45 @@ def main() -> None:
                     help="attempts at once, and the local Ray's CPUs (default: the harness's, %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     ap.add_argument("--floor-tasks", type=int, default=3000, help="empty Ray tasks timed for Ray's floor")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="runs of each executor, alternating which goes first; the ratio is of all their "
+                         "attempts over all their wall time (this machine's speed drifts by several %% "
+                         "between runs minutes apart; default %(default)s)")
     args = ap.parse_args()
+    if args.rounds < 1 or args.tasks < 1:
+        ap.error("--rounds and --tasks must be at least 1")
     print(f"{args.tasks} tasks × oracle,{CONTROLS} on {args.backend}; concurrency {args.c}")
     print(f"{'executor':8s} {'start':>7s} {'attempts':>9s} {'wall':>9s} {'attempts/s':>11s} {'peak RSS':>9s} "
           f"{'CPU/attempt (machine, driver)':>30s}  compatible")
-    rates, cpu_per_attempt = {}, {}
-    for executor in ("threads", "ray"):
-        out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
-                              args.corpus, CONTROLS], cwd=ROOT, capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
-        r = json.loads(out.stdout.strip().splitlines()[-1])
-        rates[executor] = r["attempts"] / r["wall_s"]
-        cpu_per_attempt[executor] = r["cpu_s"] / r["attempts"]
-        print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rates[executor]:11.2f} "
-              f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
-              f"{1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms  {r['compatible']}")
-    print(f"ray / threads attempts/s: {rates['ray'] / rates['threads']:.2f} "
-          f"(overhead {100 * (1 - rates['ray'] / rates['threads']):.1f} %)")
+    attempts: dict[str, int] = {"threads": 0, "ray": 0}
+    wall: dict[str, float] = {"threads": 0.0, "ray": 0.0}
+    cpu: dict[str, float] = {"threads": 0.0, "ray": 0.0}
+    ratios = []
+    for n in range(args.rounds):
+        # Alternate which goes first (threads, ray; ray, threads; ...): a drift of the machine's
+        # speed during a round then weighs on both alike over an even number of rounds.
+        rate = {}
+        for executor in ("threads", "ray") if n % 2 == 0 else ("ray", "threads"):
+            out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
+                                  args.corpus, CONTROLS], cwd=ROOT, capture_output=True, text=True)
+            if out.returncode != 0:
+                sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            rate[executor] = r["attempts"] / r["wall_s"]
+            attempts[executor] += r["attempts"]
+            wall[executor] += r["wall_s"]
+            cpu[executor] += r["cpu_s"]
+            print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rate[executor]:11.2f} "
+                  f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
+                  f"{1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms  {r['compatible']}")
+        ratios.append(rate["ray"] / rate["threads"])
+        if args.rounds > 1:
+            print(f"  round {n + 1}: ray / threads attempts/s {ratios[-1]:.2f}")
+    ratio = (attempts["ray"] / wall["ray"]) / (attempts["threads"] / wall["threads"])
+    over = f" over {args.rounds} rounds (all attempts / all wall time; rounds {min(ratios):.2f}–{max(ratios):.2f})" \
+        if args.rounds > 1 else ""
+    print(f"ray / threads attempts/s: {ratio:.2f} (overhead {100 * (1 - ratio):.1f} %){over}")
+    cpu_per_attempt = {executor: cpu[executor] / attempts[executor] for executor in cpu}
     out = subprocess.run([sys.executable, "-c", FLOOR, str(args.c), str(args.floor_tasks)], cwd=ROOT,
                          capture_output=True, text=True)
     if out.returncode != 0:
