@@ -89,6 +89,13 @@ def _validate(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=1200)
 
 
+def _driver_logs(c: Cluster) -> str:
+    """The tail of each Ray driver's own log on the cluster (its core worker's: what Ray saw
+    when a driver exits without a word on stderr)."""
+    logs = sorted(Path(c.head_node.get_logs_dir_path()).glob("python-core-driver-*.log"))
+    return "\n".join(f"{p.name}:\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
+
+
 def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_its_label(tmp_path, cluster,
                                                                                             node_dockerd):
     from validate import environments
@@ -109,7 +116,7 @@ def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_
     c, node = cluster
     r = _validate(tmp_path, "run", "--manifest", "m.json", "--agents", "all", "--run-dir", "ledgers/r",
                   "--allow-patch", "--executor", "ray", "--ray-address", c.address, "-c", "2", "--json")
-    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:], _driver_logs(c))
     run = tmp_path / "ledgers" / "r"
     tasks = pd.read_parquet(run / "tasks.parquet").set_index("task_id")
     att = pd.read_parquet(run / "attempts.parquet")
