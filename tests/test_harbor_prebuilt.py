@@ -154,6 +154,17 @@ def test_verify_holds_every_frozen_task_image(frozen, tmp_path, capsys):
     assert m.execution.task_images.tasks["served"].image in said  # what the cache built here
 
 
+def test_a_run_refuses_a_frozen_task_image_this_machine_cannot_have_before_anything_plays(frozen, tmp_path, capsys):
+    _, m = frozen
+    other = write_manifest(_with_image(m, "served", "sha256:" + "0" * 64), tmp_path / "other.json")
+    run_dir = tmp_path / "run"
+    assert main(["run", "--manifest", str(other), "--agents", "oracle", "--run-dir", str(run_dir),
+                 "--allow-patch"]) == 2
+    said = capsys.readouterr().err
+    assert "execution.task_images.tasks['served'].image" in said and "sha256:" + "0" * 64 in said, said
+    assert not run_dir.exists()  # refused before the run began: no trial played as an infrastructure error
+
+
 def test_verify_refuses_a_daemon_image_with_other_layers(frozen, tmp_path, capsys):
     _, m = frozen
     ti = m.execution.task_images

@@ -260,7 +260,17 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
     code = require(allow_patch)
     hints = LoadHints(search=tuple(Path(p) for p in data))
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=RunPaths(root).sandbox_label)
-    env, taskset = verify_contract(m, sandbox, hints)
+    try:
+        env, taskset = verify_contract(m, sandbox, hints)
+        if m.execution.task_images is not None:
+            # Each frozen task image held here (a Ray node fetches it from this daemon, by id),
+            # or rebuilt from the cache as that very id, before anything plays: else the run is
+            # refused naming the task, as `validate verify` does, not played as one
+            # infrastructure error per trial.
+            verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
+    except BaseException:
+        sandbox.close()
+        raise
     return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root),
                       run_id=root.name, code=code, hints=hints, executor=runner, progress=progress or Progress())
 
