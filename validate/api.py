@@ -230,9 +230,16 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
     m = load_manifest(manifest)
     _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                                  LoadHints(search=tuple(Path(p) for p in data)))
-    if m.execution.task_images is not None:  # each task's frozen image, as the sandbox image is checked
-        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
+    _hold_task_images(m, taskset)
     return m
+
+
+def _hold_task_images(m, taskset) -> None:
+    """A task-directory contract's frozen task images, each held by this daemon or rebuilt from
+    the cache as that very id (`verify_images`), as the sandbox image is checked; else a
+    `ContractError` naming the task."""
+    if m.execution.task_images is not None:
+        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
 
 
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
@@ -262,12 +269,9 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=RunPaths(root).sandbox_label)
     try:
         env, taskset = verify_contract(m, sandbox, hints)
-        if m.execution.task_images is not None:
-            # Each frozen task image held here (a Ray node fetches it from this daemon, by id),
-            # or rebuilt from the cache as that very id, before anything plays: else the run is
-            # refused naming the task, as `validate verify` does, not played as one
-            # infrastructure error per trial.
-            verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
+        # Before anything plays (a Ray node fetches each task image from this daemon, by id):
+        # else refused naming the task, not played as one infrastructure error per trial.
+        _hold_task_images(m, taskset)
     except BaseException:
         sandbox.close()
         raise
