@@ -16,6 +16,7 @@ machine.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -61,8 +62,13 @@ class PrivateDockerd:
         self.pidfile = root / "d.pid"
         self.log = root / "dockerd.log"
         self.config = root / "daemon.json"
+        #: The daemon's cgroup parent and containerd namespaces: a digest of where it lives, as
+        #: scripts/setup.sh names its own. Not the directory's name: mkdtemp's names may end in
+        #: "_" or hold "__", which containerd refuses as a namespace (every container start then
+        #: fails with "namespace validation").
+        self.tag = "dv-" + hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:12]
         #: Containers' cgroups go under this parent, never under the machine daemon's /docker.
-        self.cgroup_parent = f"/{root.name}"
+        self.cgroup_parent = f"/{self.tag}"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -76,8 +82,8 @@ class PrivateDockerd:
                 f"--cgroup-parent={self.cgroup_parent}",
                 # a containerd already running on the machine (Debian's containerd.service) is
                 # shared by every dockerd that finds it: our containers go in our own namespace
-                f"--containerd-namespace={self.root.name}",
-                f"--containerd-plugins-namespace={self.root.name}-plugins",
+                f"--containerd-namespace={self.tag}",
+                f"--containerd-plugins-namespace={self.tag}-plugins",
                 "--iptables=false", "--ip6tables=false", "--bridge=none"]
 
     def start(self, timeout_s: float = 120.0) -> None:

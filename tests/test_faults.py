@@ -14,6 +14,7 @@ import sys
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import docker
 import pandas as pd
@@ -147,6 +148,28 @@ def test_the_suite_talks_only_to_its_own_dockerd(private_dockerd):
     probe = "import docker; print(docker.from_env().info()['DockerRootDir'])"  # a subprocess inherits it
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True).stdout.strip() == str(private_dockerd.data_root)
+
+
+@pytest.mark.docker
+def test_a_dockerd_whose_directory_name_containerd_would_refuse_still_starts_containers():
+    """The suite's dockerd lives in a mkdtemp directory, whose random name may end in "_" or
+    hold "__": containerd refuses such a name as a namespace, and once every container start
+    of a CI run failed so. Its namespaces and cgroup parent are a digest of the path instead."""
+    import tempfile
+
+    from tests.dockerd import SHORT_TMP, PrivateDockerd
+
+    daemon = PrivateDockerd(Path(tempfile.mkdtemp(prefix="dv", suffix="__x_", dir=SHORT_TMP)))
+    try:
+        daemon.start()
+        client = docker.DockerClient(base_url=daemon.host, timeout=120)
+        client.api.import_image_from_file(str(ImagePaths(DEFAULT_IMAGE).tarball), repository="dv-ns", tag="t")
+        out = client.containers.run("dv-ns:t", ["sh", "-c", "echo ran"], remove=True, network_mode="none")
+        assert out == b"ran\n"
+    finally:
+        daemon.stop()
+        daemon.cleanup()
+    assert not daemon.root.exists()
 
 
 @pytest.mark.docker
