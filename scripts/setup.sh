@@ -94,6 +94,7 @@ start_private_dockerd() {
   fi
   local tag
   tag=dv-$(printf %s "$root" | sha256sum | cut -c1-12)
+  echo "$tag" >"$root/cgroup-parent"  # for whoever stops this daemon: its cgroups to remove
   echo "setup: starting a private dockerd on $DOCKER_HOST (state under $root)"
   # Own cgroup parent, and own containerd namespaces: a containerd already running on the
   # machine (Debian's containerd.service) would otherwise hold our containers beside its own.
