@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.conftest import (
     make_manifest,
     subprocess_env,
 )
+from tests.dockerd import SHORT_TMP, PrivateDockerd
 from validate.contract import verify
 from validate.errors import ContractError, ProfileUnavailable
 from validate.evidence import Journal, file_sha256, read_attempts
@@ -155,10 +157,6 @@ def test_a_dockerd_whose_directory_name_containerd_would_refuse_still_starts_con
     """The suite's dockerd lives in a mkdtemp directory, whose random name may end in "_" or
     hold "__": containerd refuses such a name as a namespace, and once every container start
     of a CI run failed so. Its namespaces and cgroup parent are a digest of the path instead."""
-    import tempfile
-
-    from tests.dockerd import SHORT_TMP, PrivateDockerd
-
     daemon = PrivateDockerd(Path(tempfile.mkdtemp(prefix="dv", suffix="__x_", dir=SHORT_TMP)))
     try:
         daemon.start()
