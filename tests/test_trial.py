@@ -171,9 +171,9 @@ def _left_behind(client) -> list[str]:
             + [f"image {i[:19]}" for i in api.images(all=True, quiet=True, filters=f)])
 
 
-def trial(client, tasks, name: str, agent: str, **kwargs):
+def trial(client, tasks, name: str, agent: str, limits: TrialLimits = LIMITS, **kwargs):
     task, task_dir, image = tasks[name]
-    result = run_trial(client, task, task_dir, image, agent, LIMITS, run_label=RUN_LABEL, **kwargs)
+    result = run_trial(client, task, task_dir, image, agent, limits, run_label=RUN_LABEL, **kwargs)
     assert result.cleanup_errors == []
     assert _left_behind(client) == [], f"{name}/{agent} left things behind"
     assert result.image == image and result.task_id == name
@@ -256,13 +256,17 @@ def test_the_history_miner_passes_a_task_whose_answer_is_in_git_history(client, 
     assert trial(client, tasks, "answer-in-history", NOP).reward == 0.0
 
 
-def test_a_stale_reward_in_the_image_is_never_read(client, tasks):
-    r = trial(client, tasks, "stale-reward", ORACLE)
+@pytest.mark.parametrize("mode", ["trusted", "shared"])
+def test_a_stale_reward_in_the_image_is_never_read(client, tasks, mode):
+    r = trial(client, tasks, "stale-reward", ORACLE, limits=LIMITS.model_copy(update={"verifier_mode": mode}))
+    assert r.verifier_mode == mode
     assert (r.status, r.reward, r.verifier_error.kind) == ("verifier_error", None, "missing")
-    # the harness's own directory is bound at /logs from the start: the image's file is hidden
-    # from both phases
-    assert r.left_in_verifier_dir == []
-    assert "result.txt" in r.verifier_files and not r.passed(threshold=0.0)
+    # shared: the harness's own directory is bound at /logs from the start, the image's file
+    # hidden from both phases; trusted: the agent's container is the image's, the file is
+    # recorded as found there, and the verifier's container loses it before the verifier runs
+    assert [f.path for f in r.left_in_verifier_dir] == ([] if mode == "shared" else ["reward.txt"])
+    assert "result.txt" in r.verifier_files and "reward.txt" not in r.verifier_files
+    assert not r.passed(threshold=0.0)
 
 
 def test_garbage_in_reward_txt_is_a_verifier_error(client, tasks):

@@ -148,9 +148,13 @@ def test_a_task_whose_solution_needs_root_fails_here_and_passes_under_docker(bwr
     assert (r.status, r.reward) == ("ok", 0.0), r
     assert r.agent_run.exit_code == 2 and "requires superuser privilege" in r.agent_run.stdout
     task, task_dir, image = tasks["install-local-deb"]
-    on_docker = run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label="pytest-bwrap-trial")
-    assert (on_docker.status, on_docker.reward) == ("ok", 1.0), (on_docker.infrastructure_error, on_docker.task_error,
-                                                                 on_docker.verifier_error)
+    # docker's trusted verifier: the package dpkg installed is outside the task's work paths, so
+    # it does not reach the verifier, which passes only in the agent's own container (replayed)
+    on_docker = run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label="pytest-bwrap-trial",
+                          replay_below=1.0)
+    assert (on_docker.status, on_docker.reward, on_docker.shared_reward) == ("ok", 0.0, 1.0), (
+        on_docker.infrastructure_error, on_docker.task_error, on_docker.verifier_error)
+    assert [c for c in on_docker.outside_changes if c.path.startswith("/var/lib/dpkg/")], on_docker.outside_changes
     assert _leftovers(bwrap) == []
 
 

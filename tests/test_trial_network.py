@@ -133,10 +133,11 @@ def _left_behind(client) -> list[str]:
             + [f"image {i[:19]}" for i in api.images(all=True, quiet=True, filters=f)])
 
 
-def trial(client, tasks, name: str, agent: str, resolver: bool = True):
+def trial(client, tasks, name: str, agent: str, resolver: bool = True, mode: str = "trusted"):
     task, task_dir, image, verifier = tasks[name]
-    result = run_trial(client, task, task_dir, image, agent, LIMITS, run_label=RUN_LABEL,
-                       resolver_image=DEFAULT_IMAGE if resolver else None, verifier_image=verifier)
+    result = run_trial(client, task, task_dir, image, agent, LIMITS.model_copy(update={"verifier_mode": mode}),
+                       run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE if resolver else None,
+                       verifier_image=verifier)
     assert result.cleanup_errors == []
     assert _left_behind(client) == [], f"{name}/{agent} left things behind"
     return result
@@ -176,15 +177,21 @@ def test_a_passing_oracle_is_never_excluded_and_a_quiet_one_asks_nothing(client,
 
 def test_a_controls_lookups_change_nothing_even_those_it_makes_the_verifier_do(client, tasks, monkeypatch):
     """The control asks names itself and plants a .pth file that makes the verifier's
-    python3 ask one: both are logged, in their phases; the control still just fails."""
+    python3 ask one: in the shared verifier both are logged, in their phases; the trusted
+    verifier's python3 is the image's own (the .pth stays in the agent's container, recorded
+    as its change outside the work paths); the control still just fails either way."""
     plant = ("getent hosts exfil.example.net; "
              "d=$(python3 -c 'import site; print(site.getsitepackages()[0])') && mkdir -p $d && "
              "echo 'import os; os.system(\"getent hosts planted.example.org\")' > $d/planted.pth")
     _as(monkeypatch, plant)
-    r = trial(client, tasks, "offline", "planter")
+    r = trial(client, tasks, "offline", "planter", mode="shared")
     assert (r.status, r.reward) == ("ok", 0.0)
     assert r.lookups.agent == ["exfil.example.net"] and r.lookups.verifier == ["planted.example.org"]
     assert network.offline_reason(r.lookups, is_reference=False, passed=False) is None
+    r = trial(client, tasks, "offline", "planter")
+    assert (r.status, r.reward, r.verifier_mode) == ("ok", 0.0, "trusted")
+    assert r.lookups.agent == ["exfil.example.net"] and r.lookups.verifier == []
+    assert [c.path for c in r.outside_changes if c.path.endswith("planted.pth")], r.outside_changes
 
 
 def test_an_agent_cannot_hide_the_verifiers_lookups_by_rewriting_the_resolver_files(client, tasks, monkeypatch):

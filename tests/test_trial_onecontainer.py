@@ -22,13 +22,16 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import LIMITS, RUN_LABEL, TEST_SUM, _left_behind, client, sum_task  # noqa: F401 (a fixture)
+from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, client, sum_task  # noqa: F401
+from validate.trial import tool as harness_tool
 from validate.trial import docker as dk
 from validate.trial import run as trial_run
 from validate.trial.agents import AgentPlan
 from validate.trial.run import run_trial
 
 pytestmark = pytest.mark.docker
+#: Every trial here shares one container between the phases (Harbor's verifier mode).
+LIMITS = ANY_MODE.model_copy(update={"verifier_mode": "shared"})
 
 FORGER = r"""
 cat > /tmp/rewriter.sh <<'EOF'
@@ -113,10 +116,13 @@ def test_a_forger_s_detached_rewriters_are_killed_and_the_reward_is_the_verifier
     assert "reward.json" not in r.verifier_files and "link" not in r.verifier_files
     planted = {f.path: f.kind for f in r.left_in_verifier_dir}
     assert planted == {"link": "symlink", "reward.json": "file", "reward.txt": "file"}
-    # what the verifier saw alive: PID 1's sleep and its own commands, nothing of the agent's
+    # what the verifier saw alive: PID 1 and the verifier, both the harness's program, and the
+    # verifier's own commands, nothing of the agent's
     alive = [line for line in r.verifier_run.stdout.splitlines() if line.strip() and not line.strip().isdigit()]
     assert not [line for line in alive if "rewriter" in line or "1000" in line], alive
-    assert any(line.startswith("sleep ") for line in alive) and any("/tests/test.sh" in line for line in alive)
+    assert any(line.startswith(f"{harness_tool.BINARY} init ") for line in alive), alive
+    assert any(line.startswith(f"{harness_tool.BINARY} run ") for line in alive), alive
+    assert any("/tests/test.sh" in line for line in alive), alive
 
 
 def test_a_root_agent_with_pid1_s_uids_cannot_ptrace_it_nor_write_its_memory(client, hostile, monkeypatch):
@@ -129,10 +135,11 @@ def test_a_root_agent_with_pid1_s_uids_cannot_ptrace_it_nor_write_its_memory(cli
     assert (r.status, r.reward) == ("ok", 0.0) and r.agent_processes_killed == 0
 
 
-def test_pid1_runs_plain_where_it_cannot_be_guarded():
+def test_pid1_is_the_harness_s_program_by_its_absolute_path():
     assert dk.pid1_entrypoint(10, False) == ["sleep", str(10 + dk.BACKSTOP_S)]
     guarded = dk.pid1_entrypoint(10, True)
-    assert guarded[:2] == ["sh", "-c"] and guarded[2].endswith(f"exec sleep {10 + dk.BACKSTOP_S}")
+    assert guarded[:3] == [harness_tool.BINARY, "init", str(10 + dk.BACKSTOP_S)]
+    assert guarded[3:] == [str(i) for i in dk.PID1_IDS] and harness_tool.BINARY.startswith("/")
 
 
 #: Fills the pids limit with orphans (reparented to PID 1, which reaps nothing: once killed,
@@ -217,3 +224,36 @@ def test_a_host_listing_holds_a_descriptor_per_level_not_per_directory(tmp_path,
     assert held == set() and most[0] <= dk.MAX_DEPTH + 3, most[0]
     assert sum(f.path.endswith("/f") and f.data == b"x" for f in tree.entries) == 2000
     assert tree.truncated and max(f.path.count("/") for f in tree.entries) == dk.MAX_DEPTH - 1
+
+
+#: The restart hook: an ``sh`` planted earlier on PATH that, started as a container's PID 1,
+#: forks a survivor planting reward.json (which wins over reward.txt) in every fresh
+#: /logs/verifier, then runs the real shell; and an orphan, which the sweep leaves a zombie of
+#: the old PID 1, so that a harness restarting the container for its pids would start PID 1
+#: through the planted shell after the sweep. The task is not solved.
+RESTART_HOOK = r"""
+cat > /usr/local/bin/sh <<'HOOK'
+#!/bin/dash
+if [ "$$" = 1 ]; then
+  ( trap '' HUP INT TERM
+    while :; do
+      [ -e /logs/verifier/reward.json ] || echo '{"reward": 1.0}' > /logs/verifier/reward.json 2>/dev/null
+      sleep 0.02
+    done ) </dev/null >/dev/null 2>&1 &
+fi
+exec /bin/dash "$@"
+HOOK
+chmod 755 /usr/local/bin/sh
+( setsid sleep 1000 & )
+echo planted
+"""
+
+
+def test_a_shell_planted_on_path_starts_no_survivor_when_the_container_restarts(client, hostile, monkeypatch):
+    r = _play(client, hostile, monkeypatch, RESTART_HOOK, "restart-hook")
+    assert r.infrastructure_error is None, r.infrastructure_error
+    assert "planted" in r.agent_run.stdout
+    assert "reward.json" not in r.verifier_files, r.verifier_files
+    assert (r.status, r.reward, r.reward_source) == ("ok", 0.0, "reward.txt")
+    alive = [line for line in r.verifier_run.stdout.splitlines() if "while" in line or "dash" in line]
+    assert alive == [], alive

@@ -62,15 +62,16 @@ def _mkdir(path: Path) -> None:
         p.chmod(0o711)
 
 
-def mount_tmpfs(target: Path, limits: Limits, gid: int | None = None) -> None:
+def mount_tmpfs(target: Path, limits: Limits, gid: int | None = None, noexec: bool = True) -> None:
     """Mount a fresh tmpfs capped at `limits.storage_mb` MiB and `limits.storage_inodes` inodes.
 
     The root is mode 0700 root; with `gid`, 0710 root:gid, for a sandbox that resolves its
-    bind sources as the agent's uid (bwrap drops root before it mounts anything)."""
+    bind sources as the agent's uid (bwrap drops root before it mounts anything). `noexec`
+    False: programs on it may run (a trial's ``/solution`` and ``/tests``, bound from it)."""
     mode, group = ("0710", gid) if gid is not None else ("0700", 0)
     options = f"size={limits.storage_mb}m,nr_inodes={limits.storage_inodes},mode={mode},uid=0,gid={group}"
-    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                   options.encode()) != 0:
+    flags = _MS_NOSUID | _MS_NODEV | (_MS_NOEXEC if noexec else 0)
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", flags, options.encode()) != 0:
         e = ctypes.get_errno()
         raise SandboxError(f"storage: cannot mount a tmpfs at {target} ({options}): {os.strerror(e)}")
 
@@ -87,7 +88,7 @@ def unmount(target: Path) -> None:
 
 @contextmanager
 def attempt_storage(run_label: str, name: str, limits: Limits, gid: int | None = None,
-                    parent: Path = DEFAULT_PARENT) -> Iterator[Path]:
+                    parent: Path = DEFAULT_PARENT, noexec: bool = True) -> Iterator[Path]:
     """A fresh tmpfs at ``parent/run_label/name`` for one attempt; yields its path.
 
     On exit it is unmounted and its mount point removed, whatever the attempt left in it."""
@@ -103,7 +104,7 @@ def attempt_storage(run_label: str, name: str, limits: Limits, gid: int | None =
                 raise SandboxError(f"storage: {target} already exists (attempt names must be unique "
                                    "per run)") from None
             made = True
-            mount_tmpfs(target, limits, gid)
+            mount_tmpfs(target, limits, gid, noexec)
         yield target
     finally:
         if made:

@@ -47,6 +47,7 @@ from validate.sandbox import seccomp, storage
 from validate.sandbox.base import Limits, supervise, watchdog_argv
 from validate.sandbox.bwrap.launch import _JOIN, Launch
 from validate.trial import roots
+from validate.trial import tool as harness_tool
 from validate.trial import run as docker_trial
 from validate.trial.agents import plan as agent_plan, tree_entries
 from validate.trial.result import LeftFile, PhaseRun, TrialLimits, TrialResult
@@ -169,10 +170,13 @@ def _verifier_phase(trial: Trial, task: HarborTask, task_dir: Path, root: roots.
         roots.fresh_dir(trial.merged, point)
     roots.put_entries(trial.dir, [("verifier", 0o777, None), *tree_entries(task_dir / "tests", "tests")])
     binds = ["--bind", str(trial.dir / "verifier"), docker_trial.VERIFIER_DIR,
-             "--bind", str(trial.dir / "tests"), docker_trial.TESTS_DIR]
-    ran = _phase(trial, "verifier", ["sh", "-c", docker_trial._VERIFY],
+             "--bind", str(trial.dir / "tests"), docker_trial.TESTS_DIR,
+             "--ro-bind", str(harness_tool.tool_dir()), harness_tool.MOUNT]
+    # PID 1 is the harness's program itself (never the tree's `timeout`, which the agent could
+    # have replaced): it runs test.sh and, ending, takes the sandbox's pid namespace with it
+    ran = _phase(trial, "verifier", docker_trial.VERIFY,
                  _env(task, root, result, dict(task.config.verifier.env)), _workdir(task, root), binds,
-                 _limits(result, contract, a.verifier_timeout_s))
+                 _limits(result, contract, a.verifier_timeout_s), own_pid1=True)
     per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
     tree = roots.read_tree(trial.dir, "verifier", per_file, limits.max_listing_bytes)
     out, cut_out = docker_trial._text(tree, docker_trial.VERIFIER_STDOUT, limits.max_output_bytes)
@@ -190,7 +194,7 @@ def _limits(result: TrialResult, contract: Limits, timeout_s: float) -> Limits:
 
 
 def _phase(trial: Trial, name: str, argv: list[str], env: dict[str, str], workdir: str, binds: list[str],
-           lim: Limits) -> PhaseRun:
+           lim: Limits, own_pid1: bool = False) -> PhaseRun:
     """One sandbox over the trial's overlay, run to its end or its timeout, then killed with
     everything in its cgroup. `SandboxError` when bwrap never started the sandbox."""
     hierarchy = trial.sandbox.hierarchy
@@ -206,7 +210,8 @@ def _phase(trial: Trial, name: str, argv: list[str], env: dict[str, str], workdi
         raise
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(_argv(trial.merged, argv, env, workdir, binds, lim, cgroups, status_w, seccomp_fd),
+        proc = subprocess.Popen(_argv(trial.merged, argv, env, workdir, binds, lim, cgroups, status_w, seccomp_fd,
+                                      own_pid1),
                                 stdin=status_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=(status_w, seccomp_fd), start_new_session=True,
                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
@@ -232,8 +237,9 @@ def _phase(trial: Trial, name: str, argv: list[str], env: dict[str, str], workdi
 
 
 def _argv(tree: Path, argv: list[str], env: dict[str, str], workdir: str, binds: list[str], lim: Limits,
-          cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
-    """The bwrap backend's launch chain (`validate.sandbox.bwrap.launch`) over a writable tree."""
+          cgroups: list[Path], status_fd: int, seccomp_fd: int, own_pid1: bool = False) -> list[str]:
+    """The bwrap backend's launch chain (`validate.sandbox.bwrap.launch`) over a writable tree;
+    `own_pid1`: `argv` is the harness's own program, PID 1 itself (no watchdog of the tree's)."""
     uid = roots.TREE_UID
     out = ["/bin/sh", "-c", _JOIN, "sh", str(len(cgroups)), *map(str, cgroups), str(lim.max_file_mb * 2048),
            "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--no-new-privs",
@@ -243,4 +249,4 @@ def _argv(tree: Path, argv: list[str], env: dict[str, str], workdir: str, binds:
            "--clearenv"]
     for key, value in env.items():
         out += ["--setenv", key, value]
-    return [*out, "--chdir", workdir, "--", *watchdog_argv(tuple(argv), lim.timeout_s)]
+    return [*out, "--chdir", workdir, "--", *(argv if own_pid1 else watchdog_argv(tuple(argv), lim.timeout_s))]

@@ -8,13 +8,16 @@ which also sweeps by the trial's label (a Ctrl-C between docker creating a thing
 harness learning its id leaves nothing behind either). `sweep` removes what a killed run
 left, by the run's label.
 
-A container's PID 1 is ``sleep`` for the phase's time plus `BACKSTOP_S`: the harness kills
-the container before that, but a harness that dies leaves nothing running past it. PID 1
-of a pid namespace cannot be killed from inside it, so a container that stops on its own
-was stopped by the kernel (OOM), the daemon or someone else: the harness asks docker which.
-Where the agent and the verifier share one container, PID 1 runs under ids of the
-harness's (`pid1_entrypoint`), and between the phases every other process of the container
-is killed from the host (`sweep_all_but_pid1`).
+A container's PID 1 is the harness's own program (`validate.trial.tool`, bound read-only
+at `tool.MOUNT` and named by its absolute path: nothing the image's PATH, shell or dynamic
+linker resolves starts it), which reaps every orphan and exits after the phase's time plus
+`BACKSTOP_S`: the harness kills the container before that, but a harness that dies leaves
+nothing running past it. It starts as root and runs under ids of the harness's
+(`pid1_entrypoint`), out of every process's reach. PID 1 of a pid namespace cannot be killed
+from inside it, so a container that stops on its own was stopped by the kernel (OOM), the
+daemon or someone else: the harness asks docker which. Where the agent and the verifier
+share one container, between the phases every other process of the container is killed
+from the host (`sweep_all_but_pid1`).
 
 Files go in as tar archives the harness builds (`put_tree`) and come out as archives the
 harness reads with byte caps (`read_tree`): nothing the agent wrote is followed (a link is
@@ -35,6 +38,7 @@ import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import requests
 from docker.errors import APIError, DockerException, NotFound
@@ -43,6 +47,7 @@ from docker.types import Mount
 from validate.sandbox.cgroups import group_of_pid, procs_of
 from validate.sandbox.storage import remove_tree
 from validate.sandbox.docker.wire import LABEL
+from validate.trial import tool as harness_tool
 
 TRIAL_LABEL = f"{LABEL}.trial"
 BACKSTOP_S = 60
@@ -148,8 +153,9 @@ class Spec:
     pids: int
     volumes: tuple[tuple[str, str], ...] = ()  # (volume name, mount point)
     binds: tuple[tuple[str, str], ...] = ()  # (host directory, mount point)
-    #: PID 1 under `PID1_IDS` when the image runs as root (`pid1_entrypoint`)
-    guard_pid1: bool = False
+    #: The host directory of the harness's own program (`validate.trial.tool.tool_dir`), bound
+    #: read-only at `tool.MOUNT`: PID 1 runs it, started as root and guarded (`pid1_entrypoint`)
+    tool: str | None = None
     #: "none", or "container:<id>": the namespace of the trial's resolver (`validate.trial.network`)
     network: str = "none"
     #: further mounts (the harness's resolv.conf and hosts: `validate.trial.nsresolver.mounts`)
@@ -165,14 +171,18 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     mounts = [Mount(target=target, source=vol, type="volume", no_copy=True) for vol, target in spec.volumes]
     mounts += [Mount(target=target, source=host, type="bind") for host, target in spec.binds]
     mounts += list(spec.mounts)
+    if spec.tool is not None:
+        mounts.append(Mount(target=harness_tool.MOUNT, source=spec.tool, type="bind", read_only=True))
     try:
         host = api.create_host_config(network_mode=spec.network, mem_limit=f"{spec.memory_mb}m",
                                       memswap_limit=f"{spec.memory_mb}m", nano_cpus=int(spec.cpus * 1e9),
                                       pids_limit=spec.pids, cap_drop=CAP_DROP, mounts=mounts,
                                       security_opt=["no-new-privileges"])
-        cid = api.create_container(spec.image, entrypoint=pid1_entrypoint(spec.lifetime_s, spec.guard_pid1),
+        # PID 1 starts as root to take the harness's ids; every exec names its own user
+        user = "0" if spec.tool is not None else (spec.user or "")
+        cid = api.create_container(spec.image, entrypoint=pid1_entrypoint(spec.lifetime_s, spec.tool is not None),
                                    command=[], name=f"dv-{res.trial}-{name}", labels=res.labels(),
-                                   user=spec.user or "", working_dir=spec.workdir or "",
+                                   user=user, working_dir=spec.workdir or "",
                                    environment=dict(sorted(spec.env.items())),
                                    network_disabled=spec.network == "none", hostname=spec.hostname,
                                    host_config=host)["Id"]
@@ -182,35 +192,38 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     return cid
 
 
-def pid1_entrypoint(lifetime_s: float, guard: bool) -> list[str]:
-    """PID 1: ``sleep`` for the phase's time plus `BACKSTOP_S`. Guarded: where the image runs
-    as root and has util-linux's ``setpriv``, the sleep runs with real ids and effective ids
-    `PID1_IDS` (no capabilities, non-dumpable, no uid a process can take matches all of its
-    ids): no process of the container can ptrace it or write its memory. Otherwise (an image
-    whose user is not root, or without ``setpriv``) a plain sleep (`pid1_guarded` says which)."""
+def pid1_entrypoint(lifetime_s: float, tool: bool) -> list[str]:
+    """PID 1: the harness's own program (`validate.trial.tool`, by its absolute path on its
+    read-only mount) for the phase's time plus `BACKSTOP_S`, dropping to real ids and
+    effective ids `PID1_IDS` (no capabilities, non-dumpable, no uid a process can take matches
+    all of its ids): no process of the container can ptrace it or write its memory; it reaps
+    every orphan. Without the tool (a caller that binds none): a plain ``sleep``."""
     n = str(int(lifetime_s) + BACKSTOP_S)
-    if not guard:
+    if not tool:
         return ["sleep", n]
     r, e = PID1_IDS
-    ids = f"--ruid={r} --euid={e} --rgid={r} --egid={e} --clear-groups"
-    return ["sh", "-c", f"if setpriv {ids} true 2>/dev/null; then exec setpriv {ids} sleep {n}; fi; exec sleep {n}"]
+    return [harness_tool.BINARY, "init", n, str(r), str(e)]
 
 
-def settle_pid1(pid: int) -> bool:
-    """Wait (bounded by `SETTLE_S`) until a started container's PID 1 (host pid `pid`) is the
-    sleep (a guarded one execs through ``sh`` and ``setpriv`` first: no command of the phase
-    runs before it is done); whether it runs under `PID1_IDS`. `DockerFault` if it never does."""
+def settle_pid1(pid: int, tool: str | None = None) -> bool:
+    """Wait (bounded by `SETTLE_S`) until a started container's PID 1 (host pid `pid`) is ready:
+    the harness's program (`tool`: its executable's inode, `validate.trial.tool.is_tool`) once it
+    has taken its ids (it names itself then), or a plain ``sleep``; whether it runs under
+    `PID1_IDS`. `DockerFault` if it never is: no command of a phase runs before."""
     deadline = time.monotonic() + SETTLE_S
     while True:
         try:
             status = read_status(pid)
         except OSError as e:
             raise DockerFault(f"docker: the container's PID 1 ({pid}) cannot be read: {e}") from None
-        if status.get("Name") == "sleep":
+        name = status.get("Name")
+        ready = (name == harness_tool.READY and harness_tool.is_tool(pid, Path(tool))) if tool is not None \
+            else name == "sleep"
+        if ready:
             uids = status.get("Uid", "").split()
             return uids[:2] == [str(i) for i in PID1_IDS]
         if time.monotonic() > deadline:
-            raise DockerFault(f"docker: the container's PID 1 ({pid}) is still {status.get('Name')!r} "
+            raise DockerFault(f"docker: the container's PID 1 ({pid}) is still {name!r} "
                               f"after {SETTLE_S:g} s")
         time.sleep(0.005)
 
@@ -303,6 +316,8 @@ class Exec:
     exit_code: int | None
     timed_out: bool
     runtime_s: float
+    #: The daemon's id of the exec (what its events name).
+    exec_id: str = ""
 
 
 def run_exec(api, cid: str, argv: list[str], user: str | None, workdir: str | None, env: dict[str, str],
@@ -331,9 +346,9 @@ def run_exec(api, cid: str, argv: list[str], user: str | None, workdir: str | No
         info = call("exec inspect", api.exec_inspect, eid)
         runtime = time.monotonic() - t0
         if not info.get("Running") and info.get("ExitCode") is not None:
-            return Exec(exit_code=int(info["ExitCode"]), timed_out=False, runtime_s=runtime)
+            return Exec(exit_code=int(info["ExitCode"]), timed_out=False, runtime_s=runtime, exec_id=eid)
         if runtime >= timeout_s:
-            return Exec(exit_code=None, timed_out=True, runtime_s=runtime)
+            return Exec(exit_code=None, timed_out=True, runtime_s=runtime, exec_id=eid)
         time.sleep(min(pause, max(0.0, timeout_s - runtime)))
         pause = min(pause * _POLL_GROWTH, _POLL_S[1])
 
@@ -365,13 +380,33 @@ def _attached(api, eid: str, stream, t0: float, timeout_s: float) -> Exec:
         if ended.is_set():
             info = call("exec inspect", api.exec_inspect, eid)
             if not info.get("Running") and info.get("ExitCode") is not None:
-                return Exec(exit_code=int(info["ExitCode"]), timed_out=False, runtime_s=runtime)
+                return Exec(exit_code=int(info["ExitCode"]), timed_out=False, runtime_s=runtime, exec_id=eid)
             if failed:
                 raise fault("exec output", failed[0])
         if runtime >= timeout_s:
-            return Exec(exit_code=None, timed_out=True, runtime_s=runtime)
+            return Exec(exit_code=None, timed_out=True, runtime_s=runtime, exec_id=eid)
         time.sleep(min(pause, max(0.0, timeout_s - runtime)))
         pause = min(pause * 1.5, _POLL_S[1])
+
+
+def docker_time(t: float) -> str:
+    """A wall-clock time as the daemon's API reads one: seconds, then nanoseconds (its parser
+    reads the digits after the point as nanoseconds, so ``1.5`` would be 1 s and 5 ns)."""
+    seconds = int(t)
+    return f"{seconds}.{int((t - seconds) * 1e9):09d}"
+
+
+def foreign_execs(api, cid: str, since: float, own: set[str]) -> list[str]:
+    """The execs started in `cid` since `since` (the daemon's own events) that are not in
+    `own`, sorted; `DockerFault` when the daemon's events cannot be read."""
+    try:
+        events = api.events(since=docker_time(since), until=docker_time(time.time()), decode=True,
+                            filters={"type": "container", "container": cid})
+        started = {str((e.get("Actor") or {}).get("Attributes", {}).get("execID", "")) for e in events
+                   if str(e.get("Action", "")).startswith("exec_start")}
+    except DOCKER_ERRORS as e:
+        raise fault("read the container's events", e) from None
+    return sorted(x for x in started if x not in own)
 
 
 def tar_of(entries: list[tuple[str, int, bytes | None]]) -> bytes:

@@ -30,8 +30,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from environment.harbor.reward import VerifierRecord
 from validate.trial.artifacts import Handed
 from validate.trial.network import Lookups
+from validate.trial.workpaths import Change
 
-TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "task_error", "infrastructure_error"]
+TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "task_error", "infrastructure_error",
+                      "harness_error"]
+#: Where the verifier runs: ``trusted``, a fresh container of the task's pristine image with
+#: only the agent's changes under its work paths (`validate.trial.trusted`); ``shared``, the
+#: agent's own container once every process of its phase is dead (Harbor's); ``separate``, the
+#: task's own verifier environment, handed only ``/logs/artifacts``.
+VerifierMode = Literal["trusted", "shared", "separate"]
 VerifierErrorKind = Literal["missing", "empty", "too_large", "not_utf8", "unparsable", "non_numeric",
                             "non_finite", "out_of_range", "missing_key", "not_regular", "timeout", "oom"]
 
@@ -56,6 +63,13 @@ class TrialLimits(BaseModel):
     max_listing_bytes: int = Field(default=64 * 2**20, gt=0)
     #: Bytes of the agent's /logs/artifacts handed to a separate verifier, at most.
     max_artifact_bytes: int = Field(default=64 * 2**20, gt=0)
+    #: Where a verifier that does not run apart (a task without a separate verifier) runs:
+    #: ``trusted`` (the default) or ``shared`` (Harbor's: not hack-resistant). `VerifierMode`.
+    verifier_mode: Literal["trusted", "shared"] = "trusted"
+    #: The trial's own host storage (its log directories, tests and uploads bound into a
+    #: shared-mode container; the resolver's files): one capped tmpfs, in MiB and inodes.
+    storage_mb: int = Field(default=128, ge=1)
+    storage_inodes: int = Field(default=4096, ge=16)
 
 
 class Applied(BaseModel):
@@ -129,6 +143,26 @@ class TrialResult(BaseModel):
     verifier_error: VerifierError | None = None
     infrastructure_error: str | None = None
     task_error: str | None = None
+    #: The harness could not show that the verifier's processes were the verifier's alone (a
+    #: process it did not start, PID 1 no longer its program): the attempt's result is void.
+    harness_error: str | None = None
+    #: Where the verifier ran (`VerifierMode`).
+    verifier_mode: VerifierMode = "shared"
+    #: Trusted mode: the task's work paths (`validate.trial.workpaths.RULE`), the subtrees of the
+    #: agent's container carried into the verifier's (at most `trusted.MAX_LISTED`; the count
+    #: whole), the devices, fifos and sockets left out, and the agent's changes outside the work
+    #: paths (the daemon's diff; listed up to the same cap, the count whole).
+    work_paths: list[str] = Field(default_factory=list)
+    carried: list[str] = Field(default_factory=list)
+    carried_total: int = 0
+    dropped: list[str] = Field(default_factory=list)
+    outside_changes: list[Change] = Field(default_factory=list)
+    outside_changes_total: int = 0
+    #: The reference solution's reward from the verifier replayed in its own container (asked
+    #: for when its trusted verifier did not pass and it changed paths outside its work paths);
+    #: None: not replayed, or no usable reward there.
+    shared_reward: float | None = None
+    shared_replayed: bool = False
     agent_run: PhaseRun = Field(default_factory=PhaseRun)
     verifier_run: PhaseRun = Field(default_factory=PhaseRun)
     #: What was in /logs/verifier when the agent phase ended (recorded, never read as a reward).

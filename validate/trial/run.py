@@ -2,8 +2,25 @@
 
 Inputs are plain data (a parsed task and its directory, an image id, an agent name, the
 profile's `TrialLimits`, a docker client), so the attempt kind that wires trials into a run
-stays thin. A verifier that shares the agent's environment (Harbor's default) runs in the
-agent's own container; a separate verifier in its own. The sequence, and why:
+stays thin. Where the verifier runs is the profile's `TrialLimits.verifier_mode`:
+
+- ``trusted`` (the default): a fresh container of the task's pristine image, into which only
+  the agent's changes under the task's work paths are carried (`validate.trial.trusted`,
+  `validate.trial.workpaths`): nothing the agent did to the system is in the verifier's way;
+- ``shared``: Harbor's, the agent's own container once every process of its phase is dead
+  (below): the reward channel is the harness's, but the verifier runs the agent's binaries
+  and imports, so it is not hack-resistant and the claim says so;
+- a task's own separate verifier runs in its own image, handed only ``/logs/artifacts``.
+
+In every mode, every process the harness starts in a trial container — PID 1 and the
+verifier — is the harness's own static program (`validate.trial.tool`), named by its
+absolute path on a read-only mount: nothing the image's PATH, shell or dynamic linker
+resolves. Before the verifier starts, its container's cgroup holds PID 1 alone (the shared
+mode sweeps it, again after any restart); when it ends, the harness checks that PID 1 is
+still its program and that no exec it did not make ran in the container (the daemon's own
+events): else the trial is a ``harness_error`` naming what it saw (`HarnessFault`).
+
+The shared one-container sequence, and why:
 
 0. **Resolver** (when the caller names an image for it): still no network, but every name
    either phase looks up is logged where the harness reads it. In one container with a root
@@ -20,24 +37,27 @@ agent's own container; a separate verifier in its own. The sequence, and why:
    points, so the agent can neither move them nor ``/logs/verifier``'s parent away; the
    agent's files written there (``/solution`` for the oracle only, a directory of the
    harness's bound there too; never ``tests/``); its command run as the task's agent user
-   until it ends or the agent timeout passes. PID 1 is a ``sleep`` that, where the image
-   runs as root and has ``setpriv``, runs with two ids of the harness's
-   (`validate.trial.docker.PID1_IDS`, real and effective): no process can hold all three of
-   its uids, so ptrace and ``/proc/1/mem`` need CAP_SYS_PTRACE, which no container here has
-   (the change of ids also makes it non-dumpable). It cannot be a vehicle for the agent.
+   until it ends or the agent timeout passes. PID 1 is the harness's program, started as
+   root, running with two ids of the harness's (`validate.trial.docker.PID1_IDS`, real and
+   effective): no process can hold all three of its uids, so ptrace and ``/proc/1/mem`` need
+   CAP_SYS_PTRACE, which no container here has (the change of ids also makes it
+   non-dumpable). It reaps every orphan and forks nothing: it cannot be a vehicle for the
+   agent. The directories bound at /logs and /tests live on the trial's own capped tmpfs
+   (`TrialLimits.storage_mb`): filling them fills nothing else.
 2. **Between the phases**, on the host: the container paused (the cgroup freezer: nothing
    forks or exits), every process of its cgroup but PID 1 SIGKILLed from the host, unpaused,
    and waited for until the cgroup holds PID 1 alone (else a `DockerFault` naming the pids;
    the count killed is `TrialResult.agent_processes_killed`); background rewriters, double
-   forks and new sessions included. Killed orphans stay zombies of PID 1 (a ``sleep`` reaps
-   none) holding the pids limit: if any, the container is stopped and started again (a
-   fresh PID 1; the files stay). Then, from the host directories, never following a
+   forks and new sessions included. PID 1 reaps the killed orphans; should zombies still hold
+   the pids limit, or the container have stopped (OOM), it starts again (a fresh PID 1 of the
+   harness's, never a program of the image's; the files stay) and is swept again. Then,
+   from the host directories, never following a
    link (`validate.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
    recorded, both directories emptied and made the harness's again (mode, owner: the agent
    may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's
    boundary (what was asked until now was the agent's). (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
    read, `validate.trial.artifacts`, and removed.)
-3. **Verifier phase.** ``test.sh`` run by exec in the same container, as the verifier user,
+3. **Verifier phase.** ``test.sh`` run by the harness's program in the same container, as the verifier user,
    against the verifier timeout (a separate verifier: a fresh container of its own image,
    fresh volumes at ``/logs/verifier``, ``/tests`` unless its image owns it, and
    ``/logs/artifacts`` with what was handed); the container removed (a separate one killed)
@@ -51,14 +71,12 @@ archive uploads cost three times a bare trial (`bench/harbor_bench.py`); the cha
 one the agent cannot touch: no process of its phase is alive when the verifier starts, and
 the reward is read from a directory the harness emptied after the last of them died.
 
-What this does not defend: a verifier sharing the agent's environment runs the agent's
-binaries and imports (a trojaned ``python3`` or a ``conftest.py`` at ``/``); that is
-Harbor's design for tasks that test what the agent built. The channel is what is guaranteed.
-Residual: an image whose user is not root (PID 1 cannot change its ids) or that lacks
-``setpriv`` (not Debian or Ubuntu based) gets a plain ``sleep`` as PID 1
-(`TrialResult.pid1_guarded` False): an agent running as PID 1's uid could ptrace it and,
-through it, start a process during the verifier phase. The host side needs the daemon on
-this machine and the harness able to signal the container's processes (root).
+What the shared mode does not defend: a verifier sharing the agent's environment runs the
+agent's binaries and imports (a trojaned ``python3`` or a ``conftest.py`` at ``/``); that is
+Harbor's design, and why ``trusted`` is the default. Residual: a user namespace without
+`PID1_IDS` (rootless) leaves PID 1 under its own ids (`TrialResult.pid1_guarded` False). The
+host side of the shared mode needs the daemon on this machine and the harness able to
+signal the container's processes (root).
 """
 
 from __future__ import annotations
@@ -66,7 +84,6 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -77,10 +94,12 @@ from environment.harbor.reward import (
     MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, VerifierRecord, read_reward,
 )
 from environment.harbor.taskdir import HarborTask
-from validate.sandbox.cgroups import oom_kills_of_pid
-from validate.sandbox.storage import remove_tree
-from validate.trial import artifacts, network, nsresolver
+from validate.sandbox.base import Limits
+from validate.sandbox.cgroups import group_of_pid, oom_kills_of_pid, procs_of
+from validate.sandbox.storage import attempt_storage
+from validate.trial import artifacts, network, nsresolver, workpaths
 from validate.trial import docker as dk
+from validate.trial import tool as harness_tool
 from validate.trial.agents import AgentPlan, plan as agent_plan, tree_entries
 from validate.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
 
@@ -92,9 +111,11 @@ PINNED_ENV = {"LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "TZ": "UTC"}
 _LOG_DIRS = [("logs", 0o755, None), ("logs/agent", 0o777, None), ("logs/artifacts", 0o777, None),
              ("logs/verifier", 0o777, None)]
 _MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests", 0o755, None)]
-_TEST_SH = f"{TESTS_DIR}/test.sh"
-_VERIFY = (f"{{ if command -v bash >/dev/null 2>&1; then exec bash {_TEST_SH}; else exec sh {_TEST_SH}; fi; }}"
-           f" > {VERIFIER_DIR}/{VERIFIER_STDOUT} 2> {VERIFIER_DIR}/{VERIFIER_STDERR}")
+#: The verifier: the harness's program runs ``/tests/test.sh`` with the image's bash (else sh),
+#: by absolute paths, its output in /logs/verifier (`validate.trial.tool`).
+VERIFY = [harness_tool.BINARY, "run", f"{VERIFIER_DIR}/{VERIFIER_STDOUT}", f"{VERIFIER_DIR}/{VERIFIER_STDERR}"]
+#: The trial's host storage when only the resolver's files live there (a trusted trial).
+_ETC_STORAGE = Limits(storage_mb=1, storage_inodes=64)
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,11 @@ class UnsupportedTask(ValueError):
     """The task needs what a single-container trial does not do (the caller excludes it)."""
 
 
+class HarnessFault(Exception):
+    """The harness cannot vouch for the verifier's run (a process it did not start in the
+    container, PID 1 no longer its program): the trial's result is void (``harness_error``)."""
+
+
 def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
     """The task's limits and timeouts, capped by the profile; the users as docker wants them."""
     env = config.environment
@@ -139,50 +165,80 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
 def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
               reward_range: tuple[float, float] = (0.0, 1.0), resolver_image: str | None = None,
-              verifier_image: str | None = None, drive: AgentDriver | None = None) -> TrialResult:
+              verifier_image: str | None = None, drive: AgentDriver | None = None, plan: AgentPlan | None = None,
+              replay_below: float | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
     volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused).
     `resolver_image` (one with python3): run the trial's resolver from it and record every
     name looked up (`TrialResult.lookups`); `verifier_image`: a separate verifier's image.
-    With `drive`, the agent phase is that driver's (`agent` only names it): nothing is uploaded."""
+    With `drive`, the agent phase is that driver's (`agent` only names it): nothing is uploaded.
+    `plan`: the agent's files and command (default: `validate.trial.agents.plan` of `agent`).
+    `replay_below` (trusted mode): when the trusted verifier's reward stays under it and the
+    agent changed paths outside its work paths, the verifier is replayed in the agent's own
+    container (`TrialResult.shared_reward`): what the reference solution asks for."""
     if task.steps:
         raise UnsupportedTask(f"{task.id}: multi-step tasks are not run by this harness")
     separate = task.verifier == "separate"
     if separate and (verifier_image is None or task.verifier_build not in ("dockerfile", "environment")):
         raise UnsupportedTask(f"{task.id}: a separate verifier built from {task.verifier_build} needs its image")
-    plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent, command=None, output="")
+    if plan is None:
+        plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent, command=None,
+                                                                                        output="")
     t0 = time.monotonic()
     res = dk.Resources(client.api, run_label, secrets.token_hex(6))
+    mode = "separate" if separate else limits.verifier_mode
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
                          reward_key=reward_key, applied=apply_limits(task.config, limits),
-                         verifier_image=verifier_image if separate else None)
-    resolver, mark, host, own = None, None, None, _OwnResolver()
-    one = not separate and getattr(client.api, "one_container", True)
+                         verifier_image=verifier_image if separate else None, verifier_mode=mode)
+    resolver, mark, own, storage = None, None, _OwnResolver(), None
+    one = mode == "shared" and getattr(client.api, "one_container", True)
     try:
-        # One container, a root harness: the harness's own sockets in its namespace
+        own.tool = str(harness_tool.tool_dir())
+        users, workdir = _image_defaults(res, image, result.applied)
+        # A root harness: the harness's own sockets in the container's namespace
         # (`validate.trial.nsresolver`); otherwise the resolver sidecar (`validate.trial.network`).
-        own.wanted = one and resolver_image is not None and os.geteuid() == 0
+        own.wanted = (one or mode == "trusted") and resolver_image is not None and os.geteuid() == 0
         if resolver_image is not None and not own.wanted:
             resolver = network.Resolver(res, resolver_image)
-        if not one:
-            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate)
+        if one or own.wanted:  # the trial's own capped storage: bound files never fill a host disk
+            sized = Limits(storage_mb=limits.storage_mb, storage_inodes=limits.storage_inodes) if one \
+                else _ETC_STORAGE
+            storage = attempt_storage(run_label, f"trial-{res.trial}", sized, noexec=False)
+            own.prepare(storage.__enter__(), f"dv-{res.trial}")
+        if mode == "trusted":
+            from validate.trial import trusted
+            box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
+            if resolver is not None:
+                mark = network.boundary(res, resolver.id)
+            work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
+                                        workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
+            trusted.verifier_phase(_core(), res, task, Path(task_dir), image, box, result, limits, reward_key,
+                                   reward_range, own, users, work)
+            if replay_below is not None and result.outside_changes_total and not result.passed(replay_below):
+                trusted.replay_shared(_core(), res, task, Path(task_dir), box, result, limits, reward_key,
+                                      reward_range, own, users)
+        elif not one:
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own, users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
                             reward_key, reward_range, network.mode(resolver.id) if resolver else "none",
-                            handed if separate else None)
+                            handed if separate else None, own, users)
         else:
-            host = Path(tempfile.mkdtemp(prefix=f"dv-{res.trial}-"))
-            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own)
+            host = own.host
+            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own, users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             own.boundary(box.pid)
-            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host)
+            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host,
+                                   own, users)
         result.status = _status(result)
     except dk.DockerFault as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
     except dk.TaskFault as e:
         result.status, result.task_error = "task_error", str(e)
+    except HarnessFault as e:
+        result.status, result.harness_error = "harness_error", str(e)
     finally:
         try:
             if resolver is not None:
@@ -192,13 +248,74 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         finally:
             own.close()
             result.cleanup_errors = res.close()
-            if host is not None:
+            if storage is not None:
                 try:
-                    remove_tree(host)  # however deep the agent made it, never following a link
-                except OSError as e:
-                    result.cleanup_errors.append(f"trial directory {host.name}: {type(e).__name__}: {str(e)[:200]}")
+                    storage.__exit__(None, None, None)  # unmounted: however deep the agent made it
+                except Exception as e:  # noqa: BLE001 - a cleanup error is recorded, never raised
+                    result.cleanup_errors.append(f"trial storage: {type(e).__name__}: {str(e)[:200]}")
             result.runtime_s = round(time.monotonic() - t0, 3)
     return result
+
+
+def _core():
+    """This module, as `validate.trial.trusted` uses its pieces (imported there lazily: no circle)."""
+    import sys
+    return sys.modules[__name__]
+
+
+def _image_defaults(res: dk.Resources, image: str, applied: Applied) -> tuple[dict[str, str], str | None]:
+    """Who runs each phase's command ({"agent": ..., "verifier": ...}: the task's users, else
+    the image's own ``USER``; PID 1 starts as root, so every exec names its user) and the
+    image's working directory."""
+    config = dk.call("inspect the task image", res.api.inspect_image, image).get("Config") or {}
+    default = str(config.get("User") or "")
+    return ({"agent": applied.agent_user or default, "verifier": applied.verifier_user or default},
+            config.get("WorkingDir") or None)
+
+
+def _record_left(result: TrialResult, left: dk.Tree) -> None:
+    """What the agent left in /logs/verifier ("." is the directory itself: recorded only when
+    the agent replaced it by a file or a link)."""
+    result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
+                                   for f in left.entries if f.path != "." or f.kind != "dir"]
+    result.left_listing_truncated = left.truncated
+
+
+def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result: TrialResult, limits: TrialLimits,
+               reward_key: str, reward_range: tuple[float, float], users: dict[str, str], tool: str | None,
+               stop: Callable[[], bool], read: Callable[[], dk.Tree], env: dict[str, str] | None = None) -> None:
+    """The verifier in `box` (running, PID 1 the harness's program and, before, nothing else
+    the agent could have left): ``test.sh`` run by the harness's program as the verifier user,
+    the container stopped (`stop`, whether anything was OOM-killed), then checked: PID 1 is
+    still the harness's program and no exec the harness did not make ran in the container
+    (else `HarnessFault`); then the verifier's files read (`read`) and the reward taken."""
+    a = result.applied
+    if env is None:
+        env = {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env}
+    since = time.time()
+    ex = dk.run_exec(res.api, box.cid, VERIFY, users["verifier"], None, env, a.verifier_timeout_s)
+    foreign = dk.foreign_execs(res.api, box.cid, since, {ex.exec_id})
+    still = tool is None or harness_tool.is_tool(box.pid, Path(tool))
+    oom = stop()
+    if foreign:
+        raise HarnessFault(f"verifier: execs the harness did not make ran in the verifier's container during its "
+                           f"phase ({', '.join(e[:12] for e in foreign)}): its result cannot be vouched for")
+    if not still:
+        raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) was no longer the harness's program when "
+                           f"the verifier ended")
+    _verified(result, read(), ex, oom, limits, reward_key, reward_range)
+
+
+def _alone(box: AgentContainer, tool: str | None) -> None:
+    """Before a shared verifier: the container's cgroup holds PID 1 alone and PID 1 is the
+    harness's program (`HarnessFault` naming what is there instead)."""
+    group = group_of_pid(box.pid)
+    held = procs_of(group) if group is not None else None
+    if held != [box.pid]:
+        raise HarnessFault(f"verifier: the container's cgroup holds {held} before the verifier "
+                           f"(PID 1 is {box.pid}): a process of the agent phase may be alive")
+    if tool is not None and not harness_tool.is_tool(box.pid, Path(tool)):
+        raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) is not the harness's program")
 
 
 def _status(result: TrialResult) -> str:
@@ -273,7 +390,7 @@ class AgentContainer:
     pid: int
     oom_before: int | None
     since: float
-    #: Whether PID 1 runs under `dk.PID1_IDS` (None: not asked for, `dk.Spec.guard_pid1`).
+    #: Whether PID 1 runs under `dk.PID1_IDS` (None: no harness program bound, `dk.Spec.tool`).
     guarded: bool | None = None
 
 
@@ -293,8 +410,8 @@ def start_agent(res: dk.Resources, spec: dk.Spec, uploads: list,
     if resolver is not None:
         resolver.started()
     started = AgentContainer(cid, *_started(res, cid))
-    if spec.guard_pid1:  # no command runs before PID 1 is the guarded sleep
-        started.guarded = dk.settle_pid1(started.pid)
+    if spec.tool is not None:  # no command runs before PID 1 is the harness's program, its ids settled
+        started.guarded = dk.settle_pid1(started.pid, spec.tool)
     if resolver is not None:
         network.wait_ready(res, resolver.id)  # no early question goes unlogged
     return started
@@ -339,22 +456,25 @@ def _state_once_heard(res: dk.Resources, cid: str, pid: int) -> dict:
 
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
-                 limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None = None,
-                 separate: bool = True):
+                 limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
+                 separate: bool, own: _OwnResolver, users: dict[str, str]):
     """The agent phase in a container of its own: run the agent; record what it left in
     /logs/verifier; return the artifacts to hand a separate verifier (`validate.trial.artifacts`),
     or else a snapshot of the agent's filesystem for a fresh verifier container (a client that
     cannot play one container: `one_container`, e.g. rootless podman on cgroup v1, no freezer)."""
     a = result.applied
-    agent = start_agent(res, _spec(task, image, result, a.agent_timeout_s, plan.env), plan.uploads, resolver)
+    spec = replace(_spec(task, image, result, a.agent_timeout_s, plan.env), tool=own.tool)
+    agent = start_agent(res, spec, plan.uploads, resolver)
+    result.pid1_guarded = agent.guarded
     run = PhaseRun()
     try:
         if drive is not None:
-            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=a.agent_user, workdir=task.config.environment.workdir,
+            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
+                                  workdir=task.config.environment.workdir,
                                   env={**a.pinned_env, **task.config.environment.env, **plan.env},
                                   timeout_s=a.agent_timeout_s))
         elif plan.command is not None:
-            ex = dk.run_exec(res.api, agent.cid, plan.command, a.agent_user, None,
+            ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None,
                              {**a.pinned_env, **task.config.environment.env, **plan.env}, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
     except dk.DockerFault as fault:
@@ -366,11 +486,7 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         out = dk.read_tree(res.api, cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    left = dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
-    # "." is /logs/verifier itself: recorded only when the agent replaced it by a file or a link
-    result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
-                                   for f in left.entries if f.path != "." or f.kind != "dir"]
-    result.left_listing_truncated = left.truncated
+    _record_left(result, dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
     if separate:
         handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
     else:
@@ -386,7 +502,7 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
 
 def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: str, result: TrialResult,
                     limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], net: str,
-                    handed: list | None) -> None:
+                    handed: list | None, own: _OwnResolver, users: dict[str, str]) -> None:
     """`image` is the snapshot, or a separate verifier's image (`handed`: the artifacts)."""
     a = result.applied
     # A separate verifier built from tests/ owns /tests (Harbor uploads nothing there).
@@ -403,7 +519,7 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
     if handed is not None:  # a separate verifier's own limits, capped by the profile as the agent's are
         spec = replace(spec, cpus=min(env_config.cpus or limits.cpus, limits.cpus),
                        memory_mb=min(env_config.memory_mb or limits.memory_mb, limits.memory_mb))
-    cid = dk.create(res, replace(spec, network=net, workdir=env_config.workdir,
+    cid = dk.create(res, replace(spec, network=net, workdir=env_config.workdir, tool=own.tool,
                                  env={**a.pinned_env, **env_config.env, **task.config.verifier.env}), "verifier")
     dk.put_tree(res.api, cid, "/", points)  # the fresh volumes' roots, writable by any verifier user
     if not bundled:
@@ -411,31 +527,33 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
     if handed is not None:
         dk.put_tree(res.api, cid, "/", handed)
     pid, oom_before, since = _started(res, cid)
-    ex = dk.run_exec(res.api, cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
-                     {**a.pinned_env, **env_config.env, **task.config.verifier.env}, a.verifier_timeout_s)
-    oom = _stop(res, cid, pid, oom_before, since)
-    tree = dk.read_tree(res.api, cid, VERIFIER_DIR, max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
-                        limits.max_listing_bytes)
-    _verified(result, tree, ex, oom, limits, reward_key, reward_range)
+    box = AgentContainer(cid, pid, oom_before, since)
+    box.guarded = dk.settle_pid1(pid, own.tool)
+    if handed is not None:  # a separate verifier's own image: its user, unless the task names one
+        user = a.verifier_user or _image_defaults(res, image, a)[0]["verifier"]
+        users = {**users, "verifier": user}
+    _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
+               lambda: _stop(res, cid, pid, oom_before, since),
+               lambda: dk.read_tree(res.api, cid, VERIFIER_DIR, max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                                    limits.max_listing_bytes),
+               env={**a.pinned_env, **env_config.env, **task.config.verifier.env})
 
 
 def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, box: AgentContainer,
                            result: TrialResult, limits: TrialLimits, reward_key: str,
-                           reward_range: tuple[float, float], host: Path) -> None:
+                           reward_range: tuple[float, float], host: Path, own: _OwnResolver,
+                           users: dict[str, str]) -> None:
     """The verifier in the agent's container (every process of the agent phase gone, /logs/verifier
-    and /tests fresh): the task's tests/ written into /tests, ``test.sh`` run as the verifier
-    user, the container killed, then the reward and the verifier's output read from the host
-    directory bound at /logs/verifier."""
-    a = result.applied
+    and /tests fresh): the task's tests/ written into /tests, ``test.sh`` run by the harness's
+    program as the verifier user, the container killed, then the reward and the verifier's
+    output read from the host directory bound at /logs/verifier."""
     dk.write_host_tree(host / "tests", tree_entries(task_dir / "tests", "tests"))
+    _alone(box, own.tool)
     oom_before, since = oom_kills_of_pid(box.pid), time.time()
-    ex = dk.run_exec(res.api, box.cid, ["sh", "-c", _VERIFY], a.verifier_user, None,
-                     {**a.pinned_env, **task.config.environment.env, **task.config.verifier.env},
-                     a.verifier_timeout_s)
-    oom = _remove(res, box, oom_before, since)
-    tree = dk.read_host_tree(host / "logs", "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
-                             limits.max_listing_bytes)
-    _verified(result, tree, ex, oom, limits, reward_key, reward_range)
+    _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
+               lambda: _remove(res, box, oom_before, since),
+               lambda: dk.read_host_tree(host / "logs", "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                                         limits.max_listing_bytes))
 
 
 def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits, reward_key: str,
@@ -458,24 +576,34 @@ _HOST_DIRS = [("logs", 0o755), ("logs/agent", 0o777), ("logs/artifacts", 0o777),
 
 
 class _OwnResolver:
-    """The trial's own resolver (`validate.trial.nsresolver`) in a one-container trial: its
-    files mounted at the container's creation, its sockets opened in the container's network
-    namespace once PID 1 runs (before any command), the boundary once the agent's processes
-    are dead (the container's files written again, and a namespace the container got by
-    starting again attached), closed always."""
+    """What the harness binds into a trial's containers besides its host directories: its
+    program (`tool`, the host directory of `validate.trial.tool`) and, when `wanted`, the
+    trial's own resolver (`validate.trial.nsresolver`): its files written into the trial's
+    capped storage (`prepare`) and mounted at the containers' creation, its sockets opened in
+    a container's network namespace once PID 1 runs (before any command), the boundary once
+    the agent's processes are dead (the files written again, and the namespace of a container
+    started again, or of the verifier's own, attached), closed always."""
 
     def __init__(self) -> None:
         self.wanted = False
+        self.tool: str | None = None
+        self.host: Path | None = None
+        self.hostname: str | None = None
         self.resolver: nsresolver.Resolver | None = None
         self.files: Path | None = None
         self.pid: int | None = None
+        self._mounts: tuple = ()
 
-    def mounts(self, host: Path, hostname: str) -> tuple:
-        if not self.wanted:
-            return ()
-        self.files, self.hostname = host / "etc", hostname
-        # hosts writable, as docker's own is (a task may add a name): written again at the boundary
-        return tuple(nsresolver.mounts(self.files, hostname, hosts_writable=True))
+    def prepare(self, host: Path, hostname: str) -> None:
+        """The trial's storage is `host`: its resolver files there (hosts writable, as docker's
+        own is: a task may add a name; written again at the boundary)."""
+        self.host = host
+        if self.wanted:
+            self.files, self.hostname = host / "etc", hostname
+            self._mounts = tuple(nsresolver.mounts(self.files, hostname, hosts_writable=True))
+
+    def mounts(self) -> tuple:
+        return self._mounts
 
     def started(self, pid: int) -> None:
         if self.wanted:
@@ -485,11 +613,17 @@ class _OwnResolver:
                 raise dk.DockerFault(f"the trial's resolver: {e}") from None
 
     def boundary(self, pid: int) -> None:
+        """The agent's lookups end here; the verifier's container is `pid`'s."""
         if self.resolver is None:
             return
         self.resolver.boundary()
         nsresolver.mounts(self.files, self.hostname, hosts_writable=True)
-        if pid != self.pid:  # the container started again: a namespace of its own
+        self.follow(pid)
+
+    def follow(self, pid: int) -> None:
+        """Answer in `pid`'s network namespace from now on (a container started again, or the
+        verifier's own): the same log, no new boundary."""
+        if self.resolver is not None and pid != self.pid:
             try:
                 self.resolver.attach(pid)
             except nsresolver.NamespaceError as e:
@@ -503,11 +637,11 @@ class _OwnResolver:
 
 def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                         limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                        host: Path, own: _OwnResolver) -> AgentContainer:
+                        host: Path, own: _OwnResolver, users: dict[str, str]) -> AgentContainer:
     """The agent phase of a trial whose verifier shares its environment: one container, the
-    harness's host directories bound at /logs and /tests (empty), PID 1 guarded; the agent
-    run; then every process but PID 1 killed, what the agent left recorded, both directories
-    emptied and the task's tests/ written into /tests. Returns the container, still running."""
+    harness's host directories bound at /logs and /tests (empty), PID 1 the harness's program;
+    the agent run; then every process but PID 1 killed (again after any restart), what the
+    agent left recorded, both directories emptied. Returns the container, still running."""
     a = result.applied
     for rel, mode in _HOST_DIRS:
         (host / rel).mkdir()
@@ -529,8 +663,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
         else:
             uploads.append((path, mode, data))
     spec = replace(_spec(task, image, result, a.agent_timeout_s + a.verifier_timeout_s, {}),
-                   binds=tuple((str(h), c) for h, c in binds), guard_pid1=True,
-                   mounts=own.mounts(host, f"dv-{res.trial}"), hostname=f"dv-{res.trial}" if own.wanted else None)
+                   binds=tuple((str(h), c) for h, c in binds), tool=own.tool, mounts=own.mounts(),
+                   hostname=own.hostname)
     agent = start_agent(res, spec, uploads, resolver)
     own.started(agent.pid)
     result.pid1_guarded = agent.guarded
@@ -538,10 +672,10 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     run = PhaseRun()
     try:
         if drive is not None:
-            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=a.agent_user,
+            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
                                   workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
         elif plan.command is not None:
-            ex = dk.run_exec(res.api, agent.cid, plan.command, a.agent_user, None, env, a.agent_timeout_s)
+            ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
     except dk.DockerFault as fault:
         run.oom_killed = stopped_under(res, agent, fault)
@@ -549,26 +683,27 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
         run.oom_killed = _end_agent_processes(res, agent, result)
     running = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
     if running and dk.unreaped(agent.pid):
-        # zombies of killed orphans, which PID 1 never reaps, would hold the pids limit in the
-        # verifier phase: the container stops (everything dies with PID 1) and starts again
+        # zombies PID 1 has not reaped would hold the pids limit in the verifier phase: the
+        # container stops (everything dies with PID 1) and starts again
         dk.call("kill the container", res.api.kill, agent.cid)
         dk.call("wait for the container", res.api.wait, agent.cid, timeout=60)
         running = False
     if not running:
         # (or it was stopped by the kernel's OOM killer, else `_stopped_before` raised):
-        # everything of the phase died with its PID 1; the container starts again
+        # everything of the phase died with its PID 1; the container starts again with the
+        # harness's program as PID 1 (never a program of the image's, which the agent may have
+        # replaced), and is swept again: nothing may have started with it
         agent = AgentContainer(agent.cid, *_started(res, agent.cid))
-        agent.guarded = result.pid1_guarded = dk.settle_pid1(agent.pid)
+        agent.guarded = result.pid1_guarded = dk.settle_pid1(agent.pid, own.tool)
+        killed = dk.sweep_all_but_pid1(res.api, agent.cid, agent.pid)
+        if killed:
+            result.agent_processes_killed = (result.agent_processes_killed or 0) + killed
     logs = host / "logs"
     if plan.command is not None:
         out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    left = dk.read_host_tree(logs, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
-    # "." is /logs/verifier itself: recorded only when the agent replaced it by a file or a link
-    result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
-                                   for f in left.entries if f.path != "." or f.kind != "dir"]
-    result.left_listing_truncated = left.truncated
+    _record_left(result, dk.read_host_tree(logs, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
     _fresh_dir(logs, LOGS_DIR, 0o755, keep=True)
     _fresh_dir(logs / "verifier", VERIFIER_DIR, 0o777, keep=False)
     _fresh_dir(host / "tests", TESTS_DIR, 0o755, keep=False)
