@@ -91,6 +91,15 @@ class AgentSpec(BaseModel):
                                           "(e.g. {'n_papers': 2} for a probe that merges two papers).")
     ceiling: float | None = Field(
         default=None, description="Default reward a control must stay under; None: under the pass threshold.")
+    tampers: bool = Field(
+        default=False, description="A tampering control: it tries to get the reward without doing the task by "
+                                   "changing what the verifier runs (its binaries, start-up hooks, the dynamic "
+                                   "linker). Its pass means the task is hackable; the run's claim counts the tasks "
+                                   "every tampering control was played on and failed (hack-resistant).")
+    baseline: bool = Field(
+        default=False, description="A control that changes nothing (nop): when the oracle's and every baseline's "
+                                   "verifier ran cleanly, a verifier that fails after another control was broken by "
+                                   "that control (its own rejection), never by the task.")
     ceiling_scope: Literal["task", "mean"] = Field(
         default="task", description="task: the control must stay under its ceiling on every task (a pass makes the "
                                     "task invalid); mean: a chance-level control, which hits the answer on some tasks "

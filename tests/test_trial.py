@@ -34,7 +34,7 @@ from validate.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.trial import docker as dk
 from validate.trial import run as trial_run
-from validate.trial.agents import AGENTS, HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, plan
+from validate.trial.agents import HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, declared, plan
 from validate.trial.result import TrialLimits
 from validate.trial.run import UnsupportedTask, apply_limits, run_trial
 
@@ -196,7 +196,7 @@ def test_limits_are_the_tasks_capped_by_the_profile(tasks):
 
 def test_no_agent_gets_the_tests_and_only_the_oracle_gets_the_solution(tasks):
     task, task_dir, _ = tasks["sound"]
-    for agent in AGENTS:
+    for agent in [ORACLE, *declared()]:
         paths = [p for p, _, _ in plan(agent, task, task_dir).uploads]
         assert not any(p.startswith("tests") for p in paths), agent
         assert any(p.startswith("solution") for p in paths) == (agent == ORACLE), agent

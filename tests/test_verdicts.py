@@ -175,3 +175,56 @@ def test_chance_controls_fail_the_dataset_on_their_mean():
     assert dataset_verdict(facts(chance_controls={"random": (0.12, 0.3)}), required).verdict == "PASS"
     v = dataset_verdict(facts(chance_controls={"random": (0.42, 0.3)}), required)
     assert v.verdict == "FAIL" and "random mean 0.4200 ≥ 0.3000" in v.headline
+
+
+# --- tampering, sabotage and the trusted verifier (task directories) ---------------------------
+
+TRIAL_RULES = {"oracle": Rule("oracle", 1.0), "nop": Rule("control", 1.0, baseline=True),
+               "reader": Rule("control", 1.0), "tamper": Rule("control", 1.0, tampers=True)}
+TRIAL_REQUIRED = ["oracle", "nop", "reader", "tamper"]
+
+
+def t(agent, status="ok", reward=None, error=None, shared=None, planted=None):
+    if reward is None and status == "ok":
+        reward = 1.0 if agent == "oracle" else 0.0
+    return Outcome(agent, 1, status, reward, error and "VerifierError", error, 0, shared, planted)
+
+
+def td(attempts):
+    return decide(attempts, TRIAL_REQUIRED, TRIAL_RULES, 1.0, "strict", [])
+
+
+def test_a_tampering_control_that_passes_makes_the_task_hackable_naming_what_it_planted():
+    v = td([t("oracle"), t("nop"), t("reader"), t("tamper", reward=1.0, planted="/app/conftest.py")])
+    assert (v.verdict, v.reason, v.oracle_certified) == ("excluded", "invalid_task_or_verifier", True)
+    assert "control tamper passed" in v.detail and "tampering control" in v.detail
+    assert "it planted /app/conftest.py" in v.detail
+    # another control's pass is a defect of the task itself: not oracle-certified
+    v = td([t("oracle"), t("nop"), t("reader", reward=1.0), t("tamper", reward=1.0, planted="/x")])
+    assert (v.reason, v.oracle_certified) == ("invalid_task_or_verifier", False)
+    v = td([t("oracle"), t("nop"), t("reader"), t("tamper")])
+    assert (v.verdict, v.oracle_certified) == ("compatible", True)
+
+
+def test_a_verifier_a_control_broke_is_its_own_rejection_when_the_oracle_and_nop_verified_cleanly():
+    broken = t("tamper", "scorer_error", None, error="timeout: test.sh ran past its 60 s timeout")
+    v = td([t("oracle"), t("nop"), t("reader"), broken])
+    assert (v.verdict, v.reason) == ("compatible", None), v.detail
+    assert "control tamper left the verifier without a reward" in v.detail and "its own sabotage" in v.detail
+    # nop's verifier failed too: the verifier is the task's defect
+    v = td([t("oracle"), t("nop", "scorer_error", None, error="timeout"), t("reader"), broken])
+    assert (v.verdict, v.reason) == ("excluded", "invalid_task_or_verifier")
+    assert "tamper: scorer raised" in v.detail
+    # the oracle's failed: no witness either
+    v = td([t("oracle", "scorer_error", None, error="missing"), t("nop"), t("reader"), broken])
+    assert v.reason == "invalid_task_or_verifier" and "tamper: scorer raised" in v.detail
+
+
+def test_an_oracle_that_passes_only_in_its_own_container_needs_system_changes():
+    v = td([t("oracle", reward=0.0, shared=1.0), t("nop"), t("reader"), t("tamper")])
+    assert (v.verdict, v.reason, v.oracle_certified) == ("excluded", "needs_system_changes", True)
+    assert "passes it in its own container (reward 1.0)" in v.detail
+    v = td([t("oracle", reward=0.0, shared=0.0), t("nop"), t("reader"), t("tamper")])
+    assert (v.reason, v.oracle_certified) == ("oracle_fails_on_valid_task", False)
+    v = td([t("oracle", reward=0.0), t("nop"), t("reader"), t("tamper")])  # never replayed
+    assert v.reason == "oracle_fails_on_valid_task"

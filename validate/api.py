@@ -29,7 +29,9 @@ from environment.protocol import LoadHints, sha256_tag
 from validate import environments, run_evidence
 from validate.context import Progress, RunContext
 from validate.contract import check_environment, check_limits, check_tasks, load_manifest, load_taskset, reprofile
-from validate.contract import write_manifest
+from validate.contract import TrialProfile, verifier_mode_of, write_manifest
+from validate.trial import tool as trial_tool
+from validate.trial.workpaths import RULE as WORK_PATHS_RULE
 from validate.contract import freeze as freeze_contract
 from validate.contract import verify as verify_contract
 from validate.errors import ValidateError
@@ -142,6 +144,16 @@ def check_oracle_repeats(n: object) -> int:
     return n
 
 
+def trial_profile(verifier_mode: str) -> TrialProfile:
+    """This harness's trial profile in `verifier_mode` (an unknown mode names the option)."""
+    if verifier_mode not in ("trusted", "shared"):
+        raise ValidateError(f"--verifier-mode: trusted or shared, got {verifier_mode!r} (trusted verifies in a fresh "
+                            f"container of the task's image; shared in the agent's own, as Harbor does)")
+    return TrialProfile(verifier_mode=verifier_mode,
+                        work_paths_rule=WORK_PATHS_RULE if verifier_mode == "trusted" else None,
+                        tool_sha256=sha256_tag(trial_tool.SOURCE.read_bytes()))
+
+
 def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | PathLike | None = None,
            config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None, idx_start: int = 0,
            idx_stop: int | None = None, backend: str = "docker", image: str = DEFAULT_IMAGE,
@@ -149,12 +161,14 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1):
+           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, verifier_mode: str = "trusted"):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
-    `oracle_repeats`: how many times the oracle plays each task (every repeat must pass)."""
+    `oracle_repeats`: how many times the oracle plays each task (every repeat must pass).
+    `verifier_mode` (a task-directory dataset): ``trusted`` or ``shared`` (`TrialProfile`)."""
     check_oracle_repeats(oracle_repeats)
+    trial = trial_profile(verifier_mode)
     env_name = env or environments.default_name()
     if env_name is None:
         raise ValidateError("--env: no environment given and none is the default; install one")
@@ -176,7 +190,8 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
         min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
         config_file=_config_file(config), oracle_repeats=oracle_repeats,
-        **({} if images is None else {"task_images": images}))
+        **({} if images is None else {"task_images": images}),
+        **({"trial": trial} if environment.attempt_kind == "trial" else {}))
     write_manifest(manifest, path)
     return manifest
 
@@ -184,14 +199,17 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
 def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: str = DEFAULT_IMAGE,
                 limits: dict[str, Any] | None = None, infra_retries: int | None = None,
                 data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-                log: Callable[[str], None] = lambda m: None):
+                log: Callable[[str], None] = lambda m: None, verifier_mode: str | None = None):
     """Freeze the contract `like` on another execution profile (``validate freeze --like``):
     the same tasks, expectations and salt, so `compare_profiles` can set the two runs side by
     side. Limits and infrastructure retries are `like`'s unless given. A task-directory
     dataset's images are frozen again on this profile, as `freeze` does (their build logs in
-    ``<name>.build-logs/``); `log` hears the builds. Return the manifest."""
+    ``<name>.build-logs/``); `log` hears the builds; its verifier mode is `like`'s unless
+    `verifier_mode` is given (a contract frozen before the field: shared). Return the manifest."""
     path = output_file(out if out is not None else MANIFEST_DIR / f"{name}.json", "--out")
     m = load_manifest(existing_file(like, "--like"))
+    trial = None if verifier_mode is None and m.execution.trial is None else \
+        trial_profile(verifier_mode or verifier_mode_of(m.execution))
     lim = check_limits(model_values(Limits, m.execution.limits.model_dump(), dict(limits or {}), "limits"))
     code = require(allow_patch)
     env, config, taskset = check_environment(m, LoadHints(search=tuple(Path(p) for p in data)))
@@ -204,7 +222,8 @@ def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: st
                                log=log)
         manifest = reprofile(m, name=name, facts=sandbox.facts(), git_commit=code.label, patch=code.patch,
                              limits=lim, infra_retries=m.execution.infra_retries if infra_retries is None
-                             else infra_retries, **({} if images is None else {"task_images": images}))
+                             else infra_retries, **({} if images is None else {"task_images": images}),
+                             **({} if trial is None else {"trial": trial}))
     finally:
         sandbox.close()
     write_manifest(manifest, path)

@@ -65,6 +65,8 @@ from validate.records import (
     ORACLE,
     TIMEOUT,
     PLACEMENT,
+    TRIAL,
+    VERDICT_TRIAL,
     Attempt,
     Exclusion,
     Status,
@@ -106,7 +108,10 @@ def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
             continue
         names = [n for n in table.schema.names if not n.startswith("metric_")]
         # A run on one machine has no placement columns (`PLACEMENT`); one on a cluster has both.
+        # A run without trials has no trial columns (`TRIAL`); one with trials has all of them.
         absent = PLACEMENT if model is Attempt and not set(PLACEMENT) & set(names) else ()
+        absent += TRIAL if model is Attempt and not set(TRIAL) & set(names) else ()
+        absent += VERDICT_TRIAL if model is TaskVerdict and not set(VERDICT_TRIAL) & set(names) else ()
         expected = [n for n in arrow_schema(model, omit=absent).names if not n.startswith("metric_")]
         if names != expected:
             r.problems.append(f"{path}: columns {names} differ from the {model.__name__} model's {expected}")
@@ -221,8 +226,13 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
 
 def _outcomes(grp: pd.DataFrame) -> list[Outcome]:
     """A task's attempt rows as the outcomes `decide` reads."""
+    def opt(x, name):
+        value = getattr(x, name, None)
+        return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
+
     return [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
-                    x.error_class, x.error_message, int(x.sample)) for x in grp.itertuples()]
+                    x.error_class, x.error_message, int(x.sample), opt(x, "shared_reward"), opt(x, "planted"))
+            for x in grp.itertuples()]
 
 
 def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:

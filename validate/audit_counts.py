@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from validate.evidence import file_sha256
-from validate.lifecycle import chance_means, counts
+from validate.lifecycle import chance_means, counts, hack_profile
 from validate.phases import CRITERIA
 from validate.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
 from validate.phases import probe_checks, stratify
@@ -83,7 +83,7 @@ def check_counts(ev, tables, manifests, r) -> None:
     s, where = ev.summary, ev.root / SUMMARY
     verdicts = verdict_rows(ev.root / TASKS)
     a = tables[ATTEMPTS]
-    recount = counts(verdicts, ev.root / ATTEMPTS)  # the run's own counting, on the ledgers
+    recount = counts(verdicts, ev.root / ATTEMPTS, hack_profile(ev.manifest))  # the run's own counting, on the ledgers
     if recount != s.counts:
         r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' {recount.model_dump()}")
     excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == EXCLUDED}

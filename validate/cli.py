@@ -171,6 +171,11 @@ def _freeze_parser(sub, env_name: str | None) -> None:
     ex.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image (default: {DEFAULT_IMAGE})")
     ex.add_argument("--infra-retries", type=int, default=None, help="further tries after an infrastructure fault "
                                                                      "(default: 2, or --like's)")
+    ex.add_argument("--verifier-mode", choices=["trusted", "shared"], default=None,
+                    help="task directories: where each task's verifier runs — trusted: a fresh container of the "
+                         "task's image with only the agent's changes under the task's work paths, so a task is "
+                         "certified only when no tampering control passes it; shared: the agent's own container, "
+                         "as Harbor does (the claim then says: not hack-resistant) (default: trusted, or --like's)")
     add_model_options(ex, Limits, "lim_", skip=())
     f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes "
                                                              "(the diff is recorded in the manifest)")
@@ -475,7 +480,7 @@ def cmd_freeze(args) -> int:
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
         allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
-        oracle_repeats=_repeats(args.oracle_repeats))
+        oracle_repeats=_repeats(args.oracle_repeats), verifier_mode=args.verifier_mode or "trusted")
     return _froze(manifest, args)
 
 
@@ -504,7 +509,8 @@ def _freeze_like(api, args) -> int:
                             f"expectations) is {args.like}'s; drop {', '.join(bad)} or freeze without --like")
     manifest = api.freeze_like(args.name, args.like, backend=args.backend, image=args.image,
                                limits=given(args, "lim_"), infra_retries=args.infra_retries, data=args.data,
-                               allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False))
+                               allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
+                               verifier_mode=args.verifier_mode)
     return _froze(manifest, args)
 
 

@@ -65,6 +65,18 @@ class AgentEntry(BaseModel):
     sees_answer_key: bool = False
     sees_source: bool = False
     program_sha256: str = Field(description="sha256 over the agent's program and support files (names and bytes).")
+    tampers: bool = Field(default=False, description="A tampering control (its pass makes the task hackable).")
+    baseline: bool = Field(default=False, description="A control that changes nothing (nop): with the oracle, the "
+                                                      "witness that the verifier runs cleanly.")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_flags(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written only when set: every contract sealed before the fields keeps its bytes and hash.
+        data = handler(self)
+        for flag in ("tampers", "baseline"):
+            if not data.get(flag):
+                data.pop(flag, None)
+        return data
 
 
 def program_sha256(spec: AgentSpec) -> str:
@@ -99,7 +111,8 @@ class Expectations(BaseModel):
         return data
 
     def rules(self) -> dict[str, Rule]:
-        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope)
+        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope, a.tampers,
+                        a.baseline)
                 for n, a in self.agents.items()}
 
     def named(self, *roles: RecordedRole) -> list[str]:
@@ -112,6 +125,28 @@ class Expectations(BaseModel):
     def required(self, skip: dict[str, str]) -> list[str]:
         """The oracle and the controls a task must have, all but those that do not apply to it."""
         return [n for n, a in self.agents.items() if a.role in (ORACLE, CONTROL) and n not in skip]
+
+
+class TrialProfile(BaseModel):
+    """How a task-directory dataset's trials verify (``execution.trial``; absent in a contract
+    frozen before the field, whose trials verified in the agent's own container: ``shared``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verifier_mode: Literal["trusted", "shared"] = Field(description=(
+        "trusted: a fresh container of the task's pristine image with only the agent's changes under the task's "
+        "work paths (hack-resistant against the tampering controls); shared: the agent's own container, Harbor's "
+        "(verified in the agent's environment: not hack-resistant)."))
+    work_paths_rule: str | None = Field(default=None, description=(
+        "The rule naming what a trusted verifier gets of the agent's changes (validate.trial.workpaths.RULE)."))
+    tool_sha256: str = Field(description=(
+        "sha256 of the source of the harness's program every trial container's PID 1 and verifier run "
+        "(validate/trial/tool/dvtool.c)."))
+
+
+def verifier_mode_of(execution: ExecutionProfile) -> str:
+    """The contract's verifier mode: its trial profile's, or ``shared`` (a contract frozen before it)."""
+    return "shared" if execution.trial is None else execution.trial.verifier_mode
 
 
 class ExecutionProfile(BaseModel):
@@ -158,12 +193,16 @@ class ExecutionProfile(BaseModel):
         "A task-directory dataset's per-task images: the base-image map, the build policy and each task's image "
         "id or build refusal (validate.taskimage.frozen); absent for every other dataset."))
 
+    trial: TrialProfile | None = Field(default=None, description=(
+        "A task-directory dataset's trials: where the verifier runs, the rule for what reaches it, the harness's "
+        "in-container program (validate.trial); absent for every other dataset."))
+
     @model_serializer(mode="wrap")
     def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict:
         # A field added after contracts were sealed is written only when recorded, so every
         # contract sealed before it keeps its bytes and its content hash.
         data = handler(self)
-        for field in ("isolation", "task_images"):
+        for field in ("isolation", "task_images", "trial"):
             if data.get(field) is None:
                 data.pop(field, None)
         return data
@@ -306,7 +345,7 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
             continue
         out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), ceiling_scope=a.ceiling_scope,
                                sees_answer_key=a.sees_answer_key, sees_source=a.sees_source,
-                               program_sha256=program_sha256(a))
+                               program_sha256=program_sha256(a), tampers=a.tampers, baseline=a.baseline)
     return out
 
 

@@ -40,8 +40,19 @@ from validate.sandbox import open_sandbox
 from validate.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.verdicts import RunFacts, dataset_verdict
 
-def counts(verdicts: Iterable[TaskVerdict], attempts_path) -> Counts:
-    """The run's counts, in one pass over `verdicts` (which may be read from disk)."""
+def hack_profile(manifest) -> tuple[str, int] | None:
+    """(verifier mode, how many tampering controls) of a contract with a trial profile (a
+    `Manifest` or its JSON as a dict), else None: what the claim's N and H are counted under."""
+    data = manifest if isinstance(manifest, dict) else manifest.model_dump(mode="json")
+    trial = data["execution"].get("trial")
+    if trial is None:
+        return None
+    return trial["verifier_mode"], sum(1 for a in data["expectations"]["agents"].values() if a.get("tampers"))
+
+
+def counts(verdicts: Iterable[TaskVerdict], attempts_path, hack: tuple[str, int] | None = None) -> Counts:
+    """The run's counts, in one pass over `verdicts` (which may be read from disk); `hack`
+    (`hack_profile`): also the oracle-certified tasks (N) and the hack-resistant ones (H)."""
     attempts = exceptions = superseded = 0
     exception_statuses = pa.array(EXCEPTION_STATUSES)
     # A batch at a time: reading the two columns whole held ~8 MB more at 10,000 tasks than at 1,000.
@@ -50,9 +61,10 @@ def counts(verdicts: Iterable[TaskVerdict], attempts_path) -> Counts:
         exceptions += pc.sum(pc.is_in(batch.column("status"), value_set=exception_statuses)).as_py() or 0
         superseded += pc.sum(batch.column("superseded")).as_py() or 0
     by_reason: dict[str, int] = {}
-    tally = {"tasks": 0, COMPATIBLE: 0, EXCLUDED: 0, INCOMPLETE: 0, "retried": 0}
+    tally = {"tasks": 0, COMPATIBLE: 0, EXCLUDED: 0, INCOMPLETE: 0, "retried": 0, "certified": 0}
     for v in verdicts:
         tally["tasks"] += 1
+        tally["certified"] += bool(v.oracle_certified)
         tally[v.verdict] += 1
         tally["retried"] += v.verdict == COMPATIBLE and v.retried
         if v.reason is not None:
@@ -60,7 +72,10 @@ def counts(verdicts: Iterable[TaskVerdict], attempts_path) -> Counts:
     return Counts(tasks=tally["tasks"], compatible=tally[COMPATIBLE], excluded=tally[EXCLUDED],
                   incomplete=tally[INCOMPLETE], excluded_by_reason=dict(sorted(by_reason.items())),
                   attempts=attempts, superseded=superseded,
-                  exceptions=exceptions, retried_passes=tally["retried"])
+                  exceptions=exceptions, retried_passes=tally["retried"],
+                  oracle_certified=None if hack is None else tally["certified"],
+                  hack_resistant=None if hack is None else
+                  (tally[COMPATIBLE] if hack == ("trusted", hack[1]) and hack[1] > 0 else 0))
 
 
 def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
@@ -204,7 +219,7 @@ class Verdicts(Conclusion[Ending, RunSummary]):
 
     def conclude(self, run: Run, interrupted: bool, ending: Ending) -> RunSummary:
         ctx, verdicts = run.ctx, ending.verdicts
-        c = counts(verdicts, ctx.paths.attempts)
+        c = counts(verdicts, ctx.paths.attempts, hack_profile(ctx.manifest))
         findings = dataset_findings(ctx)
         facts = run_facts(c, verdicts, interrupted=interrupted, min_task_count=ctx.manifest.min_task_count,
                           patch="documented" if ctx.code.diff else "none", dataset_findings=findings,

@@ -21,6 +21,7 @@ from validate.contract import Manifest
 from validate.errors import ValidateError
 from validate.records import COMPATIBLE, CONTROL, ORACLE
 from validate.run_evidence import RunEvidence, current_verdict
+from validate.summary import hack_claim
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,7 +84,8 @@ def card(m: Manifest, ev: RunEvidence, taskset, retained: Sequence[str], source:
         f"This Harbor dataset holds the {len(retained)} of {total} task directories of `{m.name}` that passed "
         f"validation: {certified} oracle-certified (their reference solution, `{oracle}`, passed the task's own "
         f"verifier) and {len(retained) - certified} runtime-tested only, each rejected by every control "
-        f"({controls}). The claim is scoped to the execution profile below; it says nothing of other profiles.",
+        f"({controls}). The claim is scoped to the execution profile below; it says nothing of other profiles."
+        f"{hack_claim(ev.summary.counts, m.model_dump(mode='json'))}",
         "",
         f"The run's {verdict.headline}",
         "",

@@ -79,6 +79,12 @@ Reason = Literal[
     "infrastructure_failure",
     "unsupported_execution_contract",
     "invalid_task_or_verifier",
+    # The task's reference solution passes only when the changes it made outside the task's work
+    # paths (a package it installed, /etc it edited) reach the verifier: under the trusted
+    # verifier it fails, replayed in its own container it passes. Its verifier reads what an
+    # agent may tamper with, so it cannot be shown hack-resistant; counted apart, never
+    # certified. Before oracle_fails_on_valid_task, which it replaces for such a task.
+    "needs_system_changes",
     "oracle_fails_on_valid_task",
     # The task ships no reference solution (the environment froze the oracle out of it, e.g. a
     # Harbor task without solution/solve.sh): it cannot be oracle-certified, only runtime-tested
@@ -99,6 +105,7 @@ REASON_ORDER: tuple[Reason, ...] = typing.get_args(Reason)
 INFRASTRUCTURE_FAILURE: Reason = "infrastructure_failure"
 UNSUPPORTED_CONTRACT: Reason = "unsupported_execution_contract"
 INVALID_TASK_OR_VERIFIER: Reason = "invalid_task_or_verifier"
+NEEDS_SYSTEM_CHANGES: Reason = "needs_system_changes"
 ORACLE_FAILS_ON_VALID_TASK: Reason = "oracle_fails_on_valid_task"
 NO_REFERENCE_SOLUTION: Reason = "no_reference_solution"
 NO_NEGATIVE_CONTROL: Reason = "no_negative_control"
@@ -122,6 +129,85 @@ class TaskRow(BaseModel):
     task_id: str = Field(description="The task's id in the contract (unique per config variant).")
     idx: int = Field(description="The task's index in its taskset.")
     task_hash: str = Field(description="sha256 of the task's whole content, gold included (the manifest's).")
+
+
+class PathChange(BaseModel):
+    """A path an agent changed, as the container engine's own diff of its container gives it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="The changed path (absolute).")
+    kind: Literal["changed", "added", "deleted"] = Field(description="What the agent did to it.")
+
+
+class TrialEvidence(BaseModel):
+    """What the harness itself observed of one trial (a task directory's attempt): never the
+    agent's or the verifier's text. The audit re-derives the attempt's ``stderr`` head, its
+    ``shared_reward`` and its ``planted`` from these."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verifier_mode: Literal["trusted", "shared", "separate"] = Field(description=(
+        "Where the verifier ran: trusted (a fresh container of the task's image, the agent's changes under the "
+        "work paths carried), shared (the agent's own container), separate (the task's own verifier image)."))
+    work_paths: list[str] = Field(description="Trusted: the task's work paths (validate.trial.workpaths.RULE).")
+    carried: list[str] = Field(description="Trusted: the subtrees of the agent's container carried to the verifier "
+                                           "(the first 200).")
+    carried_total: int = Field(description="How many were carried.")
+    dropped: list[str] = Field(description="Devices, fifos and sockets the agent made under its work paths, never "
+                                           "carried.")
+    outside: list[PathChange] = Field(description="The agent's changes outside its work paths (the first 200), "
+                                                  "from the engine's diff; trusted: never carried.")
+    outside_total: int = Field(description="How many changes outside the work paths.")
+    processes_killed: int | None = Field(description="Processes of the agent phase killed before a shared "
+                                                     "verifier ran in the same container (None: no such sweep).")
+    left_in_verifier: list[str] = Field(description="What the agent phase left in /logs/verifier (never read as a "
+                                                    "reward).")
+    verifier_exit_code: int | None = Field(description="test.sh's exit status (None: killed by the harness).")
+    lookups_agent: list[str] = Field(description="Names the agent phase looked up through the harness's resolver.")
+    lookups_verifier: list[str] = Field(description="Names the verifier phase looked up.")
+    pid1_guarded: bool | None = Field(description="The container's PID 1 ran under the harness's own ids.")
+    shared_replayed: bool = Field(description="The verifier was replayed in the agent's own container (the "
+                                              "reference solution's trusted verifier did not pass and it changed "
+                                              "paths outside its work paths).")
+    lookups_note: str | None = Field(default=None, description="What the resolver could not name (more names than "
+                                                               "it keeps, a problem it met).")
+
+    def lines(self) -> str:
+        """The head of the attempt's ``stderr``: these observations in words, one a line, each in
+        brackets (the rest of ``stderr`` is the verifier's own output). The audit derives it again."""
+        out = []
+        if self.left_in_verifier:
+            out.append(f"[left in /logs/verifier by the agent phase, removed unread: {', '.join(self.left_in_verifier)}]")
+        if self.processes_killed:
+            out.append(f"[processes of the agent phase killed before the verifier: {self.processes_killed}]")
+        looked = [f"agent phase: {_named(self.lookups_agent)}" if self.lookups_agent else "",
+                  f"verifier phase: {_named(self.lookups_verifier)}" if self.lookups_verifier else "",
+                  self.lookups_note or ""]
+        if any(looked):
+            out.append("[names looked up through the harness's resolver: " + "; ".join(b for b in looked if b) + "]")
+        if self.dropped:
+            out.append(f"[not handed to the verifier: {', '.join(self.dropped)}]")
+        if self.verifier_mode == "trusted":
+            out.append(f"[trusted verifier: carried {self.carried_total} of the agent's paths under its work paths "
+                       f"({', '.join(self.work_paths) or 'none'}); {self.outside_total} changes outside them stayed "
+                       f"in the agent's container]")
+        if self.shared_replayed:
+            out.append("[the verifier replayed in the agent's own container]")
+        out.append(f"[verifier exit {self.verifier_exit_code}]")
+        return "".join(f"{line}\n" for line in out)
+
+
+def _named(names: list[str], most: int = 10) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def planted_words(paths: list[str], total: int, most: int = 3) -> str | None:
+    """`Attempt.planted` of a control's paths the verifier may have seen (None: none)."""
+    if not paths:
+        return None
+    return ", ".join(paths[:most]) + (f" (+{total - most} more)" if total > most else "")
 
 
 class Attempt(TaskRow):
@@ -163,10 +249,24 @@ class Attempt(TaskRow):
     node: str | None = Field(default=None, description="The cluster node that ran the attempt (Ray's node id); "
                                                        "None: the driver's own machine.")
     host: str | None = Field(default=None, description="That node's host, as the cluster records it.")
+    # A task directory's trial: what the harness observed (`TrialEvidence`), the reward of the
+    # verifier replayed in the agent's own container, and the paths a control planted that the
+    # verifier saw (its first carried paths, then its outside changes). Their columns are
+    # written only when some row has them (`TRIAL`), so evidence of other runs keeps its columns.
+    trial: TrialEvidence | None = Field(default=None, description="What the harness observed of a trial "
+                                                                  "(task directories only).")
+    shared_reward: float | None = Field(default=None, description="The reference solution's reward from the verifier "
+                                                                  "replayed in its own container (None: not replayed "
+                                                                  "or no usable reward there).")
+    planted: str | None = Field(default=None, description="A trial's changes the verifier may have seen: its first "
+                                                          "carried paths (trusted) or changes (shared), for the "
+                                                          "verdict's words.")
 
 
 #: Attempt columns present only in the evidence of a run whose attempts ran on cluster nodes.
 PLACEMENT: tuple[str, ...] = ("node", "host")
+#: Attempt columns present only in the evidence of a run that played trials (task directories).
+TRIAL: tuple[str, ...] = ("trial", "shared_reward", "planted")
 
 
 class FindingRow(BaseModel):
@@ -194,6 +294,14 @@ class TaskVerdict(TaskRow):
     retried: bool = Field(default=False, description="It passed only after an infrastructure retry (exception "
                                                      "rule 'retry' only).")
     n_attempts: int = Field(description="Attempts recorded for the task in this phase, superseded included.")
+    oracle_certified: bool | None = Field(default=None, description=(
+        "Task directories: the oracle passed (in its own container, for needs_system_changes) and every control "
+        "but the tampering ones rejected — the claim's N, whatever the tampering controls did (compatible tasks "
+        "are the hack-resistant H). Written only for a contract with a trial profile (`VERDICT_TRIAL`)."))
+
+
+#: TaskVerdict columns present only in the evidence of a contract with a trial profile.
+VERDICT_TRIAL: tuple[str, ...] = ("oracle_certified",)
 
 
 class Exclusion(TaskRow):

@@ -30,6 +30,7 @@ from validate.records import SCORER_ERROR
 # The run's evidence is loaded below the report (`validate.run_evidence`), where the audit and
 # ``eval freeze`` read it too.
 from validate.run_evidence import RunEvidence, current_verdict, load_run, report_inputs
+from validate.summary import hack_claim
 from validate.verdicts import DatasetVerdict
 
 
@@ -83,8 +84,8 @@ def _claim(ev: RunEvidence, verdict: DatasetVerdict) -> str:
     each = f" on each of its {repeats} repeats" if repeats > 1 else ""
     return (f"Claim (scoped): {_of(c.compatible, c.tasks)} tasks of contract {m['name']} ({s.kind}) passed — the "
             f"oracle reached reward ≥ {m['expectations']['pass_threshold']}{each} and every negative control the "
-            f"contract names stayed under its ceiling, all in this run{retry} — on {where}.{_certified(c)} Dataset "
-            f"verdict {verdict.verdict}. This is evidence for that execution profile only.")
+            f"contract names stayed under its ceiling, all in this run{retry} — on {where}.{_certified(c)}"
+            f"{hack_claim(c, m)} Dataset verdict {verdict.verdict}. This is evidence for that execution profile only.")
 
 
 def _certified(c) -> str:

@@ -251,4 +251,5 @@ def verdict_row(env: Environment, run_id: str, phase: str, manifest: Manifest, e
         family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,
         detail=d.detail, findings=[FindingRow(**f.model_dump()) for f in findings],
         oracle_reward=d.oracle_reward, max_control_reward=d.max_control_reward,
-        max_control_agent=d.max_control_agent, margin=d.margin, retried=d.retried, n_attempts=len(outcomes))
+        max_control_agent=d.max_control_agent, margin=d.margin, retried=d.retried, n_attempts=len(outcomes),
+        oracle_certified=None if manifest.execution.trial is None else d.oracle_certified)

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from validate.patches import PatchInfo
 from validate.jsonio import JSONInputError, loads
@@ -70,6 +70,21 @@ class Counts(BaseModel):
     superseded: int
     exceptions: int = Field(description="Attempts with an infrastructure or harness exception.")
     retried_passes: int = Field(default=0, description="Compatible tasks that passed only after a retry.")
+    oracle_certified: int | None = Field(default=None, description=(
+        "Task directories: tasks the oracle certified whatever the tampering controls did (N); absent for a "
+        "contract without a trial profile."))
+    hack_resistant: int | None = Field(default=None, description=(
+        "Of them, the compatible ones when the verifier was trusted and the contract names tampering controls (H): "
+        "no tampering control passed them; 0 in shared mode (verified in the agent's environment)."))
+
+    @model_serializer(mode="wrap")
+    def _omit_untried(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written only for a run with trials: every run.json sealed before the fields keeps its bytes.
+        data = handler(self)
+        for field in ("oracle_certified", "hack_resistant"):
+            if data.get(field) is None:
+                data.pop(field, None)
+        return data
 
 
 class JudgedGroup(BaseModel):
@@ -151,3 +166,20 @@ def run_kind(root: Path) -> RunKind:
     if not contract.is_file() and (declared := _declared_kind(paths.summary)) is not None:
         return declared
     return EVAL if contract.is_file() else RUN
+
+
+def hack_claim(c, m: dict) -> str:
+    """What the claim says of tampering, for a contract with a trial profile (`Counts.oracle_certified`,
+    `Counts.hack_resistant`): N oracle-certified, H of them hack-resistant against K tampering
+    controls, the verifier mode; empty for any other contract (its report keeps its bytes)."""
+    trial = m["execution"].get("trial")
+    if trial is None or c.oracle_certified is None:
+        return ""
+    tampering = sorted(n for n, a in m["expectations"]["agents"].items() if a.get("tampers"))
+    mode = trial["verifier_mode"]
+    where = ("trusted (a fresh container of the task's image; only the agent's changes under the task's work "
+             "paths reach the verifier)" if mode == "trusted" else
+             "shared (verified in the agent's environment: not hack-resistant)")
+    against = f"{len(tampering)} tampering controls ({', '.join(tampering)})" if tampering else "no tampering control"
+    return (f" Of {c.tasks} tasks, {c.oracle_certified} oracle-certified, {c.hack_resistant} of them hack-resistant "
+            f"against {against}; verifier mode {where}.")

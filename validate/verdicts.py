@@ -21,6 +21,18 @@ control that passes, a verifier error or a blocking finding makes it
 ``invalid_task_or_verifier`` instead: that is a fault of the task, which a missing reference
 does not excuse.
 
+Tampering and sabotage (task directories): a tampering control (`Rule.tampers`) that passes
+makes the task ``invalid_task_or_verifier`` naming what it planted — the reward can be had
+without doing the task. A control whose verifier gave no reward (it hung, failed, found no
+shell) is that control's own rejection — its sabotage — when the oracle's every repeat and
+every baseline control (`Rule.baseline`, nop) verified cleanly on the task; a verifier that
+fails after the oracle and nop alike stays the task's defect. An oracle whose trusted verifier
+did not pass but passed when replayed in its own container (`Outcome.shared_reward`) needs
+the system changes it made outside its work paths: ``needs_system_changes``, counted apart,
+never certified. `Decision.oracle_certified` says whether the oracle certified the task
+whatever the tampering controls did (the claim's N; its compatible tasks are the
+hack-resistant H).
+
 Exception rules: ``strict`` (the default) excludes a task with any infrastructure or harness
 exception in the run, superseded ones included; ``retry`` (declared at freeze) looks at each
 agent's final attempt only, and the verdict records that the task passed only after a retry.
@@ -45,6 +57,7 @@ from validate.records import (
     INFRASTRUCTURE_FAILURE,
     INVALID_TASK_OR_VERIFIER,
     NO_NEGATIVE_CONTROL,
+    NEEDS_SYSTEM_CHANGES,
     NO_REFERENCE_SOLUTION,
     OK,
     ORACLE,
@@ -67,6 +80,11 @@ class Rule(NamedTuple):
     ceiling: float
     #: ``task``: the ceiling holds on every task; ``mean``: on the control's mean over the run.
     scope: str = "task"
+    #: A tampering control (`AgentSpec.tampers`): its pass makes the task hackable.
+    tampers: bool = False
+    #: A control that changes nothing (`AgentSpec.baseline`): with the oracle, the witness that
+    #: the task's verifier runs cleanly when nothing is sabotaged.
+    baseline: bool = False
 
 
 class Outcome(NamedTuple):
@@ -81,12 +99,17 @@ class Outcome(NamedTuple):
     error_message: str | None
     #: Which repeat of (task, agent) it is: the oracle's repeats (``oracle_repeats``) are samples.
     sample: int = 0
+    #: A trial's reward from the verifier replayed in the agent's own container (`Attempt.shared_reward`).
+    shared_reward: float | None = None
+    #: The paths a trial's agent changed that its verifier may have seen (`Attempt.planted`).
+    planted: str | None = None
 
     @classmethod
     def of(cls, a) -> Outcome:
         # The few names (agents, statuses, error classes) shared, not one string per attempt.
         return cls(sys.intern(a.agent), a.attempt, sys.intern(a.status), a.reward,
-                   None if a.error_class is None else sys.intern(a.error_class), a.error_message, a.sample)
+                   None if a.error_class is None else sys.intern(a.error_class), a.error_message, a.sample,
+                   getattr(a, "shared_reward", None), getattr(a, "planted", None))
 
 
 def outcomes_of(attempts: Iterable) -> Iterator[tuple[str, str, Outcome]]:
@@ -134,6 +157,9 @@ class Decision(NamedTuple):
     max_control_agent: str | None
     margin: float | None
     retried: bool
+    #: The oracle passed (in its own container, for ``needs_system_changes``) and every control
+    #: but the tampering ones rejected, nothing else wrong: what the claim's N counts.
+    oracle_certified: bool = False
 
 
 def _final(attempts: Iterable[Outcome], rules: dict[str, Rule],
@@ -199,9 +225,9 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     margin = o_reward - top.reward if o_reward is not None and top is not None else None
 
     def verdict(kind: Verdict, reason: Reason | None, detail: str, missing: Sequence[str] = (),
-                retried: bool = False) -> Decision:
+                retried: bool = False, certified: bool = False) -> Decision:
         return Decision(kind, reason, list(missing), "; ".join([detail, *notes]), o_reward,
-                        top.reward if top else None, top.agent if top else None, margin, retried)
+                        top.reward if top else None, top.agent if top else None, margin, retried, certified)
 
     pool = every if exception_rule == "strict" else list(final.values())
     exceptions = [a for a in pool if a.status in EXCEPTION_STATUSES]
@@ -215,9 +241,20 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     if unsupported:
         return verdict(EXCLUDED, UNSUPPORTED_CONTRACT, unsupported[0].error_message or "")
     flaky, fails = _oracle_repeats(oracle, rules, pass_threshold, oracle_repeats)
-    invalid = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats) + ([flaky] if flaky else [])
+    needs = _needs_system(oracle, pass_threshold) if fails else None
+    sabotage = _sabotaged(final, oracle, rules, required, certifies)
+    notes += [f"control {a.agent} left the verifier without a reward ({a.error_message}): its own sabotage, "
+              f"counted as its rejection (the oracle and {', '.join(sabotage[a.agent])} verified cleanly)"
+              for a in final.values() if a.agent in sabotage]
+    invalid, tampered = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats, sabotage)
+    invalid += [flaky] if flaky else []
+    # the oracle certified it whatever the tampering controls did (the claim's N)
+    certified = certifies and not flaky and (not fails or needs is not None) and not invalid[len(tampered):] and \
+        not _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict).missing
     if invalid:
-        return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid))
+        return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid), certified=certified)
+    if needs is not None:
+        return verdict(EXCLUDED, NEEDS_SYSTEM_CHANGES, needs, certified=certified)
     if fails:
         return verdict(EXCLUDED, ORACLE_FAILS_ON_VALID_TASK, fails)
     return _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict)
@@ -229,12 +266,15 @@ def _who(a: Outcome, oracle_repeats: int, rules: dict[str, Rule]) -> str:
 
 
 def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass_threshold: float,
-             findings: Sequence[Finding], notes: list[str], oracle_repeats: int) -> list[str]:
-    """Why the task or its verifier is invalid whatever the oracle did: blocking findings, a
-    scorer (verifier) error, a control at or over its ceiling (a chance-level one: a note)."""
-    invalid = [f.detail for f in findings if f.blocking]
+             findings: Sequence[Finding], notes: list[str], oracle_repeats: int,
+             sabotage: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """Why the task or its verifier is invalid whatever the oracle did — the tampering controls
+    that passed first (the second list: just those), then blocking findings, a scorer
+    (verifier) error that is no control's sabotage, a control at or over its ceiling (a
+    chance-level one: a note)."""
+    tampered, invalid = [], [f.detail for f in findings if f.blocking]
     invalid += [f"{_who(a, oracle_repeats, rules)}: scorer raised {a.error_class}: {a.error_message}"
-                for a in final.values() if a.status == SCORER_ERROR]
+                for a in final.values() if a.status == SCORER_ERROR and a.agent not in sabotage]
     for a in final.values():
         rule = rules[a.agent]
         if rule.role == CONTROL and a.status in AGENT_STATUSES \
@@ -242,9 +282,39 @@ def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass
             hit = f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {rule.ceiling:.4f})"
             if rule.scope == "mean":
                 notes.append(f"{hit}: a chance-level control, judged on its mean over the run")
+            elif rule.tampers:
+                tampered.append(f"{hit}: a tampering control — the reward can be had without doing the task; "
+                                f"it planted {a.planted or 'nothing the harness saw'}")
             else:
                 invalid.append(hit)
-    return invalid
+    return tampered + invalid, tampered
+
+
+def _sabotaged(final: dict[tuple[str, int], Outcome], oracle: list[Outcome], rules: dict[str, Rule],
+               required: Sequence[str], certifies: bool) -> dict[str, list[str]]:
+    """The controls whose verifier gave no reward (a verifier error) while the oracle's every
+    repeat and every baseline control the task requires verified cleanly (a usable reward):
+    each control's name → the baselines that witness it. None without such witnesses."""
+    baselines = sorted(n for n in required if n in rules and rules[n].baseline)
+    clean = lambda a: a is not None and a.status in AGENT_STATUSES and a.reward is not None  # noqa: E731
+    if not certifies or not oracle or not baselines or not all(clean(a) for a in oracle) \
+            or not all(clean(final.get((n, 0))) for n in baselines):
+        return {}
+    return {a.agent: baselines for a in final.values()
+            if rules[a.agent].role == CONTROL and not rules[a.agent].baseline and a.status == SCORER_ERROR
+            and a.error_class == "VerifierError"}
+
+
+def _needs_system(oracle: list[Outcome], pass_threshold: float) -> str | None:
+    """When every oracle repeat failed its trusted verifier yet passed replayed in its own
+    container: why the task needs the agent's system changes (None otherwise)."""
+    if not oracle or not all(a.shared_reward is not None and a.shared_reward >= pass_threshold for a in oracle):
+        return None
+    first = oracle[0]
+    return (f"the reference solution fails its verifier in a fresh container of the task's image (reward "
+            f"{first.reward}) and passes it in its own container (reward {first.shared_reward}): the verifier needs "
+            f"what the solution changed outside the task's work paths, so no tampering control can be shown to fail "
+            f"it — not certified (validate it with --verifier-mode shared to certify it without that claim)")
 
 
 def _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict) -> Decision:
@@ -274,7 +344,7 @@ def _undecided(final, every, required, rules, certifies, no_reference, oracle_re
     retried = any(a.status in EXCEPTION_STATUSES for a in every)
     passed = "oracle passed" + (f" all {oracle_repeats} repeats" if oracle_repeats > 1 else "")
     return verdict(COMPATIBLE, None, f"{passed}; every control rejected"
-                   + (" (after an infrastructure retry)" if retried else ""), retried=retried)
+                   + (" (after an infrastructure retry)" if retried else ""), retried=retried, certified=True)
 
 
 # --- the dataset verdict ---------------------------------------------------------------

@@ -203,7 +203,7 @@ class HarborEnvironment(Environment):
         return [
             AgentSpec(name="oracle", role="oracle", program=AGENTS / "oracle.sh",
                       tests="the task's reference solution (solution/solve.sh) passes its verifier"),
-            AgentSpec(name="nop", role="control", program=AGENTS / "nop.sh",
+            AgentSpec(name="nop", role="control", program=AGENTS / "nop.sh", baseline=True,
                       tests="an untouched container: a pass means the verifier checks nothing the agent must do"),
             AgentSpec(name="reward-forger", role="control", program=AGENTS / "forger.sh",
                       tests="the reward channel: both reward files planted and rewritten by a process left behind"),
@@ -213,6 +213,22 @@ class HarborEnvironment(Environment):
             AgentSpec(name="history-miner", role="control", program=AGENTS / "miner.py",
                       tests="answers in version-control history: every file restored from .git objects, stashes "
                             "and refs under the filesystem"),
+            AgentSpec(name="tamper-binaries", role="control", program=AGENTS / "tamper_binaries.sh", tampers=True,
+                      tests="the verifier's programs replaced in place (the shells, python3, pytest, every program "
+                            "test.sh names) by a script that writes a passing reward"),
+            AgentSpec(name="tamper-path", role="control", program=AGENTS / "tamper_path.sh", tampers=True,
+                      tests="the verifier's programs shadowed earlier on PATH, and pytest as a module in the working "
+                            "directory"),
+            AgentSpec(name="tamper-python", role="control", program=AGENTS / "tamper_python.sh", tampers=True,
+                      tests="Python start-up hooks: a .pth file, sitecustomize.py and usercustomize.py in every site "
+                            "directory, making the verifier's Python processes pass"),
+            AgentSpec(name="tamper-pytest", role="control", program=AGENTS / "tamper_pytest.sh", tampers=True,
+                      tests="pytest hooks on the tests' ancestors: conftest.py and pytest's configuration files at / "
+                            "and on the working directory's path"),
+            AgentSpec(name="tamper-loader", role="control", program=AGENTS / "tamper_loader.sh", tampers=True,
+                      support=(AGENTS / "hook.c",),
+                      tests="the dynamic linker: a library preloaded into every program (/etc/ld.so.preload, "
+                            "resolved through a regenerated cache) that writes a passing reward"),
         ]
 
     def findings(self, task: HarborTaskRef) -> list[Finding]:

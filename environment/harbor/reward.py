@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
 from environment.protocol import canonical_json, sha256_tag
 
@@ -105,6 +105,17 @@ class VerifierRecord(BaseModel):
     failed: str | None = Field(default=None, description="why nothing was read, from the harness's own signals")
     files: dict[str, str] = Field(default_factory=dict, description="reward.json / reward.txt → base64 of its bytes")
     image: str | None = Field(default=None, description="the task image the trial ran in (its id)")
+    replayed: VerifierRecord | None = Field(default=None, description=(
+        "the same read after the verifier was replayed in the agent's own container (a trusted trial of the "
+        "reference solution that did not pass and changed paths outside its work paths); absent otherwise"))
+
+    @model_serializer(mode="wrap")
+    def _omit_unreplayed(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written only when there was a replay: every record kept before the field keeps its bytes.
+        data = handler(self)
+        if data.get("replayed") is None:
+            data.pop("replayed", None)
+        return data
 
     @classmethod
     def of(cls, files: Mapping[str, bytes], key: str = "reward", low: float = 0.0, high: float = 1.0,

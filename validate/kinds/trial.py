@@ -45,7 +45,7 @@ from validate.context import AttemptKind, Play, RunContext
 from validate.errors import SandboxError
 from validate.kinds.program import Tried, keep_replies, unsupported_row
 from validate.paths import task_image_store
-from validate.records import Attempt
+from validate.records import CONTROL, Attempt, PathChange, TrialEvidence, planted_words
 from validate.taskimage.bases import build_base_map
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
@@ -55,7 +55,10 @@ from validate.taskimage.frozen import keep_run_log, routed
 from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
 from validate.trial.support import unsupported
+from validate.trial.agents import plan as agent_plan
 from validate.trial.run import run_trial
+from validate.contract import verifier_mode_of
+from environment.protocol import AgentSpec
 from validate.verdicts import as_expected
 from validate.workspace import workspace_sha256
 from validate.trial import bwrap
@@ -171,19 +174,28 @@ class TrialKind(AttemptKind[Tried]):
         """Run the trial; fill `row`; return the verifier record's bytes (the reply), if any."""
         m = play.manifest
         lim = m.execution.limits
-        limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
+        limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids,
+                             verifier_mode=verifier_mode_of(m.execution), storage_mb=lim.storage_mb,
+                             storage_inodes=lim.storage_inodes)
         rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
+        task_dir = ctx.taskset.task_dir(task)
+        plan = agent_plan(agent.name, task.parsed, task_dir, spec=agent if isinstance(agent, AgentSpec) else None)
+        # the reference solution's trusted verifier that does not pass is replayed in its own
+        # container when it changed paths outside its work paths: does the task need them?
+        replay = m.expectations.pass_threshold if agent.role == ORACLE else None
         if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
             result = bwrap.run_trial(ctx.sandbox, self._daemon(ctx.sandbox.backend).client, task.parsed,
-                                     ctx.taskset.task_dir(task), image.image_id, agent.name, limits, lim,
-                                     reward_key=rule)
+                                     task_dir, image.image_id, agent.name, limits, lim, reward_key=rule, plan=plan,
+                                     replay_below=replay)
         else:
-            result = run_trial(ctx.sandbox.client, task.parsed, ctx.taskset.task_dir(task), image.image_id,
+            result = run_trial(ctx.sandbox.client, task.parsed, task_dir, image.image_id,
                                agent.name, limits, run_label=ctx.run_id, resolver_image=m.execution.image,
-                               verifier_image=verifier, reward_key=rule)
-        _outputs(row, result)
-        record = None if result.record is None else result.record.model_copy(update={"image": image.image_id,
-                                                                                      "key": rule})
+                               verifier_image=verifier, reward_key=rule, plan=plan, replay_below=replay)
+        _outputs(row, result, agent.role)
+        record = None if result.record is None else result.record.model_copy(update={
+            "image": image.image_id, "key": rule,
+            "replayed": None if result.shared_record is None else result.shared_record.model_copy(
+                update={"image": image.image_id, "key": rule})})
         if result.verifier_error is not None and result.verifier_error.kind == "missing_key" and record is not None:
             # The key rule is the record's to apply (`score_record`, below and in the audit): the
             # trial knows one key only, not 'all'; a key the rule names but the reward lacks is
@@ -204,6 +216,10 @@ class TrialKind(AttemptKind[Tried]):
             row.update(status="infrastructure_error", error_class="DockerFault",
                        error_message=(result.infrastructure_error or "")[:2000])
             return None
+        if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
+            row.update(status="harness_error", error_class="HarnessFault",
+                       error_message=(result.harness_error or "")[:2000])
+            return reply
         if offline is not None:  # the harness's own resolver saw the lookups: not the task's text
             row.update(status="unsupported_execution_contract", error_class="NetworkLookup", error_message=offline)
             return reply
@@ -265,20 +281,41 @@ def routed_digest(m, task_id: str) -> str:
     return (frozen.digest_of(task_id) if frozen is not None else None) or m.execution.image_digest
 
 
-def _outputs(row: dict, result: TrialResult) -> None:
+def evidence_of(result: TrialResult) -> TrialEvidence:
+    """What the harness observed of the trial, as the attempt's typed `TrialEvidence`."""
+    looked = result.lookups
+    left = [f"{f.path} ({f.size} B)" for f in result.left_in_verifier_dir]
+    handed = result.artifacts
+    note = None
+    if looked is not None and (looked.overflow or looked.problem):
+        note = "; ".join(b for b in (f"{looked.overflow} more not named" if looked.overflow else "",
+                                     looked.problem or "") if b)
+    return TrialEvidence(
+        verifier_mode=result.verifier_mode, work_paths=list(result.work_paths), carried=list(result.carried),
+        carried_total=result.carried_total, dropped=[*result.dropped, *(handed.dropped if handed else [])],
+        outside=[PathChange(path=c.path, kind=c.kind) for c in result.outside_changes],
+        outside_total=result.outside_changes_total, processes_killed=result.agent_processes_killed,
+        left_in_verifier=left, verifier_exit_code=result.verifier_run.exit_code,
+        lookups_agent=list(looked.agent) if looked else [], lookups_verifier=list(looked.verifier) if looked else [],
+        pid1_guarded=result.pid1_guarded, shared_replayed=result.shared_replayed, lookups_note=note)
+
+
+def planted_of(trial: TrialEvidence, role: str) -> str | None:
+    """`Attempt.planted`: a control's paths its verifier may have seen (trusted: what was carried;
+    otherwise every change it made), None for anything else."""
+    if role != CONTROL:
+        return None
+    if trial.verifier_mode == "trusted":
+        return planted_words(trial.carried, trial.carried_total)
+    paths = [c.path for c in trial.outside] + trial.carried
+    return planted_words(paths, trial.outside_total + trial.carried_total)
+
+
+def _outputs(row: dict, result: TrialResult, role: str) -> None:
     a, v = result.agent_run, result.verifier_run
-    left = ", ".join(f"{f.path} ({f.size} B)" for f in result.left_in_verifier_dir)
-    killed = result.agent_processes_killed
     # An agent that runs no command (nop) ran a program that does nothing: it exited 0.
     exit_code = a.exit_code if a.exit_code is not None or a.timed_out or a.oom_killed else 0
-    looked = network.describe(result.lookups)
-    handed = result.artifacts
-    dropped = (f"[artifacts not handed to the verifier: {', '.join(handed.dropped)}]\n"
-               if handed and handed.dropped else "")
+    trial = evidence_of(result)
     row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed, timed_out=a.timed_out,
-               stdout=a.stdout,
-               stderr=(f"[left in /logs/verifier by the agent phase, removed unread: {left}]\n" if left else "")
-               + (f"[processes of the agent phase killed before the verifier: {killed}]\n" if killed else "")
-               + (f"{looked}\n" if looked else "") + dropped
-               + f"[verifier exit {v.exit_code}]\n{v.stdout}\n{v.stderr}")
-
+               stdout=a.stdout, stderr=f"{trial.lines()}{v.stdout}\n{v.stderr}", trial=trial,
+               shared_reward=result.shared_reward, planted=planted_of(trial, role))

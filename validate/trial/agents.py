@@ -5,12 +5,15 @@ the command it runs there (as the task's agent user, against the task's agent ti
   for this agent), ``solve.sh`` run with output to ``/logs/agent/oracle.txt``; its exit code
   does not end the trial (Harbor's rule);
 - ``nop``: runs nothing;
-- three leak controls, each a generic in-container program that never reads the task's name
-  (a pass means the task leaks its answer): ``reward-forger`` (POSIX sh: plants both reward
-  files and leaves a background process that keeps rewriting them), ``test-reader`` and
-  ``history-miner`` (standard-library Python 3); their programs are the Harbor environment's
-  own agents, `environment.harbor.agents`. Each is given
-  the instruction, as every agent is, at ``/logs/agent/instruction.md``.
+- every other agent is a control the environment declares (`AgentSpec`: its program and
+  support files): its program uploaded to ``/logs/agent/control/`` with its support files
+  (a C source among them built by the harness into a shared object of the same stem,
+  `validate.trial.tool.shared_object`), run by the image's ``sh`` (a ``.sh``) or ``python3``
+  (a ``.py``); output to ``/logs/agent/<name>.txt``. Each is given the instruction, as every
+  agent is, at ``/logs/agent/instruction.md``, and the words of the task's ``tests/test.sh``
+  at ``/logs/agent/control/verifier-words`` (what a tampering control replaces: a verifier's
+  programs are no secret to an agent that has seen a few). Adding a control is its program
+  file and its line in the environment's ``agents()``.
 
 ``tests/`` never goes into the agent's container; the verifier phase uploads it.
 """
@@ -18,25 +21,31 @@ the command it runs there (as the task's agent user, against the task's agent ti
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import environment.harbor.agents
+from environment.harbor.env import HarborConfig, HarborEnvironment
 from environment.harbor.taskdir import HarborTask
+from environment.protocol import AgentSpec
 from validate.records import ORACLE
+from validate.trial import tool as harness_tool
 
 NOP = "nop"
 REWARD_FORGER = "reward-forger"
 TEST_READER = "test-reader"
 HISTORY_MINER = "history-miner"
-CONTROLS = (NOP, REWARD_FORGER, TEST_READER, HISTORY_MINER)
-AGENTS = (ORACLE, *CONTROLS)
 
 AGENT_DIR = "/logs/agent"
 CONTROL_DIR = f"{AGENT_DIR}/control"
 INSTRUCTION = f"{AGENT_DIR}/instruction.md"
 SOLUTION_DIR = "/solution"
-PROGRAMS = Path(environment.harbor.agents.__file__).resolve().parent
+VERIFIER_WORDS = f"{CONTROL_DIR}/verifier-words"
+#: Shell words that are no program (a tampering control would find nothing to replace).
+_SHELL_WORDS = frozenset("if then else elif fi for while until do done case esac in function return exit set "
+                         "export local read cd shift trap eval exec source unset".split())
+_WORD = re.compile(r"(?<![\w./$-])([A-Za-z_][A-Za-z0-9_.+-]{0,63})")
+MAX_WORDS = 256
 
 #: Runs a script with bash when the image has it (as Harbor does), else sh.
 _SHELL = "if command -v bash >/dev/null 2>&1; then exec bash {0}; else exec sh {0}; fi"
@@ -82,8 +91,26 @@ def tree_entries(src: Path, dest: str) -> list[Entry]:
     return entries
 
 
-def plan(agent: str, task: HarborTask, task_dir: Path) -> AgentPlan:
-    """The plan of `agent` on `task` (whose files are in `task_dir`)."""
+def declared() -> dict[str, AgentSpec]:
+    """The task-directory environment's own agents by name (for a caller that names an agent
+    without its declaration)."""
+    return {a.name: a for a in HarborEnvironment().agents(HarborConfig(dataset="-"))}
+
+
+def verifier_words(task_dir: Path, max_bytes: int = 1 << 20) -> bytes:
+    """The words of the task's ``tests/test.sh`` that could name a program, sorted, one a line."""
+    try:
+        with open(Path(task_dir) / "tests" / "test.sh", "rb") as f:
+            text = f.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return b""
+    words = sorted({w for w in _WORD.findall(text) if w not in _SHELL_WORDS})[:MAX_WORDS]
+    return "".join(f"{w}\n" for w in words).encode()
+
+
+def plan(agent: str, task: HarborTask, task_dir: Path, spec: AgentSpec | None = None) -> AgentPlan:
+    """The plan of `agent` on `task` (whose files are in `task_dir`); `spec`: its declaration
+    (default: the task-directory environment's agent of that name)."""
     output = f"{AGENT_DIR}/{agent}.txt"
     if agent == ORACLE:
         solve = f"{SOLUTION_DIR}/solve.sh"
@@ -92,15 +119,20 @@ def plan(agent: str, task: HarborTask, task_dir: Path) -> AgentPlan:
                          uploads=tree_entries(task_dir / "solution", SOLUTION_DIR.lstrip("/")))
     if agent == NOP:
         return AgentPlan(name=agent, command=None, output=output)
-    programs = {REWARD_FORGER: "forger.sh", TEST_READER: "reader.py", HISTORY_MINER: "miner.py"}
-    if agent not in programs:
-        raise UnknownAgent(f"agent {agent!r} is not one of: {', '.join(AGENTS)}")
-    name = programs[agent]
-    program = f"{CONTROL_DIR}/{name}"
-    run = f"exec sh {program}" if name.endswith(".sh") else f"exec python3 {program} {INSTRUCTION}"
+    if spec is None:
+        spec = declared().get(agent)
+    if spec is None:
+        raise UnknownAgent(f"agent {agent!r} is not one of: {', '.join(sorted([ORACLE, *declared()]))}")
+    program = f"{CONTROL_DIR}/{spec.program.name}"
+    run = f"exec sh {program}" if spec.program.suffix == ".sh" else f"exec python3 {program} {INSTRUCTION}"
     uploads: list[Entry] = [
         (CONTROL_DIR.lstrip("/"), 0o755, None),
-        (program.lstrip("/"), 0o755, (PROGRAMS / name).read_bytes()),
+        (program.lstrip("/"), 0o755, spec.program.read_bytes()),
         (INSTRUCTION.lstrip("/"), 0o644, task.instruction.encode()),
+        (VERIFIER_WORDS.lstrip("/"), 0o644, verifier_words(task_dir)),
     ]
+    for support in spec.support:
+        built = harness_tool.shared_object(support) if support.suffix == ".c" else support
+        name = f"{support.stem}.so" if support.suffix == ".c" else support.name
+        uploads.append((f"{CONTROL_DIR.lstrip('/')}/{name}", 0o755, built.read_bytes()))
     return AgentPlan(name=agent, command=["sh", "-c", f"{run} > {output} 2>&1"], output=output, uploads=uploads)

@@ -163,6 +163,8 @@ class TrialResult(BaseModel):
     #: None: not replayed, or no usable reward there.
     shared_reward: float | None = None
     shared_replayed: bool = False
+    #: What was read after that replay (`VerifierRecord.replayed` of the attempt's reply).
+    shared_record: VerifierRecord | None = None
     agent_run: PhaseRun = Field(default_factory=PhaseRun)
     verifier_run: PhaseRun = Field(default_factory=PhaseRun)
     #: What was in /logs/verifier when the agent phase ended (recorded, never read as a reward).

@@ -97,7 +97,7 @@ from environment.harbor.taskdir import HarborTask
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, oom_kills_of_pid, procs_of
 from validate.sandbox.storage import attempt_storage
-from validate.trial import artifacts, network, nsresolver, workpaths
+from validate.trial import artifacts, network, nsresolver, trusted, workpaths
 from validate.trial import docker as dk
 from validate.trial import tool as harness_tool
 from validate.trial.agents import AgentPlan, plan as agent_plan, tree_entries
@@ -206,7 +206,6 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
             storage = attempt_storage(run_label, f"trial-{res.trial}", sized, noexec=False)
             own.prepare(storage.__enter__(), f"dv-{res.trial}")
         if mode == "trusted":
-            from validate.trial import trusted
             box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)

@@ -100,6 +100,30 @@ def _build(target: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def shared_object(source: Path, store: Path | None = None) -> Path:
+    """A control's native support file (`source`, C) built into a shared object with no C
+    library (``cc -shared -fPIC -nostdlib``), cached under the tool store by the source's and
+    the compiler's key; its path. `ToolUnavailable` when it does not build."""
+    cc, version = _compiler()
+    data = Path(source).read_bytes()
+    k = hashlib.sha256(data + b"\0" + version.encode()).hexdigest()[:16]
+    target = (store if store is not None else task_image_store()) / "tool" / "support" / f"{Path(source).stem}-{k}.so"
+    with _lock:
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
+        done = subprocess.run([cc, "-shared", "-fPIC", "-nostdlib", "-Os", "-s", "-Wall", "-Werror", "-o",
+                               str(scratch), str(source)], capture_output=True, text=True)
+        if done.returncode != 0:
+            scratch.unlink(missing_ok=True)
+            raise ToolUnavailable(f"trial tool: {cc} could not build {Path(source).name}: "
+                                  f"{done.stderr.strip()[-600:]}")
+        scratch.chmod(0o755)
+        scratch.rename(target)
+        return target
+
+
 def is_tool(pid: int, tool: Path) -> bool:
     """Whether host process `pid` runs the built tool in `tool` (its executable's device and
     inode, as the kernel holds them: a process cannot rename its way into this)."""

@@ -124,6 +124,7 @@ def replay_shared(core, res: dk.Resources, task: HarborTask, task_dir: Path, age
                     lambda: core._stop(res, agent.cid, pid, oom_before, since), read=_reader(res, agent.cid, limits))
     result.shared_replayed = True
     result.shared_reward = shadow.reward if shadow.verifier_error is None else None
+    result.shared_record = shadow.record
 
 
 def _remove_in(res: dk.Resources, cid: str, paths: list[str]) -> None:
