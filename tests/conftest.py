@@ -146,14 +146,20 @@ def sandboxes():
 
 
 def make_manifest(sandbox, *, idx, env_name="deshuffle-papers", controls=None, limits=None, ceilings=None,
-                  exception_rule="strict", infra_retries=2, min_task_count=None, oracle_repeats=1, **config):
+                  exception_rule="strict", infra_retries=2, min_task_count=None, oracle_repeats=1,
+                  verifier_mode="trusted", **config):
+    """A contract through the real freeze; a task-directory dataset's with its trial profile
+    (`verifier_mode`, as `validate freeze --verifier-mode` records it)."""
+    from validate.api import trial_profile
+
     env = environments.get(env_name)
     cfg = env.Config.model_validate({"corpus": str(CORPUS_PATH), **config} if env_name.startswith("deshuffle")
                                     else config)
+    trial = {"trial": trial_profile(verifier_mode)} if env.attempt_kind == "trial" else {}
     return freeze(name="pytest", env_name=env_name, config=cfg, hints=HINTS, idx=idx, rule="test selection",
                   facts=sandbox.facts(), controls=controls, ceilings=ceilings, exception_rule=exception_rule,
                   min_task_count=min_task_count, git_commit=code_state().label, limits=limits or Limits(),
-                  infra_retries=infra_retries, oracle_repeats=oracle_repeats)
+                  infra_retries=infra_retries, oracle_repeats=oracle_repeats, **trial)
 
 
 def make_ctx(manifest, sandbox, run_dir, concurrency: int = 4, executor: str = "threads") -> RunContext:
