@@ -46,7 +46,9 @@ from validate.errors import SandboxError
 from validate.sandbox import seccomp, storage
 from validate.sandbox.base import Limits, supervise, watchdog_argv
 from validate.sandbox.bwrap.launch import _JOIN, Launch
-from validate.trial import roots
+from validate.sandbox.storage import remove_tree
+from validate.trial import layers, roots, workpaths
+from validate.trial.trusted import MAX_LISTED
 from validate.trial import tool as harness_tool
 from validate.trial import run as docker_trial
 from validate.trial.agents import plan as agent_plan, tree_entries
@@ -69,19 +71,30 @@ class Trial:
         self.dir: Path = self._storage.__enter__()
         self.merged = self.dir / "root"
         self.groups: list[str] = []
+        self.mounted: list[Path] = []
 
-    def mount(self, lower: Path) -> None:
-        """The overlay of `lower` (read-only) with this trial's tmpfs as its writable layer."""
-        for d in ("upper", "work", "root"):
-            (self.dir / d).mkdir(mode=0o755)
-        st = os.stat(lower)
-        os.chown(self.dir / "upper", st.st_uid, st.st_gid)
-        os.chmod(self.dir / "upper", st.st_mode & 0o7777)
-        options = f"lowerdir={lower},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}"
-        done = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(self.merged)],
+    def mount(self, lower: Path, layer: str = "", fresh: bool = True) -> Path:
+        """An overlay of `lower` (read-only; several joined with ``:``, the first on top) with a
+        writable layer of this trial's tmpfs (``upper<layer>``, fresh or kept); its merged tree."""
+        upper, work, merged = (self.dir / f"{d}{layer}" for d in ("upper", "work", "root"))
+        for d in (upper, work, merged) if fresh else (work, merged):
+            d.mkdir(mode=0o755, exist_ok=not fresh or d == merged)
+        if fresh:
+            st = os.stat(lower.split(":")[-1] if isinstance(lower, str) else lower)
+            os.chown(upper, st.st_uid, st.st_gid)
+            os.chmod(upper, st.st_mode & 0o7777)
+        options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        done = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", options, str(merged)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise SandboxError(f"bwrap trial: cannot mount the task's overlay: {done.stderr.strip()[:300]}")
+        self.mounted.append(merged)
+        return merged
+
+    def unmount(self, merged: Path) -> None:
+        storage.unmount(merged)
+        if merged in self.mounted:
+            self.mounted.remove(merged)
 
     def close(self) -> list[str]:
         errors: list[str] = []
@@ -93,7 +106,8 @@ class Trial:
             except OSError as e:
                 errors.append(f"cgroup {group}: {e}")
         try:
-            storage.unmount(self.merged)
+            for merged in reversed(self.mounted):
+                storage.unmount(merged)
             self._storage.__exit__(None, None, None)
         except (OSError, SandboxError) as e:
             errors.append(f"trial storage {self.dir}: {e}")
@@ -102,24 +116,40 @@ class Trial:
 
 def run_trial(sandbox, docker_client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), contract: Limits = Limits(), *, reward_key: str = "reward",
-              reward_range: tuple[float, float] = (0.0, 1.0)) -> TrialResult:
+              reward_range: tuple[float, float] = (0.0, 1.0), plan=None,
+              replay_below: float | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) over the unpacked `image` (built in
     `docker_client`'s daemon) under the bwrap backend `sandbox`; `contract` gives the limits a
-    trial's cgroup and storage take from the contract beyond `limits` (file size, storage)."""
+    trial's cgroup and storage take from the contract beyond `limits` (file size, storage).
+    The verifier is trusted (`TrialLimits.verifier_mode`, the default: a fresh overlay of the
+    pristine tree with only the agent's changes under its work paths, `validate.trial.layers`)
+    or shared (the agent's own overlay); `replay_below` as `validate.trial.run.run_trial`'s."""
     if task.steps or task.verifier == "separate":
         raise UnsupportedTask(f"{task.id}: multi-step tasks and separate verifier environments are not run "
                               f"by a single-sandbox trial")
-    plan = agent_plan(agent, task, Path(task_dir))
+    plan = plan if plan is not None else agent_plan(agent, task, Path(task_dir))
     t0 = time.monotonic()
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
-                         reward_key=reward_key, applied=apply_limits(task.config, limits))
+                         reward_key=reward_key, applied=apply_limits(task.config, limits),
+                         verifier_mode=limits.verifier_mode)
     trial = None
     try:
         root = roots.task_root(docker_client, image)
         trial = Trial(sandbox, contract)
         trial.mount(root.root)
         _agent_phase(trial, task, root, plan, result, limits, contract)
-        _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key, reward_range)
+        if limits.verifier_mode == "trusted":
+            trusted = _carry(trial, task, Path(task_dir), root, result)
+            _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key, reward_range,
+                            tree=trusted)
+            if replay_below is not None and result.outside_changes_total and not result.passed(replay_below):
+                shadow = result.model_copy(deep=True)
+                _verifier_phase(trial, task, Path(task_dir), root, shadow, limits, contract, reward_key,
+                                reward_range, tree=trial.mount(str(root.root), fresh=False))
+                result.shared_replayed, result.shared_record = True, shadow.record
+                result.shared_reward = shadow.reward if shadow.verifier_error is None else None
+        else:
+            _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key, reward_range)
         result.status = docker_trial._status(result)
     except SandboxError as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
@@ -161,22 +191,46 @@ def _agent_phase(trial: Trial, task: HarborTask, root: roots.TaskRoot, plan, res
     result.left_listing_truncated = left.truncated
 
 
+def _carry(trial: Trial, task: HarborTask, task_dir: Path, root: roots.TaskRoot, result: TrialResult) -> Path:
+    """The trusted verifier's tree: the agent's overlay unmounted (nothing of its phase runs),
+    its writable layer read as the agent's changes, those under the work paths copied into a
+    layer of their own, and a fresh overlay of that layer over the pristine tree mounted."""
+    trial.unmount(trial.merged)
+    work = workpaths.work_paths(_workdir(task, root), [a.source for a in task.config.artifacts],
+                                workpaths.named_paths(workpaths.task_texts(task_dir, task.instruction)))
+    changes, cut = layers.diff(trial.dir / "upper", root.root)
+    carry = workpaths.plan(changes, work)
+    dropped = layers.carried_layer(trial.dir / "upper", trial.dir / "carried", carry.copy, carry.delete)
+    result.work_paths = list(work)
+    result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
+    result.dropped = dropped + ([f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
+                                if cut else [])
+    result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
+    return trial.mount(f"{trial.dir / 'carried'}:{root.root}", layer="-verifier")
+
+
 def _verifier_phase(trial: Trial, task: HarborTask, task_dir: Path, root: roots.TaskRoot, result: TrialResult,
-                    limits: TrialLimits, contract: Limits, reward_key: str, reward_range: tuple[float, float]) -> None:
+                    limits: TrialLimits, contract: Limits, reward_key: str, reward_range: tuple[float, float],
+                    tree: Path | None = None) -> None:
+    """The verifier over `tree` (default: the agent's own overlay)."""
     a = result.applied
-    # The agent's /logs/verifier and /tests become empty mount points; fresh directories of
+    tree = tree if tree is not None else trial.merged
+    # The tree's /logs/verifier and /tests become empty mount points; fresh directories of
     # the trial's own storage are bound over them.
     for point in (docker_trial.VERIFIER_DIR, docker_trial.TESTS_DIR):
-        roots.fresh_dir(trial.merged, point)
+        roots.fresh_dir(tree, point)
+    for made in ("verifier", "tests"):
+        if (trial.dir / made).exists():
+            remove_tree(trial.dir / made)
     roots.put_entries(trial.dir, [("verifier", 0o777, None), *tree_entries(task_dir / "tests", "tests")])
     binds = ["--bind", str(trial.dir / "verifier"), docker_trial.VERIFIER_DIR,
              "--bind", str(trial.dir / "tests"), docker_trial.TESTS_DIR,
              "--ro-bind", str(harness_tool.tool_dir()), harness_tool.MOUNT]
     # PID 1 is the harness's program itself (never the tree's `timeout`, which the agent could
     # have replaced): it runs test.sh and, ending, takes the sandbox's pid namespace with it
-    ran = _phase(trial, "verifier", docker_trial.VERIFY,
+    ran = _phase(trial, f"verifier-{len(trial.groups)}", docker_trial.VERIFY,
                  _env(task, root, result, dict(task.config.verifier.env)), _workdir(task, root), binds,
-                 _limits(result, contract, a.verifier_timeout_s), own_pid1=True)
+                 _limits(result, contract, a.verifier_timeout_s), own_pid1=True, tree=tree)
     per_file = max(limits.max_output_bytes, MAX_REWARD_BYTES + 1)
     tree = roots.read_tree(trial.dir, "verifier", per_file, limits.max_listing_bytes)
     out, cut_out = docker_trial._text(tree, docker_trial.VERIFIER_STDOUT, limits.max_output_bytes)
@@ -194,7 +248,7 @@ def _limits(result: TrialResult, contract: Limits, timeout_s: float) -> Limits:
 
 
 def _phase(trial: Trial, name: str, argv: list[str], env: dict[str, str], workdir: str, binds: list[str],
-           lim: Limits, own_pid1: bool = False) -> PhaseRun:
+           lim: Limits, own_pid1: bool = False, tree: Path | None = None) -> PhaseRun:
     """One sandbox over the trial's overlay, run to its end or its timeout, then killed with
     everything in its cgroup. `SandboxError` when bwrap never started the sandbox."""
     hierarchy = trial.sandbox.hierarchy
@@ -210,8 +264,8 @@ def _phase(trial: Trial, name: str, argv: list[str], env: dict[str, str], workdi
         raise
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(_argv(trial.merged, argv, env, workdir, binds, lim, cgroups, status_w, seccomp_fd,
-                                      own_pid1),
+        proc = subprocess.Popen(_argv(tree if tree is not None else trial.merged, argv, env, workdir, binds, lim,
+                                      cgroups, status_w, seccomp_fd, own_pid1),
                                 stdin=status_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=(status_w, seccomp_fd), start_new_session=True,
                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})

@@ -96,7 +96,7 @@ from environment.harbor.reward import (
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, oom_kills_of_pid, procs_of
-from validate.sandbox.storage import attempt_storage
+from validate.sandbox.storage import attempt_storage, mount_tmpfs
 from validate.trial import artifacts, network, nsresolver, trusted, workpaths
 from validate.trial import docker as dk
 from validate.trial import tool as harness_tool
@@ -191,20 +191,28 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                          reward_key=reward_key, applied=apply_limits(task.config, limits),
                          verifier_image=verifier_image if separate else None, verifier_mode=mode)
     resolver, mark, own, storage = None, None, _OwnResolver(), None
-    one = mode == "shared" and getattr(client.api, "one_container", True)
+    # a client whose daemon is the harness's own machine's and root's (not a rootless service):
+    # it can play one container, and bind the trial's own host files (`one_container`)
+    local = getattr(client.api, "one_container", True)
+    one = mode == "shared" and local
     try:
         own.tool = str(harness_tool.tool_dir())
         users, workdir = _image_defaults(res, image, result.applied)
         # A root harness: the harness's own sockets in the container's namespace
         # (`validate.trial.nsresolver`); otherwise the resolver sidecar (`validate.trial.network`).
-        own.wanted = (one or mode == "trusted") and resolver_image is not None and os.geteuid() == 0
+        own.wanted = (one or mode == "trusted" and local) and resolver_image is not None and os.geteuid() == 0
         if resolver_image is not None and not own.wanted:
             resolver = network.Resolver(res, resolver_image)
         if one or own.wanted:  # the trial's own capped storage: bound files never fill a host disk
             sized = Limits(storage_mb=limits.storage_mb, storage_inodes=limits.storage_inodes) if one \
                 else _ETC_STORAGE
             storage = attempt_storage(run_label, f"trial-{res.trial}", sized, noexec=False)
-            own.prepare(storage.__enter__(), f"dv-{res.trial}")
+            host = storage.__enter__()
+            if one:
+                (host / HARNESS).mkdir(mode=0o755)
+                mount_tmpfs(host / HARNESS, sized, noexec=False)
+                os.chmod(host / HARNESS, 0o755)
+            own.prepare(host, host / HARNESS / "etc" if one else host / "etc", f"dv-{res.trial}")
         if mode == "trusted":
             box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
             if resolver is not None:
@@ -546,13 +554,13 @@ def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, 
     and /tests fresh): the task's tests/ written into /tests, ``test.sh`` run by the harness's
     program as the verifier user, the container killed, then the reward and the verifier's
     output read from the host directory bound at /logs/verifier."""
-    dk.write_host_tree(host / "tests", tree_entries(task_dir / "tests", "tests"))
+    dk.write_host_tree(host / HARNESS / "tests", tree_entries(task_dir / "tests", "tests"))
     _alone(box, own.tool)
     oom_before, since = oom_kills_of_pid(box.pid), time.time()
     _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
                lambda: _remove(res, box, oom_before, since),
-               lambda: dk.read_host_tree(host / "logs", "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
-                                         limits.max_listing_bytes))
+               lambda: dk.read_host_tree(host / HARNESS, "verifier",
+                                         max(limits.max_output_bytes, MAX_REWARD_BYTES + 1), limits.max_listing_bytes))
 
 
 def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits, reward_key: str,
@@ -568,10 +576,13 @@ def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits
 
 
 LOGS_DIR = "/logs"
+#: Below a shared trial's storage: the harness's own storage (a tmpfs of its own), holding what
+#: the verifier's phase needs fresh: /logs/verifier, /tests and the resolver's files.
+HARNESS = "harness"
 #: The host directories of a one-container trial (below its private temporary directory):
 #: bound at /logs (Harbor's log directories in it) and at /tests, made by the harness.
 _HOST_DIRS = [("logs", 0o755), ("logs/agent", 0o777), ("logs/artifacts", 0o777), ("logs/verifier", 0o777),
-              ("tests", 0o755)]
+              (f"{HARNESS}/verifier", 0o777), (f"{HARNESS}/tests", 0o755)]
 
 
 class _OwnResolver:
@@ -593,12 +604,12 @@ class _OwnResolver:
         self.pid: int | None = None
         self._mounts: tuple = ()
 
-    def prepare(self, host: Path, hostname: str) -> None:
-        """The trial's storage is `host`: its resolver files there (hosts writable, as docker's
-        own is: a task may add a name; written again at the boundary)."""
+    def prepare(self, host: Path, etc: Path, hostname: str) -> None:
+        """The trial's storage is `host`; the resolver's files go to `etc` (hosts writable, as
+        docker's own is: a task may add a name; written again at the boundary)."""
         self.host = host
         if self.wanted:
-            self.files, self.hostname = host / "etc", hostname
+            self.files, self.hostname = etc, hostname
             self._mounts = tuple(nsresolver.mounts(self.files, hostname, hosts_writable=True))
 
     def mounts(self) -> tuple:
@@ -643,9 +654,14 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     agent left recorded, both directories emptied. Returns the container, still running."""
     a = result.applied
     for rel, mode in _HOST_DIRS:
-        (host / rel).mkdir()
+        (host / rel).mkdir(exist_ok=True)
         os.chmod(host / rel, mode)
-    binds, uploads = [(host / "logs", LOGS_DIR), (host / "tests", TESTS_DIR)], []
+    # /logs/verifier and /tests on the harness's own storage (`HARNESS`), mounted in the
+    # trial's: whatever the agent wrote anywhere it may, the harness can still make them
+    # fresh and write the tests (the agent's own directories can be full)
+    harness = host / HARNESS
+    binds = [(host / "logs", LOGS_DIR), (harness / "verifier", VERIFIER_DIR), (harness / "tests", TESTS_DIR)]
+    uploads = []
     # what goes under /logs is written there by the harness; a top directory of the uploads
     # (the oracle's /solution) is a directory of the harness's too, bound there: no archive
     # goes through the daemon; anything else (none of this harness's agents has one) does
@@ -702,10 +718,10 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
         out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    _record_left(result, dk.read_host_tree(logs, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
+    _record_left(result, dk.read_host_tree(harness, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
     _fresh_dir(logs, LOGS_DIR, 0o755, keep=True)
-    _fresh_dir(logs / "verifier", VERIFIER_DIR, 0o777, keep=False)
-    _fresh_dir(host / "tests", TESTS_DIR, 0o755, keep=False)
+    _fresh_dir(harness / "verifier", VERIFIER_DIR, 0o777, keep=False)
+    _fresh_dir(harness / "tests", TESTS_DIR, 0o755, keep=False)
     return agent
 
 

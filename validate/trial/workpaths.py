@@ -138,8 +138,7 @@ def plan(diff: Iterable[dict], work: Sequence[str]) -> Plan:
     carried, outside = [], []
     for path, kind in changes:
         clean = _clean(path)
-        if clean is None or any(under(clean, h) for h in HARNESS_PATHS if h != ARTIFACTS) and \
-                not under(clean, ARTIFACTS):
+        if clean is None or clean == ARTIFACTS or _harness_made(clean):
             continue
         change = Change(path=clean, kind=KINDS[kind] if 0 <= kind < 3 else "changed")
         if protected(clean) or not any(under(clean, w) for w in work):
@@ -153,6 +152,12 @@ def plan(diff: Iterable[dict], work: Sequence[str]) -> Plan:
                     or (c.kind == "changed" and c.path not in has_below))
     copy = [p for p in copy if not any(under(p, d) for d in delete)]
     return Plan(copy=tuple(copy), delete=tuple(delete), outside=tuple(outside))
+
+
+def _harness_made(path: str) -> bool:
+    """A path of the harness's own in the agent's container (its mounts, log directories and
+    uploads; the agent's artifacts below /logs/artifacts are the agent's)."""
+    return any(under(path, h) for h in HARNESS_PATHS) and not under(path, ARTIFACTS)
 
 
 def _topmost(paths: Iterable[str]) -> list[str]:
