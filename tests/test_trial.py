@@ -261,10 +261,9 @@ def test_a_stale_reward_in_the_image_is_never_read(client, tasks, mode):
     r = trial(client, tasks, "stale-reward", ORACLE, limits=LIMITS.model_copy(update={"verifier_mode": mode}))
     assert r.verifier_mode == mode
     assert (r.status, r.reward, r.verifier_error.kind) == ("verifier_error", None, "missing")
-    # shared: the harness's own directory is bound at /logs from the start, the image's file
-    # hidden from both phases; trusted: the agent's container is the image's, the file is
-    # recorded as found there, and the verifier's container loses it before the verifier runs
-    assert [f.path for f in r.left_in_verifier_dir] == ([] if mode == "shared" else ["reward.txt"])
+    # the harness's own directory is bound at /logs/verifier from the start (both modes, on this
+    # machine's daemon): the image's file is hidden from both phases
+    assert r.left_in_verifier_dir == []
     assert "result.txt" in r.verifier_files and "reward.txt" not in r.verifier_files
     assert not r.passed(threshold=0.0)
 
@@ -387,16 +386,16 @@ def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_
 
 
 def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastructure_error(client, tasks, monkeypatch):
-    """/logs/verifier made a file, /tests emptied (a mount point: it cannot go) with a link to
-    /etc in it, both made unreadable: the harness records what it found, makes both its
-    directories again, and the verifier runs as usual."""
+    """/logs/verifier removed and made a file, /tests emptied with a link to /etc in it, both
+    made unreadable: both are mount points of the harness's own (they cannot go, nor become a
+    file), the harness makes both its directories again, and the verifier runs as usual."""
     wreck = ("rm -rf /logs/verifier /tests; echo forged > /logs/verifier; ln -s /etc /tests/etc;"
              " chmod 000 /logs /tests")
     monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
         name=agent, command=["sh", "-c", wreck], output="/logs/agent/wrecker.txt"))
     r = trial(client, tasks, "answer-in-history", "wrecker")
     assert (r.status, r.reward, r.infrastructure_error) == ("ok", 0.0, None)
-    assert [(f.path, f.kind, f.size) for f in r.left_in_verifier_dir] == [(".", "file", 7)]
+    assert r.left_in_verifier_dir == []
 
 
 def test_a_container_killed_from_outside_is_an_infrastructure_error(client, tasks, monkeypatch):

@@ -1,7 +1,10 @@
 """The trusted verifier over an unpacked tree (the bwrap trial): the agent's changes read from
 its overlay's writable layer, and the layer of them a verifier gets.
 
-A bwrap trial runs on an overlay whose lower layer is the task image's unpacked tree (never
+The same reading serves a trusted docker trial on the harness's own machine (the overlay2
+driver): the agent's container's writable layer is read as it lies on the daemon's disk, and
+the carried paths are written into the verifier's container's writable layer before it starts
+(`validate.trial.trusted`), no archive through the daemon. A bwrap trial runs on an overlay whose lower layer is the task image's unpacked tree (never
 written) and whose upper layer is the trial's own capped tmpfs. Once the agent's sandbox is
 gone and the overlay unmounted, that upper directory is exactly what the agent changed, as
 the kernel recorded it: a deleted path is a whiteout (a character device 0/0), a directory
@@ -29,10 +32,11 @@ def _is_whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def diff(upper: Path, lower: Path) -> tuple[list[dict], bool]:
+def diff(upper: Path, lower: Path | list[Path]) -> tuple[list[dict], bool]:
     """The changes the upper layer holds, as ``[{"Path": "/x", "Kind": 0|1|2}]`` (changed,
-    added, deleted: a path of the upper layer that the lower has is changed), and whether the
-    listing stopped at `MAX_ENTRIES`. Iterative: no depth the agent made is a recursion."""
+    added, deleted: a path of the upper layer that a lower layer has is changed), and whether
+    the listing stopped at `MAX_ENTRIES`. Iterative: no depth the agent made is a recursion."""
+    lowers = lower if isinstance(lower, list) else [lower]
     out: list[dict] = []
     stack = [""]
     while stack:
@@ -51,7 +55,7 @@ def diff(upper: Path, lower: Path) -> tuple[list[dict], bool]:
             if _is_whiteout(st):
                 kind = 2
             else:
-                kind = 0 if os.path.lexists(lower / path) else 1
+                kind = 0 if any(os.path.lexists(low / path) for low in lowers) else 1
             out.append({"Path": "/" + path, "Kind": kind})
             if len(out) >= MAX_ENTRIES:
                 return out, True
@@ -64,7 +68,8 @@ def carried_layer(upper: Path, target: Path, paths: tuple[str, ...], deleted: tu
     """Copy each of `paths` and `deleted` (absolute, as planned) from the upper layer into
     `target` with its subtree, whiteouts and opaque marks kept (``cp -a``, as root), parents made
     with the upper layer's modes; return the devices, fifos and sockets left out (named)."""
-    target.mkdir(mode=0o755, exist_ok=True)
+    if not target.exists():
+        target.mkdir(mode=0o755)
     dropped: list[str] = []
     for path in (*paths, *deleted):
         rel = path.lstrip("/")
@@ -72,6 +77,8 @@ def carried_layer(upper: Path, target: Path, paths: tuple[str, ...], deleted: tu
         if not os.path.lexists(source):
             continue
         _parents(upper, target, rel)
+        if os.path.lexists(target / rel):  # what the target layer holds there gives way to the agent's
+            subprocess.run(["rm", "-rf", "--one-file-system", str(target / rel)], capture_output=True)
         done = subprocess.run(["cp", "-a", "--no-target-directory", str(source), str(target / rel)],
                               capture_output=True, text=True)
         if done.returncode != 0:

@@ -195,6 +195,9 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
     # it can play one container, and bind the trial's own host files (`one_container`)
     local = getattr(client.api, "one_container", True)
     one = mode == "shared" and local
+    # trusted on this machine's own daemon, as root, over overlay2: the agent's writable layer is
+    # read, and the verifier's written, where they lie (`validate.trial.trusted.local_trial`)
+    near = mode == "trusted" and local and os.geteuid() == 0 and _driver(client.api) == "overlay2"
     try:
         own.tool = str(harness_tool.tool_dir())
         users, workdir = _image_defaults(res, image, result.applied)
@@ -203,17 +206,23 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         own.wanted = (one or mode == "trusted" and local) and resolver_image is not None and os.geteuid() == 0
         if resolver_image is not None and not own.wanted:
             resolver = network.Resolver(res, resolver_image)
-        if one or own.wanted:  # the trial's own capped storage: bound files never fill a host disk
-            sized = Limits(storage_mb=limits.storage_mb, storage_inodes=limits.storage_inodes) if one \
+        bound = one or near  # the harness's host directories bound into the trial's containers
+        if bound or own.wanted:  # the trial's own capped storage: bound files never fill a host disk
+            sized = Limits(storage_mb=limits.storage_mb, storage_inodes=limits.storage_inodes) if bound \
                 else _ETC_STORAGE
             storage = attempt_storage(run_label, f"trial-{res.trial}", sized, noexec=False)
             host = storage.__enter__()
-            if one:
+            if bound:
                 (host / HARNESS).mkdir(mode=0o755)
                 mount_tmpfs(host / HARNESS, sized, noexec=False)
                 os.chmod(host / HARNESS, 0o755)
-            own.prepare(host, host / HARNESS / "etc" if one else host / "etc", f"dv-{res.trial}")
-        if mode == "trusted":
+            own.prepare(host, host / HARNESS / "etc" if bound else host / "etc", f"dv-{res.trial}")
+        if near:
+            work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
+                                        workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
+            trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own, users,
+                                work, reward_key, reward_range, replay_below)
+        elif mode == "trusted":
             box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
@@ -262,6 +271,17 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                     result.cleanup_errors.append(f"trial storage: {type(e).__name__}: {str(e)[:200]}")
             result.runtime_s = round(time.monotonic() - t0, 3)
     return result
+
+
+_DRIVERS: dict[str, str] = {}
+
+
+def _driver(api) -> str:
+    """The daemon's storage driver (asked once per daemon)."""
+    where = str(getattr(api, "base_url", ""))
+    if where not in _DRIVERS:
+        _DRIVERS[where] = str(dk.call("ask the daemon for its storage driver", api.info).get("Driver", ""))
+    return _DRIVERS[where]
 
 
 def _core():
@@ -647,11 +667,12 @@ class _OwnResolver:
 
 def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                         limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                        host: Path, own: _OwnResolver, users: dict[str, str]) -> AgentContainer:
+                        host: Path, own: _OwnResolver, users: dict[str, str], kill: bool = False) -> AgentContainer:
     """The agent phase of a trial whose verifier shares its environment: one container, the
     harness's host directories bound at /logs and /tests (empty), PID 1 the harness's program;
     the agent run; then every process but PID 1 killed (again after any restart), what the
-    agent left recorded, both directories emptied. Returns the container, still running."""
+    agent left recorded, both directories emptied. Returns the container, still running; with
+    `kill` (a trusted trial), killed whole instead, and stopped."""
     a = result.applied
     for rel, mode in _HOST_DIRS:
         (host / rel).mkdir(exist_ok=True)
@@ -695,15 +716,17 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     except dk.DockerFault as fault:
         run.oom_killed = stopped_under(res, agent, fault)
     else:
-        run.oom_killed = _end_agent_processes(res, agent, result)
-    running = dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
-    if running and dk.unreaped(agent.pid):
+        run.oom_killed = stop_agent(res, agent) if kill else _end_agent_processes(res, agent, result)
+    running = not kill and dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
+    if kill:
+        pass
+    elif running and dk.unreaped(agent.pid):
         # zombies PID 1 has not reaped would hold the pids limit in the verifier phase: the
         # container stops (everything dies with PID 1) and starts again
         dk.call("kill the container", res.api.kill, agent.cid)
         dk.call("wait for the container", res.api.wait, agent.cid, timeout=60)
         running = False
-    if not running:
+    if not running and not kill:
         # (or it was stopped by the kernel's OOM killer, else `_stopped_before` raised):
         # everything of the phase died with its PID 1; the container starts again with the
         # harness's program as PID 1 (never a program of the image's, which the agent may have

@@ -41,12 +41,80 @@ from environment.harbor.reward import MAX_REWARD_BYTES
 from environment.harbor.taskdir import HarborTask
 from validate.trial import docker as dk
 from validate.trial import tool as harness_tool
-from validate.trial import workpaths
+from validate.trial import layers, workpaths
 from validate.trial.agents import tree_entries
 from validate.trial.result import PhaseRun, TrialLimits, TrialResult
 
 #: Entries of the carried changes listed on an attempt, at most (the count is kept whole).
 MAX_LISTED = 200
+
+
+def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, plan, result: TrialResult,
+                limits: TrialLimits, drive, own, users: dict[str, str], work: list[str], reward_key: str,
+                reward_range: tuple[float, float], replay_below: float | None) -> None:
+    """The trusted trial on this machine's own daemon (root, the overlay2 driver): the agent's
+    container with the harness's host directories bound (as the shared trial's), killed whole
+    when the agent is done; its writable layer read where it lies (`layers.diff`: the same
+    changes the daemon's diff would list, without the daemon mounting the container for it);
+    the verifier's container created with only /logs/artifacts, a fresh /logs/verifier and
+    /tests of the harness's bound, the carried paths (deletions as the kernel's own whiteouts)
+    written into its writable layer before it starts; then the verifier, as in every mode."""
+    host = own.host
+    agent = core._shared_agent_phase(res, task, image, plan, result, limits, None, drive, host, own, users, kill=True)
+    upper, lowers = _layers(res, agent.cid)
+    changes, cut = layers.diff(upper, lowers)
+    carry = workpaths.plan(changes, work)
+    _record_plan(result, work, carry, cut)
+    harness = host / core.HARNESS
+    a = result.applied
+    binds = ((str(host / "logs" / "artifacts"), "/logs/artifacts"), (str(harness / "verifier"), core.VERIFIER_DIR),
+             (str(harness / "tests"), core.TESTS_DIR))
+    spec = replace(core._spec(task, image, result, a.verifier_timeout_s, {}), binds=binds, tool=own.tool,
+                   mounts=own.mounts(), hostname=own.hostname)
+    cid = dk.create(res, spec, "verifier")
+    into, _ = _layers(res, cid)
+    result.dropped = [*result.dropped, *layers.carried_layer(upper, into, carry.copy, carry.delete)]
+    dk.write_host_tree(harness / "tests", tree_entries(task_dir / "tests", "tests"))
+    pid, oom_before, since = core._started(res, cid)
+    box = core.AgentContainer(cid, pid, oom_before, since)
+    box.guarded = dk.settle_pid1(pid, own.tool)
+    own.boundary(pid)
+    read = lambda: dk.read_host_tree(harness, "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),  # noqa: E731
+                                     limits.max_listing_bytes)
+    core._verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
+                    lambda: core._stop(res, cid, pid, oom_before, since), read)
+    if replay_below is None or not result.outside_changes_total or result.passed(replay_below):
+        return
+    # the reference solution did not pass and changed the system: its own container again
+    core._fresh_dir(harness / "verifier", core.VERIFIER_DIR, 0o777, keep=False)
+    core._fresh_dir(harness / "tests", core.TESTS_DIR, 0o755, keep=False)
+    dk.write_host_tree(harness / "tests", tree_entries(task_dir / "tests", "tests"))
+    pid, oom_before, since = core._started(res, agent.cid)
+    again = core.AgentContainer(agent.cid, pid, oom_before, since)
+    again.guarded = dk.settle_pid1(pid, own.tool)
+    own.follow(pid)
+    shadow = result.model_copy(deep=True)
+    core._verify_in(res, task, again, shadow, limits, reward_key, reward_range, users, own.tool,
+                    lambda: core._stop(res, agent.cid, pid, oom_before, since), read)
+    result.shared_replayed, result.shared_record = True, shadow.record
+    result.shared_reward = shadow.reward if shadow.verifier_error is None else None
+
+
+def _layers(res: dk.Resources, cid: str) -> tuple[Path, list[Path]]:
+    """A container's writable layer and its lower layers on this machine's disk (overlay2)."""
+    graph = dk.call("inspect a container", res.api.inspect_container, cid).get("GraphDriver") or {}
+    data = graph.get("Data") or {}
+    if graph.get("Name") != "overlay2" or not data.get("UpperDir"):
+        raise dk.DockerFault(f"docker: the container's layers are not overlay2's ({graph.get('Name')!r})")
+    return Path(data["UpperDir"]), [Path(p) for p in str(data.get("LowerDir") or "").split(":") if p]
+
+
+def _record_plan(result: TrialResult, work: list[str], carry: workpaths.Plan, cut: bool) -> None:
+    result.work_paths = list(work)
+    result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
+    result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
+    if cut:
+        result.dropped = [f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
 
 
 def agent_phase(core, res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
