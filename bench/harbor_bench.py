@@ -1,27 +1,32 @@
-"""Harbor trials per second through the harness vs a bare loop of the same container work.
+"""Harbor trials per second: the trusted trial, the one-container trial, and a bare loop of the
+trusted trial's container work, in one invocation.
 
-    python bench/harbor_bench.py [-n 40] [-c 4] [--rounds 2] [--resolver {none,harness}]
+    python bench/harbor_bench.py [-n 40] [-c 4] [--rounds 3] [--resolver {none,harness}] [--calls N]
 
 One trivial task directory (written here, in a temporary directory: its image is the sandbox
 image plus one file; ``solve.sh`` writes one line, ``test.sh`` compares it and writes
-``reward.txt``) is built once. Then, at the same concurrency, alternating round by round so
-both see the same machine:
+``reward.txt``) is built once. Then, at the same concurrency, each round runs every side in
+turn (the order rotating round by round, so each sees the same machine):
 
-- **bare**: the docker API doing what one trial needs at the least — create a container of
-  the task image with the network off, start it, one exec for the solution, one exec for the
-  test, read ``/logs/verifier/reward.txt``, remove the container;
-- **harness**: `validate.trial.run_trial` playing the oracle on the same task — the agent
-  phase, its processes gone (PID 1 aside), what the agent left read, fresh log and test
-  directories, the verifier in the same container, the reward read by Harbor's rule,
-  everything removed; with ``--resolver harness`` (as `validate run` plays a trial) also
-  the trial's network signal — the harness's own sockets in the container's namespace when
-  it runs as root (`validate.trial.nsresolver`), else the resolver sidecar
-  (`validate.trial.network`) — with ``none`` (the default) no resolver.
+- **trusted** (the default): `validate.trial.run_trial` playing the oracle with the trusted
+  verifier — the agent's container (PID 1 the harness's program), killed whole; its writable
+  layer read; a second container of the pristine image with the agent's work carried into
+  its writable layer; the verifier there; the reward read by Harbor's rule; all removed;
+- **shared** (Harbor's mode, the one-container trial the harness played before): the agent's
+  processes swept (PID 1 aside), fresh log and test directories, the verifier in the same
+  container;
+- **bare trusted**: the docker API and the disk doing the trusted trial's container work at
+  the least — create, start, exec the solution, kill, read the writable layer, create a
+  second container, copy the changed path into its writable layer, start it, exec the test,
+  read the reward, remove both.
 
-It prints both rates and their ratio (harness / bare; the issue's goal is ≥ 0.9 at ``-c 4``)
-and the harness's per-phase share from the trial records. The docker daemon is the one
-``DOCKER_HOST`` names: run it against a daemon you started (the suite's `tests.dockerd`
-starts a private one); the sandbox image must be loaded (``validate image build``).
+With ``--resolver harness`` (as `validate run` plays a trial) the harness's trials also carry
+the trial's network signal (its own sockets in the containers' namespaces as root, else the
+resolver sidecar); with ``none`` (the default) no resolver. It prints each rate (trials over
+the wall time of all of that side's rounds) and the goals' ratios: trusted ≥ 0.7 × shared,
+trusted ≥ 0.9 × bare trusted at ``-c 4``. The docker daemon is the one ``DOCKER_HOST`` names
+(overlay2, on this machine, as root: the bare loop reads and writes the containers' layers on
+disk as the harness does); the sandbox image must be loaded (``validate image build``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import argparse
 import io
 import itertools
 import os
+import shutil
 import statistics
 import sys
 import tarfile
@@ -44,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from environment.harbor.taskdir import load_task  # noqa: E402
 from validate.paths import DEFAULT_IMAGE  # noqa: E402
 from validate.trial.result import TrialLimits  # noqa: E402
+from validate.trial import layers  # noqa: E402
 from validate.trial.run import run_trial  # noqa: E402
 
 LABEL = "deshuffle-validate.bench"
@@ -94,11 +101,48 @@ def bare_trial(api, image: str, names) -> float:
         api.remove_container(cid, force=True)
 
 
+def bare_trusted_trial(api, image: str, names, scratch: Path) -> float:
+    """The trusted trial's container work at the least; returns the reward it read."""
+    made = []
+    out = Path(tempfile.mkdtemp(dir=scratch))
+    out.chmod(0o777)
+    try:
+        hc = api.create_host_config(network_mode="none")
+        agent = api.create_container(image, command=["sleep", "infinity"], network_disabled=True, name=next(names),
+                                     labels={LABEL: "1"}, host_config=hc)["Id"]
+        made.append(agent)
+        api.start(agent)
+        api.exec_start(api.exec_create(agent, SOLVE)["Id"])
+        api.kill(agent)
+        upper, lowers = _layers(api, agent)
+        changes, _ = layers.diff(upper, lowers)
+        changed = tuple(c["Path"] for c in changes if c["Path"].startswith("/app/"))
+        verifier = api.create_container(image, command=["sleep", "infinity"], network_disabled=True, name=next(names),
+                                        labels={LABEL: "1"},
+                                        host_config=api.create_host_config(network_mode="none",
+                                                                           binds=[f"{out}:/logs/verifier"]))["Id"]
+        made.append(verifier)
+        layers.carried_layer(upper, _layers(api, verifier)[0], changed, ())
+        api.start(verifier)
+        api.exec_start(api.exec_create(verifier, TEST)["Id"])
+        return float((out / "reward.txt").read_text())
+    finally:
+        for cid in made:
+            api.remove_container(cid, force=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _layers(api, cid: str) -> tuple[Path, list[Path]]:
+    data = api.inspect_container(cid)["GraphDriver"]["Data"]
+    return Path(data["UpperDir"]), [Path(p) for p in data["LowerDir"].split(":")]
+
+
 def time_calls(api, table: dict[str, list[float]]) -> None:
     """Wrap `api`'s methods so each call's wall time lands in `table` (the per-call breakdown)."""
     for name in ("create_container", "start", "exec_create", "exec_start", "exec_inspect", "kill", "wait",
                  "get_archive", "put_archive", "commit", "remove_container", "create_volume", "remove_volume",
-                 "remove_image", "inspect_container", "pause", "unpause", "containers", "volumes", "images"):
+                 "remove_image", "inspect_container", "pause", "unpause", "containers", "volumes", "images",
+                 "diff", "inspect_image", "events", "info"):
         fn = getattr(api, name)
 
         def timed(*args, _fn=fn, _name=name, **kwargs):
@@ -111,13 +155,11 @@ def time_calls(api, table: dict[str, list[float]]) -> None:
         setattr(api, name, timed)
 
 
-def breakdown(client, image: str, task, task_dir: Path, limits, names, n: int, resolver: str | None) -> None:
+def breakdown(client, sides: dict, n: int) -> None:
     """Docker API seconds per trial, call by call, one trial at a time (no contention)."""
     table: dict[str, list[float]] = {}
     time_calls(client.api, table)
-    for label, fn in (("bare", lambda: bare_trial(client.api, image, names)),
-                      ("harness", lambda: run_trial(client, task, task_dir, image, "oracle", limits,
-                                                    run_label="harbor-bench", resolver_image=resolver))):
+    for label, fn in sides.items():
         table.clear()
         t0 = time.perf_counter()
         for _ in range(n):
@@ -140,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-n", type=int, default=40, help="trials per round and side (default 40)")
     p.add_argument("-c", type=int, default=4, help="concurrency (default 4)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds, alternating bare and harness (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, each running every side, their order rotating "
+                                                         "(default 3)")
     p.add_argument("--resolver", choices=("none", "harness"), default="none",
                    help="the harness's trials with no resolver, or with the trial's own as `validate run` "
                         "plays them (its sockets in the container's namespace as root, else the sidecar; "
@@ -157,31 +200,46 @@ def main(argv: list[str] | None = None) -> int:
         image = build(client, task_dir)
         names = (f"harbor-bench-bare-{i}" for i in itertools.count())
         limits = TrialLimits(cpus=1, memory_mb=512, max_agent_timeout_s=60, max_verifier_timeout_s=60)
-        bare_fn = lambda: bare_trial(client.api, image, names)  # noqa: E731
         resolver = DEFAULT_IMAGE if a.resolver == "harness" else None
-        harness_fn = lambda: run_trial(client, task, task_dir, image, "oracle", limits,  # noqa: E731
-                                       run_label="harbor-bench", resolver_image=resolver)
-        bare_fn(), harness_fn()  # warm: the image's layers, the first exec
-        bare, harness, records = [], [], []
+        shared_limits = limits.model_copy(update={"verifier_mode": "shared"})
+        sides = {
+            "trusted": lambda: run_trial(client, task, task_dir, image, "oracle", limits, run_label="harbor-bench",
+                                         resolver_image=resolver),
+            "shared": lambda: run_trial(client, task, task_dir, image, "oracle", shared_limits,
+                                        run_label="harbor-bench", resolver_image=resolver),
+            "bare trusted": lambda: bare_trusted_trial(client.api, image, names, Path(tmp)),
+        }
+        for fn in sides.values():  # warm: the image's layers, the first exec, the harness's program
+            fn()
+        rates: dict[str, list[float]] = {k: [] for k in sides}
+        records = []
+        order = list(sides)
         for r in range(a.rounds):
-            b, rewards = rate(bare_fn, a.n, a.c)
-            assert all(x == 1.0 for x in rewards), rewards
-            h, results = rate(harness_fn, a.n, a.c)
-            bad = [x for x in results if x.reward != 1.0 or x.status != "ok"]
-            assert not bad, bad[0].model_dump_json()[:2000]
-            bare.append(b), harness.append(h), records.extend(results)
-            print(f"round {r + 1}: bare {b:.2f} trials/s, harness {h:.2f} trials/s, ratio {h / b:.2f}", flush=True)
+            line = []
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                got, results = rate(sides[name], a.n, a.c)
+                if name == "bare trusted":
+                    assert all(x == 1.0 for x in results), results
+                else:
+                    bad = [x for x in results if x.reward != 1.0 or x.status != "ok"]
+                    assert not bad, bad[0].model_dump_json()[:2000]
+                    records += results if name == "trusted" else []
+                rates[name].append(got)
+                line.append(f"{name} {got:.2f}/s")
+            print(f"round {r + 1}: " + ", ".join(line), flush=True)
         if a.calls:
-            breakdown(client, image, task, task_dir, limits, names, a.calls, resolver)
+            breakdown(client, sides, a.calls)
         client.images.remove(image, force=True)
-    b, h = statistics.mean(bare), statistics.mean(harness)
+    # each side's rate over all its rounds: its trials over the wall time they took
+    m = {k: len(v) * a.n / sum(a.n / x for x in v) for k, v in rates.items()}
     how = {"none": "none", "harness": "own sockets (root)" if os.geteuid() == 0 else "sidecar"}[a.resolver]
     print(f"\nharbor_bench -n {a.n} -c {a.c} x {a.rounds} rounds, resolver: {how}")
-    print(f"  bare docker API trial : {b:.2f} trials/s")
-    print(f"  harness run_trial     : {h:.2f} trials/s")
-    print(f"  ratio harness / bare  : {h / b:.2f}  (goal >= 0.9)")
-    runtimes = [x.runtime_s for x in records]
-    print(f"  harness trial wall    : median {statistics.median(runtimes):.3f} s")
+    print(f"  trusted run_trial (default) : {m['trusted']:.2f} trials/s")
+    print(f"  shared run_trial (one box)  : {m['shared']:.2f} trials/s")
+    print(f"  bare trusted loop           : {m['bare trusted']:.2f} trials/s")
+    print(f"  trusted / shared            : {m['trusted'] / m['shared']:.2f}  (goal >= 0.7)")
+    print(f"  trusted / bare trusted      : {m['trusted'] / m['bare trusted']:.2f}  (goal >= 0.9)")
+    print(f"  trusted trial wall          : median {statistics.median(x.runtime_s for x in records):.3f} s")
     return 0
 
 
