@@ -10,15 +10,15 @@ turn (the order rotating round by round, so each sees the same machine):
 
 - **trusted** (the default): `validate.trial.run_trial` playing the oracle with the trusted
   verifier — the agent's container (PID 1 the harness's program), killed whole; its writable
-  layer read; a second container of the pristine image with the agent's work carried into
-  its writable layer; the verifier there; the reward read by Harbor's rule; all removed;
+  layer read and made to hold only the agent's work (the image's own files show again
+  elsewhere); the container started again, fresh; the verifier there; the reward read by
+  Harbor's rule; all removed;
 - **shared** (Harbor's mode, the one-container trial the harness played before): the agent's
   processes swept (PID 1 aside), fresh log and test directories, the verifier in the same
   container;
 - **bare trusted**: the docker API and the disk doing the trusted trial's container work at
-  the least — create, start, exec the solution, kill, read the writable layer, create a
-  second container, copy the changed path into its writable layer, start it, exec the test,
-  read the reward, remove both.
+  the least — create, start, exec the solution, kill, read the writable layer, keep only the
+  changed path under the work path, start again, exec the test, read the reward, remove.
 
 With ``--resolver harness`` (as `validate run` plays a trial) the harness's trials also carry
 the trial's network signal (its own sockets in the containers' namespaces as root, else the
@@ -102,33 +102,27 @@ def bare_trial(api, image: str, names) -> float:
 
 
 def bare_trusted_trial(api, image: str, names, scratch: Path) -> float:
-    """The trusted trial's container work at the least; returns the reward it read."""
-    made = []
+    """The trusted trial's container work at the least (as the harness does it on this machine's
+    overlay2 daemon): create, start, exec the solution, kill, read the writable layer, keep only
+    the changed path under /app, start again, exec the test, read the reward, remove."""
     out = Path(tempfile.mkdtemp(dir=scratch))
     out.chmod(0o777)
+    cid = api.create_container(image, command=["sleep", "infinity"], network_disabled=True, name=next(names),
+                               labels={LABEL: "1"}, host_config=api.create_host_config(
+                                   network_mode="none", binds=[f"{out}:/logs/verifier"]))["Id"]
     try:
-        hc = api.create_host_config(network_mode="none")
-        agent = api.create_container(image, command=["sleep", "infinity"], network_disabled=True, name=next(names),
-                                     labels={LABEL: "1"}, host_config=hc)["Id"]
-        made.append(agent)
-        api.start(agent)
-        api.exec_start(api.exec_create(agent, SOLVE)["Id"])
-        api.kill(agent)
-        upper, lowers = _layers(api, agent)
+        api.start(cid)
+        api.exec_start(api.exec_create(cid, SOLVE)["Id"])
+        api.kill(cid)
+        upper, lowers = _layers(api, cid)
         changes, _ = layers.diff(upper, lowers)
-        changed = tuple(c["Path"] for c in changes if c["Path"].startswith("/app/"))
-        verifier = api.create_container(image, command=["sleep", "infinity"], network_disabled=True, name=next(names),
-                                        labels={LABEL: "1"},
-                                        host_config=api.create_host_config(network_mode="none",
-                                                                           binds=[f"{out}:/logs/verifier"]))["Id"]
-        made.append(verifier)
-        layers.carried_layer(upper, _layers(api, verifier)[0], changed, ())
-        api.start(verifier)
-        api.exec_start(api.exec_create(verifier, TEST)["Id"])
+        keep = tuple(c["Path"] for c in changes if c["Path"].startswith("/app/"))
+        layers.revert(upper, upper.parent / "bench-stash", changes, keep, ["/app"])
+        api.start(cid)
+        api.exec_start(api.exec_create(cid, TEST)["Id"])
         return float((out / "reward.txt").read_text())
     finally:
-        for cid in made:
-            api.remove_container(cid, force=True)
+        api.remove_container(cid, force=True)
         shutil.rmtree(out, ignore_errors=True)
 
 

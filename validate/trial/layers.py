@@ -23,6 +23,7 @@ import subprocess
 from pathlib import Path
 
 from validate.errors import SandboxError
+from validate.trial.workpaths import under
 
 #: Entries of an upper layer read, at most (a tree past it is named, not read further).
 MAX_ENTRIES = 200_000
@@ -119,3 +120,70 @@ def _drop_specials(target: Path, rel: str) -> list[str]:
             os.unlink(target / path)
             dropped.append("/" + path)
     return dropped
+
+
+OPAQUE = "trusted.overlay.opaque"
+
+
+class Reverted:
+    """What `revert` moved out of a writable layer (into `stash`) and the opaque marks it took
+    off; `restore` puts both back (the agent's own layer again, for a replay in its container)."""
+
+    def __init__(self, upper: Path, stash: Path) -> None:
+        self.upper, self.stash = upper, stash
+        self.moved: list[str] = []
+        self.unmarked: list[str] = []
+
+    def restore(self) -> None:
+        for rel in reversed(self.moved):
+            os.makedirs((self.upper / rel).parent, exist_ok=True)
+            os.rename(self.stash / rel, self.upper / rel)
+        for rel in self.unmarked:
+            os.setxattr(self.upper / rel, OPAQUE, b"y", follow_symlinks=False)
+        self.moved, self.unmarked = [], []
+
+
+def revert(upper: Path, stash: Path, changes: list[dict], keep: tuple[str, ...], work: list[str]) -> Reverted:
+    """Make a stopped container's writable layer hold only the agent's changes at or under
+    `keep` (the carried paths, deletions included): every other changed path moved out (into
+    `stash`, on the same filesystem: a rename), so the image's own version shows again; a
+    directory above a kept path but outside the work paths loses its opaque mark (the image's
+    other entries there show again); devices, fifos and sockets under a kept path moved out
+    too. Started again, the container is the image with only the carried changes."""
+    done = Reverted(upper, stash)
+    for change in sorted(changes, key=lambda c: c["Path"]):
+        path = change["Path"]
+        rel = path.lstrip("/")
+        if any(under(path, "/" + m) for m in done.moved):
+            continue  # inside a subtree already moved
+        if any(under(path, k) for k in keep):
+            try:
+                st = os.lstat(upper / rel)
+            except OSError:
+                continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode)
+                    or _is_whiteout(st)):
+                _move(done, rel)
+            continue
+        if any(under(k, path) for k in keep):  # an ancestor of what is carried: it stays
+            if not any(under(path, w) for w in work) and _opaque(upper / rel):
+                os.removexattr(upper / rel, OPAQUE, follow_symlinks=False)
+                done.unmarked.append(rel)
+            continue
+        _move(done, rel)
+    return done
+
+
+def _opaque(path: Path) -> bool:
+    try:
+        return os.getxattr(path, OPAQUE, follow_symlinks=False) == b"y"
+    except OSError:
+        return False
+
+
+def _move(done: Reverted, rel: str) -> None:
+    if not os.path.lexists(done.upper / rel):
+        return
+    os.makedirs((done.stash / rel).parent, exist_ok=True)
+    os.rename(done.upper / rel, done.stash / rel)
+    done.moved.append(rel)

@@ -54,50 +54,64 @@ def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image
                 reward_range: tuple[float, float], replay_below: float | None) -> None:
     """The trusted trial on this machine's own daemon (root, the overlay2 driver): the agent's
     container with the harness's host directories bound (as the shared trial's), killed whole
-    when the agent is done; its writable layer read where it lies (`layers.diff`: the same
-    changes the daemon's diff would list, without the daemon mounting the container for it);
-    the verifier's container created with only /logs/artifacts, a fresh /logs/verifier and
-    /tests of the harness's bound, the carried paths (deletions as the kernel's own whiteouts)
-    written into its writable layer before it starts; then the verifier, as in every mode."""
+    when the agent is done — every process of the phase dead; its writable layer read where
+    it lies (`layers.diff`: the changes the daemon's diff would list, without the daemon
+    mounting the container for it) and made to hold only the carried changes (`layers.revert`:
+    everything else moved aside, so the image's own files show again); the container started
+    again with a fresh PID 1 of the harness's, fresh /logs/verifier and /tests: the task's
+    pristine image with only the agent's work, where the verifier runs as in every mode. The
+    reference solution that does not pass there and changed the system gets its own layer back
+    and the verifier again (its reward: `TrialResult.shared_reward`)."""
     host = own.host
     agent = core._shared_agent_phase(res, task, image, plan, result, limits, None, drive, host, own, users, kill=True)
     upper, lowers = _layers(res, agent.cid)
     changes, cut = layers.diff(upper, lowers)
     carry = workpaths.plan(changes, work)
     _record_plan(result, work, carry, cut)
-    harness = host / core.HARNESS
-    a = result.applied
-    binds = ((str(host / "logs" / "artifacts"), "/logs/artifacts"), (str(harness / "verifier"), core.VERIFIER_DIR),
-             (str(harness / "tests"), core.TESTS_DIR))
-    spec = replace(core._spec(task, image, result, a.verifier_timeout_s, {}), binds=binds, tool=own.tool,
-                   mounts=own.mounts(), hostname=own.hostname)
-    cid = dk.create(res, spec, "verifier")
-    into, _ = _layers(res, cid)
-    result.dropped = [*result.dropped, *layers.carried_layer(upper, into, carry.copy, carry.delete)]
-    dk.write_host_tree(harness / "tests", tree_entries(task_dir / "tests", "tests"))
-    pid, oom_before, since = core._started(res, cid)
-    box = core.AgentContainer(cid, pid, oom_before, since)
-    box.guarded = dk.settle_pid1(pid, own.tool)
-    own.boundary(pid)
-    read = lambda: dk.read_host_tree(harness, "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),  # noqa: E731
-                                     limits.max_listing_bytes)
-    core._verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
-                    lambda: core._stop(res, cid, pid, oom_before, since), read)
-    if replay_below is None or not result.outside_changes_total or result.passed(replay_below):
+    reverted = layers.revert(upper, upper.parent / STASH, changes, (*carry.copy, *carry.delete), work)
+    result.dropped = [*result.dropped, *("/" + m for m in reverted.moved if any(
+        workpaths.under("/" + m, k) for k in carry.copy))]
+    maybe = replay_below is not None and result.outside_changes_total > 0  # else nothing plays after it
+    _verify_again(core, res, task, task_dir, agent, result, limits, reward_key, reward_range, own, users,
+                  keep=maybe)
+    if not maybe or result.passed(replay_below):
         return
-    # the reference solution did not pass and changed the system: its own container again
+    reverted.restore()  # the agent's own layer again: does the task need what it changed?
+    shadow = result.model_copy(deep=True)
+    _verify_again(core, res, task, task_dir, agent, shadow, limits, reward_key, reward_range, own, users,
+                  replay=True)
+    result.shared_replayed, result.shared_record = True, shadow.record
+    result.shared_reward = shadow.reward if shadow.verifier_error is None else None
+
+
+#: Beside a container's writable layer (in its layer's directory, which the daemon removes with
+#: the container): where `layers.revert` moves what the verifier must not see.
+STASH = "dv-stash"
+
+
+def _verify_again(core, res: dk.Resources, task: HarborTask, task_dir: Path, agent, result: TrialResult,
+                  limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], own,
+                  users: dict[str, str], replay: bool = False, keep: bool = True) -> None:
+    """The (stopped) container started again — PID 1 the harness's program, fresh /logs/verifier
+    and /tests of the harness's — and the verifier run in it, then the container stopped (`keep`)
+    or removed with everything in it (one call fewer)."""
+    harness = own.host / core.HARNESS
     core._fresh_dir(harness / "verifier", core.VERIFIER_DIR, 0o777, keep=False)
     core._fresh_dir(harness / "tests", core.TESTS_DIR, 0o755, keep=False)
     dk.write_host_tree(harness / "tests", tree_entries(task_dir / "tests", "tests"))
     pid, oom_before, since = core._started(res, agent.cid)
-    again = core.AgentContainer(agent.cid, pid, oom_before, since)
-    again.guarded = dk.settle_pid1(pid, own.tool)
-    own.follow(pid)
-    shadow = result.model_copy(deep=True)
-    core._verify_in(res, task, again, shadow, limits, reward_key, reward_range, users, own.tool,
-                    lambda: core._stop(res, agent.cid, pid, oom_before, since), read)
-    result.shared_replayed, result.shared_record = True, shadow.record
-    result.shared_reward = shadow.reward if shadow.verifier_error is None else None
+    box = core.AgentContainer(agent.cid, pid, oom_before, since)
+    box.guarded = result.pid1_guarded = dk.settle_pid1(pid, own.tool)
+    if replay:
+        own.follow(pid)  # the same verifier's phase for the resolver's log: no new boundary
+    else:
+        own.boundary(pid)
+    core._alone(box, own.tool)
+    end = (lambda: core._stop(res, agent.cid, pid, oom_before, since)) if keep else \
+        (lambda: core._remove(res, box, oom_before, since))
+    core._verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool, end,
+                    lambda: dk.read_host_tree(harness, "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                                              limits.max_listing_bytes))
 
 
 def _layers(res: dk.Resources, cid: str) -> tuple[Path, list[Path]]:
