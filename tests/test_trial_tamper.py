@@ -186,3 +186,28 @@ def test_podman_the_trusted_verifier_resists_a_tampering_control(tmp_path):
     finally:
         dk.sweep(sb.client.api, f"{dk.LABEL}={sb.run_label}")
         sb.close()
+
+
+#: Writes as much as it can into the container's own filesystem, in bytes and in files, and
+#: says how much it got (the layer is the contract's storage: the rest fails ENOSPC), then
+#: does the task.
+LAYER_FILLER = ("dd if=/dev/zero of=/var/tmp/fill bs=1M count=400 2>/dev/null; "
+                "python3 -c 'import os\nos.makedirs(\"/var/tmp/many\")\nn = 0\ntry:\n    while n < 100000:\n"
+                "        open(f\"/var/tmp/many/{n}\", \"w\").close(); n += 1\nexcept OSError: pass\nprint(\"files\", n)'; "
+                "echo bytes $(stat -c %s /var/tmp/fill); rm -rf /var/tmp/many /var/tmp/fill; echo 60 > /app/sum.txt")
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", ["trusted", "shared"])
+def test_the_container_s_own_filesystem_holds_no_more_than_the_contract_s_storage(client, sound, monkeypatch, mode):
+    monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
+        name=agent, command=["sh", "-c", f"{{ {LAYER_FILLER}; }} > /logs/agent/layer.txt 2>&1"],
+        output="/logs/agent/layer.txt"))
+    task, task_dir, image = sound
+    small = LIMITS.model_copy(update={"verifier_mode": mode, "storage_mb": 32, "storage_inodes": 2000})
+    r = run_trial(client, task, task_dir, image, "layer-filler", small, run_label=RUN_LABEL)
+    assert r.infrastructure_error is None and r.cleanup_errors == [] and _left_behind(client) == [], r
+    got = dict(line.split() for line in r.agent_run.stdout.splitlines() if line.split()[:1] in (["bytes"], ["files"]))
+    assert 0 < int(got["bytes"]) <= 32 * 2**20, r.agent_run.stdout
+    assert 0 < int(got["files"]) <= 2000, r.agent_run.stdout
+    assert (r.status, r.reward) == ("ok", 1.0)

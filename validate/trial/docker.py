@@ -44,8 +44,10 @@ import requests
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount
 
+from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, procs_of
-from validate.sandbox.storage import remove_tree
+from validate.sandbox.storage import mount_tmpfs, remove_tree
+from validate.sandbox.storage import unmount as storage_unmount
 from validate.sandbox.docker.wire import LABEL
 from validate.trial import tool as harness_tool
 
@@ -93,9 +95,33 @@ class Resources:
     volumes: list[str] = field(default_factory=list)
     #: The kinds of thing this trial asked docker for (containers always): what `close` sweeps.
     kinds: list[str] = field(default_factory=lambda: ["containers"])
+    #: Containers whose writable layer is on a tmpfs of the harness's (`cap_layer`): its layer
+    #: directory, unmounted once the container is stopped and before it is removed.
+    caps: dict[str, Path] = field(default_factory=dict)
 
     def labels(self) -> dict[str, str]:
         return {LABEL: self.run_label, TRIAL_LABEL: self.trial}
+
+    def uncap(self, cid: str) -> None:
+        """Stop `cid` (if it runs) and unmount the tmpfs under its writable layer: the daemon
+        can then remove the layer's directory as its own."""
+        layer = self.caps.pop(cid, None)
+        if layer is None:
+            return
+        try:
+            if self.api.inspect_container(cid)["State"].get("Running"):
+                self.api.kill(cid)
+                self.api.wait(cid, timeout=60)
+        finally:
+            storage_unmount(layer)
+
+    def remove(self, cid: str) -> None:
+        """Remove `cid` with everything in it (its capped layer released first)."""
+        if cid in self.caps:
+            call("stop a capped container", self.uncap, cid)
+        call("remove a container", self.api.remove_container, cid, force=True, v=True)
+        if cid in self.containers:
+            self.containers.remove(cid)
 
     def close(self) -> list[str]:
         """Remove containers (with their anonymous volumes), then volumes and images; then
@@ -103,6 +129,8 @@ class Resources:
         errors: list[str] = []
         # the task containers before the resolver whose network namespace they joined
         for cid in reversed(self.containers):
+            if cid in self.caps:
+                _try(errors, f"container {cid[:12]}", self.uncap, cid)
             _try(errors, f"container {cid[:12]}", self.api.remove_container, cid, force=True, v=True)
         for name in self.volumes:
             _try(errors, f"volume {name}", self.api.remove_volume, name, force=True)
@@ -123,12 +151,25 @@ def _try(errors: list[str], what: str, call, *args, **kwargs) -> None:
         errors.append(f"{what}: {type(e).__name__}: {str(e)[:200]}")
 
 
+def _uncap_left(api, cid: str) -> None:
+    """A container a killed harness left with its writable layer on a tmpfs (`cap_layer`):
+    stopped, and the tmpfs unmounted, so the daemon can remove it."""
+    data = (api.inspect_container(cid).get("GraphDriver") or {}).get("Data") or {}
+    layer = Path(data["UpperDir"]).parent if data.get("UpperDir") else None
+    if layer is not None and os.path.ismount(layer):
+        if api.inspect_container(cid)["State"].get("Running"):
+            api.kill(cid)
+            api.wait(cid, timeout=60)
+        storage_unmount(layer)
+
+
 def sweep(api, label_filter: str, kinds: tuple[str, ...] = ("containers", "volumes", "images")) -> list[str]:
     """Remove every container, volume and image (of `kinds`) carrying `label_filter` (``key=value``)."""
     errors: list[str] = []
     filters = {"label": label_filter}
     try:
         for c in api.containers(all=True, quiet=True, filters=filters) if "containers" in kinds else []:
+            _try(errors, f"container {c['Id'][:12]}", _uncap_left, api, c["Id"])
             _try(errors, f"container {c['Id'][:12]}", api.remove_container, c["Id"], force=True, v=True)
         for v in (api.volumes(filters=filters) or {}).get("Volumes") or [] if "volumes" in kinds else []:
             _try(errors, f"volume {v['Name']}", api.remove_volume, v["Name"], force=True)
@@ -162,6 +203,32 @@ class Spec:
     mounts: tuple = ()
     #: the container's hostname (None: docker's, its id's head)
     hostname: str | None = None
+    #: (MiB, inodes): the container's writable layer on a tmpfs of that size (`cap_layer`)
+    cap: tuple[int, int] | None = None
+
+
+def cap_layer(res: Resources, cid: str, size_mb: int, inodes: int) -> bool:
+    """Before `cid`'s first start: its writable layer (overlay2's ``diff`` and ``work``, with the
+    layer's ``link`` and ``lower``) moved onto a tmpfs of `size_mb` MiB and `inodes` inodes
+    mounted over the layer's directory, so that everything the container writes anywhere in
+    its own filesystem counts against the contract's storage (and, being memory, its memory):
+    a full layer is the trial's own ENOSPC, never the host disk's. False (nothing done) where the
+    daemon's layers are not overlay2 directories of this machine."""
+    graph = call("inspect a container", res.api.inspect_container, cid).get("GraphDriver") or {}
+    data = graph.get("Data") or {}
+    upper = data.get("UpperDir")
+    if graph.get("Name") != "overlay2" or not upper or not os.path.isdir(upper):
+        return False
+    layer = Path(upper).parent
+    kept = {name: (layer / name).read_bytes() for name in ("link", "lower") if (layer / name).is_file()}
+    mount_tmpfs(layer, Limits(storage_mb=size_mb, storage_inodes=max(inodes, 16)), noexec=False)
+    res.caps[cid] = layer
+    os.chmod(layer, 0o710)
+    for name, data_ in kept.items():
+        (layer / name).write_bytes(data_)
+    (layer / "diff").mkdir(mode=0o755)
+    (layer / "work").mkdir(mode=0o700)
+    return True
 
 
 def create(res: Resources, spec: Spec, name: str) -> str:
@@ -189,6 +256,9 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     except DOCKER_ERRORS as e:
         raise fault(f"create the {name} container from {spec.image[:19]}", e) from None
     res.containers.append(cid)
+    if spec.cap is not None and not cap_layer(res, cid, *spec.cap):
+        raise DockerFault(f"docker: the {name} container's writable layer cannot be capped (not overlay2 on this "
+                          f"machine)")
     return cid
 
 

@@ -700,7 +700,7 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
             uploads.append((path, mode, data))
     spec = replace(_spec(task, image, result, a.agent_timeout_s + a.verifier_timeout_s, {}),
                    binds=tuple((str(h), c) for h, c in binds), tool=own.tool, mounts=own.mounts(),
-                   hostname=own.hostname)
+                   hostname=own.hostname, cap=(limits.storage_mb, limits.storage_inodes))
     agent = start_agent(res, spec, uploads, resolver)
     own.started(agent.pid)
     result.pid1_guarded = agent.guarded
@@ -773,8 +773,7 @@ def _remove(res: dk.Resources, box: AgentContainer, oom_before: int | None, sinc
     state = dk.call("inspect a container", _state_once_heard, res, box.cid, box.pid)
     if not state.get("Running"):
         return _stopped_before(res, box.cid, state, since)
-    dk.call("remove the container", res.api.remove_container, box.cid, force=True, v=True)
-    res.containers.remove(box.cid)
+    res.remove(box.cid)
     if oom_before is not None and oom_after is not None:
         return oom_after > oom_before  # (the daemon's flag may be the agent phase's, same container)
     return bool(state.get("OOMKilled"))
