@@ -93,3 +93,54 @@ def test_the_audit_reads_every_reward_again_from_the_kept_records(harbor_run):
     result = audit(run_dir)
     assert result.problems == []
     assert any("rewards re-scored" in line for line in result.checked), result.checked
+
+
+def test_the_claim_counts_what_the_oracle_certified_and_what_resisted_every_tampering_control(harbor_run):
+    run_dir, summary = harbor_run
+    tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
+    certified = int(tasks["oracle_certified"].sum())
+    c = json.loads((run_dir / "run.json").read_text())["counts"]
+    assert (c["oracle_certified"], c["hack_resistant"]) == (certified, c["compatible"])
+    assert c["compatible"] == sum(label(t) == ("compatible", "") for t in PICK) and certified >= c["compatible"]
+    from validate.paths import REPORT_MD
+    from validate.report import render
+    from validate.run_evidence import report_inputs
+
+    report = render(run_dir, report_inputs(run_dir))[REPORT_MD].decode()
+    assert f"{certified} oracle-certified, {c['compatible']} of them hack-resistant against 5 tampering controls" \
+        in report and "verifier mode trusted" in report
+    att = pd.read_parquet(run_dir / "attempts.parquet")
+    tampering = att[att["agent"].str.startswith("tamper-")]
+    assert set(tampering["agent"]) == {"tamper-binaries", "tamper-loader", "tamper-path", "tamper-pytest",
+                                       "tamper-python"}
+    sound = tampering[tampering["task_id"] == "csv-to-json"]
+    assert (sound["reward"] == 0.0).all() and all(t["verifier_mode"] == "trusted" for t in sound["trial"])
+    # what each planted outside the work paths stayed in its container, recorded, never carried;
+    # what two planted in the working directory was carried, and meant nothing to this verifier
+    trial = {r.agent: r.trial for r in sound.itertuples()}
+    assert all(trial[a]["outside_total"] > 0 and trial[a]["carried_total"] == 0
+               for a in ("tamper-binaries", "tamper-loader", "tamper-python")), trial
+    assert list(trial["tamper-path"]["carried"]) == ["/app/pytest.py"]
+    assert "/app/conftest.py" in list(trial["tamper-pytest"]["carried"])
+
+
+@pytest.mark.parametrize("forge", ["stderr", "planted", "shared_reward"])
+def test_the_audit_re_derives_the_harness_s_own_observations_of_each_trial(harbor_run, tmp_path, forge):
+    import shutil
+
+    from tests.test_audit_forgery import edit_row, fails
+
+    run = tmp_path / "forged"
+    shutil.copytree(harbor_run[0], run)
+    trial = lambda r: r.get("trial") is not None  # noqa: E731
+    if forge == "stderr":  # the harness's own lines cut from a stderr (a forger hiding a killed process)
+        pick = lambda r: trial(r) and r["stderr"].startswith("[")  # noqa: E731
+        before = edit_row(run / "attempts.parquet", pick, stderr="")
+        assert before["stderr"].startswith("[")
+        fails(run, "attempts.parquet", "stderr is not its trial evidence")
+    elif forge == "planted":
+        edit_row(run / "attempts.parquet", lambda r: trial(r) and r["role"] == "control", planted="/nothing")
+        fails(run, "attempts.parquet", "planted")
+    else:
+        edit_row(run / "attempts.parquet", lambda r: trial(r) and r["role"] == "oracle", shared_reward=1.0)
+        fails(run, "attempts.parquet", "shared_reward")

@@ -83,8 +83,10 @@ from validate.verdicts import Outcome, as_expected, decide
 #: bound by ``checksums`` alone, so only ``--signature`` (which covers the checksums) holds them.
 SEALED_ONLY: tuple[str, ...] = (
     "run.json: machine, code_commit, started_at (a resume starts it again), interrupted",
-    "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr, "
-    "error_class, error_message, node, host (where a cluster ran it)",
+    "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr (but "
+    "a trial's head: re-derived from its trial column), error_class, error_message, node, host (where a cluster "
+    "ran it); a trial's observations (its trial column: what the harness saw, held to its stderr, planted, "
+    "shared_reward and stored reply)",
     "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
     "re-derives the answer itself)",
     f"{SCORER_CACHE}/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",

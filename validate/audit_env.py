@@ -32,6 +32,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from environment.protocol import LoadHints, ScorerUnavailable
+from validate.kinds.trial import evidence_problems
 from validate.contract import ContractError, Manifest, check_environment, check_tasks, program_sha256
 from validate.evidence import reply_path
 from validate.paths import SCORER_CACHE, SMOKE, RunPaths
@@ -201,6 +202,8 @@ def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r, la
                 reply = stored_reply(paths, row, m.execution.max_reply_text_bytes, t, name)
                 if reply is False:
                     continue
+                for problem in evidence_problems(row, reply, m) if "trial" in row else ():
+                    t.add("trial evidence", f"{name}: {problem}")
                 scored += _rescore_one(at.taskset(m), task, reply, row, metrics, cache, t, name)
     t.close()
     r.checked.append(f"{label}{scored} rewards re-scored from {n} attempts' whole replies ({t.from_store} "

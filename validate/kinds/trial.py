@@ -40,12 +40,13 @@ from datetime import UTC, datetime
 
 from environment.harbor.env import HarborTaskRef
 from environment.protocol import sha256_tag
-from environment.harbor.reward import VerifierFailed, score_record
+from environment.harbor.reward import VerifierFailed, VerifierRecord, score_record
+from pydantic import ValidationError
 from validate.context import AttemptKind, Play, RunContext
 from validate.errors import SandboxError
 from validate.kinds.program import Tried, keep_replies, unsupported_row
 from validate.paths import task_image_store
-from validate.records import CONTROL, Attempt, PathChange, TrialEvidence, planted_words
+from validate.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
 from validate.taskimage.bases import build_base_map
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
@@ -319,3 +320,45 @@ def _outputs(row: dict, result: TrialResult, role: str) -> None:
     row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed, timed_out=a.timed_out,
                stdout=a.stdout, stderr=f"{trial.lines()}{v.stdout}\n{v.stderr}", trial=trial,
                shared_reward=result.shared_reward, planted=planted_of(trial, role))
+
+
+def evidence_problems(row: dict, reply: bytes | None, manifest) -> list[str]:
+    """What does not hold of a trial attempt's typed evidence (`Attempt.trial`) against the rest
+    of its row, its stored reply and its contract (the audit's check; [] when all holds): the
+    head of its ``stderr`` is the evidence in words, its ``planted`` is derived from it, its
+    ``shared_reward`` is what the reply's replayed record scores to, its verifier mode is the
+    contract's (a task's separate verifier aside)."""
+    data = row.get("trial")
+    if data is None:
+        played = row.get("status") in (*AGENT_STATUSES, SCORER_ERROR) and reply is not None
+        return ["a played trial without its trial evidence"] if played and manifest.execution.trial else []
+    try:
+        trial = TrialEvidence.model_validate(data)
+    except ValidationError as e:
+        return [f"its trial evidence does not read ({str(e)[:200]})"]
+    problems = []
+    if not (row.get("stderr") or "").startswith(trial.lines()):
+        problems.append("the head of its stderr is not its trial evidence in words")
+    if row.get("planted") != planted_of(trial, row.get("role", "")):
+        problems.append(f"planted {row.get('planted')!r} is not what its trial evidence names")
+    mode = verifier_mode_of(manifest.execution)
+    if trial.verifier_mode != mode and trial.verifier_mode != "separate":
+        problems.append(f"verifier mode {trial.verifier_mode} but the contract's is {mode}")
+    replayed = None
+    if reply is not None:
+        try:
+            replayed = VerifierRecord.model_validate_json(reply).replayed
+        except ValidationError:
+            replayed = None
+    if trial.shared_replayed != (replayed is not None):
+        problems.append("its trial evidence and its stored reply disagree on whether the verifier was replayed")
+    expected = None
+    if replayed is not None:
+        try:
+            expected, _ = score_record(replayed.to_bytes(), replayed.key)
+        except VerifierFailed:
+            expected = None
+    if (row.get("shared_reward") is None) != (expected is None) or \
+            (expected is not None and abs(float(row["shared_reward"]) - expected) > 1e-9):
+        problems.append(f"shared_reward {row.get('shared_reward')} but its stored reply's replay scores {expected}")
+    return problems
