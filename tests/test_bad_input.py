@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
+from tests.conftest import CORPUS_PATH, ROOT, VALIDATE, subprocess_env
 
 
 def cli(*args, cwd):
@@ -86,4 +86,28 @@ def test_eval_freeze_with_a_base_url_that_is_not_http(tmp_path):
     args = ("eval", "freeze", "--name", "e", "--pool-run", "nowhere", "--model", "m", "--model-revision", "r")
     refused(cli(*args, "--base-url", "ftp://x", cwd=tmp_path), "--base-url", "'ftp://x'", "http:// or https://")
     refused(cli(*args, "--base-url", "http://", cwd=tmp_path), "--base-url", "names no host")
+    assert list(tmp_path.iterdir()) == []
+
+
+#: Every command that reads a dataset manifest, given the committed eval contract instead.
+EVAL_CONTRACT = str(ROOT / "manifests" / "eval-harbor-t1.0.json")
+HARBOR_POOL = next(p for p in sorted((ROOT / "ledgers").iterdir()) if p.name.startswith("harbor-sample-pool-"))
+DATASET_COMMANDS = {
+    "verify": ("verify", "--manifest", EVAL_CONTRACT),
+    "run": ("run", "--manifest", EVAL_CONTRACT, "--allow-patch"),
+    "pool": ("pool", "--manifest", EVAL_CONTRACT, "--allow-patch"),
+    "pilot": ("pilot", "--manifest", EVAL_CONTRACT, "--allow-patch"),
+    "freeze --like": ("freeze", "--name", "x", "--like", EVAL_CONTRACT, "--allow-patch"),
+    "eval freeze --manifest": ("eval", "freeze", "--name", "e", "--pool-run", str(HARBOR_POOL), "--manifest",
+                               EVAL_CONTRACT, "--model", "m", "--model-revision", "r", "--base-url",
+                               "http://127.0.0.1:9/v1", "--allow-patch"),
+    "eval run --manifest": ("eval", "run", "--contract", EVAL_CONTRACT, "--manifest", EVAL_CONTRACT,
+                            "--allow-patch"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(DATASET_COMMANDS))
+def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the_eval_commands(tmp_path, command):
+    refused(cli(*DATASET_COMMANDS[command], cwd=tmp_path), EVAL_CONTRACT, "is an eval contract",
+            "not a dataset manifest", "validate eval run --contract")
     assert list(tmp_path.iterdir()) == []

@@ -205,6 +205,15 @@ class Manifest(SealedDocument):
     parent_sha256: str | None = None
     sha256: str = ""
 
+    @classmethod
+    def check_raw(cls, raw: Any, where: str) -> None:
+        # An eval contract is the other sealed document users hold: name it, not its first field
+        # that fails a dataset manifest's schema.
+        if isinstance(raw, dict) and raw.get("kind") == "eval":
+            raise ContractError(f"{where}: is an eval contract (field 'kind' is 'eval'), not a dataset manifest: "
+                                f"run it with `validate eval run --contract {where}`; the dataset commands take a "
+                                f"manifest made by `validate freeze`")
+
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
         # From the list's columns: a 10,000-task contract is checked without an entry model per task.
