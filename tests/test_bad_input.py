@@ -111,3 +111,42 @@ def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the
     refused(cli(*DATASET_COMMANDS[command], cwd=tmp_path), EVAL_CONTRACT, "is an eval contract",
             "not a dataset manifest", "validate eval run --contract")
     assert list(tmp_path.iterdir()) == []
+
+
+SAMPLE = ROOT / "examples" / "harbor-sample"
+
+
+def _dataset(tmp_path):
+    """A one-task Harbor dataset of the sample's csv-to-json, and a listing of every file in it."""
+    import shutil
+
+    d = tmp_path / "D"
+    shutil.copytree(SAMPLE / "csv-to-json", d / "csv-to-json")
+    return d, lambda: sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("out", ["m.json", "sub/m.json"])
+def test_freeze_refuses_an_output_inside_the_dataset(tmp_path, out):
+    """The build logs beside such a manifest (``m.build-logs/``) were read back as the dataset's
+    one task, and the real task left out: refused before anything is built or written."""
+    d, listing = _dataset(tmp_path)
+    before = listing()
+    (d / "sub").mkdir()
+    r = cli("freeze", "--env", "harbor", "--name", "m", "--dataset", str(d), "--backend", "docker", "--allow-patch",
+            "--out", str(d / out), cwd=tmp_path)
+    refused(r, "--out", str(d / out), "inside the dataset", str(d))
+    (d / "sub").rmdir()
+    assert listing() == before
+
+
+@pytest.mark.bwrap
+def test_freeze_like_refuses_an_output_inside_the_dataset(tmp_path):
+    d, listing = _dataset(tmp_path)
+    assert cli("freeze", "--env", "harbor", "--name", "m0", "--dataset", str(d), "--backend", "bwrap",
+               "--allow-patch", "--out", str(tmp_path / "m0.json"), cwd=tmp_path).returncode == 0
+    before = listing()
+    r = cli("freeze", "--name", "m", "--like", str(tmp_path / "m0.json"), "--backend", "bwrap", "--allow-patch",
+            "--out", str(d / "m.json"), cwd=tmp_path)
+    refused(r, "--out", str(d / "m.json"), "inside the dataset")
+    assert listing() == before

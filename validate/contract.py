@@ -241,6 +241,11 @@ class Manifest(SealedDocument):
         return LoadHints(revision=self.environment.revision, search=tuple(search), secret=task_secret(self.salt))
 
 
+def new_salt() -> str:
+    """A fresh contract salt (`Manifest.salt`)."""
+    return secrets.token_hex(16)
+
+
 def task_secret(salt: str) -> str:
     """The secret an environment mixes into its tasks' random streams, derived from the salt
     (which every child contract inherits) under its own tag: the input starts with a non-hex
@@ -356,11 +361,16 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
            facts: BackendFacts, controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
            pass_threshold: float | None = None, exception_rule: str = "strict", min_task_count: int | None = None,
            git_commit: str = "", patch: PatchInfo | None = None, config_file: str | None = None,
-           oracle_repeats: int = 1, **execution: Any) -> Manifest:
-    """Build and seal a root manifest: generate every selected task and record its hash."""
+           oracle_repeats: int = 1, loaded: tuple[str, Taskset] | None = None, **execution: Any) -> Manifest:
+    """Build and seal a root manifest: generate every selected task and record its hash.
+    `loaded`: (salt, the taskset loaded with that salt's `task_secret`) when the caller read
+    the tasks already; else a salt is drawn and the taskset loaded here."""
     env = environments.get(env_name)
-    salt = secrets.token_hex(16)
-    taskset = load_taskset(env, config, dataclasses.replace(hints, secret=task_secret(salt)))
+    if loaded is None:
+        salt = new_salt()
+        taskset = load_taskset(env, config, dataclasses.replace(hints, secret=task_secret(salt)))
+    else:
+        salt, taskset = loaded
     scorer = env.scorer(config)
     idx = sorted(set(idx))
     agents = agent_entries(env, config, controls, ceilings or {})
