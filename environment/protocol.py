@@ -49,6 +49,29 @@ def canonical_json(value: object) -> bytes:
                       allow_nan=False).encode()
 
 
+def safe_text(text: str) -> str:
+    """`text` as UTF-8 can store it: each lone surrogate (what Python makes of a file name's
+    bytes that are not UTF-8, or of a JSON ``\\ud800`` escape) written as its backslash escape
+    (``\\udcff``), everything else unchanged. Text a task, an agent or a model produces goes
+    through it before it reaches a JSON or Parquet writer, which would refuse it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def safe_json(value: object) -> object:
+    """A parsed JSON value with every string in it (object keys too) made `safe_text`."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, list):
+        return [safe_json(v) for v in value]
+    if isinstance(value, dict):
+        return {safe_text(k) if isinstance(k, str) else k: safe_json(v) for k, v in value.items()}
+    return value
+
+
 def sha256_tag(data: bytes) -> str:
     """``sha256:<hex>`` of `data`."""
     import hashlib

@@ -50,6 +50,30 @@ def test_parquet_and_journal_merge_without_duplicates(tmp_path):
     assert got[0].metrics == {"parsed_ok": 1.0, "grouping_f1": 1.0}
 
 
+def test_text_holding_lone_surrogates_is_journalled_and_folded_escaped(tmp_path):
+    """A verifier's reward key (a JSON "\\ud800" escape) or an agent's file name that is not UTF-8
+    (b"\\xff", a "\\udcff" to Python) reaching an attempt's text once stopped the journal."""
+    paths = RunPaths(tmp_path)
+    j = Journal(paths, METRICS)
+    odd = att(0).model_copy(update={"status": "scorer_error", "reward": None})
+    odd = Attempt.model_validate({**odd.model_dump(), "error_message": "no key 'reward' (keys: \ud800)",
+                                  "stderr": "[left in /logs/verifier: \udcff\udcfe-left (0 B)]", "stdout": "\ud83d",
+                                  "reply_text": "\udfff"})
+    j.append([odd, att(1)])
+    fold(j)
+    row = next(r for r in pq.read_table(paths.attempts).to_pylist() if r["idx"] == 0)
+    assert (row["error_message"], row["stderr"], row["stdout"], row["reply_text"]) == (
+        "no key 'reward' (keys: \\ud800)", "[left in /logs/verifier: \\udcff\\udcfe-left (0 B)]", "\\ud83d",
+        "\\udfff")
+    verdict = TaskVerdict(run_id="r", phase="p", task_id="t0", idx=0, task_hash="h", family="f", verdict="excluded",
+                          reason="invalid_task_or_verifier", detail="oracle: \ud800", findings=[
+                              {"kind": "malformed_task", "blocking": True, "detail": "\udcff"}],
+                          oracle_reward=None, max_control_reward=None, max_control_agent=None, margin=None,
+                          n_attempts=1)
+    stored = list(write_verdicts(paths, [verdict]))
+    assert stored[0].detail == "oracle: \\ud800" and stored[0].findings[0].detail == "\\udcff"
+
+
 def test_superseded_marks_all_but_the_latest_try(tmp_path):
     j = Journal(RunPaths(tmp_path), METRICS)
     j.append([att(0, attempt=1, status="infrastructure_error"), att(1)])

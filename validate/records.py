@@ -14,14 +14,20 @@ from __future__ import annotations
 import types
 import typing
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from environment.protocol import Role as DeclaredRole
+from environment.protocol import safe_text
 
 SCHEMA_VERSION = 2
+
+#: Free text a task, an agent or its verifier may have produced (their output, file names, a
+#: reward file's keys in an error): stored `safe_text`, each lone surrogate escaped, so no
+#: byte of theirs can stop the journal or a Parquet write.
+Text = Annotated[str, AfterValidator(safe_text)]
 
 #: What the contract expects of an attempt's agent: the roles an environment declares for its
 #: agents (`environment.protocol.Role`: oracle, control, probe), plus the model under
@@ -139,14 +145,14 @@ class Attempt(TaskRow):
     as_expected: bool = Field(default=False, description="The oracle passed / the control stayed under its ceiling "
                                                          "/ the probe landed in between (recomputed by audit).")
     error_class: str | None = Field(default=None, description="The error's kind, for any outcome but ok.")
-    error_message: str | None = Field(default=None, description="What went wrong, in words (agent text escaped in "
+    error_message: Text | None = Field(default=None, description="What went wrong, in words (agent text escaped in "
                                                                 "reports).")
     started_at: datetime = Field(description="UTC time the attempt began.")
     finished_at: datetime | None = Field(default=None, description="UTC time the attempt ended.")
     runtime_s: float | None = Field(default=None, description="Wall-clock seconds of the sandbox run.")
     reply_sha256: str | None = Field(default=None, description="sha256 of the whole reply read back.")
     reply_bytes: int | None = Field(default=None, description="Size of the reply read back.")
-    reply_text: str | None = Field(default=None, description="The reply (UTF-8, errors replaced), its first "
+    reply_text: Text | None = Field(default=None, description="The reply (UTF-8, errors replaced), its first "
                                                              "max_reply_text_bytes bytes.")
     reply_truncated: bool = Field(default=False, description="reply_text holds only the reply's head.")
     workspace_sha256: str = Field(description="sha256 of the task's workspace files as materialised.")
@@ -155,8 +161,8 @@ class Attempt(TaskRow):
     exit_code: int | None = Field(default=None, description="The agent's exit code; None when killed by the harness.")
     oom_killed: bool = Field(default=False, description="The memory limit killed the agent (the backend says so).")
     timed_out: bool = Field(default=False, description="The harness's own clock hit timeout_s.")
-    stdout: str = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
-    stderr: str = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
+    stdout: Text = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
+    stderr: Text = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
     # Where it ran, set by an executor that runs attempts on other machines (ray) from what the
     # cluster itself says; None on this machine. Their columns are written only when some row
     # has them (`PLACEMENT`), so evidence of local runs keeps the columns it always had.
@@ -172,9 +178,9 @@ PLACEMENT: tuple[str, ...] = ("node", "host")
 class FindingRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: str = Field(description="What was found.")
+    kind: Text = Field(description="What was found.")
     blocking: bool = Field(description="It makes the task invalid whatever the agents do.")
-    detail: str = Field(description="In words.")
+    detail: Text = Field(description="In words.")
 
 
 class TaskVerdict(TaskRow):
@@ -185,7 +191,7 @@ class TaskVerdict(TaskRow):
     verdict: Verdict = Field(description="compatible; excluded (exactly one reason); incomplete (evidence missing).")
     reason: Reason | None = Field(description="Why excluded (see REASON_ORDER for precedence); None otherwise.")
     missing: list[str] = Field(default_factory=list, description="What evidence an incomplete task lacks.")
-    detail: str = Field(description="The verdict in words.")
+    detail: Text = Field(description="The verdict in words.")
     findings: list[FindingRow] = Field(default_factory=list, description="Checks on the task before any agent ran.")
     oracle_reward: float | None = Field(description="The oracle's final reward.")
     max_control_reward: float | None = Field(description="The highest final control reward.")
@@ -200,7 +206,7 @@ class Exclusion(TaskRow):
     """An excluded task and its one reason."""
 
     reason: Reason = Field(description="The one reason.")
-    detail: str = Field(description="In words.")
+    detail: Text = Field(description="In words.")
 
 
 _SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(),
@@ -210,6 +216,8 @@ _SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.boo
 def _arrow_type(annotation) -> pa.DataType:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     origin = typing.get_origin(annotation)
+    if origin is Annotated:  # `Text`: a str validated on its way in
+        return _arrow_type(args[0])
     if origin is list:
         return pa.list_(_arrow_type(args[0]))
     if origin in (typing.Union, types.UnionType):

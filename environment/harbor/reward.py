@@ -10,7 +10,7 @@ on the agent). Stricter than Harbor:
   takes ``"nan"``, ``"inf"``, ``"1_0"`` and Arabic-Indic digits);
 - ``reward.json`` may not hold booleans (``true`` is an ``int`` to Python), duplicate keys
   (which a forger could use to show a reader one value and Harbor another), an empty
-  object, or non-string keys; and every value must be in the range the contract allows
+  object, or keys that are not text (a lone surrogate's escape); and every value must be in the range the contract allows
   (``[0, 1]`` unless told otherwise);
 - a file over `MAX_REWARD_BYTES` is refused unread.
 
@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from environment.protocol import canonical_json, sha256_tag
+from environment.protocol import canonical_json, safe_text, sha256_tag
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -210,6 +210,10 @@ def _parse_json(data: bytes) -> Reward | RewardError:
     values = value if isinstance(value, dict) else {"reward": value}
     if not values:
         return RewardError(kind="non_numeric", file=REWARD_JSON, detail="an empty object holds no reward")
+    odd = sorted(safe_text(k) for k in values if safe_text(k) != k)
+    if odd:  # a JSON escape of a lone surrogate (\ud800): no text names such a key
+        return RewardError(kind="unparsable", file=REWARD_JSON,
+                           detail=f'key "{odd[0]}" is not text (a lone surrogate); keys are reward names')
     out: dict[str, float] = {}
     for key, v in sorted(values.items()):
         if isinstance(v, bool) or not isinstance(v, (int, float)):

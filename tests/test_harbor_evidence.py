@@ -1,0 +1,124 @@
+"""Evidence that holds for task directories a hostile verifier and a varied dataset bring, on
+real docker: a reward a hair under the threshold fails (its decimal text compared exactly,
+the float kept for the column), a verifier's lone-surrogate reward key and an agent's
+non-UTF-8 file name are stored as data and never stop the run, and [metadata] tables that
+differ in keys and TOML types are kept per row, losslessly, and re-derived by the audit.
+
+The tasks are written here, in a temporary dataset, beside two of the sample's; each carries
+its expected verdict in its own [metadata], as the sample's tasks do."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import make_ctx, make_manifest
+from validate.phases import RunPhase, run_agents
+
+pytestmark = pytest.mark.docker
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
+FROM_SAMPLE = ("csv-to-json", "garbage-reward-txt")
+#: A verifier that checks the agent's answer and writes `good` or `bad` to its reward file.
+CHECKED = 'if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then cat <<\'EOF\'\n{good}\nEOF\nelse cat <<\'EOF\'\n' \
+          '{bad}\nEOF\nfi > /logs/verifier/{file}\n'
+SOLVE = "echo 42 > /app/answer.txt\n"
+RICH_META = """expert_time_estimate_min = 60.0
+tags = ["text", "shell"]
+difficulty = "easy"
+attempts = 3
+released = 1979-05-27T07:32:00-08:00
+day = 1979-05-27
+deadline = 1979-05-27T07:32:00
+alarm = 07:32:00
+[metadata.author]
+name = "Ada"
+weights = [1, 2.5, true]
+"""
+
+
+def _label(verdict: str, reason: str = "") -> str:
+    return f'expected_verdict = "{verdict}"\nexpected_reason = "{reason}"\n'
+
+
+#: task id → (its [metadata] body, solve.sh, test.sh)
+TASKS = {
+    "exact-below-one-txt": (_label("excluded", "oracle_fails_on_valid_task") + 'category = "exact"\n', SOLVE,
+                            CHECKED.format(good="0.99999999999999999999", bad="0", file="reward.txt")),
+    "exact-below-one-json": (_label("excluded", "oracle_fails_on_valid_task") + "weight = 2\n", SOLVE,
+                             CHECKED.format(good='{"reward": 0.99999999999999999999}', bad='{"reward": 0}',
+                                            file="reward.json")),
+    "surrogate-reward-key": (_label("excluded", "invalid_task_or_verifier") + "flag = true\n", SOLVE,
+                             CHECKED.format(good='{"\\ud800": 1}', bad='{"\\ud800": 0}', file="reward.json")),
+    # The oracle leaves a file whose name is not UTF-8 where the verifier writes (recorded, removed).
+    "odd-file-names": (_label("compatible") + "score = -0.5\n", SOLVE + "touch /logs/verifier/$'\\xff\\xfe-left'\n",
+                       CHECKED.format(good="1", bad="0", file="reward.txt")),
+    "rich-metadata": (_label("compatible") + RICH_META, SOLVE, CHECKED.format(good="1", bad="0", file="reward.txt")),
+}
+TOML = """version = "1.0"
+
+[metadata]
+{meta}
+[verifier]
+timeout_sec = 60
+
+[agent]
+timeout_sec = 60
+
+[environment]
+cpus = 1
+memory = "1G"
+allow_internet = false
+"""
+
+
+def _write(root: Path, tid: str, meta: str, solve: str, test: str) -> None:
+    d = root / tid
+    for sub in ("environment", "solution", "tests"):
+        (d / sub).mkdir(parents=True)
+    (d / "task.toml").write_text(TOML.format(meta=meta))
+    (d / "instruction.md").write_text("Write the number 42 to /app/answer.txt.\n")
+    (d / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    (d / "solution" / "solve.sh").write_text("#!/bin/bash\nset -eu\n" + solve)
+    (d / "tests" / "test.sh").write_text("#!/bin/bash\n" + test)
+    for script in (d / "solution" / "solve.sh", d / "tests" / "test.sh"):
+        script.chmod(0o755)
+
+
+@pytest.fixture(scope="module")
+def played(tmp_path_factory, sandboxes):
+    base = tmp_path_factory.mktemp("harbor-evidence")
+    dataset = base / "dataset"
+    for tid, (meta, solve, test) in TASKS.items():
+        _write(dataset, tid, meta, solve, test)
+    for tid in FROM_SAMPLE:
+        shutil.copytree(SAMPLE / tid, dataset / tid)
+    sandbox = sandboxes("docker")
+    from validate import environments
+
+    env = environments.get("harbor")
+    size = env.load(env.Config(dataset=str(dataset))).size
+    manifest = make_manifest(sandbox, idx=list(range(size)), env_name="harbor", dataset=str(dataset),
+                             controls=["nop"], min_task_count=1)
+    run_dir = base / "run"
+    run_agents(make_ctx(manifest, sandbox, run_dir, concurrency=2), RunPhase())
+    return dataset, run_dir
+
+
+def test_a_lone_surrogate_reward_key_is_a_verifier_error_stored_escaped(played):
+    _, run_dir = played
+    att = pd.read_parquet(run_dir / "attempts.parquet")
+    rows = att[att["task_id"] == "surrogate-reward-key"]
+    assert (rows["status"] == "scorer_error").all() and rows["reward"].isna().all()
+    assert all("\\ud800" in m for m in rows["error_message"]), list(rows["error_message"])
+
+
+def test_a_file_name_that_is_not_utf8_is_recorded_escaped(played):
+    _, run_dir = played
+    att = pd.read_parquet(run_dir / "attempts.parquet")
+    oracle = att[(att["task_id"] == "odd-file-names") & (att["agent"] == "oracle")].iloc[0]
+    assert oracle["reward"] == 1.0 and "-left" in oracle["stderr"]
+    oracle["stderr"].encode("utf-8")  # strict: no lone surrogate stored
