@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -138,10 +139,28 @@ class Finding(BaseModel):
 
 class Score(NamedTuple):
     """The scorer's result: a reward in [0, 1] and named metrics (the taskset's
-    ``metric_names``, each a float)."""
+    ``metric_names``, each a float); and, when the reward was read from text the float
+    misreads (a verifier's ``0.99999999999999999999`` is the float 1.0), that text
+    (`exact_text`): the threshold is compared with it, the float is for the columns."""
 
     reward: float
     metrics: Mapping[str, float]
+    exact: str | None = None
+
+
+def exact_reward(value: float, text: str | None = None) -> Decimal:
+    """A reward, pass threshold or ceiling as the decimal number it was written as, which is
+    what every comparison between them reads: `text` (a `Score.exact`) when there is one, else
+    the float's shortest repr, the number a contract's JSON holds (a threshold of 0.7 is 0.7,
+    not the binary float nearest it). Two floats compare this way exactly as they compare
+    as floats (the shortest repr is monotonic), so only a reward's exact text changes anything."""
+    return Decimal(text) if text is not None else Decimal(repr(float(value)))
+
+
+def exact_text(value: Decimal) -> str | None:
+    """The exact text a `Score` keeps for a reward read as `value`: None when the float nearest
+    it reads back as the same number (`exact_reward`), else `value`'s own decimal text."""
+    return None if exact_reward(float(value)) == value else str(value)
 
 
 class ScorerUnavailable(Exception):

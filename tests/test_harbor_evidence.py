@@ -10,12 +10,15 @@ its expected verdict in its own [metadata], as the sample's tasks do."""
 from __future__ import annotations
 
 import shutil
+import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
+from tests.test_audit_forgery import edit_row, reseal
+from validate.audit import audit
 from validate.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.docker
@@ -88,6 +91,10 @@ def _write(root: Path, tid: str, meta: str, solve: str, test: str) -> None:
         script.chmod(0o755)
 
 
+def metadata(root: Path, tid: str) -> dict:
+    return tomllib.loads((root / tid / "task.toml").read_text())["metadata"]
+
+
 @pytest.fixture(scope="module")
 def played(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("harbor-evidence")
@@ -108,6 +115,27 @@ def played(tmp_path_factory, sandboxes):
     return dataset, run_dir
 
 
+def test_every_task_gets_its_own_label_and_the_run_ends(played):
+    dataset, run_dir = played
+    tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
+    got = {t: (tasks.loc[t, "verdict"], tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else "")
+           for t in tasks.index}
+    want = {t: (metadata(dataset, t)["expected_verdict"], metadata(dataset, t)["expected_reason"])
+            for t in [*TASKS, *FROM_SAMPLE]}
+    assert got == want, tasks[["verdict", "reason", "detail"]].to_dict("index")
+
+
+@pytest.mark.parametrize("tid", ["exact-below-one-txt", "exact-below-one-json"])
+def test_a_reward_a_hair_under_the_threshold_fails_and_keeps_its_float_and_its_text(played, tid):
+    _, run_dir = played
+    att = pd.read_parquet(run_dir / "attempts.parquet")
+    oracle = att[(att["task_id"] == tid) & (att["agent"] == "oracle")].iloc[0]
+    assert oracle["status"] == "ok" and oracle["reward"] == 1.0  # the float, for the columns
+    assert oracle["reward_decimal"] == "0.99999999999999999999" and not oracle["as_expected"]
+    tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
+    assert "reward 0.99999999999999999999 < 1.0" in tasks.loc[tid, "detail"]
+
+
 def test_a_lone_surrogate_reward_key_is_a_verifier_error_stored_escaped(played):
     _, run_dir = played
     att = pd.read_parquet(run_dir / "attempts.parquet")
@@ -122,3 +150,14 @@ def test_a_file_name_that_is_not_utf8_is_recorded_escaped(played):
     oracle = att[(att["task_id"] == "odd-file-names") & (att["agent"] == "oracle")].iloc[0]
     assert oracle["reward"] == 1.0 and "-left" in oracle["stderr"]
     oracle["stderr"].encode("utf-8")  # strict: no lone surrogate stored
+
+
+def test_a_reward_decimal_raised_to_one_fails_the_audit(played, tmp_path):
+    _, run_dir = played
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    edit_row(copy / "attempts.parquet", lambda r: r["task_id"] == "exact-below-one-txt" and r["agent"] == "oracle",
+             reward_decimal=None, as_expected=True)
+    reseal(copy)
+    problems = audit(copy).problems
+    assert any("attempts.parquet" in p and "reward_decimal" in p for p in problems), problems

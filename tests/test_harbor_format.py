@@ -402,6 +402,24 @@ def test_unusable_rewards_are_typed_errors(files, kind):
     assert got.kind == kind and got.line()
 
 
+@pytest.mark.parametrize("files,value,exact", [
+    ({"reward.txt": b"0.99999999999999999999"}, 1.0, "0.99999999999999999999"),
+    ({"reward.json": b'{"reward": 0.99999999999999999999}'}, 1.0, "0.99999999999999999999"),
+    ({"reward.txt": b"1e-400"}, 0.0, "1E-400"),
+    ({"reward.txt": b"0.7"}, 0.7, None),  # the float's own shortest text: nothing to keep
+    ({"reward.json": b"1"}, 1.0, None),
+])
+def test_a_reward_keeps_its_exact_text_where_the_float_misreads_it(files, value, exact):
+    got = read_reward(files)
+    assert got.values == {"reward": value} and got.exact.get("reward") == exact
+
+
+@pytest.mark.parametrize("text", [b"1.00000000000000001", b"-1e-400"])
+def test_the_range_is_held_exactly(text):
+    """Each one's nearest float (1.0, -0.0) lies in [0, 1]; the number written does not."""
+    assert read_reward({"reward.txt": text}).kind == "out_of_range"
+
+
 def test_reward_range_is_the_callers():
     assert isinstance(read_reward({"reward.txt": b"100"}, low=0, high=100), Reward)
     assert read_reward({"reward.json": b'{"a": 0.2}'}, low=0.5).kind == "out_of_range"

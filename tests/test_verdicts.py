@@ -175,3 +175,33 @@ def test_chance_controls_fail_the_dataset_on_their_mean():
     assert dataset_verdict(facts(chance_controls={"random": (0.12, 0.3)}), required).verdict == "PASS"
     v = dataset_verdict(facts(chance_controls={"random": (0.42, 0.3)}), required)
     assert v.verdict == "FAIL" and "random mean 0.4200 ≥ 0.3000" in v.headline
+
+
+@pytest.mark.parametrize("decimal,threshold,passes", [
+    ("0.99999999999999999999", 1.0, False),  # its nearest float is 1.0
+    ("1.0", 1.0, True),
+    ("0.69999999999999999", 0.7, False),  # the float 0.7 is below it; the contract's 0.7 is above it
+    ("0.70000000000000001", 0.7, True),
+    ("1E-400", 0.0, True),  # its nearest float is 0.0, and it is above 0
+])
+def test_a_reward_is_held_to_the_threshold_as_the_number_it_was_written_as(decimal, threshold, passes):
+    from decimal import Decimal
+
+    from validate.verdicts import as_expected
+
+    f = float(Decimal(decimal))
+    assert as_expected(Rule("oracle", 1.0), "ok", f, threshold, decimal) is passes
+    oracle = Outcome("oracle", 1, "ok", f, None, None, 0, decimal)
+    v = decide([oracle, o("empty"), o("shuffled", reward=0.0)], REQUIRED, RULES, threshold, "strict", [])
+    assert (v.verdict == "compatible") is passes
+    if not passes:
+        assert v.reason == "oracle_fails_on_valid_task" and f"reward {decimal} < {threshold}" in v.detail
+
+
+def test_a_control_a_hair_under_its_ceiling_stays_under_it():
+    from validate.verdicts import as_expected
+
+    assert as_expected(Rule("control", 0.5), "ok", 0.5, 1.0, "0.49999999999999999999")
+    assert not as_expected(Rule("control", 0.5), "ok", 0.5, 1.0)
+    # Floats alone compare exactly as they always did.
+    assert [as_expected(Rule("oracle", 1.0), "ok", r, 0.7) for r in (0.7, 0.6999999999999999)] == [True, False]

@@ -64,6 +64,7 @@ from validate.records import (
     OOM,
     ORACLE,
     TIMEOUT,
+    EXACT,
     PLACEMENT,
     Attempt,
     Exclusion,
@@ -106,7 +107,9 @@ def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
             continue
         names = [n for n in table.schema.names if not n.startswith("metric_")]
         # A run on one machine has no placement columns (`PLACEMENT`); one on a cluster has both.
-        absent = PLACEMENT if model is Attempt and not set(PLACEMENT) & set(names) else ()
+        # A run whose every reward's float was exact (and any run before they existed) has no `EXACT` ones.
+        absent = (PLACEMENT if model is Attempt and not set(PLACEMENT) & set(names) else ()) + \
+            (EXACT if model is Attempt and not set(EXACT) & set(names) else ())
         expected = [n for n in arrow_schema(model, omit=absent).names if not n.startswith("metric_")]
         if names != expected:
             r.problems.append(f"{path}: columns {names} differ from the {model.__name__} model's {expected}")
@@ -159,8 +162,8 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
                                   f"{row.role!r} is not the contract's")
                 break
             reward = None if pd.isna(row.reward) else float(row.reward)
-            if row.role != MODEL and as_expected(rule, row.status, reward, m.expectations.pass_threshold) \
-                    != bool(row.as_expected):
+            if row.role != MODEL and as_expected(rule, row.status, reward, m.expectations.pass_threshold,
+                                                 _decimal(row)) != bool(row.as_expected):
                 r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: as_expected "
                                   f"{row.as_expected} does not follow from its status and reward")
                 break
@@ -222,7 +225,14 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
 def _outcomes(grp: pd.DataFrame) -> list[Outcome]:
     """A task's attempt rows as the outcomes `decide` reads."""
     return [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
-                    x.error_class, x.error_message, int(x.sample)) for x in grp.itertuples()]
+                    x.error_class, x.error_message, int(x.sample), _decimal(x)) for x in grp.itertuples()]
+
+
+def _decimal(row) -> str | None:
+    """An attempt row's ``reward_decimal`` (None where the run's evidence has no such column).
+    Whatever it holds is re-derived from the reply by `validate.audit_env.rescore`."""
+    value = getattr(row, "reward_decimal", None)
+    return value if isinstance(value, str) else None
 
 
 def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:

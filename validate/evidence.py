@@ -42,8 +42,8 @@ from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
-from validate.records import (EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
-                              Status, unflatten, verdict_of_row)
+from validate.records import (EXACT, EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row,
+                              meta_type, Status, unflatten, verdict_of_row)
 from validate.verdicts import Outcome, by_task, outcomes_of
 
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
@@ -57,8 +57,15 @@ if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
 BATCH_ROWS = 1000
 #: How many tasks' outcomes `Journal.outcomes_by_task` holds at once from a folded run.
 JUDGED_TOGETHER = 1000
-#: The columns of attempts.parquet a verdict reads: (phase, task id) and an `Outcome`'s fields.
+#: The columns of attempts.parquet a verdict reads: (phase, task id) and an `Outcome`'s fields
+#: (the `EXACT` ones only where a run has them: `outcome_columns`).
 OUTCOME_COLUMNS = ("phase", "task_id", *Outcome._fields)
+
+
+def outcome_columns(source: pq.ParquetFile) -> list[str]:
+    """The `OUTCOME_COLUMNS` `source` holds: all but the `EXACT` ones it was written without."""
+    names = set(source.schema_arrow.names)
+    return [c for c in OUTCOME_COLUMNS if c not in EXACT or c in names]
 STATUSES = frozenset(get_args(Status))
 
 M = TypeVar("M", bound=BaseModel)
@@ -360,6 +367,8 @@ class Journal:
         self._log = AppendLog(paths.journal, Attempt)
         #: Some attempt read or appended names the cluster node it ran on (its `PLACEMENT` columns are written).
         self.placed = False
+        #: Some attempt read holds a reward's exact text (its `EXACT` columns are written).
+        self.exact = False
 
     def __iter__(self) -> Iterator[Attempt]:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored).
@@ -374,6 +383,7 @@ class Journal:
                     continue
                 seen.add(key)
             self.placed = self.placed or a.node is not None
+            self.exact = self.exact or a.reward_decimal is not None
             yield a
 
     def existing(self) -> list[Attempt]:
@@ -442,7 +452,7 @@ class Journal:
             # Every row is checked on this first reading, as `outcomes` checks it, asked for or not.
             where = []
             for g in range(source.num_row_groups):
-                rows = source.read_row_group(g, columns=list(OUTCOME_COLUMNS))
+                rows = source.read_row_group(g, columns=outcome_columns(source))
                 for _ in _shared(self._triples(rows)):
                     pass
                 asked = pc.is_in(rows.column("phase"), value_set=wanted)
@@ -456,7 +466,7 @@ class Journal:
                     if span["min"] is None or span["max"] < first or span["min"] >= last:
                         continue
                     inside = pc.and_(pc.greater_equal(where[g], first), pc.less(where[g], last))
-                    rows = source.read_row_group(g, columns=list(OUTCOME_COLUMNS)).filter(inside)
+                    rows = source.read_row_group(g, columns=outcome_columns(source)).filter(inside)
                     for at, outcome in zip(where[g].filter(inside).to_pylist(), self._outcomes_of_rows(rows)):
                         held[at - first].append(share(outcome))
                 yield from held
@@ -475,7 +485,7 @@ class Journal:
             raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts ({e})") from None
 
     def _outcome_triples(self, source: pq.ParquetFile) -> Iterator[tuple[str, str, Outcome]]:
-        for rows in source.iter_batches(batch_size=BATCH_ROWS, columns=list(OUTCOME_COLUMNS)):
+        for rows in source.iter_batches(batch_size=BATCH_ROWS, columns=outcome_columns(source)):
             yield from self._triples(rows)
 
     def _triples(self, rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[str, str, Outcome]]:
@@ -484,13 +494,17 @@ class Journal:
 
     def _outcomes_of_rows(self, rows: pa.Table | pa.RecordBatch) -> Iterator[Outcome]:
         """The `Outcome` of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
-        columns = [rows.column(name).to_pylist() for name in OUTCOME_COLUMNS]
-        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample in zip(*columns):
+        held = set(rows.schema.names)
+        columns = [rows.column(name).to_pylist() if name in held else [None] * rows.num_rows for name in OUTCOME_COLUMNS]
+        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal in zip(*columns):
             if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
                 raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an attempt's "
                                     f"status, try or sample ({status!r}, {attempt!r}, {sample!r})")
+            if decimal is not None and not isinstance(decimal, str):
+                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: its reward_decimal "
+                                    f"{decimal!r} is not text")
             yield Outcome(sys.intern(agent), attempt, sys.intern(status), reward,
-                          None if error_class is None else sys.intern(error_class), error_message, sample)
+                          None if error_class is None else sys.intern(error_class), error_message, sample, decimal)
 
     def _from_parquet(self) -> Iterator[Attempt]:
         if not self.paths.attempts.exists():
@@ -544,7 +558,7 @@ def fold(journal: Journal) -> None:
     # the journal knows whether any ran on a cluster node: only then are the placement columns kept.
     first = next(marked, None)
     rows = (flat_row(a, journal.metric_names) for a in itertools.chain([first] if first else [], marked))
-    omit = () if journal.placed else PLACEMENT
+    omit = (() if journal.placed else PLACEMENT) + (() if journal.exact else EXACT)
     write_parquet(journal.paths.attempts, rows, arrow_schema(Attempt, journal.metric_names, omit=omit))
     journal.paths.journal.unlink(missing_ok=True)
 

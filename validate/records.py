@@ -141,6 +141,10 @@ class Attempt(TaskRow):
     superseded: bool = Field(default=False, description="A later try of the same (phase, task, agent, sample) exists.")
     status: Status = Field(description="How the attempt ended (see validate.records.Status).")
     reward: float | None = Field(default=None, description="Reward from the environment's own scorer; None: not scored.")
+    reward_decimal: str | None = Field(default=None, description="The reward's exact decimal text, where the float "
+                                       "misreads what the scorer read (a verifier's 0.99999999999999999999 is the "
+                                       "float 1.0): the threshold and ceilings are compared with it. None: the float "
+                                       "is exact.")
     metrics: dict[str, float] = Field(default_factory=dict, description="The scorer's metrics.")
     as_expected: bool = Field(default=False, description="The oracle passed / the control stayed under its ceiling "
                                                          "/ the probe landed in between (recomputed by audit).")
@@ -173,6 +177,9 @@ class Attempt(TaskRow):
 
 #: Attempt columns present only in the evidence of a run whose attempts ran on cluster nodes.
 PLACEMENT: tuple[str, ...] = ("node", "host")
+#: Attempt columns present only in the evidence of a run where some reward's float misread its
+#: text (and in none recorded before they existed): runs keep the columns they always had.
+EXACT: tuple[str, ...] = ("reward_decimal",)
 
 
 class FindingRow(BaseModel):
