@@ -32,6 +32,8 @@ the environment's own ``support`` files. The reply is whatever the agent leaves 
 
 from __future__ import annotations
 
+import datetime
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -84,8 +86,29 @@ def config_digest(config: BaseModel) -> str:
     """Eight hex digits naming a config, for task ids that are unique per config."""
     return sha256_tag(canonical_json(config.model_dump(mode="json")))[7:15]
 
-#: Public metadata values: scalars only, so they fit one Parquet struct column.
-MetaValue = int | float | str | bool
+#: Public metadata values: JSON values (text, integers, finite floats, booleans, lists, tables
+#: keyed by text), each task's stored whole as canonical JSON text (`meta_value` makes one).
+MetaValue = int | float | str | bool | list["MetaValue"] | dict[str, "MetaValue"]
+
+
+def meta_value(value: object) -> MetaValue:
+    """A task's public fact as the JSON value stored (a verdict row's ``meta``) and shown to
+    agents; the encoding is defined for every TOML type: text, integers, finite floats,
+    booleans, arrays and tables as they are (a float stays a float: ``60.0``); an offset or
+    local date-time, a local date or time as its RFC 3339 text (``datetime.isoformat``:
+    ``1979-05-27T07:32:00-08:00``, ``1979-05-27``, ``07:32:00``); a non-finite float as TOML
+    spells it (``nan``, ``inf``, ``-inf``), which JSON has no number for; a tuple as a list."""
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else "nan" if value != value else "inf" if value > 0 else "-inf"
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return [meta_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): meta_value(v) for k, v in value.items()}
+    raise TypeError(f"a public fact must be a TOML or JSON value, not {type(value).__name__}")
 
 Role = Literal["oracle", "control", "probe"]
 

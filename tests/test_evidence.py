@@ -150,6 +150,32 @@ def test_verdicts_read_back_from_parquet_are_the_verdicts_written(tmp_path, meta
     assert [r["task_id"] for r in pq.read_table(tmp_path / "exclusions.parquet").to_pylist()] == ["t1"]
 
 
+def test_each_verdicts_facts_are_kept_whole_in_their_own_keys_and_types(tmp_path):
+    """Tasks' facts differ in keys and types (a float, tags, a nested table): a struct column of
+    the first row's keys dropped the rest from every row and made 60.0 a 60 or a true a 1."""
+    import json
+
+    metas = [{"category": "a", "expected_verdict": "compatible"},
+             {"expert_time_estimate_min": 60.0, "tags": ["x", "y"], "author": {"name": "Ada", "n": 1},
+              "flag": True, "released": "1979-05-27T07:32:00-08:00"},
+             {"flag": 1, "weight": -0.5}]
+    stored = list(write_verdicts(RunPaths(tmp_path), iter([verdict(i, m) for i, m in enumerate(metas)])))
+    assert [v.meta for v in stored] == metas
+    texts = [r["meta"] for r in pq.read_table(tmp_path / "tasks.parquet").to_pylist()]
+    assert [json.loads(t) for t in texts] == metas and texts[1].startswith('{"author":{"n":1,"name":"Ada"},')
+    assert '"expert_time_estimate_min":60.0' in texts[1] and '"flag":true' in texts[1] and '"flag":1' in texts[2]
+
+
+def test_verdicts_written_with_a_struct_meta_still_read():
+    """Evidence recorded before meta was text holds a struct of the first row's keys, a key a row
+    lacked read as null: read back as the row's own facts."""
+    from validate.records import verdict_of_row
+
+    row = {**verdict(0, {}).model_dump(), "meta": {"n_sections": 3, "source": None}}
+    row["findings"] = []
+    assert verdict_of_row(row).meta == {"n_sections": 3}
+
+
 @pytest.mark.parametrize("asked, used", [("", "system"), ("jemalloc", "jemalloc")])
 def test_arrow_allocates_from_the_c_library_unless_the_user_names_a_pool(asked, used):
     # mimalloc, Arrow's default, kept ~50 MB more resident in a run's driver (performance.md)

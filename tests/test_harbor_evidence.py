@@ -9,11 +9,13 @@ its expected verdict in its own [metadata], as the sample's tasks do."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import tomllib
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
@@ -152,6 +154,26 @@ def test_a_file_name_that_is_not_utf8_is_recorded_escaped(played):
     oracle["stderr"].encode("utf-8")  # strict: no lone surrogate stored
 
 
+def test_metadata_of_every_toml_type_is_kept_per_row_losslessly(played):
+    dataset, run_dir = played
+    rows = {r["task_id"]: r for r in pq.read_table(run_dir / "tasks.parquet").to_pylist()}
+    rich = json.loads(rows["rich-metadata"]["meta"])
+    assert rich == {**{k: v for k, v in metadata(dataset, "rich-metadata").items()
+                       if k not in ("released", "day", "deadline", "alarm")},
+                    "released": "1979-05-27T07:32:00-08:00", "day": "1979-05-27", "deadline": "1979-05-27T07:32:00",
+                    "alarm": "07:32:00"}
+    assert isinstance(rich["expert_time_estimate_min"], float) and isinstance(rich["attempts"], int)
+    for tid in [*TASKS, *FROM_SAMPLE]:
+        if tid != "rich-metadata":
+            assert json.loads(rows[tid]["meta"]) == metadata(dataset, tid), tid
+
+
+def test_the_audit_re_derives_the_untouched_run(played):
+    _, run_dir = played
+    result = audit(run_dir)
+    assert result.problems == []
+
+
 def test_a_reward_decimal_raised_to_one_fails_the_audit(played, tmp_path):
     _, run_dir = played
     copy = tmp_path / run_dir.name
@@ -161,3 +183,18 @@ def test_a_reward_decimal_raised_to_one_fails_the_audit(played, tmp_path):
     reseal(copy)
     problems = audit(copy).problems
     assert any("attempts.parquet" in p and "reward_decimal" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("forge", [lambda m: {**m, "expert_time_estimate_min": 60},  # a float made an integer
+                                   lambda m: {**m, "author": {**m["author"], "weights": [1, 2.5, 1]}},  # true → 1
+                                   lambda m: {k: v for k, v in m.items() if k != "tags"}])
+def test_a_tasks_metadata_edited_fails_the_audit(played, tmp_path, forge):
+    _, run_dir = played
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    row = edit_row(copy / "tasks.parquet", lambda r: r["task_id"] == "rich-metadata")
+    edit_row(copy / "tasks.parquet", lambda r: r["task_id"] == "rich-metadata",
+             meta=json.dumps(forge(json.loads(row["meta"]))))
+    reseal(copy)
+    problems = audit(copy).problems
+    assert any("tasks.parquet: rich-metadata: meta differ" in p for p in problems), problems

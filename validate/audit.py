@@ -71,6 +71,7 @@ from validate.records import (
     Status,
     TaskVerdict,
     arrow_schema,
+    meta_text,
 )
 from validate.run_evidence import load_run
 from validate.runner import verdict_row
@@ -250,7 +251,7 @@ def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
 
 def _row(v) -> dict:
     row = v.model_dump()
-    row["meta"] = {k: x for k, x in row["meta"].items() if x is not None}
+    row["meta"] = meta_text(row["meta"])  # as stored: a true is not a 1, nor 60.0 a 60
     return row
 
 

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ValidationError
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
 from validate.records import (EXACT, EXCLUDED, PLACEMENT, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row,
-                              meta_type, Status, unflatten, verdict_of_row)
+                              Status, unflatten, verdict_of_row)
 from validate.verdicts import Outcome, by_task, outcomes_of
 
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
@@ -546,8 +546,8 @@ def _signed(o: Outcome) -> tuple[Outcome, bool]:
 
 
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],
-                metric_names: tuple[str, ...] = (), meta: pa.DataType | None = None) -> int:
-    return write_parquet(path, (flat_row(r, metric_names) for r in records), arrow_schema(model, metric_names, meta))
+                metric_names: tuple[str, ...] = ()) -> int:
+    return write_parquet(path, (flat_row(r, metric_names) for r in records), arrow_schema(model, metric_names))
 
 
 def fold(journal: Journal) -> None:
@@ -566,10 +566,7 @@ def fold(journal: Journal) -> None:
 def write_verdicts(paths: RunPaths, verdicts: Iterable[TaskVerdict]) -> StoredVerdicts:
     """Stream `verdicts` into tasks.parquet and the excluded ones into exclusions.parquet; the
     verdicts as stored (never all held: a 10,000-task pool's verdicts are tens of MB)."""
-    verdicts = iter(verdicts)
-    first = next(verdicts, None)
-    meta = meta_type(first.meta) if first is not None else None
-    write_table(paths.tasks, itertools.chain([first] if first is not None else [], verdicts), TaskVerdict, meta=meta)
+    write_table(paths.tasks, verdicts, TaskVerdict)
     stored = StoredVerdicts(paths.tasks)
     exclusions = (Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)

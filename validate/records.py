@@ -6,11 +6,14 @@ checked by the type checker and the Parquet/JSON bytes stay plain strings).
 Parquet columns derive from these models (`arrow_schema`), each carrying its field's
 description in the column metadata. An attempt's ``metrics`` dict is flattened into one
 ``metric_<name>`` float column per metric the environment declares; a verdict's ``meta`` is
-a struct of the environment's public task facts.
+the environment's public task facts as canonical JSON text, whole per row (tasks' facts differ
+in keys and types; evidence written before that holds a struct of the first row's keys, which
+`meta_of` still reads).
 """
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from datetime import datetime
@@ -20,7 +23,7 @@ import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from environment.protocol import Role as DeclaredRole
-from environment.protocol import safe_text
+from environment.protocol import canonical_json, meta_value, safe_text
 
 SCHEMA_VERSION = 2
 
@@ -194,7 +197,9 @@ class TaskVerdict(TaskRow):
     """The task's one verdict."""
 
     family: str = Field(description="The task's family, as its environment names it (strata, per-family tables).")
-    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the task.")
+    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the task, "
+                                 "stored as canonical JSON text (sorted keys; environment.protocol.meta_value: TOML "
+                                 "dates and times as RFC 3339 text, non-finite floats as 'nan', 'inf', '-inf').")
     verdict: Verdict = Field(description="compatible; excluded (exactly one reason); incomplete (evidence missing).")
     reason: Reason | None = Field(description="Why excluded (see REASON_ORDER for precedence); None otherwise.")
     missing: list[str] = Field(default_factory=list, description="What evidence an incomplete task lacks.")
@@ -236,15 +241,7 @@ def _arrow_type(annotation) -> pa.DataType:
     return _SCALARS[annotation]
 
 
-def meta_type(example: dict[str, Any]) -> pa.DataType:
-    """The struct type of an environment's public meta (its keys sorted)."""
-    if not example:
-        return pa.struct([pa.field("none", pa.bool_())])
-    return pa.struct([pa.field(k, _SCALARS[type(v)]) for k, v in sorted(example.items())])
-
-
-def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
-                 meta: pa.DataType | None = None, omit: tuple[str, ...] = ()) -> pa.Schema:
+def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (), omit: tuple[str, ...] = ()) -> pa.Schema:
     """The model's Parquet schema, less the columns named in `omit` (`PLACEMENT` of a local run)."""
     fields = []
     for name, info in model.model_fields.items():
@@ -254,8 +251,8 @@ def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
         if name == "metrics":
             fields += [pa.field(f"metric_{m}", pa.float64(), metadata={b"description": f"metric {m}".encode()})
                        for m in metric_names]
-        elif name == "meta":
-            fields.append(pa.field(name, meta or meta_type({}), metadata=about))
+        elif name == "meta":  # canonical JSON text: every row's own keys and types (`flat_row`)
+            fields.append(pa.field(name, pa.string(), metadata=about))
         else:
             fields.append(pa.field(name, _arrow_type(info.annotation), metadata=about))
     return pa.schema(fields, metadata={b"model": model.__name__.encode(), b"schema_version": str(SCHEMA_VERSION).encode()})
@@ -267,14 +264,28 @@ def flat_row(record: BaseModel, metric_names: tuple[str, ...] = ()) -> dict:
     if metrics is not None:
         for m in metric_names:
             row[f"metric_{m}"] = metrics.get(m)
-    if "meta" in row and not row["meta"]:
-        row["meta"] = None
+    if "meta" in row:
+        row["meta"] = meta_text(row["meta"])
     return row
 
 
+def meta_text(meta: dict[str, Any]) -> str | None:
+    """A verdict's public facts as stored: canonical JSON text of `meta_value`s; None when empty."""
+    return canonical_json(meta_value(meta)).decode() if meta else None
+
+
+def meta_of(stored: str | dict | None) -> dict[str, Any]:
+    """A verdict's public facts as read back: its JSON text parsed, or from evidence written
+    before meta was text, the struct's fields less the nulls a struct gives a key its row
+    lacked; an empty meta is stored null."""
+    if isinstance(stored, str):
+        return json.loads(stored)
+    return {k: v for k, v in (stored or {}).items() if v is not None}
+
+
 def verdict_of_row(row: dict) -> TaskVerdict:
-    """The inverse of `flat_row` for a verdict read back from Parquet (an empty meta is stored null)."""
-    return TaskVerdict.model_validate({**row, "meta": row.get("meta") or {}})
+    """The inverse of `flat_row` for a verdict read back from Parquet."""
+    return TaskVerdict.model_validate({**row, "meta": meta_of(row.get("meta"))})
 
 
 def unflatten(row: dict) -> dict:
