@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import make_ctx, make_manifest
+from tests.conftest import make_ctx
 from tests.test_audit_forgery import edit_row, reseal
 from validate.audit import audit
 from validate.phases import RunPhase, run_agents
@@ -106,12 +106,12 @@ def played(tmp_path_factory, sandboxes):
     for tid in FROM_SAMPLE:
         shutil.copytree(SAMPLE / tid, dataset / tid)
     sandbox = sandboxes("docker")
-    from validate import environments
+    from validate import api
 
-    env = environments.get("harbor")
-    size = env.load(env.Config(dataset=str(dataset))).size
-    manifest = make_manifest(sandbox, idx=list(range(size)), env_name="harbor", dataset=str(dataset),
-                             controls=["nop"], min_task_count=1)
+    # Frozen as `validate freeze` freezes it: every task's image built and frozen in the contract.
+    manifest = api.freeze("harbor-evidence", env="harbor", config={"dataset": str(dataset)}, backend="docker",
+                          controls=["nop"], allow_patch=True, out=base / "harbor-evidence.json")
+    assert manifest.execution.task_images is not None
     run_dir = base / "run"
     run_agents(make_ctx(manifest, sandbox, run_dir, concurrency=2), RunPhase())
     return dataset, run_dir
@@ -198,3 +198,70 @@ def test_a_tasks_metadata_edited_fails_the_audit(played, tmp_path, forge):
     reseal(copy)
     problems = audit(copy).problems
     assert any("tasks.parquet: rich-metadata: meta differ" in p for p in problems), problems
+
+
+# --- forgeries of a re-sealed run the audit must catch, each naming the field -------------
+
+@pytest.fixture
+def forged(played, tmp_path):
+    """A copy of the run to forge; its contract has no committed twin (the anchor of
+    manifests/ cannot catch a re-hashed manifest), so the audit's own checks must."""
+    _, run_dir = played
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    assert audit(copy).problems == []
+    return copy
+
+
+def _frozen(root: Path) -> dict:
+    return json.loads((root / "manifest.json").read_text())["execution"]["task_images"]
+
+
+def test_a_reply_records_image_set_to_another_tasks_image(forged):
+    from environment.protocol import canonical_json, sha256_tag
+
+    images = {t: e["image"] for t, e in _frozen(forged)["tasks"].items()}
+    row = edit_row(forged / "attempts.parquet", lambda r: r["task_id"] == "csv-to-json" and r["agent"] == "oracle")
+    record = json.loads((forged / "replies" / row["reply_sha256"].removeprefix("sha256:")).read_bytes())
+    assert record["image"] == images["csv-to-json"] != images["rich-metadata"]
+    record["image"] = images["rich-metadata"]
+    reply = canonical_json(record)
+    (forged / "replies" / sha256_tag(reply).removeprefix("sha256:")).write_bytes(reply)
+    edit_row(forged / "attempts.parquet", lambda r: r["task_id"] == "csv-to-json" and r["agent"] == "oracle",
+             reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
+    reseal(forged)
+    problems = audit(forged).problems
+    assert any("csv-to-json/oracle" in p and "image" in p and images["rich-metadata"] in p for p in problems), problems
+
+
+def test_a_base_images_packages_and_apt_sources_replaced_and_the_manifest_rehashed(forged):
+    from tests.test_audit_forgery import rehash_manifest
+
+    def forge(m):
+        base = m["execution"]["task_images"]["base_map"]["bases"]["python-3.11-slim-bookworm"]
+        base["packages"] = [p for p in base["packages"] if not p.startswith("python3.11=")] + ["python3.11=3.11.9-1"]
+        base["apt_sources"] = ["deb http://mirror.example/debian bookworm main"]
+
+    rehash_manifest(forged, forge)
+    reseal(forged)
+    problems = audit(forged).problems
+    assert any("manifest.json" in p and "python-3.11-slim-bookworm" in p and "packages" in p and "apt_sources" in p
+               for p in problems), problems
+
+
+def test_a_base_map_without_a_stored_base_of_its_layer_is_named_sealed_only(forged, tmp_path, monkeypatch):
+    monkeypatch.setenv("VALIDATE_IMAGE_DIR", str(tmp_path / "another-machine"))
+    result = audit(forged)
+    assert result.problems == []
+    assert any(s.startswith("manifest.json: execution.task_images.base_map") and "no stored base" in s
+               for s in result.sealed_only), result.sealed_only
+
+
+def test_a_tasks_dockerfile_patch_sha256_zeroed_and_the_manifest_rehashed(forged):
+    from tests.test_audit_forgery import rehash_manifest
+
+    rehash_manifest(forged, lambda m: m["execution"]["task_images"]["tasks"]["csv-to-json"].update(
+        patch_sha256="sha256:" + "0" * 64))
+    reseal(forged)
+    problems = audit(forged).problems
+    assert any("manifest.json" in p and "csv-to-json" in p and "patch_sha256" in p for p in problems), problems

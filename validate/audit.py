@@ -40,7 +40,8 @@ from validate.audit_counts import check_counts, check_identity, check_smokes, ve
 from validate.audit_env import EnvAtHand, rescore
 from validate.audit_reports import check_rendered
 from validate.audit_seal import AuditResult, check_seal
-from validate.audit_taskimages import check_build_logs, routed_digests
+from validate.audit_taskimages import check_base_maps, check_build_logs, check_patches, check_reply_images, \
+    routed_digests
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.paths import (
@@ -357,9 +358,12 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     attempts = tables[ATTEMPTS]
     _attempts(attempts, by_phase, r, paths.attempts)
     check_build_logs(paths, found, attempts, r)
+    check_reply_images(paths, by_phase, attempts, r)
+    check_base_maps(paths, found, r)
     at = EnvAtHand(found, data, paths.root, r)
     if at.ok:
         _rederive(paths, at, by_phase, attempts, s, found, r)
+        check_patches(paths, found, at.taskset, r)
     else:
         r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "
                           f"hand (see above)")
