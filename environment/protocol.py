@@ -36,7 +36,7 @@ import datetime
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -176,8 +176,17 @@ def exact_reward(value: float, text: str | None = None) -> Decimal:
     what every comparison between them reads: `text` (a `Score.exact`) when there is one, else
     the float's shortest repr, the number a contract's JSON holds (a threshold of 0.7 is 0.7,
     not the binary float nearest it). Two floats compare this way exactly as they compare
-    as floats (the shortest repr is monotonic), so only a reward's exact text changes anything."""
-    return Decimal(text) if text is not None else Decimal(repr(float(value)))
+    as floats (the shortest repr is monotonic), so only a reward's exact text changes anything.
+    A text that is not a finite decimal (evidence edited by hand) is no such reading: the float
+    is compared, and the audit, which re-derives the text, names it."""
+    if text is not None:
+        try:
+            exact = Decimal(text)
+        except (InvalidOperation, ValueError, TypeError):
+            exact = None
+        if exact is not None and exact.is_finite():
+            return exact
+    return Decimal(repr(float(value)))
 
 
 def exact_text(value: Decimal) -> str | None:

@@ -200,6 +200,17 @@ def test_a_tasks_metadata_edited_fails_the_audit(played, tmp_path, forge):
     assert any("tasks.parquet: rich-metadata: meta differ" in p for p in problems), problems
 
 
+def test_a_reward_decimal_that_is_no_number_is_named_not_a_crash(played, tmp_path):
+    _, run_dir = played
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    edit_row(copy / "attempts.parquet", lambda r: r["task_id"] == "exact-below-one-txt" and r["agent"] == "oracle",
+             reward_decimal="NaN")
+    reseal(copy)
+    problems = audit(copy).problems
+    assert any("exact-below-one-txt/oracle" in p and "reward_decimal 'NaN'" in p for p in problems), problems
+
+
 # --- forgeries of a re-sealed run the audit must catch, each naming the field -------------
 
 @pytest.fixture

@@ -128,6 +128,8 @@ def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold
     and the pass threshold (the pilot also compares it with the controls). The reward is
     compared as the number it was written as (`decimal`, its exact text, where the float
     misreads it), the threshold and ceiling as theirs (`environment.protocol.exact_reward`)."""
+    if reward is not None and reward != reward:  # NaN: reaches nothing and stays under nothing
+        return False
     got = None if reward is None else exact_reward(reward, decimal)
     if rule.role == ORACLE:
         return status == OK and got is not None and got >= exact_reward(pass_threshold)
