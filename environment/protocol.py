@@ -32,8 +32,11 @@ the environment's own ``support`` files. The reply is whatever the agent leaves 
 
 from __future__ import annotations
 
+import datetime
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -49,6 +52,29 @@ def canonical_json(value: object) -> bytes:
                       allow_nan=False).encode()
 
 
+def safe_text(text: str) -> str:
+    """`text` as UTF-8 can store it: each lone surrogate (what Python makes of a file name's
+    bytes that are not UTF-8, or of a JSON ``\\ud800`` escape) written as its backslash escape
+    (``\\udcff``), everything else unchanged. Text a task, an agent or a model produces goes
+    through it before it reaches a JSON or Parquet writer, which would refuse it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def safe_json(value: object) -> object:
+    """A parsed JSON value with every string in it (object keys too) made `safe_text`."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, list):
+        return [safe_json(v) for v in value]
+    if isinstance(value, dict):
+        return {safe_text(k) if isinstance(k, str) else k: safe_json(v) for k, v in value.items()}
+    return value
+
+
 def sha256_tag(data: bytes) -> str:
     """``sha256:<hex>`` of `data`."""
     import hashlib
@@ -60,8 +86,29 @@ def config_digest(config: BaseModel) -> str:
     """Eight hex digits naming a config, for task ids that are unique per config."""
     return sha256_tag(canonical_json(config.model_dump(mode="json")))[7:15]
 
-#: Public metadata values: scalars only, so they fit one Parquet struct column.
-MetaValue = int | float | str | bool
+#: Public metadata values: JSON values (text, integers, finite floats, booleans, lists, tables
+#: keyed by text), each task's stored whole as canonical JSON text (`meta_value` makes one).
+MetaValue = int | float | str | bool | list["MetaValue"] | dict[str, "MetaValue"]
+
+
+def meta_value(value: object) -> MetaValue:
+    """A task's public fact as the JSON value stored (a verdict row's ``meta``) and shown to
+    agents; the encoding is defined for every TOML type: text, integers, finite floats,
+    booleans, arrays and tables as they are (a float stays a float: ``60.0``); an offset or
+    local date-time, a local date or time as its RFC 3339 text (``datetime.isoformat``:
+    ``1979-05-27T07:32:00-08:00``, ``1979-05-27``, ``07:32:00``); a non-finite float as TOML
+    spells it (``nan``, ``inf``, ``-inf``), which JSON has no number for; a tuple as a list."""
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else "nan" if value != value else "inf" if value > 0 else "-inf"
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return [meta_value(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): meta_value(v) for k, v in value.items()}
+    raise TypeError(f"a public fact must be a TOML or JSON value, not {type(value).__name__}")
 
 Role = Literal["oracle", "control", "probe"]
 
@@ -124,10 +171,37 @@ class Finding(BaseModel):
 
 class Score(NamedTuple):
     """The scorer's result: a reward in [0, 1] and named metrics (the taskset's
-    ``metric_names``, each a float)."""
+    ``metric_names``, each a float); and, when the reward was read from text the float
+    misreads (a verifier's ``0.99999999999999999999`` is the float 1.0), that text
+    (`exact_text`): the threshold is compared with it, the float is for the columns."""
 
     reward: float
     metrics: Mapping[str, float]
+    exact: str | None = None
+
+
+def exact_reward(value: float, text: str | None = None) -> Decimal:
+    """A reward, pass threshold or ceiling as the decimal number it was written as, which is
+    what every comparison between them reads: `text` (a `Score.exact`) when there is one, else
+    the float's shortest repr, the number a contract's JSON holds (a threshold of 0.7 is 0.7,
+    not the binary float nearest it). Two floats compare this way exactly as they compare
+    as floats (the shortest repr is monotonic), so only a reward's exact text changes anything.
+    A text that is not a finite decimal (evidence edited by hand) is no such reading: the float
+    is compared, and the audit, which re-derives the text, names it."""
+    if text is not None:
+        try:
+            exact = Decimal(text)
+        except (InvalidOperation, ValueError, TypeError):
+            exact = None
+        if exact is not None and exact.is_finite():
+            return exact
+    return Decimal(repr(float(value)))
+
+
+def exact_text(value: Decimal) -> str | None:
+    """The exact text a `Score` keeps for a reward read as `value`: None when the float nearest
+    it reads back as the same number (`exact_reward`), else `value`'s own decimal text."""
+    return None if exact_reward(float(value)) == value else str(value)
 
 
 class ScorerUnavailable(Exception):

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
+from tests.conftest import CORPUS_PATH, ROOT, VALIDATE, subprocess_env
 
 
 def cli(*args, cwd):
@@ -87,3 +87,66 @@ def test_eval_freeze_with_a_base_url_that_is_not_http(tmp_path):
     refused(cli(*args, "--base-url", "ftp://x", cwd=tmp_path), "--base-url", "'ftp://x'", "http:// or https://")
     refused(cli(*args, "--base-url", "http://", cwd=tmp_path), "--base-url", "names no host")
     assert list(tmp_path.iterdir()) == []
+
+
+#: Every command that reads a dataset manifest, given the committed eval contract instead.
+EVAL_CONTRACT = str(ROOT / "manifests" / "eval-harbor-t1.0.json")
+HARBOR_POOL = next(p for p in sorted((ROOT / "ledgers").iterdir()) if p.name.startswith("harbor-sample-pool-"))
+DATASET_COMMANDS = {
+    "verify": ("verify", "--manifest", EVAL_CONTRACT),
+    "run": ("run", "--manifest", EVAL_CONTRACT, "--allow-patch"),
+    "pool": ("pool", "--manifest", EVAL_CONTRACT, "--allow-patch"),
+    "pilot": ("pilot", "--manifest", EVAL_CONTRACT, "--allow-patch"),
+    "freeze --like": ("freeze", "--name", "x", "--like", EVAL_CONTRACT, "--allow-patch"),
+    "eval freeze --manifest": ("eval", "freeze", "--name", "e", "--pool-run", str(HARBOR_POOL), "--manifest",
+                               EVAL_CONTRACT, "--model", "m", "--model-revision", "r", "--base-url",
+                               "http://127.0.0.1:9/v1", "--allow-patch"),
+    "eval run --manifest": ("eval", "run", "--contract", EVAL_CONTRACT, "--manifest", EVAL_CONTRACT,
+                            "--allow-patch"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(DATASET_COMMANDS))
+def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the_eval_commands(tmp_path, command):
+    refused(cli(*DATASET_COMMANDS[command], cwd=tmp_path), EVAL_CONTRACT, "is an eval contract",
+            "not a dataset manifest", "validate eval run --contract")
+    assert list(tmp_path.iterdir()) == []
+
+
+SAMPLE = ROOT / "examples" / "harbor-sample"
+
+
+def _dataset(tmp_path):
+    """A one-task Harbor dataset of the sample's csv-to-json, and a listing of every file in it."""
+    import shutil
+
+    d = tmp_path / "D"
+    shutil.copytree(SAMPLE / "csv-to-json", d / "csv-to-json")
+    return d, lambda: sorted(str(p.relative_to(d)) for p in d.rglob("*"))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("out", ["m.json", "sub/m.json"])
+def test_freeze_refuses_an_output_inside_the_dataset(tmp_path, out):
+    """The build logs beside such a manifest (``m.build-logs/``) were read back as the dataset's
+    one task, and the real task left out: refused before anything is built or written."""
+    d, listing = _dataset(tmp_path)
+    before = listing()
+    (d / "sub").mkdir()
+    r = cli("freeze", "--env", "harbor", "--name", "m", "--dataset", str(d), "--backend", "docker", "--allow-patch",
+            "--out", str(d / out), cwd=tmp_path)
+    refused(r, "--out", str(d / out), "inside the dataset", str(d))
+    (d / "sub").rmdir()
+    assert listing() == before
+
+
+@pytest.mark.bwrap
+def test_freeze_like_refuses_an_output_inside_the_dataset(tmp_path):
+    d, listing = _dataset(tmp_path)
+    assert cli("freeze", "--env", "harbor", "--name", "m0", "--dataset", str(d), "--backend", "bwrap",
+               "--allow-patch", "--out", str(tmp_path / "m0.json"), cwd=tmp_path).returncode == 0
+    before = listing()
+    r = cli("freeze", "--name", "m", "--like", str(tmp_path / "m0.json"), "--backend", "bwrap", "--allow-patch",
+            "--out", str(d / "m.json"), cwd=tmp_path)
+    refused(r, "--out", str(d / "m.json"), "inside the dataset")
+    assert listing() == before

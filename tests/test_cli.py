@@ -143,7 +143,7 @@ def test_the_toy_environment_from_tests_runs_through_its_entry_point(tmp_path):
     r = cli("run", "--manifest", "manifests/toy.json", "--run-dir", "ledgers/r", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 1 and "excluded, invalid_task_or_verifier: 1/10" in r.stdout  # idx 3 is broken
     tasks = pd.read_parquet(tmp_path / "ledgers/r/tasks.parquet")
-    assert set(tasks["meta"].map(lambda m: tuple(m))) == {("count",)}
+    assert set(tasks["meta"].map(lambda m: tuple(json.loads(m)))) == {("count",)}  # each row's facts: JSON text
     assert cli("report", "ledgers/r", cwd=tmp_path).returncode == 0
     assert cli("audit", "ledgers/r", cwd=tmp_path).returncode == 0
     # a pool leaves the broken task out of its frozen set, and its audit re-derives that set

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from validate.eval.agent import check_call
 from validate.eval.client import ChatClient, DeadlineCut, EndpointRejected, EndpointUnavailable
 from validate.localserver import Faults, serve
 
@@ -305,3 +306,22 @@ def test_an_answer_from_another_model_is_refused_naming_both(hostile, stream):
     with pytest.raises(EndpointUnavailable) as e:
         ChatClient(hostile.base_url, retries=0).complete(body(stream))
     assert e.value.kind == "wrong_model" and "'someone-else'" in str(e.value) and "'m'" in str(e.value)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lone_surrogate_from_the_model_is_its_text_stored_escaped(stream):
+    """A JSON ``\\ud800`` escape in an answer is the model's text: kept, escaped, so every writer
+    of the evidence (JSON, Parquet) can store it; it never stops the run."""
+    def lone(request: dict) -> dict:
+        return {"tool_calls": [{"id": "c\udcff", "type": "function",
+                                "function": {"name": "bash", "arguments": {"command": "echo \ud800"}}}]}
+
+    with serve({"m": lone}) as s:
+        done = ChatClient(s.base_url, retries=0).complete(body(stream))
+    call = done.message["tool_calls"][0]
+    assert call["id"] == "c\\udcff" and done.message["content"] is None
+    json.dumps(done.message, ensure_ascii=False).encode("utf-8")  # strict: storable as UTF-8
+    # The arguments are JSON text as sent; the command in them is refused, never run.
+    assert check_call(call, 0, 0)[1:] == (None, "the command is not text (it holds a lone surrogate)")
+    with serve({"m": lambda request: {"content": "done \ud800"}}) as s:
+        assert ChatClient(s.base_url, retries=0).complete(body(stream)).message["content"] == "done \\ud800"

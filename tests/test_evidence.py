@@ -50,6 +50,30 @@ def test_parquet_and_journal_merge_without_duplicates(tmp_path):
     assert got[0].metrics == {"parsed_ok": 1.0, "grouping_f1": 1.0}
 
 
+def test_text_holding_lone_surrogates_is_journalled_and_folded_escaped(tmp_path):
+    """A verifier's reward key (a JSON "\\ud800" escape) or an agent's file name that is not UTF-8
+    (b"\\xff", a "\\udcff" to Python) reaching an attempt's text once stopped the journal."""
+    paths = RunPaths(tmp_path)
+    j = Journal(paths, METRICS)
+    odd = att(0).model_copy(update={"status": "scorer_error", "reward": None})
+    odd = Attempt.model_validate({**odd.model_dump(), "error_message": "no key 'reward' (keys: \ud800)",
+                                  "stderr": "[left in /logs/verifier: \udcff\udcfe-left (0 B)]", "stdout": "\ud83d",
+                                  "reply_text": "\udfff"})
+    j.append([odd, att(1)])
+    fold(j)
+    row = next(r for r in pq.read_table(paths.attempts).to_pylist() if r["idx"] == 0)
+    assert (row["error_message"], row["stderr"], row["stdout"], row["reply_text"]) == (
+        "no key 'reward' (keys: \\ud800)", "[left in /logs/verifier: \\udcff\\udcfe-left (0 B)]", "\\ud83d",
+        "\\udfff")
+    verdict = TaskVerdict(run_id="r", phase="p", task_id="t0", idx=0, task_hash="h", family="f", verdict="excluded",
+                          reason="invalid_task_or_verifier", detail="oracle: \ud800", findings=[
+                              {"kind": "malformed_task", "blocking": True, "detail": "\udcff"}],
+                          oracle_reward=None, max_control_reward=None, max_control_agent=None, margin=None,
+                          n_attempts=1)
+    stored = list(write_verdicts(paths, [verdict]))
+    assert stored[0].detail == "oracle: \\ud800" and stored[0].findings[0].detail == "\\udcff"
+
+
 def test_superseded_marks_all_but_the_latest_try(tmp_path):
     j = Journal(RunPaths(tmp_path), METRICS)
     j.append([att(0, attempt=1, status="infrastructure_error"), att(1)])
@@ -124,6 +148,32 @@ def test_verdicts_read_back_from_parquet_are_the_verdicts_written(tmp_path, meta
     assert list(stored) == written
     assert stored[1] == written[1] and stored[-2] == written[0]
     assert [r["task_id"] for r in pq.read_table(tmp_path / "exclusions.parquet").to_pylist()] == ["t1"]
+
+
+def test_each_verdicts_facts_are_kept_whole_in_their_own_keys_and_types(tmp_path):
+    """Tasks' facts differ in keys and types (a float, tags, a nested table): a struct column of
+    the first row's keys dropped the rest from every row and made 60.0 a 60 or a true a 1."""
+    import json
+
+    metas = [{"category": "a", "expected_verdict": "compatible"},
+             {"expert_time_estimate_min": 60.0, "tags": ["x", "y"], "author": {"name": "Ada", "n": 1},
+              "flag": True, "released": "1979-05-27T07:32:00-08:00"},
+             {"flag": 1, "weight": -0.5}]
+    stored = list(write_verdicts(RunPaths(tmp_path), iter([verdict(i, m) for i, m in enumerate(metas)])))
+    assert [v.meta for v in stored] == metas
+    texts = [r["meta"] for r in pq.read_table(tmp_path / "tasks.parquet").to_pylist()]
+    assert [json.loads(t) for t in texts] == metas and texts[1].startswith('{"author":{"n":1,"name":"Ada"},')
+    assert '"expert_time_estimate_min":60.0' in texts[1] and '"flag":true' in texts[1] and '"flag":1' in texts[2]
+
+
+def test_verdicts_written_with_a_struct_meta_still_read():
+    """Evidence recorded before meta was text holds a struct of the first row's keys, a key a row
+    lacked read as null: read back as the row's own facts."""
+    from validate.records import verdict_of_row
+
+    row = {**verdict(0, {}).model_dump(), "meta": {"n_sections": 3, "source": None}}
+    row["findings"] = []
+    assert verdict_of_row(row).meta == {"n_sections": 3}
 
 
 @pytest.mark.parametrize("asked, used", [("", "system"), ("jemalloc", "jemalloc")])

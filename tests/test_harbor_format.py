@@ -244,6 +244,20 @@ def test_a_task_directory_that_is_a_symlink_is_refused(tmp_path):
     assert ds.invalid[0].id == "linked" and "is a symlink" in ds.invalid[0].problems[0].line()
 
 
+def test_names_and_link_targets_that_are_not_utf8_are_problems_stored_escaped(tmp_path):
+    """Bytes a task directory holds in a name are data: its task is invalid, its id and detail
+    the bytes escaped, and the revision is still a hash (it once raised UnicodeEncodeError)."""
+    make_task(tmp_path, os.fsdecode(b"bad\xffname"))
+    good = make_task(tmp_path, "linked")
+    os.symlink(b"/elsewhere\xfe", os.fsencode(good / "environment" / "link"))
+    ds = load_dataset(tmp_path)
+    problems = {t.id: [p.detail for p in t.problems] for t in ds.invalid}
+    assert problems == {"bad\\xffname": ["the task directory's path is not UTF-8 (bad\\xffname, its bytes escaped); "
+                                         "rename it"],
+                        "linked": ["symlink out of the task directory (to '/elsewhere\\\\xfe')"]}
+    assert ds.revision.startswith("sha256:") and json.dumps(ds.model_dump(), ensure_ascii=False).encode()
+
+
 def test_huge_files_are_refused_unread(tmp_path):
     d = make_task(tmp_path)
     with open(d / "environment/blob.bin", "wb") as f:
@@ -374,6 +388,8 @@ def test_usable_rewards(files, values):
     ({"reward.json": b'{"reward": {"inner": 1}}'}, "non_numeric"),
     ({"reward.json": b'{"reward": null}'}, "non_numeric"),
     ({"reward.json": b'{"reward": 1, "reward": 0}'}, "unparsable"),
+    ({"reward.json": b'{"\\ud800": 1}'}, "unparsable"),  # a lone surrogate's escape: no text names the key
+    ({"reward.json": b'{"reward": 1, "\\udcff": 1}'}, "unparsable"),
     ({"reward.json": b"1 2"}, "unparsable"),
     ({"reward.json": b"[" * 60_000}, "unparsable"),  # deeper than the recursion limit
     ({"reward.json": b'{"a": 1, "b": 3}'}, "out_of_range"),
@@ -384,6 +400,24 @@ def test_unusable_rewards_are_typed_errors(files, kind):
     got = read_reward(files)
     assert isinstance(got, RewardError), got
     assert got.kind == kind and got.line()
+
+
+@pytest.mark.parametrize("files,value,exact", [
+    ({"reward.txt": b"0.99999999999999999999"}, 1.0, "0.99999999999999999999"),
+    ({"reward.json": b'{"reward": 0.99999999999999999999}'}, 1.0, "0.99999999999999999999"),
+    ({"reward.txt": b"1e-400"}, 0.0, "1E-400"),
+    ({"reward.txt": b"0.7"}, 0.7, None),  # the float's own shortest text: nothing to keep
+    ({"reward.json": b"1"}, 1.0, None),
+])
+def test_a_reward_keeps_its_exact_text_where_the_float_misreads_it(files, value, exact):
+    got = read_reward(files)
+    assert got.values == {"reward": value} and got.exact.get("reward") == exact
+
+
+@pytest.mark.parametrize("text", [b"1.00000000000000001", b"-1e-400"])
+def test_the_range_is_held_exactly(text):
+    """Each one's nearest float (1.0, -0.0) lies in [0, 1]; the number written does not."""
+    assert read_reward({"reward.txt": text}).kind == "out_of_range"
 
 
 def test_reward_range_is_the_callers():

@@ -47,7 +47,7 @@ def test_pilot_is_stratified_and_probes_land_in_between(project):
     assert set(tasks["phase"]) == {"pilot-headers-on", "pilot-headers-off"}
     assert set(tasks["family"]) == {"plos", "biorxiv", "arxiv"}
     assert tasks["task_id"].is_unique  # the two variants of one idx are two tasks
-    assert {m["n_papers"] for m in tasks["meta"]} > {1}
+    assert {json.loads(m)["n_papers"] for m in tasks["meta"]} > {1}  # each row's facts: JSON text
 
 
 def test_pool_freezes_runs_controls_on_the_frozen_set_then_smoke_tests(project):

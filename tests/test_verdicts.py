@@ -187,7 +187,7 @@ TRIAL_REQUIRED = ["oracle", "nop", "reader", "tamper"]
 def t(agent, status="ok", reward=None, error=None, shared=None, planted=None):
     if reward is None and status == "ok":
         reward = 1.0 if agent == "oracle" else 0.0
-    return Outcome(agent, 1, status, reward, error and "VerifierError", error, 0, shared, planted)
+    return Outcome(agent, 1, status, reward, error and "VerifierError", error, 0, None, shared, planted)
 
 
 def td(attempts):
@@ -228,3 +228,42 @@ def test_an_oracle_that_passes_only_in_its_own_container_needs_system_changes():
     assert (v.reason, v.oracle_certified) == ("oracle_fails_on_valid_task", False)
     v = td([t("oracle", reward=0.0), t("nop"), t("reader"), t("tamper")])  # never replayed
     assert v.reason == "oracle_fails_on_valid_task"
+@pytest.mark.parametrize("decimal,threshold,passes", [
+    ("0.99999999999999999999", 1.0, False),  # its nearest float is 1.0
+    ("1.0", 1.0, True),
+    ("0.69999999999999999", 0.7, False),  # the float 0.7 is below it; the contract's 0.7 is above it
+    ("0.70000000000000001", 0.7, True),
+    ("1E-400", 0.0, True),  # its nearest float is 0.0, and it is above 0
+])
+def test_a_reward_is_held_to_the_threshold_as_the_number_it_was_written_as(decimal, threshold, passes):
+    from decimal import Decimal
+
+    from validate.verdicts import as_expected
+
+    f = float(Decimal(decimal))
+    assert as_expected(Rule("oracle", 1.0), "ok", f, threshold, decimal) is passes
+    oracle = Outcome("oracle", 1, "ok", f, None, None, 0, decimal)
+    v = decide([oracle, o("empty"), o("shuffled", reward=0.0)], REQUIRED, RULES, threshold, "strict", [])
+    assert (v.verdict == "compatible") is passes
+    if not passes:
+        assert v.reason == "oracle_fails_on_valid_task" and f"reward {decimal} < {threshold}" in v.detail
+
+
+def test_a_control_a_hair_under_its_ceiling_stays_under_it():
+    from validate.verdicts import as_expected
+
+    assert as_expected(Rule("control", 0.5), "ok", 0.5, 1.0, "0.49999999999999999999")
+    assert not as_expected(Rule("control", 0.5), "ok", 0.5, 1.0)
+    # Floats alone compare exactly as they always did.
+    assert [as_expected(Rule("oracle", 1.0), "ok", r, 0.7) for r in (0.7, 0.6999999999999999)] == [True, False]
+
+
+def test_a_nan_reward_or_a_reward_text_that_is_no_number_never_raises():
+    """Evidence edited by hand: a NaN reward is as expected of no agent (as a float compare said);
+    a reward_decimal that is no finite number is not read (the audit names it), never a raise."""
+    from validate.verdicts import as_expected
+
+    nan = float("nan")
+    assert [as_expected(Rule(role, 1.0), "ok", nan, 1.0) for role in ("oracle", "control", "probe")] == [False] * 3
+    assert as_expected(Rule("oracle", 1.0), "ok", 1.0, 1.0, "not a number")
+    assert as_expected(Rule("oracle", 1.0), "ok", 1.0, 1.0, "NaN")

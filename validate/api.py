@@ -13,6 +13,7 @@ raises a `validate.errors.ValidateError` subclass naming the field or file on ba
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tomllib
@@ -28,7 +29,8 @@ from pydantic import BaseModel, ValidationError
 from environment.protocol import LoadHints, sha256_tag
 from validate import environments, run_evidence
 from validate.context import Progress, RunContext
-from validate.contract import check_environment, check_limits, check_tasks, load_manifest, load_taskset, reprofile
+from validate.contract import check_environment, check_limits, check_tasks, load_manifest, load_taskset, new_salt
+from validate.contract import reprofile, task_secret
 from validate.contract import TrialProfile, verifier_mode_of, write_manifest
 from validate.trial import tool as trial_tool
 from validate.trial.workpaths import RULE as WORK_PATHS_RULE
@@ -45,7 +47,7 @@ from validate.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable,
 from validate.lifecycle import reopen
 from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
     DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
-    run_directory, utf8_path,
+    outside_data, run_directory, utf8_path,
 )
 from validate.options import min_count as check_min_count
 from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths, task_image_store
@@ -178,7 +180,11 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     lim = check_limits(model_values(Limits, {}, dict(limits or {}), "limits"))
     code = require(allow_patch)
     hints = LoadHints(search=tuple(Path(p) for p in data))
-    taskset = load_taskset(environment, cfg, hints)
+    # The tasks and their revision are read once, here, before anything is written: the
+    # contract is made of this very taskset (with the secret of the salt it will hold).
+    salt = new_salt()
+    taskset = load_taskset(environment, cfg, dataclasses.replace(hints, secret=task_secret(salt)))
+    outside_data((path, log_dir_of(path)), getattr(taskset, "data_files", ()), "--out", path)
     chosen, rule = selection(taskset.size, idx, idx_start, idx_stop)
     check_min_count(min_count, len(chosen))
     _some_task_can_pass(environment, taskset, chosen)
@@ -189,7 +195,7 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
         min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
-        config_file=_config_file(config), oracle_repeats=oracle_repeats,
+        config_file=_config_file(config), oracle_repeats=oracle_repeats, loaded=(salt, taskset),
         **({} if images is None else {"task_images": images}),
         **({"trial": trial} if environment.attempt_kind == "trial" else {}))
     write_manifest(manifest, path)
@@ -213,6 +219,7 @@ def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: st
     lim = check_limits(model_values(Limits, m.execution.limits.model_dump(), dict(limits or {}), "limits"))
     code = require(allow_patch)
     env, config, taskset = check_environment(m, LoadHints(search=tuple(Path(p) for p in data)))
+    outside_data((path, log_dir_of(path)), getattr(taskset, "data_files", ()), "--out", path)
     check_tasks(m, env, config, taskset)  # the tasks load here exactly as the contract froze them
     sandbox = open_sandbox(backend, image=image)
     try:

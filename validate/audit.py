@@ -40,7 +40,8 @@ from validate.audit_counts import check_counts, check_identity, check_smokes, ve
 from validate.audit_env import EnvAtHand, rescore
 from validate.audit_reports import check_rendered
 from validate.audit_seal import AuditResult, check_seal
-from validate.audit_taskimages import check_build_logs, routed_digests
+from validate.audit_taskimages import check_base_maps, check_build_logs, check_patches, check_reply_images, \
+    routed_digests
 from validate.contract import Manifest
 from validate.errors import EvidenceError
 from validate.paths import (
@@ -64,6 +65,7 @@ from validate.records import (
     OOM,
     ORACLE,
     TIMEOUT,
+    EXACT,
     PLACEMENT,
     TRIAL,
     VERDICT_TRIAL,
@@ -72,6 +74,7 @@ from validate.records import (
     Status,
     TaskVerdict,
     arrow_schema,
+    meta_text,
 )
 from validate.run_evidence import load_run
 from validate.runner import verdict_row
@@ -111,8 +114,10 @@ def _tables(paths: RunPaths, r: AuditResult) -> dict[str, pd.DataFrame]:
         names = [n for n in table.schema.names if not n.startswith("metric_")]
         # A run on one machine has no placement columns (`PLACEMENT`); one on a cluster has both.
         # A run without trials has no trial columns (`TRIAL`); one with trials has all of them.
+        # A run whose every reward's float was exact (and any run before they existed) has no `EXACT` ones.
         absent = PLACEMENT if model is Attempt and not set(PLACEMENT) & set(names) else ()
         absent += TRIAL if model is Attempt and not set(TRIAL) & set(names) else ()
+        absent += EXACT if model is Attempt and not set(EXACT) & set(names) else ()
         absent += VERDICT_TRIAL if model is TaskVerdict and not set(VERDICT_TRIAL) & set(names) else ()
         expected = [n for n in arrow_schema(model, omit=absent).names if not n.startswith("metric_")]
         if names != expected:
@@ -166,8 +171,8 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
                                   f"{row.role!r} is not the contract's")
                 break
             reward = None if pd.isna(row.reward) else float(row.reward)
-            if row.role != MODEL and as_expected(rule, row.status, reward, m.expectations.pass_threshold) \
-                    != bool(row.as_expected):
+            if row.role != MODEL and as_expected(rule, row.status, reward, m.expectations.pass_threshold,
+                                                 _decimal(row)) != bool(row.as_expected):
                 r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: as_expected "
                                   f"{row.as_expected} does not follow from its status and reward")
                 break
@@ -233,8 +238,16 @@ def _outcomes(grp: pd.DataFrame) -> list[Outcome]:
         return None if value is None or (isinstance(value, float) and pd.isna(value)) else value
 
     return [Outcome(x.agent, int(x.attempt), x.status, None if pd.isna(x.reward) else float(x.reward),
-                    x.error_class, x.error_message, int(x.sample), opt(x, "shared_reward"), opt(x, "planted"))
+                    x.error_class, x.error_message, int(x.sample), _decimal(x), opt(x, "shared_reward"),
+                    opt(x, "planted"))
             for x in grp.itertuples()]
+
+
+def _decimal(row) -> str | None:
+    """An attempt row's ``reward_decimal`` (None where the run's evidence has no such column).
+    Whatever it holds is re-derived from the reply by `validate.audit_env.rescore`."""
+    value = getattr(row, "reward_decimal", None)
+    return value if isinstance(value, str) else None
 
 
 def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
@@ -252,7 +265,7 @@ def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
 
 def _row(v) -> dict:
     row = v.model_dump()
-    row["meta"] = {k: x for k, x in row["meta"].items() if x is not None}
+    row["meta"] = meta_text(row["meta"])  # as stored: a true is not a 1, nor 60.0 a 60
     return row
 
 
@@ -358,9 +371,12 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
     attempts = tables[ATTEMPTS]
     _attempts(attempts, by_phase, r, paths.attempts)
     check_build_logs(paths, found, attempts, r)
+    check_reply_images(paths, by_phase, attempts, r)
+    check_base_maps(paths, found, r)
     at = EnvAtHand(found, data, paths.root, r)
     if at.ok:
         _rederive(paths, at, by_phase, attempts, s, found, r)
+        check_patches(paths, found, at.taskset, r)
     else:
         r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "
                           f"hand (see above)")

@@ -8,7 +8,7 @@ time) and, for every attempt: reads its whole reply back (``replies/<sha256>``, 
 ``reply_text`` when that is provably the whole reply), checks ``reply_sha256``,
 ``reply_bytes``, ``reply_text`` and ``reply_truncated`` against it, re-derives its
 ``workspace_sha256`` from the task's materialisation, and re-scores it with the environment's
-own scorer: reward and every metric must come out as stored.
+own scorer: reward, its exact text (``reward_decimal``) and every metric must come out as stored.
 
 Re-scoring never asks anyone: the scorer reads a throwaway copy of the run's scorer-cache,
 with the scorer's declared environment variables (a judge's key) hidden, so an answer the
@@ -215,8 +215,8 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
                  name: str) -> int:
     status = row["status"]
     if status in UNSCORED:
-        if row["reward"] is not None:
-            t.add("reward", f"{name}: status {status} but a reward {row['reward']}")
+        if row["reward"] is not None or row.get("reward_decimal") is not None:
+            t.add("reward", f"{name}: status {status} but a reward {row['reward']} ({row.get('reward_decimal')!r})")
         if status != SCORER_ERROR:
             return 0
     elif row["reward"] is None:
@@ -237,6 +237,9 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
         t.add("reward", f"{name}: status scorer_error but the scorer scores its reply {s.reward}")
     elif not _same(row["reward"], s.reward):
         t.add("reward", f"{name}: reward {row['reward']} but its stored reply re-scores to {s.reward}")
+    elif row.get("reward_decimal") != s.exact:  # the exact text the threshold was compared with
+        t.add("reward", f"{name}: reward_decimal {row.get('reward_decimal')!r} but its stored reply re-scores to "
+                        f"{s.exact!r}")
     elif any(not _same(row[c], s.metrics.get(c[len("metric_"):])) for c in metrics):
         t.add("metrics", f"{name}: its metrics are not what its stored reply re-scores to")
     return 1

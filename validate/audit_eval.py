@@ -88,7 +88,7 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
         s = by_key.get((a.phase, a.task_id, a.agent, a.sample, a.attempt))
         if s is None:
             continue
-        if solved(a.status, a.reward, threshold) != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
+        if solved(a.status, a.reward, threshold, a.reward_decimal) != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
             bad += 1
             if bad <= 5:
                 r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try {a.attempt}: solved "

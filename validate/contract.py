@@ -244,6 +244,15 @@ class Manifest(SealedDocument):
     parent_sha256: str | None = None
     sha256: str = ""
 
+    @classmethod
+    def check_raw(cls, raw: Any, where: str) -> None:
+        # An eval contract is the other sealed document users hold: name it, not its first field
+        # that fails a dataset manifest's schema.
+        if isinstance(raw, dict) and raw.get("kind") == "eval":
+            raise ContractError(f"{where}: is an eval contract (field 'kind' is 'eval'), not a dataset manifest: "
+                                f"run it with `validate eval run --contract {where}`; the dataset commands take a "
+                                f"manifest made by `validate freeze`")
+
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
         # From the list's columns: a 10,000-task contract is checked without an entry model per task.
@@ -269,6 +278,11 @@ class Manifest(SealedDocument):
     def hints(self, search: Sequence[Path] = ()) -> LoadHints:
         """How to load this contract's taskset: its revision and its task secret."""
         return LoadHints(revision=self.environment.revision, search=tuple(search), secret=task_secret(self.salt))
+
+
+def new_salt() -> str:
+    """A fresh contract salt (`Manifest.salt`)."""
+    return secrets.token_hex(16)
 
 
 def task_secret(salt: str) -> str:
@@ -386,11 +400,16 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
            facts: BackendFacts, controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
            pass_threshold: float | None = None, exception_rule: str = "strict", min_task_count: int | None = None,
            git_commit: str = "", patch: PatchInfo | None = None, config_file: str | None = None,
-           oracle_repeats: int = 1, **execution: Any) -> Manifest:
-    """Build and seal a root manifest: generate every selected task and record its hash."""
+           oracle_repeats: int = 1, loaded: tuple[str, Taskset] | None = None, **execution: Any) -> Manifest:
+    """Build and seal a root manifest: generate every selected task and record its hash.
+    `loaded`: (salt, the taskset loaded with that salt's `task_secret`) when the caller read
+    the tasks already; else a salt is drawn and the taskset loaded here."""
     env = environments.get(env_name)
-    salt = secrets.token_hex(16)
-    taskset = load_taskset(env, config, dataclasses.replace(hints, secret=task_secret(salt)))
+    if loaded is None:
+        salt = new_salt()
+        taskset = load_taskset(env, config, dataclasses.replace(hints, secret=task_secret(salt)))
+    else:
+        salt, taskset = loaded
     scorer = env.scorer(config)
     idx = sorted(set(idx))
     agents = agent_entries(env, config, controls, ceilings or {})

@@ -42,7 +42,8 @@ from pydantic import BaseModel, ValidationError
 
 from validate.errors import EvidenceError
 from validate.paths import EARLIER, REPORT_JSON, RunPaths
-from validate.records import (EXCLUDED, PLACEMENT, TRIAL, VERDICT_TRIAL, Attempt, Exclusion, TaskVerdict, arrow_schema, flat_row, meta_type,
+from validate.records import (EXACT, EXCLUDED, PLACEMENT, TRIAL, VERDICT_TRIAL, Attempt, Exclusion, TaskVerdict,
+                              arrow_schema, flat_row,
                               Status, unflatten, verdict_of_row)
 from validate.verdicts import Outcome, by_task, outcomes_of
 
@@ -57,14 +58,15 @@ if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
 BATCH_ROWS = 1000
 #: How many tasks' outcomes `Journal.outcomes_by_task` holds at once from a folded run.
 JUDGED_TOGETHER = 1000
-#: The columns of attempts.parquet a verdict reads: (phase, task id) and an `Outcome`'s fields.
+#: The columns of attempts.parquet a verdict reads: (phase, task id) and an `Outcome`'s fields
+#: (the `EXACT` ones only where a run has them: `outcome_columns`).
 OUTCOME_COLUMNS = ("phase", "task_id", *Outcome._fields)
 
 
-def _outcome_columns(source: pq.ParquetFile) -> list[str]:
-    """The `OUTCOME_COLUMNS` attempts.parquet has (a run without trials has no `TRIAL` columns)."""
+def outcome_columns(source: pq.ParquetFile) -> list[str]:
+    """The `OUTCOME_COLUMNS` `source` holds: all but the `EXACT` and `TRIAL` ones it was written without."""
     names = set(source.schema_arrow.names)
-    return [n for n in OUTCOME_COLUMNS if n in names or n not in TRIAL]
+    return [c for c in OUTCOME_COLUMNS if c not in (*EXACT, *TRIAL) or c in names]
 STATUSES = frozenset(get_args(Status))
 
 M = TypeVar("M", bound=BaseModel)
@@ -368,6 +370,8 @@ class Journal:
         self.placed = False
         #: Some attempt read or appended is a trial (its `TRIAL` columns are written).
         self.trialled = False
+        #: Some attempt read holds a reward's exact text (its `EXACT` columns are written).
+        self.exact = False
 
     def __iter__(self) -> Iterator[Attempt]:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored).
@@ -383,6 +387,7 @@ class Journal:
                 seen.add(key)
             self.placed = self.placed or a.node is not None
             self.trialled = self.trialled or a.trial is not None
+            self.exact = self.exact or a.reward_decimal is not None
             yield a
 
     def existing(self) -> list[Attempt]:
@@ -450,7 +455,7 @@ class Journal:
             # reads the few row groups that hold its rows, and the whole file is read about twice.
             # Every row is checked on this first reading, as `outcomes` checks it, asked for or not.
             where = []
-            columns = _outcome_columns(source)
+            columns = outcome_columns(source)
             for g in range(source.num_row_groups):
                 rows = source.read_row_group(g, columns=columns)
                 for _ in _shared(self._triples(rows)):
@@ -485,7 +490,7 @@ class Journal:
             raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts ({e})") from None
 
     def _outcome_triples(self, source: pq.ParquetFile) -> Iterator[tuple[str, str, Outcome]]:
-        for rows in source.iter_batches(batch_size=BATCH_ROWS, columns=_outcome_columns(source)):
+        for rows in source.iter_batches(batch_size=BATCH_ROWS, columns=outcome_columns(source)):
             yield from self._triples(rows)
 
     def _triples(self, rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[str, str, Outcome]]:
@@ -494,17 +499,19 @@ class Journal:
 
     def _outcomes_of_rows(self, rows: pa.Table | pa.RecordBatch) -> Iterator[Outcome]:
         """The `Outcome` of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
-        names = rows.schema.names
-        columns = [rows.column(name).to_pylist() if name in names else [None] * rows.num_rows
-                   for name in OUTCOME_COLUMNS]
-        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, shared, planted \
-                in zip(*columns):
+        held = set(rows.schema.names)
+        columns = [rows.column(name).to_pylist() if name in held else [None] * rows.num_rows for name in OUTCOME_COLUMNS]
+        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal, shared, \
+                planted in zip(*columns):
             if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
                 raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an attempt's "
                                     f"status, try or sample ({status!r}, {attempt!r}, {sample!r})")
+            if decimal is not None and not isinstance(decimal, str):
+                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: its reward_decimal "
+                                    f"{decimal!r} is not text")
             yield Outcome(sys.intern(agent), attempt, sys.intern(status), reward,
-                          None if error_class is None else sys.intern(error_class), error_message, sample, shared,
-                          planted)
+                          None if error_class is None else sys.intern(error_class), error_message, sample, decimal,
+                          shared, planted)
 
     def _from_parquet(self) -> Iterator[Attempt]:
         if not self.paths.attempts.exists():
@@ -546,9 +553,9 @@ def _signed(o: Outcome) -> tuple[Outcome, bool]:
 
 
 def write_table(path: Path, records: Iterable[BaseModel], model: type[BaseModel],
-                metric_names: tuple[str, ...] = (), meta: pa.DataType | None = None, omit: tuple[str, ...] = ()) -> int:
+                metric_names: tuple[str, ...] = (), omit: tuple[str, ...] = ()) -> int:
     return write_parquet(path, (flat_row(r, metric_names) for r in records),
-                         arrow_schema(model, metric_names, meta, omit=omit))
+                         arrow_schema(model, metric_names, omit=omit))
 
 
 def fold(journal: Journal) -> None:
@@ -559,7 +566,8 @@ def fold(journal: Journal) -> None:
     # the journal knows whether any ran on a cluster node: only then are the placement columns kept.
     first = next(marked, None)
     rows = (flat_row(a, journal.metric_names) for a in itertools.chain([first] if first else [], marked))
-    omit = (() if journal.placed else PLACEMENT) + (() if journal.trialled else TRIAL)
+    omit = (() if journal.placed else PLACEMENT) + (() if journal.trialled else TRIAL) + \
+        (() if journal.exact else EXACT)
     write_parquet(journal.paths.attempts, rows, arrow_schema(Attempt, journal.metric_names, omit=omit))
     journal.paths.journal.unlink(missing_ok=True)
 
@@ -569,10 +577,8 @@ def write_verdicts(paths: RunPaths, verdicts: Iterable[TaskVerdict]) -> StoredVe
     verdicts as stored (never all held: a 10,000-task pool's verdicts are tens of MB)."""
     verdicts = iter(verdicts)
     first = next(verdicts, None)
-    meta = meta_type(first.meta) if first is not None else None
     omit = VERDICT_TRIAL if first is None or first.oracle_certified is None else ()
-    write_table(paths.tasks, itertools.chain([first] if first is not None else [], verdicts), TaskVerdict, meta=meta,
-                omit=omit)
+    write_table(paths.tasks, itertools.chain([first] if first is not None else [], verdicts), TaskVerdict, omit=omit)
     stored = StoredVerdicts(paths.tasks)
     exclusions = (Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)

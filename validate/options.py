@@ -127,6 +127,21 @@ def output_file(path: str | Path, option: str) -> Path:
     return p
 
 
+def outside_data(paths: typing.Iterable[Path], data: typing.Iterable[Path], option: str, given: Path) -> None:
+    """Refuse outputs inside the data a command reads (a dataset directory, a patch directory,
+    or over a data file): read back as part of it, they would change what it froze (a
+    manifest's build logs were once read as a Harbor dataset's one task). `given` is the path
+    as the user gave it, for the message."""
+    for place in data:
+        where = Path(os.path.abspath(place)).resolve()
+        for p in paths:
+            p = Path(os.path.abspath(p)).resolve()
+            if p == where or where in p.parents:
+                raise ValidateError(f"{option}: {given} is inside the dataset {place}, which the freeze reads (its "
+                                    f"output would be read back as part of it); write it outside, e.g. "
+                                    f"manifests/<name>.json")
+
+
 def output_dir(path: str | Path, option: str) -> Path:
     """A directory the command will write into (made when missing)."""
     p = Path(path)

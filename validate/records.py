@@ -6,22 +6,31 @@ checked by the type checker and the Parquet/JSON bytes stay plain strings).
 Parquet columns derive from these models (`arrow_schema`), each carrying its field's
 description in the column metadata. An attempt's ``metrics`` dict is flattened into one
 ``metric_<name>`` float column per metric the environment declares; a verdict's ``meta`` is
-a struct of the environment's public task facts.
+the environment's public task facts as canonical JSON text, whole per row (tasks' facts differ
+in keys and types; evidence written before that holds a struct of the first row's keys, which
+`meta_of` still reads).
 """
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from environment.protocol import Role as DeclaredRole
+from environment.protocol import canonical_json, meta_value, safe_text
 
 SCHEMA_VERSION = 2
+
+#: Free text a task, an agent or its verifier may have produced (their output, file names, a
+#: reward file's keys in an error): stored `safe_text`, each lone surrogate escaped, so no
+#: byte of theirs can stop the journal or a Parquet write.
+Text = Annotated[str, AfterValidator(safe_text)]
 
 #: What the contract expects of an attempt's agent: the roles an environment declares for its
 #: agents (`environment.protocol.Role`: oracle, control, probe), plus the model under
@@ -136,7 +145,7 @@ class PathChange(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(description="The changed path (absolute).")
+    path: Text = Field(description="The changed path (absolute).")
     kind: Literal["changed", "added", "deleted"] = Field(description="What the agent did to it.")
 
 
@@ -150,27 +159,27 @@ class TrialEvidence(BaseModel):
     verifier_mode: Literal["trusted", "shared", "separate"] = Field(description=(
         "Where the verifier ran: trusted (a fresh container of the task's image, the agent's changes under the "
         "work paths carried), shared (the agent's own container), separate (the task's own verifier image)."))
-    work_paths: list[str] = Field(description="Trusted: the task's work paths (validate.trial.workpaths.RULE).")
-    carried: list[str] = Field(description="Trusted: the subtrees of the agent's container carried to the verifier "
+    work_paths: list[Text] = Field(description="Trusted: the task's work paths (validate.trial.workpaths.RULE).")
+    carried: list[Text] = Field(description="Trusted: the subtrees of the agent's container carried to the verifier "
                                            "(the first 200).")
     carried_total: int = Field(description="How many were carried.")
-    dropped: list[str] = Field(description="Devices, fifos and sockets the agent made under its work paths, never "
+    dropped: list[Text] = Field(description="Devices, fifos and sockets the agent made under its work paths, never "
                                            "carried.")
     outside: list[PathChange] = Field(description="The agent's changes outside its work paths (the first 200), "
                                                   "from the engine's diff; trusted: never carried.")
     outside_total: int = Field(description="How many changes outside the work paths.")
     processes_killed: int | None = Field(description="Processes of the agent phase killed before a shared "
                                                      "verifier ran in the same container (None: no such sweep).")
-    left_in_verifier: list[str] = Field(description="What the agent phase left in /logs/verifier (never read as a "
+    left_in_verifier: list[Text] = Field(description="What the agent phase left in /logs/verifier (never read as a "
                                                     "reward).")
     verifier_exit_code: int | None = Field(description="test.sh's exit status (None: killed by the harness).")
-    lookups_agent: list[str] = Field(description="Names the agent phase looked up through the harness's resolver.")
-    lookups_verifier: list[str] = Field(description="Names the verifier phase looked up.")
+    lookups_agent: list[Text] = Field(description="Names the agent phase looked up through the harness's resolver.")
+    lookups_verifier: list[Text] = Field(description="Names the verifier phase looked up.")
     pid1_guarded: bool | None = Field(description="The container's PID 1 ran under the harness's own ids.")
     shared_replayed: bool = Field(description="The verifier was replayed in the agent's own container (the "
                                               "reference solution's trusted verifier did not pass and it changed "
                                               "paths outside its work paths).")
-    lookups_note: str | None = Field(default=None, description="What the resolver could not name (more names than "
+    lookups_note: Text | None = Field(default=None, description="What the resolver could not name (more names than "
                                                                "it keeps, a problem it met).")
 
     def lines(self) -> str:
@@ -221,18 +230,22 @@ class Attempt(TaskRow):
     superseded: bool = Field(default=False, description="A later try of the same (phase, task, agent, sample) exists.")
     status: Status = Field(description="How the attempt ended (see validate.records.Status).")
     reward: float | None = Field(default=None, description="Reward from the environment's own scorer; None: not scored.")
+    reward_decimal: str | None = Field(default=None, description="The reward's exact decimal text, where the float "
+                                       "misreads what the scorer read (a verifier's 0.99999999999999999999 is the "
+                                       "float 1.0): the threshold and ceilings are compared with it. None: the float "
+                                       "is exact.")
     metrics: dict[str, float] = Field(default_factory=dict, description="The scorer's metrics.")
     as_expected: bool = Field(default=False, description="The oracle passed / the control stayed under its ceiling "
                                                          "/ the probe landed in between (recomputed by audit).")
     error_class: str | None = Field(default=None, description="The error's kind, for any outcome but ok.")
-    error_message: str | None = Field(default=None, description="What went wrong, in words (agent text escaped in "
+    error_message: Text | None = Field(default=None, description="What went wrong, in words (agent text escaped in "
                                                                 "reports).")
     started_at: datetime = Field(description="UTC time the attempt began.")
     finished_at: datetime | None = Field(default=None, description="UTC time the attempt ended.")
     runtime_s: float | None = Field(default=None, description="Wall-clock seconds of the sandbox run.")
     reply_sha256: str | None = Field(default=None, description="sha256 of the whole reply read back.")
     reply_bytes: int | None = Field(default=None, description="Size of the reply read back.")
-    reply_text: str | None = Field(default=None, description="The reply (UTF-8, errors replaced), its first "
+    reply_text: Text | None = Field(default=None, description="The reply (UTF-8, errors replaced), its first "
                                                              "max_reply_text_bytes bytes.")
     reply_truncated: bool = Field(default=False, description="reply_text holds only the reply's head.")
     workspace_sha256: str = Field(description="sha256 of the task's workspace files as materialised.")
@@ -241,8 +254,8 @@ class Attempt(TaskRow):
     exit_code: int | None = Field(default=None, description="The agent's exit code; None when killed by the harness.")
     oom_killed: bool = Field(default=False, description="The memory limit killed the agent (the backend says so).")
     timed_out: bool = Field(default=False, description="The harness's own clock hit timeout_s.")
-    stdout: str = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
-    stderr: str = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
+    stdout: Text = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
+    stderr: Text = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
     # Where it ran, set by an executor that runs attempts on other machines (ray) from what the
     # cluster itself says; None on this machine. Their columns are written only when some row
     # has them (`PLACEMENT`), so evidence of local runs keeps the columns it always had.
@@ -258,7 +271,7 @@ class Attempt(TaskRow):
     shared_reward: float | None = Field(default=None, description="The reference solution's reward from the verifier "
                                                                   "replayed in its own container (None: not replayed "
                                                                   "or no usable reward there).")
-    planted: str | None = Field(default=None, description="A trial's changes the verifier may have seen: its first "
+    planted: Text | None = Field(default=None, description="A trial's changes the verifier may have seen: its first "
                                                           "carried paths (trusted) or changes (shared), for the "
                                                           "verdict's words.")
 
@@ -267,25 +280,30 @@ class Attempt(TaskRow):
 PLACEMENT: tuple[str, ...] = ("node", "host")
 #: Attempt columns present only in the evidence of a run that played trials (task directories).
 TRIAL: tuple[str, ...] = ("trial", "shared_reward", "planted")
+#: Attempt columns present only in the evidence of a run where some reward's float misread its
+#: text (and in none recorded before they existed): runs keep the columns they always had.
+EXACT: tuple[str, ...] = ("reward_decimal",)
 
 
 class FindingRow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: str = Field(description="What was found.")
+    kind: Text = Field(description="What was found.")
     blocking: bool = Field(description="It makes the task invalid whatever the agents do.")
-    detail: str = Field(description="In words.")
+    detail: Text = Field(description="In words.")
 
 
 class TaskVerdict(TaskRow):
     """The task's one verdict."""
 
     family: str = Field(description="The task's family, as its environment names it (strata, per-family tables).")
-    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the task.")
+    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the task, "
+                                 "stored as canonical JSON text (sorted keys; environment.protocol.meta_value: TOML "
+                                 "dates and times as RFC 3339 text, non-finite floats as 'nan', 'inf', '-inf').")
     verdict: Verdict = Field(description="compatible; excluded (exactly one reason); incomplete (evidence missing).")
     reason: Reason | None = Field(description="Why excluded (see REASON_ORDER for precedence); None otherwise.")
     missing: list[str] = Field(default_factory=list, description="What evidence an incomplete task lacks.")
-    detail: str = Field(description="The verdict in words.")
+    detail: Text = Field(description="The verdict in words.")
     findings: list[FindingRow] = Field(default_factory=list, description="Checks on the task before any agent ran.")
     oracle_reward: float | None = Field(description="The oracle's final reward.")
     max_control_reward: float | None = Field(description="The highest final control reward.")
@@ -308,7 +326,7 @@ class Exclusion(TaskRow):
     """An excluded task and its one reason."""
 
     reason: Reason = Field(description="The one reason.")
-    detail: str = Field(description="In words.")
+    detail: Text = Field(description="In words.")
 
 
 _SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(),
@@ -318,6 +336,8 @@ _SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.boo
 def _arrow_type(annotation) -> pa.DataType:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     origin = typing.get_origin(annotation)
+    if origin is Annotated:  # `Text`: a str validated on its way in
+        return _arrow_type(args[0])
     if origin is list:
         return pa.list_(_arrow_type(args[0]))
     if origin in (typing.Union, types.UnionType):
@@ -329,15 +349,7 @@ def _arrow_type(annotation) -> pa.DataType:
     return _SCALARS[annotation]
 
 
-def meta_type(example: dict[str, Any]) -> pa.DataType:
-    """The struct type of an environment's public meta (its keys sorted)."""
-    if not example:
-        return pa.struct([pa.field("none", pa.bool_())])
-    return pa.struct([pa.field(k, _SCALARS[type(v)]) for k, v in sorted(example.items())])
-
-
-def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
-                 meta: pa.DataType | None = None, omit: tuple[str, ...] = ()) -> pa.Schema:
+def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (), omit: tuple[str, ...] = ()) -> pa.Schema:
     """The model's Parquet schema, less the columns named in `omit` (`PLACEMENT` of a local run)."""
     fields = []
     for name, info in model.model_fields.items():
@@ -347,8 +359,8 @@ def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
         if name == "metrics":
             fields += [pa.field(f"metric_{m}", pa.float64(), metadata={b"description": f"metric {m}".encode()})
                        for m in metric_names]
-        elif name == "meta":
-            fields.append(pa.field(name, meta or meta_type({}), metadata=about))
+        elif name == "meta":  # canonical JSON text: every row's own keys and types (`flat_row`)
+            fields.append(pa.field(name, pa.string(), metadata=about))
         else:
             fields.append(pa.field(name, _arrow_type(info.annotation), metadata=about))
     return pa.schema(fields, metadata={b"model": model.__name__.encode(), b"schema_version": str(SCHEMA_VERSION).encode()})
@@ -360,14 +372,28 @@ def flat_row(record: BaseModel, metric_names: tuple[str, ...] = ()) -> dict:
     if metrics is not None:
         for m in metric_names:
             row[f"metric_{m}"] = metrics.get(m)
-    if "meta" in row and not row["meta"]:
-        row["meta"] = None
+    if "meta" in row:
+        row["meta"] = meta_text(row["meta"])
     return row
 
 
+def meta_text(meta: dict[str, Any]) -> str | None:
+    """A verdict's public facts as stored: canonical JSON text of `meta_value`s; None when empty."""
+    return canonical_json(meta_value(meta)).decode() if meta else None
+
+
+def meta_of(stored: str | dict | None) -> dict[str, Any]:
+    """A verdict's public facts as read back: its JSON text parsed, or from evidence written
+    before meta was text, the struct's fields less the nulls a struct gives a key its row
+    lacked; an empty meta is stored null."""
+    if isinstance(stored, str):
+        return json.loads(stored)
+    return {k: v for k, v in (stored or {}).items() if v is not None}
+
+
 def verdict_of_row(row: dict) -> TaskVerdict:
-    """The inverse of `flat_row` for a verdict read back from Parquet (an empty meta is stored null)."""
-    return TaskVerdict.model_validate({**row, "meta": row.get("meta") or {}})
+    """The inverse of `flat_row` for a verdict read back from Parquet."""
+    return TaskVerdict.model_validate({**row, "meta": meta_of(row.get("meta"))})
 
 
 def unflatten(row: dict) -> dict:

@@ -46,7 +46,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from environment.protocol import Finding
+from environment.protocol import Finding, exact_reward
 from validate.records import (
     AGENT_STATUSES,
     COMPATIBLE,
@@ -99,6 +99,8 @@ class Outcome(NamedTuple):
     error_message: str | None
     #: Which repeat of (task, agent) it is: the oracle's repeats (``oracle_repeats``) are samples.
     sample: int = 0
+    #: The reward's exact text where its float misreads it (`Attempt.reward_decimal`): what is compared.
+    reward_decimal: str | None = None
     #: A trial's reward from the verifier replayed in the agent's own container (`Attempt.shared_reward`).
     shared_reward: float | None = None
     #: The paths a trial's agent changed that its verifier may have seen (`Attempt.planted`).
@@ -109,7 +111,12 @@ class Outcome(NamedTuple):
         # The few names (agents, statuses, error classes) shared, not one string per attempt.
         return cls(sys.intern(a.agent), a.attempt, sys.intern(a.status), a.reward,
                    None if a.error_class is None else sys.intern(a.error_class), a.error_message, a.sample,
-                   getattr(a, "shared_reward", None), getattr(a, "planted", None))
+                   a.reward_decimal, getattr(a, "shared_reward", None), getattr(a, "planted", None))
+
+    @property
+    def shown(self) -> str:
+        """The reward as words give it: its exact text where the float misreads it."""
+        return self.reward_decimal or str(self.reward)
 
 
 def outcomes_of(attempts: Iterable) -> Iterator[tuple[str, str, Outcome]]:
@@ -137,14 +144,20 @@ def by_task(attempts: Iterable[tuple[str, str, Outcome]]) -> TaskOutcomes:
     return grouped
 
 
-def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float) -> bool:
+def as_expected(rule: Rule, status: Status, reward: float | None, pass_threshold: float,
+                decimal: str | None = None) -> bool:
     """The oracle passes; a control stays under its ceiling; a probe lands strictly between 0
-    and the pass threshold (the pilot also compares it with the controls)."""
+    and the pass threshold (the pilot also compares it with the controls). The reward is
+    compared as the number it was written as (`decimal`, its exact text, where the float
+    misreads it), the threshold and ceiling as theirs (`environment.protocol.exact_reward`)."""
+    if reward is not None and reward != reward:  # NaN: reaches nothing and stays under nothing
+        return False
+    got = None if reward is None else exact_reward(reward, decimal)
     if rule.role == ORACLE:
-        return status == OK and reward is not None and reward >= pass_threshold
+        return status == OK and got is not None and got >= exact_reward(pass_threshold)
     if rule.role == PROBE:
-        return status == OK and reward is not None and 0.0 < reward < pass_threshold
-    return status in AGENT_STATUSES and (reward or 0.0) < rule.ceiling
+        return status == OK and got is not None and 0 < got < exact_reward(pass_threshold)
+    return status in AGENT_STATUSES and (got if got is not None else 0) < exact_reward(rule.ceiling)
 
 
 class Decision(NamedTuple):
@@ -193,7 +206,7 @@ def _oracle_repeats(oracle: list[Outcome], rules: dict[str, Rule], pass_threshol
     """(a flaky verifier's detail, an oracle failure's detail) from the oracle's final try of
     each repeat that ran; both None when every repeat that ran passed. A mix of passes and
     fails is the verifier's (or the task's) nondeterminism, never the oracle's failure."""
-    passed = [as_expected(rules[a.agent], a.status, a.reward, pass_threshold) for a in oracle]
+    passed = [as_expected(rules[a.agent], a.status, a.reward, pass_threshold, a.reward_decimal) for a in oracle]
     if not oracle or all(passed):
         return None, None
     ran = f"{len(oracle)} repeats" + (f" ({oracle_repeats - len(oracle)} not run yet)"
@@ -201,7 +214,7 @@ def _oracle_repeats(oracle: list[Outcome], rules: dict[str, Rule], pass_threshol
     if any(passed):
         return f"flaky: the oracle passed {sum(passed)} of {ran}", None
     first = oracle[0]
-    detail = f"oracle status {first.status}, reward {first.reward} < {pass_threshold}"
+    detail = f"oracle status {first.status}, reward {first.shown} < {pass_threshold}"
     return None, detail + (f"; it passed 0 of {ran}" if oracle_repeats > 1 else "")
 
 
@@ -278,7 +291,7 @@ def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass
     for a in final.values():
         rule = rules[a.agent]
         if rule.role == CONTROL and a.status in AGENT_STATUSES \
-                and not as_expected(rule, a.status, a.reward, pass_threshold):
+                and not as_expected(rule, a.status, a.reward, pass_threshold, a.reward_decimal):
             hit = f"control {a.agent} passed (reward {a.reward:.4f} ≥ ceiling {rule.ceiling:.4f})"
             if rule.scope == "mean":
                 notes.append(f"{hit}: a chance-level control, judged on its mean over the run")

@@ -28,9 +28,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.harbor.patches import TaskPatch, patched_copy, read_patch_set
-from environment.harbor.reward import ALL_KEYS, score_record
+from environment.harbor.reward import ALL_KEYS, read_record
 from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
-from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score
+from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score, meta_value
 
 ENV_NAME = "harbor"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -81,8 +81,9 @@ class HarborTaskRef:
 
 
 def _meta(metadata: Mapping[str, object]) -> dict[str, MetaValue]:
-    """The scalar [metadata] values (the Parquet meta column holds scalars only), sorted."""
-    return {k: v for k, v in sorted(metadata.items()) if isinstance(v, bool | int | float | str)}
+    """The whole [metadata] table, every key and TOML type (a float, a list of tags, a nested
+    table, a date), as the JSON values `meta_value` defines, sorted."""
+    return {k: meta_value(v) for k, v in sorted(metadata.items())}
 
 
 class HarborTaskset:
@@ -131,9 +132,10 @@ class HarborTaskset:
     def score(self, task: HarborTaskRef, reply: bytes, cache_dir: Path | None = None) -> Score:
         """A task is scored by its own verifier inside its container (the ``trial`` attempt
         kind); its reply is the `VerifierRecord` of what the verifier wrote, and this reads the
-        reward from it again by Harbor's rule (raising `VerifierFailed` where it gave none)."""
-        reward, _ = score_record(reply, self.config.reward_key)
-        return Score(reward, {})
+        reward from it again by Harbor's rule (raising `VerifierFailed` where it gave none), with
+        its exact text where the float misreads it (`Score.exact`)."""
+        got = read_record(reply, self.config.reward_key)
+        return Score(got.reward, {}, got.exact)
 
 
 def _places(location: str, hints: LoadHints, loose: bool = True) -> list[Path]:

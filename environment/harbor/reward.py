@@ -10,9 +10,15 @@ on the agent). Stricter than Harbor:
   takes ``"nan"``, ``"inf"``, ``"1_0"`` and Arabic-Indic digits);
 - ``reward.json`` may not hold booleans (``true`` is an ``int`` to Python), duplicate keys
   (which a forger could use to show a reader one value and Harbor another), an empty
-  object, or non-string keys; and every value must be in the range the contract allows
+  object, or keys that are not text (a lone surrogate's escape); and every value must be in the range the contract allows
   (``[0, 1]`` unless told otherwise);
 - a file over `MAX_REWARD_BYTES` is refused unread.
+
+Exact: a reward is read as the decimal number its text writes (`decimal.Decimal`), and that
+number is what is held to the range and, by the harness, to the pass threshold
+(`environment.protocol.exact_reward`): ``0.99999999999999999999`` is below 1 although its
+nearest float is 1.0. The float stays for the columns; the text is kept beside it
+(`Reward.exact`, `Scored.exact`) wherever the float misreads it.
 
 The functions take bytes, not paths: the harness copies the files out of a container.
 """
@@ -24,11 +30,12 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Literal
+from decimal import Decimal, InvalidOperation
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
-from environment.protocol import canonical_json, sha256_tag
+from environment.protocol import canonical_json, exact_reward, exact_text, safe_text, sha256_tag
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -43,6 +50,12 @@ class Reward(BaseModel):
 
     source: Literal["reward.json", "reward.txt"]
     values: dict[str, float]
+    #: Each key whose float misreads the number written (`environment.protocol.exact_text`) → that number's text.
+    exact: dict[str, str] = Field(default_factory=dict)
+
+    def decimal(self, key: str) -> Decimal:
+        """The number the verifier wrote for `key`, exactly."""
+        return exact_reward(self.values[key], self.exact.get(key))
 
 
 class RewardError(BaseModel):
@@ -81,10 +94,11 @@ def read_reward(files: Mapping[str, bytes], low: float = 0.0, high: float = 1.0)
         return RewardError(kind="missing", file=None, detail="the verifier wrote neither reward.json nor reward.txt")
     if isinstance(got, RewardError):
         return got
-    bad = {k: v for k, v in got.values.items() if not low <= v <= high}
+    bad = sorted(k for k in got.values if not exact_reward(low) <= got.decimal(k) <= exact_reward(high))
     if bad:
-        key, value = sorted(bad.items())[0]
-        return RewardError(kind="out_of_range", file=got.source, detail=f"{key} = {value!r} is outside [{low}, {high}]")
+        key = bad[0]
+        shown = got.exact.get(key) or repr(got.values[key])
+        return RewardError(kind="out_of_range", file=got.source, detail=f"{key} = {shown} is outside [{low}, {high}]")
     return got
 
 
@@ -135,22 +149,38 @@ class VerifierFailed(Exception):
 ALL_KEYS = "all"
 
 
-def reward_under(values: Mapping[str, float], source: str, rule: str) -> float:
-    """The task's reward under the contract's key `rule`: that key's value, or with `ALL_KEYS`
-    the least value of every key (so it reaches the pass threshold only when each key does).
-    A key the rule names but the reward lacks is a verifier error (`VerifierFailed`)."""
-    if rule == ALL_KEYS:
-        return min(values.values())  # a usable reward holds at least one key (`read_reward`)
-    if rule not in values:
-        raise VerifierFailed(f"{source}: no key {rule!r} (keys: {', '.join(sorted(values))})")
-    return values[rule]
+def reward_under(reward: Reward, rule: str) -> str:
+    """The key whose value is the task's reward under the contract's key `rule`: that key, or
+    with `ALL_KEYS` the key of the least value, compared exactly (so the reward reaches the
+    pass threshold only when each key does). A key the rule names but the reward lacks is a
+    verifier error (`VerifierFailed`)."""
+    if rule == ALL_KEYS:  # a usable reward holds at least one key (`read_reward`)
+        return min(sorted(reward.values), key=reward.decimal)
+    if rule not in reward.values:
+        raise VerifierFailed(f"{reward.source}: no key {rule!r} (keys: {', '.join(sorted(reward.values))})")
+    return rule
+
+
+class Scored(NamedTuple):
+    """A `VerifierRecord`'s reward under the contract's key rule: the float (for the columns),
+    its exact text where the float misreads it (None: the float is exact), every key's float."""
+
+    reward: float
+    exact: str | None
+    values: dict[str, float]
 
 
 def score_record(data: bytes, rule: str | None = None) -> tuple[float, dict[str, float]]:
+    """`read_record`'s float reward and every key's value."""
+    got = read_record(data, rule)
+    return got.reward, got.values
+
+
+def read_record(data: bytes, rule: str | None = None) -> Scored:
     """The reward a `VerifierRecord` holds under the contract's key `rule` (None: the key the
-    record names), and every key's value; raises `VerifierFailed` for anything else (a failed
-    verifier, an unusable file, a missing key, a record read under another rule than the
-    contract's, bytes that are not a record)."""
+    record names); raises `VerifierFailed` for anything else (a failed verifier, an unusable
+    file, a missing key, a record read under another rule than the contract's, bytes that
+    are not a record)."""
     try:
         record = VerifierRecord.model_validate_json(data)
         files = {n: base64.b64decode(v, validate=True) for n, v in record.files.items()}
@@ -163,7 +193,8 @@ def score_record(data: bytes, rule: str | None = None) -> tuple[float, dict[str,
     got = read_reward(files, record.low, record.high)
     if isinstance(got, RewardError):
         raise VerifierFailed(got.line())
-    return reward_under(got.values, got.source, record.key), dict(got.values)
+    key = reward_under(got, record.key)
+    return Scored(got.values[key], got.exact.get(key), dict(got.values))
 
 
 def _text(data: bytes, name: str) -> str | RewardError:
@@ -186,10 +217,7 @@ def _parse_txt(data: bytes) -> Reward | RewardError:
         return RewardError(kind="non_finite", file=REWARD_TXT, detail=f"{token!r} is not finite")
     if not _DECIMAL.fullmatch(token):
         return RewardError(kind="unparsable", file=REWARD_TXT, detail=f"not one decimal number: {token[:60]!r}")
-    value = float(token)
-    if not math.isfinite(value):  # 1e999
-        return RewardError(kind="non_finite", file=REWARD_TXT, detail=f"{token[:60]!r} is not finite")
-    return Reward(source=REWARD_TXT, values={"reward": value})
+    return _numbers(REWARD_TXT, {"reward": token})
 
 
 class _Refused(Exception):
@@ -211,29 +239,50 @@ def _parse_json(data: bytes) -> Reward | RewardError:
     text = _text(data, REWARD_JSON)
     if isinstance(text, RewardError):
         return text
-    try:
-        value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
+    try:  # a fraction as the decimal it writes (`_numbers`), never first a float; an integer is exact
+        value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys, parse_float=Decimal)
     except _Refused as e:
         return RewardError(kind="non_finite" if "not a number" in str(e) else "unparsable", file=REWARD_JSON,
                            detail=str(e))
+    except InvalidOperation:  # Decimal refused a number's exponent
+        return RewardError(kind="unparsable", file=REWARD_JSON, detail="a number's exponent is out of range")
     except (ValueError, RecursionError) as e:
         return RewardError(kind="unparsable", file=REWARD_JSON, detail=f"not JSON: {str(e)[:80]}")
     values = value if isinstance(value, dict) else {"reward": value}
     if not values:
         return RewardError(kind="non_numeric", file=REWARD_JSON, detail="an empty object holds no reward")
-    out: dict[str, float] = {}
+    odd = sorted(safe_text(k) for k in values if safe_text(k) != k)
+    if odd:  # a JSON escape of a lone surrogate (\ud800): no text names such a key
+        return RewardError(kind="unparsable", file=REWARD_JSON,
+                           detail=f'key "{odd[0]}" is not text (a lone surrogate); keys are reward names')
     for key, v in sorted(values.items()):
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if isinstance(v, bool) or not isinstance(v, (int, Decimal)):  # true is an int to Python
             return RewardError(kind="non_numeric", file=REWARD_JSON,
                                detail=f"{key!r} is {type(v).__name__}, not a number (a flat object of numbers)")
+    return _numbers(REWARD_JSON, values)
+
+
+def _numbers(source: Literal["reward.json", "reward.txt"],
+             numbers: Mapping[str, Decimal | int | str]) -> Reward | RewardError:
+    """The reward of `numbers` (key → a JSON number, or the decimal text of reward.txt): each
+    key's float, and its exact text where the float misreads it; any that no float holds
+    (``1e999``, a 400-digit integer) is not finite."""
+    values: dict[str, float] = {}
+    exact: dict[str, str] = {}
+    for key, number in sorted(numbers.items()):
         try:
-            f = float(v)
-        except OverflowError:  # a 400-digit integer
-            f = math.inf
+            d = Decimal(number)
+        except InvalidOperation:  # an exponent beyond what a decimal holds (1e-9999999999999999999)
+            return RewardError(kind="unparsable", file=source, detail=f"{str(number)[:60]!r}: its exponent is out of "
+                                                                      f"range")
+        f = float(d)
         if not math.isfinite(f):
-            return RewardError(kind="non_finite", file=REWARD_JSON, detail=f"{key!r} is not finite")
-        out[key] = f
-    return Reward(source=REWARD_JSON, values=out)
+            shown = f"{str(number)[:60]!r}" if source == REWARD_TXT else repr(key)
+            return RewardError(kind="non_finite", file=source, detail=f"{shown} is not finite")
+        values[key] = f
+        if (text := exact_text(d)) is not None:
+            exact[key] = text
+    return Reward(source=source, values=values, exact=exact)
 
 
 def planted(files: Mapping[str, bytes]) -> list[Planted]:

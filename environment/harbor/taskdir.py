@@ -33,7 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from environment.harbor.config import TaskConfig
-from environment.protocol import Finding, canonical_json, sha256_tag
+from environment.protocol import Finding, canonical_json, safe_text, sha256_tag
 
 TASK_MARKERS = ("task.toml", "instruction.md", "environment", "tests", "solution")
 #: Harbor's canary lines: an HTML or ``#`` comment mentioning "canary", case-insensitive.
@@ -180,9 +180,9 @@ def load_dataset(root: Path, limits: Limits = Limits()) -> HarborDataset:
     invalid: list[InvalidTask] = []
     every: list[list[str]] = []
     for tid in find_task_dirs(root, limits):
-        loaded = load_task(root, tid, limits)
+        loaded = load_task(root, tid, limits) if safe_text(tid) == tid else _not_utf8(root, tid, limits)
         (tasks if isinstance(loaded, HarborTask) else invalid).append(loaded)
-        every += [[f"{tid}/{e.path}", e.digest] for e in loaded.entries]
+        every += [[f"{loaded.id}/{e.path}", e.digest] for e in loaded.entries]
     return HarborDataset(revision=sha256_tag(canonical_json(sorted(every))), tasks=tasks, invalid=invalid)
 
 
@@ -201,6 +201,15 @@ def load_task(root: Path, tid: str, limits: Limits = Limits()) -> HarborTask | I
         except _Invalid as e:
             problems = [e.problem]
     return InvalidTask(id=tid, hash=digest, problems=problems, entries=entries)
+
+
+def _not_utf8(root: Path, tid: str, limits: Limits) -> InvalidTask:
+    """A task directory whose path is not UTF-8: invalid, its id the path's bytes escaped
+    (``\\xff``), its entries still hashed into the revision."""
+    entries = [] if (root / tid).is_symlink() else _walk(root / tid, limits)[0]
+    escaped = os.fsencode(tid).decode("utf-8", "backslashreplace")
+    return InvalidTask(id=escaped, hash=task_hash(entries), entries=entries, problems=[TaskProblem(
+        file=".", detail=f"the task directory's path is not UTF-8 ({escaped}, its bytes escaped); rename it")])
 
 
 class _Invalid(Exception):
@@ -246,7 +255,7 @@ def _entry(path: Path, rp: str, depth: int, real_root: str, limits: Limits, tota
     """Record one entry (a directory is pushed on `stack`); returns the running byte total."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(path)
+        target = os.fsencode(os.readlink(path)).decode("utf-8", "backslashreplace")  # bytes not UTF-8 escaped
         entries.append(Entry(path=rp, digest=f"symlink:{target}"))
         real = os.path.realpath(path)
         if real != real_root and not real.startswith(real_root + os.sep):

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from environment.protocol import sha256_tag
+from environment.protocol import safe_text, sha256_tag
 from validate.eval.client import ChatClient, Completion, DeadlineCut, EndpointRejected
 from validate.eval.contract import EvalContract
 from validate.eval.records import ToolCallRow
@@ -96,6 +96,8 @@ def check_call(call: object, index: int, turn: int) -> tuple[dict, str | None, s
         return clean, None, f"arguments are not valid JSON ({e.msg})"
     if not isinstance(parsed, dict) or not isinstance(parsed.get("command"), str) or not parsed["command"].strip():
         return clean, None, 'arguments must be a JSON object with a non-empty string "command"'
+    if safe_text(parsed["command"]) != parsed["command"]:  # a "\ud800" escape: nothing a shell can be given
+        return clean, None, "the command is not text (it holds a lone surrogate)"
     return clean, parsed["command"], None
 
 

@@ -178,7 +178,7 @@ def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sa
         stats["scoring"], t1 = True, time.monotonic()
         scored = ctx.taskset.score(task, stats["reply"] or b"", ctx.paths.scorer_cache)
         stats["score_s"] = time.monotonic() - t1
-        row.update(reward=scored.reward, metrics=dict(scored.metrics))
+        row.update(reward=scored.reward, reward_decimal=scored.exact, metrics=dict(scored.metrics))
     except EvidenceError:
         raise  # the reply could not be kept: the evidence itself fails, as a journal write does
     except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
@@ -208,7 +208,7 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
                   endpoint_wait_s=sum(c.wait_s for c in comps) + stats.get("endpoint_wait_s", 0.0),
                   tool_s=conv.tool_s, sandbox_s=stats.get("sandbox_s", 0.0), score_s=stats.get("score_s", 0.0),
                   wall_s=a.runtime_s or 0.0, temperature=temperature, seed=seed,
-                  solved=solved(a.status, a.reward, contract.reward.pass_threshold),
+                  solved=solved(a.status, a.reward, contract.reward.pass_threshold, a.reward_decimal),
                   parsed=a.metrics.get(parse_metric) if parse_metric else None)
     cls, rule = classes.classify(facts_of(a, s))
     return s.model_copy(update={"failure_class": cls, "failure_rule": rule})

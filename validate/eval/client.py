@@ -42,6 +42,7 @@ import requests
 import urllib3
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
+from environment.protocol import safe_json
 from validate.eval.deadline import Adapter, Watchdog
 
 _CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "context window", "too many tokens",
@@ -106,7 +107,7 @@ def _retry_after(resp: requests.Response) -> float | None:
 
 def _error_text(resp: requests.Response) -> str:
     try:
-        body = resp.json()
+        body = safe_json(resp.json())
         return str(body.get("error", {}).get("message") or body)[:500]
     except ValueError:
         return resp.text[:500]
@@ -175,7 +176,7 @@ class _Stream:
             self.done = True
             return
         try:
-            chunk = json.loads(data)
+            chunk = safe_json(json.loads(data))
         except ValueError:
             raise EndpointUnavailable("bad_response", f"a stream chunk is not JSON: {data[:200]!r}") from None
         if not isinstance(chunk, dict) or "error" in chunk:
@@ -253,7 +254,7 @@ def _read(resp: requests.Response, stream: _Stream | None, model: str | None,
         if deadline is not None and time.monotonic() >= deadline:
             raise EndpointUnavailable("timeout", "the deadline passed")  # made the cut by the caller
         try:
-            parsed = json.loads(content)
+            parsed = safe_json(json.loads(content))  # a "\ud800" escape is the model's text, stored escaped
         except ValueError:
             raise EndpointUnavailable("bad_response", f"the body is not JSON: {content[:200]!r}") from None
         return _message_of(parsed, model)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
+from environment.protocol import exact_reward
 from validate.records import (
     AGENT_STATUSES,
     HARNESS_ERROR,
@@ -56,6 +57,8 @@ class Sample(NamedTuple):
     sample: int
     status: str
     reward: float | None
+    #: The reward's exact text where its float misreads it (`Attempt.reward_decimal`).
+    reward_decimal: str | None = None
 
 
 def is_valid(status: str) -> bool:
@@ -67,10 +70,12 @@ def lost_reason(status: str) -> str | None:
     return None if is_valid(status) else LOST_REASONS.get(status, f"status {status}")
 
 
-def solved(status: str, reward: float | None, threshold: float) -> bool:
+def solved(status: str, reward: float | None, threshold: float, decimal: str | None = None) -> bool:
     """The one "solved" rule: a valid attempt whose reward reaches the pass threshold (a
-    missing or NaN reward never does)."""
-    return is_valid(status) and reward is not None and reward >= threshold
+    missing or NaN reward never does), compared as the numbers they were written as
+    (`decimal`: the reward's exact text where its float misreads it; `exact_reward`)."""
+    return is_valid(status) and reward is not None and reward == reward \
+        and exact_reward(reward, decimal) >= exact_reward(threshold)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -126,7 +131,7 @@ def task_eval(task_id: str, family: str, samples: Sequence[Sample], k: int, thre
         else:
             lost.append(why)
             rewards.append(None)
-    n, c = len(valid), sum(solved(s.status, s.reward, threshold) for s in valid)
+    n, c = len(valid), sum(solved(s.status, s.reward, threshold, s.reward_decimal) for s in valid)
     out = dict(task_id=task_id, family=family, n_valid=n, n_lost=k - n, lost=sorted(lost), solved=c,
                rewards=rewards, accuracy=c / n if n else None,
                mean_reward=statistics.fmean(r for r in rewards if r is not None) if n else None,
@@ -193,7 +198,7 @@ def greedy_metrics(samples: Iterable[Sample], task_ids: Sequence[str], threshold
             valid.append(s)
         else:
             lost[why] = lost.get(why, 0) + 1
-    c = sum(solved(s.status, s.reward, threshold) for s in valid)
+    c = sum(solved(s.status, s.reward, threshold, s.reward_decimal) for s in valid)
     return GreedyMetrics(tasks=len(task_ids), valid=len(valid), lost=dict(sorted(lost.items())), solved=c,
                          pass_at_1=rate(c, len(valid)), pass_at_1_all=rate(c, len(task_ids)),
                          mean_reward=rate(sum(s.reward or 0.0 for s in valid), len(valid)))
@@ -240,7 +245,7 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
         ok = [t for t in mine if t.eligible]
         out.append(FamilyRow(
             family=f, tasks=len({t.task_id for t in mine} | {s.task_id for s in greedy if s.family == f}),
-            greedy_pass_at_1=rate(sum(solved(s.status, s.reward, threshold) for s in g), len(g)),
+            greedy_pass_at_1=rate(sum(solved(s.status, s.reward, threshold, s.reward_decimal) for s in g), len(g)),
             greedy_mean_reward=rate(sum(s.reward or 0.0 for s in g), len(g)),
             pass_at_k=rate(sum(t.pass_at_k for t in ok), len(ok)),
             mean_accuracy=rate(sum(t.accuracy for t in ok), len(ok)),
@@ -264,4 +269,10 @@ def final_attempts(rows: Iterable) -> list:
 def samples_of(final: Iterable, family_of: dict[str, str]) -> list[Sample]:
     """The `Sample` of each of `final` (see `final_attempts`); a NaN reward reads as None."""
     return [Sample(r.phase, r.task_id, family_of.get(r.task_id, "?"), int(r.sample), r.status,
-                   None if r.reward is None or r.reward != r.reward else float(r.reward)) for r in final]
+                   None if r.reward is None or r.reward != r.reward else float(r.reward), _decimal(r)) for r in final]
+
+
+def _decimal(row) -> str | None:
+    """A row's ``reward_decimal`` (None where its evidence has no such column, or a NaN there)."""
+    value = getattr(row, "reward_decimal", None)
+    return value if isinstance(value, str) else None

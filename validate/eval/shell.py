@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 
 from docker.errors import APIError
 
-from environment.harbor.reward import VerifierFailed, score_record
+from environment.harbor.reward import VerifierFailed, read_record
 from validate.errors import EvidenceError, SandboxError
 from validate.eval import classes
 from validate.eval.agent import Conversation, cap, converse, opening
@@ -210,19 +210,19 @@ class ShellKind(TrialKind):
         stats["verifier"] = verifier_text(result)
         looked = network.describe(result.lookups)
         row["stderr"] = f"{looked}\n{stats['verifier']}" if looked else stats["verifier"]
-        # a key the trial did not find is the record's rule to apply (`score_record`, below): 'all'
+        # a key the trial did not find is the record's rule to apply (`read_record`, below): 'all'
         keyed = result.verifier_error is not None and result.verifier_error.kind == "missing_key"
         if result.status == "task_error" or (result.verifier_error is not None and not keyed):
             what = result.task_error or f"{result.verifier_error.kind}: {result.verifier_error.detail}"
             row.update(status="scorer_error", error_class="VerifierError", error_message=what[:2000])
             return
         try:
-            reward, _ = score_record(reply or b"", rule)
+            got = read_record(reply or b"", rule)
         except VerifierFailed as e:  # the record is what the audit reads: it decides
             row.update(status="scorer_error", error_class="VerifierError", error_message=str(e)[:2000])
             return
         status = "timeout" if conv.termination == "timeout" else "oom" if result.agent_run.oom_killed else "ok"
-        row.update(status=status, reward=reward)
+        row.update(status=status, reward=got.reward, reward_decimal=got.exact)
         if status != "ok":
             row.update(error_class=conv.termination or status, error_message=f"the agent phase ended: {status}")
 

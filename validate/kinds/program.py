@@ -110,9 +110,9 @@ class ProgramKind(AttemptKind[Tried]):
             reply = _run_agent(ctx, play, task, agent, row)
             scoring = True
             scored = play.taskset.score(task, reply or b"", ctx.paths.scorer_cache)
-            row.update(reward=scored.reward, metrics=dict(scored.metrics),
+            row.update(reward=scored.reward, reward_decimal=scored.exact, metrics=dict(scored.metrics),
                        as_expected=as_expected(rule, row["status"], scored.reward,
-                                               play.manifest.expectations.pass_threshold))
+                                               play.manifest.expectations.pass_threshold, scored.exact))
         except (SandboxError, ScorerUnavailable) as e:
             row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
         except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row

@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 
 from environment.harbor.env import HarborTaskRef
 from environment.protocol import sha256_tag
-from environment.harbor.reward import VerifierFailed, VerifierRecord, score_record
+from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
 from pydantic import ValidationError
 from validate.context import AttemptKind, Play, RunContext
 from validate.errors import SandboxError
@@ -203,8 +203,8 @@ class TrialKind(AttemptKind[Tried]):
             # a verifier error there too.
             status = _agent_status(result) if result.status == "verifier_error" else result.status
             try:
-                reward, values = score_record(record.to_bytes(), rule)
-                read = {"reward": reward, "rewards": values}
+                got = read_record(record.to_bytes(), rule)
+                read = {"reward": got.reward, "reward_decimal": got.exact, "rewards": got.values}
             except VerifierFailed:
                 read = {}
             result = result.model_copy(update={"verifier_error": None, "status": status, **read})
@@ -230,7 +230,7 @@ class TrialKind(AttemptKind[Tried]):
             row.update(status="scorer_error", error_class="VerifierError", error_message=what[:2000])
             return reply
         try:
-            reward, _ = score_record(reply or b"", rule)
+            got = read_record(reply or b"", rule)
         except VerifierFailed as e:  # the record and the trial disagree: the record is what the audit reads
             row.update(status="scorer_error", error_class="VerifierError", error_message=str(e)[:2000])
             return reply
@@ -238,8 +238,9 @@ class TrialKind(AttemptKind[Tried]):
         # The agent's exit code is data (Harbor ignores it; the verifier decides the reward),
         # but the status says it, as for every attempt.
         status = "exit_nonzero" if result.status == "ok" and row["exit_code"] != 0 else STATUS[result.status]
-        row.update(status=status, reward=reward,
-                   as_expected=as_expected(rule, status, reward, play.manifest.expectations.pass_threshold))
+        row.update(status=status, reward=got.reward, reward_decimal=got.exact,
+                   as_expected=as_expected(rule, status, got.reward, play.manifest.expectations.pass_threshold,
+                                           got.exact))
         return reply
 
     def unsupported(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:

@@ -139,21 +139,12 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
     image, from ``tests/Dockerfile`` (the same map, policy and cache); `docker_image`: the
     task's ``[environment].docker_image``, whose image is the base the map serves for it
     (`image_task`), no Dockerfile read."""
-    if docker_image is not None:
-        resolved = image_task(docker_image, base_map)
-        env = None
-    else:
-        env = task_dir / context
-        resolved = resolve_bases(env, base_map)
-    if isinstance(resolved, TaskImageRefusal):
-        return resolved
-    text, bases = resolved
-    if docker_image is not None:
-        new_text, patch = f"FROM {bases[0].image_id}\n", image_patch(docker_image, bases[0].image_id)
-        ctx_digest = sha256_tag(canonical_json({"docker_image": docker_image}))
-    else:
-        new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
-        ctx_digest = context_digest(env)
+    planned = plan(task_dir, base_map, context, docker_image)
+    if isinstance(planned, TaskImageRefusal):
+        return planned
+    new_text, patch, bases = planned
+    env = None if docker_image is not None else task_dir / context
+    ctx_digest = sha256_tag(canonical_json({"docker_image": docker_image})) if env is None else context_digest(env)
     timeout_s = min(build_timeout_s, policy.max_timeout_s)
     key = build_key(ctx_digest, bases, policy, backend.name, timeout_s)
     slot = store / key.removeprefix("sha256:")
@@ -169,6 +160,26 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
                            bases=bases, patch=patch, policy=policy, timeout_s=timeout_s,
                            log=str(slot / "build.log"), log_sha256="")
         return _build_and_record(env, new_text, backend, record)
+
+
+def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment",
+         docker_image: str | None = None) -> tuple[str, str, list[ResolvedBase]] | TaskImageRefusal:
+    """What a build of the task runs, decided from its files and the map alone: (the
+    Dockerfile with its bases rewritten to the local images, that rewrite as a unified diff:
+    the recorded patch, what serves each base), or why it cannot be built here. The audit
+    derives a frozen image's patch and bases again with it."""
+    if docker_image is not None:
+        served = image_task(docker_image, base_map)
+        if isinstance(served, TaskImageRefusal):
+            return served
+        base = served[1][0]
+        return f"FROM {base.image_id}\n", image_patch(docker_image, base.image_id), served[1]
+    resolved = resolve_bases(task_dir / context, base_map)
+    if isinstance(resolved, TaskImageRefusal):
+        return resolved
+    text, bases = resolved
+    new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
+    return new_text, patch, bases
 
 
 def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend,

@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.harbor.reward import VerifierRecord
+from environment.protocol import exact_reward
 from validate.trial.artifacts import Handed
 from validate.trial.network import Lookups
 from validate.trial.workpaths import Change
@@ -133,6 +134,8 @@ class TrialResult(BaseModel):
     status: TrialStatus
     #: The reward under `reward_key` (None unless the verifier produced a usable one).
     reward: float | None = None
+    #: Its exact text where the float misreads it (`environment.harbor.reward.Reward.exact`).
+    reward_decimal: str | None = None
     reward_key: str
     #: Every key of the reward the verifier wrote (reward.txt gives ``{"reward": x}``).
     rewards: dict[str, float] = Field(default_factory=dict)
@@ -193,4 +196,4 @@ class TrialResult(BaseModel):
     def passed(self, threshold: float = 1.0) -> bool:
         """A pass needs a usable reward at or over `threshold`; any error is never a pass."""
         return self.status in ("ok", "agent_timeout", "agent_oom") and self.reward is not None \
-            and self.reward >= threshold
+            and exact_reward(self.reward, self.reward_decimal) >= exact_reward(threshold)

@@ -840,6 +840,7 @@ def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, f
                                               detail=f"no key {key!r} (keys: {', '.join(sorted(got.values))})")
     else:
         result.reward, result.rewards, result.reward_source = got.values[key], dict(got.values), got.source
+        result.reward_decimal = got.exact.get(key)
 
 
 def _text(tree: dk.Tree, path: str, cap: int) -> tuple[str, bool]:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from validate.eval.report import pct
 from validate.paths import SMOKE
-from validate.records import POOL
+from validate.records import POOL, meta_of
 from validate.view import tables
 from validate.view.catalog import CompareEntry, EvalEntry, Listing, RunEntry
 from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url
@@ -193,7 +193,7 @@ def _kv2(pairs: list[tuple[str, object]]) -> Html:
 
 
 def _verdict_block(t: dict) -> list[object]:
-    meta = t.get("meta") or {}
+    meta = meta_of(t.get("meta"))
     pairs = [("verdict", badge(t["verdict"])), ("reason", t["reason"]), ("detail", t["detail"]),
              ("missing", ", ".join(t["missing"] or []) or None), ("idx", Html(str(t["idx"]))),
              ("family", t["family"]), ("task hash", tag("code", t["task_hash"])),
