@@ -53,6 +53,7 @@ from validate.sandbox.base import ExecResult
 from validate.sandbox.docker import wire
 from validate.trial import docker as dk
 from validate.trial import network
+from validate.contract import verifier_mode_of
 from validate.trial.result import PhaseRun, TrialLimits, TrialResult
 from validate.trial.run import LiveAgent, run_trial
 from validate.workspace import workspace_sha256
@@ -168,7 +169,11 @@ class ShellKind(TrialKind):
         """The trial with the conversation as its agent phase (`verifier`: a separate
         verifier's image); fills `row` and `stats`."""
         contract, lim = ec.contract, play.manifest.execution.limits
-        limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids)
+        # the dataset contract's verifier mode: a model is graded by a verifier it cannot reach
+        # (trusted), unless the contract chose Harbor's shared mode (or predates the choice)
+        limits = TrialLimits(cpus=lim.cpus, memory_mb=lim.memory_mb, pids=lim.pids,
+                             verifier_mode=verifier_mode_of(play.manifest.execution), storage_mb=lim.storage_mb,
+                             storage_inodes=lim.storage_inodes)
 
         def drive(box: LiveAgent) -> PhaseRun:
             t = time.monotonic()
@@ -206,6 +211,9 @@ class ShellKind(TrialKind):
         if result.status == "infrastructure_error":
             row.update(status="infrastructure_error", error_class="DockerFault",
                        error_message=(result.infrastructure_error or "")[:2000])
+            return
+        if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
+            row.update(status="harness_error", error_class="HarnessFault", error_message=(result.harness_error or "")[:2000])
             return
         stats["verifier"] = verifier_text(result)
         looked = network.describe(result.lookups)
