@@ -182,7 +182,8 @@ def test_podman_the_trusted_verifier_resists_a_tampering_control(tmp_path):
             r = podman_trial(sb, task, root, image, agent, label)
             assert (r.status, r.reward, r.verifier_mode) == ("ok", reward, "trusted"), (agent, r.infrastructure_error)
             assert r.cleanup_errors == [] and _left(sb, label) == []
-        assert r.outside_changes_total > 0
+        # the rootless service's layers are its own: recorded as not bounded by the contract
+        assert r.outside_changes_total > 0 and r.storage_bounded is False
     finally:
         dk.sweep(sb.client.api, f"{dk.LABEL}={sb.run_label}")
         sb.close()
@@ -210,4 +211,4 @@ def test_the_container_s_own_filesystem_holds_no_more_than_the_contract_s_storag
     got = dict(line.split() for line in r.agent_run.stdout.splitlines() if line.split()[:1] in (["bytes"], ["files"]))
     assert 0 < int(got["bytes"]) <= 32 * 2**20, r.agent_run.stdout
     assert 0 < int(got["files"]) <= 2000, r.agent_run.stdout
-    assert (r.status, r.reward) == ("ok", 1.0)
+    assert (r.status, r.reward, r.storage_bounded) == ("ok", 1.0, True)

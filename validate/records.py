@@ -181,6 +181,9 @@ class TrialEvidence(BaseModel):
                                               "paths outside its work paths).")
     lookups_note: Text | None = Field(default=None, description="What the resolver could not name (more names than "
                                                                "it keeps, a problem it met).")
+    storage_bounded: bool = Field(default=False, description=(
+        "The trial's writable layer was on storage of the contract's size and inodes (a tmpfs of the harness's); "
+        "False: the engine's own layer (a rootless service, another storage driver), bounded by its disk only."))
 
     def lines(self) -> str:
         """The head of the attempt's ``stderr``: these observations in words, one a line, each in

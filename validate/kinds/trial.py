@@ -299,7 +299,8 @@ def evidence_of(result: TrialResult) -> TrialEvidence:
         outside_total=result.outside_changes_total, processes_killed=result.agent_processes_killed,
         left_in_verifier=left, verifier_exit_code=result.verifier_run.exit_code,
         lookups_agent=list(looked.agent) if looked else [], lookups_verifier=list(looked.verifier) if looked else [],
-        pid1_guarded=result.pid1_guarded, shared_replayed=result.shared_replayed, lookups_note=note)
+        pid1_guarded=result.pid1_guarded, shared_replayed=result.shared_replayed, lookups_note=note,
+        storage_bounded=result.storage_bounded)
 
 
 def planted_of(trial: TrialEvidence, role: str) -> str | None:

@@ -131,7 +131,7 @@ def run_trial(sandbox, docker_client, task: HarborTask, task_dir: Path, image: s
     t0 = time.monotonic()
     result = TrialResult(task_id=task.id, task_hash=task.hash, agent=agent, image=image, status="ok",
                          reward_key=reward_key, applied=apply_limits(task.config, limits),
-                         verifier_mode=limits.verifier_mode)
+                         verifier_mode=limits.verifier_mode, storage_bounded=True)
     trial = None
     try:
         root = roots.task_root(docker_client, image)

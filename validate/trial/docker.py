@@ -98,6 +98,14 @@ class Resources:
     #: Containers whose writable layer is on a tmpfs of the harness's (`cap_layer`): its layer
     #: directory, unmounted once the container is stopped and before it is removed.
     caps: dict[str, Path] = field(default_factory=dict)
+    #: How many containers this trial created, and how many of them with a capped layer.
+    made: int = 0
+    made_capped: int = 0
+
+    @property
+    def capped(self) -> bool:
+        """Every container of the trial had its writable layer capped (`cap_layer`)."""
+        return self.made > 0 and self.made_capped == self.made
 
     def labels(self) -> dict[str, str]:
         return {LABEL: self.run_label, TRIAL_LABEL: self.trial}
@@ -259,6 +267,8 @@ def create(res: Resources, spec: Spec, name: str) -> str:
     if spec.cap is not None and not cap_layer(res, cid, *spec.cap):
         raise DockerFault(f"docker: the {name} container's writable layer cannot be capped (not overlay2 on this "
                           f"machine)")
+    res.made += 1
+    res.made_capped += spec.cap is not None
     return cid
 
 

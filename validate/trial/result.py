@@ -166,6 +166,8 @@ class TrialResult(BaseModel):
     #: None: not replayed, or no usable reward there.
     shared_reward: float | None = None
     shared_replayed: bool = False
+    #: The containers' (or overlay's) writable layer was on a tmpfs of the trial's storage limits.
+    storage_bounded: bool = False
     #: What was read after that replay (`VerifierRecord.replayed` of the attempt's reply).
     shared_record: VerifierRecord | None = None
     agent_run: PhaseRun = Field(default_factory=PhaseRun)

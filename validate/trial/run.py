@@ -249,6 +249,7 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
             _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host,
                                    own, users)
         result.status = _status(result)
+        result.storage_bounded = res.capped
     except dk.DockerFault as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
     except dk.TaskFault as e:
