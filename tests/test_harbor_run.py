@@ -119,7 +119,9 @@ def test_the_claim_counts_what_the_oracle_certified_and_what_resisted_every_tamp
     # what two planted in the working directory was carried, and meant nothing to this verifier
     trial = {r.agent: r.trial for r in sound.itertuples()}
     assert all(trial[a]["outside_total"] > 0 and trial[a]["carried_total"] == 0
-               for a in ("tamper-binaries", "tamper-loader", "tamper-python")), trial
+               for a in ("tamper-binaries", "tamper-loader")), trial
+    assert "/app/sitecustomize.py" in list(trial["tamper-python"]["carried"]) and \
+        trial["tamper-python"]["outside_total"] > 0
     assert list(trial["tamper-path"]["carried"]) == ["/app/pytest.py"]
     assert "/app/conftest.py" in list(trial["tamper-pytest"]["carried"])
 

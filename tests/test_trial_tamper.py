@@ -73,7 +73,9 @@ def test_a_tampering_control_passes_the_shared_verifier_and_not_the_trusted_one(
     assert trusted.outside_changes_total > 0 and all(not c.path.startswith("/app/") for c in trusted.outside_changes)
     # a module planted in the working directory is carried (it is the agent's work to the rule):
     # this verifier never imports it
-    assert trusted.carried == (["/app/pytest.py"] if agent == "tamper-path" else []), trusted.carried
+    planted_in_workdir = {"tamper-path": ["/app/pytest.py"], "tamper-python": [
+        "/app/00-dv-hook.pth", "/app/_dv_hook.py", "/app/sitecustomize.py", "/app/usercustomize.py"]}
+    assert trusted.carried == planted_in_workdir.get(agent, []), trusted.carried
 
 
 @pytest.mark.docker

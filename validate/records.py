@@ -160,13 +160,15 @@ class TrialEvidence(BaseModel):
         "Where the verifier ran: trusted (a fresh container of the task's image, the agent's changes under the "
         "work paths carried), shared (the agent's own container), separate (the task's own verifier image)."))
     work_paths: list[Text] = Field(description="Trusted: the task's work paths (validate.trial.workpaths.RULE).")
-    carried: list[Text] = Field(description="Trusted: the subtrees of the agent's container carried to the verifier "
-                                           "(the first 200).")
-    carried_total: int = Field(description="How many were carried.")
+    carried: list[Text] = Field(description="The agent's changed subtrees under its work paths (the first 200): "
+                                           "trusted, all the verifier gets of its changes; otherwise seen by the "
+                                           "verifier like every other change.")
+    carried_total: int = Field(description="How many changed subtrees under the work paths.")
     dropped: list[Text] = Field(description="Devices, fifos and sockets the agent made under its work paths, never "
                                            "carried.")
     outside: list[PathChange] = Field(description="The agent's changes outside its work paths (the first 200), "
-                                                  "from the engine's diff; trusted: never carried.")
+                                                  "from the engine's record of its writable layer; trusted: never "
+                                                  "carried.")
     outside_total: int = Field(description="How many changes outside the work paths.")
     processes_killed: int | None = Field(description="Processes of the agent phase killed before a shared "
                                                      "verifier ran in the same container (None: no such sweep).")

@@ -217,24 +217,22 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 mount_tmpfs(host / HARNESS, sized, noexec=False)
                 os.chmod(host / HARNESS, 0o755)
             own.prepare(host, host / HARNESS / "etc" if bound else host / "etc", f"dv-{res.trial}")
+        work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
+                                    workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
         if near:
-            work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
-                                        workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
             trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own, users,
                                 work, reward_key, reward_range, replay_below)
         elif mode == "trusted":
             box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
-            work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
-                                        workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
             trusted.verifier_phase(_core(), res, task, Path(task_dir), image, box, result, limits, reward_key,
                                    reward_range, own, users, work)
             if replay_below is not None and result.outside_changes_total and not result.passed(replay_below):
                 trusted.replay_shared(_core(), res, task, Path(task_dir), box, result, limits, reward_key,
                                       reward_range, own, users)
         elif not one:
-            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own, users)
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own, users, work)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
@@ -243,6 +241,7 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         else:
             host = own.host
             box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own, users)
+            _seen(result, work, *trusted.changes_of(res, box.cid))
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             own.boundary(box.pid)
@@ -299,6 +298,18 @@ def _image_defaults(res: dk.Resources, image: str, applied: Applied) -> tuple[di
     default = str(config.get("User") or "")
     return ({"agent": applied.agent_user or default, "verifier": applied.verifier_user or default},
             config.get("WorkingDir") or None)
+
+
+def _seen(result: TrialResult, work: list[str], changes: list[dict], cut: bool) -> None:
+    """The agent's changes as a verifier that sees them all (shared, separate) records them:
+    those under its work paths and those outside (evidence only: nothing is carried or left)."""
+    seen = workpaths.plan(changes, work)
+    result.work_paths = list(work)
+    result.carried, result.carried_total = list(seen.copy[:trusted.MAX_LISTED]), len(seen.copy)
+    result.outside_changes = list(seen.outside[:trusted.MAX_LISTED])
+    result.outside_changes_total = len(seen.outside)
+    if cut:
+        result.dropped = [*result.dropped, "(the agent's changes past the listing's cap were not read)"]
 
 
 def _record_left(result: TrialResult, left: dk.Tree) -> None:
@@ -485,7 +496,7 @@ def _state_once_heard(res: dk.Resources, cid: str, pid: int) -> dict:
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                  limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                 separate: bool, own: _OwnResolver, users: dict[str, str]):
+                 separate: bool, own: _OwnResolver, users: dict[str, str], work: list[str]):
     """The agent phase in a container of its own: run the agent; record what it left in
     /logs/verifier; return the artifacts to hand a separate verifier (`validate.trial.artifacts`),
     or else a snapshot of the agent's filesystem for a fresh verifier container (a client that
@@ -515,6 +526,7 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
     _record_left(result, dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
+    _seen(result, work, *trusted.changes_of(res, cid))
     if separate:
         handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
     else:

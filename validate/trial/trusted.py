@@ -114,6 +114,16 @@ def _verify_again(core, res: dk.Resources, task: HarborTask, task_dir: Path, age
                                               limits.max_listing_bytes))
 
 
+def changes_of(res: dk.Resources, cid: str) -> tuple[list[dict], bool]:
+    """A container's changes (and whether the listing was cut): read from its writable layer on
+    this machine's disk (overlay2), else the daemon's diff. Its agent's processes are dead."""
+    try:
+        upper, lowers = _layers(res, cid)
+    except dk.DockerFault:
+        return dk.call("diff the agent's container", res.api.diff, cid) or [], False
+    return layers.diff(upper, lowers)
+
+
 def _layers(res: dk.Resources, cid: str) -> tuple[Path, list[Path]]:
     """A container's writable layer and its lower layers on this machine's disk (overlay2)."""
     graph = dk.call("inspect a container", res.api.inspect_container, cid).get("GraphDriver") or {}
