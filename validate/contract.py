@@ -141,7 +141,7 @@ class TrialProfile(BaseModel):
         "The rule naming what a trusted verifier gets of the agent's changes (validate.trial.workpaths.RULE)."))
     tool_sha256: str = Field(description=(
         "sha256 of the source of the harness's program every trial container's PID 1 and verifier run "
-        "(validate/trial/tool/dvtool.c)."))
+        "(validate/trial/native/dvtool.c)."))
 
 
 def verifier_mode_of(execution: ExecutionProfile) -> str:

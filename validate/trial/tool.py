@@ -1,4 +1,4 @@
-"""The harness's own program inside trial containers (`tool/dvtool.c`): built once, static,
+"""The harness's own program inside trial containers (`native/dvtool.c`): built once, static,
 from the source in this package, and bound read-only into every trial container at `MOUNT`.
 
 Every process the harness starts in a trial container is this binary, named by its absolute
@@ -28,7 +28,7 @@ from pathlib import Path
 from validate.errors import SandboxError
 from validate.paths import task_image_store
 
-SOURCE = Path(__file__).resolve().parent / "tool" / "dvtool.c"
+SOURCE = Path(__file__).resolve().parent / "native" / "dvtool.c"
 #: Where the tool's directory is bound (read-only) in every trial container.
 MOUNT = "/.dv"
 BINARY = f"{MOUNT}/dvtool"
