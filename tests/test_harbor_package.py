@@ -199,6 +199,24 @@ def test_package_holds_the_compatible_tasks_byte_for_byte_with_a_card_from_the_e
     assert any(p.startswith("csv-to-json/instruction.md") for p in verify_package(out))
 
 
+def test_package_in_the_published_shape_loads_as_the_same_tasks(pooled, tmp_path):
+    run_dir, _ = pooled
+    out = tmp_path / "pub"
+    assert main(["package", str(run_dir), "--out", str(out), "--format", "parquet"]) == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
+        [CARD, EXCLUSIONS, HASH_MANIFEST, "data/train-00000-of-00001.parquet"])
+    assert verify_package(out) == []
+    table = pd.read_parquet(out / "data/train-00000-of-00001.parquet")
+    assert list(table["path"]) == sorted(SOUND) and {"task_binary", "task_id", "instruction"} <= set(table.columns)
+    env = environments.get("harbor")
+    loaded = env.load(env.Config(dataset=str(out)))
+    directory = env.load(env.Config(dataset=str(SAMPLE)))
+    want = {directory.task(i).id: directory.task(i).hash for i in range(directory.size)
+            if directory.task(i).id in SOUND}
+    assert {loaded.task(i).id: loaded.task(i).hash for i in range(loaded.size)} == want
+    assert json.loads((out / HASH_MANIFEST).read_bytes())["revision"] == loaded.revision
+
+
 def test_package_refuses_what_it_cannot_certify(pooled, tmp_path, capsys):
     run_dir, _ = pooled
     full = tmp_path / "full"

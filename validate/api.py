@@ -13,6 +13,7 @@ raises a `validate.errors.ValidateError` subclass naming the field or file on ba
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import tomllib
@@ -163,8 +164,12 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     cfg = _config(environment, config, config_overrides or {})
     lim = check_limits(model_values(Limits, {}, dict(limits or {}), "limits"))
     code = require(allow_patch)
-    hints = LoadHints(search=tuple(Path(p) for p in data))
+    hints = LoadHints(search=tuple(Path(p) for p in data), log=log)
     taskset = load_taskset(environment, cfg, hints)
+    source = getattr(taskset, "source", None)
+    if source is not None:  # read once: the contract's own load reads this very source again
+        hints = dataclasses.replace(hints, source=source)
+        log(f"dataset {cfg.model_dump().get('dataset', '')}: {taskset.size} tasks, revision {taskset.revision}")
     chosen, rule = selection(taskset.size, idx, idx_start, idx_stop)
     check_min_count(min_count, len(chosen))
     _some_task_can_pass(environment, taskset, chosen)
@@ -348,14 +353,15 @@ def _reading() -> SimpleNamespace:
                            compare=compare.compare)
 
 
-def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = ()) -> dict:
+def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = (), format: str = "directories") -> dict:
     """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
-    `out` (`validate.package`); return its hash manifest."""
+    `out` (`validate.package`; `format` ``parquet``: in the published shape); return its hash
+    manifest."""
 
     existing_dir(run_dir, "RUN")
     utf8_path(Path(out), "--out")
     reading = _reading()
-    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data))
+    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data), format=format)
 
 
 def _is_eval(run_dir: PathLike) -> bool:

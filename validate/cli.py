@@ -274,6 +274,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     pk.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) directory")
     pk.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
                     help="where to look for the dataset the run validated (repeatable)")
+    pk.add_argument("--format", choices=["directories", "parquet"], default="directories",
+                    help="directories: a Harbor dataset directory of task directories; parquet: the shape datasets "
+                         "are published in, data/train-00000-of-00001.parquet with a row per task (path, "
+                         "task_binary: the task directory as a tar.gz, task_id, instruction, the row's own columns) "
+                         "(default: %(default)s)")
 
     rp = sub.add_parser("report", help="write a new report (Markdown and self-contained HTML) into RUN_DIR/reports/")
     rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -622,8 +627,14 @@ def cmd_pilot(args) -> int:
 
 
 def cmd_package(args) -> int:
-    done = _api().package(args.run_dir, out=args.out, data=args.data)
-    out.print(f"packaged {sum(1 for f in done['files'] if f.endswith('/task.toml'))} tasks of {args.run_dir} → "
+    done = _api().package(args.run_dir, out=args.out, data=args.data, format=args.format)
+    n = sum(1 for f in done["files"] if f.endswith("/task.toml"))
+    if args.format == "parquet":
+        import pyarrow.parquet as pq
+
+        from validate.package import PARQUET  # lazy: reading a run back loads pandas
+        n = pq.ParquetFile(args.out / PARQUET).metadata.num_rows
+    out.print(f"packaged {n} tasks of {args.run_dir} → "
               f"{args.out} (revision {done['revision']}, {len(done['files'])} files in package.json)", markup=False)
     return 0
 

@@ -45,7 +45,8 @@ class DatasetError(ValueError):
 
 
 class Limits(BaseModel):
-    """What one task may hold; over a limit is a problem, never a long read."""
+    """What one task (and a published dataset's rows) may hold; over a limit is a problem,
+    never a long read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,6 +56,10 @@ class Limits(BaseModel):
     max_depth: int = 32
     #: ``task.toml`` and ``instruction.md`` are read whole into memory.
     max_text_bytes: int = 2**20
+    #: A published row's packed task (``task_binary``), before it is unpacked.
+    max_archive_bytes: int = 512 * 2**20
+    #: Every row of a published dataset, unpacked.
+    max_dataset_bytes: int = 64 * 2**30
 
 
 class TaskProblem(BaseModel):
