@@ -629,11 +629,10 @@ def cmd_pilot(args) -> int:
 def cmd_package(args) -> int:
     done = _api().package(args.run_dir, out=args.out, data=args.data, format=args.format)
     n = sum(1 for f in done["files"] if f.endswith("/task.toml"))
-    if args.format == "parquet":
+    if args.format == "parquet":  # one file in the published shape: its rows are the tasks
         import pyarrow.parquet as pq
 
-        from validate.package import PARQUET  # lazy: reading a run back loads pandas
-        n = pq.ParquetFile(args.out / PARQUET).metadata.num_rows
+        n = sum(pq.ParquetFile(args.out / f).metadata.num_rows for f in done["files"] if f.endswith(".parquet"))
     out.print(f"packaged {n} tasks of {args.run_dir} → "
               f"{args.out} (revision {done['revision']}, {len(done['files'])} files in package.json)", markup=False)
     return 0
