@@ -59,7 +59,9 @@ from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
 from validate.taskimage.docker import images_for
+from validate.taskimage.build import BuildPolicy
 from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
+from validate.taskimage.trust import bundle_digest, bundle_for
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -150,11 +152,13 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1):
+           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, build_trust_store: str = "off"):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
-    `oracle_repeats`: how many times the oracle plays each task (every repeat must pass)."""
+    `oracle_repeats`: how many times the oracle plays each task (every repeat must pass).
+    `build_trust_store`: the CA bundle task builds are given (``off``, or ``host``: this
+    machine's; `validate.taskimage.trust`), its sha256 recorded in the build policy."""
     check_oracle_repeats(oracle_repeats)
     env_name = env or environments.default_name()
     if env_name is None:
@@ -175,7 +179,9 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     _some_task_can_pass(environment, taskset, chosen)
     sandbox = open_sandbox(backend, image=image)
     # A task-directory dataset on docker: every task's image built (or cached) and frozen.
-    images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log)
+    policy = BuildPolicy(trust_store=bundle_digest(bundle_for(build_trust_store)))
+    images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log,
+                           policy=policy)
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
@@ -205,8 +211,9 @@ def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: st
     try:
         # The task images are this profile's, frozen as `freeze` freezes them (the same tasks;
         # on the same daemon, the same ids from the cache); none on a backend that builds at run time.
+        like_images = m.execution.task_images
         images = freeze_images(taskset, m.selection.idx, sandbox.backend, log_dir_of(path), task_image_store(),
-                               log=log)
+                               log=log, **({} if like_images is None else {"policy": like_images.build_policy}))
         manifest = reprofile(m, name=name, facts=sandbox.facts(), git_commit=code.label, patch=code.patch,
                              limits=lim, infra_retries=m.execution.infra_retries if infra_retries is None
                              else infra_retries, **({} if images is None else {"task_images": images}))

@@ -171,6 +171,11 @@ def _freeze_parser(sub, env_name: str | None) -> None:
     ex.add_argument("--image", default=DEFAULT_IMAGE, help=f"sandbox image (default: {DEFAULT_IMAGE})")
     ex.add_argument("--infra-retries", type=int, default=None, help="further tries after an infrastructure fault "
                                                                      "(default: 2, or --like's)")
+    ex.add_argument("--build-trust-store", default="off", choices=["off", "host"],
+                    help="the CA bundle task image builds trust (task-directory datasets): host, this machine's "
+                         "(behind a TLS-intercepting proxy a build's pip install fails without it); its sha256 is "
+                         "recorded in the build policy, the bundle is named by build arguments only, never in the "
+                         "image's environment (default: %(default)s)")
     add_model_options(ex, Limits, "lim_", skip=())
     f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes "
                                                              "(the diff is recorded in the manifest)")
@@ -480,7 +485,7 @@ def cmd_freeze(args) -> int:
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
         allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
-        oracle_repeats=_repeats(args.oracle_repeats))
+        oracle_repeats=_repeats(args.oracle_repeats), build_trust_store=args.build_trust_store)
     return _froze(manifest, args)
 
 

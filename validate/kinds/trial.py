@@ -105,6 +105,8 @@ class TrialKind(AttemptKind[Tried]):
             why = image.detail
         if why:
             row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK", error_message=why)
+        elif isinstance(image, TaskImageRefusal) and image.reason == "infrastructure_failure":  # the machine's
+            row.update(status="infrastructure_error", error_class="BuildInfrastructure", error_message=image.detail)
         elif isinstance(image, TaskImageRefusal):
             row.update(status="scorer_error", error_class="BuildFailed",
                        error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
@@ -128,8 +130,10 @@ class TrialKind(AttemptKind[Tried]):
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
         image = task.parsed.docker_image if context == "environment" and task.parsed.environment == "image" else None
+        frozen = ctx.manifest.execution.task_images
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
-                                build_timeout_s=config.build_timeout_sec, context=context, docker_image=image)
+                                build_timeout_s=config.build_timeout_sec, context=context, docker_image=image,
+                                **({} if frozen is None else {"policy": frozen.build_policy}))
 
     def _daemon(self, backend: str) -> DockerImages:
         """The task images' daemon (the rootless service's own for podman: its trials run in

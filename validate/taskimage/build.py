@@ -18,7 +18,14 @@ it), labelled with its key by a build of an empty context whose Dockerfile is on
   does not serve likewise; an ``ARG``-made base;
   an environment that is not a Dockerfile) or ``invalid_task_or_verifier`` (the build failed
   for the Dockerfile's own reasons: an error, a ``COPY`` outside the context, the task's
-  build timeout), with the log's tail.
+  build timeout), with the log's tail; or, when the build failed for the machine's reasons
+  and the harness's own probe of the host the log names confirms it (a TLS-intercepting
+  proxy the build does not trust, an index this machine does not reach:
+  `validate.taskimage.netfault`), ``infrastructure_failure`` or
+  ``unsupported_execution_contract``, never the task's fault.
+
+A policy with a trust store (`validate.taskimage.trust`) gives every build the host's CA
+bundle: the Dockerfile's change is part of the recorded patch.
 
 A failure of the backend itself (the daemon does not answer) is no verdict on the task: it
 raises `validate.errors.SandboxError`, retryable.
@@ -45,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from environment.protocol import canonical_json, sha256_tag
 from validate.errors import SandboxError
@@ -54,6 +61,8 @@ from validate.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
 from validate.taskimage.backend import ImageBackend
 from validate.taskimage.basemap import BaseImageMap, ResolvedBase
 from validate.taskimage.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
+from validate.taskimage.netfault import classify
+from validate.taskimage.trust import add_to_context, held_bundle, is_host_bundle, with_trust
 
 #: Bumped whenever what a key covers, or how a build is made, changes.
 BUILD_VERSION = 1
@@ -72,6 +81,19 @@ class BuildPolicy(BaseModel):
     network: Literal["host", "none"] = "host"
     #: A task's ``build_timeout_sec`` is capped at this.
     max_timeout_s: float = Field(default=1800.0, gt=0)
+    #: The sha256 of the CA bundle every build is given (`validate.taskimage.trust`: the
+    #: host's, for a machine behind a TLS-intercepting proxy); None: builds trust only what
+    #: their images do.
+    trust_store: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+
+    @model_serializer(mode="wrap")
+    def _omit_no_trust_store(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written (and keyed) only when set: every image key and contract made before the
+        # option keeps its bytes.
+        data = handler(self)
+        if data.get("trust_store") is None:
+            data.pop("trust_store", None)
+        return data
 
 
 class TaskImage(BaseModel):
@@ -95,7 +117,7 @@ class TaskImage(BaseModel):
 class TaskImageRefusal(BaseModel):
     """Why a task has no image: the verdict reason, one line of detail, the log's tail."""
 
-    reason: Literal["unsupported_execution_contract", "invalid_task_or_verifier"]
+    reason: Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"]
     detail: str
     log_tail: str | None = None
     log: str | None = None
@@ -148,11 +170,16 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
     if isinstance(resolved, TaskImageRefusal):
         return resolved
     text, bases = resolved
-    if docker_image is not None:
+    bundle = held_bundle(policy.trust_store)
+    if docker_image is not None:  # no build step: nothing to give the trust store to
         new_text, patch = f"FROM {bases[0].image_id}\n", image_patch(docker_image, bases[0].image_id)
         ctx_digest = sha256_tag(canonical_json({"docker_image": docker_image}))
     else:
         new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
+        if bundle is not None:
+            new_text = with_trust(new_text)
+            patch = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                                 f"a/{context}/Dockerfile", f"b/{context}/Dockerfile"))
         ctx_digest = context_digest(env)
     timeout_s = min(build_timeout_s, policy.max_timeout_s)
     key = build_key(ctx_digest, bases, policy, backend.name, timeout_s)
@@ -168,21 +195,28 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
         record = TaskImage(key=key, context_digest=ctx_digest, backend=backend.name, image_id="", layers=[],
                            bases=bases, patch=patch, policy=policy, timeout_s=timeout_s,
                            log=str(slot / "build.log"), log_sha256="")
-        return _build_and_record(env, new_text, backend, record)
+        return _build_and_record(env, new_text, backend, record, bundle)
 
 
-def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend,
-                      record: TaskImage) -> TaskImage | TaskImageRefusal:
-    """Build, then fill in `record` (all but the image) and store it, or say why not."""
+def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend, record: TaskImage,
+                      bundle: bytes | None = None) -> TaskImage | TaskImageRefusal:
+    """Build, then fill in `record` (all but the image) and store it, or say why not: the
+    task's failure, or the machine's when the harness's own probes confirm it
+    (`validate.taskimage.netfault`)."""
     log_path = Path(record.log)
     run = _build(env, dockerfile, backend, {KEY_LABEL: record.key}, record.policy.network, record.timeout_s,
-                 log_path)
+                 log_path, bundle)
     log_text = log_path.read_text(encoding="utf-8", errors="replace")
     if run.error is not None:
         if run.infrastructure:
             raise SandboxError(f"task image build: {run.error}")
+        tail = log_text[-LOG_TAIL_CHARS:]
+        machine = classify(log_text, record.policy.network, trusted=is_host_bundle(bundle))
+        if machine is not None:
+            return TaskImageRefusal(reason=machine[0], detail=f"the build failed for this machine's reasons: "
+                                    f"{machine[1]}", log_tail=tail, log=str(log_path))
         return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"the build failed: {run.error}",
-                                log_tail=log_text[-LOG_TAIL_CHARS:], log=str(log_path))
+                                log_tail=tail, log=str(log_path))
     result = record.model_copy(update={"image_id": run.image_id, "layers": backend.image_layers(run.image_id),
                                        "log_sha256": sha256_tag(log_path.read_bytes())})
     atomic_write(log_path.with_name("image.json"), (result.model_dump_json(indent=1) + "\n").encode())
@@ -232,9 +266,9 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
 
 
 def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dict[str, str], network: str,
-           timeout_s: float, log_path: Path):
+           timeout_s: float, log_path: Path, bundle: bytes | None = None):
     """Build a copy of `env` (None: an empty context) whose Dockerfile is `dockerfile`,
-    logging to `log_path`."""
+    logging to `log_path`; `bundle`: the trust store the Dockerfile copies in."""
     with tempfile.TemporaryDirectory(prefix="task-context-") as tmp:
         context = Path(tmp) / "context"
         if env is None:
@@ -242,6 +276,8 @@ def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dic
         else:
             shutil.copytree(env, context, symlinks=True)
         (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        if bundle is not None and env is not None:
+            add_to_context(context, bundle)
         with open(log_path, "w", encoding="utf-8", errors="replace") as log:
             started = time.monotonic()
             run = backend.build(context, labels, network, timeout_s, log)

@@ -63,7 +63,8 @@ class FrozenImage(BaseModel):
     bases: dict[str, str] = Field(default_factory=dict, description="each FROM of the Dockerfile → the recipe serving it")
     patch_sha256: str | None = Field(default=None, description="sha256 of the Dockerfile's FROM rewrite (the patch)")
     log_sha256: str | None = Field(default=None, description="sha256 of the build log (the file build-logs/<hex>.log)")
-    refusal: Literal["unsupported_execution_contract", "invalid_task_or_verifier"] | None = None
+    refusal: Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"] | None \
+        = None
     detail: str | None = None
     log_tail: str | None = None
 
@@ -124,19 +125,21 @@ def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> F
                        log_sha256=log or built.log_sha256)
 
 
-def _build(taskset, task, base_map: BaseImageMap, builder, store: Path) -> TaskImage | TaskImageRefusal:
+def _build(taskset, task, base_map: BaseImageMap, builder, store: Path,
+           policy: BuildPolicy = BuildPolicy()) -> TaskImage | TaskImageRefusal:
     """One loaded task's image (from the cache when it holds it), as freeze builds it."""
     parsed = task.parsed
-    return build_task_image(taskset.task_dir(task), base_map, builder, store,
+    return build_task_image(taskset.task_dir(task), base_map, builder, store, policy=policy,
                             build_timeout_s=parsed.config.environment.build_timeout_sec,
                             docker_image=parsed.docker_image if parsed.environment == "image" else None)
 
 
 def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
-                  builder=None, log: Callable[[str], None] = print) -> TaskImages | None:
-    """Build (or take from the cache) the image of every selected task that loaded; None when
-    the dataset is not one of task directories or the backend cannot run them (the trial
-    kind then says why per task, as before)."""
+                  builder=None, log: Callable[[str], None] = print,
+                  policy: BuildPolicy = BuildPolicy()) -> TaskImages | None:
+    """Build (or take from the cache) the image of every selected task that loaded, with the
+    profile's build `policy`; None when the dataset is not one of task directories or the
+    backend cannot run them (the trial kind then says why per task, as before)."""
     if backend not in ("docker", "podman") or not hasattr(taskset, "task_dir"):
         return None
 
@@ -149,11 +152,12 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         if why is not None:
             tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
             continue
-        built = _build(taskset, task, base_map, builder, store)
+        built = _build(taskset, task, base_map, builder, store, policy)
         tasks[task.id] = _entry(built, log_dir, store)
-        state = "refused" if isinstance(built, TaskImageRefusal) else "cached" if built.cached else "built"
+        state = f"refused, {built.reason}: {built.detail[:300]}" if isinstance(built, TaskImageRefusal) else \
+            "cached" if built.cached else "built"
         log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
-    return TaskImages(build_policy=BuildPolicy(), base_map=base_map, tasks=dict(sorted(tasks.items())))
+    return TaskImages(build_policy=policy, base_map=base_map, tasks=dict(sorted(tasks.items())))
 
 
 def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], backend,
@@ -216,7 +220,7 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int
     images = {t: e for t, e in sorted(frozen.tasks.items()) if e.image is not None}
     if not images:
         return 0
-    builder = builder or DockerImages()
+    builder = builder or images_for("docker")
     tasks = {t.id: t for t in (taskset.task(i) for i in range(taskset.size)) if t.id in images}
     base_map = None
     for task_id, entry in images.items():
@@ -231,7 +235,7 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int
         if task is None or task.parsed is None:
             raise ContractError(f"{field}: the task does not load here, so its image cannot be rebuilt")
         base_map = base_map or build_base_map(builder, store / "bases", log=lambda m: None)
-        built = _build(taskset, task, base_map, builder, store)
+        built = _build(taskset, task, base_map, builder, store, frozen.build_policy)
         have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
         if have != entry.image:
             raise ContractError(f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
