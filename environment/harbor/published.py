@@ -48,6 +48,7 @@ from environment.harbor.unpack import ArchiveProblem, task_root, unpack_archive
 from environment.protocol import ConfigError, MetaValue, canonical_json, sha256_tag
 
 ARCHIVE = "task_binary"
+SIF = "sif_image"
 PATH_COLUMNS = ("path", "task_id")
 META_PREFIX = "row."
 #: A column's text longer than this is kept as its sha256 (the instruction is in the task).
@@ -149,7 +150,8 @@ class _Rows:
                         said = time.monotonic()
         shutil.rmtree(self.scratch, ignore_errors=True)
         refused = {t.id for t in self.invalid}
-        tasks = [load_task(self.tasks, tid, self.limits) for tid in sorted(self.ids) if tid not in refused]
+        tasks = [load_task(self.tasks, tid, self.limits, _sif(self.columns.get(tid, {})))
+                 for tid in sorted(self.ids) if tid not in refused]
         dataset = HarborDataset(revision=source.revision(), tasks=[t for t in tasks if isinstance(t, HarborTask)],
                                 invalid=[*self.invalid, *(t for t in tasks if isinstance(t, InvalidTask))])
         self.log(f"unpacked {total} rows: {len(dataset.tasks)} tasks loaded, {len(dataset.invalid)} refused "
@@ -195,6 +197,12 @@ class _Rows:
             os.rename(task_root(scratch), target)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _sif(columns: Mapping[str, MetaValue]) -> str | None:
+    """The row's Apptainer image (``sif_image``), when it names one."""
+    value = columns.get(META_PREFIX + SIF)
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def _open_parquet(name: str, path: Path):

@@ -46,7 +46,7 @@ from validate.errors import SandboxError
 from validate.kinds.program import Tried, keep_replies, unsupported_row
 from validate.paths import task_image_store
 from validate.records import Attempt
-from validate.taskimage.bases import build_base_map
+from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.docker import DockerImages, images_for
@@ -125,7 +125,7 @@ class TrialKind(AttemptKind[Tried]):
         return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
 
     def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
-        builder, bases = self._base_map(ctx.sandbox.backend)
+        builder, bases = self._base_map(ctx)
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
@@ -143,13 +143,16 @@ class TrialKind(AttemptKind[Tried]):
                 self._builder = images_for(backend)
             return self._builder
 
-    def _base_map(self, backend: str) -> tuple[DockerImages, BaseImageMap]:
-        """The daemon and the base-image map, its bases built on first use (a build needs them;
-        a trial routed to a frozen image, e.g. on a cluster's node, does not)."""
-        builder = self._daemon(backend)
+    def _base_map(self, ctx: RunContext) -> tuple[DockerImages, BaseImageMap]:
+        """The daemon and the base-image map (the core bases and those the contract's tasks
+        need), built on first use (a build needs them; a trial routed to a frozen image, e.g. on
+        a cluster's node, does not)."""
+        builder = self._daemon(ctx.sandbox.backend)
         with self._lock:
             if self._bases is None:
-                self._bases = build_base_map(builder, task_image_store() / "bases", log=lambda m: None)
+                tasks = (ctx.taskset.task(t.idx) for t in ctx.manifest.tasks)
+                self._bases = build_base_map(builder, task_image_store() / "bases", log=lambda m: None,
+                                             needed=needed_recipes(task_refs(tasks)))
             return builder, self._bases
 
     def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:

@@ -42,7 +42,8 @@ from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.trial.support import unsupported
-from validate.taskimage.bases import build_base_map
+from validate.taskimage.basemap import CORE
+from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
 from validate.taskimage.docker import images_for
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
@@ -134,6 +135,20 @@ def _build(taskset, task, base_map: BaseImageMap, builder, store: Path,
                             docker_image=parsed.docker_image if parsed.environment == "image" else None)
 
 
+APPTAINER = ("the task also names an Apptainer image (sif_image {0}); running it needs an Apptainer backend, "
+             "which this harness does not have (docs/apptainer.md)")
+
+
+def apptainer_only(task) -> str | None:
+    """Why a task with neither a Dockerfile nor an image reference, only an Apptainer image,
+    cannot run here (None for any other task)."""
+    if task.environment != "none":
+        return None
+    return (f"no environment/Dockerfile and no [environment].docker_image: only an Apptainer image "
+            f"(sif_image {task.sif_image}); running it needs an Apptainer backend, which this harness does not "
+            f"have (docs/apptainer.md)")
+
+
 def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
                   builder=None, log: Callable[[str], None] = print,
                   policy: BuildPolicy = BuildPolicy()) -> TaskImages | None:
@@ -144,15 +159,20 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         return None
 
     builder = builder or images_for(backend)
-    base_map = build_base_map(builder, store / "bases", log=lambda m: None)
-    tasks: dict[str, FrozenImage] = {}
     loaded = [t for t in (taskset.task(i) for i in idx) if t.parsed is not None]
+    needed = needed_recipes(task_refs(loaded))
+    base_map = build_base_map(builder, store / "bases", log=lambda m: None, needed=needed)
+    if needed - {r.name for r in CORE}:
+        log(f"task images: bases {', '.join(sorted(base_map.bases))} (those beyond the core for these tasks)")
+    tasks: dict[str, FrozenImage] = {}
     for n, task in enumerate(loaded, 1):
-        why = unsupported(task.parsed, backend)
+        why = unsupported(task.parsed, backend) or apptainer_only(task.parsed)
         if why is not None:
             tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
             continue
         built = _build(taskset, task, base_map, builder, store, policy)
+        if isinstance(built, TaskImageRefusal) and task.parsed.sif_image and task.parsed.environment == "image":
+            built = built.model_copy(update={"detail": f"{built.detail}; {APPTAINER.format(task.parsed.sif_image)}"})
         tasks[task.id] = _entry(built, log_dir, store)
         state = f"refused, {built.reason}: {built.detail[:300]}" if isinstance(built, TaskImageRefusal) else \
             "cached" if built.cached else "built"
@@ -234,7 +254,8 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int
         task = tasks.get(task_id)
         if task is None or task.parsed is None:
             raise ContractError(f"{field}: the task does not load here, so its image cannot be rebuilt")
-        base_map = base_map or build_base_map(builder, store / "bases", log=lambda m: None)
+        base_map = base_map or build_base_map(builder, store / "bases", log=lambda m: None,
+                                              needed=frozen.base_map.bases)
         built = _build(taskset, task, base_map, builder, store, frozen.build_policy)
         have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
         if have != entry.image:
