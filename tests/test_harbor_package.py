@@ -89,7 +89,8 @@ def test_a_second_freeze_builds_no_image(frozen, tmp_path):
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))
     counting = CountingImages()
-    again = freeze_images(ts, _idx(), "docker", tmp_path, task_image_store(), builder=counting)
+    again = freeze_images(ts, _idx(), "docker", tmp_path, task_image_store(), builder=counting,
+                          policy=m.execution.task_images.build_policy)
     # Only the Dockerfile that fails is tried again (a failure is never cached as a verdict).
     assert counting.builds == 1
     first = m.execution.task_images.tasks

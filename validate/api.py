@@ -59,7 +59,9 @@ from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
 from validate.taskimage.docker import images_for
+from validate.image import SOURCE_DATE_EPOCH
 from validate.taskimage.build import BuildPolicy
+from validate.taskimage import transfer
 from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
 from validate.taskimage.trust import bundle_digest, bundle_for
 
@@ -152,13 +154,17 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, build_trust_store: str = "off"):
+           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, build_trust_store: str = "off",
+           build_clock: str = "fixed"):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
     `oracle_repeats`: how many times the oracle plays each task (every repeat must pass).
     `build_trust_store`: the CA bundle task builds are given (``off``, or ``host``: this
-    machine's; `validate.taskimage.trust`), its sha256 recorded in the build policy."""
+    machine's; `validate.taskimage.trust`), its sha256 recorded in the build policy.
+    `build_clock`: ``fixed`` gives builds one clock (``SOURCE_DATE_EPOCH`` and git's dates), so
+    a rebuild elsewhere writes the same bytes and is held to the frozen content; ``real``: the
+    build's own."""
     check_oracle_repeats(oracle_repeats)
     env_name = env or environments.default_name()
     if env_name is None:
@@ -179,7 +185,10 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     _some_task_can_pass(environment, taskset, chosen)
     sandbox = open_sandbox(backend, image=image)
     # A task-directory dataset on docker: every task's image built (or cached) and frozen.
-    policy = BuildPolicy(trust_store=bundle_digest(bundle_for(build_trust_store)))
+    if build_clock not in ("fixed", "real"):
+        raise ValidateError(f"--build-clock: {build_clock!r}; give fixed or real")
+    policy = BuildPolicy(trust_store=bundle_digest(bundle_for(build_trust_store)),
+                         clock=SOURCE_DATE_EPOCH if build_clock == "fixed" else None)
     images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log,
                            policy=policy)
     manifest = freeze_contract(
@@ -242,16 +251,31 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
     m = load_manifest(manifest)
     _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                                  LoadHints(search=tuple(Path(p) for p in data)))
-    _hold_task_images(m, taskset)
+    _hold_task_images(m, taskset, log_dir_of(Path(manifest)))
     return m
 
 
-def _hold_task_images(m, taskset) -> None:
-    """A task-directory contract's frozen task images, each held by this daemon or rebuilt from
-    the cache as that very id (`verify_images`), as the sandbox image is checked; else a
-    `ContractError` naming the task."""
+def export_task_images(manifest: PathLike, out: PathLike, log: Callable[[str], None] = print) -> Path:
+    """Every task image `manifest` froze, held here, as one archive in `out` (`validate.taskimage.transfer`)."""
+    path = existing_file(manifest, "--manifest")
+    return transfer.export_task_images(load_manifest(path), path, Path(out), log=log)
+
+
+def import_task_images(archive: PathLike, manifest: PathLike, log: Callable[[str], None] = print) -> int:
+    """Load a task-image archive of `manifest` (only its frozen images, each then held to its
+    key, layers and content); return how many images."""
+    path = existing_file(manifest, "--manifest")
+    return transfer.import_task_images(existing_file(archive, "FILE"), load_manifest(path), path, log=log)
+
+
+def _hold_task_images(m, taskset, evidence: Path | None = None) -> None:
+    """A task-directory contract's frozen task images, each held by this daemon, or rebuilt
+    from the cache as that very id or, on another machine, as the frozen content
+    (`verify_images`, naming the files that differ from the listing in `evidence`), as the
+    sandbox image is checked; else a `ContractError` naming the task."""
     if m.execution.task_images is not None:
-        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
+        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend),
+                      evidence)
 
 
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
@@ -283,7 +307,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         env, taskset = verify_contract(m, sandbox, hints)
         # Before anything plays (a Ray node fetches each task image from this daemon, by id):
         # else refused naming the task, not played as one infrastructure error per trial.
-        _hold_task_images(m, taskset)
+        _hold_task_images(m, taskset, log_dir_of(Path(manifest)) if manifest is not None else None)
     except BaseException:
         sandbox.close()
         raise

@@ -115,6 +115,10 @@ def _image_file_parsers(img_sub) -> None:
     e.add_argument("--image", default=DEFAULT_IMAGE, help="image name in the store (default: %(default)s)")
     e.add_argument("--out", type=Path, required=True, metavar="DIR_OR_FILE",
                    help="a directory (created if missing) or a file path named sha256-<hex>.tar")
+    e.add_argument("--manifest", type=Path, default=None, metavar="M",
+                   help="instead, the task images contract M froze (each held here under its frozen key), as one "
+                        "docker save archive task-images-<contract>.tar; a reviewer imports it with `validate image "
+                        "import FILE --manifest M` and reruns exactly")
     i = img_sub.add_parser("import", help="restore an exported image file (digest checked) into the store and docker",
                            description=IMAGE_IMPORT_HELP, formatter_class=raw)
     i.add_argument("file", type=Path, metavar="FILE", help="an exported sha256-<hex>.tar")
@@ -126,6 +130,10 @@ def _image_file_parsers(img_sub) -> None:
                                       "when a daemon answers)")
     i.add_argument("--replace", action="store_true", help="replace an image of that name with another digest "
                                                           "(refused without it)")
+    i.add_argument("--manifest", type=Path, default=None, metavar="M",
+                   help="FILE is the task-image archive `validate image export --manifest M` wrote: loaded only if "
+                        "it holds nothing but M's frozen images (no names), then each held to its frozen key, "
+                        "layers and content digest")
 
 
 def _freeze_parser(sub, env_name: str | None) -> None:
@@ -176,6 +184,10 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                          "(behind a TLS-intercepting proxy a build's pip install fails without it); its sha256 is "
                          "recorded in the build policy, the bundle is named by build arguments only, never in the "
                          "image's environment (default: %(default)s)")
+    ex.add_argument("--build-clock", default="fixed", choices=["fixed", "real"],
+                    help="fixed: task image builds get one clock (SOURCE_DATE_EPOCH, git's author and committer "
+                         "dates) as build arguments, so another machine's rebuild writes the same files and is "
+                         "held to the frozen content digest; real: each build's own (default: %(default)s)")
     add_model_options(ex, Limits, "lim_", skip=())
     f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes "
                                                              "(the diff is recorded in the manifest)")
@@ -408,6 +420,12 @@ def _api():
 
 def cmd_image(args) -> int:
     log = lambda m: err.print(m, markup=False)  # noqa: E731
+    if args.image_command in ("export", "import") and args.manifest is not None:  # a contract's task images
+        if args.image_command == "export":
+            _api().export_task_images(args.manifest, args.out, log=log)
+        else:
+            _api().import_task_images(args.file, args.manifest, log=log)
+        return 0
     if args.image_command == "export":
         with _byte_bar("exporting") as bar:
             imagefile.export(args.image, args.out, log=log, progress=bar)
@@ -485,7 +503,8 @@ def cmd_freeze(args) -> int:
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
         allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
-        oracle_repeats=_repeats(args.oracle_repeats), build_trust_store=args.build_trust_store)
+        oracle_repeats=_repeats(args.oracle_repeats), build_trust_store=args.build_trust_store,
+        build_clock=args.build_clock)
     return _froze(manifest, args)
 
 

@@ -62,7 +62,8 @@ from validate.taskimage.backend import ImageBackend
 from validate.taskimage.basemap import BaseImageMap, ResolvedBase
 from validate.taskimage.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
 from validate.taskimage.netfault import classify
-from validate.taskimage.trust import add_to_context, held_bundle, is_host_bundle, with_trust
+from validate.taskimage.trust import add_to_context, after_every_from, clock_lines, held_bundle, is_host_bundle, \
+    trust_lines
 
 #: Bumped whenever what a key covers, or how a build is made, changes.
 BUILD_VERSION = 1
@@ -85,14 +86,19 @@ class BuildPolicy(BaseModel):
     #: host's, for a machine behind a TLS-intercepting proxy); None: builds trust only what
     #: their images do.
     trust_store: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    #: The fixed clock (a Unix time) builds are given as ``SOURCE_DATE_EPOCH`` and git's
+    #: dates (`validate.taskimage.trust.clock_lines`), so what a build writes is the same on
+    #: any machine; None: the build's own clock.
+    clock: int | None = Field(default=None, ge=0)
 
     @model_serializer(mode="wrap")
-    def _omit_no_trust_store(self, handler: SerializerFunctionWrapHandler) -> dict:
-        # Written (and keyed) only when set: every image key and contract made before the
-        # option keeps its bytes.
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written (and keyed) only when set: every image key and contract made before these
+        # options keeps its bytes.
         data = handler(self)
-        if data.get("trust_store") is None:
-            data.pop("trust_store", None)
+        for name in ("trust_store", "clock"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 
@@ -176,8 +182,10 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
         ctx_digest = sha256_tag(canonical_json({"docker_image": docker_image}))
     else:
         new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
-        if bundle is not None:
-            new_text = with_trust(new_text)
+        added = [*(trust_lines() if bundle is not None else []),
+                 *(clock_lines(policy.clock) if policy.clock is not None else [])]
+        if added:
+            new_text = after_every_from(new_text, added)
             patch = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
                                                  f"a/{context}/Dockerfile", f"b/{context}/Dockerfile"))
         ctx_digest = context_digest(env)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from environment.protocol import sha256_tag
 from validate.errors import ContractError, SandboxError
@@ -43,6 +43,7 @@ from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, Task
 from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.trial.support import unsupported
 from validate.taskimage.basemap import CORE
+from validate.taskimage.content import compare_content, record_content
 from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
 from validate.taskimage.docker import images_for
 
@@ -68,6 +69,17 @@ class FrozenImage(BaseModel):
         = None
     detail: str | None = None
     log_tail: str | None = None
+    content: str | None = Field(default=None, description=(
+        "the canonical digest of the image's filesystem (validate.taskimage.content: no build time in it), its "
+        "listing beside the manifest as build-logs/<hex>.content.json; what another machine's rebuild is held to"))
+
+    @model_serializer(mode="wrap")
+    def _omit_no_content(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written only when recorded: every contract frozen before the field keeps its bytes.
+        data = handler(self)
+        if data.get("content") is None:
+            data.pop("content", None)
+        return data
 
     def refused(self) -> TaskImageRefusal | None:
         if self.refusal is None:
@@ -114,7 +126,7 @@ def keep_log(source: str | Path | None, directory: Path) -> str | None:
     return tag
 
 
-def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> FrozenImage:
+def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path, content: str | None = None) -> FrozenImage:
     keep_log(built.log, store / LOGS)
     if isinstance(built, TaskImageRefusal):
         return FrozenImage(refusal=built.reason, detail=built.detail, log_tail=built.log_tail,
@@ -123,7 +135,12 @@ def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path) -> F
     log = keep_log(built.log, log_dir)
     return FrozenImage(image=built.image_id, key=built.key, layers=tuple(built.layers),
                        bases={b.upstream: b.recipe for b in built.bases}, patch_sha256=sha256_tag(built.patch.encode()),
-                       log_sha256=log or built.log_sha256)
+                       log_sha256=log or built.log_sha256, content=content)
+
+
+def base_of(base_map: BaseImageMap, layers) -> str | None:
+    """The base image an image's first layer is (None: none of the map's)."""
+    return next((b.image_id for b in base_map.bases.values() if layers and b.layer == layers[0]), None)
 
 
 def _build(taskset, task, base_map: BaseImageMap, builder, store: Path,
@@ -173,7 +190,9 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         built = _build(taskset, task, base_map, builder, store, policy)
         if isinstance(built, TaskImageRefusal) and task.parsed.sif_image and task.parsed.environment == "image":
             built = built.model_copy(update={"detail": f"{built.detail}; {APPTAINER.format(task.parsed.sif_image)}"})
-        tasks[task.id] = _entry(built, log_dir, store)
+        content = None if isinstance(built, TaskImageRefusal) else \
+            record_content(builder.client, built.image_id, base_of(base_map, built.layers), log_dir, store)
+        tasks[task.id] = _entry(built, log_dir, store, content)
         state = f"refused, {built.reason}: {built.detail[:300]}" if isinstance(built, TaskImageRefusal) else \
             "cached" if built.cached else "built"
         log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
@@ -181,7 +200,7 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
 
 
 def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], backend,
-           fetch: Callable[[str], None] | None = None) -> TaskImage | TaskImageRefusal | None:
+           fetch: Callable[[str], None] | None = None, evidence: Path | None = None) -> TaskImage | TaskImageRefusal | None:
     """The task's image as its contract routes it: a frozen refusal as frozen (nothing is
     built); the frozen image when `backend` holds it under its key's label, else what `fetch`
     (a cluster's driver) hands over, else the cache's (`build`) held to the frozen id. None:
@@ -202,11 +221,18 @@ def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | Tas
                                     f"{entry.image} under its key {entry.key}")
         return _frozen_image(frozen, entry, backend)
     image = build()
+    if isinstance(image, TaskImage) and image.image_id != entry.image and entry.content is not None:
+        # Another machine's build of the same task: another id, and held to the frozen content.
+        differ = compare_content(backend.client, image.image_id, entry.content, entry.layers, evidence, None)
+        if not differ:
+            return image
+        raise TaskImageMismatch(f"task image of {task_id}: the contract froze {entry.image}; this machine's build "
+                                f"{image.image_id} is not its content: {'; '.join(differ)}")
     if isinstance(image, TaskImageRefusal) or image.image_id != entry.image:
         have = image.detail if isinstance(image, TaskImageRefusal) else image.image_id
         raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze "
                                 f"{entry.image}; the trial runs in the frozen image only (freeze the dataset "
-                                f"again on this machine)")
+                                f"again on this machine, or import its images: validate image import)")
     return image
 
 
@@ -232,11 +258,13 @@ def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) 
         keep_log(store / LOGS / name, run_root / BUILD_LOGS)
 
 
-def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int:
+def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, evidence: Path | None = None) -> int:
     """``validate verify`` of a contract's task images: every frozen image is held by this
     daemon under its key's label with its frozen layers, or the cache rebuilds it (`store`)
-    as that very image id; else a `ContractError` naming the task and both ids. Returns how
-    many images were checked."""
+    as that very image id, or (another machine) as an image whose content is the frozen
+    content digest; else a `ContractError` naming the task, and the files and packages that
+    differ (from the listing in `evidence`, beside the manifest). Returns how many images
+    were checked."""
     images = {t: e for t, e in sorted(frozen.tasks.items()) if e.image is not None}
     if not images:
         return 0
@@ -258,6 +286,13 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None) -> int
                                               needed=frozen.base_map.bases)
         built = _build(taskset, task, base_map, builder, store, frozen.build_policy)
         have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
+        if have != entry.image and entry.content is not None and isinstance(built, TaskImage):
+            differ = compare_content(builder.client, built.image_id, entry.content, entry.layers, evidence, store)
+            if differ:
+                raise ContractError(f"{field}: the manifest says {entry.image}, not in this daemon; rebuilt here "
+                                    f"as {built.image_id}, whose content is not the frozen image's: "
+                                    f"{'; '.join(differ)}")
+            continue
         if have != entry.image:
             raise ContractError(f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
                                 f"the daemon; the cache's build differs); freeze the dataset again on this machine")

@@ -74,19 +74,37 @@ def is_host_bundle(bundle: bytes | None) -> bool:
         return False
 
 
-def with_trust(text: str) -> str:
-    """The Dockerfile with, after every ``FROM``, the bundle copied in and named by build
-    arguments (one line each, so the rest keeps its lines)."""
+def trust_lines() -> list[str]:
+    """The lines that copy the bundle in and name it by build arguments."""
+    return [f"COPY {TRUST_FILE} {TRUST_PATH}\n", *(f"ARG {v}={TRUST_PATH}\n" for v in TRUST_VARIABLES)]
+
+
+def clock_lines(epoch: int) -> list[str]:
+    """Build arguments that fix the clock of the tools that read one (dpkg-deb, tar, gzip and
+    the other reproducible-builds tools: ``SOURCE_DATE_EPOCH``; git: its author and committer
+    dates), so what they write does not depend on when the task was built."""
+    date = f"@{epoch} +0000"
+    return [f"ARG SOURCE_DATE_EPOCH={epoch}\n", f'ARG GIT_AUTHOR_DATE="{date}"\n',
+            f'ARG GIT_COMMITTER_DATE="{date}"\n']
+
+
+def after_every_from(text: str, added: list[str]) -> str:
+    """The Dockerfile with `added` (whole lines) after every ``FROM``, the rest kept line for line."""
     found, _ = external_images(text)
     lines = text.splitlines(keepends=True)
     after = {ins.last for ins in found if ins.words and ins.words[0].upper() == "FROM"}
-    added = [f"COPY {TRUST_FILE} {TRUST_PATH}\n", *(f"ARG {v}={TRUST_PATH}\n" for v in TRUST_VARIABLES)]
     out: list[str] = []
     for i, line in enumerate(lines):
         out.append(line)
         if i in after:
             out += (["\n"] if not line.endswith("\n") else []) + added
     return "".join(out)
+
+
+def with_trust(text: str) -> str:
+    """The Dockerfile with, after every ``FROM``, the bundle copied in and named by build
+    arguments (one line each, so the rest keeps its lines)."""
+    return after_every_from(text, trust_lines())
 
 
 def add_to_context(context: Path, bundle: bytes) -> None:

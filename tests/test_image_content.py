@@ -1,0 +1,131 @@
+"""Task images as evidence (`validate.taskimage.content`, `.transfer`): a content digest of
+each image's filesystem frozen beside its id, independent of when it was built; another
+machine's rebuild (another id) verified by content, or its differing files named; the
+contract's images carried as one archive and held to their digests on import. Real builds
+in the suite's own dockerd; "another machine" is this daemon with the frozen images removed
+and rebuilt without the layer cache."""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import docker
+import pytest
+
+from validate import api, environments
+from validate.errors import ContractError, ValidateError
+from validate.paths import task_image_store
+from validate.taskimage.content import _git_index, _normalised, content_file
+from validate.taskimage.docker import DockerImages
+from validate.taskimage.frozen import log_dir_of, verify_images
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
+#: a git history made in the build (its commit dates), and a plain one
+PICK = ("answer-in-git-history", "csv-to-json")
+
+
+def test_what_a_build_writes_only_because_of_its_clock_is_normalised(tmp_path):
+    pyc = b"\xa7\r\r\n" + b"\0\0\0\0" + b"\x11\x22\x33\x44" + b"\x10\0\0\0" + b"code"
+    assert _normalised("a/__pycache__/m.cpython-311.pyc", pyc) == pyc[:8] + b"\0\0\0\0" + pyc[12:]
+    hashed = b"\xa7\r\r\n" + b"\x01\0\0\0" + b"\x11\x22\x33\x44" * 2 + b"code"  # hash-based: kept
+    assert _normalised("m.pyc", hashed) == hashed
+    shadow = b"root:*:19700:0:99999:7:::\nagent:!:20001:0:99999:7:::\n"
+    assert _normalised("etc/shadow", shadow) == b"root:*::0:99999:7:::\nagent:!::0:99999:7:::\n"
+    indexes = []
+    for n, when in ((1, 1_000_000), (2, 2_000_000)):  # the same file, other inodes and times
+        repo = tmp_path / f"r{n}"
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        (repo / "f").write_text("x")
+        os.utime(repo / "f", (when, when))
+        subprocess.run(["git", "-C", str(repo), "add", "f"], check=True)
+        indexes.append((repo / ".git/index").read_bytes())
+    assert indexes[0] != indexes[1] and _git_index(indexes[0]) == _git_index(indexes[1])
+    (repo / "f").write_text("y")  # staged content changes: the normalised index changes
+    subprocess.run(["git", "-C", str(repo), "add", "f"], check=True)
+    assert _git_index((repo / ".git/index").read_bytes()) != _git_index(indexes[0])
+
+
+class NoCacheImages(DockerImages):
+    """The docker backend building without the daemon's layer cache: a fresh machine's build."""
+
+    def _connect(self, timeout_s):
+        client = super()._connect(timeout_s)
+        client.api.build = functools.partial(client.api.build, nocache=True)
+        return client
+
+
+def _idx() -> list[int]:
+    env = environments.get("harbor")
+    ts = env.load(env.Config(dataset=str(SAMPLE)))
+    return [i for i in range(ts.size) if ts.task(i).id in PICK]
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    base = tmp_path_factory.mktemp("content")
+    path = base / "c.json"
+    m = api.freeze("c", env="harbor", config={"dataset": str(SAMPLE)}, idx=_idx(), backend="docker", min_count=1,
+                   allow_patch=True, out=path)
+    return path, m
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_contracts_images_travel_as_one_archive_checked_on_import(frozen, tmp_path):
+    path, m = frozen
+    api.verify(path)  # every frozen image held here, by its id
+    archive = api.export_task_images(path, tmp_path)
+    assert archive.name == f"task-images-{m.sha256.removeprefix('sha256:')[:12]}.tar"
+    client = docker.from_env()
+    ids = {e.image for e in m.execution.task_images.tasks.values() if e.image}
+    for image in ids:
+        client.images.remove(image, force=True)
+    assert api.import_task_images(archive, path) == len(ids)
+    assert {client.images.get(i).id for i in ids} == ids  # the very ids: verify holds them as frozen
+    # an archive that would name (and so add or shadow) an image is refused before loading
+    hostile = tmp_path / "hostile.tar"
+    with tarfile.open(archive) as src, tarfile.open(hostile, "w") as out:
+        for member in src:
+            data = src.extractfile(member).read() if member.isreg() else None
+            if member.name == "manifest.json":
+                index = json.loads(data)
+                index[0]["RepoTags"] = ["deshuffle-validate-sandbox:bookworm"]
+                data = json.dumps(index).encode()
+                member.size = len(data)
+            out.addfile(member, io.BytesIO(data) if data is not None else None)
+    with pytest.raises(ValidateError, match="names images .*deshuffle-validate-sandbox"):
+        api.import_task_images(hostile, path)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_rebuild_elsewhere_is_held_to_the_frozen_content_and_differences_are_named(frozen, tmp_path):
+    """(After the archive's test: this one removes the frozen images for good.)"""
+    path, m = frozen
+    ti = m.execution.task_images
+    assert ti.build_policy.clock is not None
+    for tid in PICK:
+        entry = ti.tasks[tid]
+        assert entry.content.startswith("sha256:") and content_file(log_dir_of(path), entry.content).is_file()
+    # "another machine": the frozen images gone, each rebuilt from nothing, to other ids
+    client = docker.from_env()
+    for tid in PICK:
+        client.images.remove(ti.tasks[tid].image, force=True)
+    taskset = environments.get("harbor").load(environments.get("harbor").Config(dataset=str(SAMPLE)))
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "bases").symlink_to(task_image_store() / "bases")
+    assert verify_images(ti, taskset, store, NoCacheImages(), log_dir_of(path)) == len(PICK)
+    # a build with another clock writes other git commits: named, file by file
+    other = ti.model_copy(update={"build_policy": ti.build_policy.model_copy(update={"clock": 86400})})
+    with pytest.raises(ContractError) as said:
+        verify_images(other, taskset, tmp_path / "store2", NoCacheImages(), log_dir_of(path))
+    text = str(said.value)
+    assert "answer-in-git-history" in text and "whose content is not the frozen image's" in text
+    assert "/app/.git/objects/" in text and "/app/.git/refs/heads/" in text, text
