@@ -120,7 +120,8 @@ def test_an_image_other_than_the_frozen_one_is_refused(frozen, tmp_path):
                   lambda _id: pytest.fail("an image the daemon holds is not fetched"))
     assert held.image_id == real.image
     keep_run_log(ti, "csv-to-json", store, tmp_path)  # the driver's copy into the run
-    assert [p.name for p in (tmp_path / BUILD_LOGS).iterdir()] == [f"{real.log_sha256[7:]}.log"]
+    assert sorted(p.name for p in (tmp_path / BUILD_LOGS).iterdir()) == sorted(
+        [f"{real.log_sha256[7:]}.log", f"{real.content[7:]}.content.json"])  # its log and its content listing
     # A machine without the frozen image gets it from `fetch` (a cluster's driver), and only that image.
     asked = []
     with pytest.raises(TaskImageMismatch, match="fetched from the run's driver is not sha256:0000"):

@@ -129,3 +129,24 @@ def test_a_rebuild_elsewhere_is_held_to_the_frozen_content_and_differences_are_n
     text = str(said.value)
     assert "answer-in-git-history" in text and "whose content is not the frozen image's" in text
     assert "/app/.git/objects/" in text and "/app/.git/refs/heads/" in text, text
+
+
+def test_the_audit_holds_each_content_listing_to_the_digest_it_is_named_by(tmp_path):
+    from types import SimpleNamespace
+
+    from validate.audit_taskimages import check_listing
+    from validate.taskimage.content import ContentDelta, delta_json
+
+    digest = "sha256:" + "3" * 64
+    good = content_file(tmp_path, digest)
+    good.write_bytes(delta_json(ContentDelta(digest=digest, base="sha256:" + "0" * 64, changed={}, removed=[],
+                                             packages={})))
+    r = SimpleNamespace(problems=[])
+    check_listing(good, {digest}, r)
+    assert r.problems == []
+    check_listing(good, {"sha256:" + "4" * 64}, r)
+    assert "do not name" in r.problems[-1]
+    forged = content_file(tmp_path, "sha256:" + "4" * 64)
+    forged.write_bytes(good.read_bytes())  # another image's listing under this one's name
+    check_listing(forged, {"sha256:" + "4" * 64}, r)
+    assert "is not the listing of the content it is named by" in r.problems[-1]

@@ -249,15 +249,20 @@ def content_file(directory: Path, digest: str) -> Path:
     return directory / f"{digest.removeprefix('sha256:')}.content.json"
 
 
-def record_content(client, image_id: str, base_id: str | None, directory: Path, store: Path | None) -> str:
+def record_content(client, image_id: str, base_id: str | None, directory: Path, store: Path | None,
+                   copies: tuple[Path, ...] = ()) -> str:
     """The content digest of `image_id`, its listing relative to its base (`base_id`: the
-    image of its first layer; None: from nothing) written beside the manifest."""
+    image of its first layer; None: from nothing) written beside the manifest (and into each
+    of `copies`: the store's, which a run copies its listings from)."""
     task = image_content(client, image_id, store)
     base = image_content(client, base_id, store) if base_id else EMPTY
-    path = content_file(directory, task.digest)
-    if not path.is_file():
-        directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, delta_json(delta(task, base)))
+    data = None
+    for where in (directory, *copies):
+        path = content_file(where, task.digest)
+        if not path.is_file():
+            data = data or delta_json(delta(task, base))
+            where.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, data)
     return task.digest
 
 

@@ -11,8 +11,10 @@ run in, or the refusal the build gave (a base or docker_image the map does not s
 ``unsupported_execution_contract``; a Dockerfile that fails: ``invalid_task_or_verifier``
 with the log's tail). Every build log is kept as evidence beside the manifest
 (``<manifest stem>.build-logs/<sha256 hex>.log``, named by its own hash, which the entry
-records); a run copies the logs of the images it used into ``build-logs/`` of its run
-directory, where the checksums seal them and the audit checks them against the contract.
+records), and so is each image's content listing (``<content digest hex>.content.json``,
+`validate.taskimage.content`); a run copies the logs and listings of the images it used into
+``build-logs/`` of its run directory, where the checksums seal them and the audit checks
+them against the contract.
 
 At run time (`routed`) a task runs in its frozen image id: the daemon's own image of that id
 and key label, else (on a cluster's node) the image fetched from the run's driver by that id,
@@ -43,7 +45,7 @@ from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, Task
 from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.trial.support import unsupported
 from validate.taskimage.basemap import CORE
-from validate.taskimage.content import compare_content, record_content
+from validate.taskimage.content import compare_content, content_file, record_content
 from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
 from validate.taskimage.docker import images_for
 
@@ -191,7 +193,8 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         if isinstance(built, TaskImageRefusal) and task.parsed.sif_image and task.parsed.environment == "image":
             built = built.model_copy(update={"detail": f"{built.detail}; {APPTAINER.format(task.parsed.sif_image)}"})
         content = None if isinstance(built, TaskImageRefusal) else \
-            record_content(builder.client, built.image_id, base_of(base_map, built.layers), log_dir, store)
+            record_content(builder.client, built.image_id, base_of(base_map, built.layers), log_dir, store,
+                           copies=(store / LOGS,))
         tasks[task.id] = _entry(built, log_dir, store, content)
         state = f"refused, {built.reason}: {built.detail[:300]}" if isinstance(built, TaskImageRefusal) else \
             "cached" if built.cached else "built"
@@ -256,6 +259,9 @@ def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) 
     name = f"{entry.log_sha256.removeprefix('sha256:')}.log"
     if not (run_root / BUILD_LOGS / name).is_file():  # once per run and image, not per attempt
         keep_log(store / LOGS / name, run_root / BUILD_LOGS)
+    listing = None if entry.content is None else content_file(store / LOGS, entry.content)
+    if listing is not None and listing.is_file() and not content_file(run_root / BUILD_LOGS, entry.content).is_file():
+        atomic_write(content_file(run_root / BUILD_LOGS, entry.content), listing.read_bytes())
 
 
 def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, evidence: Path | None = None) -> int:
@@ -294,6 +300,10 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
                                     f"{'; '.join(differ)}")
             continue
         if have != entry.image:
+            why = "" if entry.content is not None else (
+                "; the contract was frozen without a content digest, so a rebuild cannot be held to it: import its "
+                "images (`validate image export --manifest` where it was frozen) or")
             raise ContractError(f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
-                                f"the daemon; the cache's build differs); freeze the dataset again on this machine")
+                                f"the daemon; the cache's build differs){why or ';'} freeze the dataset again on "
+                                f"this machine")
     return len(images)
