@@ -155,7 +155,7 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
            log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, build_trust_store: str = "off",
-           build_clock: str = "fixed"):
+           build_clock: str = "fixed", registry: str | None = None):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
@@ -164,7 +164,8 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     machine's; `validate.taskimage.trust`), its sha256 recorded in the build policy.
     `build_clock`: ``fixed`` gives builds one clock (``SOURCE_DATE_EPOCH`` and git's dates), so
     a rebuild elsewhere writes the same bytes and is held to the frozen content; ``real``: the
-    build's own."""
+    build's own. `registry`: a registry or mirror (``host[:port]``) the bases and prebuilt
+    images are pulled from by reference and frozen by digest, instead of the offline map."""
     check_oracle_repeats(oracle_repeats)
     env_name = env or environments.default_name()
     if env_name is None:
@@ -187,8 +188,12 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     # A task-directory dataset on docker: every task's image built (or cached) and frozen.
     if build_clock not in ("fixed", "real"):
         raise ValidateError(f"--build-clock: {build_clock!r}; give fixed or real")
-    policy = BuildPolicy(trust_store=bundle_digest(bundle_for(build_trust_store)),
-                         clock=SOURCE_DATE_EPOCH if build_clock == "fixed" else None)
+    try:
+        policy = BuildPolicy(trust_store=bundle_digest(bundle_for(build_trust_store)),
+                             clock=SOURCE_DATE_EPOCH if build_clock == "fixed" else None, registry=registry)
+    except ValidationError:
+        raise ValidateError(f"--registry: {registry!r} is not a registry; give host[:port][/path], e.g. "
+                            f"127.0.0.1:5000 or mirror.example.org/hub") from None
     images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log,
                            policy=policy)
     manifest = freeze_contract(
@@ -245,13 +250,17 @@ def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None =
     return profile_comparison(Path(run_a), Path(run_b), None if out is None else Path(out))
 
 
-def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
+def verify(manifest: PathLike, data: Sequence[PathLike] = (), log: Callable[[str], None] = lambda m: None):
     """Check a manifest against this machine, a task-directory contract's frozen task images
-    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field)."""
+    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field).
+    `log` hears what holds but deserves a word (a registry tag that moved since the freeze)."""
     m = load_manifest(manifest)
     _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                                  LoadHints(search=tuple(Path(p) for p in data)))
-    _hold_task_images(m, taskset, log_dir_of(Path(manifest)))
+    notes: list[str] = []
+    _hold_task_images(m, taskset, log_dir_of(Path(manifest)), notes)
+    for note in notes:
+        log(note)
     return m
 
 
@@ -268,14 +277,14 @@ def import_task_images(archive: PathLike, manifest: PathLike, log: Callable[[str
     return transfer.import_task_images(existing_file(archive, "FILE"), load_manifest(path), path, log=log)
 
 
-def _hold_task_images(m, taskset, evidence: Path | None = None) -> None:
+def _hold_task_images(m, taskset, evidence: Path | None = None, notes: list[str] | None = None) -> None:
     """A task-directory contract's frozen task images, each held by this daemon, or rebuilt
     from the cache as that very id or, on another machine, as the frozen content
     (`verify_images`, naming the files that differ from the listing in `evidence`), as the
     sandbox image is checked; else a `ContractError` naming the task."""
     if m.execution.task_images is not None:
         verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend),
-                      evidence)
+                      evidence, notes)
 
 
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,

@@ -184,6 +184,11 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                          "(behind a TLS-intercepting proxy a build's pip install fails without it); its sha256 is "
                          "recorded in the build policy, the bundle is named by build arguments only, never in the "
                          "image's environment (default: %(default)s)")
+    ex.add_argument("--registry", default=None, metavar="HOST[:PORT][/PATH]",
+                    help="a registry or mirror the build host may pull from: every FROM and docker_image is pulled "
+                         "through it by reference (library/<name> for Docker Hub's, <host>/<path> for another "
+                         "registry's) and frozen by digest; later runs and verify pull that digest, never the tag "
+                         "(default: none: the offline base-image map)")
     ex.add_argument("--build-clock", default="fixed", choices=["fixed", "real"],
                     help="fixed: task image builds get one clock (SOURCE_DATE_EPOCH, git's author and committer "
                          "dates) as build arguments, so another machine's rebuild writes the same files and is "
@@ -504,7 +509,7 @@ def cmd_freeze(args) -> int:
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
         allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
         oracle_repeats=_repeats(args.oracle_repeats), build_trust_store=args.build_trust_store,
-        build_clock=args.build_clock)
+        build_clock=args.build_clock, registry=args.registry)
     return _froze(manifest, args)
 
 
@@ -550,7 +555,7 @@ def _froze(manifest, args) -> int:
 def cmd_verify(args) -> int:
     api = _api()
 
-    m = api.verify(args.manifest, args.data)
+    m = api.verify(args.manifest, args.data, log=lambda note: err.print(f"note: {note}", markup=False))
     out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
               f"hashes, {len(m.expectations.agents)} agents, backend {m.execution.backend}, "
               f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}{_task_images(m)}", markup=False)

@@ -51,7 +51,7 @@ from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.docker import DockerImages, images_for
 from validate.records import ORACLE
-from validate.taskimage.frozen import keep_run_log, routed
+from validate.taskimage.frozen import keep_run_log, pins_of, routed
 from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
 from validate.trial.support import unsupported
@@ -133,7 +133,8 @@ class TrialKind(AttemptKind[Tried]):
         frozen = ctx.manifest.execution.task_images
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                 build_timeout_s=config.build_timeout_sec, context=context, docker_image=image,
-                                **({} if frozen is None else {"policy": frozen.build_policy}))
+                                **({} if frozen is None else {"policy": frozen.build_policy,
+                                                              "pins": pins_of(frozen.tasks.get(task.id))}))
 
     def _daemon(self, backend: str) -> DockerImages:
         """The task images' daemon (the rootless service's own for podman: its trials run in

@@ -49,6 +49,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -62,6 +63,7 @@ from validate.taskimage.backend import ImageBackend
 from validate.taskimage.basemap import BaseImageMap, ResolvedBase
 from validate.taskimage.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
 from validate.taskimage.netfault import classify
+from validate.taskimage.registry import PulledBase, PullRefused, pull
 from validate.taskimage.trust import add_to_context, after_every_from, clock_lines, held_bundle, is_host_bundle, \
     trust_lines
 
@@ -90,13 +92,17 @@ class BuildPolicy(BaseModel):
     #: dates (`validate.taskimage.trust.clock_lines`), so what a build writes is the same on
     #: any machine; None: the build's own clock.
     clock: int | None = Field(default=None, ge=0)
+    #: A registry or mirror (``host[:port]``) the build host may pull bases and prebuilt images
+    #: from by reference, each then frozen by digest (`validate.taskimage.registry`); None:
+    #: the offline base-image map serves them.
+    registry: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._/-]+)?$")
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict:
         # Written (and keyed) only when set: every image key and contract made before these
         # options keeps its bytes.
         data = handler(self)
-        for name in ("trust_store", "clock"):
+        for name in ("trust_store", "clock", "registry"):
             if data.get(name) is None:
                 data.pop(name, None)
         return data
@@ -110,7 +116,8 @@ class TaskImage(BaseModel):
     backend: str
     image_id: str
     layers: list[str] = Field(description="the image's layer digests, the base's first")
-    bases: list[ResolvedBase] = Field(description="each external image of the Dockerfile and what served it")
+    bases: list[ResolvedBase | PulledBase] = Field(description="each external image of the Dockerfile and what "
+                                                               "served it (the map's base, or the registry's image)")
     patch: str = Field(description="unified diff of environment/Dockerfile: the FROM rewrite")
     patch_version: int = REWRITE_VERSION
     policy: BuildPolicy
@@ -152,7 +159,7 @@ def context_digest(context: Path) -> str:
     return sha256_tag(canonical_json(sorted(entries)))
 
 
-def build_key(ctx_digest: str, bases: list[ResolvedBase], policy: BuildPolicy, backend: str,
+def build_key(ctx_digest: str, bases: list[ResolvedBase | PulledBase], policy: BuildPolicy, backend: str,
               timeout_s: float) -> str:
     return sha256_tag(canonical_json({
         "version": BUILD_VERSION, "rewrite": REWRITE_VERSION, "context": ctx_digest, "backend": backend,
@@ -161,17 +168,21 @@ def build_key(ctx_digest: str, bases: list[ResolvedBase], policy: BuildPolicy, b
 
 def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBackend, store: Path,
                      policy: BuildPolicy = BuildPolicy(), build_timeout_s: float = 600.0,
-                     context: str = "environment", docker_image: str | None = None) -> TaskImage | TaskImageRefusal:
+                     context: str = "environment", docker_image: str | None = None,
+                     pins: Mapping[str, str] | None = None) -> TaskImage | TaskImageRefusal:
     """The image of the task at `task_dir` (see the module's docstring); `build_timeout_s` is
     the task's ``[environment].build_timeout_sec``; `context` ``tests``: a separate verifier's
     image, from ``tests/Dockerfile`` (the same map, policy and cache); `docker_image`: the
     task's ``[environment].docker_image``, whose image is the base the map serves for it
-    (`image_task`), no Dockerfile read."""
-    if docker_image is not None:
+    (`image_task`), no Dockerfile read. With the policy's registry, every external image is
+    pulled through it instead (`validate.taskimage.registry`), each by the digest `pins`
+    gives it (upstream → ``<registry>/<path>@<digest>``, what a contract froze) if any."""
+    env = None if docker_image is not None else task_dir / context
+    if policy.registry is not None:
+        resolved = pulled_bases(env, docker_image, policy.registry, backend, pins or {})
+    elif docker_image is not None:
         resolved = image_task(docker_image, base_map)
-        env = None
     else:
-        env = task_dir / context
         resolved = resolve_bases(env, base_map)
     if isinstance(resolved, TaskImageRefusal):
         return resolved
@@ -250,8 +261,8 @@ def image_patch(docker_image: str, image_id: str) -> str:
                                         "a/task.toml [environment]", "b/task.toml [environment]"))
 
 
-def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
-    """(the Dockerfile's text, what serves each external image it names), or why not."""
+def _dockerfile_refs(env: Path) -> tuple[str, list[str]] | TaskImageRefusal:
+    """(the Dockerfile's text, the external images it names, in order), or why not."""
     dockerfile = env / "Dockerfile"
     name = f"{env.name}/Dockerfile"
     if not dockerfile.is_file() or dockerfile.is_symlink():
@@ -264,8 +275,31 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
         return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"{name}: {e}")
     except Unresolvable as e:
         return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{name}: {e}")
+    return text, list(dict.fromkeys(r.image for r in refs))
+
+
+def pulled_bases(env: Path | None, docker_image: str | None, registry: str, backend, pins: Mapping[str, str],
+                 ) -> tuple[str, list[PulledBase]] | TaskImageRefusal:
+    """(the Dockerfile's text, the image pulled through `registry` for each external image),
+    or why not (a reference the registry does not have, a frozen digest it no longer has)."""
+    found = (f"FROM {docker_image}\n", [docker_image]) if docker_image is not None else _dockerfile_refs(env)
+    if isinstance(found, TaskImageRefusal):
+        return found
+    text, refs = found
+    try:
+        return text, [pull(ref, registry, backend, pins.get(ref)) for ref in refs]
+    except PullRefused as e:
+        return TaskImageRefusal(reason=e.reason, detail=e.detail)
+
+
+def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
+    """(the Dockerfile's text, what serves each external image it names), or why not."""
+    found = _dockerfile_refs(env)
+    if isinstance(found, TaskImageRefusal):
+        return found
+    text, refs = found
     bases: list[ResolvedBase] = []
-    for image in dict.fromkeys(r.image for r in refs):
+    for image in refs:
         served = base_map.resolve(image)
         if served is None:
             return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{image} is not available on this profile")

@@ -33,7 +33,6 @@ from environment.protocol import canonical_json, sha256_tag
 from validate.errors import SandboxError
 from validate.evidence import atomic_write
 from validate.image import DPKG_STATUS, package_differences, parse_dpkg_status
-from validate.taskimage.docker import BASE_REPOSITORY
 
 #: Bumped whenever what an entry holds or how it is normalised changes.
 CONTENT_VERSION = 1
@@ -266,27 +265,38 @@ def record_content(client, image_id: str, base_id: str | None, directory: Path, 
     return task.digest
 
 
-def base_with_layer(client, layer: str | None) -> str | None:
-    """This daemon's base image (`BASE_REPOSITORY`) whose one layer is `layer`: a base is
-    reproducible by its layer digest, its image id is not (an import stamps its time)."""
-    if layer is None:
-        return None
-    for image in client.images.list(name=BASE_REPOSITORY):
-        if list(image.attrs.get("RootFS", {}).get("Layers") or []) == [layer]:
-            return image.id
+def base_content(client, image_id: str, layers, want: str, store: Path | None) -> ImageContent | None:
+    """This daemon's image the frozen listing was kept relative to: one whose layers begin the
+    task image's (`layers`) and whose content is the listing's base digest `want` (a base of
+    the map, or one pulled from a registry); None when no image here is."""
+    if want == EMPTY.digest:
+        return EMPTY
+    layers = list(layers or ())
+    candidates = []
+    for image in client.images.list():
+        own = list(image.attrs.get("RootFS", {}).get("Layers") or [])
+        if image.id != image_id and own and own == layers[:len(own)]:
+            candidates.append((len(own), image.id))
+    for _, candidate in sorted(candidates, reverse=True):
+        found = image_content(client, candidate, store)
+        if found.digest == want:
+            return found
     return None
+
+
+def here_layers(client, image_id: str) -> list[str]:
+    return list(client.api.inspect_image(image_id).get("RootFS", {}).get("Layers") or [])
 
 
 def compare_content(client, image_id: str, frozen: str, layers, directory: Path | None,
                     store: Path | None) -> list[str]:
     """[] when `image_id` holds the content the contract froze (`frozen`); else what differs:
     the files and packages, named from the frozen listing beside the manifest (in
-    `directory`) laid on this machine's base of the frozen first layer (`layers`), or the
-    digests alone without it."""
+    `directory`) laid on this machine's image it was kept relative to (found by its layers
+    and content), or the digests alone without it. `layers`: the frozen image's."""
     here = image_content(client, image_id, store)
     if here.digest == frozen:
         return []
-    base_id = base_with_layer(client, layers[0] if layers else None)
     said = [f"its content is {here.digest}, the contract froze {frozen}"]
     path = None if directory is None else content_file(directory, frozen)
     if path is None or not path.is_file():
@@ -295,9 +305,12 @@ def compare_content(client, image_id: str, frozen: str, layers, directory: Path 
         listing = ContentDelta.model_validate_json(path.read_bytes())
     except ValueError as e:
         return [*said, f"{path}: not a content listing ({e})"]
-    base = image_content(client, base_id, store) if base_id else EMPTY
+    base = base_content(client, image_id, here_layers(client, image_id), listing.base, store)
+    if base is None:
+        said.append(f"no image here is the listing's base ({listing.base}): the files are named against none")
+        base = EMPTY
     entries = listing.apply(base)
     if listing.digest != frozen or digest_of(entries) != frozen:
-        said.append(f"the listing {path.name} on this machine's base ({base.digest}) does not make the frozen "
-                    f"content; the base differs or the listing was altered")
+        said.append(f"the listing {path.name} on this machine's base does not make the frozen content; the listing "
+                    f"was altered")
     return [*said, *differences(entries, here.entries, listing.packages, here.packages)]

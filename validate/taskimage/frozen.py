@@ -46,6 +46,7 @@ from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.trial.support import unsupported
 from validate.taskimage.basemap import CORE
 from validate.taskimage.content import compare_content, content_file, record_content
+from validate.taskimage.registry import PulledBase, moved_tags
 from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
 from validate.taskimage.docker import images_for
 
@@ -64,7 +65,8 @@ class FrozenImage(BaseModel):
     image: str | None = Field(default=None, description="the image id ('sha256:<config digest>') the trial runs in")
     key: str | None = Field(default=None, description="the content key the image is cached by")
     layers: tuple[str, ...] = Field(default=(), description="the image's layer digests, the base's first")
-    bases: dict[str, str] = Field(default_factory=dict, description="each FROM of the Dockerfile → the recipe serving it")
+    bases: dict[str, str] = Field(default_factory=dict, description="each FROM of the Dockerfile → the recipe serving "
+                                                                    "it, or what a registry gave: <registry>/<path>@<digest>")
     patch_sha256: str | None = Field(default=None, description="sha256 of the Dockerfile's FROM rewrite (the patch)")
     log_sha256: str | None = Field(default=None, description="sha256 of the build log (the file build-logs/<hex>.log)")
     refusal: Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"] | None \
@@ -136,7 +138,8 @@ def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path, cont
     # The store's log is the one the image was built with (a cached image keeps its first log).
     log = keep_log(built.log, log_dir)
     return FrozenImage(image=built.image_id, key=built.key, layers=tuple(built.layers),
-                       bases={b.upstream: b.recipe for b in built.bases}, patch_sha256=sha256_tag(built.patch.encode()),
+                       bases={b.upstream: b.pulled if isinstance(b, PulledBase) else b.recipe for b in built.bases},
+                       patch_sha256=sha256_tag(built.patch.encode()),
                        log_sha256=log or built.log_sha256, content=content)
 
 
@@ -146,12 +149,26 @@ def base_of(base_map: BaseImageMap, layers) -> str | None:
 
 
 def _build(taskset, task, base_map: BaseImageMap, builder, store: Path,
-           policy: BuildPolicy = BuildPolicy()) -> TaskImage | TaskImageRefusal:
-    """One loaded task's image (from the cache when it holds it), as freeze builds it."""
+           policy: BuildPolicy = BuildPolicy(), entry: FrozenImage | None = None) -> TaskImage | TaskImageRefusal:
+    """One loaded task's image (from the cache when it holds it), as freeze builds it; a
+    frozen `entry`'s registry digests are pulled, never its tags."""
     parsed = task.parsed
     return build_task_image(taskset.task_dir(task), base_map, builder, store, policy=policy,
                             build_timeout_s=parsed.config.environment.build_timeout_sec,
-                            docker_image=parsed.docker_image if parsed.environment == "image" else None)
+                            docker_image=parsed.docker_image if parsed.environment == "image" else None,
+                            pins=pins_of(entry))
+
+
+def pins_of(entry: FrozenImage | None) -> dict[str, str]:
+    """A frozen entry's registry pins: upstream reference → ``<registry>/<path>@<digest>``."""
+    return {} if entry is None else {up: by for up, by in entry.bases.items() if "@sha256:" in by}
+
+
+def _first_base(built: TaskImage, base_map: BaseImageMap) -> str | None:
+    """The image a task image's listing is kept relative to: the map's base of its first
+    layer, or the first image pulled for it from a registry."""
+    return base_of(base_map, built.layers) or next((b.image_id for b in built.bases if isinstance(b, PulledBase)),
+                                                    None)
 
 
 APPTAINER = ("the task also names an Apptainer image (sif_image {0}); running it needs an Apptainer backend, "
@@ -180,7 +197,9 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
     builder = builder or images_for(backend)
     loaded = [t for t in (taskset.task(i) for i in idx) if t.parsed is not None]
     needed = needed_recipes(task_refs(loaded))
-    base_map = build_base_map(builder, store / "bases", log=lambda m: None, needed=needed)
+    # With a registry the bases are pulled by reference: no base is built (the map is empty).
+    base_map = BaseImageMap(bases={}, substitutions=()) if policy.registry is not None else \
+        build_base_map(builder, store / "bases", log=lambda m: None, needed=needed)
     if needed - {r.name for r in CORE}:
         log(f"task images: bases {', '.join(sorted(base_map.bases))} (those beyond the core for these tasks)")
     tasks: dict[str, FrozenImage] = {}
@@ -193,7 +212,7 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
         if isinstance(built, TaskImageRefusal) and task.parsed.sif_image and task.parsed.environment == "image":
             built = built.model_copy(update={"detail": f"{built.detail}; {APPTAINER.format(task.parsed.sif_image)}"})
         content = None if isinstance(built, TaskImageRefusal) else \
-            record_content(builder.client, built.image_id, base_of(base_map, built.layers), log_dir, store,
+            record_content(builder.client, built.image_id, _first_base(built, base_map), log_dir, store,
                            copies=(store / LOGS,))
         tasks[task.id] = _entry(built, log_dir, store, content)
         state = f"refused, {built.reason}: {built.detail[:300]}" if isinstance(built, TaskImageRefusal) else \
@@ -264,7 +283,8 @@ def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) 
         atomic_write(content_file(run_root / BUILD_LOGS, entry.content), listing.read_bytes())
 
 
-def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, evidence: Path | None = None) -> int:
+def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, evidence: Path | None = None,
+                  notes: list[str] | None = None) -> int:
     """``validate verify`` of a contract's task images: every frozen image is held by this
     daemon under its key's label with its frozen layers, or the cache rebuilds it (`store`)
     as that very image id, or (another machine) as an image whose content is the frozen
@@ -275,6 +295,9 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
     if not images:
         return 0
     builder = builder or images_for("docker")
+    registry = frozen.build_policy.registry
+    if registry is not None and notes is not None:  # a moved tag is named, never followed
+        notes += moved_tags({u: p for e in images.values() for u, p in pins_of(e).items()}, registry, builder)
     tasks = {t.id: t for t in (taskset.task(i) for i in range(taskset.size)) if t.id in images}
     base_map = None
     for task_id, entry in images.items():
@@ -288,9 +311,9 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
         task = tasks.get(task_id)
         if task is None or task.parsed is None:
             raise ContractError(f"{field}: the task does not load here, so its image cannot be rebuilt")
-        base_map = base_map or build_base_map(builder, store / "bases", log=lambda m: None,
-                                              needed=frozen.base_map.bases)
-        built = _build(taskset, task, base_map, builder, store, frozen.build_policy)
+        base_map = base_map or (frozen.base_map if registry is not None else build_base_map(
+            builder, store / "bases", log=lambda m: None, needed=frozen.base_map.bases))
+        built = _build(taskset, task, base_map, builder, store, frozen.build_policy, entry)
         have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
         if have != entry.image and entry.content is not None and isinstance(built, TaskImage):
             differ = compare_content(builder.client, built.image_id, entry.content, entry.layers, evidence, store)
