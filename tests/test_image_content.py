@@ -12,6 +12,7 @@ import io
 import json
 import os
 import subprocess
+import time
 import tarfile
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 from validate import api, environments
 from validate.errors import ContractError, ValidateError
-from validate.paths import task_image_store
+from validate.paths import DEFAULT_IMAGE, task_image_store
 from validate.taskimage.content import _git_index, _normalised, content_file
 from validate.taskimage.docker import DockerImages
 from validate.taskimage.frozen import log_dir_of, verify_images
@@ -150,3 +151,28 @@ def test_the_audit_holds_each_content_listing_to_the_digest_it_is_named_by(tmp_p
     forged.write_bytes(good.read_bytes())  # another image's listing under this one's name
     check_listing(forged, {"sha256:" + "4" * 64}, r)
     assert "is not the listing of the content it is named by" in r.problems[-1]
+
+
+@pytest.mark.docker
+def test_a_disk_budget_prunes_the_oldest_images_not_kept_and_logs_each(tmp_path):
+    from validate.taskimage.budget import own_bytes, prune, task_image_usage
+    from validate.taskimage.build import KEY_LABEL
+
+    client = docker.from_env()
+    base = client.images.get(DEFAULT_IMAGE).id  # the session's sandbox image: a named base
+    made = []
+    for n in range(3):  # three task images of 64 KiB each beyond their base, oldest first
+        dockerfile = f"FROM {base}\nRUN head -c 65536 /dev/zero | tr '\\\\0' '{n}' > /blob\n"
+        image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels={KEY_LABEL: f"bench-{n}"},
+                                       rm=True, network_mode="none")
+        made.append(image.id)
+        time.sleep(1.1)  # distinct creation seconds: the order is the age
+    assert all(own_bytes(client, i) >= 65536 for i in made)
+    said: list[str] = []
+    removed = prune(client, 150_000, keep={made[0]}, log=said.append, only=made)
+    assert removed == [made[1]], removed  # the oldest not kept; then the total fits
+    assert len(said) == 1 and made[1] in said[0] and "pruned" in said[0]
+    left = {i for i, _, _ in task_image_usage(client)}
+    assert made[0] in left and made[2] in left and made[1] not in left
+    for image in (made[0], made[2]):
+        client.images.remove(image, force=True)

@@ -155,7 +155,7 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
            log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, build_trust_store: str = "off",
-           build_clock: str = "fixed", registry: str | None = None):
+           build_clock: str = "fixed", registry: str | None = None, image_budget_gb: float | None = None):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
@@ -165,7 +165,9 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     `build_clock`: ``fixed`` gives builds one clock (``SOURCE_DATE_EPOCH`` and git's dates), so
     a rebuild elsewhere writes the same bytes and is held to the frozen content; ``real``: the
     build's own. `registry`: a registry or mirror (``host[:port]``) the bases and prebuilt
-    images are pulled from by reference and frozen by digest, instead of the offline map."""
+    images are pulled from by reference and frozen by digest, instead of the offline map.
+    `image_budget_gb`: task images other than this contract's are pruned while the daemon's
+    task images take more (each removal logged)."""
     check_oracle_repeats(oracle_repeats)
     env_name = env or environments.default_name()
     if env_name is None:
@@ -194,8 +196,10 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     except ValidationError:
         raise ValidateError(f"--registry: {registry!r} is not a registry; give host[:port][/path], e.g. "
                             f"127.0.0.1:5000 or mirror.example.org/hub") from None
+    if image_budget_gb is not None and not (math.isfinite(image_budget_gb) and image_budget_gb > 0):
+        raise ValidateError(f"--image-budget-gb: a number of GiB > 0, got {image_budget_gb}")
     images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log,
-                           policy=policy)
+                           policy=policy, budget_bytes=None if image_budget_gb is None else int(image_budget_gb * 2**30))
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,

@@ -189,6 +189,10 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                          "through it by reference (library/<name> for Docker Hub's, <host>/<path> for another "
                          "registry's) and frozen by digest; later runs and verify pull that digest, never the tag "
                          "(default: none: the offline base-image map)")
+    ex.add_argument("--image-budget-gb", type=float, default=None, metavar="GIB",
+                    help="keep the daemon's task images under this many GiB: after each build, task images this "
+                         "contract does not route to are pruned, oldest first, each removal logged (default: no "
+                         "budget)")
     ex.add_argument("--build-clock", default="fixed", choices=["fixed", "real"],
                     help="fixed: task image builds get one clock (SOURCE_DATE_EPOCH, git's author and committer "
                          "dates) as build arguments, so another machine's rebuild writes the same files and is "
@@ -509,7 +513,7 @@ def cmd_freeze(args) -> int:
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
         allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
         oracle_repeats=_repeats(args.oracle_repeats), build_trust_store=args.build_trust_store,
-        build_clock=args.build_clock, registry=args.registry)
+        build_clock=args.build_clock, registry=args.registry, image_budget_gb=args.image_budget_gb)
     return _froze(manifest, args)
 
 

@@ -45,6 +45,7 @@ from validate.taskimage.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, Task
 from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.trial.support import unsupported
 from validate.taskimage.basemap import CORE
+from validate.taskimage.budget import prune
 from validate.taskimage.content import compare_content, content_file, record_content
 from validate.taskimage.registry import PulledBase, moved_tags
 from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
@@ -187,10 +188,12 @@ def apptainer_only(task) -> str | None:
 
 def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
                   builder=None, log: Callable[[str], None] = print,
-                  policy: BuildPolicy = BuildPolicy()) -> TaskImages | None:
+                  policy: BuildPolicy = BuildPolicy(), budget_bytes: int | None = None) -> TaskImages | None:
     """Build (or take from the cache) the image of every selected task that loaded, with the
-    profile's build `policy`; None when the dataset is not one of task directories or the
-    backend cannot run them (the trial kind then says why per task, as before)."""
+    profile's build `policy`, each distinct image once (tasks of one content share one key);
+    None when the dataset is not one of task directories or the backend cannot run them (the
+    trial kind then says why per task, as before). `budget_bytes`: after each build, task
+    images this freeze does not route to are pruned while over it (`validate.taskimage.budget`)."""
     if backend not in ("docker", "podman") or not hasattr(taskset, "task_dir"):
         return None
 
@@ -215,6 +218,8 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
             record_content(builder.client, built.image_id, _first_base(built, base_map), log_dir, store,
                            copies=(store / LOGS,))
         tasks[task.id] = _entry(built, log_dir, store, content)
+        if budget_bytes is not None and isinstance(built, TaskImage) and not built.cached:
+            prune(builder.client, budget_bytes, {e.image for e in tasks.values() if e.image}, log)
         state = f"refused, {built.reason}: {built.detail[:300]}" if isinstance(built, TaskImageRefusal) else \
             "cached" if built.cached else "built"
         log(f"task images: {n}/{len(loaded)} {task.id}: {state}")
