@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -258,7 +258,10 @@ class Taskset(Protocol):
     # rules tell a malformed answer from a wrong one by it). Optional, read with getattr:
     # ``data_files: tuple[Path, ...]``, the data files the
     # taskset was loaded from, so a fresh install elsewhere (the smoke test) is told where
-    # they lie; absent or () when the data ships in the package.
+    # they lie; absent or () when the data ships in the package. Optional, read with getattr:
+    # ``source: dict | None``, where a published dataset came from (its immutable revision,
+    # e.g. the commit a branch resolved to, and every file's sha256): recorded in the
+    # contract and handed back in `LoadHints.source`, so a later load reads that very source.
 
     def task(self, idx: int) -> Task: ...
 
@@ -282,6 +285,12 @@ class LoadHints:
     #: in the agent's view (its source included) checks a guessed answer. Never shown to an
     #: agent; kept out of repr so no log or traceback prints it.
     secret: str | None = field(default=None, repr=False)
+    #: The source record the contract froze (the taskset's ``source``; None at freeze time or
+    #: for a dataset without one): an environment reads exactly that source again.
+    source: Mapping[str, Any] | None = field(default=None, hash=False)
+    #: Where an environment says what it resolved and how a long load progresses (one line
+    #: each); None: silent.
+    log: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
 
 class ConfigError(ValueError):

@@ -6,8 +6,8 @@
 # `validate sign`) needs: the test extras, bubblewrap (the bwrap backend), openssh-client
 # (ssh-keygen), procps and iproute2 (pgrep, ss: the tests' leak checks), a headless browser
 # (the viewer's tests), a VM (qemu, busybox-static: bwrap's tests on a cgroup-v2-only kernel),
-# gVisor (runsc) and rootless podman (its packages, its unprivileged user dv-podman and that
-# user's subordinate ids).
+# gVisor (runsc), rootless podman (its packages, its unprivileged user dv-podman and that
+# user's subordinate ids) and Debian's docker-registry (a registry the tests run on loopback).
 # Idempotent: a second run only checks. The README's two commands and .ci/run use it.
 #
 #   bash scripts/setup.sh [--test]
@@ -49,6 +49,8 @@ if [ "$test_extras" = 1 ]; then
   # the rootless profile (validate.sandbox.podman): podman and its id maps (kernel overlay, no network)
   command -v podman >/dev/null || need+=(podman)
   command -v newuidmap >/dev/null || need+=(uidmap)
+  # a real registry on loopback: task images pulled by reference and frozen by digest
+  command -v docker-registry >/dev/null || need+=(docker-registry)
 fi
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)  # Debian splits venv out
 if [ ${#need[@]} -gt 0 ]; then

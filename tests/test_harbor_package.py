@@ -89,7 +89,8 @@ def test_a_second_freeze_builds_no_image(frozen, tmp_path):
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))
     counting = CountingImages()
-    again = freeze_images(ts, _idx(), "docker", tmp_path, task_image_store(), builder=counting)
+    again = freeze_images(ts, _idx(), "docker", tmp_path, task_image_store(), builder=counting,
+                          policy=m.execution.task_images.build_policy)
     # Only the Dockerfile that fails is tried again (a failure is never cached as a verdict).
     assert counting.builds == 1
     first = m.execution.task_images.tasks
@@ -119,7 +120,8 @@ def test_an_image_other_than_the_frozen_one_is_refused(frozen, tmp_path):
                   lambda _id: pytest.fail("an image the daemon holds is not fetched"))
     assert held.image_id == real.image
     keep_run_log(ti, "csv-to-json", store, tmp_path)  # the driver's copy into the run
-    assert [p.name for p in (tmp_path / BUILD_LOGS).iterdir()] == [f"{real.log_sha256[7:]}.log"]
+    assert sorted(p.name for p in (tmp_path / BUILD_LOGS).iterdir()) == sorted(
+        [f"{real.log_sha256[7:]}.log", f"{real.content[7:]}.content.json"])  # its log and its content listing
     # A machine without the frozen image gets it from `fetch` (a cluster's driver), and only that image.
     asked = []
     with pytest.raises(TaskImageMismatch, match="fetched from the run's driver is not sha256:0000"):
@@ -197,6 +199,24 @@ def test_package_holds_the_compatible_tasks_byte_for_byte_with_a_card_from_the_e
     assert sorted(loaded.task(i).id for i in range(loaded.size)) == kept
     (out / "csv-to-json" / "instruction.md").write_text("changed")
     assert any(p.startswith("csv-to-json/instruction.md") for p in verify_package(out))
+
+
+def test_package_in_the_published_shape_loads_as_the_same_tasks(pooled, tmp_path):
+    run_dir, _ = pooled
+    out = tmp_path / "pub"
+    assert main(["package", str(run_dir), "--out", str(out), "--format", "parquet"]) == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(
+        [CARD, EXCLUSIONS, HASH_MANIFEST, "data/train-00000-of-00001.parquet"])
+    assert verify_package(out) == []
+    table = pd.read_parquet(out / "data/train-00000-of-00001.parquet")
+    assert list(table["path"]) == sorted(SOUND) and {"task_binary", "task_id", "instruction"} <= set(table.columns)
+    env = environments.get("harbor")
+    loaded = env.load(env.Config(dataset=str(out)))
+    directory = env.load(env.Config(dataset=str(SAMPLE)))
+    want = {directory.task(i).id: directory.task(i).hash for i in range(directory.size)
+            if directory.task(i).id in SOUND}
+    assert {loaded.task(i).id: loaded.task(i).hash for i in range(loaded.size)} == want
+    assert json.loads((out / HASH_MANIFEST).read_bytes())["revision"] == loaded.revision
 
 
 def test_package_refuses_what_it_cannot_certify(pooled, tmp_path, capsys):

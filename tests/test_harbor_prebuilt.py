@@ -135,9 +135,10 @@ def test_the_environment_loads_both(dataset):
 
 
 def _with_image(m, task_id: str, image: str):
-    """The manifest `m` with `task_id`'s frozen image id replaced (sealed again)."""
+    """The manifest `m` with `task_id`'s frozen image id and content replaced (sealed again): an
+    image this machine can have neither by id nor by content."""
     ti = m.execution.task_images
-    entry = ti.tasks[task_id].model_copy(update={"image": image})
+    entry = ti.tasks[task_id].model_copy(update={"image": image, "content": "sha256:" + "2" * 64})
     ti = ti.model_copy(update={"tasks": {**ti.tasks, task_id: entry}})
     return m.model_copy(update={"execution": m.execution.model_copy(update={"task_images": ti})}).sealed()
 

@@ -62,7 +62,11 @@ from validate.signing import sign as sign_run
 from validate.smoke import SmokePhase, smoke as smoke_test
 from validate.summary import run_kind
 from validate.taskimage.docker import images_for
+from validate.image import SOURCE_DATE_EPOCH
+from validate.taskimage.build import BuildPolicy
+from validate.taskimage import transfer
 from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
+from validate.taskimage.trust import bundle_digest, bundle_for
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -163,12 +167,22 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
            ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
            exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
            data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, verifier_mode: str = "trusted"):
+           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, verifier_mode: str = "trusted",
+           build_trust_store: str = "off", build_clock: str = "fixed", registry: str | None = None,
+           image_budget_gb: float | None = None):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
     `oracle_repeats`: how many times the oracle plays each task (every repeat must pass).
-    `verifier_mode` (a task-directory dataset): ``trusted`` or ``shared`` (`TrialProfile`)."""
+    `verifier_mode` (a task-directory dataset): ``trusted`` or ``shared`` (`TrialProfile`).
+    `build_trust_store`: the CA bundle task builds are given (``off``, or ``host``: this
+    machine's; `validate.taskimage.trust`), its sha256 recorded in the build policy.
+    `build_clock`: ``fixed`` gives builds one clock (``SOURCE_DATE_EPOCH`` and git's dates), so
+    a rebuild elsewhere writes the same bytes and is held to the frozen content; ``real``: the
+    build's own. `registry`: a registry or mirror (``host[:port]``) the bases and prebuilt
+    images are pulled from by reference and frozen by digest, instead of the offline map.
+    `image_budget_gb`: task images other than this contract's are pruned while the daemon's
+    task images take more (each removal logged)."""
     check_oracle_repeats(oracle_repeats)
     trial = trial_profile(verifier_mode)
     env_name = env or environments.default_name()
@@ -179,18 +193,33 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     cfg = _config(environment, config, config_overrides or {})
     lim = check_limits(model_values(Limits, {}, dict(limits or {}), "limits"))
     code = require(allow_patch)
-    hints = LoadHints(search=tuple(Path(p) for p in data))
+    hints = LoadHints(search=tuple(Path(p) for p in data), log=log)
     # The tasks and their revision are read once, here, before anything is written: the
     # contract is made of this very taskset (with the secret of the salt it will hold).
     salt = new_salt()
     taskset = load_taskset(environment, cfg, dataclasses.replace(hints, secret=task_secret(salt)))
     outside_data((path, log_dir_of(path)), getattr(taskset, "data_files", ()), "--out", path)
+    source = getattr(taskset, "source", None)
+    if source is not None:  # read once: the contract's own load reads this very source again
+        hints = dataclasses.replace(hints, source=source)
+        log(f"dataset {cfg.model_dump().get('dataset', '')}: {taskset.size} tasks, revision {taskset.revision}")
     chosen, rule = selection(taskset.size, idx, idx_start, idx_stop)
     check_min_count(min_count, len(chosen))
     _some_task_can_pass(environment, taskset, chosen)
     sandbox = open_sandbox(backend, image=image)
     # A task-directory dataset on docker: every task's image built (or cached) and frozen.
-    images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log)
+    if build_clock not in ("fixed", "real"):
+        raise ValidateError(f"--build-clock: {build_clock!r}; give fixed or real")
+    try:
+        policy = BuildPolicy(trust_store=bundle_digest(bundle_for(build_trust_store)),
+                             clock=SOURCE_DATE_EPOCH if build_clock == "fixed" else None, registry=registry)
+    except ValidationError:
+        raise ValidateError(f"--registry: {registry!r} is not a registry; give host[:port][/path], e.g. "
+                            f"127.0.0.1:5000 or mirror.example.org/hub") from None
+    if image_budget_gb is not None and not (math.isfinite(image_budget_gb) and image_budget_gb > 0):
+        raise ValidateError(f"--image-budget-gb: a number of GiB > 0, got {image_budget_gb}")
+    images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log,
+                           policy=policy, budget_bytes=None if image_budget_gb is None else int(image_budget_gb * 2**30))
     manifest = freeze_contract(
         name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
         controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
@@ -225,8 +254,9 @@ def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: st
     try:
         # The task images are this profile's, frozen as `freeze` freezes them (the same tasks;
         # on the same daemon, the same ids from the cache); none on a backend that builds at run time.
+        like_images = m.execution.task_images
         images = freeze_images(taskset, m.selection.idx, sandbox.backend, log_dir_of(path), task_image_store(),
-                               log=log)
+                               log=log, **({} if like_images is None else {"policy": like_images.build_policy}))
         manifest = reprofile(m, name=name, facts=sandbox.facts(), git_commit=code.label, patch=code.patch,
                              limits=lim, infra_retries=m.execution.infra_retries if infra_retries is None
                              else infra_retries, **({} if images is None else {"task_images": images}),
@@ -250,22 +280,41 @@ def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None =
     return profile_comparison(Path(run_a), Path(run_b), None if out is None else Path(out))
 
 
-def verify(manifest: PathLike, data: Sequence[PathLike] = ()):
+def verify(manifest: PathLike, data: Sequence[PathLike] = (), log: Callable[[str], None] = lambda m: None):
     """Check a manifest against this machine, a task-directory contract's frozen task images
-    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field)."""
+    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field).
+    `log` hears what holds but deserves a word (a registry tag that moved since the freeze)."""
     m = load_manifest(manifest)
     _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
                                  LoadHints(search=tuple(Path(p) for p in data)))
-    _hold_task_images(m, taskset)
+    notes: list[str] = []
+    _hold_task_images(m, taskset, log_dir_of(Path(manifest)), notes)
+    for note in notes:
+        log(note)
     return m
 
 
-def _hold_task_images(m, taskset) -> None:
-    """A task-directory contract's frozen task images, each held by this daemon or rebuilt from
-    the cache as that very id (`verify_images`), as the sandbox image is checked; else a
-    `ContractError` naming the task."""
+def export_task_images(manifest: PathLike, out: PathLike, log: Callable[[str], None] = print) -> Path:
+    """Every task image `manifest` froze, held here, as one archive in `out` (`validate.taskimage.transfer`)."""
+    path = existing_file(manifest, "--manifest")
+    return transfer.export_task_images(load_manifest(path), path, Path(out), log=log)
+
+
+def import_task_images(archive: PathLike, manifest: PathLike, log: Callable[[str], None] = print) -> int:
+    """Load a task-image archive of `manifest` (only its frozen images, each then held to its
+    key, layers and content); return how many images."""
+    path = existing_file(manifest, "--manifest")
+    return transfer.import_task_images(existing_file(archive, "FILE"), load_manifest(path), path, log=log)
+
+
+def _hold_task_images(m, taskset, evidence: Path | None = None, notes: list[str] | None = None) -> None:
+    """A task-directory contract's frozen task images, each held by this daemon, or rebuilt
+    from the cache as that very id or, on another machine, as the frozen content
+    (`verify_images`, naming the files that differ from the listing in `evidence`), as the
+    sandbox image is checked; else a `ContractError` naming the task."""
     if m.execution.task_images is not None:
-        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend))
+        verify_images(m.execution.task_images, taskset, task_image_store(), images_for(m.execution.backend),
+                      evidence, notes)
 
 
 def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
@@ -297,7 +346,7 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         env, taskset = verify_contract(m, sandbox, hints)
         # Before anything plays (a Ray node fetches each task image from this daemon, by id):
         # else refused naming the task, not played as one infrastructure error per trial.
-        _hold_task_images(m, taskset)
+        _hold_task_images(m, taskset, log_dir_of(Path(manifest)) if manifest is not None else None)
     except BaseException:
         sandbox.close()
         raise
@@ -374,14 +423,15 @@ def _reading() -> SimpleNamespace:
                            compare=compare.compare)
 
 
-def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = ()) -> dict:
+def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = (), format: str = "directories") -> dict:
     """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
-    `out` (`validate.package`); return its hash manifest."""
+    `out` (`validate.package`; `format` ``parquet``: in the published shape); return its hash
+    manifest."""
 
     existing_dir(run_dir, "RUN")
     utf8_path(Path(out), "--out")
     reading = _reading()
-    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data))
+    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data), format=format)
 
 
 def _is_eval(run_dir: PathLike) -> bool:

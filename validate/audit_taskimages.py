@@ -2,7 +2,8 @@
 attempt names the image its contract routes its task to (the frozen image id; the sandbox
 image for a task the contract froze no image for), and so does the verifier record it kept as
 its reply (`check_reply_images`); the run's ``build-logs/`` holds, each named by its own
-sha256, the build log of every frozen image a trial ran in, and nothing else.
+sha256, the build log of every frozen image a trial ran in, and, named by the content digest
+the contract froze, its content listing; nothing else.
 
 What the contract froze of the images is held to what re-derives it: each base of the
 base-image map to the base this machine's image store holds of the same layer (the tarball's
@@ -27,8 +28,11 @@ from validate.taskimage.build import TaskImageRefusal, plan
 from validate.taskimage.dockerfile import REWRITE_VERSION
 from validate.taskimage.frozen import BUILD_LOGS
 
+from validate.taskimage.content import ContentDelta
+
 #: The fields of a base the store's record of its layer re-derives.
 BASE_FIELDS = ("recipe_digest", "tree_digest", "python", "packages", "apt_sources")
+LISTING = ".content.json"
 
 
 def routed_digests(m: Manifest, task_ids: pd.Series) -> pd.Series:
@@ -48,7 +52,11 @@ def check_build_logs(paths: RunPaths, found: dict[str, Manifest], attempts: pd.D
             r.problems.append(f"{kept}: build logs in a run whose contract froze no task images")
         return
     expected = {e.log_sha256.removeprefix("sha256:") for e in frozen.tasks.values() if e.log_sha256}
+    contents = {e.content for e in frozen.tasks.values() if e.content}
     files = {f.name: f for f in sorted(kept.glob("*"))} if kept.is_dir() else {}
+    listings = {n: files.pop(n) for n in [n for n in files if n.endswith(LISTING)]}
+    for name, f in listings.items():
+        check_listing(f, contents, r)
     for name, f in files.items():
         stem = name.removesuffix(".log")
         if not name.endswith(".log") or sha256_tag(f.read_bytes()).removeprefix("sha256:") != stem:
@@ -61,7 +69,7 @@ def check_build_logs(paths: RunPaths, found: dict[str, Manifest], attempts: pd.D
     if missing:
         r.problems.append(f"{kept}: no build log of the frozen image of {', '.join(missing[:5])}, which trials ran in")
     r.checked.append(f"{len(frozen.tasks)} frozen task images: attempts' image digests routed, {len(files)} build "
-                     f"logs by hash")
+                                          f"logs by hash, {len(listings)} content listings by their frozen content digest")
 
 
 def check_reply_images(paths: RunPaths, by_phase: dict[str, Manifest], attempts: pd.DataFrame, r) -> None:
@@ -134,6 +142,10 @@ def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) ->
         frozen = m.execution.task_images
         if frozen is None:
             continue
+        if frozen.build_policy.registry is not None:
+            r.sealed_only.append(f"{name}: execution.task_images.tasks: patch_sha256 and bases (pulled through the "
+                                 f"registry {frozen.build_policy.registry}: re-deriving them would pull)")
+            continue
         if frozen.rewrite_version != REWRITE_VERSION:
             r.sealed_only.append(f"{name}: execution.task_images.tasks: patch_sha256 and bases (rewrite version "
                                  f"{frozen.rewrite_version}, this code's is {REWRITE_VERSION})")
@@ -145,7 +157,8 @@ def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) ->
             if image is None or image.image is None or task.parsed is None:
                 continue
             docker_image = task.parsed.docker_image if task.parsed.environment == "image" else None
-            planned = plan(taskset.task_dir(task), frozen.base_map, docker_image=docker_image)
+            planned = plan(taskset.task_dir(task), frozen.base_map, docker_image=docker_image,
+                           policy=frozen.build_policy)
             got = (None, {}) if isinstance(planned, TaskImageRefusal) else \
                 (sha256_tag(planned[1].encode()), {b.upstream: b.recipe for b in planned[2]})
             checked += 1
@@ -156,3 +169,17 @@ def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) ->
                                   f"gives ({got[0]})")
     if checked:
         r.checked.append(f"{checked} frozen images' patches and bases derived again from their tasks")
+
+
+def check_listing(f, contents: set[str], r) -> None:
+    """A content listing in the run: named by a content digest the contract froze, and saying
+    that digest (what another machine holds a rebuild to; `validate.taskimage.content`)."""
+    digest = "sha256:" + f.name.removesuffix(LISTING)
+    try:
+        said = ContentDelta.model_validate_json(f.read_bytes()).digest
+    except ValueError:
+        said = None
+    if digest not in contents:
+        r.problems.append(f"{f}: a content listing the contract's task images do not name")
+    elif said != digest:
+        r.problems.append(f"{f}: is not the listing of the content it is named by")

@@ -115,6 +115,10 @@ def _image_file_parsers(img_sub) -> None:
     e.add_argument("--image", default=DEFAULT_IMAGE, help="image name in the store (default: %(default)s)")
     e.add_argument("--out", type=Path, required=True, metavar="DIR_OR_FILE",
                    help="a directory (created if missing) or a file path named sha256-<hex>.tar")
+    e.add_argument("--manifest", type=Path, default=None, metavar="M",
+                   help="instead, the task images contract M froze (each held here under its frozen key), as one "
+                        "docker save archive task-images-<contract>.tar; a reviewer imports it with `validate image "
+                        "import FILE --manifest M` and reruns exactly")
     i = img_sub.add_parser("import", help="restore an exported image file (digest checked) into the store and docker",
                            description=IMAGE_IMPORT_HELP, formatter_class=raw)
     i.add_argument("file", type=Path, metavar="FILE", help="an exported sha256-<hex>.tar")
@@ -126,6 +130,10 @@ def _image_file_parsers(img_sub) -> None:
                                       "when a daemon answers)")
     i.add_argument("--replace", action="store_true", help="replace an image of that name with another digest "
                                                           "(refused without it)")
+    i.add_argument("--manifest", type=Path, default=None, metavar="M",
+                   help="FILE is the task-image archive `validate image export --manifest M` wrote: loaded only if "
+                        "it holds nothing but M's frozen images (no names), then each held to its frozen key, "
+                        "layers and content digest")
 
 
 def _freeze_parser(sub, env_name: str | None) -> None:
@@ -176,6 +184,24 @@ def _freeze_parser(sub, env_name: str | None) -> None:
                          "task's image with only the agent's changes under the task's work paths, so a task is "
                          "certified only when no tampering control passes it; shared: the agent's own container, "
                          "as Harbor does (the claim then says: not hack-resistant) (default: trusted, or --like's)")
+    ex.add_argument("--build-trust-store", default="off", choices=["off", "host"],
+                    help="the CA bundle task image builds trust (task-directory datasets): host, this machine's "
+                         "(behind a TLS-intercepting proxy a build's pip install fails without it); its sha256 is "
+                         "recorded in the build policy, the bundle is named by build arguments only, never in the "
+                         "image's environment (default: %(default)s)")
+    ex.add_argument("--registry", default=None, metavar="HOST[:PORT][/PATH]",
+                    help="a registry or mirror the build host may pull from: every FROM and docker_image is pulled "
+                         "through it by reference (library/<name> for Docker Hub's, <host>/<path> for another "
+                         "registry's) and frozen by digest; later runs and verify pull that digest, never the tag "
+                         "(default: none: the offline base-image map)")
+    ex.add_argument("--image-budget-gb", type=float, default=None, metavar="GIB",
+                    help="keep the daemon's task images under this many GiB: after each build, task images this "
+                         "contract does not route to are pruned, oldest first, each removal logged (default: no "
+                         "budget)")
+    ex.add_argument("--build-clock", default="fixed", choices=["fixed", "real"],
+                    help="fixed: task image builds get one clock (SOURCE_DATE_EPOCH, git's author and committer "
+                         "dates) as build arguments, so another machine's rebuild writes the same files and is "
+                         "held to the frozen content digest; real: each build's own (default: %(default)s)")
     add_model_options(ex, Limits, "lim_", skip=())
     f.add_argument("--allow-patch", action="store_true", help="freeze from a tree with uncommitted changes "
                                                              "(the diff is recorded in the manifest)")
@@ -279,6 +305,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     pk.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) directory")
     pk.add_argument("--data", type=Path, action="append", default=[], metavar="PATH",
                     help="where to look for the dataset the run validated (repeatable)")
+    pk.add_argument("--format", choices=["directories", "parquet"], default="directories",
+                    help="directories: a Harbor dataset directory of task directories; parquet: the shape datasets "
+                         "are published in, data/train-00000-of-00001.parquet with a row per task (path, "
+                         "task_binary: the task directory as a tar.gz, task_id, instruction, the row's own columns) "
+                         "(default: %(default)s)")
 
     rp = sub.add_parser("report", help="write a new report (Markdown and self-contained HTML) into RUN_DIR/reports/")
     rp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -403,6 +434,12 @@ def _api():
 
 def cmd_image(args) -> int:
     log = lambda m: err.print(m, markup=False)  # noqa: E731
+    if args.image_command in ("export", "import") and args.manifest is not None:  # a contract's task images
+        if args.image_command == "export":
+            _api().export_task_images(args.manifest, args.out, log=log)
+        else:
+            _api().import_task_images(args.file, args.manifest, log=log)
+        return 0
     if args.image_command == "export":
         with _byte_bar("exporting") as bar:
             imagefile.export(args.image, args.out, log=log, progress=bar)
@@ -480,7 +517,9 @@ def cmd_freeze(args) -> int:
         pass_threshold=args.pass_threshold, exception_rule=args.exception_rule or "strict", min_count=args.min_count,
         infra_retries=2 if args.infra_retries is None else args.infra_retries, data=args.data,
         allow_patch=args.allow_patch, out=args.out, log=lambda m: err.print(m, markup=False),
-        oracle_repeats=_repeats(args.oracle_repeats), verifier_mode=args.verifier_mode or "trusted")
+        oracle_repeats=_repeats(args.oracle_repeats), verifier_mode=args.verifier_mode or "trusted",
+        build_trust_store=args.build_trust_store, build_clock=args.build_clock, registry=args.registry,
+        image_budget_gb=args.image_budget_gb)
     return _froze(manifest, args)
 
 
@@ -527,7 +566,7 @@ def _froze(manifest, args) -> int:
 def cmd_verify(args) -> int:
     api = _api()
 
-    m = api.verify(args.manifest, args.data)
+    m = api.verify(args.manifest, args.data, log=lambda note: err.print(f"note: {note}", markup=False))
     out.print(f"{args.manifest}: OK — {m.environment.name} revision {m.environment.revision}, {len(m.tasks)} task "
               f"hashes, {len(m.expectations.agents)} agents, backend {m.execution.backend}, "
               f"image {m.execution.image_digest[:19]}…, {m.execution.architecture}{_task_images(m)}", markup=False)
@@ -628,8 +667,13 @@ def cmd_pilot(args) -> int:
 
 
 def cmd_package(args) -> int:
-    done = _api().package(args.run_dir, out=args.out, data=args.data)
-    out.print(f"packaged {sum(1 for f in done['files'] if f.endswith('/task.toml'))} tasks of {args.run_dir} → "
+    done = _api().package(args.run_dir, out=args.out, data=args.data, format=args.format)
+    n = sum(1 for f in done["files"] if f.endswith("/task.toml"))
+    if args.format == "parquet":  # one file in the published shape: its rows are the tasks
+        import pyarrow.parquet as pq
+
+        n = sum(pq.ParquetFile(args.out / f).metadata.num_rows for f in done["files"] if f.endswith(".parquet"))
+    out.print(f"packaged {n} tasks of {args.run_dir} → "
               f"{args.out} (revision {done['revision']}, {len(done['files'])} files in package.json)", markup=False)
     return 0
 

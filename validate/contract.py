@@ -50,6 +50,18 @@ class EnvironmentSpec(BaseModel):
     config: dict[str, Any] = Field(description="The environment's config, as its Config model dumps it.")
     revision: str = Field(description="Immutable name of the content the tasks are made from.")
     scorer: ScorerSpec = Field(description="What is frozen about scoring.")
+    source: dict[str, Any] | None = Field(default=None, description=(
+        "Where a published dataset came from, as its environment reports it (e.g. the Hub repository, the "
+        "revision asked for, the commit it resolved to, every file's sha256); handed back at every load, so the "
+        "same source is read again. Absent for data without one."))
+
+    @model_serializer(mode="wrap")
+    def _omit_no_source(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # Written only when recorded: every contract sealed before the field keeps its bytes.
+        data = handler(self)
+        if data.get("source") is None:
+            data.pop("source", None)
+        return data
 
 
 class AgentEntry(BaseModel):
@@ -277,7 +289,8 @@ class Manifest(SealedDocument):
 
     def hints(self, search: Sequence[Path] = ()) -> LoadHints:
         """How to load this contract's taskset: its revision and its task secret."""
-        return LoadHints(revision=self.environment.revision, search=tuple(search), secret=task_secret(self.salt))
+        return LoadHints(revision=self.environment.revision, search=tuple(search), secret=task_secret(self.salt),
+                         source=self.environment.source)
 
 
 def new_salt() -> str:
@@ -418,7 +431,8 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
         return Manifest(
             name=name, created_at=datetime.now(UTC),
             environment=EnvironmentSpec(name=env.name, config=config.model_dump(mode="json"),
-                                        revision=taskset.revision, scorer=scorer),
+                                        revision=taskset.revision, scorer=scorer,
+                                        source=getattr(taskset, "source", None)),
             selection=Selection(rule=rule, idx=idx), tasks=tasks, task_list_sha256=task_list_sha256(tasks),
             expectations=Expectations(pass_threshold=scorer.pass_threshold if pass_threshold is None else pass_threshold,
                                       agents=agents,
@@ -497,6 +511,12 @@ def check_environment(manifest: Manifest, hints: LoadHints) -> tuple[Environment
     taskset = load_taskset(env, config, manifest.hints(hints.search))
     if taskset.revision != spec.revision:
         raise _mismatch("environment.revision", spec.revision, taskset.revision)
+    source = getattr(taskset, "source", None)
+    if source != spec.source:
+        field = next((f"environment.source.{k}" for k in sorted({*(spec.source or {}), *(source or {})})
+                      if (spec.source or {}).get(k) != (source or {}).get(k)), "environment.source")
+        raise _mismatch(field, (spec.source or {}).get(field.rsplit(".", 1)[-1]),
+                        (source or {}).get(field.rsplit(".", 1)[-1]))
     if env.scorer(config) != spec.scorer:
         raise _mismatch("environment.scorer", spec.scorer.model_dump(), env.scorer(config).model_dump())
     declared = {a.name: a for a in env.agents(config)}

@@ -15,6 +15,11 @@ The package is a Harbor dataset directory that holds exactly what the run certif
 
 Harbor (and this harness's loader) treats every directory under the dataset as a task and
 ignores its top-level files, so the package loads as the retained tasks and nothing else.
+With ``--format parquet`` the retained tasks are instead one Parquet file in the shape
+datasets are published in (`environment.harbor.published`: a row per task, the directory
+packed in ``task_binary``, the row's own public columns kept), read back before anything
+else is written and held to the contract's hashes; the package then loads as a published
+dataset (a folder of Parquet files), and can be uploaded as it is.
 
 Refused, each naming the reason: a run that is not sealed (no ``checksums``: it never
 finished), a run whose audit fails, a run that is not of a task-directory dataset, an
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -36,12 +42,17 @@ from validate.paths import RunPaths
 from validate.jsonio import JSONInputError, loads
 from validate.package_card import card, exclusion_ledger, retained_ids
 from validate.run_evidence import load_run
+from environment.harbor.published import is_published, open_source, parquet_files, unpack_source, \
+    write_published
 from environment.harbor.taskdir import load_dataset, load_task
 
 HASH_MANIFEST = "package.json"
 EXCLUSIONS = "exclusions.json"
 CARD = "README.md"
 SCHEMA_VERSION = 1
+#: The published shape's one file in a package (`--format parquet`), where Hub datasets keep it.
+PARQUET = "data/train-00000-of-00001.parquet"
+FORMATS = ("directories", "parquet")
 
 
 def copy_task(src: Path, dest: Path) -> None:
@@ -84,11 +95,34 @@ def file_hashes(root: Path, skip: Iterable[str] = (HASH_MANIFEST,)) -> dict[str,
     return dict(sorted(out.items()))
 
 
+def package_revision(root: Path) -> str:
+    """The package's dataset revision, as the harbor environment names it when it loads the
+    package: a directory of tasks', or a published shape's (its Parquet files')."""
+    if is_published(root):
+        return open_source(parquet_files(root), "parquet", str(root)).revision()
+    return load_dataset(root).revision
+
+
 def hash_manifest(root: Path, source: dict[str, str]) -> bytes:
     """``package.json``'s bytes: the files' hashes, the package's revision, where it came from."""
 
-    return canonical_json({"schema_version": SCHEMA_VERSION, "revision": load_dataset(root).revision,
+    return canonical_json({"schema_version": SCHEMA_VERSION, "revision": package_revision(root),
                            "source": dict(sorted(source.items())), "files": file_hashes(root)})
+
+
+def publish(staging: Path, ids: Sequence[str], expected: dict[str, str], taskset, out: Path) -> None:
+    """The tasks `ids` materialised in `staging` written to ``out/`` `PARQUET` in the published
+    shape (each row's own public columns kept), then read back as any published dataset is:
+    every task must unpack to the hash the contract froze."""
+    tasks = {t.id: t for t in (taskset.task(i) for i in range(taskset.size)) if t.id in set(ids)}
+    columns = getattr(taskset, "columns", {})
+    write_published(staging, list(ids), out / PARQUET, {t: tasks[t].prompt for t in ids}, columns)
+    files = parquet_files(out)
+    _, back, _ = unpack_source(open_source(files, "parquet", str(out)), files)
+    got = {t.id: t.hash for t in [*back.tasks, *back.invalid]}
+    wrong = [t for t in ids if got.get(t) != expected.get(t)]
+    if wrong or len(got) != len(ids):
+        raise ValidateError(f"package: {PARQUET} does not unpack to the tasks the contract froze ({wrong[:3]})")
 
 
 def verify_package(root: Path) -> list[str]:
@@ -119,10 +153,14 @@ def _refuse_unpackable(run: Path, data: Sequence[Path], audit: Callable[..., obj
                             f"{result.problems[0]}); only a run that passes `validate audit` is packaged")
 
 
-def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[Path] = ()) -> dict:
+def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[Path] = (),
+            format: str = "directories") -> dict:
     """Write the package of the sealed, audited run `run` into `out` (new or empty); return
     its hash manifest as a dict. `audit` is `validate.audit.audit` (passed in: the audit reads
-    packages, so this module cannot import it)."""
+    packages, so this module cannot import it). `format` ``parquet``: the retained tasks as
+    one Parquet file in the published shape (`PARQUET`, a row per task) instead of directories."""
+    if format not in FORMATS:
+        raise ValidateError(f"--format: {format!r}; give one of {', '.join(FORMATS)}")
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValidateError(f"--out: {out} exists and is not an empty directory; give a new one")
@@ -137,7 +175,13 @@ def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[P
     ev = load_run(paths.root)
     ids = retained_ids(ev.tasks)
     out.mkdir(parents=True, exist_ok=True)
-    materialise(taskset, ids, {t.id: t.hash for t in manifest.tasks}, out)
+    expected = {t.id: t.hash for t in manifest.tasks}
+    if format == "parquet":
+        with tempfile.TemporaryDirectory(prefix="package-") as staging:
+            materialise(taskset, ids, expected, Path(staging))
+            publish(Path(staging), ids, expected, taskset, out)
+    else:
+        materialise(taskset, ids, expected, out)
     atomic_write(out / EXCLUSIONS, exclusion_ledger(ev.exclusions))
     source = _source(manifest, paths)
     atomic_write(out / CARD, card(manifest, ev, taskset, ids, source).encode())

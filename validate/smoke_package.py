@@ -54,8 +54,10 @@ def materialise_sample(ctx, frozen: Manifest, idx: list[int], where: Path) -> tu
         raise ValidateError(f"smoke: the package holds {sorted(by_id)}, not the sample {sorted(ids)}")
     child = derive(frozen, ctx.env, taskset, name=f"{frozen.name}.smoke", idx=[by_id[t] for t in ids],
                    rule=f"smoke: {len(ids)} evenly spaced tasks of {frozen.name}, from their package", config=config)
+    # The package is a directory of tasks however the dataset came (a published one's source
+    # record is the frozen contract's, not the package's).
     child = child.model_copy(update={"environment": child.environment.model_copy(
-        update={"revision": taskset.revision})}).sealed()
+        update={"revision": taskset.revision, "source": getattr(taskset, "source", None)})}).sealed()
     return child, parent
 
 
@@ -69,7 +71,8 @@ def same_package_terms(where: Path, child: Manifest, parent: Manifest, r) -> Non
     and its tasks the parent's, by id and hash (the package holds them byte for byte)."""
     def blank(m: Manifest):
         blanked = {k: "" for k in ("dataset", "patches") if k in m.environment.config}
-        return m.environment.model_copy(update={"revision": "", "config": {**m.environment.config, **blanked}})
+        return m.environment.model_copy(update={"revision": "", "source": None,
+                                                "config": {**m.environment.config, **blanked}})
 
     for field, mine, its in (("expectations", child.expectations, parent.expectations),
                              ("execution", child.execution, parent.execution), ("salt", child.salt, parent.salt),

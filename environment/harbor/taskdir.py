@@ -45,7 +45,8 @@ class DatasetError(ValueError):
 
 
 class Limits(BaseModel):
-    """What one task may hold; over a limit is a problem, never a long read."""
+    """What one task (and a published dataset's rows) may hold; over a limit is a problem,
+    never a long read."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,6 +56,10 @@ class Limits(BaseModel):
     max_depth: int = 32
     #: ``task.toml`` and ``instruction.md`` are read whole into memory.
     max_text_bytes: int = 2**20
+    #: A published row's packed task (``task_binary``), before it is unpacked.
+    max_archive_bytes: int = 512 * 2**20
+    #: Every row of a published dataset, unpacked.
+    max_dataset_bytes: int = 64 * 2**30
 
 
 class TaskProblem(BaseModel):
@@ -91,8 +96,11 @@ class HarborTask(BaseModel):
     hash: str
     config: TaskConfig
     instruction: str = Field(description="instruction.md with Harbor's leading canary lines stripped.")
-    environment: Literal["dockerfile", "compose", "image"]
+    #: ``none``: only an Apptainer image (`sif_image`), which no backend here runs.
+    environment: Literal["dockerfile", "compose", "image", "none"]
     docker_image: str | None = None
+    #: The Apptainer image a published row names (its ``sif_image`` column), recorded.
+    sif_image: str | None = None
     has_solution: bool = Field(description="solution/solve.sh exists (only then can the oracle certify).")
     verifier: Literal["shared", "separate"]
     #: For a separate verifier, what its container is built from; ``environment`` = the task's own.
@@ -186,8 +194,9 @@ def load_dataset(root: Path, limits: Limits = Limits()) -> HarborDataset:
     return HarborDataset(revision=sha256_tag(canonical_json(sorted(every))), tasks=tasks, invalid=invalid)
 
 
-def load_task(root: Path, tid: str, limits: Limits = Limits()) -> HarborTask | InvalidTask:
-    """One task directory, `tid` relative to `root`."""
+def load_task(root: Path, tid: str, limits: Limits = Limits(), sif_image: str | None = None) -> HarborTask | InvalidTask:
+    """One task directory, `tid` relative to `root`; `sif_image`: the Apptainer image its
+    published row names (then a task without a Docker environment still loads, as one)."""
     task_dir = root / tid
     if task_dir.is_symlink():
         target = os.readlink(task_dir)
@@ -197,7 +206,7 @@ def load_task(root: Path, tid: str, limits: Limits = Limits()) -> HarborTask | I
     digest = task_hash(entries)
     if not problems:
         try:
-            return _parse(task_dir, tid, digest, entries, limits)
+            return _parse(task_dir, tid, digest, entries, limits, sif_image)
         except _Invalid as e:
             problems = [e.problem]
     return InvalidTask(id=tid, hash=digest, problems=problems, entries=entries)
@@ -324,7 +333,8 @@ def _parse_config(text: str) -> TaskConfig:
         raise _Invalid(TaskProblem(file="task.toml", field=field, detail=err["msg"] + more)) from None
 
 
-def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: Limits) -> HarborTask:
+def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: Limits,
+           sif_image: str | None = None) -> HarborTask:
     digests = {e.path: e.digest for e in entries}
     config = _parse_config(_read_text(task_dir, "task.toml", limits, digests))
     steps = [s.name for s in config.steps or []]
@@ -337,7 +347,7 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
         if not instruction.strip():
             raise _Invalid(TaskProblem(file="instruction.md", detail="empty once the canary lines are stripped"))
     env = config.environment
-    kind = "image" if env.docker_image else _build_kind(task_dir / "environment")
+    kind = "image" if env.docker_image else _build_kind(task_dir / "environment") or ("none" if sif_image else None)
     if kind is None:
         raise _Invalid(TaskProblem(file="environment/Dockerfile", field="environment.docker_image",
                                    detail="no environment: neither environment/Dockerfile, "
@@ -355,7 +365,7 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
     return HarborTask(id=tid, hash=digest, config=config, instruction=instruction, environment=kind,
                       docker_image=env.docker_image, has_solution=_has_solution(task_dir, steps),
                       verifier="separate" if separate else "shared", verifier_build=vbuild, steps=steps,
-                      base_images=bases, entries=entries)
+                      base_images=bases, entries=entries, sif_image=sif_image)
 
 
 def dockerfile_bases(text: str) -> list[str]:

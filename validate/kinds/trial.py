@@ -47,12 +47,12 @@ from validate.errors import SandboxError
 from validate.kinds.program import Tried, keep_replies, unsupported_row
 from validate.paths import task_image_store
 from validate.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
-from validate.taskimage.bases import build_base_map
+from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
 from validate.taskimage.basemap import BaseImageMap
 from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskimage.docker import DockerImages, images_for
 from validate.records import ORACLE
-from validate.taskimage.frozen import keep_run_log, routed
+from validate.taskimage.frozen import keep_run_log, pins_of, routed
 from validate.trial import network
 from validate.trial.result import TrialLimits, TrialResult
 from validate.trial.support import unsupported
@@ -109,6 +109,8 @@ class TrialKind(AttemptKind[Tried]):
             why = image.detail
         if why:
             row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK", error_message=why)
+        elif isinstance(image, TaskImageRefusal) and image.reason == "infrastructure_failure":  # the machine's
+            row.update(status="infrastructure_error", error_class="BuildInfrastructure", error_message=image.detail)
         elif isinstance(image, TaskImageRefusal):
             row.update(status="scorer_error", error_class="BuildFailed",
                        error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
@@ -127,13 +129,16 @@ class TrialKind(AttemptKind[Tried]):
         return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
 
     def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
-        builder, bases = self._base_map(ctx.sandbox.backend)
+        builder, bases = self._base_map(ctx)
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
         image = task.parsed.docker_image if context == "environment" and task.parsed.environment == "image" else None
+        frozen = ctx.manifest.execution.task_images
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
-                                build_timeout_s=config.build_timeout_sec, context=context, docker_image=image)
+                                build_timeout_s=config.build_timeout_sec, context=context, docker_image=image,
+                                **({} if frozen is None else {"policy": frozen.build_policy,
+                                                              "pins": pins_of(frozen.tasks.get(task.id))}))
 
     def _daemon(self, backend: str) -> DockerImages:
         """The task images' daemon (the rootless service's own for podman: its trials run in
@@ -143,13 +148,16 @@ class TrialKind(AttemptKind[Tried]):
                 self._builder = images_for(backend)
             return self._builder
 
-    def _base_map(self, backend: str) -> tuple[DockerImages, BaseImageMap]:
-        """The daemon and the base-image map, its bases built on first use (a build needs them;
-        a trial routed to a frozen image, e.g. on a cluster's node, does not)."""
-        builder = self._daemon(backend)
+    def _base_map(self, ctx: RunContext) -> tuple[DockerImages, BaseImageMap]:
+        """The daemon and the base-image map (the core bases and those the contract's tasks
+        need), built on first use (a build needs them; a trial routed to a frozen image, e.g. on
+        a cluster's node, does not)."""
+        builder = self._daemon(ctx.sandbox.backend)
         with self._lock:
             if self._bases is None:
-                self._bases = build_base_map(builder, task_image_store() / "bases", log=lambda m: None)
+                tasks = (ctx.taskset.task(t.idx) for t in ctx.manifest.tasks)
+                self._bases = build_base_map(builder, task_image_store() / "bases", log=lambda m: None,
+                                             needed=needed_recipes(task_refs(tasks)))
             return builder, self._bases
 
     def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:

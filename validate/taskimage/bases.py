@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from validate.evidence import atomic_write
 from validate.image import DPKG_STATUS, SOURCE_DATE_EPOCH, member_path, parse_dpkg_status, python_version, \
     tarball_digests
 from validate.taskimage.backend import ImageBackend
-from validate.taskimage.basemap import RECIPES, SUBSTITUTIONS, BaseImage, BaseImageMap, BaseRecipe, Substitution
+from validate.taskimage.basemap import CORE, RECIPES, SUBSTITUTIONS, BaseImage, BaseImageMap, BaseRecipe, Substitution, \
+    split_reference
 
 SOURCES_LIST = "etc/apt/sources.list"
 #: Debian's own images are merged-/usr with usr-is-merged; without this hook mmdebstrap's
@@ -94,7 +96,7 @@ def build_tarball(recipe: BaseRecipe, store: Path, log=print) -> tuple[Path, Bas
         raise ProfileUnavailable(f"base image build: this mmdebstrap has no {', '.join(missing)} (bookworm's has)")
     root.mkdir(parents=True, exist_ok=True)
     partial = root / "rootfs.partial.tar"  # mmdebstrap picks the format from the name: keep .tar last
-    log(f"base {recipe.name}: building with mmdebstrap (about a minute) ...")
+    log(f"base {recipe.name}: building with mmdebstrap ({len(recipe.packages)} packages added: a minute or more) ...")
     proc = subprocess.run(mmdebstrap_argv(recipe, partial), capture_output=True, text=True,
                           env={**os.environ, "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)})
     if proc.returncode != 0 or not partial.is_file():
@@ -148,11 +150,40 @@ def _read_members(tarball: Path) -> tuple[str, str, set[str]]:
     return status, sources, names
 
 
+def task_refs(tasks) -> list[str]:
+    """Every image reference the loaded Harbor tasks name: each ``FROM`` of their Dockerfiles and
+    each ``[environment].docker_image`` (what their maps must serve)."""
+    refs: list[str] = []
+    for task in tasks:
+        parsed = getattr(task, "parsed", None)
+        if parsed is None:
+            continue
+        refs += parsed.base_images
+        if parsed.environment == "image" and parsed.docker_image:
+            refs.append(parsed.docker_image)
+    return refs
+
+
+def needed_recipes(refs, substitutions: tuple[Substitution, ...] = SUBSTITUTIONS) -> set[str]:
+    """The recipes that serve `refs` (image references), by the first matching substitution."""
+    out = set()
+    for ref in refs:
+        reference = split_reference(ref)[0]
+        sub = next((s for s in substitutions if s.matches(reference)), None)
+        if sub is not None:
+            out.add(sub.recipe)
+    return out
+
+
 def build_base_map(backend: ImageBackend, store: Path, recipes: tuple[BaseRecipe, ...] = RECIPES,
-                   substitutions: tuple[Substitution, ...] = SUBSTITUTIONS, log=print) -> BaseImageMap:
-    """Build (or reuse) every recipe's tarball, import each through `backend`, and return the
-    map; its JSON is also written to ``<store>/base-map.json``. The tarballs are built side
-    by side (each mmdebstrap waits on the archive much of its time); imports one by one."""
+                   substitutions: tuple[Substitution, ...] = SUBSTITUTIONS, log=print,
+                   needed: Iterable[str] = ()) -> BaseImageMap:
+    """Build (or reuse) the tarball of every `CORE` recipe and of each recipe `needed` names,
+    import each through `backend`, and return the map (every substitution, serving only what
+    was built); its JSON is also written to ``<store>/base-map.json``. The tarballs are built
+    side by side (each mmdebstrap waits on the archive much of its time); imports one by one."""
+    wanted = {r.name for r in CORE} | set(needed)
+    recipes = tuple(r for r in recipes if r.name in wanted)
     with ThreadPoolExecutor(max_workers=max(1, len(recipes))) as pool:
         built = list(pool.map(lambda recipe: build_tarball(recipe, store, log), recipes))
     bases = {}

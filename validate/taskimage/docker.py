@@ -166,6 +166,39 @@ class DockerImages:
         except DockerException as e:
             raise SandboxError(f"task images: cannot inspect {image_id} ({e})") from None
 
+    def pull(self, repository: str, tag_or_digest: str) -> str:
+        """Pull `repository` at a tag or digest; its local image id. `LookupError` when the
+        registry does not have it, `SandboxError` when the daemon or the registry fails."""
+        try:
+            for line in self.client.api.pull(repository, tag=tag_or_digest, stream=True, decode=True):
+                if isinstance(line, dict) and line.get("error"):
+                    raise APIError(str(line["error"]))
+            sep = "@" if tag_or_digest.startswith("sha256:") else ":"
+            return self.client.api.inspect_image(f"{repository}{sep}{tag_or_digest}")["Id"]
+        except (NotFound, ImageNotFound) as e:
+            raise LookupError(str(e.explanation or e)) from None
+        except APIError as e:
+            text = str(e.explanation or e)
+            if "not found" in text.lower() or "manifest unknown" in text.lower():
+                raise LookupError(text) from None
+            raise SandboxError(f"task images: cannot pull {repository}:{tag_or_digest} ({text})") from None
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot pull {repository}:{tag_or_digest} ({e})") from None
+
+    def repo_digest(self, image_id: str, repository: str) -> str | None:
+        """The manifest digest `repository` gave `image_id` when it was pulled."""
+        digests = self.client.api.inspect_image(image_id).get("RepoDigests") or []
+        return next((d.rpartition("@")[2] for d in digests if d.rpartition("@")[0] == repository), None)
+
+    def remote_digest(self, reference: str) -> str | None:
+        """The digest a registry's tag resolves to now (None: it does not resolve)."""
+        try:
+            return self.client.api.inspect_distribution(reference)["Descriptor"]["digest"]
+        except (NotFound, APIError):
+            return None
+        except DockerException as e:
+            raise SandboxError(f"task images: cannot ask the registry for {reference} ({e})") from None
+
     def save(self, image_id: str, dest: Path) -> None:
         """`docker save` of `image_id` into `dest`, written as the daemon streams it."""
         try:
