@@ -33,28 +33,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validate.cli import DEFAULT_CONCURRENCY  # noqa: E402
-from validate.paths import DEFAULT_IMAGE  # noqa: E402
+from validate.cli.main import DEFAULT_CONCURRENCY  # noqa: E402
+from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
 
 
 def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     import pyarrow.parquet as pq
 
     from validate.api import context
-    from validate.audit import audit
-    from validate.contract import derive, write_manifest
+    from validate.audit.run import audit
+    from validate.contract.manifest import derive, write_manifest
     from validate.eval import contract as ec
     from validate.eval.client import ChatClient
     from validate.eval.freeze import parent_of
     from validate.eval.run import EvalPhase, evaluate
-    from validate.localserver import serve
+    from validate.devtools.localserver import serve
 
     parent, frozen = parent_of(pool_run, audit=lambda root: audit(root).problems)
     if frozen.execution.backend != backend:
         sys.exit(f"--backend: the pool ran on {frozen.execution.backend}; evaluate on that backend")
     work = Path(tempfile.mkdtemp(prefix="eval-bench-"))
     from environment.protocol import LoadHints
-    from validate.contract import check_environment
+    from validate.contract.manifest import check_environment
 
     env, _, taskset = check_environment(frozen, LoadHints())
     if env.attempt_kind == "trial":
@@ -97,7 +97,7 @@ def composition(backend: str, n: int, c: int) -> None:
     from bench.sandbox_bench import bare_bwrap, bare_docker, bare_python, rate
     from validate.sandbox import Mount, RunRequest, open_sandbox
     from validate.sandbox.session import run_in_session
-    from validate.workspace import temp_storage
+    from validate.run.workspace import temp_storage
 
     sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench-composition")
     counter = iter(range(10**9))

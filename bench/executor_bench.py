@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from validate.options import DEFAULT_CONCURRENCY  # noqa: E402
+from validate.cli.options import DEFAULT_CONCURRENCY  # noqa: E402
 
 CONTROLS = "empty,shuffled,identity,reversed,malformed"
 
@@ -39,13 +39,13 @@ CHILD = r"""
 import json, os, resource, shutil, sys, tempfile, time
 from pathlib import Path
 from environment.protocol import LoadHints
-from validate import environments
-from validate.contract import check_environment, freeze
-from validate.patches import code_state
-from validate.paths import DEFAULT_IMAGE, RunPaths
-from validate.phases import RunPhase, run_agents
-from validate.context import RunContext
-from validate.executors import make_executor
+from validate.core import environments
+from validate.contract.manifest import check_environment, freeze
+from validate.evidence.patches import code_state
+from validate.core.paths import DEFAULT_IMAGE, RunPaths
+from validate.run.phases import RunPhase, run_agents
+from validate.run.context import RunContext
+from validate.run.executors import make_executor
 from validate.sandbox import open_sandbox
 
 executor, backend, n, c, corpus_path, controls = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), \
@@ -92,7 +92,7 @@ print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wa
 FLOOR = r"""
 import json, os, sys, time
 import ray
-from validate.executors.ray import MAX_CALL
+from validate.run.executors.ray import MAX_CALL
 c, n = int(sys.argv[1]), int(sys.argv[2])
 ray.init(num_cpus=c, include_dashboard=False, log_to_driver=False)
 def busy():

@@ -8,7 +8,7 @@ image plus one file; ``solve.sh`` writes one line, ``test.sh`` compares it and w
 ``reward.txt``) is built once. Then, at the same concurrency, each round runs every side in
 turn (the order rotating round by round, so each sees the same machine):
 
-- **trusted** (the default): `validate.trial.run_trial` playing the oracle with the trusted
+- **trusted** (the default): `validate.taskdir.trial.run_trial` playing the oracle with the trusted
   verifier — the agent's container (PID 1 the harness's program), killed whole; its writable
   layer read and made to hold only the agent's work (the image's own files show again
   elsewhere); the container started again, fresh; the verifier there; the reward read by
@@ -48,10 +48,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from environment.harbor.taskdir import load_task  # noqa: E402
-from validate.paths import DEFAULT_IMAGE  # noqa: E402
-from validate.trial.result import TrialLimits  # noqa: E402
-from validate.trial import layers  # noqa: E402
-from validate.trial.run import run_trial  # noqa: E402
+from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
+from validate.taskdir.trial.result import TrialLimits  # noqa: E402
+from validate.taskdir.trial import layers  # noqa: E402
+from validate.taskdir.trial.run import run_trial  # noqa: E402
 
 LABEL = "deshuffle-validate.bench"
 TASK = {

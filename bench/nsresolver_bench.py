@@ -1,5 +1,5 @@
 """The cost per trial of the network signal: the harness's own sockets in a container's
-namespace (`validate.trial.nsresolver`) against the resolver sidecar (`validate.trial.network`).
+namespace (`validate.taskdir.trial.nsresolver`) against the resolver sidecar (`validate.taskdir.trial.network`).
 
     python bench/nsresolver_bench.py [--repeats 50] [--sidecars 10]
 
@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
-from validate.paths import DEFAULT_IMAGE  # noqa: E402
-from validate.trial import docker as dk  # noqa: E402
-from validate.trial import network, nsresolver  # noqa: E402
+from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
+from validate.taskdir.trial import docker as dk  # noqa: E402
+from validate.taskdir.trial import network, nsresolver  # noqa: E402
 
 
 def _line(what: str, times: list[float]) -> float:

@@ -30,13 +30,13 @@ CHILD = r"""
 import json, resource, shutil, sys, tempfile, time
 from pathlib import Path
 from environment.protocol import LoadHints
-from validate import environments
-from validate.contract import check_environment, freeze
-from validate.patches import code_state
-from validate.paths import DEFAULT_IMAGE, RunPaths
-from validate.phases import RunPhase, run_agents
-from validate.context import RunContext
-from validate.executors import make_executor
+from validate.core import environments
+from validate.contract.manifest import check_environment, freeze
+from validate.evidence.patches import code_state
+from validate.core.paths import DEFAULT_IMAGE, RunPaths
+from validate.run.phases import RunPhase, run_agents
+from validate.run.context import RunContext
+from validate.run.executors import make_executor
 from validate.sandbox import open_sandbox
 
 backend, n, c, corpus_path, controls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]

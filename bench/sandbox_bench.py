@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from validate.api import DEFAULT_CONCURRENCY  # noqa: E402
-from validate.paths import DEFAULT_IMAGE, ImagePaths  # noqa: E402
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths  # noqa: E402
 
 
 def rate(fn, n: int, c: int) -> float:
@@ -92,13 +92,13 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     """Attempts/s of the harness playing one control on n tasks: a deshuffle control, or a
     program of tests/agents/ (the hostile environment the tests register)."""
     from environment.protocol import LoadHints
-    from validate import environments
-    from validate.contract import check_environment, freeze
-    from validate.patches import code_state
-    from validate.paths import RunPaths
-    from validate.phases import RunPhase, run_agents
-    from validate.context import RunContext
-    from validate.executors import make_executor
+    from validate.core import environments
+    from validate.contract.manifest import check_environment, freeze
+    from validate.evidence.patches import code_state
+    from validate.core.paths import RunPaths
+    from validate.run.phases import RunPhase, run_agents
+    from validate.run.context import RunContext
+    from validate.run.executors import make_executor
     from validate.sandbox import open_sandbox
 
     env_name = "deshuffle-papers"

@@ -13,7 +13,7 @@ task-image store (the bases are the image store's, built once):
    counting the builds the backend is asked for: each distinct image once;
 2. **warm**: the same freeze again: nothing built;
 3. **budget**: after a freeze of a second salt, this bench's images held to a budget a few
-   images wide (`validate.taskimage.budget.prune`, counting and removing only its own): the
+   images wide (`validate.taskdir.images.budget.prune`, counting and removing only its own): the
    oldest pruned first, each logged.
 
 It prints builds per minute, tasks per minute, the share of the freeze spent reading content
@@ -37,13 +37,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from environment.harbor.env import HarborEnvironment  # noqa: E402
-from validate.image import SOURCE_DATE_EPOCH  # noqa: E402
-from validate.paths import task_image_store  # noqa: E402
-from validate.taskimage import content as content_mod  # noqa: E402
-from validate.taskimage.budget import prune, task_image_usage  # noqa: E402
-from validate.taskimage.build import BuildPolicy  # noqa: E402
-from validate.taskimage.docker import DockerImages  # noqa: E402
-from validate.taskimage.frozen import freeze_images  # noqa: E402
+from validate.sandbox.image import SOURCE_DATE_EPOCH  # noqa: E402
+from validate.core.paths import task_image_store  # noqa: E402
+from validate.taskdir.images import content as content_mod  # noqa: E402
+from validate.taskdir.images.budget import prune, task_image_usage  # noqa: E402
+from validate.taskdir.images.build import BuildPolicy  # noqa: E402
+from validate.taskdir.images.docker import DockerImages  # noqa: E402
+from validate.taskdir.images.frozen import freeze_images  # noqa: E402
 
 TOML = "[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n"
 
@@ -114,7 +114,7 @@ def main() -> int:
         store.mkdir()
         (store / "bases").symlink_to(task_image_store() / "bases")
         counting = Counting()
-        from validate.taskimage.bases import build_base_map  # the bases first: not part of the builds timed
+        from validate.taskdir.images.bases import build_base_map  # the bases first: not part of the builds timed
 
         build_base_map(counting, store / "bases", log=lambda m: None)
         generate(tmp / "ds", a.n, a.distinct, a.kb, secrets.token_hex(4))

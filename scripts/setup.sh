@@ -31,7 +31,7 @@ need=()
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v git >/dev/null || need+=(git)  # the code's commit in every contract; `--patches` applies diffs with it
-# the harness's own static program in trial containers (validate/trial/tool.py): a C compiler and
+# the harness's own static program in trial containers (validate/taskdir/trial/tool.py): a C compiler and
 # the static C library
 command -v cc >/dev/null || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e "/usr/lib/$(uname -m)-linux-gnu/libc.a" ] || need+=(libc6-dev)

@@ -1,6 +1,6 @@
 """Play an environment's agent program for real without a sandbox: ``python3 -S agent.py``
 as the sandbox's user, in an attempt directory laid out by the harness's own
-`validate.workspace.lay_out`, with the sandbox's environment variables pointing at it. For
+`validate.run.workspace.lay_out`, with the sandbox's environment variables pointing at it. For
 tests that check what an agent program replies on many tasks, faster than a sandbox each."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from validate.workspace import agent_uid, lay_out
+from validate.run.workspace import agent_uid, lay_out
 
 
 def attempt_base() -> Path:

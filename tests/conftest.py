@@ -95,13 +95,13 @@ def taskset3(corpus) -> DeshuffleTaskset:
 
 # --- harness fixtures -------------------------------------------------------------------
 
-from validate import environments  # noqa: E402
-from validate.contract import check_environment, freeze  # noqa: E402
-from validate.patches import code_state  # noqa: E402
-from validate.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
-from validate.context import RunContext  # noqa: E402
-from validate.executors import make_executor  # noqa: E402
-from validate.phases import PoolPhase, pool  # noqa: E402
+from validate.core import environments  # noqa: E402
+from validate.contract.manifest import check_environment, freeze  # noqa: E402
+from validate.evidence.patches import code_state  # noqa: E402
+from validate.core.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
+from validate.run.context import RunContext  # noqa: E402
+from validate.run.executors import make_executor  # noqa: E402
+from validate.run.phases import PoolPhase, pool  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
 
 
@@ -197,8 +197,8 @@ def reported_pool(tmp_path_factory, sandboxes):
     """A pool of 4 deshuffle tasks on bwrap (smoke test skipped) with its report, the same one
     tests/test_audit.py and tests/test_view.py each made: built once per session; a module
     copies it (``shutil.copytree``) before writing anything, and takes its contract from the
-    copy's manifest.json (`validate.contract.load_manifest`)."""
-    from validate.report import write_report
+    copy's manifest.json (`validate.contract.manifest.load_manifest`)."""
+    from validate.report.run import write_report
 
     run_dir = tmp_path_factory.mktemp("reportedpool") / "pool"
     sandbox = sandboxes("bwrap")

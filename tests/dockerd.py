@@ -220,7 +220,7 @@ def pytest_unconfigure(config) -> None:
 def private_dockerd() -> PrivateDockerd:
     """The session's own dockerd, with the sandbox image imported from the image store."""
     from validate.sandbox.docker.image import import_docker
-    from validate.paths import DEFAULT_IMAGE, ImagePaths
+    from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 
     assert _DAEMON is not None and os.environ["DOCKER_HOST"] == _DAEMON.host
     _DAEMON.start()

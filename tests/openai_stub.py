@@ -1,4 +1,4 @@
-"""A second OpenAI-compatible chat-completions server, written apart from `validate.localserver`.
+"""A second OpenAI-compatible chat-completions server, written apart from `validate.devtools.localserver`.
 
 The eval's own tests talk to the project's local server; this one exists so that a test can
 run the whole eval against a server that shares none of its code or habits, the way a

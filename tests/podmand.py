@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from validate.sandbox.podman import HOST_ENV, USER
-from validate.workspace import AGENT_UID, KEY_UID
+from validate.run.workspace import AGENT_UID, KEY_UID
 
 STORAGE_CONF = """[storage]
 driver = "overlay"
@@ -164,7 +164,7 @@ def private_podman(request):
     if not any(item.get_closest_marker("podman") for item in request.session.items):
         yield None
         return
-    from validate.paths import DEFAULT_IMAGE, ImagePaths
+    from validate.core.paths import DEFAULT_IMAGE, ImagePaths
     from validate.sandbox.podman import PodmanSandbox
 
     assert _SERVICE is not None and os.environ[HOST_ENV] == _SERVICE.host

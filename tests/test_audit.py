@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx
-from validate.audit import audit
-from validate.contract import load_manifest
-from validate.evidence import write_checksums
-from validate.paths import RunPaths
-from validate.phases import RunPhase, run_agents
-from validate.report import write_report
+from validate.audit.run import audit
+from validate.contract.manifest import load_manifest
+from validate.evidence.journal import write_checksums
+from validate.core.paths import RunPaths
+from validate.run.phases import RunPhase, run_agents
+from validate.report.run import write_report
 
 pytestmark = pytest.mark.bwrap
 DATA = (CORPUS_PATH,)
@@ -158,9 +158,9 @@ def test_a_verdict_of_a_phase_no_group_covers(run):
 def test_a_smoke_pass_claimed_in_run_json_without_its_smoke_evidence(pooled):
     """run.json says the smoke test passed (its verdict recomputed to match) while smoke/ holds
     no entry: the report must not print PASS from run.json's word, and the audit names it."""
-    from validate.run_evidence import current_verdict
-    from validate.summary import RunSummary
-    from validate.verdicts import dataset_verdict
+    from validate.evidence.run import current_verdict
+    from validate.evidence.summary import RunSummary
+    from validate.evidence.verdicts import dataset_verdict
 
     s = RunSummary.model_validate_json((pooled / "run.json").read_bytes())
     assert not (pooled / "smoke").exists() and s.facts.smoke == "not run"
@@ -216,7 +216,7 @@ def test_a_superseded_flag_flipped(run):
 
 
 def test_the_frozen_set_narrowed_and_resealed(pooled):
-    from validate.contract import load_manifest, task_list_sha256
+    from validate.contract.manifest import load_manifest, task_list_sha256
 
     frozen = load_manifest(pooled / "frozen-manifest.json")
     fake = frozen.model_copy(update={"tasks": frozen.tasks[:-1]})
@@ -255,7 +255,7 @@ def test_a_change_without_resealing_names_the_file(run):
 # --- signatures -------------------------------------------------------------------------
 
 def test_signed_checksums_verify_and_a_later_edit_breaks_them(run, tmp_path):
-    from validate.signing import sign
+    from validate.evidence.signing import sign
 
     key = tmp_path / "key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)], check=True)

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest, subprocess_env
-from validate.audit import audit
-from validate.audit_eval import audit as eval_audit
-from validate.evidence import write_checksums
-from validate.paths import RunPaths
-from validate.phases import RunPhase, run_agents
+from validate.audit.run import audit
+from validate.audit.eval import audit as eval_audit
+from validate.evidence.journal import write_checksums
+from validate.core.paths import RunPaths
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.bwrap
 DATA = (CORPUS_PATH,)
@@ -101,7 +101,7 @@ def fails(root: Path, *words: str, check=None) -> list[str]:
 
 def rehash_manifest(root: Path, fn) -> None:
     """Edit manifest.json, seal it again with a fresh sha256 and point run.json at it."""
-    from validate.contract import Manifest
+    from validate.contract.manifest import Manifest
 
     data = json.loads((root / "manifest.json").read_text())
     fn(data)
@@ -128,7 +128,7 @@ def test_an_environment_not_at_hand_is_a_problem_naming_the_fix(run, monkeypatch
     def missing(*_a, **_k):
         raise ConfigError("corpus: no file with this revision was found")
 
-    monkeypatch.setattr("validate.audit_env.check_environment", missing)
+    monkeypatch.setattr("validate.audit.env.check_environment", missing)
     problems = fails(run, "manifest.json", "not at hand", "--data")
     assert any("no reward re-scored" in p for p in problems)
 
@@ -271,7 +271,7 @@ def test_without_a_committed_manifest_its_limits_are_named_sealed_only(run):
 # --- what cannot be derived: bound by the signature -------------------------------------
 
 def test_a_sealed_only_field_changed_fails_the_signature(run, tmp_path):
-    from validate.signing import sign
+    from validate.evidence.signing import sign
 
     key = tmp_path / "key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)], check=True)
@@ -369,7 +369,7 @@ def test_an_eval_attempts_backend_changed(evaluated):
 def test_a_frozen_manifest_rehashed_with_a_control_ceiling_raised(tmp_path):
     """The frozen child (controls run under it) keeps its parent's expectations: a ceiling
     raised in it alone, re-hashed and named in run.json, is refused."""
-    from validate.contract import Manifest
+    from validate.contract.manifest import Manifest
 
     pool = _copy(_ledger("twohop-pool-"), tmp_path)
     data = json.loads((pool / "frozen-manifest.json").read_text())

@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
-from validate.audit import audit
-from validate.evidence import write_checksums
-from validate.paths import RunPaths
-from validate.phases import RunPhase, run_agents
-from validate.report import write_report
+from validate.audit.run import audit
+from validate.evidence.journal import write_checksums
+from validate.core.paths import RunPaths
+from validate.run.phases import RunPhase, run_agents
+from validate.report.run import write_report
 
 DATA = (CORPUS_PATH,)
 LEDGERS = Path(__file__).resolve().parents[1] / "ledgers"
@@ -88,7 +88,7 @@ def test_a_fresh_report_audits_clean_and_is_counted(run):
 
 @pytest.mark.bwrap
 def test_a_report_renders_the_same_wherever_the_run_lies_and_whatever_lies_beside_it(run, tmp_path):
-    from validate.report import render, report_inputs
+    from validate.report.run import render, report_inputs
 
     elsewhere = tmp_path / "moved" / "another-name"
     shutil.copytree(run, elsewhere)
@@ -139,8 +139,8 @@ def test_a_resumed_run_keeps_the_ledgers_of_its_earlier_report(resumed_copy):
 def _forge_earlier(root: Path, change) -> Path:
     """Forged 'earlier' ledgers: the run's own, changed by `change(dir)`, placed where a resume
     keeps them, with a report rendered from them and everything re-sealed."""
-    from validate.evidence import atomic_write, file_sha256, ledger_key, new_entry
-    from validate.report import render, report_inputs
+    from validate.evidence.journal import atomic_write, file_sha256, ledger_key, new_entry
+    from validate.report.run import render, report_inputs
 
     names = report_inputs(root)
     stage = root.parent / "stage"
@@ -319,7 +319,7 @@ EVALS = tuple(latest(f"eval-baseline-t{t}-eval-").name for t in ("0.7", "1.0"))
 
 
 def test_an_edited_eval_report(tmp_path):
-    from validate.audit_eval import audit as eval_audit
+    from validate.audit.eval import audit as eval_audit
 
     root = _eval_copy(tmp_path, EVALS[0])
     r = eval_audit(root)
@@ -332,8 +332,8 @@ def test_an_edited_eval_report(tmp_path):
 
 
 def test_an_edited_comparison(tmp_path):
-    from validate.audit_reports import audit_compare
-    from validate.audit_eval import audit as eval_audit
+    from validate.audit.reports import audit_compare
+    from validate.audit.eval import audit as eval_audit
     from validate.eval.compare import compare
 
     a, b = (_eval_copy(tmp_path, n) for n in EVALS)
@@ -351,7 +351,7 @@ def test_an_edited_comparison(tmp_path):
 
 
 def test_a_comparison_whose_runs_changed_since(tmp_path):
-    from validate.audit_reports import audit_compare
+    from validate.audit.reports import audit_compare
     from validate.eval.compare import compare
 
     a, b = (_eval_copy(tmp_path, n) for n in EVALS)
@@ -365,9 +365,9 @@ def test_a_comparison_whose_runs_changed_since(tmp_path):
 def test_forged_earlier_eval_ledgers(tmp_path):
     """An eval report rendered from a made-up 'earlier' eval.json (a resume would have kept
     the real one there) fails: the copy does not pass the eval audit."""
-    from validate.audit_eval import audit as eval_audit
+    from validate.audit.eval import audit as eval_audit
     from validate.eval.report import EVAL_INPUTS, render
-    from validate.evidence import atomic_write, file_sha256, ledger_key, new_entry
+    from validate.evidence.journal import atomic_write, file_sha256, ledger_key, new_entry
 
     root = _eval_copy(tmp_path, EVALS[0])
     stage = tmp_path / "stage"

@@ -11,12 +11,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.audit import audit
-from validate.contract import parse_manifest
-from validate.errors import ContractError, ProfileUnavailable
-from validate.phases import PoolPhase, pool
-from validate.records import EXCEPTION_STATUSES
-from validate.report import write_report
+from validate.audit.run import audit
+from validate.contract.manifest import parse_manifest
+from validate.core.errors import ContractError, ProfileUnavailable
+from validate.run.phases import PoolPhase, pool
+from validate.core.records import EXCEPTION_STATUSES
+from validate.report.run import write_report
 from validate.sandbox import backend_class, backend_names, open_sandbox
 
 
@@ -62,7 +62,7 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
 
 
 def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freeze(tmp_path):
-    from validate.image import build
+    from validate.sandbox.image import build
 
     for refuse in (lambda: open_sandbox("nope", image="host"), lambda: build("never:built", ["bwrap", "nope"])):
         with pytest.raises(ProfileUnavailable, match=r"execution.backend: no backend named 'nope'; installed: "

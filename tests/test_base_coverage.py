@@ -1,4 +1,4 @@
-"""The offline base-image map's coverage (`validate.taskimage.basemap`, `.bases`): Debian
+"""The offline base-image map's coverage (`validate.taskdir.images.basemap`, `.bases`): Debian
 trixie's Python 3.13 built the same reproducible way, the full (non-slim) python images,
 references written through a Docker Hub mirror or pinned by digest (normalised; the mirror
 and the unmatched digest recorded with the substitution); and a published task with only an
@@ -15,12 +15,12 @@ import pytest
 
 from environment.harbor.env import HarborEnvironment
 from environment.harbor.published import pack_task
-from validate.paths import task_image_store
-from validate.taskimage.basemap import CORE, SUBSTITUTIONS, split_reference
-from validate.taskimage.bases import build_base_map, needed_recipes
-from validate.taskimage.build import TaskImage, build_task_image
-from validate.taskimage.docker import DockerImages
-from validate.taskimage.frozen import apptainer_only, freeze_images
+from validate.core.paths import task_image_store
+from validate.taskdir.images.basemap import CORE, SUBSTITUTIONS, split_reference
+from validate.taskdir.images.bases import build_base_map, needed_recipes
+from validate.taskdir.images.build import TaskImage, build_task_image
+from validate.taskdir.images.docker import DockerImages
+from validate.taskdir.images.frozen import apptainer_only, freeze_images
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 DIGEST = "sha256:" + "ab" * 32

@@ -1,6 +1,6 @@
 """A build that fails for this machine's reasons is never the task's fault
-(`validate.taskimage.netfault`), and builds can be given the host's trust store
-(`validate.taskimage.trust`). Real tasks authored here whose Dockerfiles pip-install a small
+(`validate.taskdir.images.netfault`), and builds can be given the host's trust store
+(`validate.taskdir.images.trust`). Real tasks authored here whose Dockerfiles pip-install a small
 package from PyPI, built by the suite's own dockerd on a machine whose egress intercepts TLS
 (as this project's machines do); real probes from the build host."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from validate.cli import main
-from validate.taskimage import netfault
-from validate.taskimage.trust import TRUST_FILE, TRUST_PATH, TRUST_VARIABLES, with_trust
+from validate.cli.main import main
+from validate.taskdir.images import netfault
+from validate.taskdir.images.trust import TRUST_FILE, TRUST_PATH, TRUST_VARIABLES, with_trust
 
 TASK_TOML = '[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
 DOCKERFILES = {

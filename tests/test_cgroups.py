@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CORPUS_PATH
-from validate.errors import ProfileUnavailable
-from validate.paths import DEFAULT_IMAGE, ImagePaths
+from validate.core.errors import ProfileUnavailable
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest, cgroups
 from validate.sandbox.bwrap import BwrapSandbox
 from validate.sandbox.cgroups import (CGROUP_ROOT, CONTROLLERS, PARENT, V1Cgroups, V2Cgroups, detect, open_cgroups,
@@ -394,7 +394,7 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
     from tests.cgroup2_vm import run_in_vm
 
     probe = f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; ' \
-            f"from validate.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; " \
+            f"from validate.core.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; " \
             f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split(), " \
             f"str(store), ImagePaths(DEFAULT_IMAGE).tarball.is_file()]))\""
     tests = (f'PYTHONDONTWRITEBYTECODE=1 "{sys.executable}" -m pytest -q -p no:cacheprovider --color=no '

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CORPUS_PATH
-from validate.audit import audit
-from validate.summary import RunSummary
+from validate.audit.run import audit
+from validate.evidence.summary import RunSummary
 
 #: Validation runs (run.json); the eval runs and compares are tests/test_eval_committed.py's.
 LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir() if (p / "run.json").is_file())
@@ -75,7 +75,7 @@ def test_a_smoke_rerun_missing_an_attempt_is_a_mismatch_not_a_smaller_pass(tmp_p
     """A rerun cut short (one oracle attempt gone) must not compare clean on what it kept."""
     import pyarrow.parquet as pq
 
-    from validate.smoke import compare
+    from validate.run.smoke import compare
 
     pool = next(p for p in LEDGERS if summary(p).kind == "pool" and summary(p).environment == "twohop-env")
     entry = next((pool / "smoke").iterdir())

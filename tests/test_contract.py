@@ -11,8 +11,8 @@ import pytest
 
 from environment.protocol import LoadHints, canonical_json, sha256_tag
 from tests.conftest import HINTS, ROOT, make_manifest
-from validate.contract import load_manifest, verify, write_manifest
-from validate.errors import ContractError, ProfileUnavailable
+from validate.contract.manifest import load_manifest, verify, write_manifest
+from validate.core.errors import ContractError, ProfileUnavailable
 from validate.sandbox import open_sandbox
 
 
@@ -143,7 +143,7 @@ def test_the_corpus_is_found_by_its_revision_not_the_working_directory(corpus_pa
 def test_changed_task_hash_is_refused(bwrap_manifest, sandboxes):
     m, _ = bwrap_manifest
     tasks = [m.tasks[0].model_copy(update={"hash": "sha256:" + "1" * 64}), *m.tasks[1:]]
-    from validate.contract import task_list_sha256
+    from validate.contract.manifest import task_list_sha256
 
     forged = m.model_copy(update={"tasks": tasks, "task_list_sha256": task_list_sha256(tasks)}).sealed()
     with pytest.raises(ContractError, match=r"tasks\[0\].hash"):
@@ -155,7 +155,7 @@ def test_a_node_checks_each_task_it_is_handed_by_the_idx_it_asked_for(bwrap_mani
     # A worker rebuilt on a cluster node checks a task the first time it is handed it: the task
     # its taskset made for idx 2 must be the contract's entry of idx 2, not a task that says it
     # is another of the contract's tasks.
-    from validate.contract import TaskCheck, check_environment
+    from validate.contract.manifest import TaskCheck, check_environment
 
     m, _ = bwrap_manifest
     env, config, taskset = check_environment(m, HINTS)

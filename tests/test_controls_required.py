@@ -17,16 +17,16 @@ import pytest
 
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import ROOT, VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate import environments
-from validate.audit import audit
-from validate.contract import agent_entries, parse_manifest
-from validate.errors import ContractError
+from validate.core import environments
+from validate.audit.run import audit
+from validate.contract.manifest import agent_entries, parse_manifest
+from validate.core.errors import ContractError
 from validate.eval.freeze import parent_of
-from validate.evidence import write_checksums
-from validate.paths import RunPaths
-from validate.phases import PoolPhase, pool
-from validate.report import write_report
-from validate.verdicts import Outcome, Rule, decide
+from validate.evidence.journal import write_checksums
+from validate.core.paths import RunPaths
+from validate.run.phases import PoolPhase, pool
+from validate.report.run import write_report
+from validate.evidence.verdicts import Outcome, Rule, decide
 
 TWOHOP = "twohop-env"
 #: Two tasks always-unknown can test (answers a name) and one it cannot (answer `unknown`).
@@ -56,7 +56,7 @@ def test_the_api_refuses_it_too_and_names_the_controls_to_choose_from():
 
 def test_a_manifest_naming_no_control_does_not_load(tmp_path):
     """A hand-made contract (its sha256 recomputed) without controls is refused on reading."""
-    from validate.jsonio import loads
+    from validate.core.jsonio import loads
 
     raw = loads((ROOT / "manifests" / "twohop.json").read_bytes())
     raw["expectations"]["agents"] = {n: a for n, a in raw["expectations"]["agents"].items() if a["role"] != "control"}
@@ -171,7 +171,7 @@ def _not_reached(root):
 
 def _frozen_as(root, keep):
     """The copy's frozen contract re-made (re-sealed) over the pool's tasks that `keep` accepts."""
-    from validate.contract import load_manifest, task_list_sha256, write_manifest
+    from validate.contract.manifest import load_manifest, task_list_sha256, write_manifest
 
     m = load_manifest(root / "frozen-manifest.json")
     tasks = [t for t in load_manifest(root / "manifest.json").tasks if keep(t)]

@@ -1,6 +1,6 @@
 """Every curator agent, run for real: a subprocess ``python3 -S agent.py`` as the sandbox's
 user, on every task, in an attempt directory laid out by the harness's own
-`validate.workspace.lay_out` (workspace, agent dir with agentlib and support files, answer
+`validate.run.workspace.lay_out` (workspace, agent dir with agentlib and support files, answer
 key only for agents that see it, the source tree only for the one that sees it), with the
 sandbox's environment variables pointing at those directories. Scored in intruders-only mode."""
 

@@ -1,4 +1,4 @@
-"""curator's judge against a real OpenAI-compatible server on loopback (validate.localserver)
+"""curator's judge against a real OpenAI-compatible server on loopback (validate.devtools.localserver)
 serving the rule-based judge policy: grades, the cache, and every infrastructure fault."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from environment.curator import CuratorConfig, CuratorEnvironment
 from environment.curator.judge import JudgeConfig
 from environment.curator.judge_policy import policy
 from environment.protocol import ScorerUnavailable
-from validate.localserver import Faults, serve
+from validate.devtools.localserver import Faults, serve
 
 ENV = CuratorEnvironment()
 KEY_VAR = "CURATOR_TEST_JUDGE_KEY"

@@ -14,7 +14,7 @@ import requests
 from environment.deshuffle import PARAGRAPHS_FILE, parse_partition
 from environment.deshuffle.baseline import BASH_TOOL, MODEL_NAME, answer, parse_paragraphs, policy, solve
 from tests.deshuffle_shuffled import shuffled_reply
-from validate.localserver import serve
+from validate.devtools.localserver import serve
 
 N_TASKS = 200
 

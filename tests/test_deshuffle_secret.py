@@ -21,7 +21,7 @@ from environment.deshuffle import PARAGRAPHS_FILE, DeshuffleConfig, DeshuffleTas
 from environment.deshuffle.baseline import parse_paragraphs, solve
 from environment.deshuffle.env import AGENTS, DeshuffleEnvironment
 from tests.conftest import HINTS, make_ctx, make_manifest
-from validate.contract import check_environment, derive, task_secret
+from validate.contract.manifest import check_environment, derive, task_secret
 
 spec = importlib.util.spec_from_file_location("replaylib", AGENTS / "replaylib.py")
 replaylib = importlib.util.module_from_spec(spec)
@@ -93,7 +93,7 @@ def test_the_attack_finds_the_gold_with_the_secret_and_nothing_without(contract)
 
 def test_source_peek_finds_nothing_in_bwrap_without_the_secret(contract, sandboxes, tmp_path):
     manifest, _ = contract
-    from validate.phases import RunPhase, run_agents
+    from validate.run.phases import RunPhase, run_agents
 
     run_agents(make_ctx(manifest, sandboxes("bwrap"), tmp_path / "run"), RunPhase(agents="controls"))
     a = pd.read_parquet(tmp_path / "run/attempts.parquet")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import ROOT
-from validate import environments
+from validate.core import environments
 
 README = (ROOT / "README.md").read_text()
 

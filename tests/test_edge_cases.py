@@ -14,8 +14,8 @@ import pytest
 import pandas as pd
 
 from environment.deshuffle import Corpus
-from validate.contract import check_environment, derive
-from validate.phases import RunPhase, run_agents
+from validate.contract.manifest import check_environment, derive
+from validate.run.phases import RunPhase, run_agents
 from tests.conftest import HINTS, make_ctx, make_manifest
 
 pytestmark = pytest.mark.bwrap

@@ -18,7 +18,7 @@ from tests.conftest import SESSION_SANDBOX_BACKENDS as SANDBOX_BACKENDS
 from validate.eval import contract as ec
 from validate.eval.agent import check_call, converse, opening
 from validate.eval.client import ChatClient, EndpointUnavailable
-from validate.localserver import Faults, serve
+from validate.devtools.localserver import Faults, serve
 from validate.sandbox import Mount, RunRequest, open_sandbox
 from validate.sandbox.session import open_session
 
@@ -39,8 +39,8 @@ def contract(base_url: str, model: str = MODEL_NAME, **limits) -> ec.EvalContrac
 
 @pytest.fixture
 def workspace(taskset3):
-    from validate.eval.chat import lay_out
-    from validate.workspace import temp_storage
+    from validate.kinds.chat import lay_out
+    from validate.run.workspace import temp_storage
 
     task = taskset3.task(7)
     with temp_storage() as root:

@@ -100,7 +100,7 @@ def test_the_metric_that_says_a_reply_parsed_is_declared_by_the_taskset(env_name
     """The failure rules tell a malformed answer from a wrong one by the metric the taskset
     declares (`parse_metric`), never by a metric's name: curator's is ``format_ok``."""
     from tests.conftest import CORPUS_PATH, HINTS
-    from validate import environments
+    from validate.core import environments
 
     env = environments.get(env_name)
     if env_name.startswith("deshuffle"):

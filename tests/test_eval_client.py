@@ -14,7 +14,7 @@ import pytest
 
 from validate.eval.agent import check_call
 from validate.eval.client import ChatClient, DeadlineCut, EndpointRejected, EndpointUnavailable
-from validate.localserver import Faults, serve
+from validate.devtools.localserver import Faults, serve
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 
@@ -274,7 +274,7 @@ def test_a_dripping_plain_body_or_header_is_an_endpoint_timeout_at_the_deadline(
 def test_the_agent_ends_a_cut_answer_as_the_attempts_timeout_and_scores_no_reply(hostile, tmp_path):
     from tests.test_eval_agent import contract
     from validate.eval.agent import converse, opening
-    from validate.eval.chat import _status
+    from validate.kinds.chat import _status
     from validate.sandbox import Mount, RunRequest, open_sandbox
     from validate.sandbox.session import open_session
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from validate.contract import load_manifest
-from validate.errors import ContractError
-from validate.audit_eval import audit
+from validate.contract.manifest import load_manifest
+from validate.core.errors import ContractError
+from validate.audit.eval import audit
 from validate.eval.contract import load
-from validate.run_evidence import current_verdict, load_run
+from validate.evidence.run import current_verdict, load_run
 
 LEDGERS = Path(__file__).resolve().parents[1] / "ledgers"
 EVALS = sorted(p for p in LEDGERS.iterdir() if (p / "eval-contract.json").is_file())
@@ -79,7 +79,7 @@ def test_an_edited_contract_is_refused_by_its_own_hash(tmp_path):
 
 
 def test_a_malformed_or_non_utf8_checksums_line_is_a_finding_not_a_crash(tmp_path):
-    # The eval audit runs the dataset audit's seal check (`validate.audit.check_seal`); its own
+    # The eval audit runs the dataset audit's seal check (`validate.audit.run.check_seal`); its own
     # copy skipped lines without a digest and raised UnicodeDecodeError on a non-UTF-8 file.
     copy = tmp_path / EVALS[0].name
     shutil.copytree(EVALS[0], copy)

@@ -30,7 +30,7 @@ from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 from tests.openai_stub import OpenAIStub, usage_tokens
 from validate import api
 from validate.eval.preflight import EndpointMisconfigured, Probe, preflight
-from validate.localserver import Faults, serve
+from validate.devtools.localserver import Faults, serve
 
 DATA = (CORPUS_PATH,)
 K = 2

@@ -17,10 +17,10 @@ from environment.deshuffle.baseline import MODEL_NAME
 from environment.deshuffle.baseline import policy as baseline
 from tests.conftest import CORPUS_PATH
 from validate import api
-from validate.errors import ContractError, ValidateError
-from validate.evidence import write_checksums
-from validate.localserver import Faults, serve
-from validate.paths import RunPaths
+from validate.core.errors import ContractError, ValidateError
+from validate.evidence.journal import write_checksums
+from validate.devtools.localserver import Faults, serve
+from validate.core.paths import RunPaths
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 DATA = (CORPUS_PATH,)

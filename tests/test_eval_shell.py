@@ -1,4 +1,4 @@
-"""The model agent on task directories (`validate.eval.shell`, the ``task-shell`` kind) through
+"""The model agent on task directories (`validate.kinds.task_shell`, the ``task-shell`` kind) through
 real docker and a real local server on loopback: the scripted Harbor baseline solves sample
 tasks and a do-nothing policy fails them, by the task's own verifier through the harness's
 reward channel; the trajectory holds every tool call and its capped output, and the
@@ -17,13 +17,13 @@ import pytest
 from environment.harbor import baseline
 from tests.conftest import make_ctx, make_manifest
 from validate import api
-from validate.contract import load_manifest
+from validate.contract.manifest import load_manifest
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.contract import request_seed
 from validate.eval.run import EvalPhase, evaluate
-from validate.localserver import serve
-from validate.paths import FROZEN_MANIFEST
+from validate.devtools.localserver import serve
+from validate.core.paths import FROZEN_MANIFEST
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -69,7 +69,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def harbor(sandboxes):
-    from validate import environments
+    from validate.core import environments
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE), family_key="category"))
@@ -180,7 +180,7 @@ def test_the_datasets_reward_key_rule_reads_the_model_trial_as_validation_reads_
     """A dataset whose contract says every reward.json key must reach the threshold (``all``):
     the model's trial record is read under that rule, as the validation trial's is, so the
     eval audit, whose scorer reads it under the contract's rule, agrees with the rows."""
-    from validate import environments
+    from validate.core import environments
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE), reward_key="all"))

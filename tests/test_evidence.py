@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 import pyarrow.parquet as pq
 import pytest
 
-from validate.errors import EvidenceError
-from validate.evidence import Journal, atomic_write, fold, open_run, write_checksums, write_table, write_verdicts
-from validate.paths import RunPaths
-from validate.records import Attempt, TaskVerdict
-from validate.verdicts import Outcome
+from validate.core.errors import EvidenceError
+from validate.evidence.journal import Journal, atomic_write, fold, open_run, write_checksums, write_table, write_verdicts
+from validate.core.paths import RunPaths
+from validate.core.records import Attempt, TaskVerdict
+from validate.evidence.verdicts import Outcome
 
 METRICS = ("parsed_ok", "grouping_f1")
 
@@ -169,7 +169,7 @@ def test_each_verdicts_facts_are_kept_whole_in_their_own_keys_and_types(tmp_path
 def test_verdicts_written_with_a_struct_meta_still_read():
     """Evidence recorded before meta was text holds a struct of the first row's keys, a key a row
     lacked read as null: read back as the row's own facts."""
-    from validate.records import verdict_of_row
+    from validate.core.records import verdict_of_row
 
     row = {**verdict(0, {}).model_dump(), "meta": {"n_sections": 3, "source": None}}
     row["findings"] = []
@@ -183,7 +183,7 @@ def test_arrow_allocates_from_the_c_library_unless_the_user_names_a_pool(asked, 
     env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
     if asked:
         env["ARROW_DEFAULT_MEMORY_POOL"] = asked
-    out = subprocess.run([sys.executable, "-c", "import validate.evidence, pyarrow as pa; "
+    out = subprocess.run([sys.executable, "-c", "import validate.evidence.journal, pyarrow as pa; "
                           "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == used
@@ -258,8 +258,8 @@ def test_links_that_loop_or_dangle_are_not_sealed_and_an_unlistable_directory_is
 def test_a_run_driver_does_not_load_pandas_until_it_reads_a_run_back():
     """What a run's driver imports (the command line, the harness, the phases, the executors)
     leaves pandas out (~34 MB of its peak); the commands that read a run back load it."""
-    script = ("import sys\nimport validate.cli, validate.api, validate.phases, validate.lifecycle, validate.smoke\n"
-              "import validate.executors.ray, validate.executors.threads\n"
+    script = ("import sys\nimport validate.cli.main, validate.api, validate.run.phases, validate.run.lifecycle, validate.run.smoke\n"
+              "import validate.run.executors.ray, validate.run.executors.threads\n"
               "before = 'pandas' in sys.modules\nvalidate.api._reading()\nprint(before, 'pandas' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
@@ -271,7 +271,7 @@ def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
     row groups of `rows_per_group`, with retries, errors, a -0.0 and tasks never asked for."""
     import random
 
-    import validate.evidence as evidence
+    import validate.evidence.journal as evidence
 
     rng = random.Random(7)
     rows = []
@@ -295,7 +295,7 @@ def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
 
 
 def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_tasks_at_a_time(tmp_path, monkeypatch):
-    import validate.evidence as evidence
+    import validate.evidence.journal as evidence
 
     tasks = 23
     paths, rows, _ = _scattered_run(tmp_path, monkeypatch, tasks, rows_per_group=7)
@@ -312,7 +312,7 @@ def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_t
 
 
 def test_outcomes_by_task_are_alike_from_the_journal_and_from_the_folded_run(tmp_path, monkeypatch):
-    from validate.verdicts import by_task
+    from validate.evidence.verdicts import by_task
 
     paths, rows, live = _scattered_run(tmp_path, monkeypatch, 9, rows_per_group=5)
     asked = [f"t{i}" for i in range(9, -1, -1)]
@@ -325,8 +325,8 @@ def test_outcomes_by_task_are_alike_from_the_journal_and_from_the_folded_run(tmp
 def test_a_folded_run_is_judged_holding_a_few_tasks_outcomes_not_all(tmp_path, monkeypatch):
     import tracemalloc
 
-    import validate.evidence as evidence
-    from validate.verdicts import by_task
+    import validate.evidence.journal as evidence
+    from validate.evidence.verdicts import by_task
 
     paths, _, _ = _scattered_run(tmp_path, monkeypatch, 800, rows_per_group=100)
     monkeypatch.setattr(evidence, "JUDGED_TOGETHER", 40)

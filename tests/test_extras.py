@@ -11,7 +11,7 @@ import pytest
 from environment.deshuffle import CorpusError
 from environment.deshuffle.hub import load_hub
 from tests.conftest import ROOT
-from validate.errors import ValidateError
+from validate.core.errors import ValidateError
 
 
 def test_the_core_is_lean():
@@ -29,7 +29,7 @@ def test_the_hub_corpus_names_its_extra(monkeypatch):
 
 
 def test_the_smoke_test_names_its_extra(monkeypatch, tmp_path):
-    from validate import smoke
+    from validate.run import smoke
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "build" else real(name, *a))

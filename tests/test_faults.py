@@ -30,11 +30,11 @@ from tests.conftest import (
     subprocess_env,
 )
 from tests.dockerd import SHORT_TMP, PrivateDockerd
-from validate.contract import verify
-from validate.errors import ContractError, ProfileUnavailable
-from validate.evidence import Journal, file_sha256, read_attempts
-from validate.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
-from validate.phases import RunPhase, run_agents
+from validate.contract.manifest import verify
+from validate.core.errors import ContractError, ProfileUnavailable
+from validate.evidence.journal import Journal, file_sha256, read_attempts
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
+from validate.run.phases import RunPhase, run_agents
 from validate.sandbox import open_sandbox
 from validate.sandbox.cgroups import open_cgroups
 from validate.sandbox.storage import DEFAULT_PARENT

@@ -12,7 +12,7 @@ import pytest
 
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import make_manifest
-from validate.contract import ContractError, parse_manifest
+from validate.contract.manifest import ContractError, parse_manifest
 
 CASES = int(os.environ.get("FUZZ_MANIFESTS", "10000"))
 ODD = [None, True, -1, 0, 2**63, -(2**70), 1e308, float("nan"), "", "x" * 5000, [], {}, [[[]]], {"a": {"b": {}}},

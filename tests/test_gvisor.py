@@ -14,8 +14,8 @@ import pytest
 
 from tests.conftest import make_manifest
 from tests.dockerd import BROKEN_GVISOR_RUNTIME
-from validate.errors import ProfileUnavailable, SandboxError
-from validate.paths import DEFAULT_IMAGE
+from validate.core.errors import ProfileUnavailable, SandboxError
+from validate.core.paths import DEFAULT_IMAGE
 from validate.sandbox import Limits, RunRequest
 from validate.sandbox.docker.gvisor import GvisorSandbox, leftovers
 

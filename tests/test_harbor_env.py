@@ -66,7 +66,7 @@ def test_the_dataset_is_found_by_its_revision_under_data_paths(env, tmp_path):
 
 
 def test_the_declared_agents_are_the_programs_the_trial_runs(env):
-    from validate.trial.agents import AGENTS, PROGRAMS
+    from validate.taskdir.trial.agents import AGENTS, PROGRAMS
 
     specs = {a.name: a for a in env.agents(CONFIG)}
     assert sorted(specs) == sorted(AGENTS)

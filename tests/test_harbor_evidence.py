@@ -20,8 +20,8 @@ import pytest
 
 from tests.conftest import make_ctx
 from tests.test_audit_forgery import edit_row, reseal
-from validate.audit import audit
-from validate.phases import RunPhase, run_agents
+from validate.audit.run import audit
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.docker
 

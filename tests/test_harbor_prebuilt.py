@@ -18,21 +18,22 @@ import pytest
 from tests.conftest import make_ctx, make_manifest
 from tests.test_eval_shell import NOTHING, evaluate_with, server  # noqa: F401 - server: a fixture
 from tests.test_task_images import CountingImages
-from validate import api, environments
-from validate.audit import audit
-from validate.audit_eval import _attempts as eval_attempts
-from validate.audit_seal import AuditResult
-from validate.cli import main
-from validate.contract import Manifest, write_manifest
-from validate.paths import task_image_store
-from validate.phases import RunPhase, run_agents
-from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
-from validate.taskimage.bases import build_base_map
-from validate.taskimage.docker import DockerImages
-from validate.taskimage.frozen import log_dir_of
+from validate import api
+from validate.core import environments
+from validate.audit.run import audit
+from validate.audit.eval import _attempts as eval_attempts
+from validate.audit.seal import AuditResult
+from validate.cli.main import main
+from validate.contract.manifest import Manifest, write_manifest
+from validate.core.paths import task_image_store
+from validate.run.phases import RunPhase, run_agents
+from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
+from validate.taskdir.images.bases import build_base_map
+from validate.taskdir.images.docker import DockerImages
+from validate.taskdir.images.frozen import log_dir_of
 from validate.sandbox import storage
-from validate.trial.roots import tree_store
-from validate.trial.support import unsupported
+from validate.taskdir.trial.roots import tree_store
+from validate.taskdir.trial.support import unsupported
 from environment.harbor.taskdir import load_dataset
 
 pytestmark = pytest.mark.docker

@@ -233,7 +233,7 @@ def test_hub_dataset_resolves_the_branch_to_its_commit_and_a_contract_pins_it(of
 @pytest.mark.docker
 def test_freeze_of_a_hub_revision_says_what_it_resolved_and_a_second_freeze_rebuilds_nothing(
         offline_hub, tmp_path, capsys):
-    from validate.cli import main
+    from validate.cli.main import main
 
     commit = "3" * 40
     hub_cache(offline_hub, "our-org/tasks", commit, {"data/train.parquet": _parquet_bytes(SOUND[:2])})

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.audit import audit
-from validate.phases import RunPhase, run_agents
-from validate.report import write_report
+from validate.audit.run import audit
+from validate.run.phases import RunPhase, run_agents
+from validate.report.run import write_report
 
 pytestmark = pytest.mark.docker
 
@@ -34,7 +34,7 @@ def label(task_id: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def repeats_run(tmp_path_factory, sandboxes):
-    from validate import environments
+    from validate.core import environments
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))

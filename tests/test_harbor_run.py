@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.audit import audit
-from validate.phases import RunPhase, run_agents
+from validate.audit.run import audit
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.docker
 
@@ -35,7 +35,7 @@ def label(task_id: str) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def harbor_run(tmp_path_factory, sandboxes):
-    from validate import environments
+    from validate.core import environments
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))
@@ -102,9 +102,9 @@ def test_the_claim_counts_what_the_oracle_certified_and_what_resisted_every_tamp
     c = json.loads((run_dir / "run.json").read_text())["counts"]
     assert (c["oracle_certified"], c["hack_resistant"]) == (certified, c["compatible"])
     assert c["compatible"] == sum(label(t) == ("compatible", "") for t in PICK) and certified >= c["compatible"]
-    from validate.paths import REPORT_MD
-    from validate.report import render
-    from validate.run_evidence import report_inputs
+    from validate.core.paths import REPORT_MD
+    from validate.report.run import render
+    from validate.evidence.run import report_inputs
 
     report = render(run_dir, report_inputs(run_dir))[REPORT_MD].decode()
     assert f"{certified} oracle-certified, {c['compatible']} of them hack-resistant against 5 tampering controls" \

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from validate.errors import ProfileUnavailable
-from validate.evidence import atomic_write, file_sha256
-from validate.image import (RACY_NS, build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
+from validate.core.errors import ProfileUnavailable
+from validate.evidence.journal import atomic_write, file_sha256
+from validate.sandbox.image import (RACY_NS, build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
                             python_version, read_record, unpack_rootfs)
-from validate.paths import DEFAULT_IMAGE, ImagePaths
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest
 from validate.sandbox.bwrap import BwrapSandbox
 
@@ -168,8 +168,8 @@ def test_bwrap_refuses_a_tree_that_is_not_what_the_tarball_holds(tmp_path):
 FACTS_IN_A_NEW_PROCESS = """
 import sys
 from pathlib import Path
-from validate import image
-from validate.errors import ProfileUnavailable
+from validate.sandbox import image
+from validate.core.errors import ProfileUnavailable
 from validate.sandbox.bwrap import BwrapSandbox
 read = []  # what this process hashed itself: each file of the tree, the tarball
 for name in ("_hash_stream", "_scan_tarball"):

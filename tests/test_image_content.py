@@ -1,4 +1,4 @@
-"""Task images as evidence (`validate.taskimage.content`, `.transfer`): a content digest of
+"""Task images as evidence (`validate.taskdir.images.content`, `.transfer`): a content digest of
 each image's filesystem frozen beside its id, independent of when it was built; another
 machine's rebuild (another id) verified by content, or its differing files named; the
 contract's images carried as one archive and held to their digests on import. Real builds
@@ -19,12 +19,13 @@ from pathlib import Path
 import docker
 import pytest
 
-from validate import api, environments
-from validate.errors import ContractError, ValidateError
-from validate.paths import DEFAULT_IMAGE, task_image_store
-from validate.taskimage.content import _git_index, _normalised, content_file
-from validate.taskimage.docker import DockerImages
-from validate.taskimage.frozen import log_dir_of, verify_images
+from validate import api
+from validate.core import environments
+from validate.core.errors import ContractError, ValidateError
+from validate.core.paths import DEFAULT_IMAGE, task_image_store
+from validate.taskdir.images.content import _git_index, _normalised, content_file
+from validate.taskdir.images.docker import DockerImages
+from validate.taskdir.images.frozen import log_dir_of, verify_images
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 #: a git history made in the build (its commit dates), and a plain one
@@ -135,8 +136,8 @@ def test_a_rebuild_elsewhere_is_held_to_the_frozen_content_and_differences_are_n
 def test_the_audit_holds_each_content_listing_to_the_digest_it_is_named_by(tmp_path):
     from types import SimpleNamespace
 
-    from validate.audit_taskimages import check_listing
-    from validate.taskimage.content import ContentDelta, delta_json
+    from validate.audit.taskimages import check_listing
+    from validate.taskdir.images.content import ContentDelta, delta_json
 
     digest = "sha256:" + "3" * 64
     good = content_file(tmp_path, digest)
@@ -155,8 +156,8 @@ def test_the_audit_holds_each_content_listing_to_the_digest_it_is_named_by(tmp_p
 
 @pytest.mark.docker
 def test_a_disk_budget_prunes_the_oldest_images_not_kept_and_logs_each(tmp_path):
-    from validate.taskimage.budget import own_bytes, prune, task_image_usage
-    from validate.taskimage.build import KEY_LABEL
+    from validate.taskdir.images.budget import own_bytes, prune, task_image_usage
+    from validate.taskdir.images.build import KEY_LABEL
 
     client = docker.from_env()
     base = client.images.get(DEFAULT_IMAGE).id  # the session's sandbox image: a named base

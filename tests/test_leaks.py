@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.phases import RunPhase, run_agents
-from validate.workspace import agent_view
+from validate.run.phases import RunPhase, run_agents
+from validate.run.workspace import agent_view
 
 pytestmark = pytest.mark.bwrap
 
@@ -43,7 +43,7 @@ def test_the_agent_view_names_no_task_id_idx_seed_hash_or_secret(sandboxes, env_
     _, idx, config = CASES[env_name]
     manifest = make_manifest(sandboxes("bwrap"), idx=idx[:5], env_name=env_name, **config)
     from tests.conftest import HINTS
-    from validate.contract import check_environment, task_secret
+    from validate.contract.manifest import check_environment, task_secret
 
     env, _, taskset = check_environment(manifest, HINTS)
     opaque = set()

@@ -1,4 +1,4 @@
-"""`validate.localserver`: real HTTP over loopback with a plain client (`requests`); every
+"""`validate.devtools.localserver`: real HTTP over loopback with a plain client (`requests`); every
 fault observed from the client's side."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from validate.localserver import Faults, serve
+from validate.devtools.localserver import Faults, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 BASH_TOOL = {"type": "function", "function": {"name": "bash", "parameters": {
@@ -267,7 +267,7 @@ def test_set_faults_restarts_the_count():
 
 
 def test_the_command_line_serves_a_policy_by_module_path():
-    proc = subprocess.Popen([sys.executable, "-m", "validate.localserver", "--model",
+    proc = subprocess.Popen([sys.executable, "-m", "validate.devtools.localserver", "--model",
                              "echo=tests.test_localserver:echo_policy", "--port", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -285,6 +285,6 @@ def test_the_command_line_serves_a_policy_by_module_path():
                                            ("echo=tests.test_localserver", "module:function"),
                                            ("echo=tests.nowhere:f", "cannot be loaded")])
 def test_the_command_line_names_a_bad_model_spec(spec, message):
-    done = subprocess.run([sys.executable, "-m", "validate.localserver", "--model", spec], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "validate.devtools.localserver", "--model", spec], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

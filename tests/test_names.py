@@ -1,5 +1,5 @@
 """The names rule of issue 18: every file name of a run directory is spelled once, in
-`validate.paths`, and every role once, in `validate.records`; any other module names them
+`validate.core.paths`, and every role once, in `validate.core.records`; any other module names them
 through those constants. This reads every module under validate/ (its AST, so comments and
 docstrings are free to mention a file) and fails naming each module:line that spells one.
 
@@ -11,7 +11,7 @@ role (``a.role == "oracle"``, ``row["role"] in ("oracle", "control")``), passed 
 or to ``named(...)``, or listed among other roles (a tuple, or the keys of a dict): the same
 words are also phase names, table headers and JSON keys of the chat API, which are not roles.
 
-The run kind is read from what a run declares (`validate.summary.run_kind`); the last tests
+The run kind is read from what a run declares (`validate.evidence.summary.run_kind`); the last tests
 hold it to every committed run and to its one documented guess.
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import validate.paths as paths
-from validate.records import ROLES
+import validate.core.paths as paths
+from validate.core.records import ROLES
 
 VALIDATE = Path(paths.__file__).resolve().parent
 HOME = {"names": VALIDATE / "paths.py", "roles": VALIDATE / "records.py"}
@@ -95,10 +95,10 @@ def violations(source: str, where: str, *, names: bool = True, roles: bool = Tru
     for node in ast.walk(tree):
         if names and isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
                 and _spells_file(node.value):
-            out.append(f"{where}:{node.lineno}: spells the run-directory name {node.value!r} (use validate.paths)")
+            out.append(f"{where}:{node.lineno}: spells the run-directory name {node.value!r} (use validate.core.paths)")
         if roles and _role_spellings(node):
             line = getattr(node, "lineno", None) or getattr(node.value, "lineno", "?")
-            out.append(f"{where}:{line}: spells a role as a string (use validate.records' Role constants)")
+            out.append(f"{where}:{line}: spells a role as a string (use validate.core.records' Role constants)")
     return out
 
 
@@ -138,7 +138,7 @@ def test_pending_modules_still_exist():
 
 
 def test_every_name_constant_is_in_the_tree():
-    """A name added to validate/paths.py without joining RUN_DIRECTORY_NAMES would go unguarded."""
+    """A name added to validate/core/paths.py without joining RUN_DIRECTORY_NAMES would go unguarded."""
     sandbox = {"DEFAULT_IMAGE", "SANDBOX_WORKSPACE", "SANDBOX_AGENT", "SANDBOX_ANSWER_KEY", "REPLY_FILE",
                "TASK_IMAGES"}  # the image store's, not a run directory's
     constants = {v for k, v in vars(paths).items() if k.isupper() and isinstance(v, str) and k not in sandbox}
@@ -148,7 +148,7 @@ def test_every_name_constant_is_in_the_tree():
 def test_the_tree_docstring_draws_every_name():
     drawn = paths.__doc__
     missing = sorted(n for n in TREE if n not in drawn)
-    assert not missing, f"validate/paths.py's docstring does not draw {missing}"
+    assert not missing, f"validate/core/paths.py's docstring does not draw {missing}"
 
 
 # --- the run kind: read from what a run declares, guessed in one place ------------------------
@@ -159,7 +159,7 @@ LEDGERS = VALIDATE.parent / "ledgers"
 def test_run_kind_reads_what_each_committed_run_declares():
     import json
 
-    from validate.summary import run_kind
+    from validate.evidence.summary import run_kind
 
     runs = sorted(p for p in LEDGERS.iterdir() if (p / paths.CHECKSUMS).is_file())
     assert len(runs) >= 3
@@ -171,7 +171,7 @@ def test_run_kind_reads_what_each_committed_run_declares():
 
 
 def test_run_kind_guesses_only_when_nothing_declares_it(tmp_path):
-    from validate.summary import run_kind
+    from validate.evidence.summary import run_kind
 
     assert run_kind(tmp_path) == "run"  # nothing recorded yet: a dataset run, as before
     (tmp_path / paths.SUMMARY).write_text('{"kind": "pilot", "whatever": 1}')

@@ -130,9 +130,9 @@ def test_the_smoke_comparison_holds_each_oracle_repeat_to_its_own_sample(passed_
     and the comparison crashed), and a repeat that differs is named with its sample."""
     import shutil
 
-    from validate.paths import ATTEMPTS, SMOKE, SMOKE_RUN
-    from validate.records import ORACLE
-    from validate.smoke import compare
+    from validate.core.paths import ATTEMPTS, SMOKE, SMOKE_RUN
+    from validate.core.records import ORACLE
+    from validate.run.smoke import compare
 
     run = tmp_path / "pool"
     shutil.copytree(passed_pool, run)
@@ -155,8 +155,8 @@ def test_a_smoke_rerun_that_recorded_nothing_is_a_failed_comparison(passed_pool,
     none of it and names every attempt the sample owed as missing (never a crash, never a pass)."""
     import shutil
 
-    from validate.paths import ATTEMPTS, SMOKE, SMOKE_RUN
-    from validate.smoke import compare
+    from validate.core.paths import ATTEMPTS, SMOKE, SMOKE_RUN
+    from validate.run.smoke import compare
 
     run = tmp_path / "pool"
     shutil.copytree(passed_pool, run)

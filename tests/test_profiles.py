@@ -108,7 +108,7 @@ def test_like_refuses_options_of_the_dataset_contract(two_profiles):
 
 
 def test_the_one_line_summary_counts_the_per_task_image_fields_and_names_the_rest():
-    from validate.cli import _field_groups
+    from validate.cli.main import _field_groups
 
     fields = ["backend", "seccomp", "task_images.base_map.bases.debian.image_id", "task_images.tasks.a.image",
               "task_images.tasks.a.key", "task_images.tasks.b.image", "task_images.build_policy"]

@@ -24,9 +24,9 @@ from ray.cluster_utils import Cluster
 
 from tests.conftest import VALIDATE, subprocess_env
 from tests.dockerd import SHORT_TMP, PrivateDockerd
-from validate.audit import audit
-from validate.contract import load_manifest
-from validate.paths import task_image_store
+from validate.audit.run import audit
+from validate.contract.manifest import load_manifest
+from validate.core.paths import task_image_store
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -98,7 +98,7 @@ def _driver_logs(c: Cluster) -> str:
 
 def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_its_label(tmp_path, cluster,
                                                                                             node_dockerd):
-    from validate import environments
+    from validate.core import environments
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from validate.plot import box_plot_svg
-from validate.render import Bold, md_text, to_html, to_markdown
+from validate.core.plot import box_plot_svg
+from validate.core.render import Bold, md_text, to_html, to_markdown
 
 HOSTILE = "| x | *bold* [link](http://evil) <script>alert(1)</script> `code`\n# heading\n1. list"
 
@@ -42,8 +42,8 @@ def test_a_report_reads_exactly_the_files_it_names(tmp_path):
 
     import pytest
 
-    from validate.errors import EvidenceError
-    from validate.report import load_run, render, report_inputs
+    from validate.core.errors import EvidenceError
+    from validate.report.run import load_run, render, report_inputs
 
     src = sorted((Path(__file__).resolve().parents[1] / "ledgers").glob("twohop-pool-*"))[-1]
     root = tmp_path / "a" / src.name

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.phases import RunPhase, run_agents
-from validate.context import Play
+from validate.run.phases import RunPhase, run_agents
+from validate.run.context import Play
 from validate.kinds.program import ProgramKind
-from validate.runner import play_task
+from validate.run.runner import play_task
 from validate.sandbox import open_sandbox
 from validate.sandbox.storage import attempt_storage
 
@@ -37,7 +37,7 @@ def run_all(sandbox, run_dir, idx, agents="all", env_name="deshuffle-papers", co
 @pytest.mark.parametrize("config", CONFIGS, ids=["1paper", "3papers-headers"])
 def test_oracle_passes_controls_rejected_and_backends_agree(sandboxes, tmp_path, config):
     """One contract (one salt, so the same opaque ids and seeded controls) on two profiles."""
-    from validate.contract import profile
+    from validate.contract.manifest import profile
 
     bwrap = make_manifest(sandboxes("bwrap"), idx=[0, 1, 2], **config)
     docker = bwrap.model_copy(update={"execution": profile(sandboxes("docker").facts())}).sealed()

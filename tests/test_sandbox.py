@@ -26,17 +26,17 @@ from pathlib import Path
 import docker
 import pytest
 
-from validate.errors import SandboxError
-from validate.paths import DEFAULT_IMAGE
-from validate.context import Play
+from validate.core.errors import SandboxError
+from validate.core.paths import DEFAULT_IMAGE
+from validate.run.context import Play
 from validate.kinds.program import ProgramKind
-from validate.runner import judge, play_task
-from validate.verdicts import by_task, outcomes_of
+from validate.run.runner import judge, play_task
+from validate.evidence.verdicts import by_task, outcomes_of
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.cgroups import open_cgroups
 from validate.sandbox.storage import attempt_storage
-from validate.workspace import workspace_sha256
+from validate.run.workspace import workspace_sha256
 from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 
 pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
@@ -420,7 +420,7 @@ def test_no_fd_leaks_over_200_attempts(backend, sandboxes):
 HARNESS = """
 import sys
 from pathlib import Path
-from validate.paths import DEFAULT_IMAGE
+from validate.core.paths import DEFAULT_IMAGE
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox
 from validate.sandbox.storage import attempt_storage
 

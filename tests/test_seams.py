@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.audit import audit
-from validate.executors import AttemptSpec, executor_names, make_executor
+from validate.audit.run import audit
+from validate.run.executors import AttemptSpec, executor_names, make_executor
 from validate.kinds import kind_names, kind_of
-from validate.phases import PoolPhase, RunPhase, pool, run_agents
-from validate.records import EXCEPTION_STATUSES
+from validate.run.phases import PoolPhase, RunPhase, pool, run_agents
+from validate.core.records import EXCEPTION_STATUSES
 
 pytestmark = pytest.mark.bwrap
 
@@ -118,7 +118,7 @@ def test_a_phase_config_refuses_a_bad_value_naming_the_option(tmp_path):
 
 def test_a_cancel_without_ctrl_c_ends_the_phase_as_interrupted_and_a_resume_completes_it(tmp_path, sandboxes):
     from tests.toyexecutor import ReversedJsonExecutor
-    from validate.context import Interrupted
+    from validate.run.context import Interrupted
 
     class CancelAfterOne(ReversedJsonExecutor):
         def run(self, specs, worker, record):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SESSION_SANDBOX_BACKENDS as SANDBOX_BACKENDS
-from validate.errors import SandboxError
+from validate.core.errors import SandboxError
 from validate.sandbox import Limits, Mount, RunRequest
 from validate.sandbox.session import SandboxEnded
 
@@ -26,7 +26,7 @@ SESSION_BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
 
 @pytest.fixture
 def workspace():
-    from validate.workspace import temp_storage
+    from validate.run.workspace import temp_storage
 
     with temp_storage() as root:  # traversable by the sandbox's user, unlike pytest's 0700 tmp_path
         root.chmod(0o711)
@@ -169,8 +169,8 @@ def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure
                                                                                    taskset3, tmp_path):
     from tests.conftest import make_ctx, make_manifest
     from validate.eval.client import ChatClient
-    from validate.eval.chat import EvalContext, attempt_once, model_play
-    from validate.localserver import serve
+    from validate.kinds.chat import EvalContext, attempt_once, model_play
+    from validate.devtools.localserver import serve
     from tests.test_eval_agent import contract
 
     # The kill; one more command, which the dying sandbox takes down with it if it starts at

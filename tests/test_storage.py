@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from validate.errors import SandboxError
-from validate.paths import RunPaths
+from validate.core.errors import SandboxError
+from validate.core.paths import RunPaths
 from validate.sandbox import Limits
 from validate.sandbox.storage import attempt_storage, mount_tmpfs, remove_tree, sweep
 

@@ -1,4 +1,4 @@
-"""Per-task images (`validate.taskimage`) built for real: the bases made with mmdebstrap and
+"""Per-task images (`validate.taskdir.images`) built for real: the bases made with mmdebstrap and
 imported into the suite's own dockerd (once per session), the sample dataset's tasks built
 with the legacy builder, the outcomes read back from the daemon. Nothing is mocked; the
 one wrapper (`CountingImages`) only counts the real backend's builds.
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_dataset
-from validate.image import tarball_digests
-from validate.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
-from validate.paths import task_image_store
-from validate.taskimage.basemap import DEBIAN_BOOKWORM_SLIM, BaseImageMap
-from validate.taskimage.bases import build_base_map, build_tarball
-from validate.taskimage.build import KEY_LABEL, TaskImage, TaskImageRefusal, build_task_image, context_digest, \
+from validate.sandbox.image import tarball_digests
+from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.core.paths import task_image_store
+from validate.taskdir.images.basemap import DEBIAN_BOOKWORM_SLIM, BaseImageMap
+from validate.taskdir.images.bases import build_base_map, build_tarball
+from validate.taskdir.images.build import KEY_LABEL, TaskImage, TaskImageRefusal, build_task_image, context_digest, \
     resolve_bases
-from validate.taskimage.docker import BASE_REPOSITORY, DockerImages
-from validate.taskimage.dockerfile import DockerfileError, Unresolvable, external_images, rewrite
+from validate.taskdir.images.docker import BASE_REPOSITORY, DockerImages
+from validate.taskdir.images.dockerfile import DockerfileError, Unresolvable, external_images, rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples/harbor-sample"

@@ -1,4 +1,4 @@
-"""Task images' bases from a registry (`validate.taskimage.registry`): a real registry on
+"""Task images' bases from a registry (`validate.taskdir.images.registry`): a real registry on
 loopback (Debian's docker-registry), images pushed to it under upstream-style names (a
 Docker Hub official image, a ghcr.io one through the mirror), tasks that use them frozen by
 the digests they resolved to; a moved tag named and never followed; a digest the registry no
@@ -15,11 +15,11 @@ import pytest
 
 from tests.registry import LoopbackRegistry
 from validate import api
-from validate.cli import main
-from validate.errors import ContractError
-from validate.paths import task_image_store
-from validate.taskimage.bases import build_base_map
-from validate.taskimage.docker import DockerImages
+from validate.cli.main import main
+from validate.core.errors import ContractError
+from validate.core.paths import task_image_store
+from validate.taskdir.images.bases import build_base_map
+from validate.taskdir.images.docker import DockerImages
 
 pytestmark = pytest.mark.docker
 

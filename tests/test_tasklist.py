@@ -14,10 +14,10 @@ from pydantic import BaseModel, field_serializer
 
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import make_manifest
-from validate.contract import Manifest, derive, task_list_sha256, write_manifest
-from validate.errors import ContractError
-from validate.sealed import SealedDocument, pretty
-from validate.tasklist import TaskEntry, TaskList
+from validate.contract.manifest import Manifest, derive, task_list_sha256, write_manifest
+from validate.core.errors import ContractError
+from validate.contract.sealed import SealedDocument, pretty
+from validate.contract.tasklist import TaskEntry, TaskList
 
 WHY = {"oracle": "no reference", "shuffled": "one paper: nothing to shuffle"}
 
@@ -190,7 +190,7 @@ def test_columns_cost_a_fraction_of_one_model_per_entry():
 # resident. The CLI fixes the thresholds first (`_freed_memory_goes_back`).
 HEAP = r"""
 import sys
-from validate import cli
+from validate.cli import main as cli
 def rss():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) // 1024
 if sys.argv[1] == "fixed":

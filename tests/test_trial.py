@@ -1,5 +1,5 @@
 """Harbor trials on real docker (the suite's own dockerd): tiny task directories written
-here, each built into an image FROM the sandbox image, run through `validate.trial.run_trial`.
+here, each built into an image FROM the sandbox image, run through `validate.taskdir.trial.run_trial`.
 
 What is shown: the oracle passes and nop fails on a sound task (the agent and verifier run
 as the users task.toml names); the reward forger does not pass a sound task, what it planted
@@ -29,14 +29,14 @@ import docker
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from validate.paths import DEFAULT_IMAGE
-from validate.records import ORACLE
+from validate.core.paths import DEFAULT_IMAGE
+from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
-from validate.trial import docker as dk
-from validate.trial import run as trial_run
-from validate.trial.agents import HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, declared, plan
-from validate.trial.result import TrialLimits
-from validate.trial.run import UnsupportedTask, apply_limits, run_trial
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial.agents import HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, declared, plan
+from validate.taskdir.trial.result import TrialLimits
+from validate.taskdir.trial.run import UnsupportedTask, apply_limits, run_trial
 
 pytestmark = pytest.mark.docker
 

@@ -1,4 +1,4 @@
-"""Harbor trials under bwrap (`validate.trial.bwrap`): the task image built in the suite's own
+"""Harbor trials under bwrap (`validate.taskdir.trial.bwrap`): the task image built in the suite's own
 dockerd, exported and unpacked once, each trial on an overlay of it, every process uid 65534.
 
 What is shown: a sound task of the sample passes the oracle and fails nop; the sample's task
@@ -22,17 +22,17 @@ import pandas as pd
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from validate.paths import DEFAULT_IMAGE
-from validate.records import ORACLE
+from validate.core.paths import DEFAULT_IMAGE
+from validate.core.records import ORACLE
 from validate.sandbox import storage
 from validate.sandbox.base import Limits
 from validate.sandbox.docker.wire import LABEL
-from validate.trial import bwrap as bwrap_trial
-from validate.trial import docker as dk
-from validate.trial.agents import NOP, REWARD_FORGER
-from validate.trial.result import TrialLimits
-from validate.trial.roots import TREE_UID, task_root, tree_store
-from validate.trial.run import run_trial
+from validate.taskdir.trial import bwrap as bwrap_trial
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial.agents import NOP, REWARD_FORGER
+from validate.taskdir.trial.result import TrialLimits
+from validate.taskdir.trial.roots import TREE_UID, task_root, tree_store
+from validate.taskdir.trial.run import run_trial
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.docker]
 
@@ -232,9 +232,9 @@ PAIR = ("csv-to-json", "install-local-deb")
 def two_profiles(tmp_path_factory, sandboxes, client):
     """The same contract (two tasks of the sample) run on docker and, frozen `--like` it, on bwrap."""
     from tests.conftest import make_ctx, make_manifest
-    from validate import environments
-    from validate.contract import reprofile
-    from validate.phases import RunPhase, run_agents
+    from validate.core import environments
+    from validate.contract.manifest import reprofile
+    from validate.run.phases import RunPhase, run_agents
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))
@@ -254,8 +254,8 @@ def two_profiles(tmp_path_factory, sandboxes, client):
 
 def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_root_is_needed(two_profiles,
                                                                                                 sandboxes, tmp_path):
-    from validate.audit import audit
-    from validate.profiles import compare_profiles
+    from validate.audit.run import audit
+    from validate.report.profiles import compare_profiles
 
     verdicts = {}
     for backend, run_dir in two_profiles.items():

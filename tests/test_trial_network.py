@@ -1,6 +1,6 @@
 """The trial's own network signal and the separate verifier, on real docker (the suite's own
 dockerd): tiny task directories written here, built FROM the sandbox image, run through
-`validate.trial.run_trial` with the harness's resolver (`validate.trial.network`).
+`validate.taskdir.trial.run_trial` with the harness's resolver (`validate.taskdir.trial.network`).
 
 What is shown: a verifier that looks a host up is logged by the resolver (the harness reads
 its log), and the oracle's trial is then ``unsupported_execution_contract`` naming the host;
@@ -26,15 +26,15 @@ import docker
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from validate.paths import DEFAULT_IMAGE
-from validate.records import ORACLE
+from validate.core.paths import DEFAULT_IMAGE
+from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
-from validate.trial import docker as dk
-from validate.trial import network
-from validate.trial import run as trial_run
-from validate.trial.agents import NOP, AgentPlan
-from validate.trial.result import TrialLimits
-from validate.trial.run import run_trial
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import network
+from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial.agents import NOP, AgentPlan
+from validate.taskdir.trial.result import TrialLimits
+from validate.taskdir.trial.run import run_trial
 
 pytestmark = pytest.mark.docker
 
@@ -277,7 +277,7 @@ def _query(name: bytes, qtype: int = 1) -> bytes:
 
 
 def test_the_responder_answers_nxdomain_and_renders_hostile_names_inert(capsys):
-    from validate.trial import dnslog
+    from validate.taskdir.trial import dnslog
 
     reply = dnslog.answer(_query(b"checker.example.com"))
     assert reply[:2] == b"\x12\x34" and reply[3] & 0x0F == 3 and reply[2] & 0x80  # an NXDOMAIN response

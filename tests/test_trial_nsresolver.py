@@ -1,4 +1,4 @@
-"""The trial's network signal without a sidecar (`validate.trial.nsresolver`), on real docker
+"""The trial's network signal without a sidecar (`validate.taskdir.trial.nsresolver`), on real docker
 (the suite's own dockerd): containers of the sandbox image with no network, the harness's
 sockets bound in their namespaces, the resolver files mounted read-only.
 
@@ -24,10 +24,10 @@ import threading
 import docker
 import pytest
 
-from validate.paths import DEFAULT_IMAGE
+from validate.core.paths import DEFAULT_IMAGE
 from validate.sandbox.docker.wire import LABEL
-from validate.trial import dnslog, network, nsresolver
-from validate.trial import docker as dk
+from validate.taskdir.trial import dnslog, network, nsresolver
+from validate.taskdir.trial import docker as dk
 
 pytestmark = pytest.mark.docker
 
@@ -268,7 +268,7 @@ def test_a_harness_that_may_not_enter_gets_a_clear_error(api, start):
         nsresolver.open(os.getpid())
     with pytest.raises(nsresolver.NamespaceError, match="not running"):
         nsresolver.open(2 ** 22 + 1)
-    not_root = ("import os, sys\nfrom validate.trial import nsresolver\n"
+    not_root = ("import os, sys\nfrom validate.taskdir.trial import nsresolver\n"
                 "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
                 "try:\n nsresolver.open(int(sys.argv[1]))\nexcept nsresolver.NamespaceError as e:\n print(e)")
     out = subprocess.run([sys.executable, "-c", not_root, str(pid)], capture_output=True, text=True, timeout=60,

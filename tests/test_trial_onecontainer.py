@@ -23,11 +23,11 @@ import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
 from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, client, sum_task  # noqa: F401
-from validate.trial import tool as harness_tool
-from validate.trial import docker as dk
-from validate.trial import run as trial_run
-from validate.trial.agents import AgentPlan
-from validate.trial.run import run_trial
+from validate.taskdir.trial import tool as harness_tool
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial.agents import AgentPlan
+from validate.taskdir.trial.run import run_trial
 
 pytestmark = pytest.mark.docker
 #: Every trial here shares one container between the phases (Harbor's verifier mode).

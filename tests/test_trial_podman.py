@@ -1,4 +1,4 @@
-"""Harbor trials on the rootless podman profile (`validate.trial.run` over the suite's own
+"""Harbor trials on the rootless podman profile (`validate.taskdir.trial.run` over the suite's own
 rootless service, `tests/podmand.py`): the task image built in that service.
 
 What is shown: a trivial task's oracle passes and nop fails, the reward read by the harness
@@ -20,17 +20,17 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_dataset, load_task
-from validate.paths import DEFAULT_IMAGE, task_image_store
-from validate.records import ORACLE
+from validate.core.paths import DEFAULT_IMAGE, task_image_store
+from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman import PodmanSandbox
-from validate.trial import docker as dk
-from validate.trial.agents import NOP, REWARD_FORGER
-from validate.trial.result import TrialLimits
-from validate.taskimage.bases import build_base_map
-from validate.taskimage.build import TaskImage, build_task_image
-from validate.taskimage.docker import BASE_REPOSITORY, PodmanImages
-from validate.trial.run import run_trial
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial.agents import NOP, REWARD_FORGER
+from validate.taskdir.trial.result import TrialLimits
+from validate.taskdir.images.bases import build_base_map
+from validate.taskdir.images.build import TaskImage, build_task_image
+from validate.taskdir.images.docker import BASE_REPOSITORY, PodmanImages
+from validate.taskdir.trial.run import run_trial
 
 pytestmark = pytest.mark.podman
 

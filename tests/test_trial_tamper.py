@@ -18,11 +18,11 @@ import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
 from tests.test_trial import BASE_DOCKERFILE, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, client, sum_task  # noqa: F401
-from validate.trial import docker as dk
-from validate.trial import run as trial_run
-from validate.trial.agents import AgentPlan, declared
-from validate.paths import DEFAULT_IMAGE
-from validate.trial.run import run_trial
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial.agents import AgentPlan, declared
+from validate.core.paths import DEFAULT_IMAGE
+from validate.taskdir.trial.run import run_trial
 
 TAMPERING = sorted(n for n, a in declared().items() if a.tampers)
 #: Those whose planted program a `python3 /tests/check.py` verifier (run by bash) meets.
@@ -153,7 +153,7 @@ def test_a_shared_trial_s_host_files_hold_no_more_than_its_storage(client, sound
 @pytest.mark.bwrap
 @pytest.mark.parametrize("mode", ["shared", "trusted"])
 def test_bwrap_the_trusted_overlay_resists_what_the_shared_one_does_not(sandboxes, client, sound, mode):
-    from validate.trial import bwrap
+    from validate.taskdir.trial import bwrap
 
     task, task_dir, image = sound
     lim = LIMITS.model_copy(update={"verifier_mode": mode})

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from environment.protocol import Finding
-from validate.verdicts import CRITERIA, Outcome, Rule, RunFacts, dataset_verdict, decide
+from validate.evidence.verdicts import CRITERIA, Outcome, Rule, RunFacts, dataset_verdict, decide
 
 RULES = {"oracle": Rule("oracle", 1.0), "empty": Rule("control", 1.0), "shuffled": Rule("control", 0.5),
          "probe": Rule("probe", 1.0), "random": Rule("control", 0.3, "mean")}
@@ -238,7 +238,7 @@ def test_an_oracle_that_passes_only_in_its_own_container_needs_system_changes():
 def test_a_reward_is_held_to_the_threshold_as_the_number_it_was_written_as(decimal, threshold, passes):
     from decimal import Decimal
 
-    from validate.verdicts import as_expected
+    from validate.evidence.verdicts import as_expected
 
     f = float(Decimal(decimal))
     assert as_expected(Rule("oracle", 1.0), "ok", f, threshold, decimal) is passes
@@ -250,7 +250,7 @@ def test_a_reward_is_held_to_the_threshold_as_the_number_it_was_written_as(decim
 
 
 def test_a_control_a_hair_under_its_ceiling_stays_under_it():
-    from validate.verdicts import as_expected
+    from validate.evidence.verdicts import as_expected
 
     assert as_expected(Rule("control", 0.5), "ok", 0.5, 1.0, "0.49999999999999999999")
     assert not as_expected(Rule("control", 0.5), "ok", 0.5, 1.0)
@@ -261,7 +261,7 @@ def test_a_control_a_hair_under_its_ceiling_stays_under_it():
 def test_a_nan_reward_or_a_reward_text_that_is_no_number_never_raises():
     """Evidence edited by hand: a NaN reward is as expected of no agent (as a float compare said);
     a reward_decimal that is no finite number is not read (the audit names it), never a raise."""
-    from validate.verdicts import as_expected
+    from validate.evidence.verdicts import as_expected
 
     nan = float("nan")
     assert [as_expected(Rule(role, 1.0), "ok", nan, 1.0) for role in ("oracle", "control", "probe")] == [False] * 3

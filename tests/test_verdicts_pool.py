@@ -16,11 +16,11 @@ import pytest
 from environment.protocol import Environment
 from tests.conftest import make_ctx, make_manifest
 from tests.toyenv import ToyEnvironment
-from validate.audit import audit
-from validate.evidence import write_checksums
-from validate.paths import RunPaths
-from validate.phases import RUNTIME_ONLY, PoolPhase, pool
-from validate.report import write_report
+from validate.audit.run import audit
+from validate.evidence.journal import write_checksums
+from validate.core.paths import RunPaths
+from validate.run.phases import RUNTIME_ONLY, PoolPhase, pool
+from validate.report.run import write_report
 
 pytestmark = pytest.mark.bwrap
 

@@ -12,8 +12,8 @@ import random
 import pytest
 
 from environment.protocol import Finding
-from validate.records import REASON_ORDER
-from validate.verdicts import Outcome, Rule, decide
+from validate.core.records import REASON_ORDER
+from validate.evidence.verdicts import Outcome, Rule, decide
 
 RULES = {"oracle": Rule("oracle", 1.0), "nop": Rule("control", 1.0), "reader": Rule("control", 1.0)}
 BOTH = ["oracle", "nop", "reader"]
@@ -145,9 +145,9 @@ def test_a_resume_plays_only_the_repeats_not_yet_final():
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from validate.context import Play
-    from validate.records import Attempt
-    from validate.runner import pending
+    from validate.run.context import Play
+    from validate.core.records import Attempt
+    from validate.run.runner import pending
     from validate.sandbox import Limits
 
     manifest = SimpleNamespace(

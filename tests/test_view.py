@@ -28,10 +28,10 @@ from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS
 from environment.deshuffle.env import DeshuffleEnvironment
 from environment.protocol import AgentSpec
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate import environments
-from validate.contract import load_manifest
-from validate.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
-from validate.report import write_report
+from validate.core import environments
+from validate.contract.manifest import load_manifest
+from validate.run.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
+from validate.report.run import write_report
 from validate.view import serve, tables
 from validate.view.markup import text
 
@@ -520,7 +520,7 @@ def test_chromium_builds_no_script_from_agent_text(server, tmp_path, artifacts):
 
 @pytest.mark.slow
 def test_a_pool_and_its_smoke_rerun_link_to_each_other(base, sandboxes, tmp_path):
-    from validate.smoke import SmokePhase, smoke
+    from validate.run.smoke import SmokePhase, smoke
 
     ledgers = tmp_path / "ledgers"
     shutil.copytree(base / "ledgers/pool", ledgers / "pool")

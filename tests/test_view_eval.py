@@ -28,7 +28,7 @@ from validate import api
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.report import headline
 from validate.eval.summary import EvalSummary
-from validate.localserver import serve as serve_model
+from validate.devtools.localserver import serve as serve_model
 from validate.view import serve
 from validate.view.catalog import Catalog
 from validate.view.markup import text

@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 
-from validate.errors import ProfileUnavailable, SandboxError
+from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox import BackendFacts, ExecResult, RunRequest, Sandbox
 from validate.sandbox.base import supervise, watchdog_argv
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from validate.executors import AttemptSpec, Executor, R, Worker
+from validate.run.executors import AttemptSpec, Executor, R, Worker
 
 
 class ReversedJsonExecutor(Executor[R]):

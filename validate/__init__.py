@@ -1,51 +1,41 @@
 """The validation harness: freeze a contract, play the oracle and negative controls through
 a real sandbox with no network, give every task one verdict, and write the evidence to
-Parquet.
+Parquet, which `validate audit` derives again.
 
-The data path, one module per step: `contract` (what is validated) → `runner` (the pending
-attempts as plain specifications, handed to an `executors` executor) → `kinds` (one attempt:
-`workspace` lays the task out, a `sandbox` backend runs the agent, the kind scores it) →
-`evidence` (the journal, Parquet, checksums) → `verdicts` (attempts → one verdict per task).
+The data path reads in package order: `contract` (what is validated) → `run` (the pending
+attempts, handed to an executor, `run.executors`) → `kinds` (one attempt: its task laid out,
+a `sandbox` backend or a task directory's trial, `taskdir.trial`, plays it, the kind scores
+it) → `evidence` (the journal and Parquet, `evidence.journal`; one verdict per task,
+`evidence.verdicts`) → `report` → `audit`.
 
-The layers, lowest first. A module imports only from its own layer or those below it, at
-the top of the module (a function-level import says why on its line), and no two modules
-import each other, directly or around a loop (tests/test_layers.py holds the code to this,
-with this very list as ``LAYERS``):
+The packages are the layers, lowest first. A module imports only from its own layer or those
+below it, at the top of the module (a function-level import says why on its line), and no two
+modules import each other, directly or around a loop (tests/test_layers.py holds the code to
+this, with this very map as ``LAYERS``):
 
 1. environments — ``environment/``: the environment seam (`environment.protocol`) and the
    environments built on it; they import nothing of the harness.
-2. foundation — `errors`, `jsonio`, `paths` (every file name of a run directory),
-   `records` (the Parquet row models), `registry` (name → class from entry points),
-   `render` (the one renderer of Markdown and HTML documents), `plot`, `localserver` (a chat-completions server for tests and benches).
-3. evidence and rules — `evidence` (atomic writes, checksums), `verdicts` (the protocol's
-   rules), `signing`, `patches`, `environments` (the environment registry), `agents`,
-   `summary` (the run model, run.json) and `run_evidence` (a run directory loaded through
-   it, with its current verdict: what the report, the audit and ``eval freeze`` read).
-4. sandbox — `sandbox.base` (the backend interface and its live `Session`), storage,
-   cgroups, seccomp, the backends, the registry face `sandbox`; `image` (what a backend
-   runs) and `imagefile` (the image as one file, exported and imported); `taskimage` (a
-   task-directory dataset's per-task images, built against the profile's base-image map);
-   `trial` (one Harbor trial on docker: agent phase, its processes killed, verifier phase
-   in the same container, its agents and result; its network signal from a resolver
-   sidecar, `trial.network`, or from the harness's own sockets in the container's
-   namespace, `trial.nsresolver`).
-5. contract — `sealed` (the sealed-document base), `tasklist` (a contract's task entries,
-   held as columns), `contract` (the sealed manifest), `workspace` (a task laid out as files).
-6. running — `context` (a run's context), `executors` and `kinds` (the registries of how
-   attempts are carried out and what an attempt is), `runner`, `lifecycle`, `phases`,
-   `smoke`, `package` and `package_card` (a validated task-directory dataset written as a
-   Harbor dataset, with its dataset card; handed the audit by the caller), `smoke_package`
-   (the smoke test of such a pool rerun from its package), and model evaluation (``eval/``: its contract, client, agent, the chat kind,
-   metrics, its own report and `eval.freeze`, which is handed the pool's audit by the
-   caller rather than importing it).
-7. reading — `report` (the run report), `profiles` (one contract's runs on two execution
-   profiles, compared) and `view` (the browser viewer).
-8. audit — `audit_seal` (the result and the seal check), `audit_earlier`, `audit_contracts`,
-   `audit_env`, `audit_counts`, `audit_reports` (documents rendered again), `audit` (a
-   run's) and `audit_eval` (an eval run's). The audit of a copy a resume kept is the full
-   audit again, handed down as a parameter, never imported upwards.
-9. surface — `options` (argument checks), `api` (the harness as functions), `cli` (the
-   command, which loads `api` only inside the command that runs).
+2. foundation — `core`: errors, JSON input, paths (every file name of a run directory), the
+   Parquet row models (`core.records`), the registries of name → class, the environment
+   registry, the one renderer of Markdown and HTML, a plot.
+3. evidence and rules — `evidence`: the journal and Parquet files, checksums, the protocol's
+   verdicts, the run model (run.json), a run directory read back, signatures, the code state;
+   `agents` (what a program agent gets beside its program).
+4. sandbox — `sandbox`: the backend interface, storage, cgroups, seccomp, each backend in its
+   own folder, the sandbox image and its file; `taskdir.images` (a task directory's image,
+   built against the profile's base-image map) and `taskdir.trial` (one trial: the agent, then
+   the task's own verifier, trusted or shared, on docker, podman or bwrap).
+5. contract — `contract`: the sealed manifest, its freeze and checks, its task list.
+6. running — `run` (the run's context, runner, lifecycle, phases, the smoke test, executors,
+   an attempt's workspace), `kinds` (every attempt kind: program, trial, chat, task-shell),
+   `eval` (model evaluation: its contract, client, agent, metrics, report) and the
+   task-directory package (`taskdir.package`, its card, its smoke test).
+7. reading — `report` (a run's report, two profiles compared) and `view` (the browser viewer).
+8. audit — `audit`: a run's (`audit.run`) and an eval run's (`audit.eval`), by concern.
+9. surface — `api` (the harness as functions) and `cli` (the command, which loads `api`
+   only inside the command that runs).
+10. development — `devtools`: the loopback model and judge server, for tests and benches;
+    never imported by the harness.
 """
 
 __version__ = "0.1.0"

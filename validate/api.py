@@ -1,7 +1,7 @@
 """The harness as a Python API: what the ``validate`` command does, callable from a notebook
 or a training pipeline without a subprocess. Each function returns a typed result (a
 `Manifest`, a `RunSummary`, an `AuditResult`, a `RunEvidence` with pandas dataframes) and
-raises a `validate.errors.ValidateError` subclass naming the field or file on bad input.
+raises a `validate.core.errors.ValidateError` subclass naming the field or file on bad input.
 
     from validate import api
 
@@ -27,46 +27,47 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from environment.protocol import LoadHints, sha256_tag
-from validate import environments, run_evidence
-from validate.context import Progress, RunContext
-from validate.contract import check_environment, check_limits, check_tasks, load_manifest, load_taskset, new_salt
-from validate.contract import reprofile, task_secret
-from validate.contract import TrialProfile, verifier_mode_of, write_manifest
-from validate.trial import tool as trial_tool
-from validate.trial.workpaths import RULE as WORK_PATHS_RULE
-from validate.contract import freeze as freeze_contract
-from validate.contract import verify as verify_contract
-from validate.errors import ValidateError
+from validate.core import environments
+from validate.evidence import run as run_evidence
+from validate.run.context import Progress, RunContext
+from validate.contract.manifest import check_environment, check_limits, check_tasks, load_manifest, load_taskset, new_salt
+from validate.contract.manifest import reprofile, task_secret
+from validate.contract.manifest import TrialProfile, verifier_mode_of, write_manifest
+from validate.taskdir.trial import tool as trial_tool
+from validate.taskdir.trial.workpaths import RULE as WORK_PATHS_RULE
+from validate.contract.manifest import freeze as freeze_contract
+from validate.contract.manifest import verify as verify_contract
+from validate.core.errors import ValidateError
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.preflight import preflight
 from validate.eval.run import EvalPhase, evaluate
-from validate.evidence import atomic_write
-from validate.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
-from validate.lifecycle import reopen
-from validate.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
+from validate.evidence.journal import atomic_write
+from validate.run.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
+from validate.run.lifecycle import reopen
+from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
     DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
     outside_data, run_directory, utf8_path,
 )
-from validate.options import min_count as check_min_count
-from validate.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths, task_image_store
-from validate.patches import require
-from validate.phases import PilotPhase, PoolPhase, RunPhase, run_agents
-from validate.profiles import compare_profiles as profile_comparison
-from validate.phases import pilot as pilot_phase
-from validate.phases import pool as pool_phase
-from validate.records import EVAL, PILOT, POOL
+from validate.cli.options import min_count as check_min_count
+from validate.core.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths, task_image_store
+from validate.evidence.patches import require
+from validate.run.phases import PilotPhase, PoolPhase, RunPhase, run_agents
+from validate.report.profiles import compare_profiles as profile_comparison
+from validate.run.phases import pilot as pilot_phase
+from validate.run.phases import pool as pool_phase
+from validate.core.records import EVAL, PILOT, POOL
 from validate.sandbox import Limits, open_sandbox
-from validate.signing import sign as sign_run
-from validate.smoke import SmokePhase, smoke as smoke_test
-from validate.summary import run_kind
-from validate.taskimage.docker import images_for
-from validate.image import SOURCE_DATE_EPOCH
-from validate.taskimage.build import BuildPolicy
-from validate.taskimage import transfer
-from validate.taskimage.frozen import freeze_images, log_dir_of, verify_images
-from validate.taskimage.trust import bundle_digest, bundle_for
+from validate.evidence.signing import sign as sign_run
+from validate.run.smoke import SmokePhase, smoke as smoke_test
+from validate.evidence.summary import run_kind
+from validate.taskdir.images.docker import images_for
+from validate.sandbox.image import SOURCE_DATE_EPOCH
+from validate.taskdir.images.build import BuildPolicy
+from validate.taskdir.images import transfer
+from validate.taskdir.images.frozen import freeze_images, log_dir_of, verify_images
+from validate.taskdir.images.trust import bundle_digest, bundle_for
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -176,7 +177,7 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     `oracle_repeats`: how many times the oracle plays each task (every repeat must pass).
     `verifier_mode` (a task-directory dataset): ``trusted`` or ``shared`` (`TrialProfile`).
     `build_trust_store`: the CA bundle task builds are given (``off``, or ``host``: this
-    machine's; `validate.taskimage.trust`), its sha256 recorded in the build policy.
+    machine's; `validate.taskdir.images.trust`), its sha256 recorded in the build policy.
     `build_clock`: ``fixed`` gives builds one clock (``SOURCE_DATE_EPOCH`` and git's dates), so
     a rebuild elsewhere writes the same bytes and is held to the frozen content; ``real``: the
     build's own. `registry`: a registry or mirror (``host[:port]``) the bases and prebuilt
@@ -282,7 +283,7 @@ def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None =
 
 def verify(manifest: PathLike, data: Sequence[PathLike] = (), log: Callable[[str], None] = lambda m: None):
     """Check a manifest against this machine, a task-directory contract's frozen task images
-    too (`validate.taskimage.frozen.verify_images`); return it (or raise naming the field).
+    too (`validate.taskdir.images.frozen.verify_images`); return it (or raise naming the field).
     `log` hears what holds but deserves a word (a registry tag that moved since the freeze)."""
     m = load_manifest(manifest)
     _, taskset = verify_contract(m, open_sandbox(m.execution.backend, image=m.execution.image),
@@ -295,7 +296,7 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = (), log: Callable[[str
 
 
 def export_task_images(manifest: PathLike, out: PathLike, log: Callable[[str], None] = print) -> Path:
-    """Every task image `manifest` froze, held here, as one archive in `out` (`validate.taskimage.transfer`)."""
+    """Every task image `manifest` froze, held here, as one archive in `out` (`validate.taskdir.images.transfer`)."""
     path = existing_file(manifest, "--manifest")
     return transfer.export_task_images(load_manifest(path), path, Path(out), log=log)
 
@@ -415,7 +416,9 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
 def _reading() -> SimpleNamespace:
     """What reads a run back (the audits, the reports, packaging, comparing evals), imported by
     the commands that use it: it needs pandas, which a run's driver never loads."""
-    from validate import audit, audit_eval, package, report  # lazy: pandas loads only to read a run back
+    from validate.audit import eval as audit_eval, run as audit  # lazy: pandas loads only to read a run back
+    from validate.report import run as report  # lazy: pandas loads only to read a run back
+    from validate.taskdir import package  # lazy: pandas loads only to read a run back
     from validate.eval import compare, report as eval_report  # lazy: pandas loads only to read a run back
 
     return SimpleNamespace(audit=audit.audit, audit_eval=audit_eval.audit, package=package.package,
@@ -425,7 +428,7 @@ def _reading() -> SimpleNamespace:
 
 def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = (), format: str = "directories") -> dict:
     """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
-    `out` (`validate.package`; `format` ``parquet``: in the published shape); return its hash
+    `out` (`validate.taskdir.package`; `format` ``parquet``: in the published shape); return its hash
     manifest."""
 
     existing_dir(run_dir, "RUN")

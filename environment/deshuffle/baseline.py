@@ -1,7 +1,7 @@
 """A heuristic baseline for deshuffle-papers — not a model, not an LLM, and no upper bound.
 
 It is the real policy served behind the local OpenAI-compatible endpoint
-(`validate.localserver`) under the model name `MODEL_NAME`, so that a model-evaluation
+(`validate.devtools.localserver`) under the model name `MODEL_NAME`, so that a model-evaluation
 phase can be exercised end to end on a machine with no LLM. It sees only what an agent
 sees: the prompt (number of papers k, number of paragraphs M) and the text of
 ``paragraphs.jsonl`` as returned by its ``bash`` tool call. Never the gold.

@@ -18,6 +18,6 @@ A Harbor dataset is a directory of task directories (``task.toml``, ``instructio
   ``history-miner``), each generic: none ever reads which task it is on.
 
 Running trials (images, containers, the verifier inside them) is the harness's business
-(`validate.taskimage`, `validate.trial`, and the ``trial`` attempt kind that plays them in a
+(`validate.taskdir.images`, `validate.taskdir.trial`, and the ``trial`` attempt kind that plays them in a
 run, `validate.kinds.trial`), not this package's.
 """

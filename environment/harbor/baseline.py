@@ -1,7 +1,7 @@
 """A scripted baseline for Harbor task directories — a policy with an error model, not a model
 and not an LLM.
 
-It is served behind the local OpenAI-compatible endpoint (`validate.localserver`) under
+It is served behind the local OpenAI-compatible endpoint (`validate.devtools.localserver`) under
 `MODEL_NAME`, so that an evaluation of the sample dataset (``examples/harbor-sample``) runs
 end to end with real variance on a machine with no LLM. It sees only what a model sees: the
 task's instruction (the first user message) and what its own ``bash`` calls print. Never the

@@ -1,5 +1,5 @@
 """A toy environment that lives in tests/: adding an environment is this package plus one
-registration (an entry point, or `validate.environments.register`), with no edit under
+registration (an entry point, or `validate.core.environments.register`), with no edit under
 validate/.
 
 Task idx holds the numbers of ``numbers.txt``; the reply is their sum. Reward 1.0 for the

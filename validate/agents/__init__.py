@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 
 from environment.protocol import AgentSpec, Environment
-from validate.errors import ContractError
-from validate.records import CONTROL, ORACLE, PROBE
+from validate.core.errors import ContractError
+from validate.core.records import CONTROL, ORACLE, PROBE
 
 
 @cache

@@ -8,7 +8,7 @@
   sandbox session (`validate.sandbox.session`);
 - `shell`: the same agent on task directories (the ``task-shell`` kind): its ``bash`` runs in
   the task's live container, then the task's own verifier decides the reward
-  (`validate.trial.run`);
+  (`validate.taskdir.trial.run`);
 - `records`: the rows it writes (per turn, per sample) beside ``attempts.parquet``;
 - `runner`, `run`: the eval phases (``eval-greedy`` for pass@1 at temperature 0, ``eval``
   for k samples) on one run directory, resumable;

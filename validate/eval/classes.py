@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, NamedTuple, get_args
 
-from validate.records import (
+from validate.core.records import (
     HARNESS_ERROR,
     INFRASTRUCTURE_ERROR,
     OK,
@@ -43,7 +43,7 @@ class Facts(NamedTuple):
     model_s: float
     tool_s: float
     #: A task-directory sample: the task's own verifier scored the container the model left
-    #: (`validate.eval.shell`), so there is no answer to read, only the state it left.
+    #: (`validate.kinds.task_shell`), so there is no answer to read, only the state it left.
     verified: bool = False
 
 

@@ -14,7 +14,7 @@ reward and the sampled mean reward, largest changes first. compare.json names th
 renderer's version and each file of A and B it was computed from (``A/eval.json`` → sha256
 …); `comparison` and `render` are pure functions of those files, so the eval audit computes
 and renders the entry again and demands all three files byte for byte
-(`validate.audit_reports`).
+(`validate.audit.reports`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from validate.errors import ValidateError
+from validate.core.errors import ValidateError
 from validate.eval.contract import differences
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.render import STYLE
 from validate.eval.report import EVAL_INPUTS, EvalEvidence, load_eval, mean, pct
-from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
-from validate.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
-from validate.render import to_html, to_markdown
-from validate.records import AGENT_STATUSES
+from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
+from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
+from validate.core.render import to_html, to_markdown
+from validate.core.records import AGENT_STATUSES
 
 #: Fields of the eval contract two compared evals must share.
 MUST_MATCH = ("parent.manifest_sha256", "parent.task_count", "reward", "k")

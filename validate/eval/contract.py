@@ -1,6 +1,6 @@
 """The eval contract: what a model evaluation freezes, on top of a validated dataset.
 
-An eval contract is written like a `validate.contract.Manifest`: canonical JSON with its own
+An eval contract is written like a `validate.contract.manifest.Manifest`: canonical JSON with its own
 ``sha256`` (of the compact canonical JSON of every other field). Its ``parent`` pins the
 frozen dataset manifest (by sha256) and the pool run it came from (its sealed checksums);
 `freeze` refuses unless that run's *current* dataset verdict is PASS and `validate audit`
@@ -25,11 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 import validate
 from environment.protocol import ScorerSpec, canonical_json, sha256_tag
-from validate.contract import Manifest
-from validate.sealed import SealedDocument, first_error, pretty
-from validate.errors import ContractError
-from validate.jsonio import field_differences
-from validate.patches import PatchInfo
+from validate.contract.manifest import Manifest
+from validate.contract.sealed import SealedDocument, first_error, pretty
+from validate.core.errors import ContractError
+from validate.core.jsonio import field_differences
+from validate.evidence.patches import PatchInfo
 
 SCHEMA_VERSION = 1
 #: The agent implementation this harness ships (`validate.eval.agent`).
@@ -52,7 +52,7 @@ BASH_TOOL: dict[str, Any] = {"type": "function", "function": {
         "command": {"type": "string", "description": "The command line, run with bash -c."}},
         "required": ["command"]}}}
 
-#: The task-directory agent (`validate.eval.shell`): a task's instruction, a shell in its container,
+#: The task-directory agent (`validate.kinds.task_shell`): a task's instruction, a shell in its container,
 #: then the task's own verifier; the model ends its work by replying without a tool call.
 SHELL_AGENT_NAME = "task-shell-agent"
 SHELL_SYSTEM = (
@@ -234,8 +234,9 @@ def request_seed(root: int, task_id: str, sample: int) -> int:
 #: The model agent's source (`validate.eval.agent`), read by path: the agent is built on this
 #: contract, so the contract names its code without importing it.
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
-#: The task-directory agent's sources: its driver and the conversation it plays.
-SHELL_SOURCES = (AGENT_SOURCE, Path(__file__).with_name("shell.py"))
+#: The task-directory agent's sources: the conversation it plays and its driver, the task-shell
+#: kind (`validate.kinds.task_shell`).
+SHELL_SOURCES = (AGENT_SOURCE, Path(__file__).resolve().parents[1] / "kinds" / "task_shell.py")
 
 
 def agent_source_sha256() -> str:

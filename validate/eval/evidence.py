@@ -1,7 +1,7 @@
 """An eval run directory's own files, and the journal of its trajectories.
 
-An eval run directory (drawn in `validate.paths`, its names `validate.paths.EvalPaths`) holds
-the attempts (phases eval-greedy and eval, role model; `validate.evidence.Journal`), one
+An eval run directory (drawn in `validate.core.paths`, its names `validate.core.paths.EvalPaths`) holds
+the attempts (phases eval-greedy and eval, role model; `validate.evidence.journal.Journal`), one
 trajectory row per model call (`validate.eval.records.TurnRow`), one sample row per attempt
 (`validate.eval.records.SampleRow`, failure class included), one row per task of the sampled
 pass (`validate.eval.metrics.TaskEval`) and the summary (`validate.eval.summary.EvalSummary`).
@@ -20,9 +20,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from validate.eval.records import SampleRow, TurnRow
-from validate.evidence import AppendLog, write_parquet
-from validate.paths import EvalPaths
-from validate.records import arrow_schema, flat_row
+from validate.evidence.journal import AppendLog, write_parquet
+from validate.core.paths import EvalPaths
+from validate.core.records import arrow_schema, flat_row
 
 
 class Entry(BaseModel):
@@ -33,7 +33,7 @@ class Entry(BaseModel):
 
 
 class EvalJournal(AppendLog[Entry]):
-    """The eval journal (`validate.evidence.AppendLog` of entries)."""
+    """The eval journal (`validate.evidence.journal.AppendLog` of entries)."""
 
     def __init__(self, paths: EvalPaths) -> None:
         super().__init__(paths.journal, Entry)

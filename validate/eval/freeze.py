@@ -1,8 +1,8 @@
 """Freezing an eval contract: only on a dataset that passed, re-checked at the moment of freezing.
 
-`parent_of` reads a pool run directory through the run model (`validate.run_evidence`: its
+`parent_of` reads a pool run directory through the run model (`validate.evidence.run`: its
 sealed run.json and ledgers) and refuses unless (1) the run froze a set, (2) its current
-dataset verdict (`validate.run_evidence.current_verdict`, the latest smoke test counted) is
+dataset verdict (`validate.evidence.run.current_verdict`, the latest smoke test counted) is
 PASS, (3) `validate audit` of the run finds no problem (the audit is handed in by the caller,
 `validate.api.eval_freeze`: evaluation sits below the audit and never imports it), (4) the
 run's contract names a negative control and every frozen task was tested by one (not frozen
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from validate.contract import Manifest, load_manifest
-from validate.errors import ContractError, EvidenceError
+from validate.contract.manifest import Manifest, load_manifest
+from validate.core.errors import ContractError, EvidenceError
 from validate.eval.contract import DatasetParent
-from validate.evidence import file_sha256
-from validate.paths import FROZEN_MANIFEST, MANIFEST, RunPaths
-from validate.records import AGENT_STATUSES, CONTROL
-from validate.run_evidence import current_verdict, load_run
+from validate.evidence.journal import file_sha256
+from validate.core.paths import FROZEN_MANIFEST, MANIFEST, RunPaths
+from validate.core.records import AGENT_STATUSES, CONTROL
+from validate.evidence.run import current_verdict, load_run
 
 #: The audit of a pool run directory: the problems `validate audit` finds in it (none: it passes).
 PoolAudit = Callable[[Path], Sequence[str]]

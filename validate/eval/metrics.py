@@ -1,7 +1,7 @@
 """Eval metrics as pure functions: final samples in, numbers with honest denominators out.
 
 A *sample* is the final (non-superseded) attempt of one (phase, task, sample). It is
-**valid** when the agent's own run decided it (`validate.records.AGENT_STATUSES`: answered,
+**valid** when the agent's own run decided it (`validate.core.records.AGENT_STATUSES`: answered,
 no answer, crashed, timed out, out of memory, reply too large) — a model's or agent's own
 failure is a valid, unsolved sample. It is **lost** otherwise, with its reason: lost to
 infrastructure after its retries, a harness error, a verifier (scorer) error, an
@@ -30,7 +30,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, Field
 
 from environment.protocol import exact_reward
-from validate.records import (
+from validate.core.records import (
     AGENT_STATUSES,
     HARNESS_ERROR,
     INFRASTRUCTURE_ERROR,
@@ -256,7 +256,7 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
 def final_attempts(rows: Iterable) -> list:
     """The final attempt of each (phase, task, sample) among `rows` (attempts with phase,
     task_id, sample, attempt): its highest try, in key order. The one selection of final
-    attempts; it agrees with `validate.records.Attempt.superseded` as the journal sets it,
+    attempts; it agrees with `validate.core.records.Attempt.superseded` as the journal sets it,
     but reads only the try numbers, so a stored flag is never trusted."""
     best: dict[tuple[str, str, int], object] = {}
     for r in rows:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import requests
 import urllib3
 
-from validate.errors import ValidateError
+from validate.core.errors import ValidateError
 
 #: Seconds to wait for a connection; the answer gets the contract's request timeout (at most READ_S).
 CONNECT_S = 10.0

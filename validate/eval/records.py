@@ -1,6 +1,6 @@
 """The eval's own rows, as pydantic models (the schema of record of its Parquet files).
 
-Beside ``attempts.parquet`` (one `validate.records.Attempt` per attempt, role ``model``):
+Beside ``attempts.parquet`` (one `validate.core.records.Attempt` per attempt, role ``model``):
 
 - ``trajectories.parquet`` — one `TurnRow` per model call, keyed like attempts plus
   ``turn``: the messages sent first (turn 0), the assistant's message (capped), its tool
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from validate.records import TaskRow
+from validate.core.records import TaskRow
 
 
 class AttemptKey(TaskRow):

@@ -1,5 +1,5 @@
 """The eval documents' (report, comparison) stylesheet; they are rendered by the harness's
-one renderer, `validate.render`."""
+one renderer, `validate.core.render`."""
 
 from __future__ import annotations
 

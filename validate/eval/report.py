@@ -9,7 +9,7 @@ text, tool output and error messages are escaped in both formats. Each report is
 ``reports/<UTC time>/`` entry with ``report.json`` (its headline, the trajectories it shows,
 the renderer's version and each file it was rendered from with its sha256). `render` is a
 pure function of those files (no clock, nothing else read): `validate eval audit` renders
-every report again and demands all three files byte for byte (`validate.audit_reports`).
+every report again and demands all three files byte for byte (`validate.audit.reports`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,17 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from validate.errors import EvidenceError
+from validate.core.errors import EvidenceError
 from validate.eval import trajectories
 from validate.eval.classes import rule_table
 from validate.eval.contract import EvalContract, load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, Rate
 from validate.eval.render import STYLE
-from validate.render import to_html, to_markdown
+from validate.core.render import to_html, to_markdown
 from validate.eval.summary import EvalSummary, Operations
-from validate.evidence import atomic_write, file_sha256, new_entry, write_checksums
-from validate.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
+from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
+from validate.core.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 
 #: Trajectories shown per pass and outcome (solved, failed).
 SHOWN = 3

@@ -1,4 +1,4 @@
-"""One eval run — a `validate.lifecycle.Run` whose conclusion is its metrics: open → the greedy
+"""One eval run — a `validate.run.lifecycle.Run` whose conclusion is its metrics: open → the greedy
 pass → the sampled pass → fold → summary, finished even when interrupted, resumable.
 
 The run directory holds the frozen dataset manifest (``manifest.json``, as every run
@@ -18,19 +18,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from validate.errors import EvidenceError
+from validate.core.errors import EvidenceError
 from validate.eval.client import ChatClient
 from validate.eval.contract import EvalContract
 from validate.eval.evidence import EvalJournal, EvalPaths, latest_entries, write_side_tables
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
-from validate.eval.chat import EvalContext, model_play
+from validate.kinds.chat import EvalContext, model_play
 from validate.eval.summary import EvalSummary, summarize
-from validate.evidence import Journal, write_parquet
-from validate.lifecycle import Conclusion, Run
-from validate.paths import RunPaths
-from validate.records import arrow_schema, flat_row
-from validate.context import Interrupted, Play, RunContext
-from validate.summary import machine
+from validate.evidence.journal import Journal, write_parquet
+from validate.run.lifecycle import Conclusion, Run
+from validate.core.paths import RunPaths
+from validate.core.records import arrow_schema, flat_row
+from validate.run.context import Interrupted, Play, RunContext
+from validate.evidence.summary import machine
 
 PASSES = ("greedy", "sampled")
 

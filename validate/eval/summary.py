@@ -34,9 +34,9 @@ from validate.eval.metrics import (
     task_eval,
 )
 from validate.eval.records import SampleRow
-from validate.patches import PatchInfo
-from validate.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
-from validate.summary import Machine
+from validate.evidence.patches import PatchInfo
+from validate.core.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
+from validate.evidence.summary import Machine
 
 
 class Spread(BaseModel):

@@ -1,20 +1,20 @@
 """Attempt kinds by name: how one attempt is prepared, played and scored.
 
 The ``validate.attempt_kinds`` entry-point group of every installed distribution, loaded
-through `validate.registry`. This project registers three: ``program`` (an environment's
+through `validate.core.registry`. This project registers three: ``program`` (an environment's
 agent program runs in a fresh sandbox and its reply is scored on the host,
 `validate.kinds.program`), ``trial`` (a task directory's own image, the agent in it, then the
 task's verifier inside a fresh container of what the agent left, `validate.kinds.trial`) and
-``chat`` (a model converses and calls tools in a live session, `validate.eval.chat`). An
+``chat`` (a model converses and calls tools in a live session, `validate.kinds.chat`). An
 environment names the kind its tasks are played with (`Environment.attempt_kind`).
 """
 
 from __future__ import annotations
 
 from environment.protocol import Environment
-from validate.context import AttemptKind
-from validate.errors import ContractError
-from validate.registry import Registry
+from validate.run.context import AttemptKind
+from validate.core.errors import ContractError
+from validate.core.registry import Registry
 
 KINDS: Registry[AttemptKind] = Registry("validate.attempt_kinds", base=AttemptKind, key="name",
                                         field="environment.attempt_kind", kind="attempt kind", error=ContractError)

@@ -19,15 +19,15 @@ from datetime import UTC, datetime
 
 from environment.protocol import AgentSpec, ScorerUnavailable, Task, sha256_tag
 from validate.agents import source_files
-from validate.context import AttemptKind, Play, RunContext
-from validate.errors import EvidenceError, SandboxError
-from validate.evidence import store_reply
-from validate.paths import SANDBOX_WORKSPACE
-from validate.records import Attempt
+from validate.run.context import AttemptKind, Play, RunContext
+from validate.core.errors import EvidenceError, SandboxError
+from validate.evidence.journal import store_reply
+from validate.core.paths import SANDBOX_WORKSPACE
+from validate.core.records import Attempt
 from validate.sandbox import RunRequest
 from validate.sandbox.storage import attempt_storage
-from validate.verdicts import as_expected
-from validate.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
+from validate.evidence.verdicts import as_expected
+from validate.run.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
 
 
 def _now() -> datetime:

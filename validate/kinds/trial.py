@@ -1,8 +1,8 @@
 """The ``trial`` attempt kind: a task directory's own image, the agent in it, then the task's
-own verifier inside a fresh container of what the agent left (`validate.trial`).
+own verifier inside a fresh container of what the agent left (`validate.taskdir.trial`).
 
 Per task, once per run: the task's image is built from its ``environment/`` against the
-profile's base-image map (`validate.taskimage`; cached by content across runs, the bases
+profile's base-image map (`validate.taskdir.images`; cached by content across runs, the bases
 built on first use into the image store's ``task-images/``), and a separate verifier's
 image from its ``tests/`` the same way (``tests/Dockerfile``; without one, the task's own
 image serves, fresh). A task naming its image (``[environment].docker_image``) runs in the
@@ -13,7 +13,7 @@ environment, a GPU, a base (or ``[environment].docker_image``) the map does not 
 otherwise is the task's error (``scorer_error``, which the verdict reads as
 ``invalid_task_or_verifier``), with the log's tail.
 
-Every trial runs with the harness's resolver (`validate.trial.network`, from the contract's
+Every trial runs with the harness's resolver (`validate.taskdir.trial.network`, from the contract's
 sandbox image): the reference solution's trial that gets no pass and looked a name up, in
 ``solve.sh`` or in ``test.sh``, is ``unsupported_execution_contract`` naming the hosts; any
 agent's lookups are kept in its row's ``stderr``.
@@ -26,7 +26,7 @@ known from docker's own answers, is ``infrastructure_error`` (retried). The repl
 the attempt is the harness's `VerifierRecord` of the reward files' bytes and the task image's
 id, from which the audit reads the reward again by the same rule.
 
-A contract that froze the task images (``execution.task_images``, `validate.taskimage.frozen`)
+A contract that froze the task images (``execution.task_images``, `validate.taskdir.images.frozen`)
 routes each task: a frozen refusal is the task's outcome as frozen (nothing is built), a
 frozen image is taken from the cache and must be that image id (else `TaskImageMismatch`, an
 infrastructure fault), and the row's ``image_digest`` is that id. Without it (a contract
@@ -42,27 +42,27 @@ from environment.harbor.env import HarborTaskRef
 from environment.protocol import sha256_tag
 from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
 from pydantic import ValidationError
-from validate.context import AttemptKind, Play, RunContext
-from validate.errors import SandboxError
+from validate.run.context import AttemptKind, Play, RunContext
+from validate.core.errors import SandboxError
 from validate.kinds.program import Tried, keep_replies, unsupported_row
-from validate.paths import task_image_store
-from validate.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
-from validate.taskimage.bases import build_base_map, needed_recipes, task_refs
-from validate.taskimage.basemap import BaseImageMap
-from validate.taskimage.build import TaskImage, TaskImageRefusal, build_task_image
-from validate.taskimage.docker import DockerImages, images_for
-from validate.records import ORACLE
-from validate.taskimage.frozen import keep_run_log, pins_of, routed
-from validate.trial import network
-from validate.trial.result import TrialLimits, TrialResult
-from validate.trial.support import unsupported
-from validate.trial.agents import plan as agent_plan
-from validate.trial.run import run_trial
-from validate.contract import verifier_mode_of
+from validate.core.paths import task_image_store
+from validate.core.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
+from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
+from validate.taskdir.images.basemap import BaseImageMap
+from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
+from validate.taskdir.images.docker import DockerImages, images_for
+from validate.core.records import ORACLE
+from validate.taskdir.images.frozen import keep_run_log, pins_of, routed
+from validate.taskdir.trial import network
+from validate.taskdir.trial.result import TrialLimits, TrialResult
+from validate.taskdir.trial.support import unsupported
+from validate.taskdir.trial.agents import plan as agent_plan
+from validate.taskdir.trial.run import run_trial
+from validate.contract.manifest import verifier_mode_of
 from environment.protocol import AgentSpec
-from validate.verdicts import as_expected
-from validate.workspace import workspace_sha256
-from validate.trial import bwrap
+from validate.evidence.verdicts import as_expected
+from validate.run.workspace import workspace_sha256
+from validate.taskdir.trial import bwrap
 
 #: The trial's statuses as attempt statuses (the rest: the verifier's or the task's error).
 STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom", "infrastructure_error": "infrastructure_error"}
@@ -91,7 +91,7 @@ class TrialKind(AttemptKind[Tried]):
             lock = self._task_locks.setdefault(key, threading.Lock())
         with lock:
             if key not in self._images:
-                # The contract routes the task's own image (`validate.taskimage.frozen`); a
+                # The contract routes the task's own image (`validate.taskdir.images.frozen`); a
                 # separate verifier's image from tests/ is built (or taken from the cache) here.
                 frozen = ctx.manifest.execution.task_images if context == "environment" else None
                 got = None if frozen is None else routed(frozen, task.id, lambda: self._build(ctx, task),
@@ -192,7 +192,7 @@ class TrialKind(AttemptKind[Tried]):
         # the reference solution's trusted verifier that does not pass is replayed in its own
         # container when it changed paths outside its work paths: does the task need them?
         replay = m.expectations.pass_threshold if agent.role == ORACLE else None
-        if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.trial.bwrap)
+        if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.taskdir.trial.bwrap)
             result = bwrap.run_trial(ctx.sandbox, self._daemon(ctx.sandbox.backend).client, task.parsed,
                                      task_dir, image.image_id, agent.name, limits, lim, reward_key=rule, plan=plan,
                                      replay_below=replay)

@@ -1,6 +1,6 @@
 """Sandbox backends by name: the ``validate.backends`` entry-point group of every installed
 distribution (this project registers docker, bwrap and subprocess in pyproject.toml), loaded
-lazily through the harness's one loader (`validate.registry`): the runner, the contract and
+lazily through the harness's one loader (`validate.core.registry`): the runner, the contract and
 the image build never import a concrete backend, and a backend that lives elsewhere (a test's,
 a third party's) is one class plus one entry point."""
 
@@ -10,8 +10,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from validate.errors import ProfileUnavailable
-from validate.registry import Registry
+from validate.core.errors import ProfileUnavailable
+from validate.core.registry import Registry
 from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, ExecResult, Limits, Mount, RunRequest, Sandbox
 

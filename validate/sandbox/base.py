@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from validate.errors import ProfileUnavailable, SandboxError, ValidateError
-from validate.paths import ImagePaths
+from validate.core.errors import ProfileUnavailable, SandboxError, ValidateError
+from validate.core.paths import ImagePaths
 
 #: Seconds past `Limits.timeout_s` after which the watchdog inside the sandbox kills the agent:
 #: late enough that the harness's own timeout always comes first while the harness lives.
@@ -153,7 +153,7 @@ class BackendFacts(BaseModel):
     python: str = Field(default="", description="the image's Python version, e.g. '3.11.2' ('' without an image)")
     tree_digest: str | None = Field(default=None, description=(
         "bwrap: digest of the unpacked tree it runs, computed from the tree and equal to the "
-        "tarball's (see validate.image.tree_digest); None for other backends"))
+        "tarball's (see validate.sandbox.image.tree_digest); None for other backends"))
     seccomp: str = Field(default="none", description=(
         "The syscall filter agents run under: bwrap's own 'sha256:<hex>' of the compiled BPF "
         "(validate.sandbox.seccomp); docker's built-in default profile of its version; 'none'"))
@@ -183,7 +183,7 @@ class Sandbox(ABC):
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log: Callable[[str], None]) -> None:
-        """Make the image built at `paths` (its rootfs tarball and record, `validate.image`)
+        """Make the image built at `paths` (its rootfs tarball and record, `validate.sandbox.image`)
         runnable by this backend, for `validate image build`; a backend that runs no image
         needs nothing."""
 

@@ -59,7 +59,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from validate.errors import ProfileUnavailable, SandboxError
+from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox.base import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -29,7 +29,7 @@ import functools
 import hashlib
 import os
 
-from validate.errors import ProfileUnavailable
+from validate.core.errors import ProfileUnavailable
 
 #: Refused with EPERM, whatever their arguments. (Names this libseccomp does not know are
 #: refused by number if the kernel has them; none of these is new enough to matter.)

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from validate.errors import SandboxError
+from validate.core.errors import SandboxError
 from validate.sandbox.base import Limits
 
 #: Where attempt storage is mounted unless a caller says otherwise; only mount points live here.

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from validate.errors import SandboxError
+from validate.core.errors import SandboxError
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, supervise, watchdog_argv
 
 

@@ -1,7 +1,7 @@
 """Which runs the viewer can show, and the only way it opens a file.
 
 A dataset run is a directory holding a regular ``run.json``; a model evaluation one holding
-``eval-contract.json`` (whatever else it holds, as `validate.summary.run_kind` reads it); a
+``eval-contract.json`` (whatever else it holds, as `validate.evidence.summary.run_kind` reads it); a
 comparison of two evaluations one holding ``compare.json``. The runs are each directory given
 on the command line if it is one, else each of its children that is one, plus the smoke
 reruns nested in a dataset run (``smoke/<UTC time>/run/``); comparisons are also looked for
@@ -28,12 +28,12 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from validate.errors import ContractError
+from validate.core.errors import ContractError
 from validate.eval.compare import Comparison
 from validate.eval.contract import EvalContract
 from validate.eval.summary import EvalSummary
-from validate.jsonio import JSONInputError, loads
-from validate.paths import (
+from validate.core.jsonio import JSONInputError, loads
+from validate.core.paths import (
     COMPARE_JSON,
     EVAL_CONTRACT,
     EVAL_SUMMARY,
@@ -50,10 +50,10 @@ from validate.paths import (
     VARIANTS,
     RunPaths,
 )
-from validate.profiles import ProfileComparison
-from validate.run_evidence import current_verdict
-from validate.summary import RunSummary
-from validate.verdicts import DatasetVerdict
+from validate.report.profiles import ProfileComparison
+from validate.evidence.run import current_verdict
+from validate.evidence.summary import RunSummary
+from validate.evidence.verdicts import DatasetVerdict
 
 #: The largest JSON file the viewer parses (a 1,000,000-task manifest is ~300 MB; run.json is small).
 MAX_JSON_BYTES = 512 * 1024 * 1024
@@ -302,7 +302,7 @@ def _kind(path: Path) -> str | None:
 
 def _profile_comparison(path: Path) -> bool:
     """A `validate compare-profiles` entry holds a compare.json too, of another document
-    (`validate.profiles.ProfileComparison`): it is no evaluation comparison, so it is not
+    (`validate.report.profiles.ProfileComparison`): it is no evaluation comparison, so it is not
     listed as one (told apart by the document's own fields, not by where it lies)."""
     try:
         ProfileComparison.model_validate(read_json(path, [COMPARE_JSON]))

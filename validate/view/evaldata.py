@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from validate.eval.metrics import GREEDY_PHASE, final_attempts
-from validate.paths import ATTEMPTS, EVAL_TASKS, SAMPLES, TRAJECTORIES
+from validate.core.paths import ATTEMPTS, EVAL_TASKS, SAMPLES, TRAJECTORIES
 from validate.view import tables
 
 KEY = ("phase", "task_id", "agent", "sample", "attempt")

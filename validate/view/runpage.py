@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow.compute as pc
 
-from validate.paths import (
+from validate.core.paths import (
     ATTEMPTS,
     CHECKSUMS,
     EXCLUSIONS,
@@ -28,7 +28,7 @@ from validate.paths import (
     VARIANTS,
 )
 from validate.eval.report import headline
-from validate.records import INCOMPLETE, POOL, VERDICTS
+from validate.core.records import INCOMPLETE, POOL, VERDICTS
 from validate.view import tables
 from validate.view.catalog import EvalEntry, RunEntry, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone, url

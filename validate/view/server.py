@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from validate.paths import (
+from validate.core.paths import (
     ATTEMPTS,
     CHECKSUMS,
     COMPARE_HTML,

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from validate.paths import ATTEMPTS, TASKS
-from validate.records import ROLES
-from validate.summary import RunSummary
+from validate.core.paths import ATTEMPTS, TASKS
+from validate.core.records import ROLES
+from validate.evidence.summary import RunSummary
 from validate.view.catalog import open_inside, resolve_inside
 
 TASK_COLUMNS = ("phase", "task_id", "idx", "family", "verdict", "reason", "detail", "missing", "oracle_reward",

@@ -65,9 +65,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from validate.errors import ProfileUnavailable, SandboxError
-from validate.image import rootfs_facts, unpack_rootfs
-from validate.paths import DEFAULT_IMAGE, ImagePaths
+from validate.core.errors import ProfileUnavailable, SandboxError
+from validate.sandbox.image import rootfs_facts, unpack_rootfs
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp
 from validate.sandbox.base import BackendFacts, ExecResult, Isolation, RunRequest, Sandbox, shield, supervise
 from validate.sandbox.bwrap import server

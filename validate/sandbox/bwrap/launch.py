@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from validate.errors import SandboxError
+from validate.core.errors import SandboxError
 from validate.sandbox.base import RunRequest, watchdog_argv
 from validate.sandbox.cgroups import Cgroups
 

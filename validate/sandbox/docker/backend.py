@@ -39,9 +39,9 @@ import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from validate.errors import ProfileUnavailable, SandboxError
-from validate.image import python_version
-from validate.paths import DEFAULT_IMAGE, ImagePaths
+from validate.core.errors import ProfileUnavailable, SandboxError
+from validate.sandbox.image import python_version
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, shield
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.docker import wire

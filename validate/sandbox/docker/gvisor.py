@@ -40,7 +40,7 @@ import requests
 from docker.errors import DockerException
 from docker.types import Ulimit
 
-from validate.errors import ProfileUnavailable
+from validate.core.errors import ProfileUnavailable
 from validate.sandbox.base import BackendFacts, Isolation, RunRequest
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.wire import unreachable

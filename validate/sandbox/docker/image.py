@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import tarfile
 
-from validate.errors import ProfileUnavailable
-from validate.image import DPKG_STATUS, parse_dpkg_status, require_record
-from validate.paths import ImagePaths
+from validate.core.errors import ProfileUnavailable
+from validate.sandbox.image import DPKG_STATUS, parse_dpkg_status, require_record
+from validate.core.paths import ImagePaths
 
 _PACKAGES: dict[str, dict[str, str]] = {}
 

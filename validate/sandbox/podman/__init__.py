@@ -31,7 +31,7 @@ limits. Storage is the harness's size- and inode-capped tmpfs (``/tmp`` too: pod
 takes no inode cap), file size RLIMIT_FSIZE (rlimits do bite rootless), the timeout the
 harness's plus the watchdog's. `BackendFacts.isolation` records all of it.
 
-Harbor trials (`validate.trial.run`) speak only the Docker API to the service; `limits.PodmanAPI`
+Harbor trials (`validate.taskdir.trial.run`) speak only the Docker API to the service; `limits.PodmanAPI`
 makes up what podman 4.3 does differently there: the limits a trial container asks go on the
 harness's own group (PID 1 and every exec join it), an exec is waited for attached (a
 detached one is never reported ended), a fresh volume is mounted ``nocopy`` (else podman

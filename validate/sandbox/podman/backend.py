@@ -13,9 +13,9 @@ import docker
 import requests
 from docker.errors import DockerException, ImageNotFound
 
-from validate.errors import ProfileUnavailable, SandboxError
-from validate.image import python_version, require_record
-from validate.paths import AGENT_UID, DEFAULT_IMAGE, KEY_UID, ImagePaths
+from validate.core.errors import ProfileUnavailable, SandboxError
+from validate.sandbox.image import python_version, require_record
+from validate.core.paths import AGENT_UID, DEFAULT_IMAGE, KEY_UID, ImagePaths
 from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, Isolation, RunRequest, watchdog_argv
 from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect

@@ -9,7 +9,7 @@ from pathlib import Path
 import docker
 from docker.errors import NotFound
 
-from validate.errors import SandboxError
+from validate.core.errors import SandboxError
 from validate.sandbox.base import Limits
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman.service import LIBPOD
@@ -35,7 +35,7 @@ class PodmanAPI(docker.APIClient):
     gate waits for it). `groups` maps a container id to its group's name, set at creation.
 
     A container made through the Docker API's own creation (a Harbor trial's,
-    `validate.trial.docker.create`) has the memory, pids and cpu limits its host config asks
+    `validate.taskdir.trial.docker.create`) has the memory, pids and cpu limits its host config asks
     taken out (rootless podman on cgroup v1 ignores them, silently) and put on a group of the
     harness's own, which its PID 1 itself joins at the start (PID 1 is the trial's backstop
     ``sleep``; the OOM counter read from it is then the group's) and each exec's gate before
@@ -45,9 +45,9 @@ class PodmanAPI(docker.APIClient):
     goes in at the start (`start`)."""
 
     #: podman 4.3's exec inspect never reports a *detached* exec as ended (``Running`` stays
-    #: true): `validate.trial.docker.run_exec` attaches instead and waits for the stream's end.
+    #: true): `validate.taskdir.trial.docker.run_exec` attaches instead and waits for the stream's end.
     exec_attached = True
-    #: No one-container trial here (`validate.trial.run`): it pauses the container (the cgroup
+    #: No one-container trial here (`validate.taskdir.trial.run`): it pauses the container (the cgroup
     #: freezer, which rootless podman on cgroup v1 cannot use) and binds host directories the
     #: rootless user cannot make; a trial snapshots the agent's container instead.
     one_container = False

@@ -9,7 +9,7 @@ import os
 import pwd
 from pathlib import Path
 
-from validate.errors import ProfileUnavailable
+from validate.core.errors import ProfileUnavailable
 
 #: The socket of the rootless service; unset, the default user's at its XDG runtime dir.
 HOST_ENV = "VALIDATE_PODMAN_HOST"
