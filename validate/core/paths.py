@@ -104,6 +104,8 @@ AGENT_UID = 65534
 KEY_UID = 65533
 
 MANIFEST = "manifest.json"
+#: The index `docker save` writes at the root of an image archive (the same name, not a run's file).
+IMAGE_ARCHIVE_INDEX = "manifest.json"
 FROZEN_MANIFEST = "frozen-manifest.json"
 VARIANTS = "variants"
 PATCH = "patch.diff"

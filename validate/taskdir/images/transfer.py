@@ -25,6 +25,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
+from validate.core.paths import IMAGE_ARCHIVE_INDEX
 from validate.core.errors import ValidateError
 from validate.taskdir.images.build import KEY_LABEL
 from validate.taskdir.images.content import compare_content
@@ -76,7 +77,7 @@ def archive_images(archive: Path) -> set[str]:
     name (tag), or is not a docker save archive."""
     try:
         with tarfile.open(archive, mode="r:") as tar:
-            member = next((x for x in tar if x.name in ("manifest.json", "./manifest.json")), None)
+            member = next((x for x in tar if x.name in (IMAGE_ARCHIVE_INDEX, f"./{IMAGE_ARCHIVE_INDEX}")), None)
             if member is None or not member.isreg() or member.size > _MAX_INDEX_BYTES:
                 raise ValidateError(f"{archive}: no manifest.json index: not an archive `validate image export "
                                     f"--manifest` wrote")
