@@ -214,3 +214,16 @@ def test_the_container_s_own_filesystem_holds_no_more_than_the_contract_s_storag
     assert 0 < int(got["bytes"]) <= 32 * 2**20, r.agent_run.stdout
     assert 0 < int(got["files"]) <= 2000, r.agent_run.stdout
     assert (r.status, r.reward, r.storage_bounded) == ("ok", 1.0, True)
+
+
+def test_the_verifier_words_hold_the_programs_test_sh_runs_by_name_and_by_path(tmp_path):
+    from validate.taskdir.trial.agents import verifier_words
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nset -e\ncd /app && /opt/venv/bin/python -m pytest tests/ > $LOG\n"
+        "if uv run check; then echo 1; fi > /logs/verifier/reward.txt\n")
+    words = verifier_words(tmp_path).decode().split()
+    assert "/opt/venv/bin/python" in words and "uv" in words and "pytest" in words
+    assert "/logs/verifier/reward.txt" in words and "/app" in words  # paths are words too: a control tries them
+    assert not {"if", "then", "cd", "set", "LOG", "tests/"} & set(words), words

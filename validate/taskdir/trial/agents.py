@@ -45,6 +45,8 @@ VERIFIER_WORDS = f"{CONTROL_DIR}/verifier-words"
 _SHELL_WORDS = frozenset("if then else elif fi for while until do done case esac in function return exit set "
                          "export local read cd shift trap eval exec source unset".split())
 _WORD = re.compile(r"(?<![\w./$-])([A-Za-z_][A-Za-z0-9_.+-]{0,63})")
+#: An absolute path test.sh spells (``/opt/venv/bin/python``): a program it may run by its path.
+_PATH = re.compile(r"(?<![\w./$-])(/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+){0,15})")
 MAX_WORDS = 256
 
 #: Runs a script with bash when the image has it (as Harbor does), else sh.
@@ -98,13 +100,16 @@ def declared() -> dict[str, AgentSpec]:
 
 
 def verifier_words(task_dir: Path, max_bytes: int = 1 << 20) -> bytes:
-    """The words of the task's ``tests/test.sh`` that could name a program, sorted, one a line."""
+    """The words of the task's ``tests/test.sh`` that could name a program — bare names and
+    absolute paths — sorted, one a line."""
     try:
         with open(Path(task_dir) / "tests" / "test.sh", "rb") as f:
             text = f.read(max_bytes).decode("utf-8", "replace")
     except OSError:
         return b""
-    words = sorted({w for w in _WORD.findall(text) if w not in _SHELL_WORDS})[:MAX_WORDS]
+    names = {w for w in _WORD.findall(text) if w not in _SHELL_WORDS}
+    paths = {p for p in _PATH.findall(text) if len(p) <= 255}
+    words = sorted(names | paths)[:MAX_WORDS]
     return "".join(f"{w}\n" for w in words).encode()
 
 
