@@ -117,7 +117,9 @@ def bare_trusted_trial(api, image: str, names, scratch: Path) -> float:
         upper, lowers = _layers(api, cid)
         changes, _ = layers.diff(upper, lowers)
         keep = tuple(c["Path"] for c in changes if c["Path"].startswith("/app/"))
-        layers.revert(upper, upper.parent / "bench-stash", changes, keep, ["/app"])
+        stash = upper.parent / "bench-stash"
+        stash.mkdir(exist_ok=True)
+        layers.revert(upper, stash, keep, ["/app"])
         api.start(cid)
         api.exec_start(api.exec_create(cid, TEST)["Id"])
         return float((out / "reward.txt").read_text())

@@ -477,7 +477,10 @@ def reprofile(like: Manifest, *, name: str, facts: BackendFacts, git_commit: str
     """The contract `like` on another execution profile: the same environment, selection, tasks,
     expectations, minimum count, salt and parent (so the same tasks, judged the same way), with
     a new execution profile from this machine's backend `facts` — what
-    `validate.report.profiles` compares. The caller checks first that the tasks load here as frozen."""
+    `validate.report.profiles` compares; its verifier mode `like`'s unless `execution` gives one.
+    The caller checks first that the tasks load here as frozen."""
+    if like.execution.trial is not None:  # the same verifier mode, unless the caller gives one
+        execution = {"trial": like.execution.trial, **execution}
     return like.model_copy(update={
         "name": name, "created_at": datetime.now(UTC), "execution": profile(facts, **execution),
         "harness_version": validate.__version__, "git_commit": git_commit, "patch": patch,

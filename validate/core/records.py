@@ -159,7 +159,10 @@ class TrialEvidence(BaseModel):
     verifier_mode: Literal["trusted", "shared", "separate"] = Field(description=(
         "Where the verifier ran: trusted (a fresh container of the task's image, the agent's changes under the "
         "work paths carried), shared (the agent's own container), separate (the task's own verifier image)."))
-    work_paths: list[Text] = Field(description="Trusted: the task's work paths (validate.taskdir.trial.workpaths.RULE).")
+    work_paths: list[Text] = Field(description="The task's work paths (validate.taskdir.trial.workpaths.RULE): every "
+                                              "change under them is the agent's work.")
+    named_paths: list[Text] = Field(default_factory=list, description=(
+        "The paths the instruction or tests name outside them: only what the agent added there is its work."))
     carried: list[Text] = Field(description="The agent's changed subtrees under its work paths (the first 200): "
                                            "trusted, all the verifier gets of its changes; otherwise seen by the "
                                            "verifier like every other change.")
@@ -203,9 +206,10 @@ class TrialEvidence(BaseModel):
         if self.dropped:
             out.append(f"[not handed to the verifier: {', '.join(self.dropped)}]")
         if self.verifier_mode == "trusted":
+            named = f"; what it added under {', '.join(self.named_paths)}" if self.named_paths else ""
             out.append(f"[trusted verifier: carried {self.carried_total} of the agent's paths under its work paths "
-                       f"({', '.join(self.work_paths) or 'none'}); {self.outside_total} changes outside them stayed "
-                       f"in the agent's container]")
+                       f"({', '.join(self.work_paths) or 'none'}{named}); {self.outside_total} changes outside them "
+                       f"stayed in the agent's container]")
         if self.shared_replayed:
             out.append("[the verifier replayed in the agent's own container]")
         out.append(f"[verifier exit {self.verifier_exit_code}]")

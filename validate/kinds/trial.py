@@ -301,7 +301,8 @@ def evidence_of(result: TrialResult) -> TrialEvidence:
         note = "; ".join(b for b in (f"{looked.overflow} more not named" if looked.overflow else "",
                                      looked.problem or "") if b)
     return TrialEvidence(
-        verifier_mode=result.verifier_mode, work_paths=list(result.work_paths), carried=list(result.carried),
+        verifier_mode=result.verifier_mode, work_paths=list(result.work_paths),
+        named_paths=list(result.named_paths), carried=list(result.carried),
         carried_total=result.carried_total, dropped=[*result.dropped, *(handed.dropped if handed else [])],
         outside=[PathChange(path=c.path, kind=c.kind) for c in result.outside_changes],
         outside_total=result.outside_changes_total, processes_killed=result.agent_processes_killed,

@@ -76,6 +76,27 @@ def mount_tmpfs(target: Path, limits: Limits, gid: int | None = None, noexec: bo
         raise SandboxError(f"storage: cannot mount a tmpfs at {target} ({options}): {os.strerror(e)}")
 
 
+_MS_REMOUNT = 0x20
+
+
+def ensure_room(target: Path, inodes: int, size_bytes: int, noexec: bool = True) -> bool:
+    """The tmpfs at `target` (`mount_tmpfs`) grown, when it must be, so that at least `inodes`
+    inodes and `size_bytes` bytes are free: what a harness needs to start a container again on
+    a layer its agent filled. Whether it was grown."""
+    st = os.statvfs(target)
+    more_inodes = max(0, inodes - st.f_favail)
+    more_bytes = max(0, size_bytes - st.f_bavail * st.f_frsize)
+    if not more_inodes and not more_bytes:
+        return False
+    size_kib = -(-(st.f_blocks * st.f_frsize + more_bytes) // 1024)
+    options = f"size={size_kib}k,nr_inodes={st.f_files + more_inodes}"
+    flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | (_MS_NOEXEC if noexec else 0)
+    if _libc.mount(b"tmpfs", os.fsencode(target), b"tmpfs", flags, options.encode()) != 0:
+        e = ctypes.get_errno()
+        raise SandboxError(f"storage: cannot grow the tmpfs at {target} ({options}): {os.strerror(e)}")
+    return True
+
+
 def unmount(target: Path) -> None:
     """Detach every mount stacked on `target` (never following a symlink); none is fine."""
     for _ in range(64):

@@ -200,8 +200,9 @@ def _carry(trial: Trial, task: HarborTask, task_dir: Path, root: roots.TaskRoot,
                                 workpaths.named_paths(workpaths.task_texts(task_dir, task.instruction)))
     changes, cut = layers.diff(trial.dir / "upper", root.root)
     carry = workpaths.plan(changes, work)
-    dropped = layers.carried_layer(trial.dir / "upper", trial.dir / "carried", carry.copy, carry.delete)
-    result.work_paths = list(work)
+    dropped = layers.carried_layer(trial.dir / "upper", trial.dir / "carried", carry.copy, carry.delete,
+                                   tuple(work.all()))
+    result.work_paths, result.named_paths = list(work.full), list(work.named)
     result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
     result.dropped = dropped + ([f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
                                 if cut else [])

@@ -44,14 +44,18 @@ import requests
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount
 
+from validate.core.errors import SandboxError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, procs_of
-from validate.sandbox.storage import mount_tmpfs, remove_tree
+from validate.sandbox.storage import ensure_room, mount_tmpfs, remove_tree
 from validate.sandbox.storage import unmount as storage_unmount
 from validate.sandbox.docker.wire import LABEL
 from validate.taskdir.trial import tool as harness_tool
 
 TRIAL_LABEL = f"{LABEL}.trial"
+#: Beside a capped container's writable layer: where the trusted verifier moves aside what it
+#: must not see (`validate.taskdir.trial.layers.revert`); removed with the layer.
+STASH = "dv-stash"
 BACKSTOP_S = 60
 #: Capabilities of docker's default set a task's agent or verifier never needs here.
 CAP_DROP = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT"]
@@ -236,7 +240,31 @@ def cap_layer(res: Resources, cid: str, size_mb: int, inodes: int) -> bool:
         (layer / name).write_bytes(data_)
     (layer / "diff").mkdir(mode=0o755)
     (layer / "work").mkdir(mode=0o700)
+    # what the daemon and the harness make there later, made now: an agent that spends every
+    # inode of its layer cannot keep the container from starting again, nor its changes from
+    # being moved aside (`layers.revert`)
+    (layer / "work" / "work").mkdir(mode=0o700)
+    (layer / "merged").mkdir(mode=0o700)
+    (layer / STASH).mkdir(mode=0o700)
     return True
+
+
+#: What a capped layer keeps free for the harness each time its container starts: overlayfs
+#: makes its work directory and probes again at every mount, and an agent may have spent
+#: every inode and byte of the contract's storage.
+START_ROOM = (64, 1 << 20)
+
+
+def make_room(res: Resources, cid: str) -> bool:
+    """Before `cid` starts (again): its capped layer (`cap_layer`) given `START_ROOM` free, grown
+    past the contract's storage by at most that much a start. Whether it had to grow."""
+    layer = res.caps.get(cid)
+    if layer is None:
+        return False
+    try:
+        return ensure_room(layer, *START_ROOM, noexec=False)
+    except SandboxError as e:
+        raise DockerFault(f"docker: {e}") from None
 
 
 def create(res: Resources, spec: Spec, name: str) -> str:

@@ -65,10 +65,14 @@ def diff(upper: Path, lower: Path | list[Path]) -> tuple[list[dict], bool]:
     return out, False
 
 
-def carried_layer(upper: Path, target: Path, paths: tuple[str, ...], deleted: tuple[str, ...]) -> list[str]:
+def carried_layer(upper: Path, target: Path, paths: tuple[str, ...], deleted: tuple[str, ...],
+                  work: tuple[str, ...] = ()) -> list[str]:
     """Copy each of `paths` and `deleted` (absolute, as planned) from the upper layer into
-    `target` with its subtree, whiteouts and opaque marks kept (``cp -a``, as root), parents made
-    with the upper layer's modes; return the devices, fifos and sockets left out (named)."""
+    `target` with its subtree, whiteouts and opaque marks kept, its files hard-linked (``cp
+    -al``, as root: the carried layer costs the trial's storage no second copy of the agent's
+    work), parents made with the upper layer's modes (and its opaque mark, inside the `work`
+    paths: a directory the agent replaced stays replaced); return the devices, fifos and
+    sockets left out (named)."""
     if not target.exists():
         target.mkdir(mode=0o755)
     dropped: list[str] = []
@@ -89,7 +93,7 @@ def carried_layer(upper: Path, target: Path, paths: tuple[str, ...], deleted: tu
     return sorted(dropped)
 
 
-def _parents(upper: Path, target: Path, rel: str) -> None:
+def _parents(upper: Path, target: Path, rel: str, work: tuple[str, ...] = ()) -> None:
     parts = rel.split("/")[:-1]
     for i in range(1, len(parts) + 1):
         sub = "/".join(parts[:i])
@@ -99,6 +103,8 @@ def _parents(upper: Path, target: Path, rel: str) -> None:
         st = os.lstat(upper / sub)
         os.mkdir(made, stat.S_IMODE(st.st_mode))
         os.chown(made, st.st_uid, st.st_gid)
+        if _opaque(upper / sub) and any(under("/" + sub, w) for w in work):
+            os.setxattr(made, OPAQUE, b"y", follow_symlinks=False)
 
 
 def _drop_specials(target: Path, rel: str) -> list[str]:
@@ -123,55 +129,135 @@ def _drop_specials(target: Path, rel: str) -> list[str]:
 
 
 OPAQUE = "trusted.overlay.opaque"
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Reverted:
-    """What `revert` moved out of a writable layer (into `stash`) and the opaque marks it took
-    off; `restore` puts both back (the agent's own layer again, for a replay in its container)."""
+    """What `revert` moved out of a writable layer (into `stash`, each entry under a name of its
+    own) and the opaque marks it took off; `restore` puts them back: the agent's own layer
+    again, for the reference solution's replay in its container."""
 
     def __init__(self, upper: Path, stash: Path) -> None:
         self.upper, self.stash = upper, stash
-        self.moved: list[str] = []
+        self.moved: list[tuple[str, str]] = []  # (path below the layer, name in the stash)
         self.unmarked: list[str] = []
+        self.dropped: list[str] = []
 
-    def restore(self) -> None:
-        for rel in reversed(self.moved):
-            os.makedirs((self.upper / rel).parent, exist_ok=True)
-            os.rename(self.stash / rel, self.upper / rel)
-        for rel in self.unmarked:
-            os.setxattr(self.upper / rel, OPAQUE, b"y", follow_symlinks=False)
+    def restore(self) -> bool:
+        """Everything moved put back where it was, never through a link: a path whose parent
+        is no longer a directory of the layer (what ran since changed it) stays aside, and the
+        answer is False. What now stands where an entry goes back is moved aside itself."""
+        whole = True
+        stash_fd = os.open(self.stash, _DIR)
+        try:
+            for n, (rel, name) in enumerate(reversed(self.moved)):
+                parent = _open_below(self.upper, rel.split("/")[:-1])
+                if parent is None:
+                    whole = False
+                    continue
+                leaf = rel.split("/")[-1]
+                try:
+                    try:
+                        os.lstat(leaf, dir_fd=parent)
+                        os.rename(leaf, f"since-{n}", src_dir_fd=parent, dst_dir_fd=stash_fd)
+                    except FileNotFoundError:
+                        pass
+                    os.rename(name, leaf, src_dir_fd=stash_fd, dst_dir_fd=parent)
+                finally:
+                    os.close(parent)
+            for rel in self.unmarked:
+                fd = _open_below(self.upper, rel.split("/"))
+                if fd is None:
+                    whole = False
+                    continue
+                try:
+                    os.setxattr(fd, OPAQUE, b"y")
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(stash_fd)
         self.moved, self.unmarked = [], []
+        return whole
 
 
-def revert(upper: Path, stash: Path, changes: list[dict], keep: tuple[str, ...], work: list[str]) -> Reverted:
+def _open_below(root: Path, parts: list[str]) -> int | None:
+    """A descriptor of the directory `parts` below `root`, every component opened without
+    following a link; None when one is missing or not a directory."""
+    fd = os.open(root, _DIR)
+    for part in parts:
+        try:
+            nxt = os.open(part, _DIR, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def revert(upper: Path, stash: Path, keep: tuple[str, ...], work: list[str]) -> Reverted:
     """Make a stopped container's writable layer hold only the agent's changes at or under
-    `keep` (the carried paths, deletions included): every other changed path moved out (into
-    `stash`, on the same filesystem: a rename), so the image's own version shows again; a
-    directory above a kept path but outside the work paths loses its opaque mark (the image's
-    other entries there show again); devices, fifos and sockets under a kept path moved out
-    too. Started again, the container is the image with only the carried changes."""
+    `keep` (the carried paths, deletions included): walked from the top, every entry that is
+    neither kept nor above a kept path moved aside into `stash` (on the same filesystem: a
+    rename), so the image's own version shows again — whatever a listing of the changes
+    said, however many there are; a directory above a kept path but outside the work paths
+    loses its opaque mark (the image's other entries there show again); devices, fifos and
+    sockets under a kept path moved aside too (`Reverted.dropped`). Started again, the
+    container is the image with only the carried changes."""
     done = Reverted(upper, stash)
-    for change in sorted(changes, key=lambda c: c["Path"]):
-        path = change["Path"]
-        rel = path.lstrip("/")
-        if any(under(path, "/" + m) for m in done.moved):
-            continue  # inside a subtree already moved
-        if any(under(path, k) for k in keep):
-            try:
-                st = os.lstat(upper / rel)
-            except OSError:
-                continue
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode)
-                    or _is_whiteout(st)):
-                _move(done, rel)
+    kept = set(keep)
+    above = {a for k in keep for a in _ancestors(k)}
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        fd = _open_below(upper, rel.split("/") if rel else [])
+        if fd is None:
             continue
-        if any(under(k, path) for k in keep):  # an ancestor of what is carried: it stays
-            if not any(under(path, w) for w in work) and _opaque(upper / rel):
-                os.removexattr(upper / rel, OPAQUE, follow_symlinks=False)
-                done.unmarked.append(rel)
-            continue
-        _move(done, rel)
+        try:
+            names = sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+        for name in names:
+            child = f"{rel}/{name}" if rel else name
+            path = "/" + child
+            if path in kept:
+                _drop_specials_below(done, child)
+            elif path in above:
+                st = os.lstat(upper / child)
+                if not stat.S_ISDIR(st.st_mode):
+                    _move(done, child)
+                    continue
+                if not any(under(path, w) for w in work) and _opaque(upper / child):
+                    os.removexattr(upper / child, OPAQUE, follow_symlinks=False)
+                    done.unmarked.append(child)
+                stack.append(child)
+            else:
+                _move(done, child)
     return done
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _drop_specials_below(done: Reverted, rel: str) -> None:
+    """Devices (whiteouts aside), fifos and sockets at or under `rel` moved aside, named."""
+    stack = [rel]
+    while stack:
+        path = stack.pop()
+        try:
+            st = os.lstat(done.upper / path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                stack += [f"{path}/{n}" for n in sorted(os.listdir(done.upper / path))]
+            except OSError:
+                pass
+        elif not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode) or _is_whiteout(st)):
+            _move(done, path)
+            done.dropped.append("/" + path)
 
 
 def _opaque(path: Path) -> bool:
@@ -182,8 +268,6 @@ def _opaque(path: Path) -> bool:
 
 
 def _move(done: Reverted, rel: str) -> None:
-    if not os.path.lexists(done.upper / rel):
-        return
-    os.makedirs((done.stash / rel).parent, exist_ok=True)
-    os.rename(done.upper / rel, done.stash / rel)
-    done.moved.append(rel)
+    name = str(len(done.moved))
+    os.rename(done.upper / rel, done.stash / name)
+    done.moved.append((rel, name))

@@ -41,7 +41,8 @@ TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "tas
 #: task's own verifier environment, handed only ``/logs/artifacts``.
 VerifierMode = Literal["trusted", "shared", "separate"]
 VerifierErrorKind = Literal["missing", "empty", "too_large", "not_utf8", "unparsable", "non_numeric",
-                            "non_finite", "out_of_range", "missing_key", "not_regular", "timeout", "oom"]
+                            "non_finite", "out_of_range", "missing_key", "not_regular", "timeout", "oom",
+                            "killed"]
 
 
 class TrialLimits(BaseModel):
@@ -156,6 +157,8 @@ class TrialResult(BaseModel):
     #: whole), the devices, fifos and sockets left out, and the agent's changes outside the work
     #: paths (the daemon's diff; listed up to the same cap, the count whole).
     work_paths: list[str] = Field(default_factory=list)
+    #: The paths named in the instruction or tests outside those: only what the agent added there is carried.
+    named_paths: list[str] = Field(default_factory=list)
     carried: list[str] = Field(default_factory=list)
     carried_total: int = 0
     dropped: list[str] = Field(default_factory=list)

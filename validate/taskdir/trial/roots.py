@@ -37,7 +37,7 @@ from validate.core.errors import SandboxError
 from validate.core.paths import AGENT_UID, task_image_store
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial.docker import Found, Tree
+from validate.taskdir.trial.docker import Found, Tree, read_host_tree
 
 #: Who owns every file of an unpacked tree, and whom every process of the sandbox runs as.
 TREE_UID = AGENT_UID
@@ -237,49 +237,9 @@ def fresh_dir(root: Path, path: str) -> None:
 def read_tree(root: Path, path: str, per_file: int, budget: int) -> Tree:
     """Every entry under `path` (relative to `root`), as `validate.taskdir.trial.docker.read_tree`
     reads a container's: links as links, regular files up to `per_file` bytes, the reading
-    stopped after `budget` bytes (`Tree.truncated`); a missing path is an empty tree."""
-    parts = [p for p in path.split("/") if p]
-    root_fd = os.open(root, _DIR)
-    try:
-        parent = _open_dir(root_fd, parts[:-1], make=False)
-    except (FileNotFoundError, NotADirectoryError, OSError):
-        return Tree(entries=[])
-    finally:
-        os.close(root_fd)
-    tree = Tree(entries=[])
-    left = [budget]
-    try:
-        _read_entry(parent, parts[-1], ".", per_file, left, tree)
-    finally:
-        os.close(parent)
-    return tree
+    stopped after `budget` bytes (`Tree.truncated`); a missing path is an empty tree. Read as the
+    harness reads its own host directories (`read_host_tree`): iteratively, one descriptor per
+    level, however deep a chain the agent made."""
+    return read_host_tree(root, path, per_file, budget)
 
-
-def _read_entry(dir_fd: int, name: str, rel: str, per_file: int, left: list[int], tree: Tree) -> None:
-    if left[0] <= 0:
-        tree.truncated = True
-        return
-    try:
-        st = os.lstat(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return
-    if stat.S_ISREG(st.st_mode):
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(min(per_file, left[0]))
-        left[0] -= max(len(data), 512)
-        tree.entries.append(Found(path=rel, kind="file", size=st.st_size, data=data))
-    elif stat.S_ISDIR(st.st_mode):
-        tree.entries.append(Found(path=rel, kind="dir", size=0, data=None))
-        left[0] -= 512
-        fd = os.open(name, _DIR, dir_fd=dir_fd)
-        try:
-            for child in sorted(os.listdir(fd)):
-                _read_entry(fd, child, child if rel == "." else f"{rel}/{child}", per_file, left, tree)
-        finally:
-            os.close(fd)
-    else:
-        left[0] -= 512
-        tree.entries.append(Found(path=rel, kind="symlink" if stat.S_ISLNK(st.st_mode) else "other", size=0,
-                                  data=None))
 

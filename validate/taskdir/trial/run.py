@@ -216,6 +216,11 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 (host / HARNESS).mkdir(mode=0o755)
                 mount_tmpfs(host / HARNESS, sized, noexec=False)
                 os.chmod(host / HARNESS, 0o755)
+                # the resolver's files on a tmpfs of their own: an agent filling the writable
+                # /etc/hosts fills nothing the harness writes next (the tests, the reward's dir)
+                (host / HARNESS / "etc").mkdir(mode=0o755)
+                mount_tmpfs(host / HARNESS / "etc", _ETC_STORAGE, noexec=True)
+                os.chmod(host / HARNESS / "etc", 0o755)
             own.prepare(host, host / HARNESS / "etc" if bound else host / "etc", f"dv-{res.trial}")
         work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
                                     workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
@@ -300,11 +305,11 @@ def _image_defaults(res: dk.Resources, image: str, applied: Applied) -> tuple[di
             config.get("WorkingDir") or None)
 
 
-def _seen(result: TrialResult, work: list[str], changes: list[dict], cut: bool) -> None:
+def _seen(result: TrialResult, work: workpaths.WorkPaths, changes: list[dict], cut: bool) -> None:
     """The agent's changes as a verifier that sees them all (shared, separate) records them:
     those under its work paths and those outside (evidence only: nothing is carried or left)."""
     seen = workpaths.plan(changes, work)
-    result.work_paths = list(work)
+    result.work_paths, result.named_paths = list(work.full), list(work.named)
     result.carried, result.carried_total = list(seen.copy[:trusted.MAX_LISTED]), len(seen.copy)
     result.outside_changes = list(seen.outside[:trusted.MAX_LISTED])
     result.outside_changes_total = len(seen.outside)
@@ -339,9 +344,11 @@ def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result:
     if foreign:
         raise HarnessFault(f"verifier: execs the harness did not make ran in the verifier's container during its "
                            f"phase ({', '.join(e[:12] for e in foreign)}): its result cannot be vouched for")
-    if not still:
+    if not still and not oom:
         raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) was no longer the harness's program when "
                            f"the verifier ended")
+    # (PID 1 gone and an OOM kill in the phase: the kernel took it, under the verifier's memory:
+    # a verifier OOM, whatever made it)
     _verified(result, read(), ex, oom, limits, reward_key, reward_range)
 
 
@@ -375,6 +382,7 @@ def _spec(task: HarborTask, image: str, result: TrialResult, lifetime_s: float, 
 
 def _started(res: dk.Resources, cid: str) -> tuple[int, int | None, float]:
     """Start `cid`; its PID 1 on the host, its OOM-kill counter now, and when (wall clock)."""
+    dk.make_room(res, cid)
     since = time.time()
     dk.call("start a container", res.api.start, cid)
     pid = int(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("Pid") or 0)
@@ -496,7 +504,7 @@ def _state_once_heard(res: dk.Resources, cid: str, pid: int) -> dict:
 
 def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                  limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                 separate: bool, own: _OwnResolver, users: dict[str, str], work: list[str]):
+                 separate: bool, own: _OwnResolver, users: dict[str, str], work: workpaths.WorkPaths):
     """The agent phase in a container of its own: run the agent; record what it left in
     /logs/verifier; return the artifacts to hand a separate verifier (`validate.taskdir.trial.artifacts`),
     or else a snapshot of the agent's filesystem for a fresh verifier container (a client that
@@ -648,6 +656,11 @@ class _OwnResolver:
     def mounts(self) -> tuple:
         return self._mounts
 
+    def rewrite(self) -> None:
+        """The resolver's files written again (what the agent made of them gone)."""
+        if self.files is not None:
+            nsresolver.mounts(self.files, self.hostname, hosts_writable=True)
+
     def started(self, pid: int) -> None:
         if self.wanted:
             try:
@@ -660,7 +673,7 @@ class _OwnResolver:
         if self.resolver is None:
             return
         self.resolver.boundary()
-        nsresolver.mounts(self.files, self.hostname, hosts_writable=True)
+        self.rewrite()
         self.follow(pid)
 
     def follow(self, pid: int) -> None:
@@ -836,6 +849,9 @@ def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, f
                                f"{result.applied.verifier_timeout_s:g} s timeout and was killed")
     elif run.oom_killed:
         failed = VerifierError(kind="oom", detail="the verifier ran out of memory")
+    elif run.exit_code == harness_tool.KILLED and result.verifier_mode != "separate":
+        failed = VerifierError(kind="killed", detail="test.sh was ended by a signal, not by its own exit: what "
+                                                     "stands in its reward files is not its word")
     odd = [f for f in tree.entries if f.path in (REWARD_JSON, REWARD_TXT) and f.kind != "file"]
     if failed is None and odd:
         failed = VerifierError(kind="not_regular", file=odd[0].path,

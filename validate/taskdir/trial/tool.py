@@ -35,6 +35,8 @@ BINARY = f"{MOUNT}/dvtool"
 NAME = "dvtool"
 #: The name PID 1 gives itself once its ids are settled (`validate.taskdir.trial.docker.settle_pid1`).
 READY = "dvtool-ready"
+#: The verifier's exit status when a signal, not its own exit, ended test.sh (`run`).
+KILLED = 121
 _lock = threading.Lock()
 _built: dict[str, Path] = {}
 

@@ -41,6 +41,7 @@ from environment.harbor.reward import MAX_REWARD_BYTES
 from environment.harbor.taskdir import HarborTask
 from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import tool as harness_tool
+from validate.sandbox.storage import remove_tree
 from validate.taskdir.trial import layers, workpaths
 from validate.taskdir.trial.agents import tree_entries
 from validate.taskdir.trial.result import PhaseRun, TrialLimits, TrialResult
@@ -50,7 +51,7 @@ MAX_LISTED = 200
 
 
 def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, plan, result: TrialResult,
-                limits: TrialLimits, drive, own, users: dict[str, str], work: list[str], reward_key: str,
+                limits: TrialLimits, drive, own, users: dict[str, str], work: workpaths.WorkPaths, reward_key: str,
                 reward_range: tuple[float, float], replay_below: float | None) -> None:
     """The trusted trial on this machine's own daemon (root, the overlay2 driver): the agent's
     container with the harness's host directories bound (as the shared trial's), killed whole
@@ -68,15 +69,16 @@ def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image
     changes, cut = layers.diff(upper, lowers)
     carry = workpaths.plan(changes, work)
     _record_plan(result, work, carry, cut)
-    reverted = layers.revert(upper, upper.parent / STASH, changes, (*carry.copy, *carry.delete), work)
-    result.dropped = [*result.dropped, *("/" + m for m in reverted.moved if any(
-        workpaths.under("/" + m, k) for k in carry.copy))]
+    reverted = layers.revert(upper, upper.parent / STASH, (*carry.copy, *carry.delete), work.all())
+    result.dropped = [*result.dropped, *reverted.dropped]
+    _fresh_logs(own.host / "logs")
     maybe = replay_below is not None and result.outside_changes_total > 0  # else nothing plays after it
     _verify_again(core, res, task, task_dir, agent, result, limits, reward_key, reward_range, own, users,
                   keep=maybe)
     if not maybe or result.passed(replay_below):
         return
-    reverted.restore()  # the agent's own layer again: does the task need what it changed?
+    if not reverted.restore():  # the agent's own layer again: does the task need what it changed?
+        return  # what ran since changed a directory it goes back into: no replay, nothing followed
     shadow = result.model_copy(deep=True)
     _verify_again(core, res, task, task_dir, agent, shadow, limits, reward_key, reward_range, own, users,
                   replay=True)
@@ -84,9 +86,23 @@ def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image
     result.shared_reward = shadow.reward if shadow.verifier_error is None else None
 
 
-#: Beside a container's writable layer (in its layer's directory, which the daemon removes with
-#: the container): where `layers.revert` moves what the verifier must not see.
-STASH = "dv-stash"
+STASH = dk.STASH
+
+
+def _fresh_logs(logs: Path) -> None:
+    """/logs as a trusted verifier finds it: the agent's artifacts and the harness's
+    /logs/verifier (a mount point of its own), an empty /logs/agent, nothing else the agent put
+    there (read already: its output is on the attempt)."""
+    fd = os.open(logs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        names = sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+    for name in names:
+        if name not in ("artifacts", "verifier"):
+            remove_tree(logs / name)
+    (logs / "agent").mkdir(mode=0o777)
+    os.chmod(logs / "agent", 0o777)
 
 
 def _verify_again(core, res: dk.Resources, task: HarborTask, task_dir: Path, agent, result: TrialResult,
@@ -96,6 +112,7 @@ def _verify_again(core, res: dk.Resources, task: HarborTask, task_dir: Path, age
     and /tests of the harness's — and the verifier run in it, then the container stopped (`keep`)
     or removed with everything in it (one call fewer)."""
     harness = own.host / core.HARNESS
+    own.rewrite()
     core._fresh_dir(harness / "verifier", core.VERIFIER_DIR, 0o777, keep=False)
     core._fresh_dir(harness / "tests", core.TESTS_DIR, 0o755, keep=False)
     dk.write_host_tree(harness / "tests", tree_entries(task_dir / "tests", "tests"))
@@ -133,8 +150,8 @@ def _layers(res: dk.Resources, cid: str) -> tuple[Path, list[Path]]:
     return Path(data["UpperDir"]), [Path(p) for p in str(data.get("LowerDir") or "").split(":") if p]
 
 
-def _record_plan(result: TrialResult, work: list[str], carry: workpaths.Plan, cut: bool) -> None:
-    result.work_paths = list(work)
+def _record_plan(result: TrialResult, work: workpaths.WorkPaths, carry: workpaths.Plan, cut: bool) -> None:
+    result.work_paths, result.named_paths = list(work.full), list(work.named)
     result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
     result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
     if cut:
@@ -174,12 +191,12 @@ def agent_phase(core, res: dk.Resources, task: HarborTask, image: str, plan, res
 
 def verifier_phase(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, agent, result: TrialResult,
                    limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], own,
-                   users: dict[str, str], work: list[str]) -> None:
+                   users: dict[str, str], work: workpaths.WorkPaths) -> None:
     """The verifier in a fresh container of `image` with the agent's carried changes."""
     a = result.applied
     diff = dk.call("diff the agent's container", res.api.diff, agent.cid) or []
     carry = workpaths.plan(diff, work)
-    result.work_paths = list(work)
+    result.work_paths, result.named_paths = list(work.full), list(work.named)
     result.outside_changes = list(carry.outside[:MAX_LISTED])
     result.outside_changes_total = len(carry.outside)
     spec = replace(core._spec(task, image, result, a.verifier_timeout_s, {}), tool=own.tool,

@@ -1,31 +1,37 @@
 """The trusted verifier's rule: which of the agent's changes reach the verifier, and the plan
-that carries them into a fresh container of the task's pristine image.
+that carries them into a fresh container (or overlay) of the task's pristine image.
 
-The verifier of a trusted trial runs in a container of the image the task was built into,
-never in the agent's: its interpreters, libraries, site-packages, ``/etc`` and dynamic
-linker are the image's. Only the agent's changes under the task's **work paths** are carried
-over (`RULE`, recorded in the contract as its version):
+The verifier of a trusted trial runs in the image the task was built into, never in the
+agent's environment: its interpreters, libraries, site-packages, ``/etc`` and dynamic linker
+are the image's. Only the agent's changes under the task's **work paths** are carried over
+(`RULE`, recorded in the contract as its version):
 
-1. the task's working directory (``[environment].workdir``, else the image's ``WORKDIR``);
-2. ``/logs/artifacts`` and the sources of the task's declared ``artifacts``;
-3. every absolute path named in the task's ``instruction.md`` or in a file of its ``tests/``
-   (the paths its tests read, as written there);
+1. the task's working directory (``[environment].workdir``, else the image's ``WORKDIR``),
+   ``/logs/artifacts`` and the sources of the task's declared ``artifacts``: every change
+   under them is carried;
+2. every absolute path named in the task's ``instruction.md`` or in a file of its ``tests/``
+   (the paths its tests read, as written there) outside those: only what the agent **added**
+   there is carried — a file the image already holds (a program the tests run, a script they
+   source) never changes for the verifier;
 
 less the filesystem root itself and every path at or under a **protected** prefix
 (`PROTECTED`: the system's programs, libraries, headers, configuration, package databases,
-the Python user site of root and of every home directory, the harness's own mounts). A
-change under a work path but at or under a protected prefix is not carried either: a
-working directory of ``/usr/src/app`` carries what the agent did there, never ``/usr/lib``.
-Devices, fifos and sockets the agent made are never carried (named in the evidence).
+the harness's own mounts) or holding a **protected name** (`PROTECTED_NAMES`: the start-up
+files and configuration of shells, version control, package managers and the Python user
+site, wherever they are: a working directory of ``/root`` carries the agent's work, never its
+``.bashrc`` or ``.gitconfig``; a repository's ``.git`` carries its objects and refs, never its
+``config`` or ``hooks``). Devices, fifos and sockets the agent made are never carried (named in
+the evidence).
 
-Everything else the agent changed (the container's diff, from the daemon) is recorded as
-evidence (`Change`), never carried. A task whose reference solution passes only when such
-changes reach the verifier (it installs a package, edits ``/etc``) cannot be shown to resist
-tampering: the oracle's verdict says so (`validate.evidence.verdicts`).
+Everything else the agent changed (the engine's record of its container's writable layer) is
+recorded as evidence (`Change`), never carried. A task whose reference solution passes only
+when such changes reach the verifier (it installs a package, edits ``/etc``) cannot be shown to
+resist tampering: the oracle's verdict says so (`validate.evidence.verdicts`).
 """
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
@@ -36,17 +42,25 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 #: The rule's version, recorded in every trusted contract and on every trusted attempt.
-RULE = "work-paths/1"
+RULE = "work-paths/2"
 #: Never carried, even under a work path.
 PROTECTED = (
     "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32",
     "/usr/lib64", "/usr/libx32", "/usr/libexec", "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin",
     "/usr/local/lib", "/usr/local/libexec", "/usr/local/include", "/usr/local/share", "/etc", "/boot", "/dev",
-    "/proc", "/sys", "/run", "/var/lib", "/var/cache", "/root/.local", "/root/.config", "/root/.cache",
-    "/logs/agent", "/logs/verifier", "/tests", "/solution", "/.dv",
+    "/proc", "/sys", "/run", "/var/lib", "/var/cache", "/logs/agent", "/logs/verifier", "/tests", "/solution",
+    "/.dv",
 )
-#: Home directories whose own Python user site and configuration are protected like root's.
-_HOME_DOTS = re.compile(r"^/home/[^/]+/\.(local|config|cache)(/|$)")
+#: A path holding one of these names as a component is never carried: what shells, version
+#: control, package managers and Python read at their start, wherever it lies.
+PROTECTED_NAMES = frozenset({
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
+    ".zlogin", ".kshrc", ".inputrc", ".gitconfig", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc",
+    ".pydistutils.cfg", ".netrc", ".curlrc", ".wgetrc", ".ssh", ".gnupg", ".cargo", ".rustup", ".local", ".config",
+    ".cache", ".pip",
+})
+#: Inside a ``.git`` directory: what git runs or reads as its configuration.
+PROTECTED_IN_GIT = frozenset({"config", "hooks", "info"})
 #: The harness's own paths in the agent's container: neither carried nor reported as the agent's.
 HARNESS_PATHS = ("/logs", "/tests", "/solution", "/.dv", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 ARTIFACTS = "/logs/artifacts"
@@ -57,7 +71,7 @@ KINDS: tuple[Literal["changed", "added", "deleted"], ...] = ("changed", "added",
 
 
 class Change(BaseModel):
-    """A path the agent changed, as the daemon's diff of its container gives it."""
+    """A path the agent changed, as the engine's record of its container gives it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -70,7 +84,12 @@ def under(path: str, prefix: str) -> bool:
 
 
 def protected(path: str) -> bool:
-    return any(under(path, p) for p in PROTECTED) or bool(_HOME_DOTS.match(path))
+    if any(under(path, p) for p in PROTECTED):
+        return True
+    parts = path.split("/")
+    if PROTECTED_NAMES.intersection(parts):
+        return True
+    return any(a == ".git" and b in PROTECTED_IN_GIT for a, b in zip(parts, parts[1:]))
 
 
 def _clean(path: str) -> str | None:
@@ -92,15 +111,38 @@ def named_paths(texts: Iterable[str]) -> list[str]:
     return sorted(found)[:MAX_NAMED]
 
 
-def work_paths(workdir: str | None, artifacts: Sequence[str], named: Sequence[str]) -> list[str]:
-    """The task's work paths by `RULE`: sorted, none under another, none protected or ``/``."""
-    candidates = [workdir or "", ARTIFACTS, *artifacts, *named]
-    clean = sorted({c for c in (_clean(p) for p in candidates) if c is not None and not protected(c)})
+@dataclass(frozen=True)
+class WorkPaths:
+    """A task's work paths by `RULE`: `full` (every change carried) and `named` (only what the
+    agent added); each sorted, none under another, none protected or ``/``."""
+
+    full: tuple[str, ...]
+    named: tuple[str, ...] = ()
+
+    def all(self) -> list[str]:
+        return sorted({*self.full, *self.named})
+
+
+def tree_order(path: str) -> list[str]:
+    """A sort key that puts every path right before its descendants ("/a", "/a/b", "/a.txt"):
+    plain string order would put "/a.txt" between them."""
+    return path.split("/")
+
+
+def _kept(candidates: Iterable[str]) -> list[str]:
     kept: list[str] = []
-    for c in clean:  # sorted: an ancestor comes before its descendants
-        if not any(under(c, k) for k in kept):
+    for c in sorted({c for c in (_clean(p) for p in candidates) if c is not None and not protected(c)},
+                    key=tree_order):
+        if not (kept and under(c, kept[-1])):  # an ancestor comes right before its descendants
             kept.append(c)
-    return kept
+    return sorted(kept)
+
+
+def work_paths(workdir: str | None, artifacts: Sequence[str], named: Sequence[str]) -> WorkPaths:
+    """The task's work paths by `RULE`."""
+    full = _kept([workdir or "", ARTIFACTS, *artifacts])
+    rest = [n for n in _kept(named) if not any(under(n, f) for f in full)]
+    return WorkPaths(full=tuple(full), named=tuple(rest))
 
 
 def task_texts(task_dir: Path, instruction: str, max_bytes: int = 1 << 20) -> list[str]:
@@ -118,51 +160,75 @@ def task_texts(task_dir: Path, instruction: str, max_bytes: int = 1 << 20) -> li
 
 @dataclass(frozen=True)
 class Plan:
-    """What a trusted verifier's container gets of the agent's changes."""
+    """What a trusted verifier gets of the agent's changes."""
 
-    #: Paths whose whole subtree is copied from the agent's container (none under another).
+    #: Paths whose whole subtree is carried from the agent's (none under another; none holds a
+    #: protected path or a change that is not carried).
     copy: tuple[str, ...]
-    #: Paths removed in the verifier's container (the agent deleted them).
+    #: Paths removed for the verifier (the agent deleted them).
     delete: tuple[str, ...]
-    #: The agent's changes outside its work paths (or protected): recorded, not carried.
+    #: The agent's changes not carried (outside the work paths, protected, or a change of what
+    #: the image held under a named path): recorded only.
     outside: tuple[Change, ...]
 
 
-def plan(diff: Iterable[dict], work: Sequence[str]) -> Plan:
-    """The copy plan from the daemon's diff (``[{"Path": ..., "Kind": 0|1|2}]``) and the work
-    paths. Within a work path: a deletion is removed (the topmost deleted path); an addition
-    is copied with its subtree (the topmost added path); a change is copied when nothing
-    below it changed (a file, a link, or a directory whose own entry changed), else what
-    changed below it is."""
+class _Tree:
+    """Sorted paths with a prefix test in O(log n): is anything of the set at or below a path?"""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = sorted(set(paths))
+
+    def below(self, path: str, strict: bool = True) -> bool:
+        prefix = path + "/"
+        i = bisect.bisect_left(self.paths, prefix)
+        if i < len(self.paths) and self.paths[i].startswith(prefix):
+            return True
+        return not strict and path in self.paths
+
+
+def plan(diff: Iterable[dict], work: WorkPaths | Sequence[str]) -> Plan:
+    """The copy plan from the engine's record of the agent's changes
+    (``[{"Path": ..., "Kind": 0|1|2}]``) and the work paths. Within a work path: a deletion is
+    removed (the topmost deleted path); an addition or a change is carried with its subtree,
+    from the topmost path whose subtree holds only carried changes (a change above others,
+    such as a directory whose entries changed, is not itself carried). In O(n log n)."""
+    if not isinstance(work, WorkPaths):
+        work = WorkPaths(full=tuple(work))
     changes = sorted({(str(d.get("Path", "")), int(d.get("Kind", 0))) for d in diff if isinstance(d, dict)})
-    carried, outside = [], []
+    carried: dict[str, str] = {}
+    outside: list[Change] = []
     for path, kind in changes:
         clean = _clean(path)
         if clean is None or clean == ARTIFACTS or _harness_made(clean):
             continue
         change = Change(path=clean, kind=KINDS[kind] if 0 <= kind < 3 else "changed")
-        if protected(clean) or not any(under(clean, w) for w in work):
-            outside.append(change)
+        if _carried(clean, change.kind, work):
+            carried[clean] = change.kind
         else:
-            carried.append(change)
-    paths = [c.path for c in carried]
-    has_below = {p for p in paths if any(q != p and under(q, p) for q in paths)}
-    delete = _topmost(c.path for c in carried if c.kind == "deleted")
-    copy = _topmost(c.path for c in carried if c.kind == "added"
-                    or (c.kind == "changed" and c.path not in has_below))
-    copy = [p for p in copy if not any(under(p, d) for d in delete)]
+            outside.append(change)
+    not_carried = _Tree(c.path for c in outside)
+    all_carried = _Tree(carried)
+    delete, copy = [], []
+    for path in sorted(carried, key=tree_order):  # an ancestor right before its descendants
+        if (delete and under(path, delete[-1])) or (copy and under(path, copy[-1])):
+            continue
+        kind = carried[path]
+        if kind == "deleted":
+            delete.append(path)
+        elif not not_carried.below(path) and (kind == "added" or not all_carried.below(path)):
+            copy.append(path)
     return Plan(copy=tuple(copy), delete=tuple(delete), outside=tuple(outside))
+
+
+def _carried(path: str, kind: str, work: WorkPaths) -> bool:
+    if protected(path):
+        return False
+    if any(under(path, w) for w in work.full):
+        return True
+    return kind == "added" and any(under(path, n) for n in work.named)
 
 
 def _harness_made(path: str) -> bool:
     """A path of the harness's own in the agent's container (its mounts, log directories and
     uploads; the agent's artifacts below /logs/artifacts are the agent's)."""
     return any(under(path, h) for h in HARNESS_PATHS) and not under(path, ARTIFACTS)
-
-
-def _topmost(paths: Iterable[str]) -> list[str]:
-    kept: list[str] = []
-    for p in sorted(set(paths)):
-        if not any(under(p, k) for k in kept):
-            kept.append(p)
-    return kept

@@ -20,8 +20,10 @@
  *       The verifier: /tests/test.sh run by the image's bash (/bin/bash, /usr/bin/bash) or,
  *       without one, its sh (/bin/sh, /usr/bin/sh), absolute paths only; standard output to
  *       OUT and standard error to ERR (created, no link followed), standard input empty. It
- *       is a child subreaper and exits with the script's status once the script's process
- *       ends (128 + the signal that killed it), 127 when the image has no shell.
+ *       is a child subreaper; once the script's process ends it kills every other process it
+ *       may (kill(-1): nothing the script started outlives it) and exits with the script's
+ *       status, or 121 when a signal ended the script (its last word is not its own), 127
+ *       when the image has no shell.
  *
  *   dvtool rm PATH...
  *       Removes each PATH (a tree, never following a link); a missing PATH is not an error.
@@ -48,6 +50,7 @@
 #define OWN_ERROR 120
 #define TEST_SH "/tests/test.sh"
 #define READY "dvtool-ready"
+#define KILLED 121
 
 static int fail(const char *what) {
     fprintf(stderr, "dvtool: %s: %s\n", what, strerror(errno));
@@ -153,8 +156,13 @@ static int run(int argc, char **argv) {
             continue;
         if (got < 0)
             return fail("waitpid");
-        if (got == child)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (got == child) {
+            /* Nothing the script started outlives it: whatever is left (a process it forked,
+             * one the agent's code forked for it) could otherwise write the reward after the
+             * script's own last word. */
+            kill(-1, SIGKILL);
+            return WIFEXITED(status) ? WEXITSTATUS(status) : KILLED;
+        }
     }
 }
 
