@@ -149,14 +149,14 @@ def print_table(ms: list[Measurement]) -> list[dict]:
         print("  ".join(r[k].ljust(width[k]) for k in columns).rstrip())
     excluded = [r for r in rows if r["our_detail"] and not r["our_verdict"].startswith("compatible")]
     if excluded:
-        print("\nour exclusions' details:")
+        print("\nour exclusions' details (first line, 240 characters; summary.json has them whole):")
         for r in excluded:
-            print(f"  {r['task']}: {r['our_detail']}")
-    key = lambda m, t: (m.outcomes.get(t), m.verdicts.get(t))  # noqa: E731
-    changed = [f"{t} ({m.side} {m.temp} round {m.round}: {m.outcomes.get(t) or m.verdicts.get(t)})"
-               for m in ms for t in sorted(set(m.outcomes) | set(m.verdicts)) if key(m, t) != key(first[m.side], t)]
+            print(f"  {r['task']}: {r['our_detail'].splitlines()[0][:240]}")
+    said = lambda m, t: (m.outcomes.get(t), m.verdicts.get(t))  # noqa: E731
+    changed = [f"{t}: {m.side} {m.temp} round {m.round} {said(m, t)}, first cold {said(first[m.side], t)}"
+               for m in ms for t in sorted(set(m.outcomes) | set(m.verdicts)) if said(m, t) != said(first[m.side], t)]
     if changed:
-        print("\noutcomes that differ from the same side's first cold measurement:")
+        print("\noutcomes (per agent) and verdicts that differ from the same side's first cold measurement:")
         for line in changed:
             print(f"  {line}")
     return rows

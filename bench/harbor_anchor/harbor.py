@@ -44,8 +44,9 @@ RECIPE = {"suite": SUITE, "packages": list(PACKAGES), "pip": HARBOR, "version": 
 VENV = "/opt/harbor"
 CA_IN_ROOT = "/etc/ssl/certs/host-ca-bundle.crt"
 AGENTS = ("oracle", "nop")
-#: Harbor's message when a compose command fails ("... Command: docker compose ... build. Return code: 1 ...").
-COMPOSE_FAILURE = re.compile(r"Command: .* (\w+)\. Return code: ")
+#: Harbor's message when a compose command fails: "... Command: docker compose ... -f FILE up --detach --wait.
+#: Return code: 1 ...": the subcommand is the word after the last compose file.
+COMPOSE_FAILURE = re.compile(r"Command: docker compose .* -f \S+ ([a-z]+)\b[^\n]*\. Return code: ")
 
 STANDIN = "harbor-anchor-bench"  # the repository of every stand-in image: never an upstream name
 SIDECAR_IMAGE, PROBE_IMAGE = f"{STANDIN}/egress-sidecar-standin:1", f"{STANDIN}/egress-probe-standin:1"
