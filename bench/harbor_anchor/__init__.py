@@ -34,6 +34,7 @@ class Measurement:
     details: dict[str, str] = field(default_factory=dict)  #: ours: task → the verdict's detail
     parts_s: dict[str, float] = field(default_factory=dict)  #: ours: 'freeze' and 'run' apart
     images: dict[str, int] = field(default_factory=dict)  #: ours: task images the freeze 'built' / found 'cached'
+    phases_s: dict[str, float] = field(default_factory=dict)  #: the median trial's seconds, by phase
     where: str = ""  #: the job or run directory (kept with --keep)
     temp: str = ""  #: 'cold' or 'warm' (set by the schedule)
     round: int = 0
@@ -41,6 +42,8 @@ class Measurement:
     def line(self) -> str:
         parts = "".join(f", {k} {v:.1f} s" for k, v in self.parts_s.items())
         parts += "".join(f", images {k} {v}" for k, v in sorted(self.images.items()))
+        if self.phases_s:
+            parts += "; median trial: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.phases_s.items())
         return (f"{self.side} {self.temp}: {self.played} trials played ({self.trials} recorded) in "
                 f"{self.wall_s:.1f} s{parts} = {self.played / self.wall_s:.3f} trials/s")
 
@@ -48,6 +51,6 @@ class Measurement:
         return {"side": self.side, "temp": self.temp, "round": self.round, "trials": self.trials,
                 "played": self.played,
                 "wall_s": round(self.wall_s, 2), "parts_s": {k: round(v, 2) for k, v in self.parts_s.items()},
-                "images": self.images,
+                "images": self.images, "phases_s": {k: round(v, 2) for k, v in self.phases_s.items()},
                 "outcomes": self.outcomes, "verdicts": {t: list(v) for t, v in self.verdicts.items()},
                 "where": self.where}

@@ -31,8 +31,10 @@ import os
 import re
 import shutil
 import ssl
+import statistics
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 from harbor_anchor import BenchError, Measurement
@@ -219,7 +221,7 @@ def run_harbor(rootfs: Path, daemon, dataset: Path, work: Path, name: str, c: in
         tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
         raise BenchError(f"harbor run exited {proc.returncode} with {trials} trial results; its output ends: {tail}")
     return Measurement(side="harbor", trials=trials, played=played, wall_s=wall, outcomes=outcome,
-                       where=str(jobs / name))
+                       phases_s=phase_medians(jobs / name), where=str(jobs / name))
 
 
 def outcome_text(result: dict) -> str:
@@ -248,3 +250,26 @@ def outcomes(job_dir: Path) -> tuple[int, int, dict[str, dict[str, str]]]:
         task = Path(result["task_id"]["path"]).name
         out.setdefault(task, {})[result["agent_info"]["name"]] = outcome_text(result)
     return trials, played, out
+
+
+def _seconds(timing: dict | None) -> float:
+    if not timing or not timing.get("started_at") or not timing.get("finished_at"):
+        return 0.0
+    started, finished = (datetime.fromisoformat(timing[k]) for k in ("started_at", "finished_at"))
+    return (finished - started).total_seconds()
+
+
+def phase_medians(job_dir: Path) -> dict[str, float]:
+    """Where a Harbor trial's time goes, the median over the job's trials: environment set-up (the
+    compose build and up), agent set-up, the agent, the verifier (a multi-step trial's steps
+    summed), and the rest (teardown: ``compose down --rmi local``; downloading logs)."""
+    rows = []
+    for path in sorted(job_dir.glob("*/result.json")):
+        r = json.loads(path.read_text())
+        parts = [r, *(r.get("step_results") or [])]
+        row = {"setup": _seconds(r.get("environment_setup")) + _seconds(r.get("agent_setup")),
+               "agent": sum(_seconds(x.get("agent_execution")) for x in parts),
+               "verifier": sum(_seconds(x.get("verifier")) for x in parts)}
+        row["rest"] = _seconds(r) - sum(row.values())
+        rows.append(row)
+    return {k: statistics.median(x[k] for x in rows) for k in ("setup", "agent", "verifier", "rest")} if rows else {}

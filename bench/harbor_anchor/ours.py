@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -82,13 +83,14 @@ def run_ours(daemon, dataset: Path, work: Path, name: str, c: int, agents: str |
     _validate(daemon, ["run", "--manifest", str(manifest), "--run-dir", str(run_dir), "-c", str(c), "--allow-patch",
                        *(["--agents", agents] if agents else [])], work / "logs" / f"run-{name}.log", ok=(0, 1))
     t2 = time.perf_counter()
-    trials, played, outcomes = read_attempts(run_dir / ATTEMPTS)
+    trials, played, outcomes, median_s = read_attempts(run_dir / ATTEMPTS)
     verdicts, details = read_tasks(run_dir / TASKS)
     said = IMAGE_LINE.findall((work / "logs" / f"freeze-{name}.log").read_text(errors="replace"))
     return Measurement(side="ours-oracle-nop" if agents else "ours-default", trials=trials, played=played,
                        wall_s=t2 - t0, outcomes=outcomes, verdicts=verdicts, details=details,
                        parts_s={"freeze": t1 - t0, "run": t2 - t1},
-                       images={k: said.count(k) for k in ("built", "cached")}, where=str(run_dir))
+                       images={k: said.count(k) for k in ("built", "cached")},
+                       phases_s={"attempt": median_s} if median_s is not None else {}, where=str(run_dir))
 
 
 def attempt_text(row: dict) -> str:
@@ -98,8 +100,9 @@ def attempt_text(row: dict) -> str:
     return row["error_class"] or row["status"]
 
 
-def read_attempts(path: Path) -> tuple[int, int, dict[str, dict[str, str]]]:
-    """(attempt rows, rows that ran — a runtime recorded, task → agent → outcome(s) of the live rows)."""
+def read_attempts(path: Path) -> tuple[int, int, dict[str, dict[str, str]], float | None]:
+    """(attempt rows, rows that ran — a runtime recorded, task → agent → outcome(s) of the live rows,
+    the median runtime of those that ran)."""
     rows = pq.read_table(path).to_pylist()
     out: dict[str, dict[str, list[str]]] = {}
     for row in sorted(rows, key=lambda r: (r["task_id"], r["agent"], r["sample"], r["attempt"])):
@@ -107,8 +110,10 @@ def read_attempts(path: Path) -> tuple[int, int, dict[str, dict[str, str]]]:
             texts = out.setdefault(row["task_id"], {}).setdefault(row["agent"], [])
             if attempt_text(row) not in texts:
                 texts.append(attempt_text(row))
-    played = sum(r["runtime_s"] is not None for r in rows)
-    return len(rows), played, {t: {a: "/".join(v) for a, v in agents.items()} for t, agents in out.items()}
+    runtimes = [r["runtime_s"] for r in rows if r["runtime_s"] is not None]
+    median_s = statistics.median(runtimes) if runtimes else None
+    joined = {t: {a: "/".join(v) for a, v in agents.items()} for t, agents in out.items()}
+    return len(rows), len(runtimes), joined, median_s
 
 
 def read_tasks(path: Path) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
