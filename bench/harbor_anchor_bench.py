@@ -5,12 +5,12 @@ one invocation — trials per second and every task's outcome, side by side.
         [-c 4] [--rounds 1] [--tasks a,b,...] [--keep DIR]
 
 Harbor needs Python >= 3.12; this machine's is 3.11. So the bench builds, once, into
-``--harbor-root`` (`harbor_anchor_harbor.ensure_root`): a Debian trixie root filesystem
+``--harbor-root`` (`harbor_anchor.harbor.ensure_root`): a Debian trixie root filesystem
 (``mmdebstrap trixie`` with python3.13, python3-venv, docker-cli and docker-compose v2) with
 this machine's CA bundle copied in (pip's TLS goes through whatever proxy the machine's own
 trust store vouches for) and a venv holding ``harbor==0.25.0`` from PyPI. Harbor runs from
-that root under bubblewrap: read-only, no network namespace of its own but loopback, the
-bench's dockerd socket bound in, ``DOCKER_BUILDKIT=0`` (BuildKit needs docker's default
+that root under bubblewrap: read-only, in a network namespace of its own holding only
+loopback, the bench's dockerd socket bound in, ``DOCKER_BUILDKIT=0`` (BuildKit needs docker's default
 bridge, and the daemon has none), ``LITELLM_LOCAL_MODEL_COST_MAP=True`` and
 ``HARBOR_TELEMETRY=0`` (no fetch, no report at start).
 
@@ -18,11 +18,12 @@ The bench starts one private dockerd of its own (socket, data-root, exec-root, p
 cgroup parent under a fresh temporary directory; ``--bridge=none --iptables=false``; its
 registry proxy a closed loopback port, so any pull fails on this machine instead of leaving
 it) and, in it: the sandbox image (``validate image build``), the harness's offline bases
-(a first, unmeasured ``validate freeze`` of one task imports them), those bases tagged under
+(an unmeasured ``validate freeze`` of a one-task dataset the bench writes imports them), those bases tagged under
 the upstream names the tasks' Dockerfiles ask for (``python:3.11-slim-bookworm``,
 ``debian:bookworm-slim``, …) so Harbor's builds find them, and the clearly labelled local
-stand-ins Harbor's egress control needs (`harbor_anchor_harbor`: its pinned alpine probe
+stand-ins Harbor's egress control needs (`harbor_anchor.harbor`: its pinned alpine probe
 and gost sidecar cannot be pulled here). Harbor's compose project network is made internal.
+`docs/harbor.md` says what these change in Harbor's outcomes.
 
 Then, ``--rounds`` times, at concurrency ``-c`` on each side:
 
@@ -37,8 +38,10 @@ Then, ``--rounds`` times, at concurrency ``-c`` on each side:
   daemon's build cache (its own ``compose down --rmi local`` removes its images after every
   trial, so under its defaults it never warms itself).
 
-The next round reverses the cold order. The bench prints each measurement's trials, wall
-time and trials/s (ours: freeze + run), the ratios, and a table of every task: Harbor's
+The next round reverses the cold order. The bench prints each measurement's trials (played:
+an agent ran; recorded: also those that ended before), wall time, trials/s (played over
+wall; ours: freeze + run) and where the median trial's time went, then over all rounds each
+side's trials/s and the ratios, and a table of every task: Harbor's
 reward or exception per agent next to our oracle's and nop's outcome and our verdict and
 reason (from the first round's cold runs; a task whose outcome changed in a later
 measurement is listed). It removes every container, network, volume and image it made,
@@ -53,10 +56,13 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import docker
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -162,6 +168,10 @@ def print_table(ms: list[Measurement]) -> list[dict]:
     return rows
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -179,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.c < 1 or a.rounds < 1:
         p.error("-c and --rounds must be at least 1")
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    # Stopped by SIGTERM (a timeout) or SIGINT (even when started in the background, where the
+    # shell ignores it), the bench still removes what it made and stops its daemon.
+    signal.signal(signal.SIGTERM, _interrupted)
+    signal.signal(signal.SIGINT, _interrupted)
+    work = None
     try:
         rootfs = hh.ensure_root(a.harbor_root.resolve(), log)
         if a.keep is not None and a.keep.exists() and any(a.keep.iterdir()):
@@ -186,10 +201,19 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tempfile.mkdtemp(prefix="hab-", dir="/tmp")) if a.keep is None else a.keep.resolve()
         work.mkdir(parents=True, exist_ok=True)
         a.dataset_copy = hh.copy_dataset(a.dataset.resolve(), work / "dataset", a.tasks)
+        return measure_all(a, rootfs, work, log)
     except BenchError as e:
         print(f"harbor_anchor_bench: {e}", file=sys.stderr)
         return 2
-    return measure_all(a, rootfs, work, log)
+    except docker.errors.DockerException as e:  # the daemon itself failed: no verdict on either side
+        print(f"harbor_anchor_bench: the bench's dockerd failed: {e}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("harbor_anchor_bench: interrupted (what it made is removed)", file=sys.stderr)
+        return 130
+    finally:
+        if work is not None and a.keep is None:
+            subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)
 
 
 def measure_all(a: argparse.Namespace, rootfs: Path, work: Path, log) -> int:
@@ -215,16 +239,8 @@ def measure_all(a: argparse.Namespace, rootfs: Path, work: Path, log) -> int:
             {"figures": figures, "tasks": rows, "measurements": [m.summary() for m in ms]},
             indent=1, sort_keys=True) + "\n")
         return 0
-    except BenchError as e:
-        print(f"harbor_anchor_bench: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("harbor_anchor_bench: interrupted; cleaning up", file=sys.stderr)
-        return 130
     finally:
         daemon.close()
-        if a.keep is None:
-            subprocess.run(["rm", "-rf", "--one-file-system", str(work)], check=False)
 
 
 if __name__ == "__main__":

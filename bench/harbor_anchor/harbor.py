@@ -96,11 +96,11 @@ def _host_ca_bundle() -> Path:
 
 def _need(tool: str, package: str) -> None:
     if shutil.which(tool) is None:
-        raise BenchError(f"the trixie root cannot be built: {tool} is not installed (apt-get install {package})")
+        raise BenchError(f"the trixie root with Harbor needs {tool}, which is not installed (apt-get install {package})")
 
 
-def _in_root(rootfs: Path, argv: list[str], *, network: bool, binds: list[str] = (), env: dict = None,
-             writable: bool = False, **kwargs) -> subprocess.CompletedProcess:
+def _in_root(rootfs: Path, argv: list[str], *, network: bool, binds: tuple[str, ...] = (),
+             env: dict | None = None, writable: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """`argv` in the root under bubblewrap: loopback only unless `network`, a fresh /tmp and ~."""
     bwrap = ["bwrap", "--bind" if writable else "--ro-bind", str(rootfs), "/", "--dev", "/dev", "--proc", "/proc",
              "--tmpfs", "/tmp", "--tmpfs", "/run", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
@@ -119,15 +119,24 @@ def ensure_root(root_dir: Path, log) -> Path:
     except OSError as e:
         raise BenchError(f"the trixie root cannot be built in {root_dir}: {e}") from None
     finally:  # a build that did not finish leaves nothing half-made behind
-        subprocess.run(["rm", "-rf", "--one-file-system", str(root_dir / "rootfs.partial")], check=False)
+        if (root_dir / "rootfs.partial").exists():
+            subprocess.run(["rm", "-rf", "--one-file-system", str(root_dir / "rootfs.partial")], check=False)
+
+
+def _recorded(record: Path) -> dict | None:
+    try:
+        return json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _ensure_root(root_dir: Path, log) -> Path:
     rootfs, record = root_dir / "rootfs", root_dir / "harbor-root.json"
-    if record.is_file() and json.loads(record.read_text()).get("recipe") == RECIPE and rootfs.is_dir():
+    _need("bwrap", "bubblewrap")  # Harbor runs under it
+    if (_recorded(record) or {}).get("recipe") == RECIPE and rootfs.is_dir():
         log(f"trixie root with {HARBOR}: {rootfs} (built before)")
         return rootfs
-    _need("mmdebstrap", "mmdebstrap"), _need("bwrap", "bubblewrap")
+    _need("mmdebstrap", "mmdebstrap")
     ca = _host_ca_bundle()
     partial = root_dir / "rootfs.partial"
     root_dir.mkdir(parents=True, exist_ok=True)
@@ -145,7 +154,7 @@ def _ensure_root(root_dir: Path, log) -> Path:
     proxies = {k: v for k, v in os.environ.items() if k.lower() in ("http_proxy", "https_proxy", "no_proxy")}
     proc = _in_root(partial, ["sh", "-c", f"python3.13 -m venv {VENV} && {VENV}/bin/pip install -q "
                               f"--disable-pip-version-check --no-input --cert {CA_IN_ROOT} '{HARBOR}'"],
-                    network=True, writable=True, binds=["--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"],
+                    network=True, writable=True, binds=("--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"),
                     env=proxies, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BenchError(f"the trixie root cannot be built: pip could not install {HARBOR} in it "
@@ -210,7 +219,7 @@ def run_harbor(rootfs: Path, daemon, dataset: Path, work: Path, name: str, c: in
     config.write_text(json.dumps(job_config(dataset, jobs, name, c), indent=1, sort_keys=True) + "\n")
     env = {"DOCKER_HOST": "unix:///run/docker.sock", "DOCKER_BUILDKIT": "0", "COMPOSE_DOCKER_CLI_BUILD": "0",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HARBOR_TELEMETRY": "0", "PYTHONPATH": str(work / "harbor")}
-    binds = ["--bind", str(daemon.socket), "/run/docker.sock", "--bind", str(work), str(work), "--chdir", str(work)]
+    binds = ("--bind", str(daemon.socket), "/run/docker.sock", "--bind", str(work), str(work), "--chdir", str(work))
     with open(logs / f"{name}.log", "w") as out:
         t0 = time.perf_counter()
         proc = _in_root(rootfs, ["harbor", "run", "-c", str(config), "-y"], network=False, binds=binds, env=env,
