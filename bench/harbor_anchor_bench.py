@@ -72,7 +72,7 @@ from harbor_anchor import BenchError, Measurement  # noqa: E402
 from harbor_anchor import harbor as hh  # noqa: E402
 from harbor_anchor import ours  # noqa: E402
 from harbor_anchor.daemon import BenchDaemon  # noqa: E402
-from validate.options import DEFAULT_CONCURRENCY  # noqa: E402
+from validate.cli.options import DEFAULT_CONCURRENCY  # noqa: E402
 
 SIDES = ("harbor", "ours-oracle-nop", "ours-default")
 

@@ -4,7 +4,7 @@ Nothing here imports the harness's trial code: ``validate image build``, ``valid
 --env harbor`` and ``validate run`` run as the checkout's own executables against the
 bench's daemon, so a re-run measures whatever the default contract is then. What a run
 decided is read from its run directory (the attempts and tasks Parquet files, named by
-`validate.paths`); what a freeze built, from its manifest (the base-image map).
+`validate.core.paths`); what a freeze built, from its manifest (the base-image map).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from harbor_anchor import BenchError, Measurement
-from validate.paths import ATTEMPTS, TASKS
+from validate.core.paths import ATTEMPTS, TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATE = Path(sys.executable).parent / "validate"
