@@ -443,11 +443,11 @@ def test_planted_files_are_recorded():
 
 # --- the sample dataset -------------------------------------------------------------------
 
-SOUND_KINDS = {"edit-config", "c-fix-build", "python-pytest", "sqlite-archive", "loopback-service", "unicode-names"}
+SOUND_KINDS = {"edit-config", "c-fix-build", "pytest-in-tests", "sqlite-archive", "loopback-service", "unicode-names"}
 EVERY_OUTCOME = {"oracle-fails", "nop-passes", "answer-in-image", "answer-in-git-history", "no-reward-written",
                  "flaky-test", "verifier-needs-network", "unmapped-base", "copy-outside-context", "gpu-required",
                  "solve-too-slow", "verifier-hangs", "garbage-reward-txt", "multi-key-reward", "separate-verifier",
-                 "no-solution"}
+                 "no-solution", "python-pytest", "install-local-deb"}
 
 
 def _labels() -> dict[str, tuple[str, str]]:

@@ -13,7 +13,7 @@ from pydantic import AfterValidator
 from validate.core.errors import ProfileUnavailable
 from validate.core.registry import Registry
 from validate.sandbox import storage
-from validate.sandbox.base import BackendFacts, ExecResult, Limits, Mount, RunRequest, Sandbox
+from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, Limits, Mount, RunRequest, Sandbox
 
 GROUP = "validate.backends"
 BACKENDS: Registry[Sandbox] = Registry(GROUP, base=Sandbox, key="backend", field="execution.backend",
@@ -53,5 +53,11 @@ def open_sandbox(backend: str, *, image: str, run_label: str = "adhoc") -> Sandb
     return sandbox
 
 
-__all__ = ["BACKENDS", "BackendFacts", "BackendName", "ExecResult", "Limits", "Mount", "RunRequest", "Sandbox",
+def capabilities_of(backend: str) -> Capabilities:
+    """What the backend registered under `backend` offers task directories (its class's
+    declaration; nothing instantiated)."""
+    return backend_class(backend).capabilities
+
+
+__all__ = ["BACKENDS", "BackendFacts", "BackendName", "Capabilities", "capabilities_of", "ExecResult", "Limits", "Mount", "RunRequest", "Sandbox",
            "backend_class", "backend_names", "open_sandbox"]

@@ -22,7 +22,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -137,6 +138,35 @@ class Isolation(BaseModel):
         "the runtime would silently ignore is enforced another way or the profile is refused"))
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend offers beyond one agent program in the harness's own image, declared on
+    its class (`Sandbox.capabilities`). The harness asks these, never the backend's name: a
+    new backend that declares them is played like the others, with no other file touched."""
+
+    #: How it plays a task directory's trial (`validate.taskdir.trial.players`): ``engine``,
+    #: containers of the task's own image through the Docker API its ``client`` speaks;
+    #: ``overlay``, the image unpacked under an overlay of its own; None: it plays none.
+    trials: str | None = None
+    #: The engine that builds and holds task images for it (`validate.taskdir.images.docker`):
+    #: ``docker`` (the daemon of ``DOCKER_HOST``) or ``podman`` (its rootless service); None:
+    #: it needs none.
+    images: str | None = None
+    #: Its trials may verify in the agent's own container, once every agent process is dead
+    #: (Harbor's mode, ``shared``).
+    shared_verifier: bool = False
+    #: Its trials may verify in a fresh environment of the pristine image with only the
+    #: agent's work carried (``trusted``, `validate.taskdir.trial.trusted`).
+    trusted_verifier: bool = False
+    #: Its trials may verify in the task's own separate verifier environment (``separate``).
+    separate_verifier: bool = False
+
+    def verifier_modes(self) -> list[str]:
+        """The verifier modes its trials offer, sorted."""
+        return sorted(m for m, on in (("shared", self.shared_verifier), ("trusted", self.trusted_verifier),
+                                      ("separate", self.separate_verifier)) if on)
+
+
 class BackendFacts(BaseModel):
     """What a backend reports of itself; the contract's execution profile is checked against it."""
 
@@ -177,6 +207,8 @@ class Sandbox(ABC):
     backend: str
     #: True when the backend runs agents with no network (tasks with network_allow=[] need it).
     isolates_network: bool
+    #: What it offers task directories (`Capabilities`); the default: nothing.
+    capabilities: ClassVar[Capabilities] = Capabilities()
     #: The label it was opened with: its containers, cgroups and attempt storage carry it, and
     #: opening a sandbox of this label sweeps what a killed process of it left.
     run_label: str

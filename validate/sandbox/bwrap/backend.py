@@ -69,7 +69,7 @@ from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox.image import rootfs_facts, unpack_rootfs
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp
-from validate.sandbox.base import BackendFacts, ExecResult, Isolation, RunRequest, Sandbox, shield, supervise
+from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, Isolation, RunRequest, Sandbox, shield, supervise
 from validate.sandbox.bwrap import server
 from validate.sandbox.bwrap.launch import Launch, bwrap_argv
 from validate.sandbox.cgroups import Cgroups, open_cgroups
@@ -110,6 +110,9 @@ class BwrapLive:
 class BwrapSandbox(Sandbox):
     backend = "bwrap"
     isolates_network = True
+    #: a task's image built by docker, unpacked and played under overlays; one tree, so no
+    #: separate verifier environment
+    capabilities = Capabilities(trials="overlay", images="docker", shared_verifier=True, trusted_verifier=True)
 
     def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc", image_dir: Path | None = None) -> None:
         self.image = image

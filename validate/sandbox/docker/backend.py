@@ -42,7 +42,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox.image import python_version
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
-from validate.sandbox.base import BackendFacts, ExecResult, RunRequest, Sandbox, shield
+from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, RunRequest, Sandbox, shield
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.docker import wire
 from validate.sandbox.docker.image import image_layers, image_packages, import_docker
@@ -71,6 +71,8 @@ class DockerLive:
 class DockerSandbox(Sandbox):
     backend = "docker"
     isolates_network = True
+    capabilities = Capabilities(trials="engine", images="docker", shared_verifier=True, trusted_verifier=True,
+                                separate_verifier=True)
 
     def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc", pool_size: int = 16) -> None:
         self.image = image

@@ -41,7 +41,7 @@ from docker.errors import DockerException
 from docker.types import Ulimit
 
 from validate.core.errors import ProfileUnavailable
-from validate.sandbox.base import BackendFacts, Isolation, RunRequest
+from validate.sandbox.base import BackendFacts, Capabilities, Isolation, RunRequest
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.wire import unreachable
 
@@ -80,6 +80,8 @@ LIMIT_ENFORCEMENT = {
 
 class GvisorSandbox(DockerSandbox):
     backend = "docker-gvisor"
+    #: runsc runs the harness's programs only: a task's trial would run under runc
+    capabilities = Capabilities()
     #: One-shot runs only (`start_session`).
     live_sessions = False
     #: The daemon's name of the runtime (a test points it at a misregistered one).

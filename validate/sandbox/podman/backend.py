@@ -17,7 +17,7 @@ from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox.image import python_version, require_record
 from validate.core.paths import AGENT_UID, DEFAULT_IMAGE, KEY_UID, ImagePaths
 from validate.sandbox import storage
-from validate.sandbox.base import BackendFacts, Isolation, RunRequest, watchdog_argv
+from validate.sandbox.base import BackendFacts, Capabilities, Isolation, RunRequest, watchdog_argv
 from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.image import image_layers
@@ -29,6 +29,9 @@ from validate.sandbox.podman.service import HOST_ENV, LIBPOD, USER, default_host
 class PodmanSandbox(DockerSandbox):
     backend = "podman"
     isolates_network = True
+    #: its rootless service speaks the Docker API and builds and holds the task images itself
+    capabilities = Capabilities(trials="engine", images="podman", shared_verifier=True, trusted_verifier=True,
+                                separate_verifier=True)
 
     def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc", pool_size: int = 16) -> None:
         self.image, self.run_label = image, run_label

@@ -32,7 +32,8 @@ import requests
 import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
-from validate.core.errors import SandboxError
+from validate.core.errors import ProfileUnavailable, SandboxError
+from validate.sandbox import capabilities_of
 from validate.sandbox.docker.image import image_layers
 from validate.sandbox.podman.service import HOST_ENV, LIBPOD, default_host
 from validate.taskdir.images.backend import BuildRun
@@ -248,6 +249,15 @@ class PodmanImages(DockerImages):
                 from None
 
 
+#: The image engines by the name a backend declares (`Capabilities.images`).
+ENGINES: dict[str, type[DockerImages]] = {"docker": DockerImages, "podman": PodmanImages}
+
+
 def images_for(backend: str) -> DockerImages:
-    """The task images' backend of a profile's container backend (docker's for docker and bwrap)."""
-    return PodmanImages() if backend == "podman" else DockerImages()
+    """The engine that builds and holds task images for a profile's backend, as it declares
+    (`Capabilities.images`); `ProfileUnavailable` for one that needs none."""
+    engine = capabilities_of(backend).images
+    if engine not in ENGINES:
+        raise ProfileUnavailable(f"the {backend} backend declares no task-image engine ({engine!r}; "
+                                 f"engines: {', '.join(sorted(ENGINES))})")
+    return ENGINES[engine]()

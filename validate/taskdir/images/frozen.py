@@ -44,12 +44,13 @@ from validate.taskdir.images.basemap import BaseImageMap
 from validate.taskdir.images.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
 from validate.taskdir.images.dockerfile import REWRITE_VERSION
 from validate.taskdir.trial.support import unsupported
+from validate.sandbox import capabilities_of
 from validate.taskdir.images.basemap import CORE
 from validate.taskdir.images.budget import prune
 from validate.taskdir.images.content import compare_content, content_file, record_content
 from validate.taskdir.images.registry import PulledBase, moved_tags
 from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
-from validate.taskdir.images.docker import images_for
+from validate.taskdir.images.docker import DockerImages, images_for
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
 BUILD_LOGS = "build-logs"
@@ -194,7 +195,7 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
     None when the dataset is not one of task directories or the backend cannot run them (the
     trial kind then says why per task, as before). `budget_bytes`: after each build, task
     images this freeze does not route to are pruned while over it (`validate.taskdir.images.budget`)."""
-    if backend not in ("docker", "podman") or not hasattr(taskset, "task_dir"):
+    if capabilities_of(backend).trials is None or not hasattr(taskset, "task_dir"):
         return None
 
     builder = builder or images_for(backend)
@@ -299,7 +300,7 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
     images = {t: e for t, e in sorted(frozen.tasks.items()) if e.image is not None}
     if not images:
         return 0
-    builder = builder or images_for("docker")
+    builder = builder or DockerImages()
     registry = frozen.build_policy.registry
     if registry is not None and notes is not None:  # a moved tag is named, never followed
         notes += moved_tags({u: p for e in images.values() for u, p in pins_of(e).items()}, registry, builder)

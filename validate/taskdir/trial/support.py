@@ -7,16 +7,22 @@ build's answer (`validate.taskdir.images.build.image_task`), as for a Dockerfile
 from __future__ import annotations
 
 from environment.harbor.taskdir import HarborTask
+from validate.sandbox import capabilities_of
 
 
-def unsupported(task: HarborTask, backend: str) -> str | None:
-    """Why this profile cannot run `task`, or None."""
-    if backend not in ("docker", "podman", "bwrap"):
-        return f"task-directory trials run on the docker, podman and bwrap backends only; this contract's is {backend}"
+def unsupported(task: HarborTask, backend: str, verifier_mode: str | None = None) -> str | None:
+    """Why this profile (its backend's declared `Capabilities`, the contract's verifier
+    mode) cannot run `task`, or None."""
+    caps = capabilities_of(backend)
+    if caps.trials is None:
+        return f"the {backend} backend plays no task-directory trial (it declares none)"
     if task.steps:
         return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
-    if task.verifier == "separate" and backend == "bwrap":
-        return "a separate verifier environment: the bwrap profile verifies over the agent's own tree only"
+    if task.verifier == "separate" and not caps.separate_verifier:
+        return f"a separate verifier environment: the {backend} profile verifies over the agent's own tree only"
+    if task.verifier != "separate" and verifier_mode is not None and verifier_mode not in caps.verifier_modes():
+        return f"the contract's {verifier_mode} verifier: the {backend} backend offers " \
+               f"{', '.join(caps.verifier_modes()) or 'none'}"
     if task.verifier == "separate" and task.verifier_build not in ("dockerfile", "environment"):
         return f"a separate verifier environment from {task.verifier_build}: this harness builds a verifier only " \
                f"from tests/Dockerfile or the task's own environment"
