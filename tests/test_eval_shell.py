@@ -86,7 +86,7 @@ def evaluate_with(harbor, server, tmp_path, model: str, **limits):
                               pool_run_id="pool", pool_run_dir="pool", pool_manifest_sha256="sha256:p",
                               pool_checksums_sha256="sha256:c", dataset_verdict="PASS", environment="harbor",
                               task_count=len(manifest.tasks))
-    contract = ec.build(name="shell", parent=parent, manifest=manifest, reward_code="sha256:x", attempt_kind="trial",
+    contract = ec.build(name="shell", parent=parent, manifest=manifest, reward_code="sha256:x", agent=ec.SHELL_AGENT,
                         model=ec.ModelSpec(id=model, revision="test", server="localserver", base_url=server.base_url,
                                            api_key_env=KEY_ENV),
                         limits=ec.AgentLimits(**{"attempt_timeout_s": 60, "tool_timeout_s": 15, **limits}), k=1)
@@ -173,7 +173,10 @@ def test_freezing_on_a_task_directory_pool_freezes_the_shell_agent(tmp_path):
     assert c.parent.environment == "harbor" and c.parent.task_count == len(frozen.tasks) >= 11
     assert (c.agent.name, c.agent.source_sha256) == (ec.SHELL_AGENT_NAME, ec.shell_source_sha256())
     assert c.tools == [ec.SHELL_TOOL] and c.prompts.system_template == ec.SHELL_SYSTEM
-    assert ec.default_system("program") == ec.DEFAULT_SYSTEM != ec.SHELL_SYSTEM
+    # the pairing is the kinds' own declaration, never a branch on the kind's name
+    from validate.kinds.chat import ChatKind, model_kind_class
+    assert model_kind_class("trial").agent is ec.SHELL_AGENT and model_kind_class("program") is ChatKind
+    assert ChatKind.agent.system == ec.DEFAULT_SYSTEM != ec.SHELL_SYSTEM
 
 
 def test_the_datasets_reward_key_rule_reads_the_model_trial_as_validation_reads_it(sandboxes, server, tmp_path):

@@ -18,7 +18,7 @@ from tests.toyenv import ToyEnvironment
 from validate.run.context import AttemptKind, Play, RunContext
 from validate.core.errors import SandboxError
 from validate.evidence.journal import store_reply
-from validate.kinds.program import unsupported_row
+from validate.kinds.base import unsupported_row
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import Attempt
 from validate.sandbox import RunRequest

@@ -43,6 +43,8 @@ from validate.eval.client import ChatClient
 from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.preflight import preflight
 from validate.eval.run import EvalPhase, evaluate
+from validate.kinds import KINDS
+from validate.kinds.chat import model_kind_class
 from validate.evidence.journal import atomic_write
 from validate.run.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
 from validate.run.lifecycle import reopen
@@ -227,7 +229,7 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
         min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
         config_file=_config_file(config), oracle_repeats=oracle_repeats, loaded=(salt, taskset),
         **({} if images is None else {"task_images": images}),
-        **({"trial": trial} if environment.attempt_kind == "trial" else {}))
+        **({"trial": trial} if KINDS.load(environment.attempt_kind).trial_profile else {}))
     write_manifest(manifest, path)
     return manifest
 
@@ -497,7 +499,7 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
     contract = ec.build(
         name=name, parent=parent, manifest=frozen, model=spec,
         reward_code=ec.reward_code_sha256(env.source_files()),
-        system_template=system_template, attempt_kind=env.attempt_kind,
+        system_template=system_template, agent=model_kind_class(env.attempt_kind).agent,
         user_template=ec.DEFAULT_USER if user_template is None else user_template,
         sampling=model_values(ec.Sampling, {}, dict(sampling or {}), "sampling"),
         limits=model_values(ec.AgentLimits, {}, dict(limits or {}), "limits"), k=k,

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import string
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -69,6 +71,20 @@ SHELL_TOOL: dict[str, Any] = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {
         "command": {"type": "string", "description": "The command line, run with bash -c."}},
         "required": ["command"]}}}
+
+
+@dataclass(frozen=True)
+class ModelAgent:
+    """How an evaluating attempt kind plays a model (declared on the kind: `ModelKind.agent`):
+    the agent's name, its source files' digest, its one tool and its default system prompt."""
+
+    name: str
+    source_sha256: Callable[[], str]
+    tool: dict[str, Any]
+    system: str
+
+    def impl(self) -> AgentImpl:
+        return AgentImpl(name=self.name, version=AGENT_VERSION, source_sha256=self.source_sha256())
 
 
 class _Frozen(BaseModel):
@@ -247,17 +263,12 @@ def shell_source_sha256() -> str:
     return sha256_tag(canonical_json([[p.name, sha256_tag(p.read_bytes())] for p in SHELL_SOURCES]))
 
 
-def default_system(attempt_kind: str) -> str:
-    """The default system prompt for an environment whose tasks are played by `attempt_kind`."""
-    return SHELL_SYSTEM if attempt_kind == "trial" else DEFAULT_SYSTEM
-
-
-def _agent_of(attempt_kind: str) -> tuple[AgentImpl, dict[str, Any]]:
-    """The agent implementation and the tool it offers, by the environment's attempt kind:
-    task directories (``trial``) are played by the task-shell agent, the rest by the chat agent."""
-    if attempt_kind == "trial":
-        return AgentImpl(name=SHELL_AGENT_NAME, version=AGENT_VERSION, source_sha256=shell_source_sha256()), SHELL_TOOL
-    return AgentImpl(name=AGENT_NAME, version=AGENT_VERSION, source_sha256=agent_source_sha256()), BASH_TOOL
+#: The conversation scored on the host (`validate.kinds.chat`).
+CHAT_AGENT = ModelAgent(name=AGENT_NAME, source_sha256=agent_source_sha256, tool=BASH_TOOL, system=DEFAULT_SYSTEM)
+#: A task directory's instruction, a shell in its container, then its own verifier
+#: (`validate.kinds.task_shell`).
+SHELL_AGENT = ModelAgent(name=SHELL_AGENT_NAME, source_sha256=shell_source_sha256, tool=SHELL_TOOL,
+                         system=SHELL_SYSTEM)
 
 
 def reward_code_sha256(files: list[tuple[str, Path]]) -> str:
@@ -271,19 +282,19 @@ def _error(e: ValidationError, where: str) -> ContractError:
 def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelSpec, reward_code: str,
           system_template: str | None = None, user_template: str = DEFAULT_USER, sampling: Sampling | None = None,
           limits: AgentLimits | None = None, k: int = 8, git_commit: str = "",
-          patch: PatchInfo | None = None, attempt_kind: str = "program") -> EvalContract:
+          patch: PatchInfo | None = None, agent: ModelAgent = CHAT_AGENT) -> EvalContract:
     """A sealed eval contract (no checks of the parent: see `validate.eval.freeze`); the agent,
-    its tool and the default system prompt follow the environment's `attempt_kind`."""
-    agent, tool = _agent_of(attempt_kind)
-    tools = [tool]
-    system_template = default_system(attempt_kind) if system_template is None else system_template
+    its tool and the default system prompt are `agent`'s, the one the kind that plays a model on
+    the environment declares (`validate.kinds.model_kind_class`)."""
+    tools = [agent.tool]
+    system_template = agent.system if system_template is None else system_template
     try:
         prompts = Prompts(system_template=system_template, user_template=user_template,
                           system_sha256=sha256_tag(system_template.encode()),
                           user_sha256=sha256_tag(user_template.encode()))
         return EvalContract(
             name=name, created_at=datetime.now(UTC), parent=parent, model=model,
-            agent=agent,
+            agent=agent.impl(),
             prompts=prompts, tools=tools, tools_sha256=sha256_tag(canonical_json(tools)),
             sampling=sampling or Sampling(), limits=limits or AgentLimits(), k=k,
             harness_version=validate.__version__, git_commit=git_commit, patch=patch,

@@ -24,7 +24,6 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from environment.protocol import ScorerUnavailable, Task
@@ -32,13 +31,13 @@ from validate.core.errors import EvidenceError, SandboxError
 from validate.eval import classes
 from validate.eval.agent import Conversation, cap, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
-from validate.eval.contract import EvalContract, request_seed
+from validate.eval.contract import CHAT_AGENT, EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
 from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
 from validate.run.context import AttemptKind, Play, RunContext
 from validate.evidence.journal import store_reply
-from validate.kinds.program import unsupported_row
+from validate.kinds.base import attempt_key, failed, now, unsupported_row
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import MODEL, Attempt
 from validate.sandbox import Mount, RunRequest
@@ -66,10 +65,6 @@ class EvalContext:
     contract: EvalContract
     client: ChatClient
     journal: EvalJournal
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def lay_out(root: Path, task: Task) -> tuple[tuple[Mount, ...], Path]:
@@ -157,7 +152,7 @@ def _fault(row: dict, stats: dict, e: Exception) -> None:
         stats["endpoint_tries"] = stats.get("endpoint_tries", 0) + e.tries
         stats["endpoint_faults"] = stats.get("endpoint_faults", 0) + e.tries
     status = "infrastructure_error" if infra else "scorer_error" if stats.get("scoring") else "harness_error"
-    row.update(status=status, error_class=type(e).__name__, error_message=str(e)[:2000])
+    failed(row, status, type(e).__name__, str(e))
 
 
 def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sample: int,
@@ -166,7 +161,7 @@ def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sa
     ctx, contract = ec.run, ec.contract
     key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                agent=MODEL_AGENT, sample=sample, attempt=number)
-    row: dict = dict(key, role=MODEL, started_at=_now(), status="harness_error",
+    row: dict = dict(key, role=MODEL, started_at=now(), status="harness_error",
                      workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
                      image_digest=ctx.manifest.execution.image_digest)
     seed = request_seed(contract.sampling.seed, task.id, sample)
@@ -183,7 +178,7 @@ def attempt_once(ec: EvalContext, play: Play, temperature: float, task: Task, sa
         raise  # the reply could not be kept: the evidence itself fails, as a journal write does
     except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
         _fault(row, stats, e)
-    row.update(finished_at=_now(), runtime_s=time.monotonic() - t0)
+    row.update(finished_at=now(), runtime_s=time.monotonic() - t0)
     attempt = Attempt(**row)
     return attempt, Entry(sample=sample_row(key, task, conv, attempt, stats, contract, temperature, seed,
                                             getattr(ec.run.taskset, "parse_metric", None)),
@@ -222,61 +217,81 @@ def facts_of(a, s: SampleRow) -> classes.Facts:
                          tool_s=s.tool_s, verified=s.verifier is not None)
 
 
-def unsupported(ec: EvalContext, play: Play, temperature: float, task: Task, sample: int,
-                number: int) -> tuple[Attempt, Entry]:
-    ctx = ec.run
-    key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role=MODEL, sample=sample, attempt=number)
-    a = unsupported_row(ctx, task, key, ctx.manifest.execution.image_digest)
-    seed = request_seed(ec.contract.sampling.seed, task.id, sample)
-    conv = opening(ec.contract, task.prompt, dict(task.meta))
-    row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                   agent=MODEL_AGENT, sample=sample, attempt=number)
-    return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, temperature, seed), turns=[])
+class ModelKind:
+    """What the kinds that play a model share (this module's and `validate.kinds.task_shell`'s):
+    made with the eval's context and a temperature; results are (attempt row, eval journal
+    entry), the entry (sample row and turns) kept before the attempt row is journaled; a try
+    the backend cannot make has both. A kind says the image digest its rows name."""
+
+    name: str
+    ec: EvalContext | None
+    temperature: float
+
+    def _ec(self) -> EvalContext:
+        if self.ec is None:
+            raise TypeError(f"the {self.name} kind plays with an eval context: "
+                            f"{type(self).__name__}(ec, temperature)")
+        return self.ec
+
+    def image_digest(self, play: Play, task: Task) -> str:
+        raise NotImplementedError
+
+    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent, sample: int,
+                    number: int) -> tuple[Attempt, Entry]:
+        ec = self._ec()
+        a = unsupported_row(ctx, task, attempt_key(ctx, play, MODEL_AGENT, MODEL, sample, number),
+                            self.image_digest(play, task))
+        seed = request_seed(ec.contract.sampling.seed, task.id, sample)
+        conv = opening(ec.contract, task.prompt, dict(task.meta))
+        row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
+                       agent=MODEL_AGENT, sample=sample, attempt=number)
+        return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, self.temperature, seed), turns=[])
+
+    def row(self, result: tuple[Attempt, Entry]) -> Attempt:
+        return result[0]
+
+    def keep(self, ctx: RunContext, results: list[tuple[Attempt, Entry]]) -> None:
+        for _, entry in results:  # a model's replies were stored as each attempt ended
+            self._ec().journal.append([entry])
 
 
-class ChatKind(AttemptKind[tuple[Attempt, Entry]]):
+class ChatKind(ModelKind, AttemptKind[tuple[Attempt, Entry]]):
     """One pass of the model at one temperature: each try a conversation in a live session.
     Its results are (attempt row, eval journal entry); the entry (sample row and turns) is
     kept before the attempt row is journaled."""
 
     name = "chat"
     standalone = False
+    #: The agent it plays the model as: a conversation with a bash tool, scored on the host.
+    agent = CHAT_AGENT
 
     def __init__(self, ec: EvalContext | None = None, temperature: float = 0.0) -> None:
         # Registered by name like every kind; a usable one is made with the eval's context.
         self.ec, self.temperature = ec, temperature
 
-    def _ec(self) -> EvalContext:
-        if self.ec is None:
-            raise TypeError("the chat kind plays with an eval context: ChatKind(ec, temperature)")
-        return self.ec
+    def image_digest(self, play: Play, task: Task) -> str:
+        """The contract's sandbox image: the conversation's live session runs in it."""
+        return play.manifest.execution.image_digest
 
     def once(self, ctx: RunContext, play: Play, task: Task, agent, sample: int, number: int) -> tuple[Attempt, Entry]:
         return attempt_once(self._ec(), play, self.temperature, task, sample, number)
 
-    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent, sample: int,
-                    number: int) -> tuple[Attempt, Entry]:
-        return unsupported(self._ec(), play, self.temperature, task, sample, number)
 
-    def row(self, result: tuple[Attempt, Entry]) -> Attempt:
-        return result[0]
 
-    def keep(self, ctx: RunContext, results: list[tuple[Attempt, Entry]]) -> None:
-        for _, entry in results:
-            self._ec().journal.append([entry])
+def model_kind_class(attempt_kind: str) -> type[AttemptKind]:
+    """The kind that plays a model on environments played by `attempt_kind`: the registered
+    kind that declares it ``evaluates`` it (task directories, ``trial``:
+    `validate.kinds.task_shell`), else this module's conversation scored on the host."""
+    for name in KINDS.names():
+        cls = KINDS.load(name)
+        if cls.evaluates == attempt_kind:
+            return cls
+    return ChatKind
 
 
 def model_kind(ec: EvalContext, temperature: float) -> AttemptKind:
-    """The kind that plays the model on this environment: a registered kind that ``evaluates``
-    the environment's own attempt kind (task directories, ``trial``: `validate.kinds.task_shell`),
-    else this module's conversation scored on the host."""
-
-    wanted = ec.run.env.attempt_kind
-    for name in KINDS.names():
-        cls = KINDS.load(name)
-        if getattr(cls, "evaluates", None) == wanted:
-            return cls(ec, temperature)
-    return ChatKind(ec, temperature)
+    """The kind that plays the model on this environment (`model_kind_class`), made."""
+    return model_kind_class(ec.run.env.attempt_kind)(ec, temperature)  # type: ignore[call-arg]
 
 
 def model_play(ec: EvalContext, phase: str, temperature: float, samples: int, idx: list[int]) -> Play:

@@ -14,24 +14,18 @@ missing or odd reply) is data.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from environment.protocol import AgentSpec, ScorerUnavailable, Task, sha256_tag
 from validate.agents import source_files
-from validate.run.context import AttemptKind, Play, RunContext
-from validate.core.errors import EvidenceError, SandboxError
-from validate.evidence.journal import store_reply
+from validate.run.context import Play, RunContext
+from validate.core.errors import SandboxError
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import Attempt
+from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, now, started_row
 from validate.sandbox import RunRequest
 from validate.sandbox.storage import attempt_storage
 from validate.evidence.verdicts import as_expected
 from validate.run.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _text(data: bytes, cap: int) -> tuple[str, bool]:
@@ -75,36 +69,15 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
     return reply
 
 
-def unsupported_row(ctx: RunContext, task: Task, key: dict, image_digest: str,
-                    status: str = "unsupported_execution_contract", error_class: str = "NEEDS_CONTAINER",
-                    message: str | None = None) -> Attempt:
-    """The row of an attempt that did not run here: by default the backend cannot run it (the
-    task needs a network-isolated sandbox); or `status` with its error."""
-    message = message or f"the task needs network isolation and backend {ctx.sandbox.backend} provides none"
-    return Attempt(**key, task_id=task.id, idx=task.idx, task_hash=task.hash, started_at=_now(), finished_at=_now(),
-                   status=status, error_class=error_class, error_message=message[:2000],
-                   workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
-                   image_digest=image_digest)
-
-
-@dataclass(frozen=True)
-class Tried:
-    """One try's result: its row and the whole reply it names (None: no reply was read)."""
-
-    row: Attempt
-    reply: bytes | None = None
-
-
-class ProgramKind(AttemptKind[Tried]):
+class ProgramKind(ReplyKind):
     name = "program"
 
     def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Tried:
         """One try, as a row that exists before anything runs and is complete whatever happens."""
         rule = play.manifest.expectations.rules()[agent.name]
-        row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                         agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
-                         status="harness_error", workspace_sha256=workspace_sha256(dict(task.files)),
-                         backend=ctx.sandbox.backend, image_digest=play.manifest.execution.image_digest)
+        row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,
+                          workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
+                          image_digest=self.image_digest(play, task))
         scoring, reply = False, None
         try:
             reply = _run_agent(ctx, play, task, agent, row)
@@ -114,43 +87,14 @@ class ProgramKind(AttemptKind[Tried]):
                        as_expected=as_expected(rule, row["status"], scored.reward,
                                                play.manifest.expectations.pass_threshold, scored.exact))
         except (SandboxError, ScorerUnavailable) as e:
-            row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+            failed(row, "infrastructure_error", type(e).__name__, str(e))
         except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
             # The scorer raising on this reply is the environment's fault; anything before it is ours.
-            row.update(status="scorer_error" if scoring else "harness_error", error_class=type(e).__name__,
-                       error_message=(str(e) if scoring else f"harness: {e}")[:2000])
-        row["finished_at"] = _now()
+            failed(row, "scorer_error" if scoring else "harness_error", type(e).__name__,
+                   str(e) if scoring else f"harness: {e}")
+        row["finished_at"] = now()
         attempt = Attempt(**row)
         return Tried(attempt, reply if attempt.reply_sha256 is not None else None)
 
-    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
-                    number: int) -> Tried:
-        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
-                   attempt=number)
-        return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest))
 
-    def lost(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int,
-             error_class: str, message: str) -> Tried:
-        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
-                   attempt=number)
-        return Tried(unsupported_row(ctx, task, key, play.manifest.execution.image_digest, "infrastructure_error",
-                                     error_class, message))
-
-    def placed(self, result: Tried, node: str, host: str) -> Tried:
-        return Tried(result.row.model_copy(update={"node": node, "host": host}), result.reply)
-
-    def row(self, result: Tried) -> Attempt:
-        return result.row
-
-    def keep(self, ctx: RunContext, results: list[Tried]) -> None:
-        keep_replies(ctx, results)
-
-
-def keep_replies(ctx: RunContext, results: list[Tried]) -> None:
-    """Store each result's reply whole under its sha256, on the driver, before the rows are
-    journaled: a reply that cannot be kept fails the evidence itself (EvidenceError), as a
-    journal write does."""
-    for r in results:
-        if r.reply is not None and store_reply(ctx.paths, r.reply) != r.row.reply_sha256:
-            raise EvidenceError(f"attempt {r.row.phase}/{r.row.task_id}/{r.row.agent}: its reply is not the "
-                                f"bytes its row names ({r.row.reply_sha256})")
+__all__ = ["ProgramKind", "Tried"]

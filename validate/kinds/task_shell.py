@@ -33,7 +33,6 @@ its frozen task image, else the sandbox image), as a trial's row.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 
 from docker.errors import APIError
 
@@ -41,12 +40,12 @@ from environment.harbor.reward import VerifierFailed, read_record
 from validate.core.errors import EvidenceError, SandboxError
 from validate.eval import classes
 from validate.eval.agent import Conversation, cap, converse, opening
-from validate.kinds.chat import MODEL_AGENT, EvalContext, _fault, _turn_rows, facts_of, sample_row
-from validate.eval.contract import request_seed
+from validate.kinds.chat import MODEL_AGENT, EvalContext, ModelKind, _fault, _turn_rows, facts_of, sample_row
+from validate.eval.contract import SHELL_AGENT, request_seed
 from validate.eval.evidence import Entry
 from validate.eval.records import SampleRow
 from validate.evidence.journal import store_reply
-from validate.kinds.program import unsupported_row
+from validate.kinds.base import failed, now, unsupported_row
 from validate.kinds.trial import TrialKind, routed_digest
 from validate.core.records import MODEL, Attempt
 from validate.sandbox.base import ExecResult
@@ -103,10 +102,6 @@ class ContainerShell:
             time.sleep(0.01)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 def verifier_text(result: TrialResult) -> str:
     """The verifier's exit code and output, as the sample row keeps them."""
     v = result.verifier_run
@@ -116,7 +111,7 @@ def verifier_text(result: TrialResult) -> str:
     return cap(text, VERIFIER_BYTES)
 
 
-class ShellKind(TrialKind):
+class ShellKind(ModelKind, TrialKind):
     """One pass of the model at one temperature on task directories: each try a trial whose
     agent phase is the conversation. Results are (attempt row, eval journal entry), as the
     ``chat`` kind's; its eval plays environments whose own kind is ``trial``."""
@@ -125,22 +120,21 @@ class ShellKind(TrialKind):
     standalone = False
     #: The dataset attempt kind whose environments this kind evaluates a model on.
     evaluates = "trial"
+    #: The agent it plays the model as: a shell in the task's container, then its verifier.
+    agent = SHELL_AGENT
 
     def __init__(self, ec: EvalContext | None = None, temperature: float = 0.0) -> None:
         super().__init__()
         self.ec, self.temperature = ec, temperature
 
-    def _ec(self) -> EvalContext:
-        if self.ec is None:
-            raise TypeError("the task-shell kind plays with an eval context: ShellKind(ec, temperature)")
-        return self.ec
+    image_digest = TrialKind.image_digest  # the task's own frozen image, as the dataset's trials
 
     def once(self, ctx, play, task, agent, sample: int, number: int) -> tuple[Attempt, Entry]:
         ec = self._ec()
         contract = ec.contract
         key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
                    agent=MODEL_AGENT, sample=sample, attempt=number)
-        row: dict = dict(key, role=MODEL, started_at=_now(), status="harness_error",
+        row: dict = dict(key, role=MODEL, started_at=now(), status="harness_error",
                          workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
                          image_digest=routed_digest(play.manifest, task.id))
         seed = request_seed(contract.sampling.seed, task.id, sample)
@@ -154,10 +148,10 @@ class ShellKind(TrialKind):
         except EvidenceError:
             raise  # the reply could not be kept: the evidence itself fails
         except SandboxError as e:
-            row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+            failed(row, "infrastructure_error", type(e).__name__, str(e))
         except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
             _fault(row, stats, e)
-        row.update(finished_at=_now(), runtime_s=time.monotonic() - t0)
+        row.update(finished_at=now(), runtime_s=time.monotonic() - t0)
         attempt = Attempt(**row)
         s = sample_row(key, task, conv, attempt, stats, contract, self.temperature, seed)
         if "verifier" in stats:  # the class rules read it: set before classifying again
@@ -209,11 +203,10 @@ class ShellKind(TrialKind):
         row.update(exit_code=0, timed_out=conv.termination == "timeout", oom_killed=result.agent_run.oom_killed,
                    stdout=cap(conv.reply or "", 65536))
         if result.status == "infrastructure_error":
-            row.update(status="infrastructure_error", error_class="DockerFault",
-                       error_message=(result.infrastructure_error or "")[:2000])
+            failed(row, "infrastructure_error", "DockerFault", result.infrastructure_error or "")
             return
         if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
-            row.update(status="harness_error", error_class="HarnessFault", error_message=(result.harness_error or "")[:2000])
+            failed(row, "harness_error", "HarnessFault", result.harness_error or "")
             return
         stats["verifier"] = verifier_text(result)
         looked = network.describe(result.lookups)
@@ -222,34 +215,18 @@ class ShellKind(TrialKind):
         keyed = result.verifier_error is not None and result.verifier_error.kind == "missing_key"
         if result.status == "task_error" or (result.verifier_error is not None and not keyed):
             what = result.task_error or f"{result.verifier_error.kind}: {result.verifier_error.detail}"
-            row.update(status="scorer_error", error_class="VerifierError", error_message=what[:2000])
+            failed(row, "scorer_error", "VerifierError", what)
             return
         try:
             got = read_record(reply or b"", rule)
         except VerifierFailed as e:  # the record is what the audit reads: it decides
-            row.update(status="scorer_error", error_class="VerifierError", error_message=str(e)[:2000])
+            failed(row, "scorer_error", "VerifierError", str(e))
             return
         status = "timeout" if conv.termination == "timeout" else "oom" if result.agent_run.oom_killed else "ok"
         row.update(status=status, reward=got.reward, reward_decimal=got.exact)
         if status != "ok":
             row.update(error_class=conv.termination or status, error_message=f"the agent phase ended: {status}")
 
-    def unsupported(self, ctx, play, task, agent, sample: int, number: int) -> tuple[Attempt, Entry]:
-        ec = self._ec()
-        key = dict(run_id=ctx.run_id, phase=play.phase, agent=MODEL_AGENT, role=MODEL, sample=sample, attempt=number)
-        a = unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id))
-        seed = request_seed(ec.contract.sampling.seed, task.id, sample)
-        conv = opening(ec.contract, task.prompt, dict(task.meta))
-        row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                       agent=MODEL_AGENT, sample=sample, attempt=number)
-        return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, self.temperature, seed), turns=[])
-
-    def row(self, result: tuple[Attempt, Entry]) -> Attempt:
-        return result[0]
-
-    def keep(self, ctx, results: list[tuple[Attempt, Entry]]) -> None:
-        for _, entry in results:  # the replies were stored as each attempt ended (`_result`)
-            self._ec().journal.append([entry])
 
 
 def sample_row_verified(s: SampleRow, attempt: Attempt, verifier: str) -> SampleRow:

@@ -36,15 +36,14 @@ frozen before the field) the image is built here and the row names the sandbox i
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 
 from environment.harbor.env import HarborTaskRef
 from environment.protocol import sha256_tag
 from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
 from pydantic import ValidationError
-from validate.run.context import AttemptKind, Play, RunContext
+from validate.run.context import Play, RunContext
 from validate.core.errors import SandboxError
-from validate.kinds.program import Tried, keep_replies, unsupported_row
+from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, keep_replies, now, started_row
 from validate.core.paths import task_image_store
 from validate.core.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
 from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
@@ -57,23 +56,20 @@ from validate.taskdir.trial import network
 from validate.taskdir.trial.result import TrialLimits, TrialResult
 from validate.taskdir.trial.support import unsupported
 from validate.taskdir.trial.agents import plan as agent_plan
-from validate.taskdir.trial.run import run_trial
+from validate.taskdir.trial.players import TrialRequest
+from validate.taskdir.trial.players import play as play_trial
 from validate.contract.manifest import verifier_mode_of
 from environment.protocol import AgentSpec
 from validate.evidence.verdicts import as_expected
 from validate.run.workspace import workspace_sha256
-from validate.taskdir.trial import bwrap
 
 #: The trial's statuses as attempt statuses (the rest: the verifier's or the task's error).
 STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom", "infrastructure_error": "infrastructure_error"}
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-class TrialKind(AttemptKind[Tried]):
+class TrialKind(ReplyKind):
     name = "trial"
+    trial_profile = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -103,7 +99,8 @@ class TrialKind(AttemptKind[Tried]):
         """The task's image and its separate verifier's (or None), ready for a trial; or
         (None, None) with `row` saying why the task is not played: a profile that cannot run
         it (``unsupported_execution_contract``) or a build that failed (the task's error)."""
-        why = unsupported(task.parsed, ctx.sandbox.backend) if task.parsed is not None else "the task did not load"
+        why = unsupported(task.parsed, ctx.sandbox.backend, verifier_mode_of(ctx.manifest.execution)) \
+            if task.parsed is not None else "the task did not load"
         image, verifier = (None, None) if why else self._images_of(ctx, task)
         if isinstance(image, TaskImageRefusal) and image.reason == "unsupported_execution_contract":
             why = image.detail
@@ -112,8 +109,7 @@ class TrialKind(AttemptKind[Tried]):
         elif isinstance(image, TaskImageRefusal) and image.reason == "infrastructure_failure":  # the machine's
             row.update(status="infrastructure_error", error_class="BuildInfrastructure", error_message=image.detail)
         elif isinstance(image, TaskImageRefusal):
-            row.update(status="scorer_error", error_class="BuildFailed",
-                       error_message=f"{image.detail}\n{image.log_tail or ''}"[:2000])
+            failed(row, "scorer_error", "BuildFailed", f"{image.detail}\n{image.log_tail or ''}")
         else:
             return image, verifier
         return None, None
@@ -141,8 +137,8 @@ class TrialKind(AttemptKind[Tried]):
                                                               "pins": pins_of(frozen.tasks.get(task.id))}))
 
     def _daemon(self, backend: str) -> DockerImages:
-        """The task images' daemon (the rootless service's own for podman: its trials run in
-        images it built; docker's for docker and bwrap), with no base built."""
+        """The task images' engine (the one the backend declares, `Capabilities.images`: its
+        trials run in images that engine built), with no base built."""
         with self._lock:
             if self._builder is None:
                 self._builder = images_for(backend)
@@ -162,20 +158,19 @@ class TrialKind(AttemptKind[Tried]):
 
     def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
         m = play.manifest
-        row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                         agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=_now(),
-                         status="harness_error", workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
-                         image_digest=routed_digest(m, task.id))
+        row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,
+                          workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
+                          image_digest=self.image_digest(play, task))
         reply = None
         try:
             image, verifier = self.prepared(ctx, task, row)
             if image is not None:
                 reply = self._trial(ctx, play, task, agent, image, verifier, row)
         except SandboxError as e:
-            row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+            failed(row, "infrastructure_error", type(e).__name__, str(e))
         except Exception as e:  # noqa: BLE001 - one attempt's trouble stays in that attempt's row
-            row.update(status="harness_error", error_class=type(e).__name__, error_message=f"harness: {e}"[:2000])
-        row["finished_at"] = _now()
+            failed(row, "harness_error", type(e).__name__, f"harness: {e}")
+        row["finished_at"] = now()
         return Tried(Attempt(**row), reply)
 
     def _trial(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, image: TaskImage,
@@ -192,14 +187,10 @@ class TrialKind(AttemptKind[Tried]):
         # the reference solution's trusted verifier that does not pass is replayed in its own
         # container when it changed paths outside its work paths: does the task need them?
         replay = m.expectations.pass_threshold if agent.role == ORACLE else None
-        if ctx.sandbox.backend == "bwrap":  # the unpacked image, no engine (validate.taskdir.trial.bwrap)
-            result = bwrap.run_trial(ctx.sandbox, self._daemon(ctx.sandbox.backend).client, task.parsed,
-                                     task_dir, image.image_id, agent.name, limits, lim, reward_key=rule, plan=plan,
-                                     replay_below=replay)
-        else:
-            result = run_trial(ctx.sandbox.client, task.parsed, task_dir, image.image_id,
-                               agent.name, limits, run_label=ctx.run_id, resolver_image=m.execution.image,
-                               verifier_image=verifier, reward_key=rule, plan=plan, replay_below=replay)
+        result = play_trial(ctx.sandbox, self._daemon(ctx.sandbox.backend).client, TrialRequest(
+            task=task.parsed, task_dir=task_dir, image=image.image_id, agent=agent.name, plan=plan, limits=limits,
+            contract=lim, run_label=ctx.run_id, reward_key=rule, resolver_image=m.execution.image,
+            verifier_image=verifier, replay_below=replay))
         _outputs(row, result, agent.role)
         record = None if result.record is None else result.record.model_copy(update={
             "image": image.image_id, "key": rule,
@@ -222,12 +213,10 @@ class TrialKind(AttemptKind[Tried]):
         if reply is not None:
             row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
         if result.status == "infrastructure_error":
-            row.update(status="infrastructure_error", error_class="DockerFault",
-                       error_message=(result.infrastructure_error or "")[:2000])
+            failed(row, "infrastructure_error", "DockerFault", result.infrastructure_error or "")
             return None
         if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
-            row.update(status="harness_error", error_class="HarnessFault",
-                       error_message=(result.harness_error or "")[:2000])
+            failed(row, "harness_error", "HarnessFault", result.harness_error or "")
             return reply
         if offline is not None:  # the harness's own resolver saw the lookups: not the task's text
             row.update(status="unsupported_execution_contract", error_class="NetworkLookup", error_message=offline)
@@ -235,12 +224,12 @@ class TrialKind(AttemptKind[Tried]):
         if result.status not in STATUS or result.verifier_error is not None:
             what = result.task_error or (f"{result.verifier_error.kind}: {result.verifier_error.detail}"
                                          if result.verifier_error else result.status)
-            row.update(status="scorer_error", error_class="VerifierError", error_message=what[:2000])
+            failed(row, "scorer_error", "VerifierError", what)
             return reply
         try:
             got = read_record(reply or b"", rule)
         except VerifierFailed as e:  # the record and the trial disagree: the record is what the audit reads
-            row.update(status="scorer_error", error_class="VerifierError", error_message=str(e)[:2000])
+            failed(row, "scorer_error", "VerifierError", str(e))
             return reply
         rule = play.manifest.expectations.rules()[agent.name]
         # The agent's exit code is data (Harbor ignores it; the verifier decides the reward),
@@ -251,23 +240,9 @@ class TrialKind(AttemptKind[Tried]):
                                            got.exact))
         return reply
 
-    def unsupported(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
-        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
-                   attempt=number)
-        return Tried(unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id)))
-
-    def lost(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int,
-             error_class: str, message: str) -> Tried:
-        key = dict(run_id=ctx.run_id, phase=play.phase, agent=agent.name, role=agent.role, sample=sample,
-                   attempt=number)
-        return Tried(unsupported_row(ctx, task, key, routed_digest(play.manifest, task.id), "infrastructure_error",
-                                     error_class, message))
-
-    def placed(self, result: Tried, node: str, host: str) -> Tried:
-        return Tried(result.row.model_copy(update={"node": node, "host": host}), result.reply)
-
-    def row(self, result: Tried) -> Attempt:
-        return result.row
+    def image_digest(self, play: Play, task: HarborTaskRef) -> str:
+        """The task's own frozen image (or the contract's sandbox image when none is routed)."""
+        return routed_digest(play.manifest, task.id)
 
     def keep(self, ctx: RunContext, results: list[Tried]) -> None:
         """The replies, and the build log of each frozen image a trial ran in (into the run's

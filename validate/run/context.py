@@ -97,6 +97,12 @@ class AttemptKind(ABC, Generic[R]):
     #: False for a kind only a command that supplies its context can play (``chat``: the
     #: eval's model and contract); an environment cannot name it.
     standalone: ClassVar[bool] = True
+    #: The attempt kind of the environments this kind plays a model on (None: it plays no
+    #: model; `validate.kinds.model_kind_class` pairs them).
+    evaluates: ClassVar[str | None] = None
+    #: Its contracts record a trial profile (`validate.contract.manifest.TrialProfile`: the
+    #: verifier mode, the work-paths rule, the harness program's digest).
+    trial_profile: ClassVar[bool] = False
 
     @abstractmethod
     def once(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int) -> R:
