@@ -1,7 +1,7 @@
 """Classes by name, from an entry-point group: the one loader of the harness's open seams.
 
-Environments (``validate.environments``) and sandbox backends (``validate.backends``) are
-each a `Registry`: the entry points of one group, in every installed distribution, plus the
+Environments (``validate.environments``), sandbox backends (``validate.backends``), attempt
+kinds (``validate.attempt_kinds``) and executors (``validate.executors``) are each a `Registry`: the entry points of one group, in every installed distribution, plus the
 classes registered at run time (`Registry.register`). A name is listed without importing
 anything (entry-point metadata only); its class is imported on first use and checked: a
 subclass of the seam's base whose own name attribute is that name. A missing name, a

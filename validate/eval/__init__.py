@@ -6,13 +6,14 @@
   retried (Retry-After honoured);
 - `agent`: the model agent, on the host, whose ``bash`` tool runs inside the task's live
   sandbox session (`validate.sandbox.session`);
-- `shell`: the same agent on task directories (the ``task-shell`` kind): its ``bash`` runs in
-  the task's live container, then the task's own verifier decides the reward
-  (`validate.taskdir.trial.run`);
+- the kinds that play the model are attempt kinds (`validate.kinds.chat`, the conversation
+  scored on the host; `validate.kinds.task_shell`, the same agent on task directories, its
+  ``bash`` in the task's live container, then the task's own verifier);
 - `records`: the rows it writes (per turn, per sample) beside ``attempts.parquet``;
-- `runner`, `run`: the eval phases (``eval-greedy`` for pass@1 at temperature 0, ``eval``
-  for k samples) on one run directory, resumable;
+- `run`: the eval phases (``eval-greedy`` for pass@1 at temperature 0, ``eval`` for k
+  samples) on one run directory, resumable;
 - `metrics`, `classes`: pass@1, pass@k, pass^k, zero-variance groups, and one failure
   class per failed attempt — pure functions;
-- `report`, `compare`, `audit`: the eval report, two evals' deltas, and the re-check.
+- `report`, `compare`: the eval report and two evals' deltas; the re-check is
+  `validate.audit.eval`.
 """

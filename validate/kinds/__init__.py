@@ -1,12 +1,15 @@
 """Attempt kinds by name: how one attempt is prepared, played and scored.
 
 The ``validate.attempt_kinds`` entry-point group of every installed distribution, loaded
-through `validate.core.registry`. This project registers three: ``program`` (an environment's
+through `validate.core.registry`. This project registers four: ``program`` (an environment's
 agent program runs in a fresh sandbox and its reply is scored on the host,
 `validate.kinds.program`), ``trial`` (a task directory's own image, the agent in it, then the
-task's verifier inside a fresh container of what the agent left, `validate.kinds.trial`) and
-``chat`` (a model converses and calls tools in a live session, `validate.kinds.chat`). An
-environment names the kind its tasks are played with (`Environment.attempt_kind`).
+task's verifier, by default in a fresh container of the pristine image with only the agent's
+work carried, `validate.kinds.trial`), ``chat`` (a model converses and calls tools in a live
+session, `validate.kinds.chat`) and ``task-shell`` (a model's shell in a task directory's
+container, then its verifier, `validate.kinds.task_shell`). What they share is
+`validate.kinds.base`. An environment names the kind its tasks are played with
+(`Environment.attempt_kind`); a kind that plays a model declares whose (``evaluates``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Sandbox backends by name: the ``validate.backends`` entry-point group of every installed
-distribution (this project registers docker, bwrap and subprocess in pyproject.toml), loaded
+distribution (this project registers docker, docker-gvisor, podman, bwrap and subprocess in
+pyproject.toml), loaded
 lazily through the harness's one loader (`validate.core.registry`): the runner, the contract and
 the image build never import a concrete backend, and a backend that lives elsewhere (a test's,
 a third party's) is one class plus one entry point."""
