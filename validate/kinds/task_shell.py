@@ -55,7 +55,7 @@ from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import network
 from validate.contract.manifest import verifier_mode_of
 from validate.taskdir.trial.result import PhaseRun, TrialLimits, TrialResult
-from validate.taskdir.trial.run import LiveAgent, run_trial
+from validate.taskdir.trial.run import HarnessFault, LiveAgent, run_trial
 from validate.run.workspace import workspace_sha256
 
 #: Seconds past a command's own timeout the harness waits for its stream to end.
@@ -209,11 +209,12 @@ class ShellKind(TrialKind):
         row.update(exit_code=0, timed_out=conv.termination == "timeout", oom_killed=result.agent_run.oom_killed,
                    stdout=cap(conv.reply or "", 65536))
         if result.status == "infrastructure_error":
-            row.update(status="infrastructure_error", error_class="DockerFault",
+            row.update(status="infrastructure_error", error_class=dk.DockerFault.__name__,
                        error_message=(result.infrastructure_error or "")[:2000])
             return
         if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
-            row.update(status="harness_error", error_class="HarnessFault", error_message=(result.harness_error or "")[:2000])
+            row.update(status="harness_error", error_class=HarnessFault.__name__,
+                       error_message=(result.harness_error or "")[:2000])
             return
         stats["verifier"] = verifier_text(result)
         looked = network.describe(result.lookups)

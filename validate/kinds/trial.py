@@ -57,7 +57,8 @@ from validate.taskdir.trial import network
 from validate.taskdir.trial.result import TrialLimits, TrialResult
 from validate.taskdir.trial.support import unsupported
 from validate.taskdir.trial.agents import plan as agent_plan
-from validate.taskdir.trial.run import run_trial
+from validate.taskdir.trial.docker import DockerFault
+from validate.taskdir.trial.run import HarnessFault, run_trial
 from validate.contract.manifest import verifier_mode_of
 from environment.protocol import AgentSpec
 from validate.evidence.verdicts import as_expected
@@ -222,11 +223,11 @@ class TrialKind(AttemptKind[Tried]):
         if reply is not None:
             row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
         if result.status == "infrastructure_error":
-            row.update(status="infrastructure_error", error_class="DockerFault",
+            row.update(status="infrastructure_error", error_class=DockerFault.__name__,
                        error_message=(result.infrastructure_error or "")[:2000])
             return None
         if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
-            row.update(status="harness_error", error_class="HarnessFault",
+            row.update(status="harness_error", error_class=HarnessFault.__name__,
                        error_message=(result.harness_error or "")[:2000])
             return reply
         if offline is not None:  # the harness's own resolver saw the lookups: not the task's text
