@@ -204,7 +204,13 @@ def exact_text(value: Decimal) -> str | None:
     return None if exact_reward(float(value)) == value else str(value)
 
 
-class ScorerUnavailable(Exception):
+class EnvError(Exception):
+    """Root of every error an environment defines. Environments import nothing of the harness,
+    so theirs is a root of its own beside `validate.core.errors.ValidateError`; the harness
+    catches the ones it expects by name (`ConfigError`, `ScorerUnavailable`, ...)."""
+
+
+class ScorerUnavailable(EnvError):
     """A scorer's own dependency failed (a judge endpoint down, timing out, rate-limited,
     answering garbage) after its retries. The harness records an infrastructure error, never
     a reward: a 0 must not be blamed on the task or the agent."""
@@ -293,7 +299,7 @@ class LoadHints:
     log: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
 
 
-class ConfigError(ValueError):
+class ConfigError(EnvError, ValueError):
     """Bad config or data for an environment; the message names the field or file and the fix."""
 
 

@@ -136,6 +136,7 @@ def test_odd_replies_are_the_agents_own_outcome(sandboxes, tmp_path):
         row = by.loc[agent]
         assert (row["status"], row["exit_code"], row["reward"]) == ("no_reply", 0, 0.0), agent
         assert kind in row["error_message"] and "fd" not in row["error_message"]
+        assert row["error_class"] == "NotAReply", agent  # the class's name, as rows have always said it
     long = by.loc["long-reply"]
     assert long["status"] == "ok" and long["reply_bytes"] > 200 * 1024 and long["reply_truncated"]
     assert len(long["reply_text"].encode()) == 64 * 1024

@@ -46,7 +46,7 @@ from tenacity import (
 from tenacity.wait import wait_base
 
 from environment.curator.build import canonical_json, sha256_hex
-from environment.protocol import ScorerUnavailable
+from environment.protocol import EnvError, ScorerUnavailable
 
 TEMPLATE: tuple[tuple[str, str], ...] = (
     ("system",
@@ -82,7 +82,7 @@ class JudgeConfig(BaseModel):
     max_tokens: int = Field(default=8, ge=1, description="Completion budget (the answer is one letter).")
 
 
-class _Transient(Exception):
+class _Transient(EnvError):
     """A fault worth retrying; ``retry_after_s`` is what the server asked for, if anything."""
 
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:

@@ -42,6 +42,8 @@ from typing import Annotated, BinaryIO
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from environment.protocol import EnvError
+
 #: CC BY (any version, or unstated) and CC0; CC BY-SA, -NC, -ND are outside it.
 _LICENCE_OK = re.compile(r"^(CC-BY(-\d(\.\d)?)?( \(.*\))?|CC0(-1\.0)?)$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -56,7 +58,7 @@ _RECORD_SHAPE = ('{"paper_id", "source", "license", "title", '
 _FIX_RECORD = "fix or remove that record"
 
 
-class CorpusError(ValueError):
+class CorpusError(EnvError, ValueError):
     """A corpus file or record that cannot be used; the message names file, paper and field."""
 
 
@@ -194,7 +196,7 @@ def parse_paper(record: dict, where: str) -> Paper:
 # --- reading files ------------------------------------------------------------------------
 
 
-class _Refused(ValueError):
+class _Refused(EnvError, ValueError):
     """Raised from inside the JSON decoder for input that is not strict JSON."""
 
 

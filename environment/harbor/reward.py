@@ -35,7 +35,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
-from environment.protocol import canonical_json, exact_reward, exact_text, safe_text, sha256_tag
+from environment.protocol import EnvError, canonical_json, exact_reward, exact_text, safe_text, sha256_tag
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -141,7 +141,7 @@ class VerifierRecord(BaseModel):
         return canonical_json(self.model_dump(mode="json"))
 
 
-class VerifierFailed(Exception):
+class VerifierFailed(EnvError):
     """The verifier gave no usable reward: the task's (or its verifier's) error, never the agent's."""
 
 
@@ -220,7 +220,7 @@ def _parse_txt(data: bytes) -> Reward | RewardError:
     return _numbers(REWARD_TXT, {"reward": token})
 
 
-class _Refused(Exception):
+class _Refused(EnvError):
     pass
 
 

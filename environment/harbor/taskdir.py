@@ -33,14 +33,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from environment.harbor.config import TaskConfig
-from environment.protocol import Finding, canonical_json, safe_text, sha256_tag
+from environment.protocol import EnvError, Finding, canonical_json, safe_text, sha256_tag
 
 TASK_MARKERS = ("task.toml", "instruction.md", "environment", "tests", "solution")
 #: Harbor's canary lines: an HTML or ``#`` comment mentioning "canary", case-insensitive.
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
 
-class DatasetError(ValueError):
+class DatasetError(EnvError, ValueError):
     """The dataset root itself is unusable (the CLI prints it on one line, exit 2)."""
 
 
@@ -221,7 +221,7 @@ def _not_utf8(root: Path, tid: str, limits: Limits) -> InvalidTask:
         file=".", detail=f"the task directory's path is not UTF-8 ({escaped}, its bytes escaped); rename it")])
 
 
-class _Invalid(Exception):
+class _Invalid(EnvError):
     def __init__(self, problem: TaskProblem) -> None:
         self.problem = problem
 

@@ -33,6 +33,7 @@ import zlib
 from pathlib import Path
 
 from environment.harbor.taskdir import Limits
+from environment.protocol import EnvError
 
 #: PAX and GNU long-name headers are read whole into memory by `tarfile`: kept small.
 MAX_HEADER_BYTES = 1 << 20
@@ -40,7 +41,7 @@ _HEADERS = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.G
             tarfile.GNUTYPE_LONGLINK)
 
 
-class ArchiveProblem(Exception):
+class ArchiveProblem(EnvError):
     """Why an archive is refused: one line naming the member."""
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from validate.core.errors import InputError
+
 MAX_BYTES = 256 * 1024 * 1024
 
 
-class JSONInputError(ValueError):
-    pass
+class JSONInputError(InputError, ValueError):
+    """Input that `loads` cannot read as JSON, in words. A `ValueError` too, as `json`'s own
+    errors are: `validate.audit.reports` catches it as one."""
 
 
 def loads(data: bytes | str, max_bytes: int = MAX_BYTES):

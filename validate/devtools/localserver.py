@@ -50,6 +50,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from validate.core.errors import ValidateError
+
 Policy = Callable[[dict], dict]
 GARBAGE = b"<html><body>upstream says: \xff\xfe not JSON {"
 IDLE_TIMEOUT_S = 30.0
@@ -154,7 +156,7 @@ class AssistantMessage(BaseModel):
     tool_calls: list[ToolCall] | None = Field(default=None, description="Function calls, if any.")
 
 
-class PolicyError(Exception):
+class PolicyError(ValidateError):
     """A policy raised or returned something that is not an assistant message."""
 
 

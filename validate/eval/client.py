@@ -43,13 +43,14 @@ import urllib3
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
 from environment.protocol import safe_json
+from validate.core.errors import ServiceError
 from validate.eval.deadline import Adapter, Watchdog
 
 _CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "context window", "too many tokens",
                     "prompt is too long")
 
 
-class EndpointError(Exception):
+class EndpointError(ServiceError):
     """A model request failed; `kind` names how."""
 
     def __init__(self, kind: str, message: str, status: int | None = None) -> None:

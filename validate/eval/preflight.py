@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import requests
 import urllib3
 
-from validate.core.errors import ValidateError
+from validate.core.errors import ServiceError
 
 #: Seconds to wait for a connection; the answer gets the contract's request timeout (at most READ_S).
 CONNECT_S = 10.0
@@ -51,7 +51,7 @@ QUOTED = 200
 MAX_BODY = 8 * 1024 * 1024
 
 
-class EndpointMisconfigured(ValidateError):
+class EndpointMisconfigured(ServiceError):
     """The endpoint cannot serve this contract as configured; nothing was run."""
 
 
@@ -102,7 +102,7 @@ def quoted(text: str) -> str:
     return flat[:QUOTED] + ("…" if len(flat) > QUOTED else "")
 
 
-class _Transient(Exception):
+class _Transient(ServiceError):
     """A fault that may pass (tried again); `what` says which."""
 
     def __init__(self, what: str, retry_after_s: float | None = None) -> None:

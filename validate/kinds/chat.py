@@ -41,6 +41,7 @@ from validate.kinds.base import attempt_key, failed, now, unsupported_row
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import MODEL, Attempt
 from validate.sandbox import Mount, RunRequest
+from validate.sandbox.base import SandboxEnded
 from validate.sandbox.storage import attempt_storage
 from validate.run.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
 from validate.kinds import KINDS
@@ -130,7 +131,7 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: Play, tempe
     status, reply = _status(conv, ctx.manifest.execution.max_reply_bytes)
     row["status"] = status
     if conv.termination == "sandbox_ended":  # the model's command ended it: over, scored as it stands
-        row.update(error_class="SandboxEnded", error_message=conv.turns[-1].calls[-1].error)
+        row.update(error_class=SandboxEnded.__name__, error_message=conv.turns[-1].calls[-1].error)
     elif status != "ok":
         row.update(error_class=conv.termination, error_message=f"the conversation ended: {conv.termination}"
                    + (f" (reply over {ctx.manifest.execution.max_reply_bytes} bytes)" if status == "reply_too_large"

@@ -51,10 +51,11 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
         try:
             reply = read_reply(m.reply_path, ex.max_reply_bytes)
         except ReplyTooLarge as e:
-            row.update(status="reply_too_large", error_class="ReplyTooLarge", error_message=str(e))
+            row.update(status="reply_too_large", error_class=type(e).__name__, error_message=str(e))
             return None
         except NotAReply as e:
-            row.update(status="no_reply" if status == "ok" else status, error_class="NotAReply", error_message=str(e))
+            row.update(status="no_reply" if status == "ok" else status, error_class=type(e).__name__,
+                       error_message=str(e))
             return None
     if reply is None:
         row.update(status="no_reply" if status == "ok" else status)

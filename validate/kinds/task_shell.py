@@ -54,7 +54,7 @@ from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import network
 from validate.contract.manifest import verifier_mode_of
 from validate.taskdir.trial.result import PhaseRun, TrialLimits, TrialResult
-from validate.taskdir.trial.run import LiveAgent, run_trial
+from validate.taskdir.trial.run import HarnessFault, LiveAgent, run_trial
 from validate.run.workspace import workspace_sha256
 
 #: Seconds past a command's own timeout the harness waits for its stream to end.
@@ -203,10 +203,10 @@ class ShellKind(ModelKind, TrialKind):
         row.update(exit_code=0, timed_out=conv.termination == "timeout", oom_killed=result.agent_run.oom_killed,
                    stdout=cap(conv.reply or "", 65536))
         if result.status == "infrastructure_error":
-            failed(row, "infrastructure_error", "DockerFault", result.infrastructure_error or "")
+            failed(row, "infrastructure_error", dk.DockerFault.__name__, result.infrastructure_error or "")
             return
         if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
-            failed(row, "harness_error", "HarnessFault", result.harness_error or "")
+            failed(row, "harness_error", HarnessFault.__name__, result.harness_error or "")
             return
         stats["verifier"] = verifier_text(result)
         looked = network.describe(result.lookups)

@@ -58,6 +58,8 @@ from validate.taskdir.trial.support import unsupported
 from validate.taskdir.trial.agents import plan as agent_plan
 from validate.taskdir.trial.players import TrialRequest
 from validate.taskdir.trial.players import play as play_trial
+from validate.taskdir.trial.docker import DockerFault
+from validate.taskdir.trial.run import HarnessFault
 from validate.contract.manifest import verifier_mode_of
 from environment.protocol import AgentSpec
 from validate.evidence.verdicts import as_expected
@@ -213,10 +215,10 @@ class TrialKind(ReplyKind):
         if reply is not None:
             row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
         if result.status == "infrastructure_error":
-            failed(row, "infrastructure_error", "DockerFault", result.infrastructure_error or "")
+            failed(row, "infrastructure_error", DockerFault.__name__, result.infrastructure_error or "")
             return None
         if result.status == "harness_error":  # the harness cannot vouch for the verifier's run
-            failed(row, "harness_error", "HarnessFault", result.harness_error or "")
+            failed(row, "harness_error", HarnessFault.__name__, result.harness_error or "")
             return reply
         if offline is not None:  # the harness's own resolver saw the lookups: not the task's text
             row.update(status="unsupported_execution_contract", error_class="NetworkLookup", error_message=offline)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from environment.protocol import AgentSpec, Task, canonical_json, sha256_tag
 from validate.agents import agentlib_source
+from validate.core.errors import AgentError
 from validate.core.paths import AGENT_UID, KEY_UID, REPLY_FILE, SANDBOX_AGENT, SANDBOX_ANSWER_KEY, SANDBOX_WORKSPACE
 from validate.sandbox import Mount
 from validate.sandbox.storage import remove_tree
@@ -122,7 +123,7 @@ def materialise(task: Task, agent: AgentSpec, opaque_id: str, storage, source=No
         yield lay_out(Path(root), task, agent, opaque_id, source)
 
 
-class NotAReply(Exception):
+class NotAReply(AgentError):
     """The reply file exists but is not a regular file."""
 
 

@@ -28,7 +28,7 @@ from typing import BinaryIO
 
 from pydantic import ValidationError
 
-from validate.core.errors import ContractError
+from validate.core.errors import ContractError, InputError
 from validate.eval.compare import Comparison
 from validate.eval.contract import EvalContract
 from validate.eval.summary import EvalSummary
@@ -59,7 +59,7 @@ from validate.evidence.verdicts import DatasetVerdict
 MAX_JSON_BYTES = 512 * 1024 * 1024
 
 
-class NotInside(LookupError):
+class NotInside(InputError):
     """The path is not a regular file reached without symlinks inside the run directory."""
 
 

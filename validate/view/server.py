@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from validate.core.errors import InputError, ValidateError
 from validate.core.paths import (
     ATTEMPTS,
     CHECKSUMS,
@@ -91,13 +92,13 @@ FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in
 ))
 
 
-class Redirect(Exception):  # not an error: the answer is elsewhere
+class Redirect(ValidateError):  # not an error: the answer is elsewhere (never leaves the handler)
     def __init__(self, location: str) -> None:
         super().__init__(location)
         self.location = location
 
 
-class HTTPError(Exception):
+class HTTPError(InputError):  # a request the viewer cannot answer (404, 403, 400)
     def __init__(self, status: int, title: str, detail: str) -> None:
         super().__init__(detail)
         self.status, self.title, self.detail = status, title, detail

@@ -85,7 +85,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validate.core.errors import ValidateError
+from validate.core.errors import ClusterError, ValidateError
 from validate.run.executors import AttemptSpec, Executor, ExecutorUnavailable, R, Worker
 from validate.run.executors.ray_image import NodeImageUnavailable, TaskImageFetch, driver_source, ensure_image
 from validate.run.runner import worker_from_recipe
@@ -104,7 +104,7 @@ MAX_CALL = 8
 CACHED_WORKERS = 4
 
 
-class RayNodeLost(Exception):
+class RayNodeLost(ClusterError):
     """An attempt lost with the Ray worker or node that ran it (the error class of its row)."""
 
 

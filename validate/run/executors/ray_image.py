@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from validate.core.errors import ValidateError
+from validate.core.errors import ClusterError, ValidateError
 from validate.core.errors import SandboxError
 from validate.sandbox.image import read_record
 from validate.sandbox.imagefile import file_name, import_file
@@ -55,7 +55,7 @@ class TaskImageUnavailable(SandboxError):
     """A node that lacks a frozen task image and could not fetch it from the driver."""
 
 
-class NodeImageUnavailable(Exception):
+class NodeImageUnavailable(ClusterError):
     """A node without the contract's image at its digest that could not get it (the error class
     of the attempt's row: an infrastructure fault of that node)."""
 

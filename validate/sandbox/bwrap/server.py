@@ -12,6 +12,7 @@ import os
 import select
 import time
 
+from validate.core.errors import SandboxError
 from validate.sandbox.base import ExecResult
 
 #: Seconds the command server may take to say it is ready.
@@ -142,5 +143,6 @@ def result(answer: dict, oom: bool, t0: float) -> ExecResult:
                       runtime_s=time.monotonic() - t0)
 
 
-class NoAnswer(Exception):
-    """The command server gave no answer (its pipe closed, or it stayed silent past its time)."""
+class NoAnswer(SandboxError):
+    """The command server gave no answer (its pipe closed, or it stayed silent past its time);
+    the backend names it as a `SandboxError` or `SandboxEnded` of its own, never passes it on."""

@@ -21,16 +21,18 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from validate.core.errors import TaskError
+
 #: Bumped whenever `rewrite`'s output changes for the same input (it is part of the patch).
 REWRITE_VERSION = 1
 _DIRECTIVE = re.compile(r"^#\s*([a-zA-Z]+)\s*=\s*(\S+)\s*$")
 
 
-class DockerfileError(ValueError):
+class DockerfileError(TaskError):
     """The Dockerfile cannot be read as one (the task's fault)."""
 
 
-class Unresolvable(ValueError):
+class Unresolvable(TaskError):
     """A reference this harness cannot name statically (made by ``ARG``)."""
 
 

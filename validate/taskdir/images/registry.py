@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from validate.core.errors import ServiceError
 from validate.core.records import UNSUPPORTED_CONTRACT
 from validate.taskdir.images.basemap import split_reference
 
@@ -43,7 +44,7 @@ class PulledBase(BaseModel):
         return {"upstream": self.upstream, "pulled": self.pulled, "image_id": self.image_id}
 
 
-class PullRefused(Exception):
+class PullRefused(ServiceError):
     """A reference the registry cannot give: the reason and one line naming it."""
 
     def __init__(self, reason: str, detail: str) -> None:

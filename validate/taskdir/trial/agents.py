@@ -28,6 +28,7 @@ from pathlib import Path
 from environment.harbor.env import HarborConfig, HarborEnvironment
 from environment.harbor.taskdir import HarborTask
 from environment.protocol import AgentSpec
+from validate.core.errors import ContractError
 from validate.core.records import ORACLE
 from validate.taskdir.trial import tool as harness_tool
 
@@ -67,8 +68,8 @@ class AgentPlan:
     uploads: list[Entry] = field(default_factory=list)
 
 
-class UnknownAgent(ValueError):
-    pass
+class UnknownAgent(ContractError):
+    """An agent name no trial plays: neither the oracle, the no-op nor a declared control."""
 
 
 def tree_entries(src: Path, dest: str) -> list[Entry]:

@@ -44,7 +44,7 @@ import requests
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount
 
-from validate.core.errors import SandboxError
+from validate.core.errors import DaemonError, SandboxError, TaskError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, procs_of
 from validate.sandbox.storage import ensure_room, mount_tmpfs, remove_tree
@@ -71,11 +71,11 @@ PID1_IDS = (2147483001, 2147483002)
 SETTLE_S = 10.0
 
 
-class DockerFault(Exception):
+class DockerFault(DaemonError):
     """Docker failed the harness (an infrastructure error, never the agent's or verifier's)."""
 
 
-class TaskFault(Exception):
+class TaskFault(TaskError):
     """Docker refused what the task's own configuration asks for (a user its image lacks):
     the task's error, not the infrastructure's and not the agent's."""
 

@@ -84,6 +84,7 @@ from pathlib import Path
 
 from docker.types import Mount
 
+from validate.core.errors import DaemonError
 from validate.taskdir.trial import dnslog
 from validate.taskdir.trial.network import Lookups
 
@@ -103,7 +104,7 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,62}")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class NamespaceError(RuntimeError):
+class NamespaceError(DaemonError):
     """The harness could not listen in the container's network namespace (why, in words)."""
 
 

@@ -94,6 +94,7 @@ from environment.harbor.reward import (
     MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, VerifierRecord, read_reward,
 )
 from environment.harbor.taskdir import HarborTask
+from validate.core.errors import AgentError, TaskError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, oom_kills_of_pid, procs_of
 from validate.sandbox.storage import attempt_storage, mount_tmpfs
@@ -139,11 +140,11 @@ class LiveAgent:
 AgentDriver = Callable[[LiveAgent], PhaseRun]
 
 
-class UnsupportedTask(ValueError):
+class UnsupportedTask(TaskError):
     """The task needs what a single-container trial does not do (the caller excludes it)."""
 
 
-class HarnessFault(Exception):
+class HarnessFault(AgentError):
     """The harness cannot vouch for the verifier's run (a process it did not start in the
     container, PID 1 no longer its program): the trial's result is void (``harness_error``)."""
 
