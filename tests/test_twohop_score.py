@@ -24,7 +24,7 @@ def score(task, reply):
 
 def test_the_gold_scores_one_in_any_spacing_and_as_str():
     for t in TASKS:
-        assert score(t, t.answer_key) == (1.0, {"parsed_ok": 1.0, "exact_match": 1.0})
+        assert score(t, t.answer_key) == (1.0, {"parsed_ok": 1.0, "exact_match": 1.0}, None)
         spaced = "\n  " + json.dumps({"rows": list(t.rows)}, indent=2) + "\n"
         assert score(t, spaced.encode()).reward == 1.0
         assert score(t, spaced).reward == 1.0
@@ -34,7 +34,7 @@ def test_unknown_is_literal_and_lower_case():
     assert score(BROKEN, b'{"rows": ["unknown"]}').reward == 1.0
     for wrong in ("Unknown", "UNKNOWN", "none", "None", "", "unknown ", " unknown", "n/a"):
         result = score(BROKEN, json.dumps({"rows": [wrong]}).encode())
-        assert result == (0.0, {"parsed_ok": 1.0, "exact_match": 0.0}), wrong
+        assert result == (0.0, {"parsed_ok": 1.0, "exact_match": 0.0}, None), wrong
     assert score(BROKEN, b'{"rows": []}').reward == 0.0
     assert score(BROKEN, b'{"rows": ["unknown", "unknown"]}').reward == 0.0
     assert score(BROKEN, b"unknown").metrics["parsed_ok"] == 0.0
@@ -57,7 +57,7 @@ def test_any_other_shape_does_not_parse():
                   f'{{"rows": ["{city}"], "why": "facts"}}', f'{{"Rows": ["{city}"]}}', f'{{"rows": ["{city}", 1]}}',
                   f'```json\n{{"rows": ["{city}"]}}\n```', f'{{"rows": ["{city}"]}} {{"rows": []}}',
                   "\ufeff" + f'{{"rows": ["{city}"]}}', ""):
-        assert score(TWOHOP, reply.encode()) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0}), reply
+        assert score(TWOHOP, reply.encode()) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0}, None), reply
 
 
 def test_oversized_undecodable_and_deeply_nested_replies_score_zero():
@@ -113,8 +113,8 @@ def test_a_duplicate_key_is_malformed_not_the_last_one_scored():
     task = next(t for t in TASKS if t.rows == ("Mokirith",))
     reply = b'{"rows":["unknown"],"rows":["Mokirith"]}'
     assert json.loads(reply) == {"rows": ["Mokirith"]}  # what a plain reader makes of it
-    assert score(task, reply) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0})
-    assert score(task, reply.decode()) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0})
+    assert score(task, reply) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0}, None)
+    assert score(task, reply.decode()) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0}, None)
     assert score(task, b'{"rows":["Mokirith"]}').reward == 1.0
     assert parse_reply(b'{"rows":["Mokirith"],"rows":["Mokirith"]}') is None  # even when both agree
     assert parse_reply(b'{"rows":[{"a":1,"a":2}]}') is None
