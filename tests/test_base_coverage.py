@@ -6,7 +6,6 @@ Apptainer image (`sif_image`), which is unsupported here, naming Apptainer."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pyarrow as pa

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from tests.test_eval_shell import NOTHING, evaluate_with, server  # noqa: F401 - server: a fixture
+from tests import test_eval_shell
+from tests.test_eval_shell import NOTHING, evaluate_with
 from tests.test_task_images import CountingImages
 from validate import api
 from validate.core import environments
@@ -35,6 +36,10 @@ from validate.sandbox import storage
 from validate.taskdir.trial.roots import tree_store
 from validate.taskdir.trial.support import unsupported
 from environment.harbor.taskdir import load_dataset
+
+#: test_eval_shell's server fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+server = test_eval_shell.server
 
 pytestmark = pytest.mark.docker
 

@@ -22,12 +22,17 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, client, sum_task  # noqa: F401
+from tests import test_trial
+from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, sum_task
 from validate.taskdir.trial import tool as harness_tool
 from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import run as trial_run
 from validate.taskdir.trial.agents import AgentPlan
 from validate.taskdir.trial.run import run_trial
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 pytestmark = pytest.mark.docker
 #: Every trial here shares one container between the phases (Harbor's verifier mode).

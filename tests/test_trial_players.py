@@ -12,7 +12,8 @@ import docker
 import pytest
 
 from environment.harbor.taskdir import load_task
-from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, client, sum_task  # noqa: F401
+from tests import test_trial
+from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
 from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox import BACKENDS, capabilities_of
 from validate.sandbox.base import BackendFacts, Capabilities, Limits, RunRequest, Sandbox
@@ -20,6 +21,10 @@ from validate.taskdir.images.docker import DockerImages, images_for
 from validate.taskdir.trial.agents import plan
 from validate.taskdir.trial.players import TrialRequest, play
 from validate.taskdir.trial.support import unsupported
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 pytestmark = pytest.mark.docker
 

@@ -17,12 +17,17 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import BASE_DOCKERFILE, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, client, sum_task  # noqa: F401
+from tests import test_trial
+from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
 from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import run as trial_run
 from validate.taskdir.trial.agents import AgentPlan, declared
 from validate.core.paths import DEFAULT_IMAGE
 from validate.taskdir.trial.run import run_trial
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 TAMPERING = sorted(n for n, a in declared().items() if a.tampers)
 #: Those whose planted program a `python3 /tests/check.py` verifier (run by bash) meets.

@@ -18,11 +18,15 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import (BASE_DOCKERFILE, CALC_FULL, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind,  # noqa: F401
-                              client, sum_task)
+from tests import test_trial
+from tests.test_trial import BASE_DOCKERFILE, CALC_FULL, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
 from validate.taskdir.trial import run as trial_run
 from validate.taskdir.trial.agents import AgentPlan
 from validate.taskdir.trial.run import run_trial
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 pytestmark = pytest.mark.docker
 

@@ -20,7 +20,7 @@ import tempfile
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 

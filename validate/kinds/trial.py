@@ -159,7 +159,6 @@ class TrialKind(ReplyKind):
             return builder, self._bases
 
     def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
-        m = play.manifest
         row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,
                           workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
                           image_digest=self.image_digest(play, task))

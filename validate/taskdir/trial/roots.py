@@ -37,7 +37,7 @@ from validate.core.errors import SandboxError
 from validate.core.paths import AGENT_UID, task_image_store
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial.docker import Found, Tree, read_host_tree
+from validate.taskdir.trial.docker import Tree, read_host_tree
 
 #: Who owns every file of an unpacked tree, and whom every process of the sandbox runs as.
 TREE_UID = AGENT_UID
