@@ -38,7 +38,7 @@ def _groups(rng: random.Random, gold: list[list[int]]) -> list[list[int]]:
     rng.shuffle(flat)
     k = rng.randint(1, len(flat))
     cuts = sorted(rng.sample(range(1, len(flat)), k - 1)) if k > 1 else []
-    return [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)])]
+    return [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)], strict=True)]
 
 
 def generate(rng: random.Random) -> tuple[list[list[int]], str | bytes, bool]:

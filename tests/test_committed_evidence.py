@@ -34,7 +34,7 @@ def test_every_environment_has_a_passing_pool_with_a_report_and_a_smoke_test():
         if s.kind == "pool":
             pools.setdefault(s.environment, []).append(run_dir)
     assert {"deshuffle-papers", "twohop-env", "curator"} <= set(pools)
-    for env, dirs in pools.items():
+    for dirs in pools.values():
         for run_dir in dirs:
             s = summary(run_dir)
             assert s.dataset_verdict.verdict == "PASS", (run_dir.name, s.dataset_verdict.headline)

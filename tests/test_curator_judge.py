@@ -118,7 +118,9 @@ def test_garbage_forever_is_unavailable(tmp_path):
 
 
 def test_an_answer_that_is_not_a_grade_is_unavailable(tmp_path):
-    chatty = lambda request: {"role": "assistant", "content": "Well, it depends on how you look at it."}
+    def chatty(request):
+        return {"role": "assistant", "content": "Well, it depends on how you look at it."}
+
     with serve({"judge": chatty}, api_key=KEY) as server:
         ts = _taskset(server.base_url, retries=1)
         task = _task(ts)

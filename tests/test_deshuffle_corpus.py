@@ -243,7 +243,7 @@ def test_wrong_types_name_the_field_and_stay_short(tmp_path):
     reasons = [r for _, r in c.skipped]
     assert len(reasons) == len(want)
     assert [pid for pid, _ in c.skipped][:3] == [f"{tmp_path / 't.jsonl'} line 2", "arxiv:2", "arxiv:3"]
-    for lineno, (reason, needle) in enumerate(zip(reasons, want), 2):
+    for lineno, (reason, needle) in enumerate(zip(reasons, want, strict=True), 2):
         assert f"t.jsonl line {lineno}: " in reason and needle in reason, reason[:300]
         assert len(reason) < 600, reason[:700]
         assert reason.endswith("fix or remove that record") or "JSON object" in reason

@@ -65,7 +65,7 @@ def random_case(rng: random.Random) -> tuple[list[list[int]], list[list[int]]]:
         rng.shuffle(flat)
         k = rng.randint(1, len(flat))
         cuts = sorted(rng.sample(range(1, len(flat)), k - 1)) if k > 1 else []
-        groups = [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)])]
+        groups = [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)], strict=True)]
     elif mode == "merge" and len(groups) > 1:
         a, b = rng.sample(range(len(groups)), 2)
         merged = groups[a] + groups[b]

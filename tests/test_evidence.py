@@ -365,7 +365,7 @@ def test_outcomes_by_task_refuse_a_bad_row_of_a_phase_not_asked_for(tmp_path, mo
     paths, _, _ = _scattered_run(tmp_path, monkeypatch, 3, rows_per_group=4)
     table = pq.read_table(paths.attempts)
     other = [p == "other" for p in table.column("phase").to_pylist()]
-    status = [("finished" if o else s) for o, s in zip(other, table.column("status").to_pylist())]
+    status = [("finished" if o else s) for o, s in zip(other, table.column("status").to_pylist(), strict=True)]
     pq.write_table(table.set_column(table.schema.get_field_index("status"), "status", pa.array(status)),
                    paths.attempts)
     with pytest.raises(EvidenceError, match="attempts.parquet"):  # as `outcomes` refuses it: the file is not evidence

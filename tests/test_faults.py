@@ -47,7 +47,8 @@ def cli(*args, cwd, **kw):
 
 def verdict_view(root) -> list[tuple]:
     t = pd.read_parquet(root / "tasks.parquet").sort_values("task_id")
-    return list(zip(t["task_id"], t["verdict"], t["reason"].fillna(""), t["oracle_reward"], t["max_control_reward"]))
+    return list(zip(t["task_id"], t["verdict"], t["reason"].fillna(""), t["oracle_reward"], t["max_control_reward"],
+                    strict=True))
 
 
 @pytest.mark.docker
@@ -118,9 +119,9 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     r = cli("run", "--manifest", "manifests/kill.json", "--resume", "ledgers/k", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     attempts = pd.read_parquet(tmp_path / "ledgers/k/attempts.parquet")
-    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"]))
+    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"], strict=True))
     assert len(keys) == len(set(keys)) == n * 7  # none lost, none duplicated, none rerun needlessly
-    assert set(zip(attempts["task_id"], attempts["agent"])) >= {(a.task_id, a.agent) for a in recorded}
+    assert set(zip(attempts["task_id"], attempts["agent"], strict=True)) >= {(a.task_id, a.agent) for a in recorded}
     assert verdict_view(tmp_path / "ledgers/k") == verdict_view(tmp_path / "ledgers/ref")
     assert not list((tmp_path / "ledgers/k").glob(".*"))  # no temp file left behind
     if backend == "docker":

@@ -162,7 +162,7 @@ def test_a_smoke_rerun_that_recorded_nothing_is_a_failed_comparison(passed_pool,
     shutil.copytree(passed_pool, run)
     rerun = sorted((run / SMOKE).iterdir())[-1] / SMOKE_RUN
     a = pd.read_parquet(rerun / ATTEMPTS)
-    played = sorted(set(zip(a["task_id"], a["agent"])))
+    played = sorted(set(zip(a["task_id"], a["agent"], strict=True)))
     a.iloc[:0].to_parquet(rerun / ATTEMPTS)
     n, mismatches = compare(run, rerun, 0.0)
     assert n == 0 and played

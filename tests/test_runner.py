@@ -53,8 +53,9 @@ def test_oracle_passes_controls_rejected_and_backends_agree(sandboxes, tmp_path,
         assert (attempts.loc[attempts["agent"] == "oracle", "reward"] == 1.0).all()
         assert (attempts.loc[attempts["agent"] != "oracle", "reward"] < 1.0).all()
         results[backend] = sorted(zip(attempts["task_id"], attempts["agent"], attempts["reward"],
-                                      attempts["reply_sha256"].fillna(""), attempts["workspace_sha256"]))
-        results[backend + "-verdicts"] = list(zip(tasks["task_id"], tasks["verdict"], tasks["reason"].fillna("")))
+                                      attempts["reply_sha256"].fillna(""), attempts["workspace_sha256"], strict=True))
+        results[backend + "-verdicts"] = list(zip(tasks["task_id"], tasks["verdict"], tasks["reason"].fillna(""),
+                                                      strict=True))
     assert results["docker"] == results["bwrap"]
     assert results["docker-verdicts"] == results["bwrap-verdicts"]
 
@@ -92,10 +93,12 @@ def test_resume_after_a_partial_run_equals_an_uninterrupted_run(sandboxes, tmp_p
     partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), RunPhase(agents="oracle,empty", phase="run"))
     assert partial.counts.attempts == 6 and partial.dataset_verdict.verdict == "INCOMPLETE"
     resumed = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), RunPhase())
-    view = lambda root: list(pd.read_parquet(root / "tasks.parquet")[["task_id", "verdict"]].itertuples(index=False))
+    def view(root):
+        return list(pd.read_parquet(root / "tasks.parquet")[["task_id", "verdict"]].itertuples(index=False))
+
     assert view(tmp_path / "part") == view(tmp_path / "full") and resumed.dataset_verdict == full.dataset_verdict
     attempts = pd.read_parquet(tmp_path / "part/attempts.parquet")
-    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"]))
+    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"], strict=True))
     assert len(keys) == len(set(keys)) == 24  # nothing duplicated, nothing rerun
 
 

@@ -50,9 +50,9 @@ def run_bpf(program: bytes, syscall: int, args: tuple[int, ...] = (), arch: int 
         elif cls == 0x04:  # ALU
             operand = x if code & 0x08 else k
             op = code & 0xF0
-            ops = {0x00: lambda: a + operand, 0x10: lambda: a - operand, 0x40: lambda: a | operand,
-                   0x50: lambda: a & operand, 0x60: lambda: a << (operand & 31), 0x70: lambda: a >> (operand & 31)}
-            a = ops[op]() & 0xFFFFFFFF
+            ops = {0x00: a + operand, 0x10: a - operand, 0x40: a | operand,
+                   0x50: a & operand, 0x60: a << (operand & 31), 0x70: a >> (operand & 31)}
+            a = ops[op] & 0xFFFFFFFF
         elif cls == 0x05:  # JMP
             op = code & 0xF0
             operand = x if code & 0x08 else k

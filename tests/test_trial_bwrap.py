@@ -258,10 +258,12 @@ def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_
     from validate.report.profiles import compare_profiles
 
     verdicts = {}
+    def reason(tasks, t):
+        return tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""
+
     for backend, run_dir in two_profiles.items():
         tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
-        reason = lambda t: tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""  # noqa: E731
-        verdicts[backend] = {t: (tasks.loc[t, "verdict"], reason(t)) for t in PAIR}
+        verdicts[backend] = {t: (tasks.loc[t, "verdict"], reason(tasks, t)) for t in PAIR}
         att = pd.read_parquet(run_dir / "attempts.parquet")
         assert set(att["backend"]) == {backend}
         assert audit(run_dir).problems == []

@@ -145,7 +145,7 @@ def _positions(rows: Sequence[dict]) -> tuple[tuple[float, float, float], float]
                 for slot in range(n):  # a shuffled intruder is equally likely in any slot
                     expected[3 * slot // n] += 1 / n
     total = sum(observed) or 1.0
-    chi2 = sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0)
+    chi2 = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True) if e > 0)
     return (observed[0] / total, observed[1] / total, observed[2] / total), chi2
 
 

@@ -126,7 +126,7 @@ def task_findings(task: DeshuffleTask) -> list[Finding]:
     leaks = [task.answer_key, json.dumps(gold, separators=(",", ":")).encode(), json.dumps(gold).encode()]
     if any(leak in blob for leak in leaks):
         out.append(Finding(kind="gold_in_workspace", blocking=True, detail="the workspace files contain the gold answer"))
-    short = [pid for pid, t in zip(task.paper_ids, gold) if len(t) < 2]
+    short = [pid for pid, t in zip(task.paper_ids, gold, strict=False) if len(t) < 2]
     if short:
         out.append(Finding(kind="single_unit_paper", blocking=True,
                            detail=f"paper(s) {', '.join(short)} have a single unit: no comparable pair, "

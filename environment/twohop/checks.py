@@ -25,6 +25,7 @@ every task shows the same public meta.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from typing import NamedTuple
 
 from environment.twohop.dataset import FACTS_FILE, facts_text
@@ -88,7 +89,7 @@ def non_forcing(universe: Universe, facts, question: Question, gold: tuple[str, 
     forced = []
     res = resolve(facts, question)
     for chain in res.chains:
-        for here, nxt in zip(chain, chain[1:]):
+        for here, nxt in pairwise(chain):
             entity = ({here.subject, here.object} & {nxt.subject, nxt.object}).pop()
             if not _alternatives(universe, facts, question, gold, here, entity):
                 forced.append(f"{entity} (in “{here.text()}”)")

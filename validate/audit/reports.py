@@ -49,7 +49,7 @@ def first_difference(stored: bytes, expected: bytes) -> str:
     """Where `stored` first departs from `expected`: the byte offset, the heading it falls
     under and whether in a table, and the two texts there (short, repr'd: stored text is
     hostile)."""
-    at = next((i for i, (x, y) in enumerate(zip(stored, expected)) if x != y), min(len(stored), len(expected)))
+    at = next((i for i, (x, y) in enumerate(zip(stored, expected, strict=False)) if x != y), min(len(stored), len(expected)))
     before = expected[:at].decode("utf-8", "replace")
     heads = re.findall(r"(?m)^#+ (.*)$", before) or re.findall(r"<h[1-3]>(.*?)</h[1-3]>", before)
     line = before.rsplit("\n", 1)[-1]
@@ -194,7 +194,7 @@ def _check_pair(entry: Path, r, renderer: str, sides: Callable[[dict], tuple[obj
     if record is None:
         return False
     home = entry.parent.parent.parent
-    dirs = {side: (runs or {}).get(str(run), home / str(run)) for side, run in zip(("A", "B"), sides(record))}
+    dirs = {side: (runs or {}).get(str(run), home / str(run)) for side, run in zip(("A", "B"), sides(record), strict=True)}
     for name, digest in sorted(record["ledgers"].items()):
         side, _, rel = name.partition("/")
         path = dirs[side] / rel if side in dirs and rel and ".." not in Path(rel).parts else None

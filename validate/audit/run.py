@@ -145,7 +145,7 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
             continue
         hashes = {t.id: (t.hash, t.idx) for t in m.tasks}
         rules = m.expectations.rules()
-        wrong = group[[hashes.get(t) != (h, i) for t, h, i in zip(group["task_id"], group["task_hash"], group["idx"])]]
+        wrong = group[[hashes.get(t) != (h, i) for t, h, i in zip(group["task_id"], group["task_hash"], group["idx"], strict=True)]]
         if len(wrong):
             row = wrong.iloc[0]
             r.problems.append(f"{where}: {len(wrong)} attempt(s) of phase {phase} name a task hash that is not the "

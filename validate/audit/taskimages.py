@@ -55,7 +55,7 @@ def check_build_logs(paths: RunPaths, found: dict[str, Manifest], attempts: pd.D
     contents = {e.content for e in frozen.tasks.values() if e.content}
     files = {f.name: f for f in sorted(kept.glob("*"))} if kept.is_dir() else {}
     listings = {n: files.pop(n) for n in [n for n in files if n.endswith(LISTING)]}
-    for name, f in listings.items():
+    for f in listings.values():
         check_listing(f, contents, r)
     for name, f in files.items():
         stem = name.removesuffix(".log")
@@ -162,7 +162,7 @@ def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) ->
             got = (None, {}) if isinstance(planned, TaskImageRefusal) else \
                 (sha256_tag(planned[1].encode()), {b.upstream: b.recipe for b in planned[2]})
             checked += 1
-            off = [f for f, w in zip(("patch_sha256", "bases"), got) if getattr(image, f) != w]
+            off = [f for f, w in zip(("patch_sha256", "bases"), got, strict=True) if getattr(image, f) != w]
             if off:
                 r.problems.append(f"{paths.root / name}: execution.task_images.tasks[{entry.id!r}]: {', '.join(off)} "
                                   f"not what the task's Dockerfile rewritten against the contract's base-image map "

@@ -15,6 +15,7 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -269,9 +270,9 @@ class Manifest(SealedDocument):
     def _consistent(self) -> Manifest:
         # From the list's columns: a 10,000-task contract is checked without an entry model per task.
         idx = self.selection.idx
-        if len(self.tasks) != len(idx) or any(a != b for a, b in zip(self.tasks.idx(), idx)):
+        if len(self.tasks) != len(idx) or any(a != b for a, b in zip(self.tasks.idx(), idx, strict=True)):
             raise ValueError("tasks: the task list does not follow selection.idx")
-        if any(a >= b for a, b in zip(idx, idx[1:])):
+        if any(a >= b for a, b in pairwise(idx)):
             raise ValueError("selection.idx: must be sorted and distinct")
         if len(set(self.tasks.ids())) != len(self.tasks):
             raise ValueError("tasks: task ids repeat")
@@ -309,7 +310,7 @@ def task_secret(salt: str) -> str:
 def task_list_sha256(entries: Sequence[TaskEntry]) -> str:
     """The hash of the canonical JSON of ``[[id, hash], ...]`` of `entries`, streamed into the
     hash a pair at a time (a `TaskList`'s from its columns)."""
-    pairs = zip(entries.ids(), entries.hashes()) if isinstance(entries, TaskList) else ((e.id, e.hash) for e in entries)
+    pairs = zip(entries.ids(), entries.hashes(), strict=True) if isinstance(entries, TaskList) else ((e.id, e.hash) for e in entries)
     h = hashlib.sha256()
     for chunk in canonical_items([i, x] for i, x in pairs):
         h.update(chunk)

@@ -472,7 +472,7 @@ class Journal:
                         continue
                     inside = pc.and_(pc.greater_equal(where[g], first), pc.less(where[g], last))
                     rows = source.read_row_group(g, columns=columns).filter(inside)
-                    for at, outcome in zip(where[g].filter(inside).to_pylist(), self._outcomes_of_rows(rows)):
+                    for at, outcome in zip(where[g].filter(inside).to_pylist(), self._outcomes_of_rows(rows), strict=True):
                         held[at - first].append(share(outcome))
                 yield from held
         except (OSError, KeyError, TypeError, pa.ArrowException) as e:
@@ -495,14 +495,15 @@ class Journal:
 
     def _triples(self, rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[str, str, Outcome]]:
         """(phase, task id, outcome) of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
-        return zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(), self._outcomes_of_rows(rows))
+        return zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(), self._outcomes_of_rows(rows),
+                   strict=True)
 
     def _outcomes_of_rows(self, rows: pa.Table | pa.RecordBatch) -> Iterator[Outcome]:
         """The `Outcome` of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
         held = set(rows.schema.names)
         columns = [rows.column(name).to_pylist() if name in held else [None] * rows.num_rows for name in OUTCOME_COLUMNS]
         for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal, shared, \
-                planted in zip(*columns):
+                planted in zip(*columns, strict=True):
             if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
                 raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an attempt's "
                                     f"status, try or sample ({status!r}, {attempt!r}, {sample!r})")

@@ -213,7 +213,7 @@ class Sandbox(ABC):
     #: opening a sandbox of this label sweeps what a killed process of it left.
     run_label: str
 
-    @classmethod
+    @classmethod  # noqa: B027 - a hook whose default does nothing: only some backends override it
     def prepare_image(cls, paths: ImagePaths, log: Callable[[str], None]) -> None:
         """Make the image built at `paths` (its rootfs tarball and record, `validate.sandbox.image`)
         runnable by this backend, for `validate image build`; a backend that runs no image

@@ -187,7 +187,7 @@ def build_base_map(backend: ImageBackend, store: Path, recipes: tuple[BaseRecipe
     with ThreadPoolExecutor(max_workers=max(1, len(recipes))) as pool:
         built = list(pool.map(lambda recipe: build_tarball(recipe, store, log), recipes))
     bases = {}
-    for recipe, (tarball, record) in zip(recipes, built):
+    for recipe, (tarball, record) in zip(recipes, built, strict=True):
         image_id = backend.import_base(tarball, recipe, record.layer)
         bases[recipe.name] = BaseImage(recipe=recipe, recipe_digest=record.recipe_digest, backend=backend.name,
                                        image_id=image_id, layer=record.layer, tree_digest=record.tree_digest,

@@ -25,6 +25,7 @@ import hashlib
 import json
 import tarfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -139,7 +140,7 @@ def _entries(stream, status: list[bytes]) -> Iterator[tuple[str, list]]:
                     payload = "sha256:" + hashlib.sha256(_normalised(path, data)).hexdigest()
                 else:
                     h = hashlib.sha256()
-                    for block in iter(lambda: f.read(1 << 20), b""):
+                    for block in iter(partial(f.read, 1 << 20), b""):
                         h.update(block)
                     payload = "sha256:" + h.hexdigest()
                 kind = "f"

@@ -154,7 +154,10 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
     env = config.environment
     agent_t = (config.agent.timeout_sec or limits.agent_timeout_s) * limits.timeout_multiplier
     verifier_t = config.verifier.timeout_sec * limits.timeout_multiplier
-    user = (lambda u: None if u is None else str(u))
+
+    def user(u):
+        return None if u is None else str(u)
+
     return Applied(cpus=min(env.cpus or limits.cpus, limits.cpus),
                    memory_mb=min(env.memory_mb or limits.memory_mb, limits.memory_mb), pids=limits.pids,
                    agent_timeout_s=min(agent_t, limits.max_agent_timeout_s),

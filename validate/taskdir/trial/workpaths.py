@@ -36,6 +36,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -89,7 +90,7 @@ def protected(path: str) -> bool:
     parts = path.split("/")
     if PROTECTED_NAMES.intersection(parts):
         return True
-    return any(a == ".git" and b in PROTECTED_IN_GIT for a, b in zip(parts, parts[1:]))
+    return any(a == ".git" and b in PROTECTED_IN_GIT for a, b in pairwise(parts))
 
 
 def _clean(path: str) -> str | None:
