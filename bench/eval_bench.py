@@ -43,11 +43,11 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     from validate.api import context
     from validate.audit.run import audit
     from validate.contract.manifest import derive, write_manifest
+    from validate.devtools.localserver import serve
     from validate.eval import contract as ec
     from validate.eval.client import ChatClient
     from validate.eval.freeze import parent_of
     from validate.eval.run import EvalPhase, evaluate
-    from validate.devtools.localserver import serve
 
     parent, frozen = parent_of(pool_run, audit=lambda root: audit(root).problems)
     if frozen.execution.backend != backend:
@@ -95,9 +95,9 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
 
 def composition(backend: str, n: int, c: int) -> None:
     from bench.sandbox_bench import bare_bwrap, bare_docker, bare_python, rate
+    from validate.run.workspace import temp_storage
     from validate.sandbox import Mount, RunRequest, open_sandbox
     from validate.sandbox.session import run_in_session
-    from validate.run.workspace import temp_storage
 
     sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench-composition")
     counter = iter(range(10**9))

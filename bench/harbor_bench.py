@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from environment.harbor.taskdir import load_task  # noqa: E402
 from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
-from validate.taskdir.trial.result import TrialLimits  # noqa: E402
 from validate.taskdir.trial import layers  # noqa: E402
+from validate.taskdir.trial.result import TrialLimits  # noqa: E402
 from validate.taskdir.trial.run import run_trial  # noqa: E402
 
 LABEL = "deshuffle-validate.bench"

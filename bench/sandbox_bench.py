@@ -92,13 +92,13 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     """Attempts/s of the harness playing one control on n tasks: a deshuffle control, or a
     program of tests/agents/ (the hostile environment the tests register)."""
     from environment.protocol import LoadHints
-    from validate.core import environments
     from validate.contract.manifest import check_environment, freeze
-    from validate.evidence.patches import code_state
+    from validate.core import environments
     from validate.core.paths import RunPaths
-    from validate.run.phases import RunPhase, run_agents
+    from validate.evidence.patches import code_state
     from validate.run.context import RunContext
     from validate.run.executors import make_executor
+    from validate.run.phases import RunPhase, run_agents
     from validate.sandbox import open_sandbox
 
     env_name = "deshuffle-papers"

@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from environment.harbor.env import HarborEnvironment  # noqa: E402
-from validate.sandbox.image import SOURCE_DATE_EPOCH  # noqa: E402
 from validate.core.paths import task_image_store  # noqa: E402
+from validate.sandbox.image import SOURCE_DATE_EPOCH  # noqa: E402
 from validate.taskdir.images import content as content_mod  # noqa: E402
 from validate.taskdir.images.budget import prune, task_image_usage  # noqa: E402
 from validate.taskdir.images.build import BuildPolicy  # noqa: E402
@@ -114,7 +114,8 @@ def main() -> int:
         store.mkdir()
         (store / "bases").symlink_to(task_image_store() / "bases")
         counting = Counting()
-        from validate.taskdir.images.bases import build_base_map  # the bases first: not part of the builds timed
+        # the bases first: not part of the builds timed
+        from validate.taskdir.images.bases import build_base_map
 
         build_base_map(counting, store / "bases", log=lambda m: None)
         generate(tmp / "ds", a.n, a.distinct, a.kb, secrets.token_hex(4))

@@ -95,15 +95,14 @@ def taskset3(corpus) -> DeshuffleTaskset:
 
 # --- harness fixtures -------------------------------------------------------------------
 
-from validate.core import environments  # noqa: E402
 from validate.contract.manifest import check_environment, freeze  # noqa: E402
-from validate.evidence.patches import code_state  # noqa: E402
+from validate.core import environments  # noqa: E402
 from validate.core.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
+from validate.evidence.patches import code_state  # noqa: E402
 from validate.run.context import RunContext  # noqa: E402
 from validate.run.executors import make_executor  # noqa: E402
 from validate.run.phases import PoolPhase, pool  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
-
 
 
 def _confining_backends() -> list[str]:

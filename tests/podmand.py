@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from validate.sandbox.podman import HOST_ENV, USER
 from validate.run.workspace import AGENT_UID, KEY_UID
+from validate.sandbox.podman import HOST_ENV, USER
 
 STORAGE_CONF = """[storage]
 driver = "overlay"

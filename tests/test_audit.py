@@ -14,10 +14,10 @@ import pytest
 from tests.conftest import CORPUS_PATH, make_ctx
 from validate.audit.run import audit
 from validate.contract.manifest import load_manifest
-from validate.evidence.journal import write_checksums
 from validate.core.paths import RunPaths
-from validate.run.phases import RunPhase, run_agents
+from validate.evidence.journal import write_checksums
 from validate.report.run import write_report
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.bwrap
 DATA = (CORPUS_PATH,)

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest, subprocess_env
-from validate.audit.run import audit
 from validate.audit.eval import audit as eval_audit
-from validate.evidence.journal import write_checksums
+from validate.audit.run import audit
 from validate.core.paths import RunPaths
+from validate.evidence.journal import write_checksums
 from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.bwrap

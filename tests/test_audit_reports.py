@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
 from validate.audit.run import audit
-from validate.evidence.journal import write_checksums
 from validate.core.paths import RunPaths
-from validate.run.phases import RunPhase, run_agents
+from validate.evidence.journal import write_checksums
 from validate.report.run import write_report
+from validate.run.phases import RunPhase, run_agents
 
 DATA = (CORPUS_PATH,)
 LEDGERS = Path(__file__).resolve().parents[1] / "ledgers"
@@ -332,8 +332,8 @@ def test_an_edited_eval_report(tmp_path):
 
 
 def test_an_edited_comparison(tmp_path):
-    from validate.audit.reports import audit_compare
     from validate.audit.eval import audit as eval_audit
+    from validate.audit.reports import audit_compare
     from validate.eval.compare import compare
 
     a, b = (_eval_copy(tmp_path, n) for n in EVALS)

@@ -14,9 +14,9 @@ from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit.run import audit
 from validate.contract.manifest import parse_manifest
 from validate.core.errors import ContractError, ProfileUnavailable
-from validate.run.phases import PoolPhase, pool
 from validate.core.records import EXCEPTION_STATUSES
 from validate.report.run import write_report
+from validate.run.phases import PoolPhase, pool
 from validate.sandbox import backend_class, backend_names, open_sandbox
 
 

@@ -29,8 +29,16 @@ from validate.core.errors import ProfileUnavailable
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest, cgroups
 from validate.sandbox.bwrap import BwrapSandbox
-from validate.sandbox.cgroups import (CGROUP_ROOT, CONTROLLERS, PARENT, V1Cgroups, V2Cgroups, detect, open_cgroups,
-                                     read_counters)
+from validate.sandbox.cgroups import (
+    CGROUP_ROOT,
+    CONTROLLERS,
+    PARENT,
+    V1Cgroups,
+    V2Cgroups,
+    detect,
+    open_cgroups,
+    read_counters,
+)
 
 LABEL = f"cgtest-{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[1]

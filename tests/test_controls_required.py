@@ -17,16 +17,16 @@ import pytest
 
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import ROOT, VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.core import environments
 from validate.audit.run import audit
 from validate.contract.manifest import agent_entries, parse_manifest
+from validate.core import environments
 from validate.core.errors import ContractError
+from validate.core.paths import RunPaths
 from validate.eval.freeze import parent_of
 from validate.evidence.journal import write_checksums
-from validate.core.paths import RunPaths
-from validate.run.phases import PoolPhase, pool
-from validate.report.run import write_report
 from validate.evidence.verdicts import Outcome, Rule, decide
+from validate.report.run import write_report
+from validate.run.phases import PoolPhase, pool
 
 TWOHOP = "twohop-env"
 #: Two tasks always-unknown can test (answers a name) and one it cannot (answer `unknown`).

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
-import pandas as pd
-
 from environment.deshuffle import Corpus
+from tests.conftest import HINTS, make_ctx, make_manifest
 from validate.contract.manifest import check_environment, derive
 from validate.run.phases import RunPhase, run_agents
-from tests.conftest import HINTS, make_ctx, make_manifest
 
 pytestmark = pytest.mark.bwrap
 

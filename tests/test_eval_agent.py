@@ -15,10 +15,10 @@ from environment.deshuffle.baseline import MODEL_NAME
 from environment.deshuffle.baseline import policy as baseline
 from environment.protocol import ScorerSpec
 from tests.conftest import SESSION_SANDBOX_BACKENDS as SANDBOX_BACKENDS
+from validate.devtools.localserver import Faults, serve
 from validate.eval import contract as ec
 from validate.eval.agent import check_call, converse, opening
 from validate.eval.client import ChatClient, EndpointUnavailable
-from validate.devtools.localserver import Faults, serve
 from validate.sandbox import Mount, RunRequest, open_sandbox
 from validate.sandbox.session import open_session
 

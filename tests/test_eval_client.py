@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from validate.devtools.localserver import Faults, serve
 from validate.eval.agent import check_call
 from validate.eval.client import ChatClient, DeadlineCut, EndpointRejected, EndpointUnavailable
-from validate.devtools.localserver import Faults, serve
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from validate.audit.eval import audit
 from validate.contract.manifest import load_manifest
 from validate.core.errors import ContractError
-from validate.audit.eval import audit
 from validate.eval.contract import load
 from validate.evidence.run import current_verdict, load_run
 

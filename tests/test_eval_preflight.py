@@ -29,8 +29,8 @@ from environment.deshuffle.baseline import policy as baseline
 from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 from tests.openai_stub import OpenAIStub, usage_tokens
 from validate import api
-from validate.eval.preflight import EndpointMisconfigured, Probe, preflight
 from validate.devtools.localserver import Faults, serve
+from validate.eval.preflight import EndpointMisconfigured, Probe, preflight
 
 DATA = (CORPUS_PATH,)
 K = 2

@@ -18,9 +18,9 @@ from environment.deshuffle.baseline import policy as baseline
 from tests.conftest import CORPUS_PATH
 from validate import api
 from validate.core.errors import ContractError, ValidateError
-from validate.evidence.journal import write_checksums
-from validate.devtools.localserver import Faults, serve
 from validate.core.paths import RunPaths
+from validate.devtools.localserver import Faults, serve
+from validate.evidence.journal import write_checksums
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 DATA = (CORPUS_PATH,)

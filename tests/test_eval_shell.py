@@ -18,12 +18,12 @@ from environment.harbor import baseline
 from tests.conftest import make_ctx, make_manifest
 from validate import api
 from validate.contract.manifest import load_manifest
+from validate.core.paths import FROZEN_MANIFEST
+from validate.devtools.localserver import serve
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.contract import request_seed
 from validate.eval.run import EvalPhase, evaluate
-from validate.devtools.localserver import serve
-from validate.core.paths import FROZEN_MANIFEST
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

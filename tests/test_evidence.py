@@ -12,9 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from validate.core.errors import EvidenceError
-from validate.evidence.journal import Journal, atomic_write, fold, open_run, write_checksums, write_table, write_verdicts
 from validate.core.paths import RunPaths
 from validate.core.records import Attempt, TaskVerdict
+from validate.evidence.journal import (
+    Journal,
+    atomic_write,
+    fold,
+    open_run,
+    write_checksums,
+    write_table,
+    write_verdicts,
+)
 from validate.evidence.verdicts import Outcome
 
 METRICS = ("parsed_ok", "grouping_f1")

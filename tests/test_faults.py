@@ -32,8 +32,8 @@ from tests.conftest import (
 from tests.dockerd import SHORT_TMP, PrivateDockerd
 from validate.contract.manifest import verify
 from validate.core.errors import ContractError, ProfileUnavailable
-from validate.evidence.journal import Journal, file_sha256, read_attempts
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
+from validate.evidence.journal import Journal, file_sha256, read_attempts
 from validate.run.phases import RunPhase, run_agents
 from validate.sandbox import open_sandbox
 from validate.sandbox.cgroups import open_cgroups

@@ -18,9 +18,23 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from environment.harbor.config import TaskConfig
-from environment.harbor.reward import MAX_REWARD_BYTES, Reward, RewardError, planted, planted_rewards, read_reward
-from environment.harbor.taskdir import (DatasetError, HarborTask, InvalidTask, Limits, load_dataset, load_task,
-                                        strip_canary)
+from environment.harbor.reward import (
+    MAX_REWARD_BYTES,
+    Reward,
+    RewardError,
+    planted,
+    planted_rewards,
+    read_reward,
+)
+from environment.harbor.taskdir import (
+    DatasetError,
+    HarborTask,
+    InvalidTask,
+    Limits,
+    load_dataset,
+    load_task,
+    strip_canary,
+)
 from validate.core.records import Reason
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"

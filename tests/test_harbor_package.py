@@ -19,15 +19,22 @@ import pytest
 from tests.conftest import make_ctx
 from tests.test_task_images import CountingImages
 from validate import api
-from validate.core import environments
 from validate.audit.run import audit
 from validate.cli.main import main
-from validate.evidence.journal import write_checksums
-from validate.taskdir.package import CARD, EXCLUSIONS, HASH_MANIFEST, verify_package
+from validate.core import environments
 from validate.core.paths import RunPaths, task_image_store
+from validate.evidence.journal import write_checksums
 from validate.run.phases import PoolPhase, pool
 from validate.taskdir.images.docker import DockerImages
-from validate.taskdir.images.frozen import BUILD_LOGS, TaskImageMismatch, freeze_images, keep_run_log, log_dir_of, routed
+from validate.taskdir.images.frozen import (
+    BUILD_LOGS,
+    TaskImageMismatch,
+    freeze_images,
+    keep_run_log,
+    log_dir_of,
+    routed,
+)
+from validate.taskdir.package import CARD, EXCLUSIONS, HASH_MANIFEST, verify_package
 
 pytestmark = pytest.mark.docker
 

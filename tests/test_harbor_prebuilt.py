@@ -15,27 +15,27 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import make_ctx, make_manifest
+from environment.harbor.taskdir import load_dataset
 from tests import test_eval_shell
+from tests.conftest import make_ctx, make_manifest
 from tests.test_eval_shell import NOTHING, evaluate_with
 from tests.test_task_images import CountingImages
 from validate import api
-from validate.core import environments
-from validate.audit.run import audit
 from validate.audit.eval import _attempts as eval_attempts
+from validate.audit.run import audit
 from validate.audit.seal import AuditResult
 from validate.cli.main import main
 from validate.contract.manifest import Manifest, write_manifest
+from validate.core import environments
 from validate.core.paths import task_image_store
 from validate.run.phases import RunPhase, run_agents
-from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
+from validate.sandbox import storage
 from validate.taskdir.images.bases import build_base_map
+from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskdir.images.docker import DockerImages
 from validate.taskdir.images.frozen import log_dir_of
-from validate.sandbox import storage
 from validate.taskdir.trial.roots import tree_store
 from validate.taskdir.trial.support import unsupported
-from environment.harbor.taskdir import load_dataset
 
 #: test_eval_shell's server fixture, shared: pytest finds it by this module-level name (bound by
 #: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).

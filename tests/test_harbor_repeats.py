@@ -16,8 +16,8 @@ import pytest
 
 from tests.conftest import make_ctx, make_manifest
 from validate.audit.run import audit
-from validate.run.phases import RunPhase, run_agents
 from validate.report.run import write_report
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.docker
 

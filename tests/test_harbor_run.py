@@ -103,8 +103,8 @@ def test_the_claim_counts_what_the_oracle_certified_and_what_resisted_every_tamp
     assert (c["oracle_certified"], c["hack_resistant"]) == (certified, c["compatible"])
     assert c["compatible"] == sum(label(t) == ("compatible", "") for t in PICK) and certified >= c["compatible"]
     from validate.core.paths import REPORT_MD
-    from validate.report.run import render
     from validate.evidence.run import report_inputs
+    from validate.report.run import render
 
     report = render(run_dir, report_inputs(run_dir))[REPORT_MD].decode()
     assert f"{certified} oracle-certified, {c['compatible']} of them hack-resistant against 5 tampering controls" \

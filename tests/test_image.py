@@ -15,12 +15,20 @@ import time
 import pytest
 
 from validate.core.errors import ProfileUnavailable
-from validate.evidence.journal import atomic_write, file_sha256
-from validate.sandbox.image import (RACY_NS, build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
-                            python_version, read_record, unpack_rootfs)
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
+from validate.evidence.journal import atomic_write, file_sha256
 from validate.sandbox import Limits, RunRequest
 from validate.sandbox.bwrap import BwrapSandbox
+from validate.sandbox.image import (
+    RACY_NS,
+    build_rootfs,
+    describe_tarball,
+    package_differences,
+    parse_dpkg_status,
+    python_version,
+    read_record,
+    unpack_rootfs,
+)
 
 STATUS = """\
 Package: python3.11

@@ -12,8 +12,8 @@ import io
 import json
 import os
 import subprocess
-import time
 import tarfile
+import time
 from pathlib import Path
 
 import docker

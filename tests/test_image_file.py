@@ -21,12 +21,12 @@ import pytest
 
 from tests.conftest import VALIDATE, make_manifest, subprocess_env
 from tests.test_image import STATUS
-from validate.evidence.journal import file_sha256
-from validate.sandbox.image import read_record
-from validate.sandbox.imagefile import file_name
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
+from validate.evidence.journal import file_sha256
 from validate.sandbox import open_sandbox
 from validate.sandbox.bwrap import BwrapSandbox
+from validate.sandbox.image import read_record
+from validate.sandbox.imagefile import file_name
 
 
 def cli(*args, store=None, cwd=None) -> subprocess.CompletedProcess:

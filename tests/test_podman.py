@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from validate.core.errors import ProfileUnavailable
-from validate.sandbox.image import require_record
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, Mount, RunRequest, storage
 from validate.sandbox.base import Limits as BaseLimits
+from validate.sandbox.image import require_record
 from validate.sandbox.podman import USER, idmap
 
 pytestmark = pytest.mark.podman

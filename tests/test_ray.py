@@ -31,22 +31,21 @@ from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 
 from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.audit.run import audit
 from validate.agents import resolve
-from validate.run.context import Interrupted, Play
-from validate.evidence.journal import file_sha256
-from validate.run.executors import WorkerRecipe, make_executor
-from validate.sandbox.image import rootfs_facts
-from validate.evidence.journal import read_attempts
-from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
-from validate.view import pages, tables
-from validate.kinds import kind_of
-from validate.run.runner import PlayWorker, pending, worker_from_recipe
-from validate.sandbox import Limits
-from validate.sandbox.storage import DEFAULT_PARENT, mount_tmpfs, sweep
+from validate.audit.run import audit
 from validate.contract.manifest import task_list_sha256
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
+from validate.evidence.journal import file_sha256, read_attempts
+from validate.kinds import kind_of
+from validate.run.context import Interrupted, Play
+from validate.run.executors import WorkerRecipe, make_executor
 from validate.run.executors.ray import CANCEL_GRACE_S, NodeRefused, _sweep_dead_workers
 from validate.run.phases import PoolPhase, pool
+from validate.run.runner import PlayWorker, pending, worker_from_recipe
+from validate.sandbox import Limits
+from validate.sandbox.image import rootfs_facts
+from validate.sandbox.storage import DEFAULT_PARENT, mount_tmpfs, sweep
+from validate.view import pages, tables
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 

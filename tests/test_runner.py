@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.run.phases import RunPhase, run_agents
-from validate.run.context import Play
 from validate.kinds.program import ProgramKind
+from validate.run.context import Play
+from validate.run.phases import RunPhase, run_agents
 from validate.run.runner import play_task
 from validate.sandbox import open_sandbox
 from validate.sandbox.storage import attempt_storage

@@ -26,18 +26,18 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 from validate.core.errors import SandboxError
 from validate.core.paths import DEFAULT_IMAGE
-from validate.run.context import Play
-from validate.kinds.program import ProgramKind
-from validate.run.runner import judge, play_task
 from validate.evidence.verdicts import by_task, outcomes_of
+from validate.kinds.program import ProgramKind
+from validate.run.context import Play
+from validate.run.runner import judge, play_task
+from validate.run.workspace import workspace_sha256
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.cgroups import open_cgroups
 from validate.sandbox.storage import attempt_storage
-from validate.run.workspace import workspace_sha256
-from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 
 pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 

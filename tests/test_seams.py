@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit.run import audit
-from validate.run.executors import AttemptSpec, executor_names, make_executor
-from validate.kinds import kind_names, kind_of
-from validate.run.phases import PoolPhase, RunPhase, pool, run_agents
 from validate.core.records import EXCEPTION_STATUSES
+from validate.kinds import kind_names, kind_of
+from validate.run.executors import AttemptSpec, executor_names, make_executor
+from validate.run.phases import PoolPhase, RunPhase, pool, run_agents
 
 pytestmark = pytest.mark.bwrap
 

@@ -13,10 +13,15 @@ import uuid
 
 import pytest
 
-from validate.sandbox import Limits, RunRequest
-from validate.sandbox.seccomp import (CLONE_NAMESPACE_FLAGS, PERSONALITY_ALLOWED, REFUSED, filter_bpf,
-                                      filter_sha256)
 from tests.test_sandbox import run_json
+from validate.sandbox import Limits, RunRequest
+from validate.sandbox.seccomp import (
+    CLONE_NAMESPACE_FLAGS,
+    PERSONALITY_ALLOWED,
+    REFUSED,
+    filter_bpf,
+    filter_sha256,
+)
 
 AUDIT_ARCH_X86_64, AUDIT_ARCH_I386 = 0xC000003E, 0x40000003
 ALLOW, KILL_PROCESS = 0x7FFF0000, 0x80000000

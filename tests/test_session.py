@@ -168,10 +168,10 @@ def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastruct
 def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure(sandboxes, backend, command,
                                                                                    taskset3, tmp_path):
     from tests.conftest import make_ctx, make_manifest
+    from tests.test_eval_agent import contract
+    from validate.devtools.localserver import serve
     from validate.eval.client import ChatClient
     from validate.kinds.chat import EvalContext, attempt_once, model_play
-    from validate.devtools.localserver import serve
-    from tests.test_eval_agent import contract
 
     # The kill; one more command, which the dying sandbox takes down with it if it starts at
     # all; an answer, which the conversation must never reach.

@@ -7,7 +7,6 @@ import errno
 import gc
 import os
 import stat
-
 from pathlib import Path
 
 import pytest

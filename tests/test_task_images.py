@@ -13,13 +13,19 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_dataset
-from validate.sandbox.image import tarball_digests
-from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
 from validate.core.paths import task_image_store
+from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.sandbox.image import tarball_digests
 from validate.taskdir.images.basemap import DEBIAN_BOOKWORM_SLIM, BaseImageMap
 from validate.taskdir.images.bases import build_base_map, build_tarball
-from validate.taskdir.images.build import KEY_LABEL, TaskImage, TaskImageRefusal, build_task_image, context_digest, \
-    resolve_bases
+from validate.taskdir.images.build import (
+    KEY_LABEL,
+    TaskImage,
+    TaskImageRefusal,
+    build_task_image,
+    context_digest,
+    resolve_bases,
+)
 from validate.taskdir.images.docker import BASE_REPOSITORY, DockerImages
 from validate.taskdir.images.dockerfile import DockerfileError, Unresolvable, external_images, rewrite
 

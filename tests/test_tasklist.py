@@ -15,9 +15,9 @@ from pydantic import BaseModel, field_serializer
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import make_manifest
 from validate.contract.manifest import Manifest, derive, task_list_sha256, write_manifest
-from validate.core.errors import ContractError
 from validate.contract.sealed import SealedDocument, pretty
 from validate.contract.tasklist import TaskEntry, TaskList
+from validate.core.errors import ContractError
 
 WHY = {"oracle": "no reference", "shuffled": "one paper: nothing to shuffle"}
 

@@ -34,7 +34,16 @@ from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import run as trial_run
-from validate.taskdir.trial.agents import HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, declared, plan
+from validate.taskdir.trial.agents import (
+    HISTORY_MINER,
+    NOP,
+    REWARD_FORGER,
+    TEST_READER,
+    AgentPlan,
+    UnknownAgent,
+    declared,
+    plan,
+)
 from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.run import UnsupportedTask, apply_limits, run_trial
 

@@ -232,8 +232,8 @@ PAIR = ("csv-to-json", "install-local-deb")
 def two_profiles(tmp_path_factory, sandboxes, client):
     """The same contract (two tasks of the sample) run on docker and, frozen `--like` it, on bwrap."""
     from tests.conftest import make_ctx, make_manifest
-    from validate.core import environments
     from validate.contract.manifest import reprofile
+    from validate.core import environments
     from validate.run.phases import RunPhase, run_agents
 
     env = environments.get("harbor")

@@ -24,12 +24,12 @@ from validate.core.paths import DEFAULT_IMAGE, task_image_store
 from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman import PodmanSandbox
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial.agents import NOP, REWARD_FORGER
-from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.images.bases import build_base_map
 from validate.taskdir.images.build import TaskImage, build_task_image
 from validate.taskdir.images.docker import BASE_REPOSITORY, PodmanImages
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial.agents import NOP, REWARD_FORGER
+from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.run import run_trial
 
 pytestmark = pytest.mark.podman

@@ -19,7 +19,15 @@ import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
 from tests import test_trial
-from tests.test_trial import BASE_DOCKERFILE, CALC_FULL, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
+from tests.test_trial import (
+    BASE_DOCKERFILE,
+    CALC_FULL,
+    IMAGE_LABEL,
+    LIMITS,
+    RUN_LABEL,
+    _left_behind,
+    sum_task,
+)
 from validate.taskdir.trial import run as trial_run
 from validate.taskdir.trial.agents import AgentPlan
 from validate.taskdir.trial.run import run_trial

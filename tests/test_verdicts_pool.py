@@ -17,10 +17,10 @@ from environment.protocol import Environment
 from tests.conftest import make_ctx, make_manifest
 from tests.toyenv import ToyEnvironment
 from validate.audit.run import audit
-from validate.evidence.journal import write_checksums
 from validate.core.paths import RunPaths
-from validate.run.phases import RUNTIME_ONLY, PoolPhase, pool
+from validate.evidence.journal import write_checksums
 from validate.report.run import write_report
+from validate.run.phases import RUNTIME_ONLY, PoolPhase, pool
 
 pytestmark = pytest.mark.bwrap
 

@@ -145,8 +145,8 @@ def test_a_resume_plays_only_the_repeats_not_yet_final():
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from validate.run.context import Play
     from validate.core.records import Attempt
+    from validate.run.context import Play
     from validate.run.runner import pending
     from validate.sandbox import Limits
 

@@ -28,10 +28,10 @@ from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS
 from environment.deshuffle.env import DeshuffleEnvironment
 from environment.protocol import AgentSpec
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.core import environments
 from validate.contract.manifest import load_manifest
-from validate.run.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
+from validate.core import environments
 from validate.report.run import write_report
+from validate.run.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
 from validate.view import serve, tables
 from validate.view.markup import text
 

@@ -25,10 +25,10 @@ import pytest
 from environment.deshuffle.baseline import policy as baseline
 from tests.conftest import CORPUS_PATH
 from validate import api
+from validate.devtools.localserver import serve as serve_model
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.report import headline
 from validate.eval.summary import EvalSummary
-from validate.devtools.localserver import serve as serve_model
 from validate.view import serve
 from validate.view.catalog import Catalog
 from validate.view.markup import text

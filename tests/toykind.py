@@ -15,16 +15,16 @@ from datetime import UTC, datetime
 
 from environment.protocol import AgentSpec, Task
 from tests.toyenv import ToyEnvironment
-from validate.run.context import AttemptKind, Play, RunContext
 from validate.core.errors import SandboxError
-from validate.evidence.journal import store_reply
-from validate.kinds.base import unsupported_row
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import Attempt
+from validate.evidence.journal import store_reply
+from validate.evidence.verdicts import as_expected
+from validate.kinds.base import unsupported_row
+from validate.run.context import AttemptKind, Play, RunContext
+from validate.run.workspace import materialise, read_reply, workspace_sha256
 from validate.sandbox import RunRequest
 from validate.sandbox.storage import attempt_storage
-from validate.evidence.verdicts import as_expected
-from validate.run.workspace import materialise, read_reply, workspace_sha256
 
 VERIFY = """
 import pathlib

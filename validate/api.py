@@ -27,49 +27,76 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from environment.protocol import LoadHints, sha256_tag
-from validate.core import environments
-from validate.evidence import run as run_evidence
-from validate.run.context import Progress, RunContext
-from validate.contract.manifest import check_environment, check_limits, check_tasks, load_manifest, load_taskset, new_salt
-from validate.contract.manifest import reprofile, task_secret
-from validate.contract.manifest import TrialProfile, verifier_mode_of, write_manifest
-from validate.taskdir.trial import tool as trial_tool
-from validate.taskdir.trial.workpaths import RULE as WORK_PATHS_RULE
+from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
+    DEFAULT_CONCURRENCY,
+    existing_dir,
+    existing_file,
+    model_spec,
+    model_values,
+    output_dir,
+    output_file,
+    outside_data,
+    run_directory,
+    utf8_path,
+)
+from validate.cli.options import min_count as check_min_count
+from validate.contract.manifest import (
+    TrialProfile,
+    check_environment,
+    check_limits,
+    check_tasks,
+    load_manifest,
+    load_taskset,
+    new_salt,
+    reprofile,
+    task_secret,
+    verifier_mode_of,
+    write_manifest,
+)
 from validate.contract.manifest import freeze as freeze_contract
 from validate.contract.manifest import verify as verify_contract
+from validate.core import environments
 from validate.core.errors import ValidateError
+from validate.core.paths import (
+    DEFAULT_IMAGE,
+    EVAL_CONTRACT,
+    LEDGER_DIR,
+    MANIFEST,
+    MANIFEST_DIR,
+    RunPaths,
+    task_image_store,
+)
+from validate.core.records import EVAL, PILOT, POOL
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.preflight import preflight
 from validate.eval.run import EvalPhase, evaluate
+from validate.evidence import run as run_evidence
+from validate.evidence.journal import atomic_write
+from validate.evidence.patches import require
+from validate.evidence.signing import sign as sign_run
+from validate.evidence.summary import run_kind
 from validate.kinds import KINDS
 from validate.kinds.chat import model_kind_class
-from validate.evidence.journal import atomic_write
+from validate.report.profiles import compare_profiles as profile_comparison
+from validate.run.context import Progress, RunContext
 from validate.run.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
 from validate.run.lifecycle import reopen
-from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
-    DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
-    outside_data, run_directory, utf8_path,
-)
-from validate.cli.options import min_count as check_min_count
-from validate.core.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths, task_image_store
-from validate.evidence.patches import require
 from validate.run.phases import PilotPhase, PoolPhase, RunPhase, run_agents
-from validate.report.profiles import compare_profiles as profile_comparison
 from validate.run.phases import pilot as pilot_phase
 from validate.run.phases import pool as pool_phase
-from validate.core.records import EVAL, PILOT, POOL
+from validate.run.smoke import SmokePhase
+from validate.run.smoke import smoke as smoke_test
 from validate.sandbox import Limits, open_sandbox
-from validate.evidence.signing import sign as sign_run
-from validate.run.smoke import SmokePhase, smoke as smoke_test
-from validate.evidence.summary import run_kind
-from validate.taskdir.images.docker import images_for
 from validate.sandbox.image import SOURCE_DATE_EPOCH
-from validate.taskdir.images.build import BuildPolicy
 from validate.taskdir.images import transfer
+from validate.taskdir.images.build import BuildPolicy
+from validate.taskdir.images.docker import images_for
 from validate.taskdir.images.frozen import freeze_images, log_dir_of, verify_images
 from validate.taskdir.images.trust import bundle_digest, bundle_for
+from validate.taskdir.trial import tool as trial_tool
+from validate.taskdir.trial.workpaths import RULE as WORK_PATHS_RULE
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -418,10 +445,12 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), 
 def _reading() -> SimpleNamespace:
     """What reads a run back (the audits, the reports, packaging, comparing evals), imported by
     the commands that use it: it needs pandas, which a run's driver never loads."""
-    from validate.audit import eval as audit_eval, run as audit  # lazy: pandas loads only to read a run back
+    from validate.audit import eval as audit_eval  # lazy: pandas loads only to read a run back
+    from validate.audit import run as audit
+    from validate.eval import compare  # lazy: pandas loads only to read a run back
+    from validate.eval import report as eval_report
     from validate.report import run as report  # lazy: pandas loads only to read a run back
     from validate.taskdir import package  # lazy: pandas loads only to read a run back
-    from validate.eval import compare, report as eval_report  # lazy: pandas loads only to read a run back
 
     return SimpleNamespace(audit=audit.audit, audit_eval=audit_eval.audit, package=package.package,
                            write_report=report.write_report, write_eval_report=eval_report.write_report,

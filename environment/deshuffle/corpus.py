@@ -40,7 +40,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from environment.protocol import EnvError
 

@@ -17,10 +17,15 @@ import os
 from pathlib import Path
 
 from environment.deshuffle.corpus import Corpus, CorpusError, file_revision
-from environment.deshuffle.hub import load_hub
 from environment.deshuffle.generate import (
-    ENV_NAME, PARAGRAPHS_FILE, SHORT_PAPER_UNITS, DeshuffleConfig, DeshuffleTask, DeshuffleTaskset,
+    ENV_NAME,
+    PARAGRAPHS_FILE,
+    SHORT_PAPER_UNITS,
+    DeshuffleConfig,
+    DeshuffleTask,
+    DeshuffleTaskset,
 )
+from environment.deshuffle.hub import load_hub
 from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints
 
 AGENTS = Path(__file__).resolve().parent / "agents"

@@ -39,12 +39,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from environment.harbor.hub import is_hub, snapshot
 from environment.harbor.patches import TaskPatch, patched_copy, read_patch_set
-from environment.harbor.published import ARCHIVE, PublishedSource, is_published, open_source, parquet_files, \
-    unpack_source
+from environment.harbor.published import (
+    ARCHIVE,
+    PublishedSource,
+    is_published,
+    open_source,
+    parquet_files,
+    unpack_source,
+)
 from environment.harbor.reward import ALL_KEYS, read_record
 from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
-from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score, \
-    canonical_json, meta_value, sha256_tag
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    Finding,
+    LoadHints,
+    MetaValue,
+    Score,
+    canonical_json,
+    meta_value,
+    sha256_tag,
+)
 
 ENV_NAME = "harbor"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

@@ -42,8 +42,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environment.harbor.taskdir import HarborDataset, HarborTask, InvalidTask, Limits, TaskProblem, \
-    find_task_dirs, load_task
+from environment.harbor.taskdir import (
+    HarborDataset,
+    HarborTask,
+    InvalidTask,
+    Limits,
+    TaskProblem,
+    find_task_dirs,
+    load_task,
+)
 from environment.harbor.unpack import ArchiveProblem, task_root, unpack_archive
 from environment.protocol import ConfigError, MetaValue, canonical_json, sha256_tag
 

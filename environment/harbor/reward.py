@@ -33,7 +33,14 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from environment.protocol import EnvError, canonical_json, exact_reward, exact_text, safe_text, sha256_tag
 

@@ -24,12 +24,32 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environment.protocol import (AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score,
-                                  ScorerSpec, Task, Taskset, canonical_json, config_digest, sha256_tag)
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    Finding,
+    LoadHints,
+    MetaValue,
+    Score,
+    ScorerSpec,
+    Task,
+    Taskset,
+    canonical_json,
+    config_digest,
+    sha256_tag,
+)
 from environment.twohop.agents_spec import agent_specs, control_may_pass
 from environment.twohop.checks import chains_proved, dataset_checks, task_checks
-from environment.twohop.dataset import (DEFAULT_SEED, FACTS_FILE, BuildError, BuiltTask, Dataset, build_dataset,
-                                        sha256_hex)
+from environment.twohop.dataset import (
+    DEFAULT_SEED,
+    FACTS_FILE,
+    BuildError,
+    BuiltTask,
+    Dataset,
+    build_dataset,
+    sha256_hex,
+)
 from environment.twohop.score import METRIC_NAMES, score_reply
 from environment.twohop.solver import Question
 from environment.twohop.universe import Universe

@@ -12,15 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.evidence.journal import file_sha256
-from validate.run.lifecycle import chance_means, counts, hack_profile
-from validate.run.phases import CRITERIA
 from validate.core.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
-from validate.run.phases import probe_checks, stratify
 from validate.core.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten, verdict_of_row
+from validate.evidence.journal import file_sha256
 from validate.evidence.run import smoke_outcome
 from validate.evidence.summary import ProbeCheck
 from validate.evidence.verdicts import dataset_verdict
+from validate.run.lifecycle import chance_means, counts, hack_profile
+from validate.run.phases import CRITERIA, probe_checks, stratify
 
 
 def verdict_rows(path: Path) -> list[TaskVerdict]:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from validate.evidence.journal import write_checksums
 from validate.core.paths import ATTEMPTS, SMOKE, SMOKE_RESULT, TASKS, RunPaths
+from validate.evidence.journal import write_checksums
 
 
 def _rows(path: Path, drop: tuple[str, ...]) -> list[dict]:

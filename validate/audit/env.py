@@ -32,13 +32,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from environment.protocol import LoadHints, ScorerUnavailable
-from validate.kinds.trial import evidence_problems
 from validate.contract.manifest import ContractError, Manifest, check_environment, check_tasks, program_sha256
-from validate.evidence.journal import reply_path
 from validate.core.paths import SCORER_CACHE, SMOKE, RunPaths
 from validate.core.records import EXCEPTION_STATUSES, SCORER_ERROR, UNSUPPORTED_EXECUTION_CONTRACT
-from validate.taskdir.smoke_package import package_search
+from validate.evidence.journal import reply_path
+from validate.kinds.trial import evidence_problems
 from validate.run.workspace import workspace_sha256
+from validate.taskdir.smoke_package import package_search
 
 #: Statuses that carry no reward: the attempt was never scored (or its scorer raised).
 UNSCORED = (*EXCEPTION_STATUSES, UNSUPPORTED_EXECUTION_CONTRACT, SCORER_ERROR)

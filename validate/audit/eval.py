@@ -33,15 +33,16 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit.run import EVAL_SEALED_ONLY, check_attempt_keys
 from validate.audit.contracts import check_anchor, committed_manifests
 from validate.audit.env import EnvAtHand, rescore
 from validate.audit.reports import check_eval_rendered
+from validate.audit.run import EVAL_SEALED_ONLY, check_attempt_keys
 from validate.audit.seal import AuditResult, check_seal
 from validate.audit.taskimages import routed_digests
 from validate.contract.manifest import ContractError, load_manifest
 from validate.core.errors import EvidenceError
-from validate.kinds.chat import MODEL_AGENT, facts_of
+from validate.core.paths import EVAL_CONTRACT, MANIFEST, RunPaths
+from validate.core.records import MODEL, Attempt
 from validate.eval.classes import classify
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
@@ -50,8 +51,7 @@ from validate.eval.records import SampleRow
 from validate.eval.report import load_eval
 from validate.eval.summary import summarize
 from validate.evidence.journal import read_attempts
-from validate.core.paths import EVAL_CONTRACT, MANIFEST, RunPaths
-from validate.core.records import MODEL, Attempt
+from validate.kinds.chat import MODEL_AGENT, facts_of
 
 
 def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:

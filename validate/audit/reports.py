@@ -25,19 +25,27 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from validate.report import profiles
-from validate.report import run as report
 from validate.audit.earlier import check_earlier
 from validate.audit.seal import AuditResult, check_seal
 from validate.contract.manifest import load_manifest
+from validate.core.jsonio import loads
+from validate.core.paths import (
+    ATTEMPTS,
+    COMPARE_JSON,
+    MANIFEST,
+    REPORT_JSON,
+    SMOKE_RESULT,
+    SMOKE_RUN,
+    RunPaths,
+)
+from validate.core.records import EVAL, RUN, RunKind
 from validate.eval import compare
 from validate.eval import report as eval_report
 from validate.evidence.journal import file_sha256, ledger_source
-from validate.core.jsonio import loads
-from validate.core.paths import ATTEMPTS, COMPARE_JSON, MANIFEST, REPORT_JSON, SMOKE_RESULT, SMOKE_RUN, RunPaths
-from validate.core.records import EVAL, RUN, RunKind
-from validate.taskdir.smoke_package import PACKAGE
+from validate.report import profiles
+from validate.report import run as report
 from validate.run.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
+from validate.taskdir.smoke_package import PACKAGE
 
 #: The full audit of a run directory (`validate.audit.run.audit`, `validate.audit.eval.audit`),
 #: handed down by the audit that calls this module: a copy a resume kept is audited with it,

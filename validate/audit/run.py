@@ -40,8 +40,13 @@ from validate.audit.counts import check_counts, check_identity, check_smokes, ve
 from validate.audit.env import EnvAtHand, rescore
 from validate.audit.reports import check_rendered
 from validate.audit.seal import AuditResult, check_seal
-from validate.audit.taskimages import check_base_maps, check_build_logs, check_patches, check_reply_images, \
-    routed_digests
+from validate.audit.taskimages import (
+    check_base_maps,
+    check_build_logs,
+    check_patches,
+    check_reply_images,
+    routed_digests,
+)
 from validate.contract.manifest import Manifest
 from validate.core.errors import EvidenceError
 from validate.core.paths import (
@@ -57,6 +62,7 @@ from validate.core.paths import (
 )
 from validate.core.records import (
     COMPATIBLE,
+    EXACT,
     EXCLUDED,
     EXIT_NONZERO,
     MODEL,
@@ -64,9 +70,8 @@ from validate.core.records import (
     OK,
     OOM,
     ORACLE,
-    TIMEOUT,
-    EXACT,
     PLACEMENT,
+    TIMEOUT,
     TRIAL,
     VERDICT_TRIAL,
     Attempt,
@@ -77,10 +82,9 @@ from validate.core.records import (
     meta_text,
 )
 from validate.evidence.run import load_run
-from validate.run.runner import verdict_row
 from validate.evidence.signing import verify_signature
 from validate.evidence.verdicts import Outcome, as_expected, decide
-
+from validate.run.runner import verdict_row
 
 #: What no audit can re-derive: facts of the machine and of the attempt's inside. They are
 #: bound by ``checksums`` alone, so only ``--signature`` (which covers the checksums) holds them.

@@ -21,14 +21,13 @@ from pydantic import ValidationError
 from environment.harbor.reward import VerifierRecord
 from environment.protocol import sha256_tag
 from validate.contract.manifest import Manifest
-from validate.evidence.journal import reply_path
 from validate.core.paths import MANIFEST, RunPaths, task_image_store
+from validate.evidence.journal import reply_path
 from validate.taskdir.images.bases import BaseTarball
 from validate.taskdir.images.build import TaskImageRefusal, plan
+from validate.taskdir.images.content import ContentDelta
 from validate.taskdir.images.dockerfile import REWRITE_VERSION
 from validate.taskdir.images.frozen import BUILD_LOGS
-
-from validate.taskdir.images.content import ContentDelta
 
 #: The fields of a base the store's record of its layer re-derives.
 BASE_FIELDS = ("recipe_digest", "tree_digest", "python", "packages", "apt_sources")

@@ -17,24 +17,38 @@ import time
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 # What the parser needs loads with the command line; the harness itself (`validate.api`:
 # pandas, the phases, the audit) loads only inside the command that runs it, so that
 # `validate --help` and a refused argument answer at once.
 from validate import __version__
+from validate.cli.options import DEFAULT_CONCURRENCY, add_model_options, given
 from validate.core import environments
-from validate.sandbox import imagefile
+from validate.core.errors import ValidateError
+from validate.core.paths import (
+    CHECKSUMS,
+    DEFAULT_IMAGE,
+    LEDGER_DIR,
+    MANIFEST_DIR,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+)
+from validate.eval.contract import AgentLimits, Sampling
+from validate.evidence.patches import code_state
 from validate.run.context import Interrupted
 from validate.run.context import Progress as PhaseProgress
-from validate.core.errors import ValidateError
-from validate.eval.contract import AgentLimits, Sampling
 from validate.run.executors import DEFAULT_EXECUTOR, executor_names
+from validate.sandbox import Limits, backend_names, imagefile
 from validate.sandbox.image import build
-from validate.cli.options import DEFAULT_CONCURRENCY, add_model_options, given
-from validate.evidence.patches import code_state
-from validate.core.paths import CHECKSUMS, DEFAULT_IMAGE, LEDGER_DIR, MANIFEST_DIR, REPORT_HTML, REPORT_JSON, REPORT_MD
-from validate.sandbox import Limits, backend_names
 
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 out = Console(soft_wrap=True, highlight=False)

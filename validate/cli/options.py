@@ -24,8 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from validate.core.errors import ValidateError
-from validate.eval.contract import ModelSpec
 from validate.core.jsonio import JSONInputError, loads
+from validate.eval.contract import ModelSpec
 from validate.sandbox.storage import _NAME as PLAIN_NAME
 
 #: Attempts at once unless told otherwise: two per usable core. An attempt waits on process

@@ -19,24 +19,41 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 import validate
-from environment.protocol import AgentSpec, ConfigError, Environment, LoadHints, Role, ScorerSpec, Taskset
-from environment.protocol import canonical_json, sha256_tag
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    LoadHints,
+    Role,
+    ScorerSpec,
+    Taskset,
+    canonical_json,
+    sha256_tag,
+)
+from validate.contract.sealed import SealedDocument, canonical_items, first_error
+from validate.contract.tasklist import TaskEntry, TaskList
 from validate.core import environments
 from validate.core.errors import ContractError
-from validate.evidence.journal import atomic_write
-from validate.sandbox.image import package_differences
-from validate.evidence.patches import PatchInfo
 from validate.core.records import CONTROL, ORACLE
 from validate.core.records import Role as RecordedRole
+from validate.evidence.journal import atomic_write
+from validate.evidence.patches import PatchInfo
+from validate.evidence.verdicts import Rule
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
-from validate.contract.sealed import SealedDocument, canonical_items, first_error
+from validate.sandbox.image import package_differences
 from validate.taskdir.images.frozen import TaskImages
-from validate.contract.tasklist import TaskEntry, TaskList
-from validate.evidence.verdicts import Rule
 
 SCHEMA_VERSION = 2
 #: How every agent starts, on every backend. `-S` skips `site`: the agents are stdlib programs,

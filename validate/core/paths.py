@@ -70,7 +70,6 @@ The sandbox image store (``validate image build``; ``$VALIDATE_IMAGE_DIR``, by d
 from __future__ import annotations
 
 import hashlib
-
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -25,14 +25,14 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from validate.core.errors import ValidateError
+from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
+from validate.core.records import AGENT_STATUSES
+from validate.core.render import to_html, to_markdown
 from validate.eval.contract import differences
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.render import STYLE
 from validate.eval.report import EVAL_INPUTS, EvalEvidence, load_eval, mean, pct
 from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
-from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
-from validate.core.render import to_html, to_markdown
-from validate.core.records import AGENT_STATUSES
 
 #: Fields of the eval contract two compared evals must share.
 MUST_MATCH = ("parent.manifest_sha256", "parent.task_count", "reward", "k")

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from validate.eval.records import SampleRow, TurnRow
-from validate.evidence.journal import AppendLog, write_parquet
 from validate.core.paths import EvalPaths
 from validate.core.records import arrow_schema, flat_row
+from validate.eval.records import SampleRow, TurnRow
+from validate.evidence.journal import AppendLog, write_parquet
 
 
 class Entry(BaseModel):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from validate.contract.manifest import Manifest, load_manifest
 from validate.core.errors import ContractError, EvidenceError
-from validate.eval.contract import DatasetParent
-from validate.evidence.journal import file_sha256
 from validate.core.paths import FROZEN_MANIFEST, MANIFEST, RunPaths
 from validate.core.records import AGENT_STATUSES, CONTROL
+from validate.eval.contract import DatasetParent
+from validate.evidence.journal import file_sha256
 from validate.evidence.run import current_verdict, load_run
 
 #: The audit of a pool run directory: the problems `validate audit` finds in it (none: it passes).

@@ -22,16 +22,16 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from validate.core.errors import EvidenceError
+from validate.core.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
+from validate.core.render import to_html, to_markdown
 from validate.eval import trajectories
 from validate.eval.classes import rule_table
 from validate.eval.contract import EvalContract, load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, Rate
 from validate.eval.render import STYLE
-from validate.core.render import to_html, to_markdown
 from validate.eval.summary import EvalSummary, Operations
 from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
-from validate.core.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 
 #: Trajectories shown per pass and outcome (solved, failed).
 SHOWN = 3

@@ -19,18 +19,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from validate.core.errors import EvidenceError
+from validate.core.paths import RunPaths
+from validate.core.records import arrow_schema, flat_row
 from validate.eval.client import ChatClient
 from validate.eval.contract import EvalContract
 from validate.eval.evidence import EvalJournal, EvalPaths, latest_entries, write_side_tables
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
-from validate.kinds.chat import EvalContext, model_play
 from validate.eval.summary import EvalSummary, summarize
 from validate.evidence.journal import Journal, write_parquet
-from validate.run.lifecycle import Conclusion, Run
-from validate.core.paths import RunPaths
-from validate.core.records import arrow_schema, flat_row
-from validate.run.context import Interrupted, Play, RunContext
 from validate.evidence.summary import machine
+from validate.kinds.chat import EvalContext, model_play
+from validate.run.context import Interrupted, Play, RunContext
+from validate.run.lifecycle import Conclusion, Run
 
 PASSES = ("greedy", "sampled")
 

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from validate.core.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
 from validate.eval.metrics import (
     GREEDY_PHASE,
     SAMPLED_PHASE,
@@ -35,7 +36,6 @@ from validate.eval.metrics import (
 )
 from validate.eval.records import SampleRow
 from validate.evidence.patches import PatchInfo
-from validate.core.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
 from validate.evidence.summary import Machine
 
 

@@ -25,13 +25,13 @@ import hashlib
 import itertools
 import json
 import math
-import shutil
 import os
-import tempfile
+import shutil
 import sys
+import tempfile
 import threading
-from contextlib import contextmanager
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Generic, TypeVar, get_args
 
@@ -42,9 +42,21 @@ from pydantic import BaseModel, ValidationError
 
 from validate.core.errors import EvidenceError
 from validate.core.paths import EARLIER, REPORT_JSON, RunPaths
-from validate.core.records import (EXACT, EXCLUDED, PLACEMENT, TRIAL, VERDICT_TRIAL, Attempt, Exclusion, TaskVerdict,
-                              arrow_schema, flat_row,
-                              Status, unflatten, verdict_of_row)
+from validate.core.records import (
+    EXACT,
+    EXCLUDED,
+    PLACEMENT,
+    TRIAL,
+    VERDICT_TRIAL,
+    Attempt,
+    Exclusion,
+    Status,
+    TaskVerdict,
+    arrow_schema,
+    flat_row,
+    unflatten,
+    verdict_of_row,
+)
 from validate.evidence.verdicts import Outcome, by_task, outcomes_of
 
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads

@@ -10,12 +10,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
-from validate.evidence.patches import PatchInfo
 from validate.core.jsonio import JSONInputError, loads
 from validate.core.paths import EvalPaths, RunPaths
 from validate.core.records import EVAL, RUN, FindingRow, RunKind
+from validate.evidence.patches import PatchInfo
 from validate.evidence.verdicts import DatasetVerdict, RunFacts
 
 

@@ -15,9 +15,9 @@ container, then its verifier, `validate.kinds.task_shell`). What they share is
 from __future__ import annotations
 
 from environment.protocol import Environment
-from validate.run.context import AttemptKind
 from validate.core.errors import ContractError
 from validate.core.registry import Registry
+from validate.run.context import AttemptKind
 
 KINDS: Registry[AttemptKind] = Registry("validate.attempt_kinds", base=AttemptKind, key="name",
                                         field="environment.attempt_kind", kind="attempt kind", error=ContractError)

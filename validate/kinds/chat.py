@@ -28,6 +28,8 @@ from pathlib import Path
 
 from environment.protocol import ScorerUnavailable, Task
 from validate.core.errors import EvidenceError, SandboxError
+from validate.core.paths import SANDBOX_WORKSPACE
+from validate.core.records import MODEL, Attempt
 from validate.eval import classes
 from validate.eval.agent import Conversation, cap, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
@@ -35,16 +37,14 @@ from validate.eval.contract import CHAT_AGENT, EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
 from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
-from validate.run.context import AttemptKind, Play, RunContext
 from validate.evidence.journal import store_reply
+from validate.kinds import KINDS
 from validate.kinds.base import attempt_key, failed, now, unsupported_row
-from validate.core.paths import SANDBOX_WORKSPACE
-from validate.core.records import MODEL, Attempt
+from validate.run.context import AttemptKind, Play, RunContext
+from validate.run.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
 from validate.sandbox import Mount, RunRequest
 from validate.sandbox.base import SandboxEnded
 from validate.sandbox.storage import attempt_storage
-from validate.run.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
-from validate.kinds import KINDS
 
 MODEL_AGENT = "model"
 

@@ -17,15 +17,15 @@ import uuid
 
 from environment.protocol import AgentSpec, ScorerUnavailable, Task, sha256_tag
 from validate.agents import source_files
-from validate.run.context import Play, RunContext
 from validate.core.errors import SandboxError
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import Attempt
+from validate.evidence.verdicts import as_expected
 from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, now, started_row
+from validate.run.context import Play, RunContext
+from validate.run.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
 from validate.sandbox import RunRequest
 from validate.sandbox.storage import attempt_storage
-from validate.evidence.verdicts import as_expected
-from validate.run.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
 
 
 def _text(data: bytes, cap: int) -> tuple[str, bool]:

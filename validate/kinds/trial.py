@@ -37,33 +37,41 @@ from __future__ import annotations
 
 import threading
 
-from environment.harbor.env import HarborTaskRef
-from environment.protocol import sha256_tag
-from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
 from pydantic import ValidationError
-from validate.run.context import Play, RunContext
+
+from environment.harbor.env import HarborTaskRef
+from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
+from environment.protocol import AgentSpec, sha256_tag
+from validate.contract.manifest import verifier_mode_of
 from validate.core.errors import SandboxError
-from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, keep_replies, now, started_row
 from validate.core.paths import task_image_store
-from validate.core.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
-from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
+from validate.core.records import (
+    AGENT_STATUSES,
+    CONTROL,
+    ORACLE,
+    SCORER_ERROR,
+    Attempt,
+    PathChange,
+    TrialEvidence,
+    planted_words,
+)
+from validate.evidence.verdicts import as_expected
+from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, keep_replies, now, started_row
+from validate.run.context import Play, RunContext
+from validate.run.workspace import workspace_sha256
 from validate.taskdir.images.basemap import BaseImageMap
+from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
 from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskdir.images.docker import DockerImages, images_for
-from validate.core.records import ORACLE
 from validate.taskdir.images.frozen import keep_run_log, pins_of, routed
 from validate.taskdir.trial import network
-from validate.taskdir.trial.result import TrialLimits, TrialResult
-from validate.taskdir.trial.support import unsupported
 from validate.taskdir.trial.agents import plan as agent_plan
+from validate.taskdir.trial.docker import DockerFault
 from validate.taskdir.trial.players import TrialRequest
 from validate.taskdir.trial.players import play as play_trial
-from validate.taskdir.trial.docker import DockerFault
+from validate.taskdir.trial.result import TrialLimits, TrialResult
 from validate.taskdir.trial.run import HarnessFault
-from validate.contract.manifest import verifier_mode_of
-from environment.protocol import AgentSpec
-from validate.evidence.verdicts import as_expected
-from validate.run.workspace import workspace_sha256
+from validate.taskdir.trial.support import unsupported
 
 #: The trial's statuses as attempt statuses (the rest: the verifier's or the task's error).
 STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom", "infrastructure_error": "infrastructure_error"}

@@ -29,12 +29,21 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from validate.core.errors import ValidateError
-from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
 from validate.core.jsonio import field_differences
-from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, MANIFEST, SUMMARY, TASKS, RunPaths
-from validate.eval.render import STYLE  # the comparisons' one stylesheet
+from validate.core.paths import (
+    COMPARE_HTML,
+    COMPARE_JSON,
+    COMPARE_MD,
+    LEDGER_DIR,
+    MANIFEST,
+    SUMMARY,
+    TASKS,
+    RunPaths,
+)
 from validate.core.records import PILOT
 from validate.core.render import to_html, to_markdown
+from validate.eval.render import STYLE  # the comparisons' one stylesheet
+from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
 from validate.evidence.run import RunEvidence, load_run
 
 #: Manifest fields two compared runs must share: what is validated, and how it is judged.

@@ -21,19 +21,25 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
 from validate.core.paths import REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 from validate.core.plot import box_plot_svg
+from validate.core.records import (
+    COMPATIBLE,
+    CONTROL,
+    EXCEPTION_STATUSES,
+    INCOMPLETE,
+    NO_REFERENCE_SOLUTION,
+    ROLES,
+    SCORER_ERROR,
+)
 from validate.core.render import Bold, to_html, to_markdown
-from validate.core.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, NO_REFERENCE_SOLUTION, ROLES
-from validate.core.records import SCORER_ERROR
+from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
+
 # The run's evidence is loaded below the report (`validate.evidence.run`), where the audit and
 # ``eval freeze`` read it too.
 from validate.evidence.run import RunEvidence, current_verdict, load_run, report_inputs
 from validate.evidence.summary import hack_claim
 from validate.evidence.verdicts import DatasetVerdict
-
-
 
 
 def count_rows(ev: RunEvidence) -> list[list[str]]:

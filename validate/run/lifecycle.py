@@ -28,17 +28,34 @@ from pydantic import BaseModel
 from environment.protocol import LoadHints
 from validate.contract.manifest import Manifest, load_manifest, verify
 from validate.core.errors import EvidenceError, ValidateError
-from validate.evidence.journal import BATCH_ROWS, Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
-from validate.core.records import (
-    COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, FindingRow, RunKind, TaskVerdict,
-)
-from validate.run.context import Play, RunContext
-from validate.evidence.patches import code_state
 from validate.core.paths import RunPaths
-from validate.run.runner import execute
-from validate.sandbox import open_sandbox
+from validate.core.records import (
+    COMPATIBLE,
+    CONTROL,
+    EXCEPTION_STATUSES,
+    EXCLUDED,
+    INCOMPLETE,
+    FindingRow,
+    RunKind,
+    TaskVerdict,
+)
+from validate.evidence.journal import (
+    BATCH_ROWS,
+    Journal,
+    atomic_write,
+    fold,
+    open_run,
+    write_checksums,
+    write_json,
+    write_verdicts,
+)
+from validate.evidence.patches import code_state
 from validate.evidence.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.evidence.verdicts import RunFacts, dataset_verdict
+from validate.run.context import Play, RunContext
+from validate.run.runner import execute
+from validate.sandbox import open_sandbox
+
 
 def hack_profile(manifest) -> tuple[str, int] | None:
     """(verifier mode, how many tampering controls) of a contract with a trial profile (a

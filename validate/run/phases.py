@@ -28,16 +28,28 @@ from pydantic import BaseModel, ConfigDict, Field
 from environment.protocol import Taskset
 from validate.agents import resolve
 from validate.contract.manifest import Manifest, derive, load_manifest, load_taskset, write_manifest
-from validate.evidence.journal import Journal, atomic_write
-from validate.run.lifecycle import Ending, Run, Verdicts
 from validate.core.paths import MANIFEST, VARIANTS
-from validate.core.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, RunKind, TaskVerdict
-from validate.run.context import Interrupted, Play, RunContext
-from validate.kinds import kind_of
-from validate.run.runner import judge
-from validate.run.smoke import SmokePhase, smoke as smoke_test
+from validate.core.records import (
+    COMPATIBLE,
+    CONTROL,
+    ORACLE,
+    PILOT,
+    POOL,
+    PROBE,
+    RUN,
+    Attempt,
+    RunKind,
+    TaskVerdict,
+)
+from validate.evidence.journal import Journal, atomic_write
 from validate.evidence.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
 from validate.evidence.verdicts import by_task
+from validate.kinds import kind_of
+from validate.run.context import Interrupted, Play, RunContext
+from validate.run.lifecycle import Ending, Run, Verdicts
+from validate.run.runner import judge
+from validate.run.smoke import SmokePhase
+from validate.run.smoke import smoke as smoke_test
 
 
 class RunPhase(BaseModel):

@@ -26,16 +26,23 @@ from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponen
 
 from environment.protocol import Environment, LoadHints, Task, Taskset
 from validate.agents import declared
-from validate.run.context import Interrupted, Play, RunContext
-from validate.contract.manifest import Manifest, TaskCheck, TaskEntry, check_environment, check_execution, parse_manifest
-from validate.evidence.journal import Journal
-from validate.run.executors import AttemptSpec, ExecutorUnavailable, WorkerRecipe, make_executor
-from validate.kinds import KINDS
-from validate.evidence.patches import CodeState
+from validate.contract.manifest import (
+    Manifest,
+    TaskCheck,
+    TaskEntry,
+    check_environment,
+    check_execution,
+    parse_manifest,
+)
 from validate.core.paths import RunPaths
-from validate.sandbox import open_sandbox
 from validate.core.records import ORACLE, Attempt, FindingRow, TaskVerdict
+from validate.evidence.journal import Journal
+from validate.evidence.patches import CodeState
 from validate.evidence.verdicts import Outcome, TaskOutcomes, decide
+from validate.kinds import KINDS
+from validate.run.context import Interrupted, Play, RunContext
+from validate.run.executors import AttemptSpec, ExecutorUnavailable, WorkerRecipe, make_executor
+from validate.sandbox import open_sandbox
 
 T = TypeVar("T")
 

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,9 +39,9 @@ import validate
 from environment.protocol import sha256_tag
 from validate.contract.manifest import Manifest, derive, load_manifest, write_manifest
 from validate.core.errors import ValidateError
-from validate.evidence.journal import atomic_write, new_entry, write_checksums
 from validate.core.paths import ATTEMPTS, MANIFEST, SMOKE_RESULT, SMOKE_RUN
 from validate.core.records import EXCEPTION_STATUSES
+from validate.evidence.journal import atomic_write, new_entry, write_checksums
 from validate.run.context import RunContext
 from validate.taskdir.smoke_package import PACKAGE, is_task_directories, materialise_sample
 

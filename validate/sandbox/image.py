@@ -39,10 +39,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from environment.protocol import canonical_json
-
 from validate.core.errors import EvidenceError, ProfileUnavailable
-from validate.evidence.journal import atomic_write
 from validate.core.paths import ImagePaths
+from validate.evidence.journal import atomic_write
 from validate.sandbox import backend_class
 
 SUITE = "bookworm"

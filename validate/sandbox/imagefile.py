@@ -34,11 +34,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from validate.core.errors import ProfileUnavailable, ValidateError
-from validate.evidence.journal import atomic_write, file_sha256
-from validate.sandbox.image import DPKG_STATUS, ImageRecord, describe_tarball, member_path, read_record, require_record
 from validate.core.paths import ImagePaths
+from validate.evidence.journal import atomic_write, file_sha256
 from validate.sandbox import backend_class
 from validate.sandbox.docker.image import image_layers
+from validate.sandbox.image import (
+    DPKG_STATUS,
+    ImageRecord,
+    describe_tarball,
+    member_path,
+    read_record,
+    require_record,
+)
 
 NAME_RE = re.compile(r"sha256-([0-9a-f]{64})\.tar")
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")

@@ -34,17 +34,22 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from environment.harbor.published import (
+    is_published,
+    open_source,
+    parquet_files,
+    unpack_source,
+    write_published,
+)
+from environment.harbor.taskdir import load_dataset, load_task
 from environment.protocol import LoadHints, canonical_json, sha256_tag
 from validate.contract.manifest import Manifest, check_environment, load_manifest
 from validate.core.errors import ValidateError
-from validate.evidence.journal import atomic_write, file_sha256
-from validate.core.paths import RunPaths
 from validate.core.jsonio import JSONInputError, loads
-from validate.taskdir.package_card import card, exclusion_ledger, retained_ids
+from validate.core.paths import RunPaths
+from validate.evidence.journal import atomic_write, file_sha256
 from validate.evidence.run import load_run
-from environment.harbor.published import is_published, open_source, parquet_files, unpack_source, \
-    write_published
-from environment.harbor.taskdir import load_dataset, load_task
+from validate.taskdir.package_card import card, exclusion_ledger, retained_ids
 
 HASH_MANIFEST = "package.json"
 EXCLUSIONS = "exclusions.json"

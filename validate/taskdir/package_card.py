@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from environment.protocol import canonical_json

@@ -17,12 +17,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from environment.harbor.taskdir import load_dataset
 from environment.protocol import LoadHints
 from validate.contract.manifest import Manifest, derive
-from validate.taskdir.package import HASH_MANIFEST, hash_manifest, materialise
 from validate.core.errors import ValidateError
 from validate.evidence.journal import atomic_write
-from environment.harbor.taskdir import load_dataset
+from validate.taskdir.package import HASH_MANIFEST, hash_manifest, materialise
 
 PACKAGE = "package"
 

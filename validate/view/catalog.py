@@ -29,9 +29,6 @@ from typing import BinaryIO
 from pydantic import ValidationError
 
 from validate.core.errors import ContractError, InputError
-from validate.eval.compare import Comparison
-from validate.eval.contract import EvalContract
-from validate.eval.summary import EvalSummary
 from validate.core.jsonio import JSONInputError, loads
 from validate.core.paths import (
     COMPARE_JSON,
@@ -50,10 +47,13 @@ from validate.core.paths import (
     VARIANTS,
     RunPaths,
 )
-from validate.report.profiles import ProfileComparison
+from validate.eval.compare import Comparison
+from validate.eval.contract import EvalContract
+from validate.eval.summary import EvalSummary
 from validate.evidence.run import current_verdict
 from validate.evidence.summary import RunSummary
 from validate.evidence.verdicts import DatasetVerdict
+from validate.report.profiles import ProfileComparison
 
 #: The largest JSON file the viewer parses (a 1,000,000-task manifest is ~300 MB; run.json is small).
 MAX_JSON_BYTES = 512 * 1024 * 1024

@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pyarrow.compute as pc
 
-from validate.eval.metrics import GREEDY_PHASE, final_attempts
 from validate.core.paths import ATTEMPTS, EVAL_TASKS, SAMPLES, TRAJECTORIES
+from validate.eval.metrics import GREEDY_PHASE, final_attempts
 from validate.view import tables
 
 KEY = ("phase", "task_id", "agent", "sample", "attempt")

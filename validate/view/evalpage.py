@@ -16,14 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from validate.core.paths import (
+    ATTEMPTS,
+    CHECKSUMS,
+    COMPARE_HTML,
+    COMPARE_JSON,
+    COMPARE_MD,
+    EVAL_CONTRACT,
+    EVAL_SUMMARY,
+    EVAL_TASKS,
+    MANIFEST,
+    REPORTS,
+    SAMPLES,
+    TRAJECTORIES,
+)
+from validate.core.render import Bold
 from validate.eval import trajectories
 from validate.eval.classes import rule_table
 from validate.eval.report import headline, mean, pct
-from validate.core.paths import (
-    ATTEMPTS, CHECKSUMS, COMPARE_HTML, COMPARE_JSON, COMPARE_MD, EVAL_CONTRACT, EVAL_SUMMARY, EVAL_TASKS, MANIFEST,
-    REPORTS, SAMPLES, TRAJECTORIES,
-)
-from validate.core.render import Bold
 from validate.view import evaldata
 from validate.view.catalog import CompareEntry, EvalEntry, Listing, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, pre, table, tag, text, url

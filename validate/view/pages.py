@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from validate.eval.report import pct
 from validate.core.paths import SMOKE
 from validate.core.records import POOL, meta_of
+from validate.eval.report import pct
 from validate.view import tables
 from validate.view.catalog import CompareEntry, EvalEntry, Listing, RunEntry
 from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url

@@ -27,8 +27,8 @@ from validate.core.paths import (
     TASKS,
     VARIANTS,
 )
-from validate.eval.report import headline
 from validate.core.records import INCOMPLETE, POOL, VERDICTS
+from validate.eval.report import headline
 from validate.view import tables
 from validate.view.catalog import EvalEntry, RunEntry, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone, url

@@ -39,12 +39,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from validate.core.errors import ClusterError, ValidateError
-from validate.core.errors import SandboxError
-from validate.sandbox.image import read_record
-from validate.sandbox.imagefile import file_name, import_file
+from validate.core.errors import ClusterError, SandboxError, ValidateError
 from validate.core.paths import ImagePaths, task_image_store
 from validate.sandbox import open_sandbox
+from validate.sandbox.image import read_record
+from validate.sandbox.imagefile import file_name, import_file
 from validate.taskdir.images.docker import DockerImages
 
 #: Bytes per chunk of a tarball fetched from the driver's node.

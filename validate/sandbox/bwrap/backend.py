@@ -66,13 +66,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from validate.core.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.image import rootfs_facts, unpack_rootfs
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp
-from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, Isolation, RunRequest, Sandbox, shield, supervise
+from validate.sandbox.base import (
+    BackendFacts,
+    Capabilities,
+    ExecResult,
+    Isolation,
+    RunRequest,
+    Sandbox,
+    shield,
+    supervise,
+)
 from validate.sandbox.bwrap import server
 from validate.sandbox.bwrap.launch import Launch, bwrap_argv
 from validate.sandbox.cgroups import Cgroups, open_cgroups
+from validate.sandbox.image import rootfs_facts, unpack_rootfs
 from validate.sandbox.session import SandboxEnded
 
 #: Seconds bwrap may take to report the sandbox's exit once its command server has gone.

@@ -40,13 +40,13 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from validate.core.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.image import python_version
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, RunRequest, Sandbox, shield
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.docker import wire
 from validate.sandbox.docker.image import image_layers, image_packages, import_docker
 from validate.sandbox.docker.wire import LABEL, unreachable
+from validate.sandbox.image import python_version
 from validate.sandbox.session import SandboxEnded
 
 #: Seconds past now the events of an ambiguous exit are awaited (the daemon logs a kill

@@ -8,8 +8,8 @@ import io
 import tarfile
 
 from validate.core.errors import ProfileUnavailable
-from validate.sandbox.image import DPKG_STATUS, parse_dpkg_status, require_record
 from validate.core.paths import ImagePaths
+from validate.sandbox.image import DPKG_STATUS, parse_dpkg_status, require_record
 
 _PACKAGES: dict[str, dict[str, str]] = {}
 

@@ -14,7 +14,6 @@ import requests
 from docker.errors import DockerException, ImageNotFound
 
 from validate.core.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.image import python_version, require_record
 from validate.core.paths import AGENT_UID, DEFAULT_IMAGE, KEY_UID, ImagePaths
 from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, Capabilities, Isolation, RunRequest, watchdog_argv
@@ -22,6 +21,7 @@ from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.image import image_layers
 from validate.sandbox.docker.wire import LABEL
+from validate.sandbox.image import python_version, require_record
 from validate.sandbox.podman.limits import PARENT, PodmanAPI, first_child, gate
 from validate.sandbox.podman.service import HOST_ENV, LIBPOD, USER, default_host, idmap, write_seccomp
 

@@ -28,11 +28,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from environment.protocol import canonical_json, sha256_tag
 from validate.core.errors import ProfileUnavailable
 from validate.evidence.journal import atomic_write
-from validate.sandbox.image import DPKG_STATUS, SOURCE_DATE_EPOCH, member_path, parse_dpkg_status, python_version, \
-    tarball_digests
+from validate.sandbox.image import (
+    DPKG_STATUS,
+    SOURCE_DATE_EPOCH,
+    member_path,
+    parse_dpkg_status,
+    python_version,
+    tarball_digests,
+)
 from validate.taskdir.images.backend import ImageBackend
-from validate.taskdir.images.basemap import CORE, RECIPES, SUBSTITUTIONS, BaseImage, BaseImageMap, BaseRecipe, Substitution, \
-    split_reference
+from validate.taskdir.images.basemap import (
+    CORE,
+    RECIPES,
+    SUBSTITUTIONS,
+    BaseImage,
+    BaseImageMap,
+    BaseRecipe,
+    Substitution,
+    split_reference,
+)
 
 SOURCES_LIST = "etc/apt/sources.list"
 #: Debian's own images are merged-/usr with usr-is-merged; without this hook mmdebstrap's

@@ -57,15 +57,27 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from environment.protocol import canonical_json, sha256_tag
 from validate.core.errors import SandboxError
-from validate.evidence.journal import atomic_write
 from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.evidence.journal import atomic_write
 from validate.taskdir.images.backend import ImageBackend
 from validate.taskdir.images.basemap import BaseImageMap, ResolvedBase
-from validate.taskdir.images.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
+from validate.taskdir.images.dockerfile import (
+    REWRITE_VERSION,
+    DockerfileError,
+    Unresolvable,
+    external_images,
+    rewrite,
+)
 from validate.taskdir.images.netfault import classify
 from validate.taskdir.images.registry import PulledBase, PullRefused, pull
-from validate.taskdir.images.trust import add_to_context, after_every_from, clock_lines, held_bundle, is_host_bundle, \
-    trust_lines
+from validate.taskdir.images.trust import (
+    add_to_context,
+    after_every_from,
+    clock_lines,
+    held_bundle,
+    is_host_bundle,
+    trust_lines,
+)
 
 #: Bumped whenever what a key covers, or how a build is made, changes.
 BUILD_VERSION = 1

@@ -40,17 +40,23 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from environment.protocol import sha256_tag
 from validate.core.errors import ContractError, SandboxError
 from validate.evidence.journal import atomic_write
-from validate.taskdir.images.basemap import BaseImageMap
-from validate.taskdir.images.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
-from validate.taskdir.images.dockerfile import REWRITE_VERSION
-from validate.taskdir.trial.support import unsupported
 from validate.sandbox import capabilities_of
-from validate.taskdir.images.basemap import CORE
-from validate.taskdir.images.budget import prune
-from validate.taskdir.images.content import compare_content, content_file, record_content
-from validate.taskdir.images.registry import PulledBase, moved_tags
+from validate.taskdir.images.basemap import CORE, BaseImageMap
 from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
+from validate.taskdir.images.budget import prune
+from validate.taskdir.images.build import (
+    BUILD_VERSION,
+    KEY_LABEL,
+    BuildPolicy,
+    TaskImage,
+    TaskImageRefusal,
+    build_task_image,
+)
+from validate.taskdir.images.content import compare_content, content_file, record_content
 from validate.taskdir.images.docker import DockerImages, images_for
+from validate.taskdir.images.dockerfile import REWRITE_VERSION
+from validate.taskdir.images.registry import PulledBase, moved_tags
+from validate.taskdir.trial.support import unsupported
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
 BUILD_LOGS = "build-logs"

@@ -25,8 +25,8 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from validate.core.paths import IMAGE_ARCHIVE_INDEX
 from validate.core.errors import ValidateError
+from validate.core.paths import IMAGE_ARCHIVE_INDEX
 from validate.taskdir.images.build import KEY_LABEL
 from validate.taskdir.images.content import compare_content
 from validate.taskdir.images.docker import images_for

@@ -48,12 +48,13 @@ from validate.sandbox.base import Limits, supervise, watchdog_argv
 from validate.sandbox.bwrap.launch import _JOIN, Launch
 from validate.sandbox.storage import remove_tree
 from validate.taskdir.trial import layers, roots, workpaths
-from validate.taskdir.trial.trusted import MAX_LISTED
-from validate.taskdir.trial import tool as harness_tool
 from validate.taskdir.trial import run as docker_trial
-from validate.taskdir.trial.agents import plan as agent_plan, tree_entries
+from validate.taskdir.trial import tool as harness_tool
+from validate.taskdir.trial.agents import plan as agent_plan
+from validate.taskdir.trial.agents import tree_entries
 from validate.taskdir.trial.result import LeftFile, PhaseRun, TrialLimits, TrialResult
 from validate.taskdir.trial.run import UnsupportedTask, apply_limits
+from validate.taskdir.trial.trusted import MAX_LISTED
 
 #: Directories every phase finds, as the docker trial makes them (relative to the root).
 LOG_DIRS = [(path, mode, None) for path, mode, _ in docker_trial._LOG_DIRS]

@@ -25,8 +25,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import secrets
+import stat
 import subprocess
 import tempfile
 import threading

@@ -91,7 +91,12 @@ from pathlib import Path
 
 from environment.harbor.config import TaskConfig
 from environment.harbor.reward import (
-    MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, VerifierRecord, read_reward,
+    MAX_REWARD_BYTES,
+    REWARD_JSON,
+    REWARD_TXT,
+    RewardError,
+    VerifierRecord,
+    read_reward,
 )
 from environment.harbor.taskdir import HarborTask
 from validate.core.errors import AgentError, TaskError
@@ -101,7 +106,8 @@ from validate.sandbox.storage import attempt_storage, mount_tmpfs
 from validate.taskdir.trial import artifacts, network, nsresolver, trusted, workpaths
 from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import tool as harness_tool
-from validate.taskdir.trial.agents import AgentPlan, plan as agent_plan, tree_entries
+from validate.taskdir.trial.agents import AgentPlan, tree_entries
+from validate.taskdir.trial.agents import plan as agent_plan
 from validate.taskdir.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
 
 VERIFIER_DIR = "/logs/verifier"
