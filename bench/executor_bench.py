@@ -166,8 +166,9 @@ def main() -> None:
         # speed during a round then weighs on both alike over an even number of rounds.
         rate = {}
         for executor in ("threads", "ray") if n % 2 == 0 else ("ray", "threads"):
-            out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
-                                  args.corpus, CONTROLS], cwd=ROOT, capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks),
+                                  str(args.c), args.corpus, CONTROLS], cwd=ROOT, capture_output=True,
+                                 text=True)
             if out.returncode != 0:
                 sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
             r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -175,8 +176,9 @@ def main() -> None:
             attempts[executor] += r["attempts"]
             wall[executor] += r["wall_s"]
             cpu[executor] += r["cpu_s"]
-            print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rate[executor]:11.2f} "
-                  f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
+            print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s "
+                  f"{rate[executor]:11.2f} {r['peak_rss_mb']:7.0f}MB "
+                  f"{1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
                   f"{1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms  {r['compatible']}")
         ratios.append(rate["ray"] / rate["threads"])
         if args.rounds > 1:

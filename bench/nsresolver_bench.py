@@ -48,8 +48,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as files:
             host = api.create_host_config(network_mode="none", mounts=nsresolver.mounts(Path(files), "task"))
-            cid = api.create_container(DEFAULT_IMAGE, entrypoint=["sleep", "600"], command=[], hostname="task",
-                                       labels=res.labels(), network_disabled=True, host_config=host)["Id"]
+            cid = api.create_container(DEFAULT_IMAGE, entrypoint=["sleep", "600"], command=[],
+                                       hostname="task", labels=res.labels(), network_disabled=True,
+                                       host_config=host)["Id"]
             res.containers.append(cid)
             api.start(cid)
             pid = int(api.inspect_container(cid)["State"]["Pid"])

@@ -13,7 +13,8 @@ import random
 
 VALID_MUTATIONS = ("as_is", "regroup", "flatten", "reverse_groups", "pad_text", "earlier_bad_box", "spaces")
 INVALID_MUTATIONS = ("drop", "duplicate", "unknown", "zero", "float", "string", "bool", "null", "empty_group",
-                     "deep", "unbalanced", "no_box", "not_json", "garbage_bytes", "huge_int", "object", "empty_list")
+                     "deep", "unbalanced", "no_box", "not_json", "garbage_bytes", "huge_int", "object",
+                     "empty_list")
 
 
 def random_gold(rng: random.Random, max_papers: int = 4, max_units: int = 12) -> list[list[int]]:
@@ -104,6 +105,7 @@ def check(rng: random.Random, n: int) -> dict[str, int]:
         gold, reply, valid = generate(rng)
         reward, metrics = analyze_ordering(reply, gold)
         assert (metrics["parsed_ok"] == 1.0) == valid, (gold, reply[:300], valid)
-        assert 0.0 <= reward <= 1.0 and all(0.0 <= v <= 1.0 + 1e-12 for v in metrics.values()), (gold, reply[:300])
+        assert 0.0 <= reward <= 1.0 and all(0.0 <= v <= 1.0 + 1e-12
+                                            for v in metrics.values()), (gold, reply[:300])
         counts["valid" if valid else "invalid"] += 1
     return counts

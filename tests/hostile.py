@@ -17,7 +17,8 @@ def hostile_specs() -> list[AgentSpec]:
     for program in sorted(HOSTILE_DIR.glob("*.py")):
         doc = program.read_text().split('"""')[1].strip().splitlines()[0] if '"""' in program.read_text() else ""
         out.append(AgentSpec(name=program.stem.replace("_", "-"), role="control", program=program,
-                             support=(DESHUFFLE_AGENTS / "deshufflelib.py",), tests=f"hostile: {doc or program.stem}",
+                             support=(DESHUFFLE_AGENTS / "deshufflelib.py",),
+                             tests=f"hostile: {doc or program.stem}",
                              sees_answer_key=program.stem in ("slow_oracle", "peek_key")))
     return out
 

@@ -91,7 +91,8 @@ def test_a_control_reward_raised_to_one_while_the_task_stays_compatible(run):
 
 
 def test_a_control_row_deleted_and_the_report_regenerated(run):
-    edit_table(run / "attempts.parquet", lambda rows: [r for r in rows if not (r["agent"] == "reversed" and r["idx"] == 1)])
+    edit_table(run / "attempts.parquet",
+               lambda rows: [r for r in rows if not (r["agent"] == "reversed" and r["idx"] == 1)])
     reseal(run)
     write_report(run)
     fails(run, "incomplete")
@@ -189,7 +190,8 @@ def test_an_exclusion_added_to_the_ledger_alone(run):
     table = pq.read_table(run / "exclusions.parquet")
     row = {name: task.get(name) for name in table.schema.names}
     row.update(reason="invalid_task_or_verifier", detail="forged")
-    pq.write_table(pa.Table.from_pylist([*table.to_pylist(), row], schema=table.schema), run / "exclusions.parquet")
+    pq.write_table(pa.Table.from_pylist([*table.to_pylist(), row], schema=table.schema),
+                   run / "exclusions.parquet")
     reseal(run)
     problems = fails(run, "exclusions.parquet")
     assert not any("tasks.parquet" in p for p in problems), problems
@@ -258,7 +260,8 @@ def test_signed_checksums_verify_and_a_later_edit_breaks_them(run, tmp_path):
     from validate.evidence.signing import sign
 
     key = tmp_path / "key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)],
+                   check=True)
     signers = tmp_path / "allowed_signers"
     signers.write_text("validate " + (tmp_path / "key.pub").read_text())
     sign(run, key)

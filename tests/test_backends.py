@@ -33,11 +33,14 @@ def test_a_backend_from_tests_runs_a_real_pool_that_passes_the_audit(tmp_path):
     summary = pool(make_ctx(manifest, sandbox, tmp_path / "pool"), PoolPhase())
     write_report(tmp_path / "pool")
     rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
-    assert {r["backend"] for r in rows} == {"toy"} and not {r["status"] for r in rows} & set(EXCEPTION_STATUSES)
+    assert {r["backend"] for r in rows} == {"toy"} and not {r["status"]
+                                                            for r in rows} & set(EXCEPTION_STATUSES)
     oracle = {r["idx"]: r["reward"] for r in rows if r["role"] == "oracle"}
-    assert {idx: oracle[idx] for idx in (0, 1, 3)} == {0: 1.0, 1: 1.0, 3: 1.0}  # the exact sums, read in the sandbox
+    # the exact sums, read in the sandbox
+    assert {idx: oracle[idx] for idx in (0, 1, 3)} == {0: 1.0, 1: 1.0, 3: 1.0}
     controls = [r for r in rows if r["role"] == "control"]
-    assert {r["idx"] for r in controls} == {0, 1, 3} and all(r["reward"] < 1.0 for r in controls)  # all rejected
+    # all rejected
+    assert {r["idx"] for r in controls} == {0, 1, 3} and all(r["reward"] < 1.0 for r in controls)
     assert (summary.counts.compatible, summary.counts.excluded) == (3, 1)
     result = audit(tmp_path / "pool")
     assert result.problems == [] and result.checked
@@ -64,14 +67,16 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
 def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freeze(tmp_path):
     from validate.sandbox.image import build
 
-    for refuse in (lambda: open_sandbox("nope", image="host"), lambda: build("never:built", ["bwrap", "nope"])):
-        with pytest.raises(ProfileUnavailable, match=r"execution.backend: no backend named 'nope'; installed: "
-                                                     r"bwrap, docker, docker-gvisor, podman, subprocess, toy"):
+    for refuse in (lambda: open_sandbox("nope", image="host"),
+                   lambda: build("never:built", ["bwrap", "nope"])):
+        with pytest.raises(ProfileUnavailable, match=r"execution.backend: no backend named 'nope'; "
+                                                     r"installed: bwrap, docker, docker-gvisor, "
+                                                     r"podman, subprocess, toy"):
             refuse()
     import subprocess
 
-    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "nope"], capture_output=True,
-                       text=True, env=subprocess_env(), cwd=tmp_path)
+    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "nope"],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
     assert r.returncode == 2 and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'podman', 'subprocess', 'toy')" \
         in r.stderr
 

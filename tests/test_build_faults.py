@@ -18,7 +18,8 @@ from validate.taskdir.images.trust import TRUST_FILE, TRUST_PATH, TRUST_VARIABLE
 
 TASK_TOML = '[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
 DOCKERFILES = {
-    "pip-six": "FROM python:3.11-slim-bookworm\nRUN pip install --no-cache-dir six==1.16.0 && python -c 'import six'\n",
+    "pip-six": "FROM python:3.11-slim-bookworm\n"
+               "RUN pip install --no-cache-dir six==1.16.0 && python -c 'import six'\n",
     "pip-typo": "FROM python:3.11-slim-bookworm\nRUN pip install --no-cache-dir no-such-package-zq9x==1.0\n",
     # a task that fakes the machine's fault in its own output
     "fake-tls": "FROM python:3.11-slim-bookworm\nRUN echo \"Could not fetch URL https://pypi.org/simple/x/: "
@@ -66,7 +67,8 @@ def test_the_trust_store_is_copied_after_every_from_as_build_arguments_only():
     out = with_trust(text)
     lines = out.splitlines()
     assert lines[:2] == ["FROM a AS one", f"COPY {TRUST_FILE} {TRUST_PATH}"] and "ENV" not in out
-    assert out.count(f"COPY {TRUST_FILE}") == 2 and all(f"ARG {v}={TRUST_PATH}" in lines for v in TRUST_VARIABLES)
+    assert out.count(f"COPY {TRUST_FILE}") == 2 and all(f"ARG {v}={TRUST_PATH}" in lines
+                                                        for v in TRUST_VARIABLES)
     assert lines.index("  b") < lines.index(f"COPY {TRUST_FILE} {TRUST_PATH}", 3)  # after the continued FROM
 
 
@@ -75,7 +77,8 @@ def test_the_trust_store_is_copied_after_every_from_as_build_arguments_only():
 def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_the_hosts_trust_store(tmp_path,
                                                                                                    capsys):
     data = _dataset(tmp_path / "ds")
-    args = ["freeze", "--env", "harbor", "--name", "pip", "--dataset", str(data), "--min-count", "1", "--allow-patch"]
+    args = ["freeze", "--env", "harbor", "--name", "pip", "--dataset", str(data), "--min-count", "1",
+            "--allow-patch"]
     assert main([*args, "--out", str(tmp_path / "off.json")]) == 0
     off = json.loads((tmp_path / "off.json").read_bytes())["execution"]["task_images"]
     assert "trust_store" not in off["build_policy"]
@@ -83,8 +86,8 @@ def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_
     assert six["refusal"] == "infrastructure_failure" and "intercepts TLS" in six["detail"], six
     assert "--build-trust-store host" in six["detail"]
     # played, the frozen refusal is the machine's: infrastructure_failure, never the task's fault
-    assert main(["run", "--manifest", str(tmp_path / "off.json"), "--run-dir", str(tmp_path / "run"), "-c", "2",
-                 "--agents", "oracle", "--allow-patch"]) == 1
+    assert main(["run", "--manifest", str(tmp_path / "off.json"), "--run-dir", str(tmp_path / "run"), "-c",
+                 "2", "--agents", "oracle", "--allow-patch"]) == 1
     import pandas as pd
 
     verdicts = pd.read_parquet(tmp_path / "run/tasks.parquet").set_index("task_id")

@@ -59,7 +59,8 @@ def test_a_manifest_naming_no_control_does_not_load(tmp_path):
     from validate.core.jsonio import loads
 
     raw = loads((ROOT / "manifests" / "twohop.json").read_bytes())
-    raw["expectations"]["agents"] = {n: a for n, a in raw["expectations"]["agents"].items() if a["role"] != "control"}
+    raw["expectations"]["agents"] = {n: a for n, a in raw["expectations"]["agents"].items()
+                                     if a["role"] != "control"}
     raw.pop("sha256")
     raw["sha256"] = sha256_tag(canonical_json(raw))
     with pytest.raises(ContractError, match="no negative control"):
@@ -76,9 +77,11 @@ def test_decide_excludes_a_task_every_control_is_frozen_out_of():
     assert decide([Outcome("oracle", 1, "ok", 0.2, None, None)], ["oracle"], rules, 1.0, "strict",
                   []).reason == "oracle_fails_on_valid_task"
     # one control left to test it: the usual verdict
-    v = decide([*ok, Outcome("empty", 1, "no_reply", 0.0, None, None)], ["oracle", "empty"], rules, 1.0, "strict", [])
+    v = decide([*ok, Outcome("empty", 1, "no_reply", 0.0, None, None)], ["oracle", "empty"], rules, 1.0,
+               "strict", [])
     assert v.verdict == "compatible"
-    # the oracle-only judgement of the pool's freeze step (no control among the rules) is not a verdict on controls
+    # the oracle-only judgement of the pool's freeze step (no control among the rules) is not
+    # a verdict on controls
     assert decide(ok, ["oracle"], {"oracle": rules["oracle"]}, 1.0, "strict", []).verdict == "compatible"
 
 
@@ -87,8 +90,8 @@ def untestable_pool(tmp_path_factory, sandboxes):
     """A twohop pool whose one control, always-unknown, is frozen out of task 6 (smoke skipped)."""
     base = tmp_path_factory.mktemp("controls")
     sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[*TESTABLE, UNTESTABLE], env_name=TWOHOP, controls=["always-unknown"],
-                             min_task_count=2)
+    manifest = make_manifest(sandbox, idx=[*TESTABLE, UNTESTABLE], env_name=TWOHOP,
+                             controls=["always-unknown"], min_task_count=2)
     assert [bool(t.skip) for t in manifest.tasks] == [False, False, True]
     summary = pool(make_ctx(manifest, sandbox, base / "pool"), PoolPhase())
     write_report(base / "pool")
@@ -106,7 +109,8 @@ def test_a_pool_task_no_control_can_test_is_excluded_counted_and_audited(untesta
     attempts = pq.read_table(root / "attempts.parquet").to_pylist()
     assert not [a for a in attempts if a["role"] == "control" and a["idx"] == UNTESTABLE]
     frozen = json.loads((root / "frozen-manifest.json").read_text())
-    assert frozen["selection"]["idx"] == list(TESTABLE)  # the oracle passed it, yet a task no control tests is not frozen
+    # the oracle passed it, yet a task no control tests is not frozen
+    assert frozen["selection"]["idx"] == list(TESTABLE)
     assert summary.counts.compatible == 2 and summary.counts.excluded == 1
     assert summary.counts.excluded_by_reason == {"no_negative_control": 1}
     on_disk = json.loads((root / "run.json").read_text())
@@ -131,7 +135,8 @@ def test_the_audit_catches_an_untestable_task_forged_compatible(untestable_pool,
         return rows
 
     table = pq.read_table(root / "tasks.parquet")
-    pq.write_table(pa.Table.from_pylist(forge(table.to_pylist()), schema=table.schema), root / "tasks.parquet")
+    pq.write_table(pa.Table.from_pylist(forge(table.to_pylist()), schema=table.schema),
+                   root / "tasks.parquet")
     write_checksums(RunPaths(root))
     problems = " ".join(audit(root).problems)
     assert "no_negative_control" in problems, problems
@@ -143,7 +148,8 @@ def test_eval_freeze_refuses_a_pool_with_an_untested_frozen_task(untestable_pool
     root = tmp_path / "pool"
     shutil.copytree(untestable_pool[0], root)
     _frozen_as(root, lambda t: True)
-    with pytest.raises(ContractError, match=rf"--pool-run: {root}: no negative control can test 1 frozen task"):
+    with pytest.raises(ContractError,
+                       match=rf"--pool-run: {root}: no negative control can test 1 frozen task"):
         parent_of(root, audit=_not_reached)
     r = cli("eval", "freeze", "--name", "e", "--pool-run", str(root), "--model", "m", "--model-revision", "r",
             "--base-url", "http://127.0.0.1:9/v1", "--allow-patch", cwd=tmp_path)
@@ -160,7 +166,8 @@ def test_eval_freeze_refuses_a_frozen_task_without_a_control_attempt(untestable_
     table = pq.read_table(path)
     rows = [r for r in table.to_pylist() if not (r["role"] == "control" and r["idx"] == TESTABLE[0])]
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
-    with pytest.raises(ContractError, match=r"1 frozen task\(s\) have no final, exception-free control attempt"):
+    with pytest.raises(ContractError,
+                       match=r"1 frozen task\(s\) have no final, exception-free control attempt"):
         parent_of(root, audit=_not_reached)
 
 
@@ -190,5 +197,6 @@ def test_eval_freeze_refuses_a_pool_whose_contract_names_no_control(untestable_p
         raw["expectations"]["agents"] = {n: a for n, a in raw["expectations"]["agents"].items()
                                          if a["role"] != "control"}
         (root / name).write_text(json.dumps(raw))
-    with pytest.raises(ContractError, match=rf"--pool-run: {root}: its manifest.json names no negative control"):
+    with pytest.raises(ContractError,
+                       match=rf"--pool-run: {root}: its manifest.json names no negative control"):
         parent_of(root, audit=_not_reached)

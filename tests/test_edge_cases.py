@@ -68,7 +68,8 @@ def pair_task(tiny, sandboxes, gold: list[int]):
     parent = make_manifest(sandbox, idx=list(range(2, 400, 4)), corpus=str(path))
     env, _, taskset = check_environment(parent, HINTS)
     idx = next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == gold)
-    return idx, derive(parent, env, taskset, name="pair", idx=[idx], rule=f"the pair task whose shuffle gave {gold}")
+    return idx, derive(parent, env, taskset, name="pair", idx=[idx],
+                       rule=f"the pair task whose shuffle gave {gold}")
 
 
 def test_displayed_order_correct_makes_identity_pass(tiny, sandboxes, tmp_path):

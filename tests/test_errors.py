@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Each top-level package and its root: (module, class).
-ROOTS = {"validate": ("validate.core.errors", "ValidateError"), "environment": ("environment.protocol", "EnvError")}
+ROOTS = {"validate": ("validate.core.errors", "ValidateError"),
+         "environment": ("environment.protocol", "EnvError")}
 
 
 def _imports_agentlib(tree: ast.AST) -> bool:
@@ -93,8 +94,10 @@ def _exception_bases(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            names = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
-            if any(isinstance(getattr(builtins, n, None), type) and issubclass(getattr(builtins, n), BaseException)
+            names = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                     for b in node.bases]
+            if any(isinstance(getattr(builtins, n, None), type)
+                   and issubclass(getattr(builtins, n), BaseException)
                    or n.endswith(("Error", "Exception")) for n in names):
                 found.append(node.name)
     return found

@@ -63,7 +63,8 @@ class Opens:
 sys.addaudithook(Opens.hook)
 
 
-def play(policy, read_command: str, file_text: str, prompt: str, temperature: float, seed: int) -> tuple[str, list]:
+def play(policy, read_command: str, file_text: str, prompt: str, temperature: float,
+         seed: int) -> tuple[str, list]:
     """(how it ended, the well-formed commands) of one conversation of at most 8 turns."""
     messages = [{"role": "system", "content": "system"}, {"role": "user", "content": prompt}]
     commands = []
@@ -91,9 +92,11 @@ def test_twohop_baseline_is_deterministic_seeded_and_opens_nothing(twohop_tasks)
     facts = tasks[0].files["api_description.txt"].decode()
     Opens.paths, Opens.armed = [], True
     try:
-        runs = {(t.id, s): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0, seed_of(t.id, s))
+        runs = {(t.id, s): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0,
+                                seed_of(t.id, s))
                 for t in tasks for s in range(8)}
-        again = {(t.id, 3): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0, seed_of(t.id, 3))
+        again = {(t.id, 3): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0,
+                                 seed_of(t.id, 3))
                  for t in tasks}
     finally:
         Opens.armed = False
@@ -131,8 +134,8 @@ def test_curator_baseline_knows_no_intruder_and_opens_only_the_specs(curator_tas
     try:
         memory = curator_baseline.memory()
         t = tasks[0]
-        first = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(), t.prompt,
-                     0.7, 11)
+        first = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(),
+                     t.prompt, 0.7, 11)
     finally:
         Opens.armed = False
     assert Opens.paths and all(Path(p).resolve().parent == SPECS for p in Opens.paths), Opens.paths
@@ -141,7 +144,8 @@ def test_curator_baseline_knows_no_intruder_and_opens_only_the_specs(curator_tas
         intruders = {titles[i] for i in task.gold}
         assert all(not (m["members"] & intruders) for m in memory), task.id
         assert all(set(m) == {"principle", "decoy", "tier", "members"} for m in memory)
-    again = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(), t.prompt, 0.7, 11)
+    again = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(),
+                 t.prompt, 0.7, 11)
     assert first == again and all(c.endswith("collection.json") or c == "kill 1" for c in first[1])
 
 

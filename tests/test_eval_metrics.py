@@ -83,7 +83,8 @@ def test_a_sample_lost_to_infrastructure_leaves_the_task_out_of_pass_at_k_with_i
 
 
 def test_missing_harness_and_verifier_losses_are_named():
-    samples = [s(sample=0, status="harness_error", reward=None), s(sample=1, status="scorer_error", reward=None)]
+    samples = [s(sample=0, status="harness_error", reward=None),
+               s(sample=1, status="scorer_error", reward=None)]
     t = task_eval("t", "f", samples, 3, 1.0)
     assert t.lost == ["harness error", "missing (never ran)", "verifier (scorer) error"]
     assert t.accuracy is None and t.mean_reward is None
@@ -101,7 +102,8 @@ def test_sampled_metrics_keep_denominators_and_count_zero_variance_groups():
     tasks = [task_eval("all", "x", [s("all", i) for i in range(k)], k, 1.0),
              task_eval("none", "x", [s("none", i, reward=0.0) for i in range(k)], k, 1.0),
              task_eval("half", "y", [s("half", i, reward=float(i % 2)) for i in range(k)], k, 1.0),
-             task_eval("lost", "y", [s("lost", i, status="infrastructure_error", reward=None) for i in range(k)], k,
+             task_eval("lost", "y", [s("lost", i, status="infrastructure_error", reward=None)
+                                     for i in range(k)], k,
                        1.0)]
     m = sampled_metrics(tasks, k)
     assert (m.tasks, m.eligible) == (4, 3)
@@ -134,7 +136,8 @@ def test_final_samples_take_the_last_try_of_each_sample():
 
     rows = [A(0, 2, "ok", 1.0), A(0, 1, "infrastructure_error", None), A(1, 1, "ok", float("nan"))]
     out = samples_of(final_attempts(rows), {"t": "fam"})
-    assert out == [Sample(SAMPLED_PHASE, "t", "fam", 0, "ok", 1.0), Sample(SAMPLED_PHASE, "t", "fam", 1, "ok", None)]
+    assert out == [Sample(SAMPLED_PHASE, "t", "fam", 0, "ok", 1.0),
+                   Sample(SAMPLED_PHASE, "t", "fam", 1, "ok", None)]
 
 
 def test_family_rows_split_greedy_and_sampled_by_family():

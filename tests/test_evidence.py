@@ -29,9 +29,11 @@ METRICS = ("parsed_ok", "grouping_f1")
 
 
 def att(idx, agent="oracle", attempt=1, status="ok"):
-    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent, role="oracle",
-                   attempt=attempt, status=status, reward=1.0, metrics={"parsed_ok": 1.0, "grouping_f1": 1.0},
-                   started_at=datetime(2026, 1, 1, tzinfo=UTC), workspace_sha256="w", backend="b", image_digest="d")
+    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent,
+                   role="oracle", attempt=attempt, status=status, reward=1.0,
+                   metrics={"parsed_ok": 1.0, "grouping_f1": 1.0},
+                   started_at=datetime(2026, 1, 1, tzinfo=UTC), workspace_sha256="w", backend="b",
+                   image_digest="d")
 
 
 def test_a_line_cut_short_by_a_crash_is_dropped(tmp_path):
@@ -65,16 +67,17 @@ def test_text_holding_lone_surrogates_is_journalled_and_folded_escaped(tmp_path)
     j = Journal(paths, METRICS)
     odd = att(0).model_copy(update={"status": "scorer_error", "reward": None})
     odd = Attempt.model_validate({**odd.model_dump(), "error_message": "no key 'reward' (keys: \ud800)",
-                                  "stderr": "[left in /logs/verifier: \udcff\udcfe-left (0 B)]", "stdout": "\ud83d",
-                                  "reply_text": "\udfff"})
+                                  "stderr": "[left in /logs/verifier: \udcff\udcfe-left (0 B)]",
+                                  "stdout": "\ud83d", "reply_text": "\udfff"})
     j.append([odd, att(1)])
     fold(j)
     row = next(r for r in pq.read_table(paths.attempts).to_pylist() if r["idx"] == 0)
     assert (row["error_message"], row["stderr"], row["stdout"], row["reply_text"]) == (
         "no key 'reward' (keys: \\ud800)", "[left in /logs/verifier: \\udcff\\udcfe-left (0 B)]", "\\ud83d",
         "\\udfff")
-    verdict = TaskVerdict(run_id="r", phase="p", task_id="t0", idx=0, task_hash="h", family="f", verdict="excluded",
-                          reason="invalid_task_or_verifier", detail="oracle: \ud800", findings=[
+    verdict = TaskVerdict(run_id="r", phase="p", task_id="t0", idx=0, task_hash="h", family="f",
+                          verdict="excluded", reason="invalid_task_or_verifier", detail="oracle: \ud800",
+                          findings=[
                               {"kind": "malformed_task", "blocking": True, "detail": "\udcff"}],
                           oracle_reward=None, max_control_reward=None, max_control_agent=None, margin=None,
                           n_attempts=1)
@@ -140,10 +143,11 @@ def test_disk_full_while_writing_parquet_leaves_no_half_file(tiny_disk):
 
 
 def verdict(idx, meta, excluded=False):
-    return TaskVerdict(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", family="f", meta=meta,
-                       verdict="excluded" if excluded else "compatible",
-                       reason="oracle_fails_on_valid_task" if excluded else None, detail="d", oracle_reward=1.0,
-                       max_control_reward=0.0, max_control_agent="noop", margin=1.0, n_attempts=2)
+    return TaskVerdict(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", family="f",
+                       meta=meta, verdict="excluded" if excluded else "compatible",
+                       reason="oracle_fails_on_valid_task" if excluded else None, detail="d",
+                       oracle_reward=1.0, max_control_reward=0.0, max_control_agent="noop", margin=1.0,
+                       n_attempts=2)
 
 
 @pytest.mark.parametrize("meta", [{}, {"n_sections": 3, "source": "arxiv"}])
@@ -192,8 +196,8 @@ def test_arrow_allocates_from_the_c_library_unless_the_user_names_a_pool(asked, 
     if asked:
         env["ARROW_DEFAULT_MEMORY_POOL"] = asked
     out = subprocess.run([sys.executable, "-c", "import validate.evidence.journal, pyarrow as pa; "
-                          "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True, text=True,
-                         check=True).stdout
+                          "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True,
+                         text=True, check=True).stdout
     assert out.strip() == used
 
 
@@ -246,7 +250,8 @@ def test_links_that_loop_or_dangle_are_not_sealed_and_an_unlistable_directory_is
     (tmp_path / "elsewhere").symlink_to(tmp_path / "kept")  # a link to a file: its target is hashed
     (tmp_path / "walked").symlink_to(tmp_path, target_is_directory=True)  # never walked (no loop)
     write_checksums(paths)
-    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere", "kept"]
+    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere",
+                                                                                             "kept"]
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "f").write_text("y")
@@ -260,15 +265,19 @@ def test_links_that_loop_or_dangle_are_not_sealed_and_an_unlistable_directory_is
     monkeypatch.setattr(os, "scandir", scandir)
     with pytest.raises(EvidenceError, match=f"{locked}: cannot list it to seal the run"):
         write_checksums(paths)
-    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere", "kept"]
+    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere",
+                                                                                             "kept"]
 
 
 def test_a_run_driver_does_not_load_pandas_until_it_reads_a_run_back():
     """What a run's driver imports (the command line, the harness, the phases, the executors)
     leaves pandas out (~34 MB of its peak); the commands that read a run back load it."""
-    script = ("import sys\nimport validate.cli.main, validate.api, validate.run.phases, validate.run.lifecycle, validate.run.smoke\n"
+    script = ("import sys\n"
+              "import validate.cli.main, validate.api, validate.run.phases, validate.run.lifecycle, "
+              "validate.run.smoke\n"
               "import validate.run.executors.ray, validate.run.executors.threads\n"
-              "before = 'pandas' in sys.modules\nvalidate.api._reading()\nprint(before, 'pandas' in sys.modules)")
+              "before = 'pandas' in sys.modules\nvalidate.api._reading()\n"
+              "print(before, 'pandas' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["False", "True"]
@@ -286,7 +295,8 @@ def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
     for i in range(tasks):
         for phase in ("oracle", "controls", "other"):
             for agent in ("oracle", "nop"):
-                a = att(i, agent=agent).model_copy(update={"phase": phase, "reward": rng.choice([0.0, -0.0, 0.5, 1.0])})
+                a = att(i, agent=agent).model_copy(update={"phase": phase,
+                                                           "reward": rng.choice([0.0, -0.0, 0.5, 1.0])})
                 rows.append(a)
                 if rng.random() < 0.1:  # a retry after an infrastructure error
                     rows[-1] = a.model_copy(update={"status": "infrastructure_error", "reward": None,
@@ -373,8 +383,10 @@ def test_outcomes_by_task_refuse_a_bad_row_of_a_phase_not_asked_for(tmp_path, mo
     paths, _, _ = _scattered_run(tmp_path, monkeypatch, 3, rows_per_group=4)
     table = pq.read_table(paths.attempts)
     other = [p == "other" for p in table.column("phase").to_pylist()]
-    status = [("finished" if o else s) for o, s in zip(other, table.column("status").to_pylist(), strict=True)]
+    status = [("finished" if o else s)
+              for o, s in zip(other, table.column("status").to_pylist(), strict=True)]
     pq.write_table(table.set_column(table.schema.get_field_index("status"), "status", pa.array(status)),
                    paths.attempts)
-    with pytest.raises(EvidenceError, match="attempts.parquet"):  # as `outcomes` refuses it: the file is not evidence
+    # as `outcomes` refuses it: the file is not evidence
+    with pytest.raises(EvidenceError, match="attempts.parquet"):
         list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["t0", "t1", "t2"]))

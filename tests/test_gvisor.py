@@ -42,7 +42,8 @@ class Misregistered(GvisorSandbox):
 
 
 def test_a_daemon_without_the_runtime_or_with_it_misregistered_is_refused_naming_the_fix():
-    for cls, says in ((Unregistered, "needs the OCI runtime 'runsc-nowhere' registered with the Docker daemon"),
+    for cls, says in ((Unregistered,
+                       "needs the OCI runtime 'runsc-nowhere' registered with the Docker daemon"),
                       (Misregistered, f"registers '{BROKEN_GVISOR_RUNTIME}' without --network=none")):
         sandbox = cls(image=DEFAULT_IMAGE, run_label=f"pytest-refused-{uuid.uuid4().hex[:6]}")
         try:
@@ -105,8 +106,9 @@ def test_live_sessions_are_refused_naming_why(sandboxes):
     (the host's OOM killer reaches only the Sentry), so the profile has no live sessions."""
     sandbox = sandboxes("docker-gvisor")
     session = sandbox.session(RunRequest(argv=(), name=f"session-{uuid.uuid4().hex[:8]}"))
-    with pytest.raises(ProfileUnavailable, match="execution.backend: docker-gvisor has no live sessions: under runsc "
-                                                 "a command past the memory limit ends the whole sandbox"):
+    with pytest.raises(ProfileUnavailable, match="execution.backend: docker-gvisor has no live sessions: "
+                                                 "under runsc a command past the memory limit ends "
+                                                 "the whole sandbox"):
         session.start()
     session.stop()  # safe after a refused start
     assert sandbox.client.api.containers(all=True, filters={"label": f"deshuffle-validate={sandbox.run_label}"}) == []

@@ -77,7 +77,8 @@ def test_freeze_records_the_base_map_and_each_tasks_image_or_refusal(frozen):
     assert json.loads(path.read_bytes())["execution"]["task_images"]["tasks"].keys() == set(PICK)
     sub = next(s for s in ti.base_map.substitutions if s.upstream == "python:3.12-slim*")
     assert any("Python 3.11 is served" in d for d in sub.differences)
-    assert all(b.image_id.startswith("sha256:") and b.layer.startswith("sha256:") for b in ti.base_map.bases.values())
+    assert all(b.image_id.startswith("sha256:") and b.layer.startswith("sha256:")
+               for b in ti.base_map.bases.values())
     docker = DockerImages()
     for tid in SOUND:
         entry = ti.tasks[tid]
@@ -113,7 +114,8 @@ def test_an_image_other_than_the_frozen_one_is_refused(frozen, tmp_path):
     _, m = frozen
     ti = m.execution.task_images
     real = ti.tasks["csv-to-json"]
-    other = ti.model_copy(update={"tasks": {**ti.tasks, "csv-to-json": real.model_copy(update={"image": "sha256:"
+    other = ti.model_copy(update={"tasks": {**ti.tasks,
+                                            "csv-to-json": real.model_copy(update={"image": "sha256:"
                                                                                                 + "0" * 64})}})
 
     class Built:  # what the cache answers: the image this daemon really holds for the task
@@ -217,7 +219,8 @@ def test_package_in_the_published_shape_loads_as_the_same_tasks(pooled, tmp_path
         [CARD, EXCLUSIONS, HASH_MANIFEST, "data/train-00000-of-00001.parquet"])
     assert verify_package(out) == []
     table = pd.read_parquet(out / "data/train-00000-of-00001.parquet")
-    assert list(table["path"]) == sorted(SOUND) and {"task_binary", "task_id", "instruction"} <= set(table.columns)
+    assert list(table["path"]) == sorted(SOUND) and {"task_binary", "task_id",
+                                                     "instruction"} <= set(table.columns)
     env = environments.get("harbor")
     loaded = env.load(env.Config(dataset=str(out)))
     directory = env.load(env.Config(dataset=str(SAMPLE)))

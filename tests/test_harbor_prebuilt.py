@@ -54,7 +54,8 @@ def _dataset(root: Path) -> Path:
     for tid, image in IMAGES.items():
         shutil.copytree(SAMPLE / "prebuilt-image", root / tid)
         toml = root / tid / "task.toml"
-        text = toml.read_text().replace('docker_image = "python:3.11-slim-bookworm"', f'docker_image = "{image}"')
+        text = toml.read_text().replace('docker_image = "python:3.11-slim-bookworm"',
+                                        f'docker_image = "{image}"')
         assert image in text
         toml.write_text(text.replace('name = "harbor-sample/prebuilt-image"', f'name = "prebuilt/{tid}"'))
     return root
@@ -95,7 +96,8 @@ def test_a_served_image_is_the_mapped_base_with_its_substitution_recorded(datase
     assert again.cached and again.image_id == got.image_id and images.builds == builds
     refused = build_task_image(dataset / "unserved", base_map, images, tmp_path, docker_image="ubuntu:24.04")
     assert refused == TaskImageRefusal(reason="unsupported_execution_contract",
-                                       detail="[environment].docker_image ubuntu:24.04 is not available on this profile")
+                                       detail="[environment].docker_image ubuntu:24.04 is not "
+                                              "available on this profile")
     assert images.builds == builds
     images.client.close()
 
@@ -161,7 +163,8 @@ def test_verify_holds_every_frozen_task_image(frozen, tmp_path, capsys):
     assert m.execution.task_images.tasks["served"].image in said  # what the cache built here
 
 
-def test_a_run_refuses_a_frozen_task_image_this_machine_cannot_have_before_anything_plays(frozen, tmp_path, capsys):
+def test_a_run_refuses_a_frozen_task_image_this_machine_cannot_have_before_anything_plays(frozen, tmp_path,
+                                                                                          capsys):
     _, m = frozen
     other = write_manifest(_with_image(m, "served", "sha256:" + "0" * 64), tmp_path / "other.json")
     run_dir = tmp_path / "run"
@@ -197,7 +200,8 @@ def test_freeze_like_freezes_the_task_images_on_its_profile(frozen, tmp_path):
     assert main(["verify", "--manifest", str(like)]) == 0
 
 
-def test_a_model_eval_records_each_tasks_routed_image_and_its_audit_holds_it(frozen, sandboxes, server, tmp_path):
+def test_a_model_eval_records_each_tasks_routed_image_and_its_audit_holds_it(frozen, sandboxes, server,
+                                                                             tmp_path):
     _, m = frozen
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=m.environment.config["dataset"]))
@@ -222,7 +226,8 @@ def test_on_bwrap_the_served_tasks_oracle_passes_in_the_unpacked_base(dataset, s
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(dataset)))
     sandbox = sandboxes("bwrap")
-    m = make_manifest(sandbox, idx=list(range(ts.size)), env_name="harbor", dataset=str(dataset), min_task_count=1)
+    m = make_manifest(sandbox, idx=list(range(ts.size)), env_name="harbor", dataset=str(dataset),
+                      min_task_count=1)
     run_dir = tmp_path / "run"
     run_agents(make_ctx(m, sandbox, run_dir, concurrency=2), RunPhase(agents="oracle"))
     att = pd.read_parquet(run_dir / "attempts.parquet").set_index("task_id")

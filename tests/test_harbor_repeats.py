@@ -110,7 +110,8 @@ def test_the_flaky_verifier_s_verdict_follows_from_its_repeats(repeats_run):
         assert got == label("flaky-test")
         assert tasks.loc["flaky-test", "detail"] == f"flaky: the oracle passed {passed} of {REPEATS} repeats"
     else:  # the five coin flips agreed (1/16): what they agreed on decides
-        assert got == (("compatible", None) if passed == REPEATS else ("excluded", "oracle_fails_on_valid_task"))
+        assert got == (("compatible", None) if passed == REPEATS
+                       else ("excluded", "oracle_fails_on_valid_task"))
 
 
 def test_the_audit_derives_every_verdict_again(repeats_run):

@@ -24,8 +24,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 #: that writes garbage, one that writes nothing over a stale reward baked into the image, a
 #: base the map does not serve, a GPU, a task.toml that does not load, a verifier that looks
 #: a host up); a task that declares a public network and uses none; a separate verifier.
-PICK = ("csv-to-json", "nop-passes", "answer-in-image", "garbage-reward-txt", "no-reward-written", "unmapped-base",
-        "gpu-required", "bad-task-toml", "verifier-needs-network", "declared-public-network", "separate-verifier")
+PICK = ("csv-to-json", "nop-passes", "answer-in-image", "garbage-reward-txt", "no-reward-written",
+        "unmapped-base", "gpu-required", "bad-task-toml", "verifier-needs-network", "declared-public-network",
+        "separate-verifier")
 
 
 def label(task_id: str) -> tuple[str, str]:
@@ -101,7 +102,8 @@ def test_the_claim_counts_what_the_oracle_certified_and_what_resisted_every_tamp
     certified = int(tasks["oracle_certified"].sum())
     c = json.loads((run_dir / "run.json").read_text())["counts"]
     assert (c["oracle_certified"], c["hack_resistant"]) == (certified, c["compatible"])
-    assert c["compatible"] == sum(label(t) == ("compatible", "") for t in PICK) and certified >= c["compatible"]
+    assert c["compatible"] == sum(label(t) == ("compatible", "")
+                                  for t in PICK) and certified >= c["compatible"]
     from validate.core.paths import REPORT_MD
     from validate.evidence.run import report_inputs
     from validate.report.run import render

@@ -27,7 +27,8 @@ def echo_policy(request: dict) -> dict:
     SEEN.append(request)
     last = request["messages"][-1]
     if request.get("tools") and last["role"] == "user" and request.get("tool_choice") != "none":
-        return {"tool_calls": [{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls -l"}}}]}
+        return {"tool_calls": [{"type": "function",
+                                "function": {"name": "bash", "arguments": {"command": "ls -l"}}}]}
     return {"content": f"you said: {last.get('content')}"}
 
 
@@ -69,7 +70,8 @@ def test_models_are_listed_and_an_unknown_one_is_openais_404(server):
     listed = requests.get(f"{server.base_url}/models", timeout=10).json()
     assert [m["id"] for m in listed["data"]] == ["echo"] and listed["object"] == "list"
     assert requests.get(f"{server.base_url}/models/echo", timeout=10).json()["id"] == "echo"
-    for resp in (requests.get(f"{server.base_url}/models/gpt-x", timeout=10), chat(server, {"model": "gpt-x"})):
+    for resp in (requests.get(f"{server.base_url}/models/gpt-x", timeout=10),
+                 chat(server, {"model": "gpt-x"})):
         assert resp.status_code == 404
         assert resp.json()["error"]["code"] == "model_not_found" and "`gpt-x`" in resp.json()["error"]["message"]
 
@@ -171,7 +173,8 @@ def test_429_with_retry_after_for_the_first_n_then_answers():
 
 
 def test_5xx_for_the_first_n_then_answers():
-    with serve({"echo": echo_policy}, faults=Faults(server_error_first_n=1, server_error_status=503)) as server:
+    with serve({"echo": echo_policy},
+               faults=Faults(server_error_first_n=1, server_error_status=503)) as server:
         down, up = chat(server), chat(server)
     assert down.status_code == 503 and down.json()["error"]["type"] == "server_error"
     assert up.status_code == 200

@@ -29,14 +29,15 @@ def project(tmp_path_factory):
     (base / "shared/corpus/papers.jsonl.gz").symlink_to(CORPUS_PATH)
     work = base / "work"
     work.mkdir()
-    r = cli("freeze", "--name", "e2e", "--max-papers", "3", "--idx", "0,4,121,180,181,300", "--min-count", "5",
-            "--allow-patch", "--corpus", "../shared/corpus/papers.jsonl.gz", cwd=work)
+    r = cli("freeze", "--name", "e2e", "--max-papers", "3", "--idx", "0,4,121,180,181,300", "--min-count",
+            "5", "--allow-patch", "--corpus", "../shared/corpus/papers.jsonl.gz", cwd=work)
     assert r.returncode == 0, r.stderr
     return work
 
 
 def test_pilot_is_stratified_and_probes_land_in_between(project):
-    r = cli("pilot", "--manifest", "manifests/e2e.json", "--run-dir", "ledgers/pilot", "--allow-patch", cwd=project)
+    r = cli("pilot", "--manifest", "manifests/e2e.json", "--run-dir", "ledgers/pilot", "--allow-patch",
+            cwd=project)
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.startswith("Dataset verdict: PASS")
     summary = json.loads((project / "ledgers/pilot/run.json").read_text())
@@ -99,10 +100,11 @@ def test_a_second_smoke_test_is_appended_and_reports_are_kept(project):
 
 
 def test_a_pool_below_its_minimum_freezes_nothing_and_fails_with_incomplete_evidence(tmp_path):
-    r = cli("freeze", "--env", "toy", "--name", "low", "--broken", "[0, 1]", "--min-count", "9", "--backend", "bwrap",
-            "--allow-patch", cwd=tmp_path)
+    r = cli("freeze", "--env", "toy", "--name", "low", "--broken", "[0, 1]", "--min-count", "9", "--backend",
+            "bwrap", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = cli("pool", "--manifest", "manifests/low.json", "--run-dir", "ledgers/low", "--allow-patch", cwd=tmp_path)
+    r = cli("pool", "--manifest", "manifests/low.json", "--run-dir", "ledgers/low", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 1
     first = r.stdout.splitlines()[0]
     assert first.startswith("Dataset verdict: FAIL") and "INCOMPLETE" in first and "controls never ran" in first
@@ -119,7 +121,8 @@ def test_a_pilot_whose_control_passes_fails(tmp_path):
     r = cli("freeze", "--env", "toy", "--name", "lax", "--ceiling", "off-by-two=0.0", "--backend", "bwrap",
             "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = cli("pilot", "--manifest", "manifests/lax.json", "--run-dir", "ledgers/lax", "--allow-patch", cwd=tmp_path)
+    r = cli("pilot", "--manifest", "manifests/lax.json", "--run-dir", "ledgers/lax", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 1 and r.stdout.startswith("Dataset verdict: FAIL")
     assert "every_task_compatible" in r.stderr
 

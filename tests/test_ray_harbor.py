@@ -104,7 +104,8 @@ def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_
     ts = env.load(env.Config(dataset=str(SAMPLE)))
     idx = [i for i in range(ts.size) if ts.task(i).id in PICK]
     frozen = _validate(tmp_path, "freeze", "--name", "rh", "--env", "harbor", "--dataset", str(SAMPLE),
-                       "--idx", ",".join(map(str, idx)), "--min-count", "1", "--out", "m.json", "--allow-patch")
+                       "--idx", ",".join(map(str, idx)), "--min-count", "1", "--out", "m.json",
+                       "--allow-patch")
     assert frozen.returncode == 0, frozen.stderr
     images = load_manifest(tmp_path / "m.json").execution.task_images
     ids = sorted(images.tasks[t].image for t in PICK)

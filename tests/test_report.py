@@ -21,7 +21,8 @@ def test_agent_text_is_inert_in_markdown():
 
 
 def test_agent_text_is_inert_in_html_and_only_bold_is_ours():
-    page = to_html([("p", [Bold("Dataset verdict: PASS"), HOSTILE]), ("table", ["a"], [[HOSTILE]])], "Validation report", "")
+    page = to_html([("p", [Bold("Dataset verdict: PASS"), HOSTILE]), ("table", ["a"], [[HOSTILE]])],
+                   "Validation report", "")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert page.count("<strong>") == 1 and "**" not in page
 

@@ -53,9 +53,10 @@ def test_oracle_passes_controls_rejected_and_backends_agree(sandboxes, tmp_path,
         assert (attempts.loc[attempts["agent"] == "oracle", "reward"] == 1.0).all()
         assert (attempts.loc[attempts["agent"] != "oracle", "reward"] < 1.0).all()
         results[backend] = sorted(zip(attempts["task_id"], attempts["agent"], attempts["reward"],
-                                      attempts["reply_sha256"].fillna(""), attempts["workspace_sha256"], strict=True))
-        results[backend + "-verdicts"] = list(zip(tasks["task_id"], tasks["verdict"], tasks["reason"].fillna(""),
-                                                      strict=True))
+                                      attempts["reply_sha256"].fillna(""), attempts["workspace_sha256"],
+                                      strict=True))
+        results[backend + "-verdicts"] = list(zip(tasks["task_id"], tasks["verdict"],
+                                                  tasks["reason"].fillna(""), strict=True))
     assert results["docker"] == results["bwrap"]
     assert results["docker-verdicts"] == results["bwrap-verdicts"]
 
@@ -73,8 +74,9 @@ def test_evidence_files_are_plain_parquet_with_replies(sandboxes, tmp_path):
     _, attempts, tasks = run_all(sandboxes("bwrap"), tmp_path / "r", [0, 1])
     root = tmp_path / "r"
     assert len(attempts) == 16 and not attempts["superseded"].any()
-    assert {"reward", "metric_grouping_f1", "metric_norm_kendall_tau", "reply_sha256", "reply_text", "workspace_sha256",
-            "image_digest", "exit_code", "oom_killed", "timed_out", "started_at", "role", "sample"} <= set(attempts.columns)
+    assert {"reward", "metric_grouping_f1", "metric_norm_kendall_tau", "reply_sha256", "reply_text",
+            "workspace_sha256", "image_digest", "exit_code", "oom_killed", "timed_out", "started_at", "role",
+            "sample"} <= set(attempts.columns)
     oracle = attempts[attempts["agent"] == "oracle"]
     assert oracle["reply_text"].str.startswith("\\boxed{").all() and not oracle["reply_truncated"].any()
     assert str(attempts["started_at"].dt.tz) == "UTC"
@@ -90,7 +92,8 @@ def test_resume_after_a_partial_run_equals_an_uninterrupted_run(sandboxes, tmp_p
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2, min_papers=2)
     full = run_agents(make_ctx(manifest, sandbox, tmp_path / "full"), RunPhase())
-    partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), RunPhase(agents="oracle,empty", phase="run"))
+    partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"),
+                         RunPhase(agents="oracle,empty", phase="run"))
     assert partial.counts.attempts == 6 and partial.dataset_verdict.verdict == "INCOMPLETE"
     resumed = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), RunPhase())
     def view(root):
@@ -120,7 +123,8 @@ def test_container_killed_from_outside_is_an_infrastructure_fault_and_retried(sa
 
     t = threading.Thread(target=killer)
     t.start()
-    rows = play_task(ctx, Play("run", manifest, ctx.taskset, [0], [slow], ProgramKind()), ctx.taskset.task(0), slow, 0, 1)
+    rows = play_task(ctx, Play("run", manifest, ctx.taskset, [0], [slow], ProgramKind()), ctx.taskset.task(0),
+                     slow, 0, 1)
     t.join()
     assert killed, "the killer thread found no container"
     assert rows[0].status == "infrastructure_error" and rows[0].error_class == "SandboxError"
@@ -135,7 +139,8 @@ def test_odd_replies_are_the_agents_own_outcome(sandboxes, tmp_path):
     _, attempts, _ = run_all(sandboxes("bwrap"), tmp_path / "odd", [0], agents="oracle,controls",
                              env_name="deshuffle-hostile", controls=HOSTILE)
     by = attempts.set_index("agent")
-    for agent, kind in (("reply-dir", "a directory"), ("reply-fifo", "a FIFO"), ("symlink-reply", "symbolic link")):
+    for agent, kind in (("reply-dir", "a directory"), ("reply-fifo", "a FIFO"),
+                        ("symlink-reply", "symbolic link")):
         row = by.loc[agent]
         assert (row["status"], row["exit_code"], row["reward"]) == ("no_reply", 0, 0.0), agent
         assert kind in row["error_message"] and "fd" not in row["error_message"]
@@ -164,7 +169,8 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
     """Cleanup of one attempt raises (as a 5,000-deep tree once made rmtree do): that attempt
     becomes a harness_error row, every other attempt's evidence is kept, the phase ends."""
     sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[0, 1, 2], env_name="deshuffle-hostile", controls=["deep-tree", "empty"])
+    manifest = make_manifest(sandbox, idx=[0, 1, 2], env_name="deshuffle-hostile",
+                             controls=["deep-tree", "empty"])
     ctx = make_ctx(manifest, sandbox, tmp_path / "iso")
 
     @contextmanager
@@ -190,5 +196,6 @@ def test_a_deep_tree_left_by_an_agent_is_cleaned_up(sandboxes, tmp_path):
 
     # Inodes enough for the whole 5,000-deep tree: the removal, not the cap, is under test.
     _, attempts, _ = run_all(sandboxes("bwrap"), tmp_path / "deep", [0], agents="controls",
-                             env_name="deshuffle-hostile", controls=["deep-tree"], limits=Limits(storage_inodes=20000))
+                             env_name="deshuffle-hostile", controls=["deep-tree"],
+                             limits=Limits(storage_inodes=20000))
     assert attempts["status"].tolist() == ["no_reply"]

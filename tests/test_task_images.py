@@ -61,13 +61,16 @@ def test_every_external_image_is_found_and_only_those_are_rewritten():
             "FROM \\\n  debian:bookworm-slim\n"
             "FROM scratch\n")
     _, refs = external_images(text)
-    assert [(r.image, r.kind) for r in refs] == [("python:3.11-slim", "from"), ("debian:bookworm-slim", "copy-from"),
-                                                  ("debian:bookworm-slim", "from")]
+    assert [(r.image, r.kind) for r in refs] == [("python:3.11-slim", "from"),
+                                                 ("debian:bookworm-slim", "copy-from"),
+                                                 ("debian:bookworm-slim", "from")]
     new, diff = rewrite(text, {"python:3.11-slim": "sha256:aaa", "debian:bookworm-slim": "sha256:bbb"})
-    assert new.splitlines() == ["# syntax=docker/dockerfile:1", "FROM --platform=linux/amd64 sha256:aaa AS build",
-                                "RUN echo one \\", "  # a comment inside the continuation", "  two",
-                                "FROM build AS test", "COPY --from=build /a /a", "COPY --from=0 /b /b",
-                                "COPY --from=sha256:bbb /etc/os-release /c", "FROM sha256:bbb", "FROM scratch"]
+    assert new.splitlines() == ["# syntax=docker/dockerfile:1",
+                                "FROM --platform=linux/amd64 sha256:aaa AS build", "RUN echo one \\",
+                                "  # a comment inside the continuation", "  two", "FROM build AS test",
+                                "COPY --from=build /a /a", "COPY --from=0 /b /b",
+                                "COPY --from=sha256:bbb /etc/os-release /c", "FROM sha256:bbb",
+                                "FROM scratch"]
     assert "-FROM --platform=linux/amd64 python:3.11-slim AS build\n" in diff
     assert "+FROM --platform=linux/amd64 sha256:aaa AS build\n" in diff
     assert diff.startswith("--- a/environment/Dockerfile\n+++ b/environment/Dockerfile\n")
@@ -159,7 +162,8 @@ def test_the_map_serves_the_bases_by_layer_digest_and_records_each_substitution(
     assert newer.recipe == PYTHON and any("Python 3.11 is served where the task asks for Python 3.12" in d
                                           for d in newer.differences)
     pinned = base_map.resolve("library/debian:bookworm-slim@sha256:" + "0" * 64)
-    assert pinned.recipe == DEBIAN and any("pins the upstream image sha256:000" in d for d in pinned.differences)
+    assert pinned.recipe == DEBIAN and any("pins the upstream image sha256:000" in d
+                                           for d in pinned.differences)
     assert base_map.resolve("ubuntu:24.04") is None and base_map.resolve("python:3.11") is None
     # A second map reuses the tarballs and the imported images: no mmdebstrap, no import.
     mtimes = {n: (base_store / n / "rootfs.tar").stat().st_mtime_ns for n in base_map.bases}
@@ -189,11 +193,12 @@ def test_a_python_task_image_behaves_like_the_upstream_slim_image(csv_image, bas
     assert csv_image.policy.network == "host"
     assert images.image_labels(csv_image.image_id)[KEY_LABEL] == csv_image.key
     out = _run(images, csv_image.image_id, (
-        "set -e; python --version; python3 --version; pip --version; test -s /etc/ssl/certs/ca-certificates.crt; "
-        "python3 -c 'import sysconfig, os; m = os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\");"
-        " print(\"marker\", os.path.exists(m))'; "
-        "pip install --no-index --no-deps --force-reinstall /usr/share/python-wheels/pip-*.whl >/dev/null; "
-        "echo pip-install-ok; apt-get --version | head -n1; cat /app/people.csv | head -n1"))
+        "set -e; python --version; python3 --version; pip --version; test -s "
+        "/etc/ssl/certs/ca-certificates.crt; python3 -c 'import sysconfig, os; m = "
+        "os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\"); print(\"marker\", "
+        "os.path.exists(m))'; pip install --no-index --no-deps --force-reinstall "
+        "/usr/share/python-wheels/pip-*.whl >/dev/null; echo pip-install-ok; apt-get --version | head -n1; "
+        "cat /app/people.csv | head -n1"))
     assert "Python 3.11." in out and "pip " in out and "marker False" in out and "pip-install-ok" in out, out
     assert "apt " in out and "externally-managed" not in out, out
 

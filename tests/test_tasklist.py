@@ -23,7 +23,8 @@ WHY = {"oracle": "no reference", "shuffled": "one paper: nothing to shuffle"}
 
 
 def _entries(n: int) -> list[TaskEntry]:
-    return [TaskEntry(id=f"env/{i:08x}/{i}", idx=3 * i, hash=f"sha256:{i:064x}", skip=WHY if i % 3 == 1 else {})
+    return [TaskEntry(id=f"env/{i:08x}/{i}", idx=3 * i, hash=f"sha256:{i:064x}",
+                      skip=WHY if i % 3 == 1 else {})
             for i in range(n)]
 
 
@@ -74,7 +75,8 @@ def test_taking_entries_makes_a_list_of_those_entries_from_the_columns():
     tasks = TaskList(entries)
     taken = tasks.take([4, 1, 7, 29])
     assert isinstance(taken, TaskList) and taken == [entries[4], entries[1], entries[7], entries[29]]
-    assert taken == TaskList([entries[4], entries[1], entries[7], entries[29]])  # the same columns as built anew
+    # the same columns as built anew
+    assert taken == TaskList([entries[4], entries[1], entries[7], entries[29]])
     assert tasks.take([]) == [] and len(tasks.take([]).take([])) == 0
     assert tasks.take(p for p in (2, 0)) == [entries[2], entries[0]]  # any iterable of positions, read once
     with pytest.raises(IndexError):
@@ -97,7 +99,8 @@ def test_it_validates_and_dumps_as_a_list_of_entries():
     assert isinstance(held.tasks, TaskList) and held.tasks == entries
     assert held.model_dump(mode="json") == {"tasks": as_list}
     assert json.loads(held.model_dump_json()) == {"tasks": as_list}
-    assert list(held.model_dump(mode="json")["tasks"][0]) == ["id", "idx", "hash", "skip"]  # the model's order
+    # the model's order
+    assert list(held.model_dump(mode="json")["tasks"][0]) == ["id", "idx", "hash", "skip"]
     assert Holder(tasks=entries).tasks == entries and Holder(tasks=held.tasks).tasks is held.tasks
     bad = [*as_list[:3], {**as_list[3], "idx": -1}]
     with pytest.raises(ValueError, match=r"tasks\.3\.idx"):
@@ -214,4 +217,5 @@ def test_the_cli_keeps_freed_memory_going_back_to_the_system():
 
     assert held("dynamic") >= 30  # glibc's own behaviour: the freed megabytes stay resident
     assert held("fixed") <= 15  # only the 200 KB blocks kept
-    assert held("fixed", MALLOC_TRIM_THRESHOLD_="1000000000", MALLOC_MMAP_THRESHOLD_="1000000000") >= 30  # the user's
+    # the user's
+    assert held("fixed", MALLOC_TRIM_THRESHOLD_="1000000000", MALLOC_MMAP_THRESHOLD_="1000000000") >= 30

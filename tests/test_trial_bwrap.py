@@ -172,7 +172,8 @@ def test_the_contracts_limits_hold_in_the_agents_phase(bwrap, client, tasks):
     assert out["uid"] == str(TREE_UID), r.agent_run.stdout
     assert out["exec"] == "ran"  # what the agent writes runs (the overlay's writable layer)
     assert out["ifaces"].split() == ["lo"]
-    assert out["alloc-failed"] == "137" and "allocated" not in r.agent_run.stdout.splitlines()  # 300 > 256 MiB
+    # 300 > 256 MiB
+    assert out["alloc-failed"] == "137" and "allocated" not in r.agent_run.stdout.splitlines()
     assert r.agent_run.oom_killed  # read off the phase's memory cgroup
     assert out["bigfile"] == str(8 * 2**20)  # ulimit -f: the contract's max_file_mb
     assert int(out["storage-full-at"]) <= 34  # 1 MB files on the overlay's 32 MiB tmpfs
@@ -196,7 +197,8 @@ def test_trials_of_one_image_starting_at_once_unpack_it_once(client, tmp_path):
 
     (tmp_path / "stamp").write_text(f"{os.getpid()} {tmp_path}\n")
     (tmp_path / "Dockerfile").write_text(f"FROM {DEFAULT_IMAGE}\nCOPY stamp /stamp\n")
-    image, _ = client.images.build(path=str(tmp_path), labels={IMAGE_LABEL: "1"}, network_mode="none", rm=True)
+    image, _ = client.images.build(path=str(tmp_path), labels={IMAGE_LABEL: "1"}, network_mode="none",
+                                   rm=True)
     MADE.add(image.id)
     got, errors = [], []
 
@@ -239,7 +241,8 @@ def two_profiles(tmp_path_factory, sandboxes, client):
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))
     idx = [i for i in range(ts.size) if ts.task(i).id in PAIR]
-    on_docker = make_manifest(sandboxes("docker"), idx=idx, env_name="harbor", dataset=str(SAMPLE), min_task_count=1)
+    on_docker = make_manifest(sandboxes("docker"), idx=idx, env_name="harbor", dataset=str(SAMPLE),
+                              min_task_count=1)
     on_bwrap = reprofile(on_docker, name="pytest-bwrap", facts=sandboxes("bwrap").facts(),
                          limits=on_docker.execution.limits, infra_retries=on_docker.execution.infra_retries)
     runs = {}
@@ -253,7 +256,8 @@ def two_profiles(tmp_path_factory, sandboxes, client):
 
 
 def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_root_is_needed(two_profiles,
-                                                                                                sandboxes, tmp_path):
+                                                                                                sandboxes,
+                                                                                               tmp_path):
     from validate.audit.run import audit
     from validate.report.profiles import compare_profiles
 

@@ -135,9 +135,9 @@ def _left_behind(client) -> list[str]:
 
 def trial(client, tasks, name: str, agent: str, resolver: bool = True, mode: str = "trusted"):
     task, task_dir, image, verifier = tasks[name]
-    result = run_trial(client, task, task_dir, image, agent, LIMITS.model_copy(update={"verifier_mode": mode}),
-                       run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE if resolver else None,
-                       verifier_image=verifier)
+    result = run_trial(client, task, task_dir, image, agent,
+                       LIMITS.model_copy(update={"verifier_mode": mode}), run_label=RUN_LABEL,
+                       resolver_image=DEFAULT_IMAGE if resolver else None, verifier_image=verifier)
     assert result.cleanup_errors == []
     assert _left_behind(client) == [], f"{name}/{agent} left things behind"
     return result
@@ -194,7 +194,8 @@ def test_a_controls_lookups_change_nothing_even_those_it_makes_the_verifier_do(c
     assert [c.path for c in r.outside_changes if c.path.endswith("planted.pth")], r.outside_changes
 
 
-def test_an_agent_cannot_hide_the_verifiers_lookups_by_rewriting_the_resolver_files(client, tasks, monkeypatch):
+def test_an_agent_cannot_hide_the_verifiers_lookups_by_rewriting_the_resolver_files(client, tasks,
+                                                                                    monkeypatch):
     """resolv.conf and hosts are the resolver's own files, bind-mounted into every container
     that joins it: the agent (root) points them away; the harness rewrites them in place."""
     _as(monkeypatch, "echo 'nameserver 10.1.2.3' > /etc/resolv.conf; "
@@ -227,8 +228,8 @@ def test_an_interrupted_trial_leaves_no_resolver_behind(client, tasks, monkeypat
 
     monkeypatch.setattr(trial_run.dk, "run_exec", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE,
-                  verifier_image=verifier)
+        run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL,
+                  resolver_image=DEFAULT_IMAGE, verifier_image=verifier)
     assert len(calls) == at and _left_behind(client) == [] and own() == []
 
 
@@ -281,7 +282,8 @@ def test_the_responder_answers_nxdomain_and_renders_hostile_names_inert(capsys):
 
     reply = dnslog.answer(_query(b"checker.example.com"))
     assert reply[:2] == b"\x12\x34" and reply[3] & 0x0F == 3 and reply[2] & 0x80  # an NXDOMAIN response
-    assert dnslog.name_of(_query(b'Evil\n{"mark": 1}.Example', 28)) == ('evil\\010{"mark":\\0321}.example', 28)
+    assert dnslog.name_of(_query(b'Evil\n{"mark": 1}.Example', 28)) == ('evil\\010{"mark":\\0321}.example',
+                                                                        28)
     assert dnslog.name_of(b"\x00" * 11) is None and dnslog.answer(reply) is None  # short; a response
     log = dnslog.Log()
     for name in [b"a.test", b"a.test"] + [b"n%d.test" % i for i in range(dnslog.MAX_NAMES + 5)]:
@@ -302,5 +304,6 @@ def test_the_harness_reads_the_log_by_phase_and_ignores_what_is_not_its_format()
     found = network.lookups(res, "sid", 1)
     assert (found.agent, found.verifier, found.overflow) == (["a.test", "b.test"], ["a.test"], 3)
     assert network.lookups(res, "sid", None).agent == ["a.test", "b.test"]  # no boundary: all the agent's
-    assert network.offline_reason(found, True, False) == ("the verifier looked up a.test; the reference solution "
-                                                          "looked up a.test, b.test (no network on this profile)")
+    assert network.offline_reason(found, True, False) == ("the verifier looked up a.test; the reference "
+                                                          "solution looked up a.test, b.test (no network "
+                                                          "on this profile)")

@@ -76,7 +76,8 @@ def test_the_toy_backend_plays_a_trial_through_the_seam(client, sound, agent, re
     r = play(toy, images_for("toy-engine").client, TrialRequest(
         task=task, task_dir=task_dir, image=image, agent=agent, plan=plan(agent, task, task_dir),
         limits=LIMITS, contract=Limits(), run_label=RUN_LABEL))
-    assert (r.status, r.reward, r.verifier_mode) == ("ok", reward, "trusted"), (r.infrastructure_error, r.agent_run)
+    assert (r.status, r.reward, r.verifier_mode) == ("ok", reward, "trusted"), (r.infrastructure_error,
+                                                                                r.agent_run)
     assert r.cleanup_errors == [] and _left_behind(client) == []
 
 
@@ -89,5 +90,5 @@ def test_a_backend_that_plays_no_trial_is_refused_by_the_seam(sound):
 
     with pytest.raises(ProfileUnavailable, match="toy-no-trials backend plays no task-directory trial"):
         play(NoTrials(), None, TrialRequest(task=task, task_dir=task_dir, image=image, agent="nop",
-                                            plan=plan("nop", task, task_dir), limits=LIMITS, contract=Limits(),
-                                            run_label=RUN_LABEL))
+                                            plan=plan("nop", task, task_dir), limits=LIMITS,
+                                            contract=Limits(), run_label=RUN_LABEL))

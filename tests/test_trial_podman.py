@@ -60,7 +60,8 @@ memory_mb = 128
 SOLVE = {
     "answer": "#!/bin/bash\necho 42 > /app/answer\n(sleep 600 &)\nnohup sleep 600 &\n",
     "hang": "#!/bin/bash\nsleep 600\n",
-    "hog": "#!/bin/bash\npython3 -c 'b = bytearray(400 * 2**20); open(\"/app/answer\", \"w\").write(\"42\\n\")'\n",
+    "hog": "#!/bin/bash\n"
+           "python3 -c 'b = bytearray(400 * 2**20); open(\"/app/answer\", \"w\").write(\"42\\n\")'\n",
 }
 
 TEST_SH = textwrap.dedent("""\
@@ -104,7 +105,8 @@ def _image(sb: PodmanSandbox, task_dir: Path) -> str:
 def _left(sb: PodmanSandbox, trial_run: str) -> list:
     api = sb.client.api
     f = {"label": f"{LABEL}={trial_run}"}
-    return api.containers(all=True, quiet=True, filters=f) + (api.volumes(filters=f) or {}).get("Volumes", []) \
+    return api.containers(all=True, quiet=True, filters=f) + (api.volumes(filters=f)
+                                                              or {}).get("Volumes", []) \
         + [i for i in api.images(all=True, quiet=True, filters=f)]
 
 
@@ -139,7 +141,8 @@ def test_the_reward_forgers_files_do_not_reach_the_verifier(podman, tmp_path):
     volume there starts empty (podman's Docker API would have copied the snapshot's files into
     it), so the reward is the verifier's own 0."""
     task = _task(tmp_path, "answer")
-    r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "answer"), REWARD_FORGER, f"{podman.run_label}-f")
+    r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "answer"), REWARD_FORGER,
+               f"{podman.run_label}-f")
     assert {f.path for f in r.left_in_verifier_dir} >= {"reward.json", "reward.txt"}
     assert r.status == "ok" and r.reward == 0.0 and r.reward_source == "reward.txt", (r.reward, r.reward_source)
     assert r.cleanup_errors == []
@@ -170,7 +173,8 @@ def test_a_sample_task_image_is_built_in_the_rootless_service_and_its_oracle_pas
         for base in bases.bases.values():
             tags = images.client.api.inspect_image(base.image_id)["RepoTags"]
             assert all(t.startswith(f"localhost/{BASE_REPOSITORY}:") for t in tags) and tags, tags
-        built = build_task_image(SAMPLE / "csv-to-json", bases, images, tmp_path / "store", build_timeout_s=600)
+        built = build_task_image(SAMPLE / "csv-to-json", bases, images, tmp_path / "store",
+                                 build_timeout_s=600)
         assert isinstance(built, TaskImage) and built.backend == "podman", built
         task = next(t for t in load_dataset(SAMPLE).tasks if t.id == "csv-to-json")
         r = run_trial(podman.client, task, SAMPLE / "csv-to-json", built.image_id, ORACLE, LIMITS,

@@ -123,7 +123,8 @@ def _play(client, task_, monkeypatch, script: str | None, name: str, mode: str =
     r = run_trial(client, task, task_dir, image, name if script else "oracle",
                   LIMITS.model_copy(update={"verifier_mode": mode, **limits}), run_label=RUN_LABEL)
     assert r.cleanup_errors == [] and _left_behind(client) == []
-    assert r.infrastructure_error is None and r.harness_error is None, (r.infrastructure_error, r.harness_error)
+    assert r.infrastructure_error is None and r.harness_error is None, (r.infrastructure_error,
+                                                                        r.harness_error)
     return r
 
 
@@ -135,7 +136,8 @@ def test_the_oracle_passes_with_the_image_s_own_script(client, runs_agent_code, 
 
 
 @pytest.mark.parametrize("mode", ["trusted", "shared"])
-def test_a_process_the_agent_s_code_leaves_does_not_outlive_test_sh(client, runs_agent_code, monkeypatch, mode):
+def test_a_process_the_agent_s_code_leaves_does_not_outlive_test_sh(client, runs_agent_code, monkeypatch,
+                                                                    mode):
     r = _play(client, runs_agent_code, monkeypatch, SURVIVOR, "survivor", mode)
     assert (r.status, r.reward) == ("ok", 0.0), (r.verifier_run, r.verifier_files)
 
@@ -159,6 +161,7 @@ def test_a_layer_full_to_its_last_inode_still_gives_a_fresh_verifier(client, run
     r = _play(client, runs_agent_code, monkeypatch, FILLER, "filler", storage_mb=64, storage_inodes=2000)
     assert "files " in r.agent_run.stdout and int(r.agent_run.stdout.split("files ")[1].split()[0]) < 2000
     assert (r.status, r.reward, r.storage_bounded) == ("ok", 1.0, True), r.verifier_run
-    assert "agent-logs: 0 " in r.verifier_run.stdout, r.verifier_run.stdout  # nothing of the agent's in /logs/agent
+    # nothing of the agent's in /logs/agent
+    assert "agent-logs: 0 " in r.verifier_run.stdout, r.verifier_run.stdout
     # the harness's room to start it again, and no more
     assert r.storage_bounded is True

@@ -96,7 +96,8 @@ def committed():
 
 def test_the_catalog_lists_every_committed_run_the_evaluations_included(committed):
     dirs = [p for p in LEDGERS.iterdir() if p.is_dir()]
-    datasets = {p.name for p in dirs if (p / "run.json").is_file() and not (p / "eval-contract.json").is_file()}
+    datasets = {p.name for p in dirs if (p / "run.json").is_file()
+                and not (p / "eval-contract.json").is_file()}
     evals = {p.name for p in EVALS}
     assert evals and datasets, "the committed ledgers hold dataset runs and evaluations"
     listing = Catalog([LEDGERS]).scan()
@@ -309,7 +310,8 @@ def test_model_and_tool_markup_is_shown_as_text(fresh):
 @pytest.mark.bwrap
 @pytest.mark.slow
 def test_a_fresh_evaluation_and_its_comparison_are_browsable(fresh):
-    result, entry = api.compare(fresh / "baseline", fresh / "hostile", out=fresh / "compare" / "baseline--hostile")
+    result, entry = api.compare(fresh / "baseline", fresh / "hostile",
+                                out=fresh / "compare" / "baseline--hostile")
     with serve([fresh]) as s:
         status, body = get(s, "/eval/baseline")
         key = quote(str(entry.relative_to(fresh)), safe="")
@@ -324,7 +326,8 @@ def test_a_fresh_evaluation_and_its_comparison_are_browsable(fresh):
     assert 'href="/eval/hostile"' in comparison and 'href="/eval/baseline"' in comparison
     assert [v[0] for v in result.varied][0] in comparison
     assert f'href="/compare/{key}"' in body  # the eval page names its comparison
-    assert 'href="/eval/baseline"' in pool_page and 'href="/eval/hostile"' in pool_page  # and the pool its evals
+    # and the pool its evals
+    assert 'href="/eval/baseline"' in pool_page and 'href="/eval/hostile"' in pool_page
     assert get_file(fresh, key) == (entry / "compare.html").read_bytes().decode()
 
 

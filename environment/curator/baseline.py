@@ -122,7 +122,8 @@ def judge_items(request: dict, items: dict[str, str], items_text: str) -> tuple[
         return [], "Items that share a common theme."
     key = items_text[:2000]
     rng, error = rng_for(request, key, "items"), item_error(temperature_of(request), theme["tier"])
-    flagged = [i for i, title in sorted(items.items()) if (title not in theme["members"]) != (rng.random() < error)]
+    flagged = [i for i, title in sorted(items.items())
+               if (title not in theme["members"]) != (rng.random() < error)]
     t = temperature_of(request)
     draw = rng_for(request, key, "theme").random()
     if decoy_pull(theme, items_text) or draw < 0.02 + 0.04 * t:
@@ -140,7 +141,8 @@ def tags(flagged: list[str], theme: str) -> str:
 def _text(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict)
+                          and isinstance(p.get("text"), str))
     return content if isinstance(content, str) else ""
 
 
@@ -151,7 +153,8 @@ def call(command: str | None, turn: int, raw: str | None = None) -> dict:
 
 
 def ramble(items: dict[str, str], flagged: list[str], theme: str) -> str:
-    notes = [f"Item {i}, {title}: does it share the principle with the others? I weigh it against each of them."
+    notes = [f"Item {i}, {title}: does it share the principle with the others? I weigh it "
+             "against each of them."
              for i, title in sorted(items.items())]
     return "Let me think it through. " + " ".join(notes * 40) + "\n" + tags(flagged, theme)
 

@@ -253,7 +253,8 @@ class StepConfig(_Section):
     min_reward: float | dict[str, float] | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
 
-    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list) else v)
+    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list)
+                                                         else v)
 
     @field_validator("name")
     @classmethod
@@ -278,7 +279,8 @@ class TaskConfig(_Section):
     steps: list[StepConfig] | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
 
-    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list) else v)
+    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list)
+                                                         else v)
 
     @model_validator(mode="before")
     @classmethod

@@ -194,14 +194,16 @@ def load_dataset(root: Path, limits: Limits = Limits()) -> HarborDataset:
     return HarborDataset(revision=sha256_tag(canonical_json(sorted(every))), tasks=tasks, invalid=invalid)
 
 
-def load_task(root: Path, tid: str, limits: Limits = Limits(), sif_image: str | None = None) -> HarborTask | InvalidTask:
+def load_task(root: Path, tid: str, limits: Limits = Limits(),
+              sif_image: str | None = None) -> HarborTask | InvalidTask:
     """One task directory, `tid` relative to `root`; `sif_image`: the Apptainer image its
     published row names (then a task without a Docker environment still loads, as one)."""
     task_dir = root / tid
     if task_dir.is_symlink():
         target = os.readlink(task_dir)
         return InvalidTask(id=tid, hash=task_hash([]), entries=[], problems=[TaskProblem(
-            file=".", detail=f"the task directory is a symlink (to {target!r}); a task must be a real directory")])
+            file=".", detail=f"the task directory is a symlink (to {target!r}); a task must be "
+                             "a real directory")])
     entries, problems = _walk(task_dir, limits)
     digest = task_hash(entries)
     if not problems:
@@ -345,9 +347,11 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
     else:
         instruction = strip_canary(_read_text(task_dir, "instruction.md", limits, digests))
         if not instruction.strip():
-            raise _Invalid(TaskProblem(file="instruction.md", detail="empty once the canary lines are stripped"))
+            raise _Invalid(TaskProblem(file="instruction.md",
+                                       detail="empty once the canary lines are stripped"))
     env = config.environment
-    kind = "image" if env.docker_image else _build_kind(task_dir / "environment") or ("none" if sif_image else None)
+    kind = "image" if env.docker_image else _build_kind(task_dir / "environment") or ("none" if sif_image
+                                                                                      else None)
     if kind is None:
         raise _Invalid(TaskProblem(file="environment/Dockerfile", field="environment.docker_image",
                                    detail="no environment: neither environment/Dockerfile, "

@@ -52,7 +52,8 @@ MAX_ATTEMPTS = 64
 
 _QUESTIONS = {
     "employer_city": "In which city is the organisation that {} works for headquartered?",
-    "employer_country": "In which country is the city where the organisation that {} works for is headquartered?",
+    "employer_country": "In which country is the city where the organisation that {} works for "
+                        "is headquartered?",
     "city_employees": "Who works for an organisation headquartered in {}?",
     "country_employees": "Who works for an organisation headquartered in a city located in {}?",
 }
@@ -83,7 +84,8 @@ Every person, organisation, city and country below is invented. The facts are co
 def canonical_json(value: object) -> bytes:
     """The bytes of `environment.protocol.canonical_json` (sorted keys, no whitespace, UTF-8),
     restated because this module must import without pydantic, which the protocol needs."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -92,10 +94,10 @@ def sha256_hex(data: bytes) -> str:
 
 def prompt_for(question: Question) -> str:
     return (f"{_QUESTIONS[question.kind].format(question.subject)}\n\n"
-            f"The file {FACTS_FILE} in your workspace holds the complete fact set and the answer-format rules. "
-            f"Answer with one JSON object {_SHAPES[question.kind]}. If the facts do not determine the answer, "
-            f'answer {{"rows": ["{UNKNOWN}"]}} (the word {UNKNOWN}, in lower case). Leave the JSON object, '
-            f"and nothing else, in the file {REPLY_FILE} in your workspace.")
+            f"The file {FACTS_FILE} in your workspace holds the complete fact set and the answer-format "
+            f"rules. Answer with one JSON object {_SHAPES[question.kind]}. If the facts do not determine the "
+            f'answer, answer {{"rows": ["{UNKNOWN}"]}} (the word {UNKNOWN}, in lower case). Leave the JSON '
+            f"object, and nothing else, in the file {REPLY_FILE} in your workspace.")
 
 
 def api_description(universe: Universe) -> str:
@@ -145,7 +147,8 @@ class BuildError(EnvError, ValueError):
 
 
 def _take(picks, category: str, kind: str, candidates, accept: Callable[[Question, Resolution], bool],
-          key: Callable[[Question, Resolution], str], index: Index, count: int, cap: int = ANSWER_CAP) -> None:
+          key: Callable[[Question, Resolution], str], index: Index, count: int,
+          cap: int = ANSWER_CAP) -> None:
     """Append the first ``count`` acceptable questions of ``candidates``: a subject is asked
     about once, ``key`` (an answer, an employer) recurs at most ``cap`` times within the
     kind, and the one-hop shortcut must answer differently."""
@@ -200,7 +203,8 @@ def _select(universe: Universe, rng: Rng) -> list[tuple[str, Question, Resolutio
           n["distractor"])
     _take(picks, "twohop", "employer_city", [p for p in people if p not in former],
           lambda q, r: r.derivable, answer, index, n["twohop"])
-    _take(picks, "threehop", "employer_country", people, lambda q, r: r.derivable, answer, index, n["threehop"])
+    _take(picks, "threehop", "employer_country", people, lambda q, r: r.derivable, answer, index,
+          n["threehop"])
     _take(picks, "reverse", "city_employees", rng.shuffled(universe.cities),
           lambda q, r: r.derivable and len(r.rows) == 1, answer, index, n["reverse"])
     _take(picks, "aggregate", "country_employees", rng.shuffled(universe.countries),

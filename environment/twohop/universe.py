@@ -57,7 +57,8 @@ N_SINGLETON = 5
 N_PEOPLE = 60
 FORMER_SHARE = 0.35
 
-_ONSETS = ("Br", "Dr", "Gl", "Kr", "Kv", "Q", "Sk", "Str", "Thr", "Vr", "Zh", "V", "T", "M", "L", "N", "R", "Z")
+_ONSETS = ("Br", "Dr", "Gl", "Kr", "Kv", "Q", "Sk", "Str", "Thr", "Vr", "Zh", "V", "T", "M", "L", "N", "R",
+           "Z")
 _INNER = ("b", "d", "g", "k", "l", "m", "n", "r", "s", "v", "z", "sk", "nd", "rv", "lm", "th")
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou")
 _CODAS = ("", "", "l", "n", "r", "s", "th", "x", "rn", "sk", "lm", "nd")

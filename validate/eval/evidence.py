@@ -40,7 +40,8 @@ class EvalJournal(AppendLog[Entry]):
         self.paths = paths
 
 
-def latest_entries(journal: EvalJournal, recorded: set[tuple], previous: Path | None = None) -> dict[tuple, Entry]:
+def latest_entries(journal: EvalJournal, recorded: set[tuple],
+                   previous: Path | None = None) -> dict[tuple, Entry]:
     """The last entry of each attempt key that `recorded` holds, previous samples.parquet
     rows included (their turns are read back from trajectories.parquet)."""
     out: dict[tuple, Entry] = {}

@@ -40,8 +40,8 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
     make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.sandbox.run_label, n, lim, gid=gid))
     with materialise(task, agent, play.manifest.opaque_id(task.id), lambda gid: make(name, ex.limits, gid),
                      source) as m:
-        request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env, workdir=SANDBOX_WORKSPACE,
-                             limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
+        request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env,
+                             workdir=SANDBOX_WORKSPACE, limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
         result = ctx.sandbox.run(request)
         row.update(runtime_s=result.runtime_s, exit_code=result.exit_code, oom_killed=result.oom_killed,
                    timed_out=result.timed_out, stdout=result.stdout.decode("utf-8", "replace"),
@@ -73,7 +73,8 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
 class ProgramKind(ReplyKind):
     name = "program"
 
-    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Tried:
+    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
+             number: int) -> Tried:
         """One try, as a row that exists before anything runs and is complete whatever happens."""
         rule = play.manifest.expectations.rules()[agent.name]
         row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,

@@ -109,7 +109,8 @@ class AttemptKind(ABC, Generic[R]):
         """One try of (task, agent, sample), numbered `number`."""
 
     @abstractmethod
-    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int) -> R:
+    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int,
+                    number: int) -> R:
         """The result of a try the backend cannot make: the task needs a network-isolated sandbox."""
 
     def lost(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int,

@@ -120,7 +120,8 @@ def filter_bpf() -> bytes:
     try:
         rc = lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS)
         if rc != 0:
-            raise ProfileUnavailable(f"backend bwrap: libseccomp refused the bad-arch action: {os.strerror(-rc)}")
+            raise ProfileUnavailable("backend bwrap: libseccomp refused the bad-arch action: "
+                                     f"{os.strerror(-rc)}")
         eperm = _errno(errno.EPERM)
         for name in REFUSED:
             _add(lib, ctx, eperm, name, [])

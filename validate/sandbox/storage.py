@@ -229,7 +229,8 @@ def _empty_and_climb(fd: int, stack: list[tuple[str, tuple[int, int]]], top_pare
             st = os.fstat(up)
             if (st.st_dev, st.st_ino) != stack[-1][1]:
                 os.close(up)
-                raise OSError(errno.ESTALE, f"remove_tree: the directory above {name!r} was moved during removal")
+                raise OSError(errno.ESTALE,
+                              f"remove_tree: the directory above {name!r} was moved during removal")
             os.close(fd)
             fd = up
             os.rmdir(name, dir_fd=fd)

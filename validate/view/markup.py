@@ -80,7 +80,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], cls: str | N
     body = []
     for i, row in enumerate(rows):
         rc = row_classes[i] if row_classes is not None else None
-        body.append((f'<tr class="{html.escape(rc)}">' if rc else "<tr>") + "".join(f"<td>{h(c)}</td>" for c in row)
+        body.append((f'<tr class="{html.escape(rc)}">' if rc else "<tr>")
+                    + "".join(f"<td>{h(c)}</td>" for c in row)
                     + "</tr>")
     return Html(f'<table{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}><thead><tr>{head}</tr></thead>'
                 f'<tbody>{"".join(body)}</tbody></table>')

@@ -90,14 +90,17 @@ EXIT_GRACE_S = 5.0
 #: sandbox's uid (root is dropped before it starts), and no process in the sandbox is uid 0.
 ISOLATION = Isolation(
     runtime="bwrap", rootless=True,
-    root_maps_to="nothing: every process runs as uid 65534 (a task directory's image, unpacked, belongs to it)",
+    root_maps_to="nothing: every process runs as uid 65534 (a task directory's image, "
+                 "unpacked, belongs to it)",
     limit_enforcement={
         "memory_mb": "the harness's cgroup per sandbox; no swap", "pids": "the harness's cgroup per sandbox",
         "cpus": "the harness's cgroup per sandbox (cpu quota)",
         "timeout_s": "the harness kills the sandbox's PID 1; coreutils timeout as PID 1 kills it later",
-        "storage_mb": "a size-capped tmpfs per attempt (a task directory's trial: its overlay's writable layer)",
+        "storage_mb": "a size-capped tmpfs per attempt (a task directory's trial: its "
+                      "overlay's writable layer)",
         "storage_inodes": "an inode-capped tmpfs per attempt (a task directory's trial: likewise)",
-        "tmpfs_mb": "a tmpfs of that size at /tmp (a task directory's trial: the image's /tmp, counted in storage_mb)",
+        "tmpfs_mb": "a tmpfs of that size at /tmp (a task directory's trial: the image's /tmp, "
+                    "counted in storage_mb)",
         "max_file_mb": "RLIMIT_FSIZE (ulimit -f) before root is dropped",
         "max_log_bytes": "the harness keeps the head of each stream"})
 
@@ -121,9 +124,11 @@ class BwrapSandbox(Sandbox):
     isolates_network = True
     #: a task's image built by docker, unpacked and played under overlays; one tree, so no
     #: separate verifier environment
-    capabilities = Capabilities(trials="overlay", images="docker", shared_verifier=True, trusted_verifier=True)
+    capabilities = Capabilities(trials="overlay", images="docker", shared_verifier=True,
+                                trusted_verifier=True)
 
-    def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc", image_dir: Path | None = None) -> None:
+    def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc",
+                 image_dir: Path | None = None) -> None:
         self.image = image
         self.paths = ImagePaths(image) if image_dir is None else ImagePaths(image, image_dir)
         self.run_label = run_label
@@ -150,9 +155,11 @@ class BwrapSandbox(Sandbox):
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):
             if shutil.which(tool) is None:
-                raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install bubblewrap util-linux)")
+                raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install "
+                                         "bubblewrap util-linux)")
         if os.geteuid() != 0:
-            raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and drop to uid 65534")
+            raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and "
+                                     "drop to uid 65534")
         self.hierarchy.check()
         image = rootfs_facts(self.paths)  # refuses a tree that is not what rootfs.tar holds
         version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
@@ -169,7 +176,8 @@ class BwrapSandbox(Sandbox):
         finally:
             self.hierarchy.remove(name)
 
-    def launch(self, req: RunRequest, name: str, cgroups: list[Path], pass_fds: tuple[int, ...] = ()) -> Launch:
+    def launch(self, req: RunRequest, name: str, cgroups: list[Path],
+               pass_fds: tuple[int, ...] = ()) -> Launch:
         """Start bwrap for `req` in `cgroups` and register it under `name` (`close` kills it);
         `pass_fds` reach the sandbox's program open. The caller awaits the sandbox."""
         status_r, status_w = os.pipe()
@@ -276,7 +284,8 @@ class BwrapSandbox(Sandbox):
         oom = before is not None and after is not None and after > before
         try:
             return server.result(answer, oom, t0)
-        except (KeyError, TypeError, ValueError):  # pydantic's ValidationError and binascii.Error are ValueErrors
+        # pydantic's ValidationError and binascii.Error are ValueErrors
+        except (KeyError, TypeError, ValueError):
             return server.result(self._gone(live, f"an unreadable answer: {str(answer)[:200]!r}"), oom, t0)
 
     def _gone(self, live: BwrapLive, why: str) -> dict:
@@ -294,7 +303,8 @@ class BwrapSandbox(Sandbox):
             launch.proc.wait()
         exit_code = launch.exit_code()
         if exit_code is None:
-            raise SandboxError(f"bwrap session: bwrap reported no exit of the sandbox ({why}): {_stderr(launch)}")
+            raise SandboxError(f"bwrap session: bwrap reported no exit of the sandbox ({why}): "
+                               f"{_stderr(launch)}")
         if time.monotonic() >= live.deadline:
             return {"exit": None, "timed_out": True, "stdout": "", "stderr": ""}
         raise SandboxEnded(f"bwrap session: the sandbox ended under the agent's command before its deadline "

@@ -94,7 +94,8 @@ class DockerSandbox(Sandbox):
         running one is past its limit by its backstop at the latest; its attempt storage:
         `open_sandbox`)."""
         try:
-            for c in self.client.api.containers(all=True, quiet=True, filters={"label": f"{LABEL}={self.run_label}"}):
+            for c in self.client.api.containers(all=True, quiet=True,
+                                                filters={"label": f"{LABEL}={self.run_label}"}):
                 self._remove(c["Id"])
         except (DockerException, requests.RequestException):
             pass  # facts() reports an unreachable daemon with a clear message
@@ -125,8 +126,8 @@ class DockerSandbox(Sandbox):
         image = self.client.images.get(self.image)
         layers = image_layers(image)
         if len(layers) != 1:
-            raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers{engine}, not the one "
-                                     f"imported root filesystem; build it with `validate image build`")
+            raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers{engine}, not "
+                                     "the one imported root filesystem; build it with `validate image build`")
         return image, layers[0], image_packages(self.client, image.id, labels={LABEL: self.run_label})
 
     def host_config(self, req: RunRequest) -> dict:
@@ -166,8 +167,8 @@ class DockerSandbox(Sandbox):
             oom = self.judge(cid, req.name, since, waited, state, timed_out)
             stdout, stderr = wire.logs(api, cid)
             return ExecResult(exit_code=None if timed_out else state.get("ExitCode"), timed_out=timed_out,
-                              oom_killed=oom, stdout=stdout[: lim.max_log_bytes], stderr=stderr[: lim.max_log_bytes],
-                              runtime_s=runtime)
+                              oom_killed=oom, stdout=stdout[: lim.max_log_bytes],
+                              stderr=stderr[: lim.max_log_bytes], runtime_s=runtime)
         except SandboxError:
             raise
         except (DockerException, requests.RequestException) as e:
@@ -293,7 +294,8 @@ class DockerSandbox(Sandbox):
         runtime = time.monotonic() - t0
         code = info.get("ExitCode")
         # 126/127: also how the runtime reports an exec into a container that has just stopped.
-        if (info.get("Running") or not isinstance(code, int) or code >= 126) and not self._still_running(live):
+        if (info.get("Running") or not isinstance(code, int)
+            or code >= 126) and not self._still_running(live):
             return ExecResult(exit_code=None, timed_out=True, stdout=out, stderr=err, runtime_s=runtime)
         after = oom_kills_of_pid(live.pid)
         oom = before is not None and after is not None and after > before

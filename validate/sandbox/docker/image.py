@@ -40,8 +40,8 @@ def import_docker(paths: ImagePaths, log=print) -> str:
     except DockerException as e:
         raise ProfileUnavailable(f"image build: cannot import into Docker ({e}); is dockerd running?") from None
     if image_layers(image) != [record.digest]:
-        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers {image_layers(image)}, "
-                                 f"not the one layer {record.digest}")
+        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers "
+                                 f"{image_layers(image)}, not the one layer {record.digest}")
     log(f"docker image {paths.name}: {image.id} (layer {record.digest[:19]}…)")
     return image.id
 
@@ -53,7 +53,8 @@ def image_packages(client, image_id: str, labels: dict[str, str]) -> dict[str, s
         from docker.errors import NotFound
 
         api = client.api
-        cid = api.create_container(image_id, command=["/bin/true"], network_disabled=True, labels=labels)["Id"]
+        cid = api.create_container(image_id, command=["/bin/true"], network_disabled=True,
+                                   labels=labels)["Id"]
         try:
             chunks, _ = api.get_archive(cid, "/" + DPKG_STATUS)
             with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:

@@ -57,8 +57,8 @@ class PodmanSandbox(DockerSandbox):
                 pass  # facts() says why the groups cannot be made
 
     def _unreachable(self, e: Exception) -> str:
-        return (f"backend podman: no rootless podman service answers at {self.host} ({type(e).__name__}: {e}); "
-                f"start one as {USER} (`podman system service --time=0 unix://PATH`) and set {HOST_ENV}")
+        return (f"backend podman: no rootless podman service answers at {self.host} ({type(e).__name__}: "
+                f"{e}); start one as {USER} (`podman system service --time=0 unix://PATH`) and set {HOST_ENV}")
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log) -> None:
@@ -85,8 +85,8 @@ class PodmanSandbox(DockerSandbox):
 
     def _libpod(self, method: str, path: str, **kwargs) -> dict:
         api = self.client.api
-        res = getattr(api, method)(f"{api.base_url}/{LIBPOD}/libpod/{path}", timeout=kwargs.pop("timeout", api.timeout),
-                                   **kwargs)
+        res = getattr(api, method)(f"{api.base_url}/{LIBPOD}/libpod/{path}",
+                                   timeout=kwargs.pop("timeout", api.timeout), **kwargs)
         if res.status_code >= 400:
             raise SandboxError(f"podman: {path}: {res.status_code} {res.text[:300]}")
         return res.json()
@@ -102,8 +102,8 @@ class PodmanSandbox(DockerSandbox):
             version = self.client.api.version().get("Version", "?")
             image, digest, packages = self.image_facts(" in podman")
         except ImageNotFound:
-            raise ProfileUnavailable(f"execution.image: {self.image} is not in the rootless podman's storage; "
-                                     f"build it with `validate image build --backends podman`") from None
+            raise ProfileUnavailable(f"execution.image: {self.image} is not in the rootless podman's "
+                                     "storage; build it with `validate image build --backends podman`") from None
         except (DockerException, requests.RequestException, SandboxError) as e:
             raise ProfileUnavailable(self._unreachable(e)) from None
         if not (host.get("security") or {}).get("rootless"):
@@ -111,9 +111,10 @@ class PodmanSandbox(DockerSandbox):
                                      f"this profile is rootless (start it as {USER})")
         root = next((m for m in uids if int(m["container_id"]) == 0), None)
         return BackendFacts(backend=self.backend, image=self.image, image_digest=digest,
-                            architecture=image.attrs.get("Architecture", "unknown"), version=f"podman {version}",
-                            packages=packages, python=python_version(packages),
-                            seccomp=f"{self._seccomp()[1]} (podman {version}'s default, tightened to docker's)",
+                            architecture=image.attrs.get("Architecture", "unknown"),
+                            version=f"podman {version}", packages=packages, python=python_version(packages),
+                            seccomp=f"{self._seccomp()[1]} (podman {version}'s default, "
+                                    "tightened to docker's)",
                             cgroup=self.cgroups.version,
                             isolation=Isolation(runtime=str((host.get("ociRuntime") or {}).get("name", "?")),
                                                 rootless=True,
@@ -128,18 +129,18 @@ class PodmanSandbox(DockerSandbox):
             fields = line.split(" - ")[0].split()
             if len(fields) > 5 and fields[4] == parent and any(f.startswith("shared:") for f in fields[6:]):
                 return
-        raise ProfileUnavailable(f"execution.limits: storage_mb, storage_inodes: {parent} is not a shared mount, so "
-                                 f"the rootless service would bind the empty directory under each attempt's tmpfs; "
-                                 f"run `bash scripts/setup.sh --test` (mount --rbind, --make-rshared), then start the "
-                                 f"service")
+        raise ProfileUnavailable(f"execution.limits: storage_mb, storage_inodes: {parent} is not a shared "
+                                 "mount, so the rootless service would bind the empty directory under each "
+                                 "attempt's tmpfs; run `bash scripts/setup.sh --test` (mount --rbind, "
+                                 "--make-rshared), then start the service")
 
     def enforcement(self) -> dict[str, str]:
         """How each limit is enforced here; `ProfileUnavailable` naming those that cannot be."""
         unenforced = "memory_mb, pids, cpus"
         if os.geteuid() != 0:
-            raise ProfileUnavailable(f"execution.limits: rootless podman on cgroup {self.cgroups.version} would "
-                                     f"ignore {unenforced}; the harness enforces them through its own cgroups, "
-                                     f"which needs root")
+            raise ProfileUnavailable(f"execution.limits: rootless podman on cgroup {self.cgroups.version} "
+                                     f"would ignore {unenforced}; the harness enforces them through its own "
+                                     "cgroups, which needs root")
         self._check_storage()
         try:
             self.cgroups.check()
@@ -152,7 +153,8 @@ class PodmanSandbox(DockerSandbox):
         return {"memory_mb": f"{group}; no swap", "pids": group, "cpus": f"{group} (cpu quota)",
                 "timeout_s": "the harness kills the container; coreutils timeout as PID 1 kills it 5 s later",
                 "storage_mb": "the harness's size-capped tmpfs per attempt, bind-mounted (/tmp included)",
-                "storage_inodes": "the harness's inode-capped tmpfs per attempt (podman's tmpfs takes no nr_inodes)",
+                "storage_inodes": "the harness's inode-capped tmpfs per attempt (podman's tmpfs "
+                                  "takes no nr_inodes)",
                 "tmpfs_mb": "a harness tmpfs of that size and storage_inodes, bind-mounted at /tmp",
                 "max_file_mb": "RLIMIT_FSIZE set by the OCI runtime",
                 "max_log_bytes": "the harness keeps the head of each stream"}

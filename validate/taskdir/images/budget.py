@@ -69,6 +69,6 @@ def prune(client, budget_bytes: int, keep: Iterable[str], log: Callable[[str], N
         log(f"task images: pruned {image_id} ({own / 2**20:.2f} MiB) to keep to the budget of "
             f"{budget_bytes / 2**20:.1f} MiB (now {total / 2**20:.1f} MiB)")
     if total > budget_bytes:
-        log(f"task images: {total / 2**20:.1f} MiB, over the budget of {budget_bytes / 2**20:.1f} MiB: the rest is "
-            f"needed by what is in progress")
+        log(f"task images: {total / 2**20:.1f} MiB, over the budget of {budget_bytes / 2**20:.1f} MiB: the "
+            "rest is needed by what is in progress")
     return removed

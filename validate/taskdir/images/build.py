@@ -128,8 +128,9 @@ class TaskImage(BaseModel):
     backend: str
     image_id: str
     layers: list[str] = Field(description="the image's layer digests, the base's first")
-    bases: list[ResolvedBase | PulledBase] = Field(description="each external image of the Dockerfile and what "
-                                                               "served it (the map's base, or the registry's image)")
+    bases: list[ResolvedBase | PulledBase] = Field(description="each external image of the Dockerfile and "
+                                                               "what served it (the map's base, or the "
+                                                               "registry's image)")
     patch: str = Field(description="unified diff of environment/Dockerfile: the FROM rewrite")
     patch_version: int = REWRITE_VERSION
     policy: BuildPolicy
@@ -213,8 +214,9 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
         return _build_and_record(env, new_text, backend, record, bundle)
 
 
-def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment", docker_image: str | None = None,
-         policy: BuildPolicy = BuildPolicy(), backend: ImageBackend | None = None,
+def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment",
+         docker_image: str | None = None, policy: BuildPolicy = BuildPolicy(),
+         backend: ImageBackend | None = None,
          pins: Mapping[str, str] | None = None) -> tuple[str, str, list[ResolvedBase]] | TaskImageRefusal:
     """What a build of the task runs, decided from its files, the map and the policy: (the
     Dockerfile with its bases rewritten to the local images and the policy's trust store and
@@ -241,8 +243,9 @@ def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment", d
              *(clock_lines(policy.clock) if policy.clock is not None else [])]
     if added:
         new_text = after_every_from(new_text, added)
-        patch = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                             f"a/{context}/Dockerfile", f"b/{context}/Dockerfile"))
+        patch = "".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                             new_text.splitlines(keepends=True), f"a/{context}/Dockerfile",
+                                             f"b/{context}/Dockerfile"))
     return new_text, patch, bases
 
 
@@ -271,14 +274,16 @@ def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend, 
     return result
 
 
-def image_task(docker_image: str, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
+def image_task(docker_image: str,
+               base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
     """A ``[environment].docker_image`` task's one base, as `resolve_bases` answers for a
     Dockerfile that is only ``FROM <docker_image>``: the same substitution, the same recorded
     differences; a reference the map does not serve is unsupported, naming it."""
     served = base_map.resolve(docker_image)
     if served is None:
         return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
-                                detail=f"[environment].docker_image {docker_image} is not available on this profile")
+                                detail=f"[environment].docker_image {docker_image} is not "
+                                       "available on this profile")
     return f"FROM {docker_image}\n", [served]
 
 
@@ -331,7 +336,8 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
     for image in refs:
         served = base_map.resolve(image)
         if served is None:
-            return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{image} is not available on this profile")
+            return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
+                                    detail=f"{image} is not available on this profile")
         bases.append(served)
     return text, bases
 

@@ -113,8 +113,8 @@ def _export_into(api, image_id: str, dest: Path) -> None:
     # written would stop tar, and the export with it.
     errors = tempfile.TemporaryFile()
     tar = subprocess.Popen(["setpriv", f"--reuid={TREE_UID}", f"--regid={TREE_UID}", "--clear-groups",
-                            "--inh-caps=-all", "--no-new-privs", "tar", "-x", "-p", "-f", "-", "-C", str(dest),
-                            "--no-same-owner", "--exclude=dev/*"],
+                            "--inh-caps=-all", "--no-new-privs", "tar", "-x", "-p", "-f", "-", "-C",
+                            str(dest), "--no-same-owner", "--exclude=dev/*"],
                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
     tail = lambda: (errors.seek(0), errors.read().decode(errors="replace")[-500:])[1]  # noqa: E731
     try:

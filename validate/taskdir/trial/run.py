@@ -120,7 +120,8 @@ _LOG_DIRS = [("logs", 0o755, None), ("logs/agent", 0o777, None), ("logs/artifact
 _MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests", 0o755, None)]
 #: The verifier: the harness's program runs ``/tests/test.sh`` with the image's bash (else sh),
 #: by absolute paths, its output in /logs/verifier (`validate.taskdir.trial.tool`).
-VERIFY = [harness_tool.BINARY, "run", f"{VERIFIER_DIR}/{VERIFIER_STDOUT}", f"{VERIFIER_DIR}/{VERIFIER_STDERR}"]
+VERIFY = [harness_tool.BINARY, "run", f"{VERIFIER_DIR}/{VERIFIER_STDOUT}",
+          f"{VERIFIER_DIR}/{VERIFIER_STDERR}"]
 #: The trial's host storage when only the resolver's files live there (a trusted trial).
 _ETC_STORAGE = Limits(storage_mb=1, storage_inodes=64)
 
@@ -175,8 +176,8 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
 def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
               reward_range: tuple[float, float] = (0.0, 1.0), resolver_image: str | None = None,
-              verifier_image: str | None = None, drive: AgentDriver | None = None, plan: AgentPlan | None = None,
-              replay_below: float | None = None) -> TrialResult:
+              verifier_image: str | None = None, drive: AgentDriver | None = None,
+              plan: AgentPlan | None = None, replay_below: float | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
     volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused).
     `resolver_image` (one with python3): run the trial's resolver from it and record every
@@ -190,10 +191,12 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         raise UnsupportedTask(f"{task.id}: multi-step tasks are not run by this harness")
     separate = task.verifier == "separate"
     if separate and (verifier_image is None or task.verifier_build not in ("dockerfile", "environment")):
-        raise UnsupportedTask(f"{task.id}: a separate verifier built from {task.verifier_build} needs its image")
+        raise UnsupportedTask(f"{task.id}: a separate verifier built from "
+                              f"{task.verifier_build} needs its image")
     if plan is None:
-        plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent, command=None,
-                                                                                        output="")
+        plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent,
+                                                                                       command=None,
+                                                                                       output="")
     t0 = time.monotonic()
     res = dk.Resources(client.api, run_label, secrets.token_hex(6))
     mode = "separate" if separate else limits.verifier_mode
@@ -212,7 +215,8 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         own.tool = str(harness_tool.tool_dir())
         users, workdir = _image_defaults(res, image, result.applied)
         # A root harness: the harness's own sockets in the container's namespace
-        # (`validate.taskdir.trial.nsresolver`); otherwise the resolver sidecar (`validate.taskdir.trial.network`).
+        # (`validate.taskdir.trial.nsresolver`); otherwise the resolver sidecar
+        # (`validate.taskdir.trial.network`).
         own.wanted = (one or mode == "trusted" and local) and resolver_image is not None and os.geteuid() == 0
         if resolver_image is not None and not own.wanted:
             resolver = network.Resolver(res, resolver_image)
@@ -235,10 +239,11 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
                                     workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
         if near:
-            trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own, users,
-                                work, reward_key, reward_range, replay_below)
+            trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own,
+                                users, work, reward_key, reward_range, replay_below)
         elif mode == "trusted":
-            box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
+            box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own,
+                                      users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             trusted.verifier_phase(_core(), res, task, Path(task_dir), image, box, result, limits, reward_key,
@@ -247,7 +252,8 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 trusted.replay_shared(_core(), res, task, Path(task_dir), box, result, limits, reward_key,
                                       reward_range, own, users)
         elif not one:
-            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own, users, work)
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own,
+                                  users, work)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
@@ -255,13 +261,14 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                             handed if separate else None, own, users)
         else:
             host = own.host
-            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own, users)
+            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own,
+                                      users)
             _seen(result, work, *trusted.changes_of(res, box.cid))
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             own.boundary(box.pid)
-            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host,
-                                   own, users)
+            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range,
+                                   host, own, users)
         result.status = _status(result)
         result.storage_bounded = res.capped
     except dk.DockerFault as e:
@@ -335,9 +342,10 @@ def _record_left(result: TrialResult, left: dk.Tree) -> None:
     result.left_listing_truncated = left.truncated
 
 
-def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result: TrialResult, limits: TrialLimits,
-               reward_key: str, reward_range: tuple[float, float], users: dict[str, str], tool: str | None,
-               stop: Callable[[], bool], read: Callable[[], dk.Tree], env: dict[str, str] | None = None) -> None:
+def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result: TrialResult,
+               limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], users: dict[str, str],
+               tool: str | None, stop: Callable[[], bool], read: Callable[[], dk.Tree],
+               env: dict[str, str] | None = None) -> None:
     """The verifier in `box` (running, PID 1 the harness's program and, before, nothing else
     the agent could have left): ``test.sh`` run by the harness's program as the verifier user,
     the container stopped (`stop`, whether anything was OOM-killed), then checked: PID 1 is
@@ -352,11 +360,12 @@ def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result:
     still = tool is None or harness_tool.is_tool(box.pid, Path(tool))
     oom = stop()
     if foreign:
-        raise HarnessFault(f"verifier: execs the harness did not make ran in the verifier's container during its "
-                           f"phase ({', '.join(e[:12] for e in foreign)}): its result cannot be vouched for")
+        raise HarnessFault("verifier: execs the harness did not make ran in the verifier's container during "
+                           f"its phase ({', '.join(e[:12] for e in foreign)}): its result "
+                           "cannot be vouched for")
     if not still and not oom:
-        raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) was no longer the harness's program when "
-                           f"the verifier ended")
+        raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) was no longer the harness's program "
+                           "when the verifier ended")
     # (PID 1 gone and an OOM kill in the phase: the kernel took it, under the verifier's memory:
     # a verifier OOM, whatever made it)
     _verified(result, read(), ex, oom, limits, reward_key, reward_range)
@@ -543,7 +552,8 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         out = dk.read_tree(res.api, cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    _record_left(result, dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
+    _record_left(result, dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1,
+                                      limits.max_listing_bytes))
     _seen(result, work, *trusted.changes_of(res, cid))
     if separate:
         handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
@@ -551,7 +561,8 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         # The verifier's mount points made directories again (a file or a link the agent put
         # there would fail the verifier's start: the agent's doing, not the infrastructure's).
         dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
-        handed = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
+        handed = dk.call("commit the agent's container", res.api.commit, cid,
+                         conf={"Labels": res.labels()})["Id"]
         res.images.append(handed)
     dk.call("remove the agent's container", res.api.remove_container, cid, force=True, v=True)
     res.containers.remove(cid)
@@ -578,7 +589,8 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
         spec = replace(spec, cpus=min(env_config.cpus or limits.cpus, limits.cpus),
                        memory_mb=min(env_config.memory_mb or limits.memory_mb, limits.memory_mb))
     cid = dk.create(res, replace(spec, network=net, workdir=env_config.workdir, tool=own.tool,
-                                 env={**a.pinned_env, **env_config.env, **task.config.verifier.env}), "verifier")
+                                 env={**a.pinned_env, **env_config.env, **task.config.verifier.env}),
+                    "verifier")
     dk.put_tree(res.api, cid, "/", points)  # the fresh volumes' roots, writable by any verifier user
     if not bundled:
         dk.put_tree(res.api, cid, "/", tree_entries(task_dir / "tests", TESTS_DIR.lstrip("/")))
@@ -592,7 +604,8 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
         users = {**users, "verifier": user}
     _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
                lambda: _stop(res, cid, pid, oom_before, since),
-               lambda: dk.read_tree(res.api, cid, VERIFIER_DIR, max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+               lambda: dk.read_tree(res.api, cid, VERIFIER_DIR,
+                                    max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
                                     limits.max_listing_bytes),
                env={**a.pinned_env, **env_config.env, **task.config.verifier.env})
 
@@ -611,11 +624,12 @@ def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, 
     _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
                lambda: _remove(res, box, oom_before, since),
                lambda: dk.read_host_tree(host / HARNESS, "verifier",
-                                         max(limits.max_output_bytes, MAX_REWARD_BYTES + 1), limits.max_listing_bytes))
+                                         max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                                         limits.max_listing_bytes))
 
 
-def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits, reward_key: str,
-              reward_range: tuple[float, float]) -> None:
+def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits,
+              reward_key: str, reward_range: tuple[float, float]) -> None:
     """The verifier phase's run, its files and the reward, from what it left in /logs/verifier."""
     out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
     err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
@@ -703,7 +717,8 @@ class _OwnResolver:
 
 def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                         limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                        host: Path, own: _OwnResolver, users: dict[str, str], kill: bool = False) -> AgentContainer:
+                        host: Path, own: _OwnResolver, users: dict[str, str],
+                        kill: bool = False) -> AgentContainer:
     """The agent phase of a trial whose verifier shares its environment: one container, the
     harness's host directories bound at /logs and /tests (empty), PID 1 the harness's program;
     the agent run; then every process but PID 1 killed (again after any restart), what the
@@ -722,7 +737,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     # what goes under /logs is written there by the harness; a top directory of the uploads
     # (the oracle's /solution) is a directory of the harness's too, bound there: no archive
     # goes through the daemon; anything else (none of this harness's agents has one) does
-    tops = sorted(p for p, _, data in plan.uploads if "/" not in p and data is None and p not in ("logs", "tests"))
+    tops = sorted(p for p, _, data in plan.uploads if "/" not in p and data is None
+                  and p not in ("logs", "tests"))
     for top in tops:
         (host / "uploads" / top).mkdir(parents=True)
         binds.append((host / "uploads" / top, f"/{top}"))
@@ -745,7 +761,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     try:
         if drive is not None:
             run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
-                                  workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
+                                  workdir=task.config.environment.workdir, env=env,
+                                  timeout_s=a.agent_timeout_s))
         elif plan.command is not None:
             ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
@@ -753,7 +770,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
         run.oom_killed = stopped_under(res, agent, fault)
     else:
         run.oom_killed = stop_agent(res, agent) if kill else _end_agent_processes(res, agent, result)
-    running = not kill and dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
+    running = not kill and dk.call("inspect a container", res.api.inspect_container,
+                                   agent.cid)["State"].get("Running")
     if kill:
         pass
     elif running and dk.unreaped(agent.pid):
@@ -774,10 +792,12 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
             result.agent_processes_killed = (result.agent_processes_killed or 0) + killed
     logs = host / "logs"
     if plan.command is not None:
-        out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
+        out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes,
+                         limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    _record_left(result, dk.read_host_tree(harness, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
+    _record_left(result, dk.read_host_tree(harness, "verifier", MAX_REWARD_BYTES + 1,
+                                           limits.max_listing_bytes))
     _fresh_dir(logs, LOGS_DIR, 0o755, keep=True)
     _fresh_dir(harness / "verifier", VERIFIER_DIR, 0o777, keep=False)
     _fresh_dir(harness / "tests", TESTS_DIR, 0o755, keep=False)
@@ -860,8 +880,8 @@ def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, f
     elif run.oom_killed:
         failed = VerifierError(kind="oom", detail="the verifier ran out of memory")
     elif run.exit_code == harness_tool.KILLED and result.verifier_mode != "separate":
-        failed = VerifierError(kind="killed", detail="test.sh was ended by a signal, not by its own exit: what "
-                                                     "stands in its reward files is not its word")
+        failed = VerifierError(kind="killed", detail="test.sh was ended by a signal, not by its own exit: "
+                                                     "what stands in its reward files is not its word")
     odd = [f for f in tree.entries if f.path in (REWARD_JSON, REWARD_TXT) and f.kind != "file"]
     if failed is None and odd:
         failed = VerifierError(kind="not_regular", file=odd[0].path,

@@ -47,18 +47,18 @@ RULE = "work-paths/2"
 #: Never carried, even under a work path.
 PROTECTED = (
     "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32",
-    "/usr/lib64", "/usr/libx32", "/usr/libexec", "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin",
-    "/usr/local/lib", "/usr/local/libexec", "/usr/local/include", "/usr/local/share", "/etc", "/boot", "/dev",
-    "/proc", "/sys", "/run", "/var/lib", "/var/cache", "/logs/agent", "/logs/verifier", "/tests", "/solution",
-    "/.dv",
+    "/usr/lib64", "/usr/libx32", "/usr/libexec", "/usr/include", "/usr/share", "/usr/local/bin",
+    "/usr/local/sbin", "/usr/local/lib", "/usr/local/libexec", "/usr/local/include", "/usr/local/share",
+    "/etc", "/boot", "/dev", "/proc", "/sys", "/run", "/var/lib", "/var/cache", "/logs/agent",
+    "/logs/verifier", "/tests", "/solution", "/.dv",
 )
 #: A path holding one of these names as a component is never carried: what shells, version
 #: control, package managers and Python read at their start, wherever it lies.
 PROTECTED_NAMES = frozenset({
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
     ".zlogin", ".kshrc", ".inputrc", ".gitconfig", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc",
-    ".pydistutils.cfg", ".netrc", ".curlrc", ".wgetrc", ".ssh", ".gnupg", ".cargo", ".rustup", ".local", ".config",
-    ".cache", ".pip",
+    ".pydistutils.cfg", ".netrc", ".curlrc", ".wgetrc", ".ssh", ".gnupg", ".cargo", ".rustup", ".local",
+    ".config", ".cache", ".pip",
 })
 #: Inside a ``.git`` directory: what git runs or reads as its configuration.
 PROTECTED_IN_GIT = frozenset({"config", "hooks", "info"})
