@@ -333,7 +333,8 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = (), log: Callable[[str
 
 
 def export_task_images(manifest: PathLike, out: PathLike, log: Callable[[str], None] = print) -> Path:
-    """Every task image `manifest` froze, held here, as one archive in `out` (`validate.taskdir.images.transfer`)."""
+    """Every task image `manifest` froze, held here, as one archive in `out`
+    (`validate.taskdir.images.transfer`)."""
     path = existing_file(manifest, "--manifest")
     return transfer.export_task_images(load_manifest(path), path, Path(out), log=log)
 
@@ -374,7 +375,8 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         if manifest is None:
             raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
         m = load_manifest(manifest)
-        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        root = (Path(run_dir) if run_dir
+                else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
         if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")  # its name is the run id: refused before anything runs, not after
@@ -577,7 +579,8 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         if contract is None:
             raise ValidateError("--contract: required (or --resume RUN_DIR to continue an eval)")
         c = ec.load(contract)
-        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-{EVAL}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        root = (Path(run_dir) if run_dir
+                else LEDGER_DIR / f"{c.name}-{EVAL}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
         if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")

@@ -196,7 +196,8 @@ def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r, la
                 if m is None:
                     continue  # named by the attempts check
                 n += 1
-                name = f"{row['phase']} {row['task_id']}/{row['agent']} sample {row['sample']} try {row['attempt']}"
+                name = (f"{row['phase']} {row['task_id']}/{row['agent']} sample {row['sample']} "
+                        f"try {row['attempt']}")
                 task = task_of(at.key(m), row["idx"])
                 if row["workspace_sha256"] != workspace_sha256(dict(task.files)):
                     t.add("workspace_sha256",

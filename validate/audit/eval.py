@@ -15,7 +15,8 @@ Nothing the run wrote about itself is trusted:
    model's (agent ``model``, role ``model``) on a task of the manifest with its hash, in
    ``eval-greedy`` (sample 0) or ``eval`` (samples 0..k−1), on the contract's backend and
    the image it routes the task to (its frozen task image, else the sandbox image, as the
-   validation audit holds trials: `validate.audit.taskimages.routed_digests`); its reply, workspace and reward re-derive (re-scored offline, `validate.audit.env`).
+   validation audit holds trials: `validate.audit.taskimages.routed_digests`); its reply,
+   workspace and reward re-derive (re-scored offline, `validate.audit.env`).
 4. Samples and trajectories: exactly one sample row per attempt; its ``solved`` flag and its
    failure class and rule re-derived (`validate.eval.classes`); each attempt's turn rows
    number exactly its ``turns``.
@@ -65,7 +66,8 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     if set(a["phase"]) - {GREEDY_PHASE, SAMPLED_PHASE}:
         r.problems.append(f"{where}: attempts of phases "
                           f"{sorted(set(a['phase']) - {GREEDY_PHASE, SAMPLED_PHASE})}")
-    wrong = ((a["phase"] == GREEDY_PHASE) & (a["sample"] != 0)) | ((a["phase"] == SAMPLED_PHASE) & (a["sample"] >= k))
+    wrong = (((a["phase"] == GREEDY_PHASE) & (a["sample"] != 0))
+             | ((a["phase"] == SAMPLED_PHASE) & (a["sample"] >= k)))
     if wrong.any():
         r.problems.append(f"{where}: sample numbers outside the pass's range")
     ex = manifest.execution

@@ -90,8 +90,9 @@ class AgentEntry(BaseModel):
     role: Role
     ceiling: float | None = Field(default=None, description="A control's reward must stay under this; None: "
                                                             "under the pass threshold.")
-    ceiling_scope: Literal["task", "mean"] = Field(default="task", description="task: on every task; mean: "
-                                                   "the control's mean over the run (a chance-level control).")
+    ceiling_scope: Literal["task", "mean"] = Field(
+        default="task", description="task: on every task; mean: the control's mean over the run (a "
+                                    "chance-level control).")
     sees_answer_key: bool = False
     sees_source: bool = False
     program_sha256: str = Field(description="sha256 over the agent's program and support files "
@@ -188,7 +189,8 @@ class ExecutionProfile(BaseModel):
 
     backend: BackendName
     image: str
-    image_digest: str = Field(description="Content digest of the root filesystem (the same on every backend).")
+    image_digest: str = Field(description="Content digest of the root filesystem (the same on every "
+                                          "backend).")
     tree_digest: str | None = Field(default=None, description="Digest of the unpacked tree bwrap runs.")
     packages: dict[str, str] = Field(default_factory=dict,
                                      description="The image's Debian packages, name → version.")
@@ -218,7 +220,8 @@ class ExecutionProfile(BaseModel):
     max_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1, le=1 << 30,
                                  description="Bytes of the reply read back; more is reply_too_large.")
     max_reply_text_bytes: int = Field(default=64 * 1024, ge=0, le=1 << 24,
-                                      description="Bytes of each reply kept in attempts.parquet (reply_text).")
+                                      description="Bytes of each reply kept in attempts.parquet "
+                                                  "(reply_text).")
     dependency_policy: Literal["none"] = "none"
     infra_retries: int = Field(default=2, ge=0, le=10,
                                description="Further tries after an infrastructure fault (never after "

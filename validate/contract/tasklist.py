@@ -106,7 +106,8 @@ class TaskList(Sequence[TaskEntry]):
 
     def take(self, positions: Sequence[int]) -> TaskList:
         """The entries at `positions` (each in range, in the order given) as a new list, made from
-        the columns: a child contract's entries cost no entry model each (`validate.contract.manifest.derive`)."""
+        the columns: a child contract's entries cost no entry model each
+        (`validate.contract.manifest.derive`)."""
         n, positions = len(self), [operator.index(p) for p in positions]
         if any(not 0 <= p < n for p in positions):
             raise IndexError("task list index out of range")

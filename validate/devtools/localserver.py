@@ -355,7 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is None and i < faults.malformed_tool_args_first_n and message.get("tool_calls"):
             fault = "malformed_tool_args"
             for call in message["tool_calls"]:
-                call["function"]["arguments"] = call["function"]["arguments"][:len(call["function"]["arguments"]) // 2]
+                args = call["function"]["arguments"]
+                call["function"]["arguments"] = args[:len(args) // 2]
         base = {"id": f"chatcmpl-{self.record.index}", "created": int(time.time()), "model": request.model,
                 "system_fingerprint": "localserver"}
         usage = _usage(request, completion_tokens)

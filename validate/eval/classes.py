@@ -71,7 +71,8 @@ RULES: tuple[Rule, ...] = (
     Rule("unscored", "harness", "a valid attempt carries no reward", lambda f: f.reward is None),
     Rule("verifier-rejected", "capability", "the model stopped working on a task directory and the task's "
          "own verifier scored what it left below the threshold",
-         lambda f: f.verified and f.status == OK and f.termination in ("answer", "empty_answer", "max_tokens")),
+         lambda f: (f.verified and f.status == OK
+                    and f.termination in ("answer", "empty_answer", "max_tokens"))),
     Rule("answer-cut", "capability", "the final answer was cut at max_tokens and does not pass",
          lambda f: _answered(f) and f.termination == "max_tokens"),
     Rule("wrong-answer", "capability", "the model answered in the required format and the answer is wrong",

@@ -192,7 +192,8 @@ class RewardSpec(_Frozen):
     scorer: ScorerSpec = Field(description="The dataset contract's scorer facts.")
     pass_threshold: float = Field(description="A sample is solved when its reward reaches this.")
     revision: str = Field(description="The environment content revision (the dataset contract's).")
-    code_sha256: str = Field(description="sha256 over the environment's source files (which hold the scorer).")
+    code_sha256: str = Field(description="sha256 over the environment's source files (which hold the "
+                                         "scorer).")
 
 
 class EvalContract(_Frozen, SealedDocument):

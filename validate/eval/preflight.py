@@ -149,7 +149,8 @@ class Probe:
                                f"the TLS handshake with {self.base_url} failed ({_first_line(e)})",
                                "check the scheme (http or https) and the certificate") from None
         except requests.exceptions.Timeout:
-            raise _Transient(f"no answer to {method} {url} within {min(self.timeout_s, READ_S):.0f} s") from None
+            raise _Transient(f"no answer to {method} {url} within "
+                             f"{min(self.timeout_s, READ_S):.0f} s") from None
         except requests.exceptions.ConnectionError as e:
             if _cannot_connect(e):
                 raise self._refuse("model.base_url",
@@ -221,7 +222,8 @@ class Probe:
         return sorted(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
 
     def chat(self, listed: list[str] | None) -> None:
-        """One minimal chat completion with the contract's model id; refused unless it is answered as that model."""
+        """One minimal chat completion with the contract's model id; refused unless it is answered
+        as that model."""
         what = f"POST {self.base}/chat/completions"
         a = self._ask("POST", "/chat/completions", {
             "model": self.model, "messages": [{"role": "user", "content": "Reply with one word."}],

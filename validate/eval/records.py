@@ -74,7 +74,8 @@ class TurnRow(AttemptKey):
 class SampleRow(AttemptKey):
     family: str = Field(description="The task's family.")
     termination: str | None = Field(description="How the conversation ended "
-                                                "(validate.eval.agent.Termination); None when it never began.")
+                                                "(validate.eval.agent.Termination); None when it never "
+                                                "began.")
     turns: int = Field(default=0, description="Model calls made.")
     tool_calls: int = Field(default=0, description="Tool calls the model made.")
     malformed_tool_calls: int = Field(default=0, description="Of those, malformed (not run; the "

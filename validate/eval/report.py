@@ -155,7 +155,9 @@ def _metric_blocks(s: EvalSummary) -> list:
 
 def _ops_rows(ops: dict[str, Operations]) -> list[list[str]]:
     def sp(x) -> str:
-        return "—" if x.mean is None else f"mean {x.mean:.2f}, p50 {x.p50:.2f}, p95 {x.p95:.2f}, max {x.max:.2f}"
+        if x.mean is None:
+            return "—"
+        return f"mean {x.mean:.2f}, p50 {x.p50:.2f}, p95 {x.p95:.2f}, max {x.max:.2f}"
 
     names = [("attempts", lambda o: str(o.attempts)), ("turns", lambda o: sp(o.turns)),
              ("prompt tokens", lambda o: sp(o.prompt_tokens)),
@@ -168,7 +170,8 @@ def _ops_rows(ops: dict[str, Operations]) -> list[list[str]]:
              ("limit terminations (turns, tokens, context)",
               lambda o: f"{o.limit_terminations}/{o.attempts}"),
              ("timeout terminations", lambda o: f"{o.timeout_terminations}/{o.attempts}"),
-             ("environment errors (after retries)", lambda o: f"{o.environment_errors}/{o.attempts}"),
+             ("environment errors (after retries)",
+              lambda o: f"{o.environment_errors}/{o.attempts}"),
              ("verifier errors", lambda o: f"{o.verifier_errors}/{o.attempts}"),
              ("harness errors", lambda o: f"{o.harness_errors}/{o.attempts}"),
              ("terminations", lambda o: ", ".join(f"{k} {v}" for k, v in o.terminations.items()))]
@@ -224,7 +227,8 @@ def pick(ev: EvalEvidence, seed: str) -> list[tuple]:
     out = []
     for phase in (GREEDY_PHASE, SAMPLED_PHASE):
         mine = final[final["phase"] == phase]
-        solved = sorted(map(tuple, mine[mine["solved"]][["phase", "task_id", "agent", "sample", "attempt"]].values))
+        key = ["phase", "task_id", "agent", "sample", "attempt"]
+        solved = sorted(map(tuple, mine[mine["solved"]][key].values))
         out += rng.sample(solved, min(SHOWN, len(solved)))
         failed = mine[~mine["solved"]]
         by_rule = {r: sorted(map(tuple, g[["phase", "task_id", "agent", "sample", "attempt"]].values))

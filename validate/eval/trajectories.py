@@ -13,7 +13,9 @@ SHOWN_CHARS = 3000
 
 def _cut(text: str | None) -> str:
     text = text or ""
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + f"\n[… {len(text) - SHOWN_CHARS} more characters]"
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return text[:SHOWN_CHARS] + f"\n[… {len(text) - SHOWN_CHARS} more characters]"
 
 
 def _plain(row: pd.Series) -> dict:
@@ -41,7 +43,8 @@ def blocks(ev, key: tuple) -> list:
             if t["system"]:
                 out.append(("message", "system", "prompt", _cut(t["system"])))
             out.append(("message", "user", "prompt", _cut(t["user"])))
-        tokens = "tokens ?" if t["prompt_tokens"] is None else f"{t['prompt_tokens']} + {t['completion_tokens']} tokens"
+        tokens = ("tokens ?" if t["prompt_tokens"] is None
+                  else f"{t['prompt_tokens']} + {t['completion_tokens']} tokens")
         head = f"turn {t['turn']}, {t['finish_reason']}, {tokens}, {t['latency_s']:.2f} s" + \
             (f", {t['tries']} tries ({', '.join(t['faults'])})" if t["tries"] > 1 else "")
         calls = t["tool_calls"] or []

@@ -187,7 +187,8 @@ def sealed_names(paths: RunPaths) -> list[str]:
                 for entry in listing:
                     if _is_dir(entry):
                         todo.append((*parts, entry.name))
-                    elif _is_file(entry) and not entry.name.startswith(".") and where / entry.name not in skip:
+                    elif (_is_file(entry) and not entry.name.startswith(".")
+                          and where / entry.name not in skip):
                         keys.append("\0".join((*parts, entry.name)))
         except OSError as e:
             raise EvidenceError(f"{where}: cannot list it to seal the run ({e.strerror or e})") from None
@@ -393,7 +394,8 @@ class Journal:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored).
         Each source holds an attempt once; only a fold cut short (Parquet written, the journal
         not yet removed) leaves one in both, so keys are remembered only when both are there."""
-        both = self.paths.attempts.exists() and self.paths.journal.exists() and self.paths.journal.stat().st_size > 0
+        both = (self.paths.attempts.exists() and self.paths.journal.exists()
+                and self.paths.journal.stat().st_size > 0)
         keys, seen = _Keys(), set()
         for a in itertools.chain(self._from_parquet(), self._from_journal()):
             if both:
@@ -520,8 +522,8 @@ class Journal:
         held = set(rows.schema.names)
         columns = [rows.column(name).to_pylist() if name in held else [None] * rows.num_rows
                    for name in OUTCOME_COLUMNS]
-        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal, shared, \
-                planted in zip(*columns, strict=True):
+        for (phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal,
+             shared, planted) in zip(*columns, strict=True):
             if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
                 raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an "
                                     f"attempt's status, try or sample ({status!r}, {attempt!r}, {sample!r})")

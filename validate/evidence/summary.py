@@ -190,6 +190,7 @@ def hack_claim(c, m: dict) -> str:
     where = ("trusted (a fresh container of the task's image; only the agent's changes under the task's work "
              "paths reach the verifier)" if mode == "trusted" else
              "shared (verified in the agent's environment: not hack-resistant)")
-    against = f"{len(tampering)} tampering controls ({', '.join(tampering)})" if tampering else "no tampering control"
+    against = (f"{len(tampering)} tampering controls ({', '.join(tampering)})" if tampering
+               else "no tampering control")
     return (f" Of {c.tasks} tasks, {c.oracle_certified} oracle-certified, {c.hack_resistant} of them "
             f"hack-resistant against {against}; verifier mode {where}.")

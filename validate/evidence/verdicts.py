@@ -120,7 +120,8 @@ class Outcome(NamedTuple):
 
 
 def outcomes_of(attempts: Iterable) -> Iterator[tuple[str, str, Outcome]]:
-    """(phase, task id, outcome) of each attempt, as `validate.evidence.journal.Journal.outcomes` gives them."""
+    """(phase, task id, outcome) of each attempt, as `validate.evidence.journal.Journal.outcomes`
+    gives them."""
     for a in attempts:
         yield a.phase, a.task_id, Outcome.of(a)
 
@@ -264,9 +265,9 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     invalid, tampered = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats, sabotage)
     invalid += [flaky] if flaky else []
     # the oracle certified it whatever the tampering controls did (the claim's N)
-    certified = certifies and not flaky and (not fails or needs is not None) and not invalid[len(tampered):] and \
-        not _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats,
-                       verdict).missing
+    certified = (certifies and not flaky and (not fails or needs is not None) and not invalid[len(tampered):]
+                 and not _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats,
+                                    verdict).missing)
     if invalid:
         return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid), certified=certified)
     if needs is not None:
@@ -278,7 +279,9 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
 
 def _who(a: Outcome, oracle_repeats: int, rules: dict[str, Rule]) -> str:
     """An attempt's agent, and its repeat where the oracle has several."""
-    return f"{a.agent} repeat {a.sample + 1}" if oracle_repeats > 1 and rules[a.agent].role == ORACLE else a.agent
+    if oracle_repeats > 1 and rules[a.agent].role == ORACLE:
+        return f"{a.agent} repeat {a.sample + 1}"
+    return a.agent
 
 
 def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass_threshold: float,
@@ -421,7 +424,8 @@ class DatasetVerdict(BaseModel):
     @property
     def headline(self) -> str:
         missing = [c.detail for c in self.criteria if c.status == "missing"]
-        tail = f" — evidence INCOMPLETE: {'; '.join(missing)}" if missing and self.verdict != "INCOMPLETE" else ""
+        tail = (f" — evidence INCOMPLETE: {'; '.join(missing)}" if missing and self.verdict != "INCOMPLETE"
+                else "")
         if self.verdict == "INCOMPLETE":
             tail = f": {'; '.join(missing)}"
         failed = [c.detail for c in self.criteria if c.status == "failed"]

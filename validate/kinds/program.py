@@ -7,8 +7,8 @@ never writes the run directory (it may run on another node); `keep`, on the driv
 each reply whole under its sha256 before the row naming it is journaled. Whatever goes wrong
 ends up in the attempt's row: an infrastructure fault (`SandboxError`, a scorer's
 `ScorerUnavailable`) as ``infrastructure_error``, the scorer raising on this reply as
-``scorer_error``, anything else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
-missing or odd reply) is data.
+``scorer_error``, anything else of ours as ``harness_error``. An agent's own failure (exit code,
+timeout, OOM, a missing or odd reply) is data.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ profile's base-image map (`validate.taskdir.images`; cached by content across ru
 built on first use into the image store's ``task-images/``), and a separate verifier's
 image from its ``tests/`` the same way (``tests/Dockerfile``; without one, the task's own
 image serves, fresh). A task naming its image (``[environment].docker_image``) runs in the
-base the map serves for that reference, recorded as a ``FROM`` of it is. A task the profile cannot run — several steps, a separate verifier
-from a compose file or a prebuilt image, extra ``artifacts`` for one, a compose
-environment, a GPU, a base (or ``[environment].docker_image``) the map does not serve — is
+base the map serves for that reference, recorded as a ``FROM`` of it is. A task the profile
+cannot run — several steps, a separate verifier from a compose file or a prebuilt image, extra
+``artifacts`` for one, a compose environment, a GPU, a base (or
+``[environment].docker_image``) the map does not serve — is
 ``unsupported_execution_contract`` with its reason, never played. A build that fails
 otherwise is the task's error (``scorer_error``, which the verdict reads as
 ``invalid_task_or_verifier``), with the log's tail.
@@ -19,12 +20,13 @@ sandbox image): the reference solution's trial that gets no pass and looked a na
 agent's lookups are kept in its row's ``stderr``.
 
 One try is one trial. Its row: the agent's status (``ok``, ``timeout``, ``oom``: the agent's
-exit code is data, as Harbor ignores it: ``exit_nonzero`` still carries its reward), the
-reward the verifier wrote under the contract's key, the agent's output and the verifier's. A verifier that gave no usable reward (missing, unparsable, out of range,
-hung) is ``scorer_error``, never a pass and never a 0 blamed on the agent; a docker fault,
-known from docker's own answers, is ``infrastructure_error`` (retried). The reply kept for
-the attempt is the harness's `VerifierRecord` of the reward files' bytes and the task image's
-id, from which the audit reads the reward again by the same rule.
+exit code is data, as Harbor ignores it: ``exit_nonzero`` still carries its reward), the reward
+the verifier wrote under the contract's key, the agent's output and the verifier's. A verifier
+that gave no usable reward (missing, unparsable, out of range, hung) is ``scorer_error``, never
+a pass and never a 0 blamed on the agent; a docker fault, known from docker's own answers, is
+``infrastructure_error`` (retried). The reply kept for the attempt is the harness's
+`VerifierRecord` of the reward files' bytes and the task image's id, from which the audit reads
+the reward again by the same rule.
 
 A contract that froze the task images (``execution.task_images``, `validate.taskdir.images.frozen`)
 routes each task: a frozen refusal is the task's outcome as frozen (nothing is built), a
@@ -146,7 +148,8 @@ class TrialKind(ReplyKind):
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
-        image = task.parsed.docker_image if context == "environment" and task.parsed.environment == "image" else None
+        prebuilt = context == "environment" and task.parsed.environment == "image"
+        image = task.parsed.docker_image if prebuilt else None
         frozen = ctx.manifest.execution.task_images
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                 build_timeout_s=config.build_timeout_sec, context=context, docker_image=image,
@@ -214,7 +217,8 @@ class TrialKind(ReplyKind):
             "image": image.image_id, "key": rule,
             "replayed": None if result.shared_record is None else result.shared_record.model_copy(
                 update={"image": image.image_id, "key": rule})})
-        if result.verifier_error is not None and result.verifier_error.kind == "missing_key" and record is not None:
+        if (result.verifier_error is not None and result.verifier_error.kind == "missing_key"
+                and record is not None):
             # The key rule is the record's to apply (`score_record`, below and in the audit): the
             # trial knows one key only, not 'all'; a key the rule names but the reward lacks is
             # a verifier error there too.
