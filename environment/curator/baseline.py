@@ -8,7 +8,7 @@ decoy and member titles — never the intruder lists, the task's answer key or t
 intruder. So it stands in for a model that has memorised the published dataset (a
 contaminated model): its figures say how the harness measures a policy with a known error
 model, never how hard curator is. It is served behind the local OpenAI-compatible endpoint
-(`validate.devtools.localserver`) under `MODEL_NAME`; the sha256 of this file is the "model
+(`validate.localserver`) under `MODEL_NAME`; the sha256 of this file is the "model
 revision" of the eval contracts that use it (the memory is pinned by the dataset revision).
 
 What it does (`policy`, stateless: each request is answered from the conversation so far):

@@ -1,6 +1,6 @@
 """A scripted baseline for twohop-env — a policy with an error model, not a model and not an LLM.
 
-It is served behind the local OpenAI-compatible endpoint (`validate.devtools.localserver`) under
+It is served behind the local OpenAI-compatible endpoint (`validate.localserver`) under
 `MODEL_NAME`, so that an evaluation of twohop can be run end to end with real variance on a
 machine with no LLM. It sees only what a model sees: the conversation (the question is the
 user message's first line) and what its own ``bash`` calls print — the workspace's
