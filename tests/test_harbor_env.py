@@ -66,13 +66,24 @@ def test_the_dataset_is_found_by_its_revision_under_data_paths(env, tmp_path):
 
 
 def test_the_declared_agents_are_the_programs_the_trial_runs(env):
-    from validate.taskdir.trial.agents import AGENTS, PROGRAMS
+    """Each declared agent is one program file (plus its support files) in the environment's
+    agents folder, no file there is nobody's, and the trial plans exactly that program."""
+    from environment.harbor.env import AGENTS
+    from validate.taskdir.trial.agents import CONTROL_DIR, declared, plan
 
     specs = {a.name: a for a in env.agents(CONFIG)}
-    assert sorted(specs) == sorted(AGENTS)
+    assert specs == declared() and len(specs) >= 8
     assert [a.name for a in specs.values() if a.role == "oracle"] == ["oracle"]
+    owned = {p for a in specs.values() for p in (a.program, *a.support)}
+    assert all(p.is_file() and p.parent == AGENTS for p in owned)
+    assert sorted(p.name for p in AGENTS.iterdir() if p.is_file() and p.name != "__init__.py") \
+        == sorted(p.name for p in owned)
+    ts = env.load(CONFIG)
+    task = ts.task(0)
     for a in specs.values():
-        assert a.program.is_file() and a.program.parent == PROGRAMS
+        if a.role == "control" and not a.baseline:
+            uploads = {path: data for path, _, data in plan(a.name, task.parsed, ts.root / task.id).uploads}
+            assert uploads[f"{CONTROL_DIR}/{a.program.name}".lstrip("/")] == a.program.read_bytes(), a.name
 
 
 def test_the_oracle_is_frozen_out_of_a_task_without_a_solution_by_its_role(env):

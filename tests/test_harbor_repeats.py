@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from environment.harbor.env import HarborConfig, HarborEnvironment
 from tests.conftest import make_ctx, make_manifest
 from validate.audit.run import audit
 from validate.report.run import write_report
@@ -24,7 +25,9 @@ pytestmark = pytest.mark.docker
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 PICK = ("flaky-test", "multi-key-reward", "no-solution")
 REPEATS = 5
-CONTROLS = ("nop", "reward-forger", "test-reader", "history-miner")
+#: Every control the environment declares (the tampering ones too): each plays the task
+#: without a solution, which excuses only the oracle.
+CONTROLS = tuple(a.name for a in HarborEnvironment().agents(HarborConfig(dataset=str(SAMPLE))) if a.role == "control")
 
 
 def label(task_id: str) -> tuple[str, str]:

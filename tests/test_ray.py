@@ -269,7 +269,7 @@ def test_asking_for_ray_without_it_names_the_extra_and_exits_2(tmp_path):
     r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--executor", "ray"], capture_output=True,
                        text=True, env=env, cwd=tmp_path)
     assert r.returncode == 2 and "pip install .[ray]" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    code = "from validate.executors import make_executor; make_executor('ray')"
+    code = "from validate.run.executors import make_executor; make_executor('ray')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode != 0 and "ExecutorUnavailable" in r.stderr and "pip install .[ray]" in r.stderr
 

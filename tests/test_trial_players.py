@@ -29,7 +29,6 @@ client = test_trial.client
 pytestmark = pytest.mark.docker
 
 
-@BACKENDS.register
 class ToyEngine(Sandbox):
     """Trials only, through any Docker-API engine; one-shot programs it refuses."""
 
@@ -46,6 +45,14 @@ class ToyEngine(Sandbox):
 
     def run(self, request: RunRequest):
         raise SandboxError("toy-engine: plays task-directory trials only")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _registered():
+    """The toy is registered for this module only: other tests list the installed backends."""
+    BACKENDS.register(ToyEngine)
+    yield
+    BACKENDS.unregister(ToyEngine)
 
 
 @pytest.fixture(scope="module")

@@ -213,7 +213,7 @@ def test_task_page_shows_every_attempt_with_reply_stdout_and_stderr(server):
 def test_a_trials_task_page_shows_its_reward_files_decoded_and_each_phases_output():
     """A task directory's trial: its reply is the harness's record of the reward files (base64
     in JSON); the page shows each file as read, and says which output is whose."""
-    ledger = Path(__file__).resolve().parents[1] / "ledgers" / "harbor-sample-docker-run-20261202T121125Z"
+    ledger = next((Path(__file__).resolve().parents[1] / "ledgers").glob("harbor-sample-docker-run-*"))
     att = tables.read(ledger, "attempts.parquet").to_pylist()
     oracle = next(r for r in att if r["task_id"] == "csv-to-json" and r["agent"] == "oracle")
     with serve([ledger]) as s:

@@ -8,7 +8,7 @@ decoy and member titles — never the intruder lists, the task's answer key or t
 intruder. So it stands in for a model that has memorised the published dataset (a
 contaminated model): its figures say how the harness measures a policy with a known error
 model, never how hard curator is. It is served behind the local OpenAI-compatible endpoint
-(`validate.devtools.localserver`) under `MODEL_NAME`; the sha256 of this file is the "model
+(`validate.localserver`) under `MODEL_NAME`; the sha256 of this file is the "model
 revision" of the eval contracts that use it (the memory is pinned by the dataset revision).
 
 What it does (`policy`, stateless: each request is answered from the conversation so far):
@@ -122,8 +122,7 @@ def judge_items(request: dict, items: dict[str, str], items_text: str) -> tuple[
         return [], "Items that share a common theme."
     key = items_text[:2000]
     rng, error = rng_for(request, key, "items"), item_error(temperature_of(request), theme["tier"])
-    flagged = [i for i, title in sorted(items.items())
-               if (title not in theme["members"]) != (rng.random() < error)]
+    flagged = [i for i, title in sorted(items.items()) if (title not in theme["members"]) != (rng.random() < error)]
     t = temperature_of(request)
     draw = rng_for(request, key, "theme").random()
     if decoy_pull(theme, items_text) or draw < 0.02 + 0.04 * t:
@@ -141,8 +140,7 @@ def tags(flagged: list[str], theme: str) -> str:
 def _text(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict)
-                          and isinstance(p.get("text"), str))
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return content if isinstance(content, str) else ""
 
 
@@ -153,8 +151,7 @@ def call(command: str | None, turn: int, raw: str | None = None) -> dict:
 
 
 def ramble(items: dict[str, str], flagged: list[str], theme: str) -> str:
-    notes = [f"Item {i}, {title}: does it share the principle with the others? I weigh it "
-             "against each of them."
+    notes = [f"Item {i}, {title}: does it share the principle with the others? I weigh it against each of them."
              for i, title in sorted(items.items())]
     return "Let me think it through. " + " ".join(notes * 40) + "\n" + tags(flagged, theme)
 

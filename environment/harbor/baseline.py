@@ -102,8 +102,7 @@ def median_job(text: str) -> Job | None:
          "    qsort(xs, n, sizeof *xs, cmp);\n"
          "    double m = n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2.0;\n"
          "    printf(\"%.1f\\n\", m);\n    free(xs);\n    return 0;\n}\n")
-    return Job(look=f"cat {src}; cat {app}/Makefile",
-               do=lambda seen: _heredoc(src, c) + f"\ncd {app} && make",
+    return Job(look=f"cat {src}; cat {app}/Makefile", do=lambda seen: _heredoc(src, c) + f"\ncd {app} && make",
                check=f"printf '3 1 2' | {app}/median; printf '4 1 3 2' | {app}/median",
                slip=lambda seen: _heredoc(src, c), hang=f"tail -f {src}", difficulty=1.0)
 
@@ -118,8 +117,7 @@ def csv_job(text: str) -> Job | None:
     good = (f"import csv, json\nwith open({src!r}, newline='', encoding='utf-8') as f:\n"
             f"    rows = [{{{conv}}} for r in csv.DictReader(f)]\n"
             f"json.dump(rows, open({dst!r}, 'w', encoding='utf-8'), ensure_ascii=False, indent=2)\n")
-    naive = (f"import json\nlines = open({src!r}, encoding='utf-8').read().splitlines()\n"
-             "head = lines[0].split(',')\n"
+    naive = (f"import json\nlines = open({src!r}, encoding='utf-8').read().splitlines()\nhead = lines[0].split(',')\n"
              f"rows = [dict(zip(head, ln.split(','))) for ln in lines[1:]]\n"
              f"json.dump(rows, open({dst!r}, 'w', encoding='utf-8'), ensure_ascii=False)\n")
     return Job(look=f"head -n 5 {src}", do=lambda seen: _py(good), check=f"head -c 400 {dst}",
@@ -168,8 +166,7 @@ def log_job(text: str) -> Job | None:
             "        counts[t.astimezone(datetime.timezone.utc).strftime('%Y-%m-%dT%H')] += 1\n"
             f"with open({out!r}, 'w') as f:\n    HEADER\n"
             "    for hour in sorted(counts):\n        f.write(f'{hour},{counts[hour]}\\n')\n")
-    return Job(look=f"head -n 3 {log}; wc -l {log}",
-               do=lambda seen: _py(body.replace("HEADER", "f.write('hour,count\\n')")),
+    return Job(look=f"head -n 3 {log}; wc -l {log}", do=lambda seen: _py(body.replace("HEADER", "f.write('hour,count\\n')")),
                check=f"head -n 5 {out}", slip=lambda seen: _py(body.replace("HEADER", "pass")),
                hang=f"tail -f {log}", difficulty=1.5)
 
@@ -195,14 +192,11 @@ def kv_job(text: str) -> Job | None:
               "        pass\n\n\nif __name__ == '__main__':\n    ap = argparse.ArgumentParser()\n"
               "    ap.add_argument('--port', type=int, default=8000)\n    args = ap.parse_args()\n"
               "    ThreadingHTTPServer(('127.0.0.1', args.port), Handler).serve_forever()\n")
-    probe = (f"python3 {path} --port 18080 >/dev/null 2>&1 & sleep 1; python3 -c \"import "
-             "urllib.request as u\n"
-             "r = u.Request('http://127.0.0.1:18080/kv/a', data=b'1', method='PUT'); "
-             "print(u.urlopen(r).status)\n"
-             "r = u.Request('http://127.0.0.1:18080/kv/a', method='DELETE'); "
-             "print(u.urlopen(r).status)\"; kill %1")
-    return Job(look=f"cat {path}", do=lambda seen: _heredoc(path, server.replace("DELETED", "204")),
-               check=probe, slip=lambda seen: _heredoc(path, server.replace("DELETED", "200")),
+    probe = (f"python3 {path} --port 18080 >/dev/null 2>&1 & sleep 1; python3 -c \"import urllib.request as u\n"
+             "r = u.Request('http://127.0.0.1:18080/kv/a', data=b'1', method='PUT'); print(u.urlopen(r).status)\n"
+             "r = u.Request('http://127.0.0.1:18080/kv/a', method='DELETE'); print(u.urlopen(r).status)\"; kill %1")
+    return Job(look=f"cat {path}", do=lambda seen: _heredoc(path, server.replace("DELETED", "204")), check=probe,
+               slip=lambda seen: _heredoc(path, server.replace("DELETED", "200")),
                hang=f"python3 {path} --port 18080", difficulty=2.0)
 
 
@@ -213,8 +207,7 @@ ROMAN = ("_PAIRS = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'
          "        while n >= value:\n            out.append(letters)\n            n -= value\n"
          "    return ''.join(out)\n\n\ndef from_roman(s):\n    if not isinstance(s, str) or not s:\n"
          "        raise ValueError(s)\n    total, i = 0, 0\n    for value, letters in _PAIRS:\n"
-         "        while s.startswith(letters, i):\n            total += value\n"
-         "            i += len(letters)\n"
+         "        while s.startswith(letters, i):\n            total += value\n            i += len(letters)\n"
          "    if i != len(s)CANONICAL:\n        raise ValueError(s)\n    return total\n")
 
 
@@ -240,11 +233,9 @@ def slug_job(text: str) -> Job | None:
             "    return re.sub(r'[^a-z0-9]+', '-', ascii_text.lower()).strip('-')\n\n\n"
             "def word_count(text: str) -> int:\n    return len(text.split())\n")
     good = "unicodedata.normalize('NFKD', title).encode('ascii', 'ignore').decode()"
-    return Job(look=f"cat {path}; ls {app}/tests",
-               do=lambda seen: _heredoc(path, core.replace("NORMALISE", good)),
+    return Job(look=f"cat {path}; ls {app}/tests", do=lambda seen: _heredoc(path, core.replace("NORMALISE", good)),
                check=f"cd {app} && python3 -m pytest -q 2>&1 | tail -n 3",
-               slip=lambda seen: _heredoc(path, core.replace("NORMALISE", "title.encode('ascii', "
-                                                                          "'ignore').decode()")),
+               slip=lambda seen: _heredoc(path, core.replace("NORMALISE", "title.encode('ascii', 'ignore').decode()")),
                hang=f"tail -f {path}", difficulty=1.5)
 
 
@@ -255,10 +246,9 @@ def rotate_job(text: str) -> Job | None:
     script = ('#!/bin/bash\nset -euo pipefail\ndir=$1\nrm -f "$dir/app.log.3"\nfor i in 2 1; do\n'
               '  if [ -e "$dir/app.log.$i" ]; then mv "$dir/app.log.$i" "$dir/app.log.$((i + 1))"; fi\ndone\n'
               'if [ -e "$dir/app.log" ]; then mv "$dir/app.log" "$dir/app.log.1"; fi\n: > "$dir/app.log"\n')
-    return Job(look=f"ls -la {path.rsplit('/', 1)[0]}; id",
-               do=lambda seen: _heredoc(path, script) + f"\nchmod +x {path}",
-               check=f"ls -la {path}; bash -n {path} && echo syntax ok",
-               slip=lambda seen: _heredoc(path, script), hang=f"tail -f {path}", difficulty=1.0)
+    return Job(look=f"ls -la {path.rsplit('/', 1)[0]}; id", do=lambda seen: _heredoc(path, script) + f"\nchmod +x {path}",
+               check=f"ls -la {path}; bash -n {path} && echo syntax ok", slip=lambda seen: _heredoc(path, script),
+               hang=f"tail -f {path}", difficulty=1.0)
 
 
 def sqlite_job(text: str) -> Job | None:
@@ -271,8 +261,7 @@ def sqlite_job(text: str) -> Job | None:
     day, a, b = cut.groups()
     col, value = new.groups()
     body = (f"import sqlite3\ndb = sqlite3.connect({db!r})\n"
-            f"db.execute(\"UPDATE {table} SET {col} = '{value}' WHERE placed_on < '{day}' AND {col} IN "
-            f"('{a}', '{b}')\")\n")
+            f"db.execute(\"UPDATE {table} SET {col} = '{value}' WHERE placed_on < '{day}' AND {col} IN ('{a}', '{b}')\")\n")
     return Job(look=f"python3 -c \"import sqlite3; db = sqlite3.connect('{db}'); "
                     f"print(db.execute('SELECT {col}, count(*) FROM {table} GROUP BY 1').fetchall())\"",
                do=lambda seen: _py(body + "db.commit()\n"),
@@ -288,18 +277,16 @@ def inventory_job(text: str) -> Job | None:
     out, root = paths[0], paths[1]
     body = ("import os\nrows = []\n"
             f"for d, _, names in os.walk({root!r}):\n    for n in names:\n        p = os.path.join(d, n)\n"
-            "        with open(p, 'rb') as f:\n"
-            "            rows.append((os.path.relpath(p, BASE), f.read().count(b'\\n')))\n"
+            "        with open(p, 'rb') as f:\n            rows.append((os.path.relpath(p, BASE), f.read().count(b'\\n')))\n"
             f"with open({out!r}, 'w', encoding='utf-8') as out:\n"
             "    for rel, n in sorted(rows):\n        out.write(f'{rel}\\t{n}\\n')\n")
-    return Job(look=f"find {root} -type f | head -n 20",
-               do=lambda seen: _py(body.replace("BASE", repr(root))), check=f"cat {out}",
-               slip=lambda seen: _py(body.replace("BASE", repr(root.rsplit("/", 1)[0]))),
+    return Job(look=f"find {root} -type f | head -n 20", do=lambda seen: _py(body.replace("BASE", repr(root))),
+               check=f"cat {out}", slip=lambda seen: _py(body.replace("BASE", repr(root.rsplit("/", 1)[0]))),
                hang=f"tail -f {out}", difficulty=1.0)
 
 
-SKILLS = (median_job, csv_job, reverse_job, config_job, log_job, kv_job, roman_job, slug_job, rotate_job,
-          sqlite_job, inventory_job)
+SKILLS = (median_job, csv_job, reverse_job, config_job, log_job, kv_job, roman_job, slug_job, rotate_job, sqlite_job,
+          inventory_job)
 
 
 def understand(text: str) -> Job | None:
@@ -321,8 +308,7 @@ def behaviour(request: dict, instruction: str, difficulty: float) -> str:
 def _text(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict)
-                          and isinstance(p.get("text"), str))
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return content if isinstance(content, str) else ""
 
 
@@ -352,8 +338,7 @@ def policy(request: dict) -> dict:
     if turn == 0:
         return call(job.look, turn)
     if mode == "stop_early":
-        return {"content": "I looked at the files; they already do what the task asks, so "
-                           "nothing needs changing."}
+        return {"content": "I looked at the files; they already do what the task asks, so nothing needs changing."}
     if mode == "hang":
         return call(job.hang, turn)
     seen = tools[0] if tools else ""

@@ -1,6 +1,6 @@
 """A scripted baseline for twohop-env — a policy with an error model, not a model and not an LLM.
 
-It is served behind the local OpenAI-compatible endpoint (`validate.devtools.localserver`) under
+It is served behind the local OpenAI-compatible endpoint (`validate.localserver`) under
 `MODEL_NAME`, so that an evaluation of twohop can be run end to end with real variance on a
 machine with no LLM. It sees only what a model sees: the conversation (the question is the
 user message's first line) and what its own ``bash`` calls print — the workspace's
@@ -46,8 +46,7 @@ PHRASES = {"works_for": " works for ", "formerly": " formerly worked for ", "liv
            "hq": " is headquartered in ", "located": " is located in "}
 QUESTIONS = {
     "employer_city": r"In which city is the organisation that (.+) works for headquartered\?",
-    "employer_country": r"In which country is the city where the organisation that (.+) works for "
-                        r"is headquartered\?",
+    "employer_country": r"In which country is the city where the organisation that (.+) works for is headquartered\?",
     # Tried in this order: the city question's pattern also matches the country question's text.
     "country_employees": r"Who works for an organisation headquartered in a city located in (.+)\?",
     "city_employees": r"Who works for an organisation headquartered in (.+)\?",
@@ -149,8 +148,7 @@ class Resolver:
         # Each listed person is missed with the hop error; a resident of the place (the
         # one-hop shortcut: where they live, not where their employer is) slips in with it.
         people = [p for p in people if self.rng.random() >= self.error]
-        residents = [p for p in sorted(self.by["lives_in"]) if p not in people
-                     and self._lives_in(p, kind, subject)]
+        residents = [p for p in sorted(self.by["lives_in"]) if p not in people and self._lives_in(p, kind, subject)]
         if residents and self.rng.random() < self.error:
             people = sorted([*people, self.rng.choice(residents)])
         if len(people) > 1 and self.rng.random() < self.error:
@@ -170,8 +168,7 @@ def parse_question(text: str) -> tuple[str, str] | None:
 def _text(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict)
-                          and isinstance(p.get("text"), str))
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     return content if isinstance(content, str) else ""
 
 

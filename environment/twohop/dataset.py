@@ -32,7 +32,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from environment.protocol import EnvError
 from environment.twohop.solver import UNKNOWN, Index, Question, Resolution, resolve, shortcut
 from environment.twohop.universe import FORMERLY, WORKS_FOR, Rng, Universe, build_universe, render_facts
 
@@ -142,7 +141,7 @@ class Dataset:
         return "sha256:" + sha256_hex(canonical_json(self.rows()))
 
 
-class BuildError(EnvError, ValueError):
+class BuildError(ValueError):
     """A seed whose universe cannot supply every category's questions."""
 
 

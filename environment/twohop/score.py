@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import json
 
-from environment.protocol import EnvError
-
 METRIC_NAMES = ("parsed_ok", "exact_match")
 #: Larger replies are not read: the longest gold answer is well under 1 KiB.
 MAX_REPLY_BYTES = 64 * 1024
 
 
-class _DuplicateKey(EnvError, ValueError):
+class _DuplicateKey(ValueError):
     pass
 
 

@@ -39,6 +39,13 @@ class Registry(Generic[T]):
         self._loaded.pop(name, None)
         return cls
 
+    def unregister(self, cls: type[T]) -> None:
+        """Undo `register` of `cls` (a test's class must not outlive the test)."""
+        name = getattr(cls, self.key)
+        if self._registered.get(name) is cls:
+            del self._registered[name]
+            self._loaded.pop(name, None)
+
     def _entry_points(self) -> dict[str, EntryPoint]:
         # Scanning every distribution costs milliseconds and a contract's backend is checked at
         # each read of a manifest, so the scan is kept per sys.path: a distribution put on the

@@ -52,8 +52,9 @@ def unsupported_row(ctx: RunContext, task: Task, key: dict, image_digest: str,
     """The row of an attempt that did not run here: by default the backend cannot run it (the
     task needs a network-isolated sandbox); or `status` with its error."""
     message = message or f"the task needs network isolation and backend {ctx.sandbox.backend} provides none"
-    row = started_row(key, task, finished_at=now(), workspace_sha256=workspace_sha256(dict(task.files)),
+    row = started_row(key, task, workspace_sha256=workspace_sha256(dict(task.files)),
                       backend=ctx.sandbox.backend, image_digest=image_digest)
+    row["finished_at"] = row["started_at"]  # nothing ran: one instant, never a finish before the start
     failed(row, status, error_class, message)
     return Attempt(**row)
 

@@ -57,27 +57,15 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from environment.protocol import canonical_json, sha256_tag
 from validate.core.errors import SandboxError
-from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
 from validate.evidence.journal import atomic_write
+from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
 from validate.taskdir.images.backend import ImageBackend
 from validate.taskdir.images.basemap import BaseImageMap, ResolvedBase
-from validate.taskdir.images.dockerfile import (
-    REWRITE_VERSION,
-    DockerfileError,
-    Unresolvable,
-    external_images,
-    rewrite,
-)
+from validate.taskdir.images.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
 from validate.taskdir.images.netfault import classify
 from validate.taskdir.images.registry import PulledBase, PullRefused, pull
-from validate.taskdir.images.trust import (
-    add_to_context,
-    after_every_from,
-    clock_lines,
-    held_bundle,
-    is_host_bundle,
-    trust_lines,
-)
+from validate.taskdir.images.trust import add_to_context, after_every_from, clock_lines, held_bundle, is_host_bundle, \
+    trust_lines
 
 #: Bumped whenever what a key covers, or how a build is made, changes.
 BUILD_VERSION = 1
@@ -128,9 +116,8 @@ class TaskImage(BaseModel):
     backend: str
     image_id: str
     layers: list[str] = Field(description="the image's layer digests, the base's first")
-    bases: list[ResolvedBase | PulledBase] = Field(description="each external image of the Dockerfile and "
-                                                               "what served it (the map's base, or the "
-                                                               "registry's image)")
+    bases: list[ResolvedBase | PulledBase] = Field(description="each external image of the Dockerfile and what "
+                                                               "served it (the map's base, or the registry's image)")
     patch: str = Field(description="unified diff of environment/Dockerfile: the FROM rewrite")
     patch_version: int = REWRITE_VERSION
     policy: BuildPolicy
@@ -214,9 +201,8 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
         return _build_and_record(env, new_text, backend, record, bundle)
 
 
-def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment",
-         docker_image: str | None = None, policy: BuildPolicy = BuildPolicy(),
-         backend: ImageBackend | None = None,
+def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment", docker_image: str | None = None,
+         policy: BuildPolicy = BuildPolicy(), backend: ImageBackend | None = None,
          pins: Mapping[str, str] | None = None) -> tuple[str, str, list[ResolvedBase]] | TaskImageRefusal:
     """What a build of the task runs, decided from its files, the map and the policy: (the
     Dockerfile with its bases rewritten to the local images and the policy's trust store and
@@ -243,9 +229,8 @@ def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment",
              *(clock_lines(policy.clock) if policy.clock is not None else [])]
     if added:
         new_text = after_every_from(new_text, added)
-        patch = "".join(difflib.unified_diff(text.splitlines(keepends=True),
-                                             new_text.splitlines(keepends=True), f"a/{context}/Dockerfile",
-                                             f"b/{context}/Dockerfile"))
+        patch = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
+                                             f"a/{context}/Dockerfile", f"b/{context}/Dockerfile"))
     return new_text, patch, bases
 
 
@@ -274,16 +259,14 @@ def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend, 
     return result
 
 
-def image_task(docker_image: str,
-               base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
+def image_task(docker_image: str, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
     """A ``[environment].docker_image`` task's one base, as `resolve_bases` answers for a
     Dockerfile that is only ``FROM <docker_image>``: the same substitution, the same recorded
     differences; a reference the map does not serve is unsupported, naming it."""
     served = base_map.resolve(docker_image)
     if served is None:
         return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
-                                detail=f"[environment].docker_image {docker_image} is not "
-                                       "available on this profile")
+                                detail=f"[environment].docker_image {docker_image} is not available on this profile")
     return f"FROM {docker_image}\n", [served]
 
 
@@ -336,8 +319,7 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
     for image in refs:
         served = base_map.resolve(image)
         if served is None:
-            return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
-                                    detail=f"{image} is not available on this profile")
+            return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{image} is not available on this profile")
         bases.append(served)
     return text, bases
 

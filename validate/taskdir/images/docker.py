@@ -86,13 +86,11 @@ class DockerImages:
             raise SandboxError(f"task images: cannot import base {recipe.name} into Docker ({e})") from None
         if image_layers(image) != [layer] or not self._configured(image.attrs, recipe):
             raise SandboxError(f"task images: docker imported {tarball} as layers {image_layers(image)} "
-                               f"configured {image.attrs.get('Config')}, not the one layer {layer} "
-                               f"of {recipe.name}")
+                               f"configured {image.attrs.get('Config')}, not the one layer {layer} of {recipe.name}")
         return image.id
 
     def _import(self, tarball: Path, tag: str, changes: list[str]) -> None:
-        self.client.api.import_image_from_file(str(tarball), repository=BASE_REPOSITORY, tag=tag,
-                                               changes=changes)
+        self.client.api.import_image_from_file(str(tarball), repository=BASE_REPOSITORY, tag=tag, changes=changes)
 
     @staticmethod
     def _configured(attrs: dict, recipe: BaseRecipe) -> bool:
@@ -138,8 +136,7 @@ class DockerImages:
             # A 4xx is the request's fault, i.e. the context's (an unparsable Dockerfile);
             # anything else is the daemon's.
             return BuildRun(error=str(e.explanation or e), infrastructure=not e.is_client_error())
-        except (DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
-                OSError) as e:
+        except (DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
             return BuildRun(error=f"docker did not answer the build ({e})", infrastructure=True)
         if image_id is None:
             return BuildRun(error="the build ended without naming an image", infrastructure=True)
@@ -216,8 +213,7 @@ class DockerImages:
         """`docker load` of a tarball `save` wrote (the image keeps its id: its config's digest)."""
         try:
             with open(tarball, "rb") as fh:
-                said = [line.get("error") for line in self.client.api.load_image(fh)
-                        if isinstance(line, dict)]
+                said = [line.get("error") for line in self.client.api.load_image(fh) if isinstance(line, dict)]
         except DockerException as e:
             raise SandboxError(f"task images: cannot load {tarball.name} ({e})") from None
         if any(said):
@@ -249,8 +245,7 @@ class PodmanImages(DockerImages):
         try:
             return docker.DockerClient(base_url=self.base_url, timeout=timeout_s, version="1.41")
         except DockerException as e:
-            raise SandboxError("task images: cannot reach the rootless podman service at "
-                               f"{self.base_url} ({e})") \
+            raise SandboxError(f"task images: cannot reach the rootless podman service at {self.base_url} ({e})") \
                 from None
 
 

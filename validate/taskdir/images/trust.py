@@ -34,8 +34,8 @@ def host_bundle() -> Path:
     for candidate in (os.environ.get("SSL_CERT_FILE"), paths.cafile, paths.openssl_cafile):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    raise ProfileUnavailable("--build-trust-store host: this machine has no CA bundle file (SSL_CERT_FILE, "
-                             f"or OpenSSL's {paths.openssl_cafile}); give the bundle's path instead")
+    raise ProfileUnavailable("--build-trust-store host: this machine has no CA bundle file (SSL_CERT_FILE, or "
+                             f"OpenSSL's {paths.openssl_cafile}); give the bundle's path instead")
 
 
 def bundle_for(option: str) -> Path | None:
@@ -43,8 +43,7 @@ def bundle_for(option: str) -> Path | None:
     if option == "off":
         return None
     if option != "host":
-        raise ProfileUnavailable(f"--build-trust-store: {option!r}; give off or host (this "
-                                 "machine's CA bundle)")
+        raise ProfileUnavailable(f"--build-trust-store: {option!r}; give off or host (this machine's CA bundle)")
     path = host_bundle()
     if b"-----BEGIN CERTIFICATE-----" not in path.read_bytes():
         raise ProfileUnavailable(f"--build-trust-store host: {path} holds no PEM certificate")
@@ -62,8 +61,8 @@ def held_bundle(digest: str | None) -> bytes | None:
         return None
     data = host_bundle().read_bytes()
     if sha256_tag(data) != digest:
-        raise ProfileUnavailable(f"build trust store: the contract's builds trusted the CA bundle {digest}; "
-                                 f"this machine's ({host_bundle()}) is {sha256_tag(data)}")
+        raise ProfileUnavailable(f"build trust store: the contract's builds trusted the CA bundle {digest}; this "
+                                 f"machine's ({host_bundle()}) is {sha256_tag(data)}")
     return data
 
 

@@ -756,20 +756,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     agent = start_agent(res, spec, uploads, resolver)
     own.started(agent.pid)
     result.pid1_guarded = agent.guarded
-    env = {**a.pinned_env, **task.config.environment.env, **plan.env}
-    run = PhaseRun()
-    try:
-        if drive is not None:
-            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
-                                  workdir=task.config.environment.workdir, env=env,
-                                  timeout_s=a.agent_timeout_s))
-        elif plan.command is not None:
-            ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
-            run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
-    except dk.DockerFault as fault:
-        run.oom_killed = stopped_under(res, agent, fault)
-    else:
-        run.oom_killed = stop_agent(res, agent) if kill else _end_agent_processes(res, agent, result)
+    run = play_agent(res, agent, task, plan, drive, users, result,
+                     lambda: stop_agent(res, agent) if kill else _end_agent_processes(res, agent, result))
     running = not kill and dk.call("inspect a container", res.api.inspect_container,
                                    agent.cid)["State"].get("Running")
     if kill:
@@ -802,6 +790,29 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     _fresh_dir(harness / "verifier", VERIFIER_DIR, 0o777, keep=False)
     _fresh_dir(harness / "tests", TESTS_DIR, 0o755, keep=False)
     return agent
+
+
+def play_agent(res: dk.Resources, agent: AgentContainer, task: HarborTask, plan: AgentPlan,
+               drive: AgentDriver | None, users: dict[str, str], result: TrialResult,
+               stop: Callable[[], bool]) -> PhaseRun:
+    """The agent phase in `agent`: its driver, else its plan's command (as the agent user,
+    against its timeout); then `stop`, which says whether anything was OOM-killed. A daemon's
+    fault meanwhile is named as `stopped_under` names it (OOM, or a `DockerFault`)."""
+    a = result.applied
+    env = {**a.pinned_env, **task.config.environment.env, **plan.env}
+    run = PhaseRun()
+    try:
+        if drive is not None:
+            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
+                                  workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
+        elif plan.command is not None:
+            ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
+            run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
+    except dk.DockerFault as fault:
+        run.oom_killed = stopped_under(res, agent, fault)
+    else:
+        run.oom_killed = stop()
+    return run
 
 
 def _end_agent_processes(res: dk.Resources, agent: AgentContainer, result: TrialResult) -> bool:

@@ -44,7 +44,7 @@ from validate.taskdir.trial import docker as dk
 from validate.taskdir.trial import layers, workpaths
 from validate.taskdir.trial import tool as harness_tool
 from validate.taskdir.trial.agents import tree_entries
-from validate.taskdir.trial.result import PhaseRun, TrialLimits, TrialResult
+from validate.taskdir.trial.result import TrialLimits, TrialResult
 
 #: Entries of the carried changes listed on an attempt, at most (the count is kept whole).
 MAX_LISTED = 200
@@ -170,20 +170,7 @@ def agent_phase(core, res: dk.Resources, task: HarborTask, image: str, plan, res
     agent = core.start_agent(res, spec, plan.uploads, resolver)
     own.started(agent.pid)
     result.pid1_guarded = agent.guarded
-    env = {**a.pinned_env, **task.config.environment.env, **plan.env}
-    run = PhaseRun()
-    try:
-        if drive is not None:
-            run = drive(core.LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
-                                       workdir=task.config.environment.workdir, env=env,
-                                       timeout_s=a.agent_timeout_s))
-        elif plan.command is not None:
-            ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
-            run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
-    except dk.DockerFault as fault:
-        run.oom_killed = core.stopped_under(res, agent, fault)
-    else:
-        run.oom_killed = core.stop_agent(res, agent)
+    run = core.play_agent(res, agent, task, plan, drive, users, result, lambda: core.stop_agent(res, agent))
     if plan.command is not None:
         out = dk.read_tree(res.api, agent.cid, plan.output, limits.max_output_bytes,
                            limits.max_output_bytes * 2)
