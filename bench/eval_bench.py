@@ -1,6 +1,7 @@
 """Eval attempts per second with a scripted baseline, and the harness's own share of an attempt.
 
-    python bench/eval_bench.py --pool-run ledgers/<pool run> [--pool-run ...] [--backend docker] [-n 100] [-c N]
+    python bench/eval_bench.py --pool-run ledgers/<pool run> [--pool-run ...] [--backend docker]
+        [-n 100] [-c N]
     python bench/eval_bench.py --composition [--backend docker|bwrap|both] [-n 60] [-c N]
 
 The first mode evaluates the environment's scripted baseline (behind the real local server,

@@ -18,8 +18,8 @@ The bench starts one private dockerd of its own (socket, data-root, exec-root, p
 cgroup parent under a fresh temporary directory; ``--bridge=none --iptables=false``; its
 registry proxy a closed loopback port, so any pull fails on this machine instead of leaving
 it) and, in it: the sandbox image (``validate image build``), the harness's offline bases
-(an unmeasured ``validate freeze`` of a one-task dataset the bench writes imports them), those bases tagged under
-the upstream names the tasks' Dockerfiles ask for (``python:3.11-slim-bookworm``,
+(an unmeasured ``validate freeze`` of a one-task dataset the bench writes imports them), those bases tagged
+under the upstream names the tasks' Dockerfiles ask for (``python:3.11-slim-bookworm``,
 ``debian:bookworm-slim``, …) so Harbor's builds find them, and the clearly labelled local
 stand-ins Harbor's egress control needs (`harbor_anchor.harbor`: its pinned alpine probe
 and gost sidecar cannot be pulled here). Harbor's compose project network is made internal.

@@ -1,5 +1,6 @@
 """The cost per trial of the network signal: the harness's own sockets in a container's
-namespace (`validate.taskdir.trial.nsresolver`) against the resolver sidecar (`validate.taskdir.trial.network`).
+namespace (`validate.taskdir.trial.nsresolver`) against the resolver sidecar
+(`validate.taskdir.trial.network`).
 
     python bench/nsresolver_bench.py [--repeats 50] [--sidecars 10]
 

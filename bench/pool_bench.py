@@ -60,7 +60,7 @@ finally:
 print(json.dumps({"tasks": n, "attempts": summary.counts.attempts, "wall_s": wall,
                   "compatible": summary.counts.compatible,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+"""  # noqa: E501
 
 
 def main() -> None:

@@ -83,7 +83,13 @@ def run_driver(argv: list[str], cwd: Path, log: Path, run: Path,
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         done.set()
-    return proc.returncode, time.perf_counter() - t0, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, samples
+    return (
+        proc.returncode,
+        time.perf_counter() - t0,
+        usage.ru_maxrss / 1024,
+        usage.ru_utime + usage.ru_stime,
+        samples,
+    )
 
 
 def one_size(n: int, args, address: str, work: Path) -> dict:

@@ -124,7 +124,9 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
         t0 = time.perf_counter()
         summary = run_agents(ctx, RunPhase(agents="controls"))
         elapsed = time.perf_counter() - t0
-        assert summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
+        assert (
+            summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
+        )
         return n / elapsed
     finally:
         sandbox.close()
@@ -149,7 +151,9 @@ def main() -> None:
         ours = harness("docker", args.n, args.c, args.corpus)
         print(f"docker  bare `docker run --network none` {bare:6.2f}/s   harness {ours:6.2f}/s   "
               f"harness/bare {ours / bare:5.2f}  (target ≥ 0.90)")
-        print(f"        bare API loop, the harness's settings {same:6.2f}/s   harness/that {ours / same:5.2f}")
+        print(
+            f"        bare API loop, the harness's settings {same:6.2f}/s   harness/that {ours / same:5.2f}"
+        )
         if args.ambiguous:
             killed = harness("docker", args.n, args.c, args.corpus, agent="fake-kill")
             print(f"        an agent exiting 137 (events asked) {killed:6.2f}/s   that/plain "

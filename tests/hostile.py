@@ -15,7 +15,11 @@ HOSTILE_DIR = Path(__file__).resolve().parent / "agents"
 def hostile_specs() -> list[AgentSpec]:
     out = []
     for program in sorted(HOSTILE_DIR.glob("*.py")):
-        doc = program.read_text().split('"""')[1].strip().splitlines()[0] if '"""' in program.read_text() else ""
+        doc = (
+            program.read_text().split('"""')[1].strip().splitlines()[0]
+            if '"""' in program.read_text()
+            else ""
+        )
         out.append(AgentSpec(name=program.stem.replace("_", "-"), role="control", program=program,
                              support=(DESHUFFLE_AGENTS / "deshufflelib.py",),
                              tests=f"hostile: {doc or program.stem}",

@@ -222,9 +222,16 @@ def test_the_frozen_set_narrowed_and_resealed(pooled):
 
     frozen = load_manifest(pooled / "frozen-manifest.json")
     fake = frozen.model_copy(update={"tasks": frozen.tasks[:-1]})
-    (pooled / "frozen-manifest.json").write_bytes(fake.model_copy(update={
-        "task_list_sha256": task_list_sha256(fake.tasks),
-        "selection": fake.selection.model_copy(update={"idx": [t.idx for t in fake.tasks]})}).sealed().to_json())
+    (pooled / "frozen-manifest.json").write_bytes(
+        fake.model_copy(
+            update={
+                "task_list_sha256": task_list_sha256(fake.tasks),
+                "selection": fake.selection.model_copy(update={"idx": [t.idx for t in fake.tasks]}),
+            }
+        )
+        .sealed()
+        .to_json()
+    )
     summary = json.loads((pooled / "run.json").read_text())
     summary["frozen_manifest_sha256"] = json.loads((pooled / "frozen-manifest.json").read_text())["sha256"]
     (pooled / "run.json").write_text(json.dumps(summary))

@@ -36,7 +36,9 @@ def built(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("forgery")
     sandbox = sandboxes("bwrap")
     m = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2)
-    m = m.model_copy(update={"execution": m.execution.model_copy(update={"max_reply_text_bytes": TEXT_CAP})}).sealed()
+    m = m.model_copy(
+        update={"execution": m.execution.model_copy(update={"max_reply_text_bytes": TEXT_CAP})}
+    ).sealed()
     run_agents(make_ctx(m, sandbox, base / "run"), RunPhase())
     ex = make_manifest(sandbox, idx=[0, 1], max_papers=2, controls=["identity"], ceilings={"identity": 0.0})
     run_agents(make_ctx(ex, sandbox, base / "excluded"), RunPhase())

@@ -29,7 +29,9 @@ def test_the_registry_lists_the_projects_backends_and_the_tests_without_importin
 def test_a_backend_from_tests_runs_a_real_pool_that_passes_the_audit(tmp_path):
     sandbox = open_sandbox("toy", image="host", run_label="pytest-toy")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy", broken=[2], min_task_count=3)
-    assert manifest.execution.backend == "toy" and manifest.execution.backend_version.startswith("toy over bubblewrap")
+    assert manifest.execution.backend == "toy" and manifest.execution.backend_version.startswith(
+        "toy over bubblewrap"
+    )
     summary = pool(make_ctx(manifest, sandbox, tmp_path / "pool"), PoolPhase())
     write_report(tmp_path / "pool")
     rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
@@ -53,7 +55,10 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
     with pytest.raises(ContractError) as e:
         parse_manifest(json.dumps(raw).encode(), "manifests/m.json")
     assert str(e.value).startswith("manifests/m.json: field 'execution.backend: ")
-    assert "no backend named 'firecracker'; installed: bwrap, docker, docker-gvisor, podman, subprocess, toy" in str(e.value)
+    assert (
+        "no backend named 'firecracker'; installed: bwrap, docker, docker-gvisor, podman, subprocess, toy"
+        in str(e.value)
+    )
     path = tmp_path / "m.json"
     path.write_text(json.dumps(raw))
     import subprocess
@@ -77,8 +82,12 @@ def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freez
 
     r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "nope"],
                        capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
-    assert r.returncode == 2 and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'podman', 'subprocess', 'toy')" \
+    assert (
+        r.returncode == 2
+        and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'podman', 'subprocess', "
+        "'toy')"
         in r.stderr
+    )
 
 
 def test_a_backend_without_live_sessions_refuses_one_by_name():

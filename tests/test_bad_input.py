@@ -110,7 +110,9 @@ DATASET_COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(DATASET_COMMANDS))
-def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the_eval_commands(tmp_path, command):
+def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the_eval_commands(
+    tmp_path, command
+):
     refused(cli(*DATASET_COMMANDS[command], cwd=tmp_path), EVAL_CONTRACT, "is an eval contract",
             "not a dataset manifest", "validate eval run --contract")
     assert list(tmp_path.iterdir()) == []

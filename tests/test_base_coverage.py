@@ -77,8 +77,10 @@ def test_a_task_with_only_an_apptainer_image_loads_and_is_unsupported_naming_app
     sif = tasks["sif-only"].parsed
     assert sif is not None and sif.environment == "none" and sif.sif_image == "images/sif-only.sif"
     assert "Apptainer" in apptainer_only(sif) and "images/sif-only.sif" in apptainer_only(sif)
-    assert tasks["csv-to-json"].parsed.sif_image == "images/csv.sif" and apptainer_only(tasks["csv-to-json"].parsed) \
-        is None
+    assert (
+        tasks["csv-to-json"].parsed.sif_image == "images/csv.sif"
+        and apptainer_only(tasks["csv-to-json"].parsed) is None
+    )
     assert tasks["sif-only"].meta["row.sif_image"] == "images/sif-only.sif"
 
 

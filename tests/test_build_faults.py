@@ -16,7 +16,9 @@ from validate.cli.main import main
 from validate.taskdir.images import netfault
 from validate.taskdir.images.trust import TRUST_FILE, TRUST_PATH, TRUST_VARIABLES, with_trust
 
-TASK_TOML = '[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
+TASK_TOML = (
+    '[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
+)
 DOCKERFILES = {
     "pip-six": "FROM python:3.11-slim-bookworm\n"
                "RUN pip install --no-cache-dir six==1.16.0 && python -c 'import six'\n",
@@ -47,7 +49,7 @@ def test_log_errors_name_their_host_and_unconfirmed_claims_stay_the_tasks(monkey
         Could not fetch URL https://pypi.org/simple/six/: There was a problem confirming the ssl certificate: \
 HTTPSConnectionPool(host='pypi.org', port=443): certificate verify failed
         curl: (6) Could not resolve host: nothing.invalid
-        """)
+        """)  # noqa: E501
     assert {(e.kind, e.host) for e in netfault.network_errors(log)} == {("tls", "pypi.org"),
                                                                         ("dns", "nothing.invalid")}
     assert netfault.classify("ERROR: No matching distribution found for six", "host") is None
@@ -74,8 +76,9 @@ def test_the_trust_store_is_copied_after_every_from_as_build_arguments_only():
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_the_hosts_trust_store(tmp_path,
-                                                                                                   capsys):
+def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_the_hosts_trust_store(
+    tmp_path, capsys
+):
     data = _dataset(tmp_path / "ds")
     args = ["freeze", "--env", "harbor", "--name", "pip", "--dataset", str(data), "--min-count", "1",
             "--allow-patch"]

@@ -164,7 +164,8 @@ def test_the_pids_cap_stops_forks(host):
 def test_the_cpu_quota_throttles(host):
     name = attempt_name()
     groups = host.create(name, Limits(cpus=0.1))
-    spin = f'exec "{sys.executable}" -S -c "import time\nt = time.monotonic() + 0.6\nwhile time.monotonic() < t: pass"'
+    spin = (f'exec "{sys.executable}" -S -c '
+            '"import time\nt = time.monotonic() + 0.6\nwhile time.monotonic() < t: pass"')
     assert join(groups, spin).wait(timeout=60) == 0
     assert read_counters((groups[-1] / "cpu.stat").read_text())["nr_throttled"] > 0
 
@@ -260,7 +261,11 @@ def test_v2_groups_join_release_and_are_removed(v2mount):
     cg.release(name, [proc.pid])
     assert cg.pids(name) == [child] and cgroup_of(proc.pid, "") == f"/{PARENT}/{name}/launch"
     # no internal processes: neither the parent nor the attempt's group holds one
-    assert (v2mount / PARENT / "cgroup.procs").read_text() == (v2mount / PARENT / name / "cgroup.procs").read_text() == ""
+    assert (
+        (v2mount / PARENT / "cgroup.procs").read_text()
+        == (v2mount / PARENT / name / "cgroup.procs").read_text()
+        == ""
+    )
     assert cg.oom_kills(name) is None and not cg.oom_killed(name)  # no memory controller: no memory.events
     cg.kill(name)
     assert proc.wait(timeout=5) == -signal.SIGKILL and not alive(child)
@@ -411,10 +416,12 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
     facts (the suite's own dockerd runs in the VM too) must say v2."""
     from tests.cgroup2_vm import run_in_vm
 
-    probe = f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; ' \
-            f"from validate.core.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; " \
-            f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split(), " \
-            f"str(store), ImagePaths(DEFAULT_IMAGE).tarball.is_file()]))\""
+    probe = (
+        f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; '
+        f"from validate.core.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; "
+        f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split(), "
+        f"str(store), ImagePaths(DEFAULT_IMAGE).tarball.is_file()]))\""
+    )
     tests = (f'PYTHONDONTWRITEBYTECODE=1 "{sys.executable}" -m pytest -q -p no:cacheprovider --color=no '
              f'tests/test_cgroups.py -k "not in_a_vm"')
     # What CI points at fresh temporary places (the image store, the corpus, the VM's kernel)
@@ -425,7 +432,9 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
                             env={k: os.environ[k] for k in passed_on if k in os.environ},
                             visible=(ROOT, CORPUS_PATH.parent))
     assert status == 0, out[-3000:]
-    version, controllers, store, tarball = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
+    version, controllers, store, tarball = json.loads(
+        next(line for line in out.splitlines() if line.startswith("["))
+    )
     assert version == "v2" and set(CONTROLLERS) <= set(controllers), out[:500]
     # this run's store, not the machine's
     assert store == str(ImagePaths(DEFAULT_IMAGE).base) and tarball, out[:500]

@@ -44,7 +44,9 @@ def test_freeze_refuses_a_contract_naming_no_control(tmp_path, controls):
             "--backend", "bwrap", "--allow-patch", "--out", str(tmp_path / "nc.json"), cwd=tmp_path)
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--controls" in lines[0] and "at least one negative control" in lines[0], r.stderr
+    assert len(lines) == 1 and "--controls" in lines[0] and "at least one negative control" in lines[0], (
+        r.stderr
+    )
     assert "Traceback" not in r.stderr and not (tmp_path / "nc.json").exists()
 
 
@@ -103,7 +105,9 @@ def test_a_pool_task_no_control_can_test_is_excluded_counted_and_audited(untesta
     root, summary = untestable_pool
     tasks = pq.read_table(root / "tasks.parquet").to_pylist()
     by_idx = {t["idx"]: t for t in tasks}
-    assert by_idx[UNTESTABLE]["verdict"] == "excluded" and by_idx[UNTESTABLE]["reason"] == "no_negative_control"
+    assert (
+        by_idx[UNTESTABLE]["verdict"] == "excluded" and by_idx[UNTESTABLE]["reason"] == "no_negative_control"
+    )
     assert by_idx[UNTESTABLE]["oracle_reward"] == 1.0  # the oracle passed: that alone is not compatible
     assert all(by_idx[i]["verdict"] == "compatible" for i in TESTABLE)
     attempts = pq.read_table(root / "attempts.parquet").to_pylist()
@@ -120,7 +124,11 @@ def test_a_pool_task_no_control_can_test_is_excluded_counted_and_audited(untesta
     report = sorted((root / "reports").iterdir())[-1] / "report.md"
     assert "excluded: no\\_negative\\_control | 1/3" in report.read_text()  # markdown-escaped
     result = audit(root)
-    assert result.problems == [] and "3 task rows and 1 exclusion rows re-derived from their attempts and the environment" in result.checked
+    assert (
+        result.problems == []
+        and "3 task rows and 1 exclusion rows re-derived from their attempts and the environment"
+        in result.checked
+    )
 
 
 @pytest.mark.bwrap
@@ -153,7 +161,9 @@ def test_eval_freeze_refuses_a_pool_with_an_untested_frozen_task(untestable_pool
         parent_of(root, audit=_not_reached)
     r = cli("eval", "freeze", "--name", "e", "--pool-run", str(root), "--model", "m", "--model-revision", "r",
             "--base-url", "http://127.0.0.1:9/v1", "--allow-patch", cwd=tmp_path)
-    assert r.returncode == 2 and "no negative control can test" in r.stderr and str(root) in r.stderr, r.stderr
+    assert r.returncode == 2 and "no negative control can test" in r.stderr and str(root) in r.stderr, (
+        r.stderr
+    )
     assert "Traceback" not in r.stderr
 
 
@@ -182,8 +192,13 @@ def _frozen_as(root, keep):
 
     m = load_manifest(root / "frozen-manifest.json")
     tasks = [t for t in load_manifest(root / "manifest.json").tasks if keep(t)]
-    m = m.model_copy(update={"tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
-                             "selection": m.selection.model_copy(update={"idx": [t.idx for t in tasks]})}).sealed()
+    m = m.model_copy(
+        update={
+            "tasks": tasks,
+            "task_list_sha256": task_list_sha256(tasks),
+            "selection": m.selection.model_copy(update={"idx": [t.idx for t in tasks]}),
+        }
+    ).sealed()
     write_manifest(m, root / "frozen-manifest.json")
     return root
 

@@ -52,7 +52,9 @@ def test_judged_rewards_follow_the_grades(tmp_path):
         gold = sorted(task.gold)
         members = sorted(it["id"] for it in info["items"] if not it["is_intruder"])
         oracle = ts.score(task, _reply(gold, info["theme"]), tmp_path)
-        assert oracle.reward == 1.0 and oracle.metrics["judged"] == 1.0 and oracle.metrics["theme_score"] == 1.0
+        assert (
+            oracle.reward == 1.0 and oracle.metrics["judged"] == 1.0 and oracle.metrics["theme_score"] == 1.0
+        )
         decoy = ts.score(task, _reply(gold, info["decoy"]), tmp_path)
         assert decoy.reward == pytest.approx(0.7) and decoy.metrics["theme_score"] == 0.0
         half = ts.score(task, _reply(gold[:1], info["theme"]), tmp_path)

@@ -40,10 +40,18 @@ def played(taskset3):
     rows = []
     for task in taskset3.tasks(0, N_TASKS):
         reply = policy(after_tool(task, task.files[PARAGRAPHS_FILE].decode(), temperature=0))["content"]
-        rows.append({"k": task.n_papers, "reply": reply, "n_labels": task.n_labels,
-                     "baseline": taskset3.score(task, reply).reward,
-                     "shuffled": taskset3.score(task, shuffled_reply(task, opaque_id=task.id)).reward,
-                     "oracle": taskset3.score(task, f"\\boxed{{{json.dumps([list(p) for p in task.gold])}}}").reward})
+        rows.append(
+            {
+                "k": task.n_papers,
+                "reply": reply,
+                "n_labels": task.n_labels,
+                "baseline": taskset3.score(task, reply).reward,
+                "shuffled": taskset3.score(task, shuffled_reply(task, opaque_id=task.id)).reward,
+                "oracle": taskset3.score(
+                    task, f"\\boxed{{{json.dumps([list(p) for p in task.gold])}}}"
+                ).reward,
+            }
+        )
     return rows
 
 
@@ -75,7 +83,9 @@ def test_the_baseline_is_clearly_above_the_shuffled_control_and_below_the_oracle
               f"oracle {orac:.3f}")
         assert len(rows) >= 30
         assert orac == 1.0
-        assert base > shuf + 0.1, f"{label}: the baseline ({base:.3f}) is not clearly above shuffled ({shuf:.3f})"
+        assert base > shuf + 0.1, (
+            f"{label}: the baseline ({base:.3f}) is not clearly above shuffled ({shuf:.3f})"
+        )
         assert base < 0.95, f"{label}: a heuristic baseline near the oracle ({base:.3f}) means a leak"
 
 

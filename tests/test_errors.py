@@ -95,7 +95,9 @@ def test_every_exception_class_derives_from_its_root():
     assert not unimportable, f"modules that do not import: {unimportable}"
     assert checked > 40, checked  # the walk reached the packages' modules
     assert set(STANDALONE) <= set(modules), sorted(set(STANDALONE) - set(modules))
-    assert not outside, f"{len(outside)} exception classes outside their package's root: " + "; ".join(outside)
+    assert not outside, f"{len(outside)} exception classes outside their package's root: " + "; ".join(
+        outside
+    )
     assert None not in roots.values(), f"a package without its root: {roots}"
 
 
@@ -123,5 +125,6 @@ def test_programs_define_no_exception_class():
 
 
 def test_the_reader_sees_exception_bases():
-    assert _exception_bases(ast.parse("class A(ValueError): pass\nclass B(x.FooError): pass\nclass C: pass\n")) \
-        == ["A", "B"]
+    assert _exception_bases(
+        ast.parse("class A(ValueError): pass\nclass B(x.FooError): pass\nclass C: pass\n")
+    ) == ["A", "B"]

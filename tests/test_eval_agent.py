@@ -104,7 +104,10 @@ def test_malformed_tool_arguments_are_the_models_failure_and_the_conversation_go
         second = server.requests[1].body
     bad = conv.turns[0].calls[0]
     assert not bad.well_formed and "not valid JSON" in bad.error and bad.exit_code is None
-    assert second["messages"][-1]["role"] == "tool" and "malformed tool call" in second["messages"][-1]["content"]
+    assert (
+        second["messages"][-1]["role"] == "tool"
+        and "malformed tool call" in second["messages"][-1]["content"]
+    )
     # the baseline answers from the prompt alone once it has a tool result: a valid partition, unread
     assert conv.termination == "answer" and conv.reply
 
@@ -130,8 +133,14 @@ def scripted(commands: list[str]):
     def policy(request: dict) -> dict:
         done = sum(m["role"] == "tool" for m in request["messages"])
         if done < len(commands):
-            return {"tool_calls": [{"type": "function", "function": {"name": "bash",
-                                                                     "arguments": {"command": commands[done]}}}]}
+            return {
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": {"command": commands[done]}},
+                    }
+                ]
+            }
         return {"content": "\\boxed{[1]}"}
     return policy
 

@@ -81,7 +81,9 @@ def play(policy, read_command: str, file_text: str, prompt: str, temperature: fl
             command = None
         if command is not None:
             commands.append(command)
-        text = file_text if command == read_command else "error: malformed tool call" if command is None else ""
+        text = (
+            file_text if command == read_command else "error: malformed tool call" if command is None else ""
+        )
         messages += [{"role": "assistant", "content": None, "tool_calls": calls},
                      {"role": "tool", "tool_call_id": calls[0]["id"], "content": text}]
     return "<max_turns>", commands

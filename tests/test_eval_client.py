@@ -185,7 +185,9 @@ class _Hostile(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     time.sleep(1.0)
                 data = json.dumps(answer(model, "late")).encode()
-                self.wfile.write(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+                self.wfile.write(
+                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+                )
             elif mode == "drip_plain":
                 data = json.dumps(answer(model, "slow")).encode()
                 self._head("application/json", {"Content-Length": str(len(data))})

@@ -146,8 +146,12 @@ def test_family_rows_split_greedy_and_sampled_by_family():
              task_eval("b", "y", [s("b", i, reward=0.0, family="y") for i in range(k)], k, 1.0)]
     greedy = [s("a", phase=GREEDY_PHASE, family="x"), s("b", phase=GREEDY_PHASE, family="y", reward=0.2)]
     rows = {r.family: r for r in family_rows(greedy, tasks, 1.0)}
-    assert rows["x"].greedy_pass_at_1.value == 1.0 and rows["x"].pass_at_k.value == 1.0 and rows["x"].tasks == 1
-    assert rows["y"].greedy_pass_at_1.value == 0.0 and rows["y"].greedy_mean_reward.value == pytest.approx(0.2)
+    assert (
+        rows["x"].greedy_pass_at_1.value == 1.0 and rows["x"].pass_at_k.value == 1.0 and rows["x"].tasks == 1
+    )
+    assert rows["y"].greedy_pass_at_1.value == 0.0 and rows["y"].greedy_mean_reward.value == pytest.approx(
+        0.2
+    )
     assert rows["y"].pass_at_k.value == 0.0
 
 

@@ -232,7 +232,9 @@ def test_the_command_line_exits_2_with_one_line(passed_pool, tmp_path):
                            env=subprocess_env(PREFLIGHT_KEY="wrong"), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: model.api_key_env: GET ") and "401" in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: model.api_key_env: GET ") and "401" in lines[0], (
+        r.stderr
+    )
     assert "wrong" not in r.stderr and "right" not in r.stderr  # the key is never printed
     assert not (tmp_path / "ledgers").exists()
 
@@ -265,8 +267,11 @@ def test_the_whole_eval_runs_against_an_independent_server(passed_pool, tmp_path
     first = next(t for t in turns if t["turn"] == 0 and t["phase"] == "eval-greedy")
     sent = next(r["body"] for r in chats if len(r["body"]["messages"]) <= 2
                 and r["body"]["messages"][-1]["content"] == first["user"])
-    assert first["prompt_tokens"] == usage_tokens(json.dumps(sent["messages"], ensure_ascii=False)) + usage_tokens(
-        json.dumps(sent["tools"], ensure_ascii=False))  # the server's own count, recorded as it said
+    assert first["prompt_tokens"] == usage_tokens(
+        json.dumps(sent["messages"], ensure_ascii=False)
+    ) + usage_tokens(
+        json.dumps(sent["tools"], ensure_ascii=False)
+    )  # the server's own count, recorded as it said
     assert 0.3 < s.greedy.mean_reward.value < 1.0
     entry = api.eval_report(tmp_path / "run")
     assert (entry / "report.html").is_file()

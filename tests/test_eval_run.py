@@ -48,7 +48,9 @@ def run(tmp_path, name="e", passes=("greedy", "sampled"), **kw):
 def test_freeze_refuses_anything_but_a_passed_audited_pool(passed_pool, server, tmp_path):
     c = freeze(passed_pool, server, tmp_path)
     assert c.parent.dataset_verdict == "PASS" and c.parent.task_count == 5 and c.k == K
-    assert c.parent.manifest_sha256 == json.loads((passed_pool / "frozen-manifest.json").read_text())["sha256"]
+    assert (
+        c.parent.manifest_sha256 == json.loads((passed_pool / "frozen-manifest.json").read_text())["sha256"]
+    )
     assert "api_key" not in c.model.model_dump() and c.model.api_key_env is None
     # a pool whose smoke test never ran: INCOMPLETE, not PASS
     summary = json.loads((passed_pool / "run.json").read_text())
@@ -139,7 +141,9 @@ def test_an_endpoint_hung_past_the_attempts_deadline_is_infrastructure_and_its_w
         assert row["termination"] is None and row["model_s"] == 0.0 and row["tool_s"] == 0.0
         # both tries: the first's full 1 s and the second's, cut by the deadline (the clock
         # started with the sandbox)
-        assert 1.0 < row["endpoint_wait_s"] <= row["wall_s"] and row["endpoint_wait_s"] + row["sandbox_s"] > 1.9, row
+        assert (
+            1.0 < row["endpoint_wait_s"] <= row["wall_s"] and row["endpoint_wait_s"] + row["sandbox_s"] > 1.9
+        ), row
         assert row["endpoint_tries"] == 2 and row["failure_rule"] == "infrastructure-error"
     assert api.eval_audit(tmp_path / "run-hung").problems == []
 

@@ -87,12 +87,18 @@ def evaluate_with(harbor, server, tmp_path, model: str, **limits):
                               manifest_path="m.json", pool_run_id="pool", pool_run_dir="pool",
                               pool_manifest_sha256="sha256:p", pool_checksums_sha256="sha256:c",
                               dataset_verdict="PASS", environment="harbor", task_count=len(manifest.tasks))
-    contract = ec.build(name="shell", parent=parent, manifest=manifest, reward_code="sha256:x",
-                        agent=ec.SHELL_AGENT, model=ec.ModelSpec(id=model, revision="test",
-                                                                 server="localserver",
-                                                                 base_url=server.base_url, api_key_env=KEY_ENV),
-                        limits=ec.AgentLimits(**{"attempt_timeout_s": 60, "tool_timeout_s": 15, **limits}),
-                        k=1)
+    contract = ec.build(
+        name="shell",
+        parent=parent,
+        manifest=manifest,
+        reward_code="sha256:x",
+        agent=ec.SHELL_AGENT,
+        model=ec.ModelSpec(
+            id=model, revision="test", server="localserver", base_url=server.base_url, api_key_env=KEY_ENV
+        ),
+        limits=ec.AgentLimits(**{"attempt_timeout_s": 60, "tool_timeout_s": 15, **limits}),
+        k=1,
+    )
     run_dir = tmp_path / "run"
     client = ChatClient(server.base_url, KEY, 30, 1, 0.1)
     try:

@@ -175,7 +175,9 @@ def test_each_verdicts_facts_are_kept_whole_in_their_own_keys_and_types(tmp_path
     assert [v.meta for v in stored] == metas
     texts = [r["meta"] for r in pq.read_table(tmp_path / "tasks.parquet").to_pylist()]
     assert [json.loads(t) for t in texts] == metas and texts[1].startswith('{"author":{"n":1,"name":"Ada"},')
-    assert '"expert_time_estimate_min":60.0' in texts[1] and '"flag":true' in texts[1] and '"flag":1' in texts[2]
+    assert (
+        '"expert_time_estimate_min":60.0' in texts[1] and '"flag":true' in texts[1] and '"flag":1' in texts[2]
+    )
 
 
 def test_verdicts_written_with_a_struct_meta_still_read():
@@ -312,7 +314,9 @@ def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
     return paths, rows, live
 
 
-def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_tasks_at_a_time(tmp_path, monkeypatch):
+def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_tasks_at_a_time(
+    tmp_path, monkeypatch
+):
     import validate.evidence.journal as evidence
 
     tasks = 23
@@ -324,8 +328,9 @@ def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_t
     got = list(Journal(paths, METRICS).outcomes_by_task(phases, iter(asked)))
     assert got == expected  # each task's, in the order recorded, superseded tries included
     assert got[asked.index("t-none")] == []
-    assert [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in got] == \
-           [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in expected]  # no -0.0 became 0.0
+    assert [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in got] == [
+        [math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in expected
+    ]  # no -0.0 became 0.0
     assert pq.ParquetFile(paths.attempts).num_row_groups > 10  # the windows did cross row groups
 
 
@@ -374,7 +379,11 @@ def test_outcomes_by_task_refuse_a_folded_run_that_is_not_attempts(tmp_path, mon
     at = table.schema.get_field_index(column)
     pq.write_table(table.set_column(at, column, pa.array([value] * table.num_rows)), paths.attempts)
     with pytest.raises(EvidenceError, match="attempts.parquet"):  # ids "0".."2" would match a column of ints
-        list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["0", "1", "2", "t0", "t1", "t2"]))
+        list(
+            Journal(paths, METRICS).outcomes_by_task(
+                ("oracle", "controls"), ["0", "1", "2", "t0", "t1", "t2"]
+            )
+        )
 
 
 def test_outcomes_by_task_refuse_a_bad_row_of_a_phase_not_asked_for(tmp_path, monkeypatch):

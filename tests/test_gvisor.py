@@ -28,7 +28,9 @@ def test_the_profile_records_runsc_and_how_every_limit_is_enforced(sandboxes):
     assert facts.isolation is not None and facts.isolation.runtime == "runsc" and not facts.isolation.rootless
     assert set(facts.isolation.limit_enforcement) == set(Limits.model_fields) - {"max_log_bytes"}
     assert "RLIMIT_NPROC" in facts.isolation.limit_enforcement["pids"]
-    assert facts.seccomp.startswith("gVisor's Sentry (runsc 0.0~") and facts.seccomp.endswith("no seccomp profile")
+    assert facts.seccomp.startswith("gVisor's Sentry (runsc 0.0~") and facts.seccomp.endswith(
+        "no seccomp profile"
+    )
     manifest = make_manifest(sandboxes("docker-gvisor"), idx=[0], env_name="toy")  # the contract records it
     assert manifest.execution.backend == "docker-gvisor" and manifest.execution.isolation == facts.isolation
 
@@ -111,4 +113,7 @@ def test_live_sessions_are_refused_naming_why(sandboxes):
                                                  "the whole sandbox"):
         session.start()
     session.stop()  # safe after a refused start
-    assert sandbox.client.api.containers(all=True, filters={"label": f"deshuffle-validate={sandbox.run_label}"}) == []
+    assert (
+        sandbox.client.api.containers(all=True, filters={"label": f"deshuffle-validate={sandbox.run_label}"})
+        == []
+    )

@@ -28,8 +28,10 @@ pytestmark = pytest.mark.docker
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 FROM_SAMPLE = ("csv-to-json", "garbage-reward-txt")
 #: A verifier that checks the agent's answer and writes `good` or `bad` to its reward file.
-CHECKED = 'if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then cat <<\'EOF\'\n{good}\nEOF\nelse cat <<\'EOF\'\n' \
-          '{bad}\nEOF\nfi > /logs/verifier/{file}\n'
+CHECKED = (
+    'if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then cat <<\'EOF\'\n{good}\nEOF\nelse cat <<\'EOF\'\n'
+    '{bad}\nEOF\nfi > /logs/verifier/{file}\n'
+)
 SOLVE = "echo 42 > /app/answer.txt\n"
 RICH_META = """expert_time_estimate_min = 60.0
 tags = ["text", "shell"]

@@ -130,7 +130,9 @@ def test_legacy_spellings():
     assert explicit.environment.network_mode == "public"  # the explicit mode wins, as in Harbor
     venv = TaskConfig.from_toml('[verifier.environment]\nallow_internet = true\n[environment]\n'
                                 'allow_internet = false\n')
-    assert venv.verifier.environment.network_mode == "public" and venv.environment.network_mode == "no-network"
+    assert (
+        venv.verifier.environment.network_mode == "public" and venv.environment.network_mode == "no-network"
+    )
 
 
 @pytest.mark.parametrize("text,field", [
@@ -342,7 +344,13 @@ def test_hashes_move_with_every_byte_and_name_and_nothing_else(tmp_path):
     make_task(a, "x", test="#!/bin/bash\necho 1\n")
     # the same content written in another order, with other mtimes and modes
     d = b / "x"
-    for rel in ["tests/test.sh", "solution/solve.sh", "environment/Dockerfile", "instruction.md", "task.toml"]:
+    for rel in [
+        "tests/test.sh",
+        "solution/solve.sh",
+        "environment/Dockerfile",
+        "instruction.md",
+        "task.toml",
+    ]:
         (d / rel).parent.mkdir(parents=True, exist_ok=True)
         (d / rel).write_bytes((a / "x" / rel).read_bytes())
     (d / "tests/test.sh").chmod(0o755)
@@ -508,7 +516,10 @@ def test_the_sample_dataset_loads_as_labelled():
     tasks = {t.id: t for t in ds.tasks}
     assert any("é" in e.path for e in tasks["unicode-names"].entries)
     assert tasks["no-solution"].has_solution is False and tasks["separate-verifier"].verifier == "separate"
-    assert tasks["gpu-required"].config.environment.needs_gpu() and tasks["multi-step"].steps == ["write", "double"]
+    assert tasks["gpu-required"].config.environment.needs_gpu() and tasks["multi-step"].steps == [
+        "write",
+        "double",
+    ]
     assert tasks["csv-to-json"].config.environment.memory_mb == 1024
     assert not tasks["csv-to-json"].instruction.lstrip().startswith(("<!--", "#"))
     for t in ds.tasks:
@@ -539,7 +550,9 @@ FROM scratch
     assert t.base_images == ["golang:1.22", "python:3.11-slim-bookworm", "${BASE}"]
     ds = {t.id: t for t in load_dataset(SAMPLE).tasks}
     assert ds["unmapped-base"].base_images == ["ubuntu:24.04"]
-    assert ds["prebuilt-image"].base_images == [] and ds["edit-config"].base_images == ["python:3.11-slim-bookworm"]
+    assert ds["prebuilt-image"].base_images == [] and ds["edit-config"].base_images == [
+        "python:3.11-slim-bookworm"
+    ]
 
 
 def test_a_file_edited_between_hashing_and_parsing_is_a_problem(tmp_path, monkeypatch):

@@ -114,9 +114,9 @@ def test_an_image_other_than_the_frozen_one_is_refused(frozen, tmp_path):
     _, m = frozen
     ti = m.execution.task_images
     real = ti.tasks["csv-to-json"]
-    other = ti.model_copy(update={"tasks": {**ti.tasks,
-                                            "csv-to-json": real.model_copy(update={"image": "sha256:"
-                                                                                                + "0" * 64})}})
+    other = ti.model_copy(
+        update={"tasks": {**ti.tasks, "csv-to-json": real.model_copy(update={"image": "sha256:" + "0" * 64})}}
+    )
 
     class Built:  # what the cache answers: the image this daemon really holds for the task
         image_id, log = real.image, "/nonexistent"

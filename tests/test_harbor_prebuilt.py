@@ -90,7 +90,10 @@ def test_a_served_image_is_the_mapped_base_with_its_substitution_recorded(datase
     assert got.bases[0].differences == built.bases[0].differences
     assert "Python 3.11 is served where the task asks for Python 3.12: code needing 3.12 features fails" in \
         got.bases[0].differences
-    assert '-docker_image = "python:3.12-slim"\n' in got.patch and f'+docker_image = "{base.image_id}"\n' in got.patch
+    assert (
+        '-docker_image = "python:3.12-slim"\n' in got.patch
+        and f'+docker_image = "{base.image_id}"\n' in got.patch
+    )
     builds = images.builds
     again = build_task_image(dataset / "served", base_map, images, tmp_path, docker_image="python:3.12-slim")
     assert again.cached and again.image_id == got.image_id and images.builds == builds
@@ -115,7 +118,9 @@ def test_freeze_routes_the_served_task_to_its_image_and_refuses_the_other(frozen
     ti = m.execution.task_images
     served, unserved = ti.tasks["served"], ti.tasks["unserved"]
     assert served.refusal is None and served.image.startswith("sha256:")
-    assert served.layers == (ti.base_map.bases[PYTHON].layer,) and served.bases == {"python:3.12-slim": PYTHON}
+    assert served.layers == (ti.base_map.bases[PYTHON].layer,) and served.bases == {
+        "python:3.12-slim": PYTHON
+    }
     assert served.patch_sha256 and served.log_sha256
     assert DockerImages().image_layers(served.image) == [ti.base_map.bases[PYTHON].layer]
     assert (unserved.refusal, unserved.image) == ("unsupported_execution_contract", None)
@@ -232,7 +237,9 @@ def test_on_bwrap_the_served_tasks_oracle_passes_in_the_unpacked_base(dataset, s
     run_agents(make_ctx(m, sandbox, run_dir, concurrency=2), RunPhase(agents="oracle"))
     att = pd.read_parquet(run_dir / "attempts.parquet").set_index("task_id")
     served = att.loc[["served"]]
-    record = json.loads((run_dir / "replies" / served["reply_sha256"].iloc[0].removeprefix("sha256:")).read_bytes())
+    record = json.loads(
+        (run_dir / "replies" / served["reply_sha256"].iloc[0].removeprefix("sha256:")).read_bytes()
+    )
     storage.remove_tree(tree_store() / record["image"].removeprefix("sha256:"))
     assert len(served) == 1 and served["status"].iloc[0] == "ok" and served["reward"].iloc[0] == 1.0, \
         served[["status", "error_class", "error_message", "stderr"]].to_dict("records")

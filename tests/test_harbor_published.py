@@ -219,7 +219,11 @@ def test_hub_dataset_resolves_the_branch_to_its_commit_and_a_contract_pins_it(of
               {"data/train-00000-of-00001.parquet": _parquet_bytes(SOUND[:2])})
     said: list[str] = []
     ts = ENV.load(ENV.Config(dataset="hf://our-org/tasks@main"), LoadHints(log=said.append))
-    assert ts.source["commit"] == one and ts.source["requested"] == "main" and ts.source["repo"] == "our-org/tasks"
+    assert (
+        ts.source["commit"] == one
+        and ts.source["requested"] == "main"
+        and ts.source["repo"] == "our-org/tasks"
+    )
     assert any(f"commit {one}" in line for line in said)
     assert sorted(_hashes(ts)) == sorted(SOUND[:2])
     # main moves on: a fresh load reads the new commit, a contract's load still reads its own

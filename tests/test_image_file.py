@@ -91,7 +91,9 @@ def test_a_contract_verifies_against_the_imported_store_and_not_without_it(impor
     assert ok.returncode == 0 and "OK" in ok.stdout, ok.stderr
     # a contract of another machine's image: refused, and the refusal names the file that fixes it
     packages = {**manifest.execution.packages, "zlib1g": "1:1.2.13.dfsg-1"}
-    other = manifest.model_copy(update={"execution": manifest.execution.model_copy(update={"packages": packages})})
+    other = manifest.model_copy(
+        update={"execution": manifest.execution.model_copy(update={"packages": packages})}
+    )
     path.write_bytes(other.sealed().to_json())
     refused(cli("verify", "--manifest", path, store=imported), "execution.packages", "zlib1g",
             f"validate image import {file_name(record.digest)}")

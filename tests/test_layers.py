@@ -188,7 +188,9 @@ def test_function_level_imports_say_why():
                         "on the line; move them to the top of the module or say why: " + "; ".join(unsaid))
     count = len({(i.path, i.line) for i in lazy})
     print(f"{count} function-level project imports, each saying why")
-    assert count <= LAZY_CEILING, f"{count} function-level project imports, more than the {LAZY_CEILING} allowed"
+    assert count <= LAZY_CEILING, (
+        f"{count} function-level project imports, more than the {LAZY_CEILING} allowed"
+    )
 
 
 def _layer(module: str) -> int | None:
@@ -217,7 +219,9 @@ def test_the_docstring_draws_these_layers():
 
 def test_every_module_imports_only_its_own_layer_or_below():
     unplaced = sorted(m for m in _modules() if _layer(m) is None)
-    assert not unplaced, f"modules in no layer of LAYERS (place each, and draw it in validate/__init__.py): {unplaced}"
+    assert not unplaced, (
+        f"modules in no layer of LAYERS (place each, and draw it in validate/__init__.py): {unplaced}"
+    )
     up = sorted({f"{i.path}:{i.line} {i.text} ({LAYERS[_layer(i.source)][0]} -> "
                  f"{LAYERS[_layer(i.target)][0]})"
                  for i in project_imports() if _layer(i.target) > _layer(i.source)})

@@ -40,7 +40,9 @@ def chat(server, body: dict | None = None, key: str | None = None, **kw) -> requ
 
 def sse_events(resp: requests.Response) -> list[str]:
     """The `data:` payloads of a server-sent-event body, in order."""
-    return [line[len("data: "):] for line in resp.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+    return [
+        line[len("data: ") :] for line in resp.iter_lines(decode_unicode=True) if line.startswith("data: ")
+    ]
 
 
 def assemble(events: list[str]) -> dict:
@@ -73,7 +75,9 @@ def test_models_are_listed_and_an_unknown_one_is_openais_404(server):
     for resp in (requests.get(f"{server.base_url}/models/gpt-x", timeout=10),
                  chat(server, {"model": "gpt-x"})):
         assert resp.status_code == 404
-        assert resp.json()["error"]["code"] == "model_not_found" and "`gpt-x`" in resp.json()["error"]["message"]
+        assert (
+            resp.json()["error"]["code"] == "model_not_found" and "`gpt-x`" in resp.json()["error"]["message"]
+        )
 
 
 def test_a_text_answer_with_whitespace_token_usage(server):
@@ -133,7 +137,10 @@ def test_bad_requests_name_the_field_and_policy_bugs_are_a_500():
         resp = requests.post(f"{server.base_url}/chat/completions", data=b"{not json", timeout=10)
         assert resp.status_code == 400 and "not a JSON object" in resp.json()["error"]["message"]
         resp = chat(server, {"model": "broken"})
-        assert resp.status_code == 500 and "'broken' raised RuntimeError: boom" in resp.json()["error"]["message"]
+        assert (
+            resp.status_code == 500
+            and "'broken' raised RuntimeError: boom" in resp.json()["error"]["message"]
+        )
         resp = chat(server, {"model": "rogue", "tools": [BASH_TOOL]})
         assert resp.status_code == 500 and "'rm'" in resp.json()["error"]["message"]
         assert chat(server).status_code == 200  # the server survives its policies

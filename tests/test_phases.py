@@ -62,7 +62,9 @@ def test_pool_freezes_runs_controls_on_the_frozen_set_then_smoke_tests(project):
     attempts = pd.read_parquet(project / "ledgers/pool/attempts.parquet")
     assert set(attempts.loc[attempts["phase"] == "oracle", "agent"]) == {"oracle"}
     controls = attempts[attempts["phase"] == "controls"]
-    assert set(controls["idx"]) == {t["idx"] for t in frozen["tasks"]} and "oracle" not in set(controls["agent"])
+    assert set(controls["idx"]) == {t["idx"] for t in frozen["tasks"]} and "oracle" not in set(
+        controls["agent"]
+    )
     assert (pd.read_parquet(project / "ledgers/pool/tasks.parquet")["verdict"] == "compatible").all()
     (entry,) = (project / "ledgers/pool/smoke").iterdir()
     result = json.loads((entry / "result.json").read_text())
@@ -107,7 +109,9 @@ def test_a_pool_below_its_minimum_freezes_nothing_and_fails_with_incomplete_evid
             cwd=tmp_path)
     assert r.returncode == 1
     first = r.stdout.splitlines()[0]
-    assert first.startswith("Dataset verdict: FAIL") and "INCOMPLETE" in first and "controls never ran" in first
+    assert (
+        first.startswith("Dataset verdict: FAIL") and "INCOMPLETE" in first and "controls never ran" in first
+    )
     assert not (tmp_path / "manifests/low.frozen.json").exists()
     assert set(pd.read_parquet(tmp_path / "ledgers/low/attempts.parquet")["agent"]) == {"oracle"}
     tasks = pd.read_parquet(tmp_path / "ledgers/low/tasks.parquet")

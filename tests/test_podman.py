@@ -76,8 +76,9 @@ def test_container_root_is_the_unprivileged_user_and_agents_are_their_own_host_u
         assert (st.st_uid, st.st_gid) == (65534, 65534)
 
 
-def test_without_root_or_a_shared_attempt_parent_the_profile_is_refused_naming_the_limits(sandboxes, monkeypatch,
-                                                                                        tmp_path):
+def test_without_root_or_a_shared_attempt_parent_the_profile_is_refused_naming_the_limits(
+    sandboxes, monkeypatch, tmp_path
+):
     sb = sandboxes("podman")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ProfileUnavailable, match=r"execution.limits: .*ignore memory_mb, pids, cpus"):

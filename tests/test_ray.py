@@ -406,10 +406,9 @@ def test_ctrl_c_on_the_driver_cancels_every_task_and_leaves_no_sandbox_running(t
     assert not any(any(storage.iterdir()) for storage in DEFAULT_PARENT.glob(f"{run.name}*"))
 
 
-def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(tmp_path, cluster,
-                                                                                            manifest,
-                                                                                             sandboxes,
-                                                                                             on_threads):
+def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(
+    tmp_path, cluster, manifest, sandboxes, on_threads
+):
     c, _, _ = cluster
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")

@@ -122,7 +122,9 @@ def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_
     run = tmp_path / "ledgers" / "r"
     tasks = pd.read_parquet(run / "tasks.parquet").set_index("task_id")
     att = pd.read_parquet(run / "attempts.parquet")
-    assert set(att["status"]) <= {"ok", "exit_nonzero"}, att[["task_id", "agent", "error_message"]].to_dict("records")
+    assert set(att["status"]) <= {"ok", "exit_nonzero"}, att[["task_id", "agent", "error_message"]].to_dict(
+        "records"
+    )
     reason = lambda t: tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""  # noqa: E731
     assert {t: (tasks.loc[t, "verdict"], reason(t)) for t in PICK} == {t: label(t) for t in PICK}, \
         tasks[["verdict", "reason", "detail"]].to_dict("index")

@@ -66,7 +66,9 @@ def test_subprocess_never_runs_a_network_isolated_task(tmp_path):
     _, attempts, tasks = run_all(sandbox, tmp_path / "sub", [0])
     assert set(attempts["status"]) == {"unsupported_execution_contract"}
     assert attempts["runtime_s"].isna().all()
-    assert tasks["reason"][0] == "unsupported_execution_contract" and "network isolation" in tasks["detail"][0]
+    assert (
+        tasks["reason"][0] == "unsupported_execution_contract" and "network isolation" in tasks["detail"][0]
+    )
 
 
 @pytest.mark.bwrap
@@ -84,7 +86,10 @@ def test_evidence_files_are_plain_parquet_with_replies(sandboxes, tmp_path):
     assert len(pd.read_parquet(root / "exclusions.parquet")) == 0
     assert (root / "manifest.json").exists() and not (root / "journal.jsonl").exists()
     check = subprocess.run(["sha256sum", "-c", "checksums"], cwd=root, capture_output=True, text=True)
-    assert check.returncode == 0 and check.stdout.count(": OK") == len((root / "checksums").read_text().splitlines()) >= 5
+    assert (
+        check.returncode == 0
+        and check.stdout.count(": OK") == len((root / "checksums").read_text().splitlines()) >= 5
+    )
 
 
 @pytest.mark.bwrap
@@ -99,7 +104,9 @@ def test_resume_after_a_partial_run_equals_an_uninterrupted_run(sandboxes, tmp_p
     def view(root):
         return list(pd.read_parquet(root / "tasks.parquet")[["task_id", "verdict"]].itertuples(index=False))
 
-    assert view(tmp_path / "part") == view(tmp_path / "full") and resumed.dataset_verdict == full.dataset_verdict
+    assert (
+        view(tmp_path / "part") == view(tmp_path / "full") and resumed.dataset_verdict == full.dataset_verdict
+    )
     attempts = pd.read_parquet(tmp_path / "part/attempts.parquet")
     keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"], strict=True))
     assert len(keys) == len(set(keys)) == 24  # nothing duplicated, nothing rerun
@@ -185,9 +192,14 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
     attempts = pd.read_parquet(tmp_path / "iso/attempts.parquet")
     assert len(attempts) == 9
     deep = attempts[attempts["agent"] == "deep-tree"]
-    assert set(deep["status"]) == {"harness_error"} and deep["error_message"].str.contains("RecursionError|recursion").all()
+    assert (
+        set(deep["status"]) == {"harness_error"}
+        and deep["error_message"].str.contains("RecursionError|recursion").all()
+    )
     assert set(attempts.loc[attempts["agent"] != "deep-tree", "status"]) <= {"ok", "no_reply"}
-    assert summary.counts.excluded == 3 and set(summary.counts.excluded_by_reason) == {"infrastructure_failure"}
+    assert summary.counts.excluded == 3 and set(summary.counts.excluded_by_reason) == {
+        "infrastructure_failure"
+    }
 
 
 @pytest.mark.bwrap

@@ -287,9 +287,13 @@ def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
                 if found:
                     time.sleep(0.5)
                     if backend == "podman":  # someone's `podman kill`: another client of the same service
-                        killed.append(docker.APIClient(base_url=sandbox.host, version="1.41").kill(found[0]["Id"]))
+                        killed.append(
+                            docker.APIClient(base_url=sandbox.host, version="1.41").kill(found[0]["Id"])
+                        )
                         return
-                    killed.append(subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode)
+                    killed.append(
+                        subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode
+                    )
                     return
             else:  # bwrap's monitor: the parent of the sandbox's PID 1, outside the attempt's cgroup
                 for pid in map(str, sandbox.hierarchy.pids(f"{sandbox.run_label}-{name}")):
@@ -488,7 +492,10 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
     try:
         assert not (storage.DEFAULT_PARENT / label).exists()
         if backend.startswith("docker") or backend == "podman":
-            assert leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
+            assert (
+                leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"})
+                == []
+            )
         if backend == "podman":
             assert leftovers.cgroups.names(label) == []
         elif not backend.startswith("docker"):

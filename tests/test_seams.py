@@ -52,7 +52,9 @@ def test_an_executor_from_tests_gives_the_same_evidence_as_threads_and_passes_th
     assert result.problems == [] and result.checked
 
 
-def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_the_audit(tmp_path, sandboxes):
+def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_the_audit(
+    tmp_path, sandboxes
+):
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy-insandbox", min_task_count=4)
     ctx = make_ctx(manifest, sandbox, tmp_path / "pool")
@@ -115,7 +117,12 @@ def test_a_cancel_ends_that_run_only_and_the_next_run_of_the_executor_plays_ever
 def test_a_phase_config_refuses_a_bad_value_naming_the_option(tmp_path):
     r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--phase", ""], capture_output=True,
                        text=True, env=subprocess_env(), cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") <= 2 and "--phase" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 2
+        and r.stderr.count("\n") <= 2
+        and "--phase" in r.stderr
+        and "Traceback" not in r.stderr
+    )
 
 
 def test_a_cancel_without_ctrl_c_ends_the_phase_as_interrupted_and_a_resume_completes_it(tmp_path, sandboxes):

@@ -228,7 +228,9 @@ def test_close_ends_live_sessions(sandboxes, backend, workspace):
         s.exec(["true"], timeout_s=20)
     s.stop()
     if backend.startswith("docker") or backend == "podman":
-        assert not sb.client.api.containers(all=True, filters={"label": "deshuffle-validate=pytest-session-close"})
+        assert not sb.client.api.containers(
+            all=True, filters={"label": "deshuffle-validate=pytest-session-close"}
+        )
     else:
         out = subprocess.run(["pgrep", "-f", f"close-{os.getpid()}"], capture_output=True, text=True).stdout
         assert not out.strip()

@@ -257,7 +257,10 @@ def test_a_newer_python_is_served_by_the_older_one_with_the_difference_recorded(
         ("python:3.12-slim", PYTHON, "python:3.12-slim*")]
     assert "Python 3.11 is served where the task asks for Python 3.12: code needing 3.12 features fails" in \
         result.bases[0].differences
-    assert f"+FROM {base_map.bases[PYTHON].image_id} AS base\n" in result.patch and "+FROM base" not in result.patch
+    assert (
+        f"+FROM {base_map.bases[PYTHON].image_id} AS base\n" in result.patch
+        and "+FROM base" not in result.patch
+    )
     assert result.layers[0] == base_map.bases[PYTHON].layer
 
 
@@ -338,4 +341,7 @@ def test_a_base_built_again_is_the_same_layer(base_map, tmp_path):
     """The smallest recipe once more, from the same archive: the same bytes, so the same layer."""
     _, again = build_tarball(DEBIAN_BOOKWORM_SLIM, tmp_path, log=lambda _msg: None)
     assert again.packages == base_map.bases[DEBIAN].packages
-    assert again.layer == base_map.bases[DEBIAN].layer and again.tree_digest == base_map.bases[DEBIAN].tree_digest
+    assert (
+        again.layer == base_map.bases[DEBIAN].layer
+        and again.tree_digest == base_map.bases[DEBIAN].tree_digest
+    )

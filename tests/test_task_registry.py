@@ -64,7 +64,10 @@ def test_tasks_pull_through_the_registry_frozen_by_digest_and_a_moved_tag_is_nam
                                                                                    capsys):
     client = docker.from_env()
     bases = build_base_map(DockerImages(), task_image_store() / "bases", log=lambda m: None)
-    python, debian = bases.bases["python-3.11-slim-bookworm"].image_id, bases.bases["debian-bookworm-slim"].image_id
+    python, debian = (
+        bases.bases["python-3.11-slim-bookworm"].image_id,
+        bases.bases["debian-bookworm-slim"].image_id,
+    )
     first = _push(client, registry, python, "library/python:3.11-slim", "one")
     swe = _push(client, registry, debian, "ghcr.io/acme/swe-env:v1", "swe")
     data = tmp_path / "ds"
@@ -82,7 +85,9 @@ def test_tasks_pull_through_the_registry_frozen_by_digest_and_a_moved_tag_is_nam
     seen = client.containers.run(hub["image"], ["cat", "/seen"], remove=True)
     assert seen.strip() == b"one"  # built on the image the registry gave
     gone = ti["tasks"]["gone-digest"]
-    assert gone["refusal"] == "unsupported_execution_contract" and "no longer resolves" in gone["detail"], gone
+    assert gone["refusal"] == "unsupported_execution_contract" and "no longer resolves" in gone["detail"], (
+        gone
+    )
     capsys.readouterr()
     # the tag moves on: verify names it and holds the contract's digest
     moved = _push(client, registry, python, "library/python:3.11-slim", "two")

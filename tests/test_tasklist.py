@@ -57,7 +57,9 @@ def test_a_task_list_is_its_entries():
     entries = _entries(50)
     tasks = TaskList(entries)
     assert len(tasks) == 50 and tasks == entries and entries == tasks and list(tasks) == entries
-    assert tasks[0] == entries[0] and tasks[-1] == entries[-1] and tasks[7].skip == WHY and tasks[6].skip == {}
+    assert (
+        tasks[0] == entries[0] and tasks[-1] == entries[-1] and tasks[7].skip == WHY and tasks[6].skip == {}
+    )
     assert tasks[10:13] == entries[10:13] and tasks[::-7] == entries[::-7]
     with pytest.raises(IndexError):
         tasks[50]
@@ -122,7 +124,9 @@ def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
         doc = Doc(name="n", tasks=tasks, zeta={"k": '"tasks": [', "tasks": "[]"})
         whole = doc.model_dump(mode="json")
         assert doc.to_json() == pretty(whole)
-        assert doc.content_sha256() == sha256_tag(canonical_json({k: v for k, v in whole.items() if k != "sha256"}))
+        assert doc.content_sha256() == sha256_tag(
+            canonical_json({k: v for k, v in whole.items() if k != "sha256"})
+        )
         assert task_list_sha256(doc.tasks) == task_list_sha256(list(doc.tasks)) == \
             sha256_tag(canonical_json([[e.id, e.hash] for e in tasks]))
     # A document whose dump reshapes the field is encoded whole, as it dumps.
@@ -132,7 +136,10 @@ def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
             return list(v.ids())
 
     shaped = Shaped(name="n", tasks=hostile)
-    assert shaped.to_json() == pretty(shaped.model_dump(mode="json")) and b'"tasks": [\n    "a' in shaped.to_json()
+    assert (
+        shaped.to_json() == pretty(shaped.model_dump(mode="json"))
+        and b'"tasks": [\n    "a' in shaped.to_json()
+    )
     # Written a task at a time: the peak is about the bytes written, not a dict and a few strings
     # per task besides (~10 times them when the dump was held whole), and hashing holds nothing.
     doc = Doc(name="n", tasks=_entries(10_000))

@@ -396,8 +396,9 @@ def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_
     assert reader.testish("/srv/tests/helpers.py") and reader.testish("/app/check_out.py")
     sums = tmp_path / "SHA256SUMS"
     sums.write_text("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254  out/top10.txt\n")
-    assert reader.checksums(str(sums)) == [("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254",
-                                            "top10.txt")]
+    assert reader.checksums(str(sums)) == [
+        ("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254", "top10.txt")
+    ]
 
 
 def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastructure_error(client, tasks,

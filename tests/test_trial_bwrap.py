@@ -62,7 +62,7 @@ PROBE = textwrap.dedent("""\
     except OSError:
         pass
     print("forked", n)'
-    """)
+    """)  # noqa: E501
 
 
 #: Images this module built (its own dockerd's ids, never seen again): their unpacked trees
@@ -154,7 +154,9 @@ def test_a_task_whose_solution_needs_root_fails_here_and_passes_under_docker(bwr
                           replay_below=1.0)
     assert (on_docker.status, on_docker.reward, on_docker.shared_reward) == ("ok", 0.0, 1.0), (
         on_docker.infrastructure_error, on_docker.task_error, on_docker.verifier_error)
-    assert [c for c in on_docker.outside_changes if c.path.startswith("/var/lib/dpkg/")], on_docker.outside_changes
+    assert [c for c in on_docker.outside_changes if c.path.startswith("/var/lib/dpkg/")], (
+        on_docker.outside_changes
+    )
     assert _leftovers(bwrap) == []
 
 
@@ -215,7 +217,9 @@ def test_trials_of_one_image_starting_at_once_unpack_it_once(client, tmp_path):
         t.join()
     assert errors == [] and len(got) == 4 and all(g == got[0] for g in got)
     assert (got[0].root / "stamp").read_text() == (tmp_path / "stamp").read_text()
-    assert not [p for p in got[0].root.parent.parent.iterdir() if p.name.startswith(f".{got[0].root.parent.name}")]
+    assert not [
+        p for p in got[0].root.parent.parent.iterdir() if p.name.startswith(f".{got[0].root.parent.name}")
+    ]
 
 
 def test_the_profile_records_rootless_bwrap_and_how_each_limit_is_enforced(bwrap):

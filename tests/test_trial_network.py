@@ -53,7 +53,7 @@ echo 1 > /logs/verifier/reward.txt
 TEST_OFFLINE = """#!/bin/bash
 if python3 -c 'import sys; sys.exit(open("/app/sum.txt").read().strip() != "60")'; then echo 1; else echo 0; fi \
   > /logs/verifier/reward.txt
-"""
+"""  # noqa: E501
 #: The separate verifier: reports what it can see, rewards the artifact only.
 TEST_SEPARATE = """#!/bin/bash
 for p in /app/sum.txt /app/outside.txt /logs/agent/oracle.txt /solution/solve.sh /tmp/planted; do
@@ -61,7 +61,7 @@ for p in /app/sum.txt /app/outside.txt /logs/agent/oracle.txt /solution/solve.sh
 done
 ls -la /logs/artifacts
 if [ "$(cat /logs/artifacts/sum.txt 2>/dev/null)" = "60" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
-"""
+"""  # noqa: E501
 SOLVE_SEPARATE = """#!/bin/bash
 echo 60 > /logs/artifacts/sum.txt
 echo secret > /app/outside.txt

@@ -88,7 +88,7 @@ EOF
 setpriv --reuid="$(awk '/^Uid:/ {print $2}' /proc/1/status)" --regid="$(awk '/^Gid:/ {print $2}' /proc/1/status)" \
   --clear-groups python3 -c 'import os; os.open("/proc/1/mem", os.O_RDWR); print("MEM OPENED via setpriv")' \
   || echo "setpriv: mem refused"
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,10 @@ def test_a_backend_is_asked_what_it_offers_never_its_name(sound):
     assert type(images_for("toy-engine")) is DockerImages
     # the backends this project ships declare what they play; the others play nothing
     assert capabilities_of("subprocess").trials is None
-    assert unsupported(task, "subprocess") == "the subprocess backend plays no task-directory trial (it declares none)"
+    assert (
+        unsupported(task, "subprocess")
+        == "the subprocess backend plays no task-directory trial (it declares none)"
+    )
 
 
 @pytest.mark.parametrize("agent,reward", [("oracle", 1.0), ("nop", 0.0)])

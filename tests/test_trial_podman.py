@@ -144,7 +144,10 @@ def test_the_reward_forgers_files_do_not_reach_the_verifier(podman, tmp_path):
     r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "answer"), REWARD_FORGER,
                f"{podman.run_label}-f")
     assert {f.path for f in r.left_in_verifier_dir} >= {"reward.json", "reward.txt"}
-    assert r.status == "ok" and r.reward == 0.0 and r.reward_source == "reward.txt", (r.reward, r.reward_source)
+    assert r.status == "ok" and r.reward == 0.0 and r.reward_source == "reward.txt", (
+        r.reward,
+        r.reward_source,
+    )
     assert r.cleanup_errors == []
 
 

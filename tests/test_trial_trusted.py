@@ -45,8 +45,10 @@ cd /app
 if python3 -c 'import calc; assert calc.total([1, 2, 3]) == 6'; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 [ -e /app/die ] && kill -9 $$
 exit 0
-"""
-DOCKERFILE = BASE_DOCKERFILE + "RUN mkdir -p /opt/venv/bin && echo 'export DV_VENV=image' > /opt/venv/bin/activate\n"
+"""  # noqa: E501
+DOCKERFILE = (
+    BASE_DOCKERFILE + "RUN mkdir -p /opt/venv/bin && echo 'export DV_VENV=image' > /opt/venv/bin/activate\n"
+)
 
 #: calc.py whose import leaves a rewriter behind (double fork, a new session, signals
 #: ignored) that waits for test.sh to end, then writes a passing reward again and again

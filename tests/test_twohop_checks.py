@@ -139,7 +139,9 @@ def test_modal_share_is_computed_and_guarded(tasks):
     piled = [(t.family, t.question, (city,) if t.question.kind == "employer_city" and t.family != "broken"
               else t.rows) for t in tasks]
     failed = {c.kind for c in dataset_checks(piled, [t.meta for t in tasks]) if not c.passed}
-    assert failed == {"modal_city"}, "16 of 36 answers on one city: under half overall, all of the city answers"
+    assert failed == {"modal_city"}, (
+        "16 of 36 answers on one city: under half overall, all of the city answers"
+    )
     piled = [(t.family, t.question, (city,) if t.family != "aggregate" else t.rows) for t in tasks]
     failed = {c.kind for c in dataset_checks(piled, [t.meta for t in tasks]) if not c.passed}
     assert failed == {"modal_answer", "modal_city"}

@@ -76,9 +76,11 @@ def test_a_reply_that_was_not_read_back_is_not_scored():
         score(TWOHOP, None)
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-                     max_leaves=20)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=400, deadline=None)

@@ -304,7 +304,9 @@ def snapshot(root: Path) -> dict[str, tuple]:
         for name in dirs + files:
             p = Path(dirpath) / name
             st = os.lstat(p)
-            digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+            digest = (
+                hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+            )
             out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
     return out
 

@@ -169,7 +169,9 @@ def test_a_trajectory_page_shows_a_tool_call_and_its_output(committed):
     assert status == 200
     assert text(f"→ {call['name']}({call['arguments']})") in body
     assert text(call["output"][:200]) in body and f"{call['output_bytes']} bytes to the model" in body
-    outcome = "SOLVED" if sample["solved"] else f"failed: {sample['failure_class']} (rule {sample['failure_rule']})"
+    outcome = (
+        "SOLVED" if sample["solved"] else f"failed: {sample['failure_class']} (rule {sample['failure_rule']})"
+    )
     assert text(outcome) in body
     # and the task's page links to it, with every attempt's failure class
     status, task = get(committed, f"{eval_url(run)}/task?id={quote(turn['task_id'], safe='')}")
@@ -322,7 +324,10 @@ def test_a_fresh_evaluation_and_its_comparison_are_browsable(fresh):
     rows = task_rows(body)
     assert set(rows) == set(tasks)
     for task_id, t in tasks.items():
-        assert rows[task_id][3] == f"{t['solved']}/{t['n_valid']}" and rows[task_id][4] == f"{t['pass_at_k']:.3f}"
+        assert (
+            rows[task_id][3] == f"{t['solved']}/{t['n_valid']}"
+            and rows[task_id][4] == f"{t['pass_at_k']:.3f}"
+        )
     assert 'href="/eval/hostile"' in comparison and 'href="/eval/baseline"' in comparison
     assert [v[0] for v in result.varied][0] in comparison
     assert f'href="/compare/{key}"' in body  # the eval page names its comparison

@@ -83,7 +83,7 @@ class AnchorBenchDockerEnvironment(DockerEnvironment):
     @property
     def _docker_compose_paths(self):
         return [*super()._docker_compose_paths, Path("{prebuilt}" if self._use_prebuilt else "{build}")]
-'''
+'''  # noqa: E501
 
 
 def _host_ca_bundle() -> Path:

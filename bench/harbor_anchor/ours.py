@@ -31,7 +31,9 @@ IMAGE_LINE = re.compile(r"^task images: \d+/\d+ \S+: (built|cached)\b", re.MULTI
 def _validate(daemon, argv: list[str], log: Path, ok: tuple[int, ...] = (0,)) -> int:
     """`validate ARGV` against the bench's daemon, its output to `log`; BenchError unless the exit is `ok`."""
     if not VALIDATE.is_file():
-        raise BenchError(f"no {VALIDATE}: run the bench with the checkout's venv (.venv/bin/python bench/...)")
+        raise BenchError(
+            f"no {VALIDATE}: run the bench with the checkout's venv (.venv/bin/python bench/...)"
+        )
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         rc = subprocess.run([str(VALIDATE), *argv], cwd=ROOT, env=daemon.env(), stdin=subprocess.DEVNULL,

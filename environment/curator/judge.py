@@ -145,9 +145,12 @@ class Judge:
                                     f"set and {where} (offline: the cache must hold every answer); set it, "
                                     "or freeze a contract without a judge")
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.config.retries + 1),
-                                    wait=_WaitRetryAfter(self.config.backoff_initial_s, self.config.backoff_max_s),
-                                    retry=retry_if_exception_type(_Transient), reraise=True):
+            for attempt in Retrying(
+                stop=stop_after_attempt(self.config.retries + 1),
+                wait=_WaitRetryAfter(self.config.backoff_initial_s, self.config.backoff_max_s),
+                retry=retry_if_exception_type(_Transient),
+                reraise=True,
+            ):
                 with attempt:
                     grade, raw = self._ask(body, api_key)
         except _Transient as e:

@@ -1,7 +1,8 @@
 """Config, tasks and the taskset: the built dataset seen through the harness's protocol.
 
 A task is one built row. ``id`` is ``curator/<config digest>/<spec_id>`` (`config_digest`:
-eight hex digits of the canonical config's sha256, so two configs never share an id); ``family`` is the tier; public ``meta`` is only ``n_items`` (the prompt lists them);
+eight hex digits of the canonical config's sha256, so two configs never share an id); ``family`` is the tier;
+public ``meta`` is only ``n_items`` (the prompt lists them);
 ``prompt`` is the row's system message, a blank line and its user message; ``files`` holds
 ``collection.json`` (``[{"id", "title", "description"}]``, nothing hidden); ``answer_key`` is
 canonical JSON of the gold (intruder ids, principle, decoy, every item with its flag and

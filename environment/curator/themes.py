@@ -74,7 +74,9 @@ def load_spec(path: Path) -> ThemeSpec:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: field {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
+        raise ConfigError(
+            f"{path}: field {where}: {first['msg']} ({e.error_count()} problem(s) in all)"
+        ) from None
     if spec.spec_id != path.stem:
         raise ConfigError(f"{path}: spec_id {spec.spec_id!r} must equal the file name stem {path.stem!r}")
     return spec

@@ -49,7 +49,9 @@ def _host_entry(entry: str) -> str:
     """One ``allowed_hosts`` entry: a hostname, ``*.`` + hostname, an IP or a CIDR range."""
     host = entry.strip().lower().rstrip(".")
     try:
-        return str(ipaddress.ip_network(host, strict=True)) if "/" in host else str(ipaddress.ip_address(host))
+        return (
+            str(ipaddress.ip_network(host, strict=True)) if "/" in host else str(ipaddress.ip_address(host))
+        )
     except ValueError:
         if "/" in host or ":" in host:
             raise ValueError(f"allowed_hosts entry {entry!r} is not an IP address or CIDR range") from None
@@ -323,7 +325,11 @@ class TaskConfig(_Section):
         return _effective(self.agent, self.environment)
 
     def verifier_network(self) -> tuple[str, list[str]]:
-        base = self.verifier.environment if self.verifier.separate() and self.verifier.environment else self.environment
+        base = (
+            self.verifier.environment
+            if self.verifier.separate() and self.verifier.environment
+            else self.environment
+        )
         return _effective(self.verifier, base)
 
 

@@ -353,5 +353,7 @@ class HarborEnvironment(Environment):
         if task.parsed is None:
             return "the task did not load (its findings name the file)"
         if agent.role == "oracle" and not task.parsed.has_solution:
-            return "no solution/solve.sh: the task ships no reference solution, so the oracle cannot certify it"
+            return (
+                "no solution/solve.sh: the task ships no reference solution, so the oracle cannot certify it"
+            )
         return None

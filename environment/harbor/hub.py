@@ -46,7 +46,9 @@ def snapshot(location: str, pinned: str | None = None,
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ConfigError(f"dataset: {location} is on the Hugging Face Hub; reading it needs {INSTALL}") from None
+        raise ConfigError(
+            f"dataset: {location} is on the Hugging Face Hub; reading it needs {INSTALL}"
+        ) from None
     want = pinned or requested
     log(f"dataset {location}: resolving {repo} at {want} ...")
     try:

@@ -10,10 +10,10 @@ distribution at build time instead of downloading them in ``test.sh``.
 `patched_copy` copies the dataset into a fresh private directory of the process (made once
 per process and patch set, removed at exit: a copy another process left is never trusted),
 applies each diff there with ``git apply`` — which refuses a path that leaves the tree
-(``..``, absolute) and a diff that does not apply cleanly — and the caller loads the copy. The original dataset is never written. What the contract then records is
-the *patched* dataset: its revision and every task's hash are over the patched files, so
-the manifest holds the patches' effect, and the audit, which loads the environment again,
-applies them again and must find the same hashes.
+(``..``, absolute) and a diff that does not apply cleanly — and the caller loads the copy. The original
+dataset is never written. What the contract then records is the *patched* dataset: its revision and every
+task's hash are over the patched files, so the manifest holds the patches' effect, and the audit, which loads
+the environment again, applies them again and must find the same hashes.
 
 Each patched task carries a non-blocking finding (``patched``) naming its diff, the diff's
 sha256 and the files it touches: it lands in the verdict's detail, so ``tasks.parquet`` and

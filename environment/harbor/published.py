@@ -222,7 +222,9 @@ def _open_parquet(name: str, path: Path):
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow's errors (ArrowInvalid, OSError) on a file that is not Parquet
-        raise ConfigError(f"dataset: {name} is not a readable Parquet file ({type(e).__name__}: {e})") from None
+        raise ConfigError(
+            f"dataset: {name} is not a readable Parquet file ({type(e).__name__}: {e})"
+        ) from None
     names = pf.schema_arrow.names
     if ARCHIVE not in names or not any(c in names for c in PATH_COLUMNS):
         raise ConfigError(f"dataset: {name} has columns {', '.join(names)}; a published Harbor dataset has "
@@ -305,8 +307,10 @@ def write_published(root: Path, task_ids: list[str], out_file: Path, instruction
     import pyarrow.parquet as pq
 
     ids = sorted(task_ids)
-    extra = sorted({k[len(META_PREFIX):] for t in ids for k in columns.get(t, {})} - {"path", ARCHIVE,
-                                                                                      "task_id", "instruction"})
+    extra = sorted(
+        {k[len(META_PREFIX) :] for t in ids for k in columns.get(t, {})}
+        - {"path", ARCHIVE, "task_id", "instruction"}
+    )
     table = {"path": pa.array(ids, pa.string()),
              ARCHIVE: pa.array([pack_task(root / t) for t in ids], pa.binary()),
              "task_id": pa.array(ids, pa.string()),

@@ -10,8 +10,8 @@ on the agent). Stricter than Harbor:
   takes ``"nan"``, ``"inf"``, ``"1_0"`` and Arabic-Indic digits);
 - ``reward.json`` may not hold booleans (``true`` is an ``int`` to Python), duplicate keys
   (which a forger could use to show a reader one value and Harbor another), an empty
-  object, or keys that are not text (a lone surrogate's escape); and every value must be in the range the contract allows
-  (``[0, 1]`` unless told otherwise);
+  object, or keys that are not text (a lone surrogate's escape); and every value must be in the range the
+  contract allows (``[0, 1]`` unless told otherwise);
 - a file over `MAX_REWARD_BYTES` is refused unread.
 
 Exact: a reward is read as the decimal number its text writes (`decimal.Decimal`), and that
@@ -306,7 +306,9 @@ def planted(files: Mapping[str, bytes]) -> list[Planted]:
     the harness creates that directory empty, so anything here was left by the agent
     phase — recorded on the attempt, then removed. A planted ``reward.json`` or
     ``reward.txt`` is the forgery Harbor's readers report; any other file is recorded too."""
-    return [Planted(path=name, size=len(data), sha256=sha256_tag(data)) for name, data in sorted(files.items())]
+    return [
+        Planted(path=name, size=len(data), sha256=sha256_tag(data)) for name, data in sorted(files.items())
+    ]
 
 
 def planted_rewards(files: Mapping[str, bytes]) -> list[Planted]:

@@ -219,8 +219,17 @@ def _not_utf8(root: Path, tid: str, limits: Limits) -> InvalidTask:
     (``\\xff``), its entries still hashed into the revision."""
     entries = [] if (root / tid).is_symlink() else _walk(root / tid, limits)[0]
     escaped = os.fsencode(tid).decode("utf-8", "backslashreplace")
-    return InvalidTask(id=escaped, hash=task_hash(entries), entries=entries, problems=[TaskProblem(
-        file=".", detail=f"the task directory's path is not UTF-8 ({escaped}, its bytes escaped); rename it")])
+    return InvalidTask(
+        id=escaped,
+        hash=task_hash(entries),
+        entries=entries,
+        problems=[
+            TaskProblem(
+                file=".",
+                detail=f"the task directory's path is not UTF-8 ({escaped}, its bytes escaped); rename it",
+            )
+        ],
+    )
 
 
 class _Invalid(EnvError):
@@ -282,7 +291,9 @@ def _entry(path: Path, rp: str, depth: int, real_root: str, limits: Limits, tota
             entries.append(Entry(path=rp, digest=f"oversize:{st.st_size}", size=st.st_size))
             what = "file" if st.st_size > limits.max_file_bytes else "task"
             cap = limits.max_file_bytes if what == "file" else limits.max_task_bytes
-            problems.append(TaskProblem(file=rp, detail=f"{what} larger than {cap} bytes ({st.st_size} bytes)"))
+            problems.append(
+                TaskProblem(file=rp, detail=f"{what} larger than {cap} bytes ({st.st_size} bytes)")
+            )
         else:
             entries.append(Entry(path=rp, digest=_file_digest(path), size=st.st_size))
     else:

@@ -97,7 +97,9 @@ class _Unpacker:
                 fd = nxt
         except OSError:
             os.close(fd)
-            raise ArchiveProblem(f"member {name!r}: its directory is not a directory in the archive") from None
+            raise ArchiveProblem(
+                f"member {name!r}: its directory is not a directory in the archive"
+            ) from None
         return fd
 
     def _write(self, name: str, chunks, mode: int) -> None:
@@ -144,7 +146,9 @@ class _Unpacker:
         else:
             kind = "a device file" if m.ischr() or m.isblk() else "a FIFO" if m.isfifo() else \
                 "a sparse file" if m.issparse() else f"an entry of type {m.type!r}"
-            raise ArchiveProblem(f"member {name!r}: {kind}; a task holds regular files, directories and links")
+            raise ArchiveProblem(
+                f"member {name!r}: {kind}; a task holds regular files, directories and links"
+            )
 
     def _symlink(self, name: str, target: str) -> None:
         if not target or target.startswith("/"):

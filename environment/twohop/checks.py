@@ -104,9 +104,13 @@ def chain_length(category: str, question: Question, facts) -> Check:
     want = CATEGORY_HOPS[category]
     if category == "broken":
         ok = not res.derivable and 1 <= len(res.partial) < HOPS[question.kind]
-        return Check("chain_length", ok, f"the chain breaks after {len(res.partial)} of "
-                                         f"{HOPS[question.kind]} "
-                                         f"hops{'' if ok else ': a broken question must name an employed person'}")
+        return Check(
+            "chain_length",
+            ok,
+            f"the chain breaks after {len(res.partial)} of "
+            f"{HOPS[question.kind]} "
+            f"hops{'' if ok else ': a broken question must name an employed person'}",
+        )
     lengths = sorted({len(c) for c in res.chains})
     ok = bool(lengths) and lengths == [want] and HOPS[question.kind] == want
     return Check("chain_length", ok,
@@ -115,8 +119,12 @@ def chain_length(category: str, question: Question, facts) -> Check:
 
 def shortcut_differs(facts, question: Question, gold) -> Check:
     rows = shortcut(facts, question).rows
-    return Check("shortcut", rows != gold, "the one-hop shortcut (home city for the employer's) "
-                                           f"{'answers differently' if rows != gold else 'gives the gold answer'}")
+    return Check(
+        "shortcut",
+        rows != gold,
+        "the one-hop shortcut (home city for the employer's) "
+        f"{'answers differently' if rows != gold else 'gives the gold answer'}",
+    )
 
 
 def distractor_misleads(facts, question: Question, gold) -> Check:
@@ -142,8 +150,12 @@ def workspace_roundtrip(universe: Universe, files, question: Question, gold) -> 
     except (KeyError, UnicodeDecodeError) as e:
         return Check("workspace", False, f"{FACTS_FILE} is unreadable: {e}")
     ok = parsed == list(universe.facts) and resolve(parsed, question).rows == gold
-    return Check("workspace", ok, f"the {len(parsed)} facts read back from {FACTS_FILE} "
-                                  f"{'give the gold answer' if ok else 'differ from the universe or its answer'}")
+    return Check(
+        "workspace",
+        ok,
+        f"the {len(parsed)} facts read back from {FACTS_FILE} "
+        f"{'give the gold answer' if ok else 'differ from the universe or its answer'}",
+    )
 
 
 def gold_hidden(prompt: str, gold) -> Check:

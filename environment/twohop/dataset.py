@@ -3,8 +3,8 @@
 computed by executing `solver.resolve` over the facts.
 
 Stdlib only (see `universe`): tasks are frozen dataclasses and rows plain dicts rather
-than pydantic models for that reason. A row has the fields of the seed's hub dataset: ``task_id``, ``category``,
-``prompt``, ``api_description``, ``expected_output``. The dataset's revision is
+than pydantic models for that reason. A row has the fields of the seed's hub dataset:
+``task_id``, ``category``, ``prompt``, ``api_description``, ``expected_output``. The dataset's revision is
 ``sha256:`` of the canonical JSON of its rows in ``task_id`` order.
 
 Selection (all from one seeded `Rng`, so a seed always gives the same bytes):
@@ -64,6 +64,7 @@ _SHAPES = {
     "city_employees": _PEOPLE_SHAPE,
     "country_employees": _PEOPLE_SHAPE,
 }
+# The rules file is task content (every task hash covers it): its lines stay as agents read them.
 _RULES = f"""# Facts and answer format
 
 Every person, organisation, city and country below is invented. The facts are complete: what is not stated here is not known.
@@ -77,7 +78,7 @@ Every person, organisation, city and country below is invented. The facts are co
 
 {FACTS_MARKER}
 
-"""
+"""  # noqa: E501
 
 
 def canonical_json(value: object) -> bytes:

@@ -171,7 +171,11 @@ def build_universe(seed: int, attempt: int = 0) -> Universe:
     # each other city (countryless ones included), the remainder drawn, so hubs form.
     reserved = rng.shuffled(countried)[:N_SINGLETON]
     open_cities = [c for c in cities if c not in reserved]
-    hqless, singles, rest = orgs[:N_HQLESS], orgs[N_HQLESS:N_HQLESS + N_SINGLETON], orgs[N_HQLESS + N_SINGLETON:]
+    hqless, singles, rest = (
+        orgs[:N_HQLESS],
+        orgs[N_HQLESS : N_HQLESS + N_SINGLETON],
+        orgs[N_HQLESS + N_SINGLETON :],
+    )
     facts += [Fact(HQ, o, c) for o, c in zip(singles, reserved, strict=True)]
     for i, org in enumerate(rest):
         city = open_cities[i] if i < len(open_cities) else rng.pick(open_cities)

@@ -210,7 +210,9 @@ def render(c: ProfileComparison) -> dict[str, bytes]:
 def compare_profiles(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[ProfileComparison, Path]:
     """The comparison of two runs, and the new entry it was written to."""
     result = comparison(run_a, run_b)
-    where = out if out is not None else LEDGER_DIR / "compare-profiles" / f"{result.a.run_id}--{result.b.run_id}"
+    where = (
+        out if out is not None else LEDGER_DIR / "compare-profiles" / f"{result.a.run_id}--{result.b.run_id}"
+    )
     entry = new_entry(where)
     for name, data in render(result).items():
         atomic_write(entry / name, data)

@@ -4,8 +4,8 @@ or the API asks of it; the context says where and with what it runs).
 
 - `run_agents`: chosen agents on a contract's tasks (one phase).
 - `pool`: one oracle attempt on every task; each non-pass classified; the exception-free
-  passes that some control can test frozen as a child contract (if they reach the minimum count); the controls then
-  run on exactly that frozen set; then the fresh-materialisation smoke test; one verdict
+  passes that some control can test frozen as a child contract (if they reach the minimum count); the controls
+  then run on exactly that frozen set; then the fresh-materialisation smoke test; one verdict
   per pool task and one dataset verdict.
 - `pilot`: a stratified sample of the contract's tasks (the environment's strata), played
   under each of the environment's pilot config variants with the oracle, every control and
@@ -61,8 +61,10 @@ class RunPhase(BaseModel):
     required: ClassVar[tuple[str, ...]] = ("complete", "minimum", "one_reason", "patches", "dataset_findings",
                                            "chance_controls")
 
-    agents: str | list[str] = Field(default="all", description="Agent names or groups (all, oracle, "
-                                                               "controls, probes), comma-separated or a list.")
+    agents: str | list[str] = Field(
+        default="all",
+        description="Agent names or groups (all, oracle, controls, probes), comma-separated or a list.",
+    )
     phase: str = Field(default="run", min_length=1,
                        description="The phase name the attempts are recorded under.")
 

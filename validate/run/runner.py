@@ -124,7 +124,9 @@ class PlayWorker:
         play = self.play
         result = play.kind.lost(self.ctx, play, self.task(spec.idx), self.agents[spec.agent], spec.sample,
                                 spec.attempt, error_class, message)
-        again = spec.attempt + 1 - first <= play.manifest.execution.infra_retries and not self.ctx.stop.is_set()
+        again = (
+            spec.attempt + 1 - first <= play.manifest.execution.infra_retries and not self.ctx.stop.is_set()
+        )
         return [result], spec.model_copy(update={"attempt": spec.attempt + 1}) if again else None
 
 
@@ -133,8 +135,8 @@ def worker_from_recipe(recipe: WorkerRecipe, scratch: Path, label: str | None = 
     here (environment, this backend and its image digest; each task before it is first played,
     a `ContractError` if it differs); `scratch` is a directory of
     this machine for what a try may cache (the scorer's), never the run directory. `label`
-    labels its sandbox (default: the driver's, `WorkerRecipe.sandbox_label`); a backend sweeps what an earlier process of the
-    same label left, so each of several workers of one run on one machine needs its own."""
+    labels its sandbox (default: the driver's, `WorkerRecipe.sandbox_label`); a backend sweeps what an earlier
+    process of the same label left, so each of several workers of one run on one machine needs its own."""
     m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
     hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
     sandbox = open_sandbox(m.execution.backend, image=m.execution.image,

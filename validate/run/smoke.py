@@ -187,7 +187,10 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
         for col in ("task_hash", "workspace_sha256", "reply_sha256"):
             if not (pd.isna(old[col]) and pd.isna(row[col])) and old[col] != row[col]:
                 mismatches.append(f"{key}: {col} {old[col]!r} → {row[col]!r}")
-        if pd.isna(old["reward"]) != pd.isna(row["reward"]) or abs((old["reward"] or 0) - (row["reward"] or 0)) > tolerance:
+        if (
+            pd.isna(old["reward"]) != pd.isna(row["reward"])
+            or abs((old["reward"] or 0) - (row["reward"] or 0)) > tolerance
+        ):
             mismatches.append(f"{key}: reward {old['reward']!r} → {row['reward']!r} (tolerance {tolerance})")
     return len(after), mismatches
 
@@ -217,7 +220,8 @@ def result_json(result: SmokeResult) -> bytes:
 
 
 class SmokePhase(BaseModel):
-    """``validate smoke`` (and a pool's last step): rerun a sample of the frozen set from an installed wheel."""
+    """``validate smoke`` (and a pool's last step): rerun a sample of the frozen set from an installed
+    wheel."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -241,7 +245,9 @@ def smoke(ctx: RunContext, frozen: Manifest, cfg: SmokePhase, log=print) -> Smok
             child = derive(frozen, ctx.env, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
                            rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
         write_manifest(child, tmp / "smoke.json")
-        log(f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ...")
+        log(
+            f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ..."
+        )
         data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
         proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
                                "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c",

@@ -94,7 +94,9 @@ class Limits(BaseModel):
 class RunRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    argv: tuple[str, ...] = Field(description="The agent's command, run under the watchdog (`watchdog_argv`).")
+    argv: tuple[str, ...] = Field(
+        description="The agent's command, run under the watchdog (`watchdog_argv`)."
+    )
     mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bound into the sandbox.")
     env: dict[str, str] = Field(default={}, description="The agent's environment (nothing else is passed).")
     workdir: str = Field(default="/workspace",

@@ -280,7 +280,8 @@ class V2Cgroups(Cgroups):
             raise ProfileUnavailable(
                 f"backend bwrap: the cgroup v2 hierarchy at {self.root} does not offer {', '.join(missing)} "
                 f"(it offers: {' '.join(offered) or 'nothing'}); a controller still bound to a cgroup v1 "
-                f"mount is not available in v2: boot with cgroup v2 only (systemd.unified_cgroup_hierarchy=1)")
+                f"mount is not available in v2: boot with cgroup v2 only (systemd.unified_cgroup_hierarchy=1)"
+            )
         try:
             self._enable_parent()
         except OSError as e:

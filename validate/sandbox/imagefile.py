@@ -299,7 +299,9 @@ def _docker_layers(name: str) -> list[str] | None:
     except ImageNotFound:
         return None
     except DockerException as e:
-        raise ProfileUnavailable(f"image import: cannot read docker's {name} ({e}); is dockerd running?") from None
+        raise ProfileUnavailable(
+            f"image import: cannot read docker's {name} ({e}); is dockerd running?"
+        ) from None
 
 
 def _install(paths: ImagePaths, staged: Path, record: ImageRecord, log) -> None:

@@ -48,7 +48,9 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 def _component(value: str, what: str) -> str:
     if not _NAME.match(value):
-        raise ValueError(f"{what} {value!r} is not a plain file name ([A-Za-z0-9._-], at most 200 characters)")
+        raise ValueError(
+            f"{what} {value!r} is not a plain file name ([A-Za-z0-9._-], at most 200 characters)"
+        )
     return value
 
 

@@ -271,7 +271,9 @@ def _load(key: str, root: Path, parent_key: str | None) -> RunEntry:
             except (NotInside, JSONInputError):
                 result = None
             nested = root / SMOKE / name / SMOKE_RUN
-            run_key = f"{key}/{SMOKE}/{name}" if is_plain_dir(nested) and is_plain_file(nested / SUMMARY) else None
+            run_key = (
+                f"{key}/{SMOKE}/{name}" if is_plain_dir(nested) and is_plain_file(nested / SUMMARY) else None
+            )
             entry.smokes.append(Smoke(entry=name, result=result if isinstance(result, dict) else None,
                                       run_key=run_key))
     entry.reports = _reports(root)

@@ -101,11 +101,14 @@ def _classes(e: EvalEntry) -> list[object]:
     rows = [[c.phase, c.failure_class, a(c.rule, eval_url(e.key, rule=c.rule) + "#tasks"),
              said.get(c.rule, "?"), Html(str(c.attempts))] for c in e.summary.failure_classes]
     errs = [[x.phase, x.status, x.error_class, Html(str(x.attempts))] for x in e.summary.errors]
-    return [tag("h2", "Failure classes (unsolved final attempts)", id="classes"),
-            table(["pass", "class", "rule", "the rule says", "attempts"], rows) if rows
-            else tag("p", "No unsolved final attempt.", class_="muted"),
-            tag("h3", "Errors (every try, superseded included)"),
-            table(["pass", "status", "kind", "attempts"], errs) if errs else tag("p", "None.", class_="muted")]
+    return [
+        tag("h2", "Failure classes (unsolved final attempts)", id="classes"),
+        table(["pass", "class", "rule", "the rule says", "attempts"], rows)
+        if rows
+        else tag("p", "No unsolved final attempt.", class_="muted"),
+        tag("h3", "Errors (every try, superseded included)"),
+        table(["pass", "status", "kind", "attempts"], errs) if errs else tag("p", "None.", class_="muted"),
+    ]
 
 
 def _task_table(e: EvalEntry, family: str | None, rule: str | None) -> list[object]:
@@ -149,7 +152,11 @@ def _related(e: EvalEntry, listing: Listing) -> list[object]:
         if r.summary is not None and r.summary.run_id == c.parent.pool_run_id and r.parent_key is None:
             items.append(join(["the pool that froze the evaluated set: ", a(r.key, run_url(r.key))]))
     for o in listing.evals.values():
-        if o.key != e.key and o.contract is not None and o.contract.parent.manifest_sha256 == c.parent.manifest_sha256:
+        if (
+            o.key != e.key
+            and o.contract is not None
+            and o.contract.parent.manifest_sha256 == c.parent.manifest_sha256
+        ):
             items.append(join(["another evaluation of the same set: ", a(o.key, eval_url(o.key)),
                                f" ({o.contract.model.id}@{o.contract.model.revision})"]))
     for x in listing.compares.values():

@@ -132,12 +132,23 @@ def _tasks_section(e: RunEntry, f: tables.TaskFilter, agent_rows: list[tables.Ag
     phases = tables.distinct(tasks, "phase")
     shown = (f"{chosen.num_rows} of {tasks.num_rows} tasks" if f.agent is None
              else f"{chosen.num_rows} of {tasks.num_rows} tasks, each row with a final attempt of {f.agent}")
-    return [tag("h2", "Tasks", id="tasks"),
-            _filter_form(e, f, phases, tables.distinct(tasks, "family"), [r.agent for r in agent_rows]),
-            tag("p", shown + (f", rows {(page_no - 1) * tables.PAGE_ROWS + 1}–{(page_no - 1) * tables.PAGE_ROWS + len(rows)}"
-                              if len(rows) < chosen.num_rows else ""), class_="sub"),
-            _pager(e, f, page_no, chosen.num_rows),
-            _task_rows(e, rows, f, len(phases) > 1) if rows else tag("p", "No task matches.", class_="muted")]
+    return [
+        tag("h2", "Tasks", id="tasks"),
+        _filter_form(e, f, phases, tables.distinct(tasks, "family"), [r.agent for r in agent_rows]),
+        tag(
+            "p",
+            shown
+            + (
+                f", rows {(page_no - 1) * tables.PAGE_ROWS + 1}–"
+                f"{(page_no - 1) * tables.PAGE_ROWS + len(rows)}"
+                if len(rows) < chosen.num_rows
+                else ""
+            ),
+            class_="sub",
+        ),
+        _pager(e, f, page_no, chosen.num_rows),
+        _task_rows(e, rows, f, len(phases) > 1) if rows else tag("p", "No task matches.", class_="muted"),
+    ]
 
 
 def _ledgers(e: RunEntry) -> list[object]:
@@ -231,9 +242,15 @@ def _list(items: list[Html]) -> Html:
 def _files(e: RunEntry) -> list[object]:
     out: list[object] = [tag("h2", "Reports and files", id="reports")]
     if e.reports:
-        out.append(table(["report (UTC)", "files"], [[name, join([a(f, file_url(e.key, REPORTS, name, f))
-                                                                  for f in files], " · ")]
-                                                     for name, files in sorted(e.reports.items(), reverse=True)]))
+        out.append(
+            table(
+                ["report (UTC)", "files"],
+                [
+                    [name, join([a(f, file_url(e.key, REPORTS, name, f)) for f in files], " · ")]
+                    for name, files in sorted(e.reports.items(), reverse=True)
+                ],
+            )
+        )
     else:
         out.append(tag("p", "No report yet: `validate report RUN_DIR` writes one.", class_="muted"))
     names = [SUMMARY, MANIFEST, FROZEN_MANIFEST, PATCH, CHECKSUMS, SIGNATURE,

@@ -90,7 +90,9 @@ def _eq(table: pa.Table, column: str, value: str | None) -> pa.Table:
 def _join(tasks: pa.Table, right: pa.Table) -> pa.Table:
     """Task rows × `right`'s rows with the same (verdict phase, task id), `right`'s other columns
     appended. Arrow joins no list column (``missing``), so the join is on the keys and a row number."""
-    keys = tasks.select(["phase", "task_id"]).append_column("_row", pa.array(range(tasks.num_rows), pa.int64()))
+    keys = tasks.select(["phase", "task_id"]).append_column(
+        "_row", pa.array(range(tasks.num_rows), pa.int64())
+    )
     joined = keys.join(right, keys=["phase", "task_id"], right_keys=["vphase", "task_id"], join_type="inner")
     out = tasks.take(joined.column("_row"))
     for name in right.column_names:

@@ -65,7 +65,9 @@ class WorkerRecipe(BaseModel):
     kind: str = Field(description="the attempt kind's registry name")
     agents: list[str] = Field(description="the play's agents, by their names in the contract")
     samples: int = Field(ge=1, description="independent samples per (task, agent)")
-    backoff_s: tuple[float, float] = Field(description="the infrastructure retries' backoff (multiplier, max)")
+    backoff_s: tuple[float, float] = Field(
+        description="the infrastructure retries' backoff (multiplier, max)"
+    )
     code: str = Field(description="the driver's code label (commit, -dirty when patched)")
 
 

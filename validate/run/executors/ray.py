@@ -6,8 +6,8 @@ ones (below).
 Why actors: on a machine whose CPUs the sandboxes need, Ray's own work per task is the cost.
 Measured on 2 cores (`bench/executor_bench.py`'s floor, empty tasks, the machine's CPU per task):
 a call to an actor 1.2–1.6 ms, a plain task 2.7–3.9 ms, and the streaming task this executor
-used before (to learn where a task runs before its results) 3.7–5.7 ms. A slot knows its node when it starts, so
-a call needs no first item to say where it runs.
+used before (to learn where a task runs before its results) 3.7–5.7 ms. A slot knows its node when it starts,
+so a call needs no first item to say where it runs.
 
 Why a few to a call: with the machine busy, Ray's work per call is dearer than its floor: at
 one attempt per call (1,000-task deshuffle pool, 4 slots, 2 cores) the slots' Ray threads and

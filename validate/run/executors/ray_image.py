@@ -169,8 +169,10 @@ class TaskImageFetch:
                     _fetch_file(self.ray, self.driver, path, size, staged)
                     images.load(staged)
             except Exception as e:  # noqa: BLE001 - a save, a transfer or a load that failed: the node's fault
-                raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and fetching it "
-                                           f"from the driver failed: {type(e).__name__}: {str(e)[:500]}") from None
+                raise TaskImageUnavailable(
+                    f"{self.where}: no task image {image_id} here, and fetching it "
+                    f"from the driver failed: {type(e).__name__}: {str(e)[:500]}"
+                ) from None
             if images.image_labels(image_id) is None:
                 raise TaskImageUnavailable(f"{self.where}: the task image fetched from the driver does not "
                                            f"load as {image_id}")
@@ -187,13 +189,17 @@ def ensure_image(ray: Any, source: ImageSource, where: str) -> bool:
         paths.base.mkdir(parents=True, exist_ok=True)
         lock = open(Path(tempfile.gettempdir()) / f"validate-image-fetch-{key}.lock", "a+b")
     except OSError as e:
-        raise NodeImageUnavailable(f"{where}: its image store {paths.base} is unusable ({e.strerror or e})") from None
+        raise NodeImageUnavailable(
+            f"{where}: its image store {paths.base} is unusable ({e.strerror or e})"
+        ) from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the node's other Ray workers wait for one fetch
         have, why = _digest_here(source)
         if have == source.digest:
             return False
-        said = f"it has {have}" if have else f"it has none ({why.splitlines()[0][:300] if why else 'unknown'})"
+        said = (
+            f"it has {have}" if have else f"it has none ({why.splitlines()[0][:300] if why else 'unknown'})"
+        )
         if source.node is None:
             raise NodeImageUnavailable(f"{where}: not the contract's image {source.image} at "
                                        f"{source.digest}: {said}; the driver's store has none to send")

@@ -249,7 +249,9 @@ class BwrapSandbox(Sandbox):
         live.cgroups = self.cgroups(live.name, live.request)
         req_r, live.requests_w = os.pipe()
         try:
-            request = live.request.model_copy(update={"argv": ("python3", "-S", "-c", server.SERVER, str(req_r))})
+            request = live.request.model_copy(
+                update={"argv": ("python3", "-S", "-c", server.SERVER, str(req_r))}
+            )
             live.launch = launch = self.launch(request, live.name, live.cgroups, pass_fds=(req_r,))
         finally:
             os.close(req_r)

@@ -89,7 +89,9 @@ class Launch:
             pid1 = int(json.loads(self.status.split(b"\n", 1)[0])["child-pid"])
         except (ValueError, KeyError, TypeError) as e:
             self.kill()
-            raise SandboxError(f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}") from None
+            raise SandboxError(
+                f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}"
+            ) from None
         self.pid1 = pid1
         monitor = _parent(pid1)
         if monitor <= 0 or _parent(monitor) != self.proc.pid:

@@ -268,7 +268,9 @@ class DockerSandbox(Sandbox):
         try:
             oom = self.judge(live.cid, name, live.since, {}, state, False)
         except (DockerException, requests.RequestException) as e:
-            raise SandboxError(f"docker session: cannot read the daemon's events: {type(e).__name__}: {e}") from None
+            raise SandboxError(
+                f"docker session: cannot read the daemon's events: {type(e).__name__}: {e}"
+            ) from None
         if time.monotonic() >= live.deadline:
             return False
         raise SandboxEnded(f"container dv-{name} ended under the agent's command before its deadline "

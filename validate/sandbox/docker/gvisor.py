@@ -113,7 +113,9 @@ class GvisorSandbox(DockerSandbox):
             raise ProfileUnavailable(unreachable(e)) from None
         host = os.environ.get("DOCKER_HOST") or "the default socket"
         args = ", ".join(f'"{a}"' for a in REQUIRED_ARGS)
-        config = f'{{"runtimes": {{"{self.runtime}": {{"path": "/usr/bin/runsc", "runtimeArgs": [{args}]}}}}}}'
+        config = (
+            f'{{"runtimes": {{"{self.runtime}": {{"path": "/usr/bin/runsc", "runtimeArgs": [{args}]}}}}}}'
+        )
         if self.runtime not in runtimes:
             raise ProfileUnavailable(
                 f"execution.backend: {self.backend} needs the OCI runtime '{self.runtime}' registered with "

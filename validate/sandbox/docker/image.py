@@ -38,7 +38,9 @@ def import_docker(paths: ImagePaths, log=print) -> str:
         client.api.import_image_from_file(str(paths.tarball), repository=repo, tag=tag or "latest")
         image = client.images.get(paths.name)
     except DockerException as e:
-        raise ProfileUnavailable(f"image build: cannot import into Docker ({e}); is dockerd running?") from None
+        raise ProfileUnavailable(
+            f"image build: cannot import into Docker ({e}); is dockerd running?"
+        ) from None
     if image_layers(image) != [record.digest]:
         raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers "
                                  f"{image_layers(image)}, not the one layer {record.digest}")

@@ -57,8 +57,10 @@ class PodmanSandbox(DockerSandbox):
                 pass  # facts() says why the groups cannot be made
 
     def _unreachable(self, e: Exception) -> str:
-        return (f"backend podman: no rootless podman service answers at {self.host} ({type(e).__name__}: "
-                f"{e}); start one as {USER} (`podman system service --time=0 unix://PATH`) and set {HOST_ENV}")
+        return (
+            f"backend podman: no rootless podman service answers at {self.host} ({type(e).__name__}: "
+            f"{e}); start one as {USER} (`podman system service --time=0 unix://PATH`) and set {HOST_ENV}"
+        )
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log) -> None:
@@ -102,8 +104,10 @@ class PodmanSandbox(DockerSandbox):
             version = self.client.api.version().get("Version", "?")
             image, digest, packages = self.image_facts(" in podman")
         except ImageNotFound:
-            raise ProfileUnavailable(f"execution.image: {self.image} is not in the rootless podman's "
-                                     "storage; build it with `validate image build --backends podman`") from None
+            raise ProfileUnavailable(
+                f"execution.image: {self.image} is not in the rootless podman's "
+                "storage; build it with `validate image build --backends podman`"
+            ) from None
         except (DockerException, requests.RequestException, SandboxError) as e:
             raise ProfileUnavailable(self._unreachable(e)) from None
         if not (host.get("security") or {}).get("rootless"):
@@ -148,8 +152,10 @@ class PodmanSandbox(DockerSandbox):
             raise ProfileUnavailable(f"execution.limits: {unenforced} cannot be enforced: "
                                      f"{str(e).replace('backend bwrap: ', '')}") from None
         v = self.cgroups.version
-        group = f"the harness's own cgroup {v} group per container, which its PID 1 and every exec join before "\
-                f"they run (podman's own limit is not asked: rootless on cgroup v1 ignores it)"
+        group = (
+            f"the harness's own cgroup {v} group per container, which its PID 1 and every exec join before "
+            f"they run (podman's own limit is not asked: rootless on cgroup v1 ignores it)"
+        )
         return {"memory_mb": f"{group}; no swap", "pids": group, "cpus": f"{group} (cpu quota)",
                 "timeout_s": "the harness kills the container; coreutils timeout as PID 1 kills it 5 s later",
                 "storage_mb": "the harness's size-capped tmpfs per attempt, bind-mounted (/tmp included)",
@@ -209,9 +215,14 @@ class PodmanSandbox(DockerSandbox):
         lim = req.limits
         tmp = req.tmp
         if tmp is None:  # the harness's own capped tmpfs: podman's takes no inode cap
-            tmp = held.enter_context(storage.attempt_storage(self.run_label, f"{req.name}-tmp",
-                                                             lim.model_copy(update={"storage_mb": lim.tmpfs_mb}),
-                                                             gid=req.uid_gid[1]))
+            tmp = held.enter_context(
+                storage.attempt_storage(
+                    self.run_label,
+                    f"{req.name}-tmp",
+                    lim.model_copy(update={"storage_mb": lim.tmpfs_mb}),
+                    gid=req.uid_gid[1],
+                )
+            )
             tmp.chmod(0o1777)
         mounts = [{"destination": m.target, "type": "bind", "source": str(m.source),
                    "options": ["rbind", "ro" if m.read_only else "rw"]} for m in req.mounts]

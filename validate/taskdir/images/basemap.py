@@ -75,7 +75,9 @@ class Substitution(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    upstream: str = Field(description="a normalised reference ('python:3.11-slim') or an fnmatch glob of them")
+    upstream: str = Field(
+        description="a normalised reference ('python:3.11-slim') or an fnmatch glob of them"
+    )
     recipe: str
     version: int = Field(ge=1, description="the substitution's own version (bumped with its differences)")
     differences: tuple[str, ...] = Field(default=(), description="what differs beyond the recipe's own lines")
@@ -164,7 +166,9 @@ RECIPES: tuple[BaseRecipe, ...] = (*CORE, DEBIAN_TRIXIE_SLIM, PYTHON_313_SLIM_TR
 
 _NEWER = "Python 3.11 is served where the task asks for Python {0}: code needing {0} features fails"
 _TRIXIE = "the upstream tag may now be Debian trixie-based; Debian bookworm is served"
-_NOT_BOOKWORM = "the tag asks for Debian bookworm; Debian trixie is served (Debian has no Python {0} for bookworm)"
+_NOT_BOOKWORM = (
+    "the tag asks for Debian bookworm; Debian trixie is served (Debian has no Python {0} for bookworm)"
+)
 SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(upstream="debian:bookworm-slim", recipe="debian-bookworm-slim", version=1),
     Substitution(upstream="debian:12-slim", recipe="debian-bookworm-slim", version=1),

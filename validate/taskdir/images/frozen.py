@@ -81,8 +81,9 @@ class FrozenImage(BaseModel):
                                      description="sha256 of the Dockerfile's FROM rewrite (the patch)")
     log_sha256: str | None = Field(default=None,
                                    description="sha256 of the build log (the file build-logs/<hex>.log)")
-    refusal: Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"] | None \
-        = None
+    refusal: (
+        Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"] | None
+    ) = None
     detail: str | None = None
     log_tail: str | None = None
     content: str | None = Field(default=None, description=(
@@ -114,7 +115,9 @@ class TaskImages(BaseModel):
     rewrite_version: int = REWRITE_VERSION
     build_policy: BuildPolicy = Field(description="the build-time policy: its network and timeout cap")
     base_map: BaseImageMap
-    tasks: dict[str, FrozenImage] = Field(description="task id → its image or its refusal (tasks that loaded)")
+    tasks: dict[str, FrozenImage] = Field(
+        description="task id → its image or its refusal (tasks that loaded)"
+    )
 
     def digest_of(self, task_id: str) -> str | None:
         entry = self.tasks.get(task_id)
@@ -228,7 +231,11 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
             tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
             continue
         built = _build(taskset, task, base_map, builder, store, policy)
-        if isinstance(built, TaskImageRefusal) and task.parsed.sif_image and task.parsed.environment == "image":
+        if (
+            isinstance(built, TaskImageRefusal)
+            and task.parsed.sif_image
+            and task.parsed.environment == "image"
+        ):
             built = built.model_copy(update={"detail": f"{built.detail}; "
                                                        f"{APPTAINER.format(task.parsed.sif_image)}"})
         content = None if isinstance(built, TaskImageRefusal) else \

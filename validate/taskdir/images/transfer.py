@@ -56,7 +56,11 @@ def export_task_images(m, manifest: Path, out: Path, log: Callable[[str], None] 
             raise ValidateError(f"--manifest: this daemon does not hold task {task_id}'s frozen image "
                                 f"{entry.image}; run `validate verify --manifest {manifest}` (it rebuilds "
                                 "what it can) or export on the machine that froze it")
-    path = out / f"task-images-{m.sha256.removeprefix('sha256:')[:12]}.tar" if out.is_dir() or not out.suffix else out
+    path = (
+        out / f"task-images-{m.sha256.removeprefix('sha256:')[:12]}.tar"
+        if out.is_dir() or not out.suffix
+        else out
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     api = images.client.api
     h = hashlib.sha256()

@@ -210,7 +210,10 @@ def _carry(trial: Trial, task: HarborTask, task_dir: Path, root: roots.TaskRoot,
     result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
     result.dropped = dropped + ([f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
                                 if cut else [])
-    result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
+    result.outside_changes, result.outside_changes_total = (
+        list(carry.outside[:MAX_LISTED]),
+        len(carry.outside),
+    )
     return trial.mount(f"{trial.dir / 'carried'}:{root.root}", layer="-verifier")
 
 

@@ -578,7 +578,9 @@ class Tree:
         return {f.path: f.data for f in self.entries if f.kind == "file" and f.data is not None}
 
     def sha256(self, f: Found) -> str | None:
-        return None if f.data is None or len(f.data) < f.size else "sha256:" + hashlib.sha256(f.data).hexdigest()
+        return (
+            None if f.data is None or len(f.data) < f.size else "sha256:" + hashlib.sha256(f.data).hexdigest()
+        )
 
 
 class _Budget(io.RawIOBase):

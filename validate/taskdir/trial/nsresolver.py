@@ -219,8 +219,10 @@ def _bind() -> list[socket.socket]:
             try:
                 s.bind(ADDRESS)
             except OSError as e:
-                raise NamespaceError(f"binding {ADDRESS[0]}:{ADDRESS[1]} in the container's namespace "
-                                     f"failed: {e.strerror} (is its loopback up? is something already there?)") from None
+                raise NamespaceError(
+                    f"binding {ADDRESS[0]}:{ADDRESS[1]} in the container's namespace "
+                    f"failed: {e.strerror} (is its loopback up? is something already there?)"
+                ) from None
         tcp.listen(BACKLOG)
     except BaseException:
         udp.close()

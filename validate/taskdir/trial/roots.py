@@ -124,7 +124,9 @@ def _export_into(api, image_id: str, dest: Path) -> None:
         if tar.wait(timeout=_UNPACK_TIMEOUT_S) != 0:
             raise SandboxError(f"task root: unpacking {image_id[:19]} failed: {tail()}")
     except BrokenPipeError:
-        raise SandboxError(f"task root: tar stopped reading the export of {image_id[:19]}: {tail()}") from None
+        raise SandboxError(
+            f"task root: tar stopped reading the export of {image_id[:19]}: {tail()}"
+        ) from None
     finally:
         if tar.poll() is None:
             tar.kill()

@@ -55,8 +55,8 @@ The shared one-container sequence, and why:
    link (`validate.taskdir.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
    recorded, both directories emptied and made the harness's again (mode, owner: the agent
    may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's
-   boundary (what was asked until now was the agent's). (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
-   read, `validate.taskdir.trial.artifacts`, and removed.)
+   boundary (what was asked until now was the agent's). (For a separate verifier: the agent's container
+   killed, its ``/logs/artifacts`` read, `validate.taskdir.trial.artifacts`, and removed.)
 3. **Verifier phase.** ``test.sh`` run by the harness's program in the same container, as the verifier user,
    against the verifier timeout (a separate verifier: a fresh container of its own image,
    fresh volumes at ``/logs/verifier``, ``/tests`` unless its image owns it, and
@@ -236,8 +236,11 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 mount_tmpfs(host / HARNESS / "etc", _ETC_STORAGE, noexec=True)
                 os.chmod(host / HARNESS / "etc", 0o755)
             own.prepare(host, host / HARNESS / "etc" if bound else host / "etc", f"dv-{res.trial}")
-        work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
-                                    workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
+        work = workpaths.work_paths(
+            workdir,
+            [a.source for a in task.config.artifacts],
+            workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)),
+        )
         if near:
             trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own,
                                 users, work, reward_key, reward_range, replay_below)
@@ -425,7 +428,9 @@ def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: 
         return _stopped_before(res, cid, state, since)  # it stopped between the look and the kill
     dk.call("wait for a container", res.api.wait, cid, timeout=60)
     oom = oom_before is not None and oom_after is not None and oom_after > oom_before
-    return oom or bool(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled"))
+    return oom or bool(
+        dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled")
+    )
 
 
 def _stopped_before(res: dk.Resources, cid: str, state: dict, since: float) -> bool:
@@ -803,8 +808,16 @@ def play_agent(res: dk.Resources, agent: AgentContainer, task: HarborTask, plan:
     run = PhaseRun()
     try:
         if drive is not None:
-            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
-                                  workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
+            run = drive(
+                LiveAgent(
+                    api=res.api,
+                    cid=agent.cid,
+                    user=users["agent"],
+                    workdir=task.config.environment.workdir,
+                    env=env,
+                    timeout_s=a.agent_timeout_s,
+                )
+            )
         elif plan.command is not None:
             ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
@@ -864,7 +877,9 @@ def _fresh_dir(path: Path, where: str, mode: int, *, keep: bool) -> None:
         os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
         os.chmod(path, mode)  # a directory now, not a link: no agent process is left to swap it
     except OSError as e:
-        raise dk.DockerFault(f"docker: making {where} fresh for the verifier: {type(e).__name__}: {e}") from None
+        raise dk.DockerFault(
+            f"docker: making {where} fresh for the verifier: {type(e).__name__}: {e}"
+        ) from None
 
 
 def _read_logs(res: dk.Resources, cid: str, logs: Path, path: str, per_file: int, budget: int) -> dk.Tree:
@@ -906,8 +921,11 @@ def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, f
     if isinstance(got, RewardError):
         result.verifier_error = VerifierError(kind=got.kind, file=got.file, detail=got.detail)
     elif key not in got.values:
-        result.verifier_error = VerifierError(kind="missing_key", file=got.source,
-                                              detail=f"no key {key!r} (keys: {', '.join(sorted(got.values))})")
+        result.verifier_error = VerifierError(
+            kind="missing_key",
+            file=got.source,
+            detail=f"no key {key!r} (keys: {', '.join(sorted(got.values))})",
+        )
     else:
         result.reward, result.rewards, result.reward_source = got.values[key], dict(got.values), got.source
         result.reward_decimal = got.exact.get(key)

@@ -89,8 +89,10 @@ def _build(target: Path) -> None:
         done = subprocess.run([cc, "-static", "-Os", "-s", "-Wall", "-Werror", "-o", str(out), str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            raise ToolUnavailable(f"trial tool: {cc} could not build {SOURCE.name} statically (Debian: "
-                                  f"install libc6-dev for the static C library): {done.stderr.strip()[-600:]}")
+            raise ToolUnavailable(
+                f"trial tool: {cc} could not build {SOURCE.name} statically (Debian: "
+                f"install libc6-dev for the static C library): {done.stderr.strip()[-600:]}"
+            )
         out.chmod(0o755)
         scratch.chmod(0o755)
         try:

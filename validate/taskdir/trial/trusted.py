@@ -156,7 +156,10 @@ def _layers(res: dk.Resources, cid: str) -> tuple[Path, list[Path]]:
 def _record_plan(result: TrialResult, work: workpaths.WorkPaths, carry: workpaths.Plan, cut: bool) -> None:
     result.work_paths, result.named_paths = list(work.full), list(work.named)
     result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
-    result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
+    result.outside_changes, result.outside_changes_total = (
+        list(carry.outside[:MAX_LISTED]),
+        len(carry.outside),
+    )
     if cut:
         result.dropped = [f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
 
