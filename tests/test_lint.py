@@ -26,3 +26,8 @@ def test_ruff_finds_nothing():
     r = _run("ruff", "check", "--no-cache", ".")
     assert r.returncode == 0, f"ruff check (exit {r.returncode}):\n{r.stdout}{r.stderr}"
 
+
+def test_mypy_finds_nothing():
+    # Its files and options are pyproject's; the cache is mypy's own (.mypy_cache, ignored by git).
+    r = _run("mypy")
+    assert r.returncode == 0, f"mypy (exit {r.returncode}):\n{r.stdout}{r.stderr}"
