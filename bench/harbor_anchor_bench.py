@@ -68,8 +68,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harbor_anchor import BenchError, Measurement, ours  # noqa: E402
-from harbor_anchor import harbor as hh  # noqa: E402
+from harbor_anchor import (  # noqa: E402
+    BenchError,
+    Measurement,
+    harbor as hh,  # noqa: E402
+    ours,
+)
 from harbor_anchor.daemon import BenchDaemon  # noqa: E402
 from validate.cli.options import DEFAULT_CONCURRENCY  # noqa: E402
 

@@ -28,8 +28,11 @@ sys.path.insert(0, str(ROOT))
 import docker  # noqa: E402
 
 from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
-from validate.taskdir.trial import docker as dk  # noqa: E402
-from validate.taskdir.trial import network, nsresolver  # noqa: E402
+from validate.taskdir.trial import (  # noqa: E402
+    docker as dk,  # noqa: E402
+    network,
+    nsresolver,
+)
 
 
 def _line(what: str, times: list[float]) -> float:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS
-from environment.deshuffle.env import DeshuffleEnvironment
+from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS, DeshuffleEnvironment
 from environment.protocol import AgentSpec
 
 HOSTILE_DIR = Path(__file__).resolve().parent / "agents"

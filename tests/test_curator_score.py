@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.curator import CuratorConfig, CuratorEnvironment
 from environment.curator.judge import TEMPLATE_SHA256, JudgeConfig

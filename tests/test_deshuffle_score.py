@@ -6,8 +6,7 @@ import json
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.deshuffle import analyze_ordering
 from environment.deshuffle.score import count_inversions, score_partition

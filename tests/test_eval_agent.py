@@ -11,8 +11,7 @@ import types
 
 import pytest
 
-from environment.deshuffle.baseline import MODEL_NAME
-from environment.deshuffle.baseline import policy as baseline
+from environment.deshuffle.baseline import MODEL_NAME, policy as baseline
 from environment.protocol import ScorerSpec
 from tests.conftest import SESSION_SANDBOX_BACKENDS as SANDBOX_BACKENDS
 from validate.devtools.localserver import Faults, serve

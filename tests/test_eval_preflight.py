@@ -24,8 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pyarrow.parquet as pq
 import pytest
 
-from environment.deshuffle.baseline import MODEL_NAME
-from environment.deshuffle.baseline import policy as baseline
+from environment.deshuffle.baseline import MODEL_NAME, policy as baseline
 from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 from tests.openai_stub import OpenAIStub, usage_tokens
 from validate import api

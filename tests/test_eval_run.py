@@ -13,8 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from environment.deshuffle.baseline import MODEL_NAME
-from environment.deshuffle.baseline import policy as baseline
+from environment.deshuffle.baseline import MODEL_NAME, policy as baseline
 from tests.conftest import CORPUS_PATH
 from validate import api
 from validate.core.errors import ContractError, ValidateError

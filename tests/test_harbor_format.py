@@ -13,8 +13,7 @@ import typing
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from pydantic import ValidationError
 
 from environment.harbor.config import TaskConfig

@@ -27,8 +27,7 @@ from validate.core.records import ORACLE
 from validate.sandbox import storage
 from validate.sandbox.base import Limits
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import bwrap as bwrap_trial
-from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import bwrap as bwrap_trial, docker as dk
 from validate.taskdir.trial.agents import NOP, REWARD_FORGER
 from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.roots import TREE_UID, task_root, tree_store

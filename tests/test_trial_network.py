@@ -29,9 +29,7 @@ from environment.harbor.taskdir import HarborTask, load_task
 from validate.core.paths import DEFAULT_IMAGE
 from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import network
-from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial import docker as dk, network, run as trial_run
 from validate.taskdir.trial.agents import NOP, AgentPlan
 from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.run import run_trial

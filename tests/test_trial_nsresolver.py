@@ -26,8 +26,7 @@ import pytest
 
 from validate.core.paths import DEFAULT_IMAGE
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import dnslog, network, nsresolver
-from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import dnslog, docker as dk, network, nsresolver
 
 pytestmark = pytest.mark.docker
 

@@ -23,11 +23,8 @@ import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
 from tests import test_trial
-from tests.test_trial import LIMITS as ANY_MODE
-from tests.test_trial import RUN_LABEL, TEST_SUM, _left_behind, sum_task
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import run as trial_run
-from validate.taskdir.trial import tool as harness_tool
+from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, sum_task
+from validate.taskdir.trial import docker as dk, run as trial_run, tool as harness_tool
 from validate.taskdir.trial.agents import AgentPlan
 from validate.taskdir.trial.run import run_trial
 

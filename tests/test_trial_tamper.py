@@ -20,8 +20,7 @@ from environment.harbor.taskdir import HarborTask, load_task
 from tests import test_trial
 from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
 from validate.core.paths import DEFAULT_IMAGE
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial import docker as dk, run as trial_run
 from validate.taskdir.trial.agents import AgentPlan, declared
 from validate.taskdir.trial.run import run_trial
 
@@ -183,8 +182,7 @@ def test_bwrap_the_trusted_overlay_resists_what_the_shared_one_does_not(sandboxe
 
 @pytest.mark.podman
 def test_podman_the_trusted_verifier_resists_a_tampering_control(tmp_path):
-    from tests.test_trial_podman import PodmanSandbox, _image, _left
-    from tests.test_trial_podman import _trial as podman_trial
+    from tests.test_trial_podman import PodmanSandbox, _image, _left, _trial as podman_trial
 
     sb = PodmanSandbox(image=DEFAULT_IMAGE, run_label=f"pytest-tamper-{os.getpid()}")
     try:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.twohop import TwohopConfig, TwohopEnvironment
 from environment.twohop.score import MAX_REPLY_BYTES, parse_reply, score_reply

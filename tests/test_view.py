@@ -24,8 +24,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS
-from environment.deshuffle.env import DeshuffleEnvironment
+from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS, DeshuffleEnvironment
 from environment.protocol import AgentSpec
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.contract.manifest import load_manifest

@@ -31,6 +31,7 @@ from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line read
     DEFAULT_CONCURRENCY,
     existing_dir,
     existing_file,
+    min_count as check_min_count,
     model_spec,
     model_values,
     output_dir,
@@ -39,22 +40,21 @@ from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line read
     run_directory,
     utf8_path,
 )
-from validate.cli.options import min_count as check_min_count
 from validate.contract.manifest import (
     TrialProfile,
     check_environment,
     check_limits,
     check_tasks,
+    freeze as freeze_contract,
     load_manifest,
     load_taskset,
     new_salt,
     reprofile,
     task_secret,
     verifier_mode_of,
+    verify as verify_contract,
     write_manifest,
 )
-from validate.contract.manifest import freeze as freeze_contract
-from validate.contract.manifest import verify as verify_contract
 from validate.core import environments
 from validate.core.errors import ValidateError
 from validate.core.paths import (
@@ -83,11 +83,15 @@ from validate.report.profiles import compare_profiles as profile_comparison
 from validate.run.context import Progress, RunContext
 from validate.run.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
 from validate.run.lifecycle import reopen
-from validate.run.phases import PilotPhase, PoolPhase, RunPhase, run_agents
-from validate.run.phases import pilot as pilot_phase
-from validate.run.phases import pool as pool_phase
-from validate.run.smoke import SmokePhase
-from validate.run.smoke import smoke as smoke_test
+from validate.run.phases import (
+    PilotPhase,
+    PoolPhase,
+    RunPhase,
+    pilot as pilot_phase,
+    pool as pool_phase,
+    run_agents,
+)
+from validate.run.smoke import SmokePhase, smoke as smoke_test
 from validate.sandbox import Limits, open_sandbox
 from validate.sandbox.image import SOURCE_DATE_EPOCH
 from validate.taskdir.images import transfer
@@ -460,10 +464,8 @@ def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (),
 def _reading() -> SimpleNamespace:
     """What reads a run back (the audits, the reports, packaging, comparing evals), imported by
     the commands that use it: it needs pandas, which a run's driver never loads."""
-    from validate.audit import eval as audit_eval  # lazy: pandas loads only to read a run back
-    from validate.audit import run as audit
-    from validate.eval import compare  # lazy: pandas loads only to read a run back
-    from validate.eval import report as eval_report
+    from validate.audit import eval as audit_eval, run as audit  # lazy: pandas loads only to read a run back
+    from validate.eval import compare, report as eval_report  # lazy: pandas loads only to read a run back
     from validate.report import run as report  # lazy: pandas loads only to read a run back
     from validate.taskdir import package  # lazy: pandas loads only to read a run back
 

@@ -39,11 +39,9 @@ from validate.core.paths import (
     RunPaths,
 )
 from validate.core.records import EVAL, RUN, RunKind
-from validate.eval import compare
-from validate.eval import report as eval_report
+from validate.eval import compare, report as eval_report
 from validate.evidence.journal import file_sha256, ledger_source
-from validate.report import profiles
-from validate.report import run as report
+from validate.report import profiles, run as report
 from validate.run.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
 from validate.taskdir.smoke_package import PACKAGE
 

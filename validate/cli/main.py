@@ -44,8 +44,7 @@ from validate.core.paths import (
 )
 from validate.eval.contract import AgentLimits, Sampling
 from validate.evidence.patches import code_state
-from validate.run.context import Interrupted
-from validate.run.context import Progress as PhaseProgress
+from validate.run.context import Interrupted, Progress as PhaseProgress
 from validate.run.executors import DEFAULT_EXECUTOR, executor_names
 from validate.sandbox import Limits, backend_names, imagefile
 from validate.sandbox.image import build

@@ -45,8 +45,7 @@ from validate.contract.sealed import SealedDocument, canonical_items, first_erro
 from validate.contract.tasklist import TaskEntry, TaskList
 from validate.core import environments
 from validate.core.errors import ContractError
-from validate.core.records import CONTROL, ORACLE
-from validate.core.records import Role as RecordedRole
+from validate.core.records import CONTROL, ORACLE, Role as RecordedRole
 from validate.evidence.journal import atomic_write
 from validate.evidence.patches import PatchInfo
 from validate.evidence.verdicts import Rule

@@ -22,8 +22,7 @@ from typing import Annotated, Any, Literal
 import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from environment.protocol import Role as DeclaredRole
-from environment.protocol import canonical_json, meta_value, safe_text
+from environment.protocol import Role as DeclaredRole, canonical_json, meta_value, safe_text
 
 SCHEMA_VERSION = 2
 

@@ -69,8 +69,7 @@ from validate.taskdir.images.frozen import keep_run_log, pins_of, routed
 from validate.taskdir.trial import network
 from validate.taskdir.trial.agents import plan as agent_plan
 from validate.taskdir.trial.docker import DockerFault
-from validate.taskdir.trial.players import TrialRequest
-from validate.taskdir.trial.players import play as play_trial
+from validate.taskdir.trial.players import TrialRequest, play as play_trial
 from validate.taskdir.trial.result import TrialLimits, TrialResult
 from validate.taskdir.trial.run import HarnessFault
 from validate.taskdir.trial.support import unsupported

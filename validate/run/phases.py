@@ -48,8 +48,7 @@ from validate.kinds import kind_of
 from validate.run.context import Interrupted, Play, RunContext
 from validate.run.lifecycle import Ending, Run, Verdicts
 from validate.run.runner import judge
-from validate.run.smoke import SmokePhase
-from validate.run.smoke import smoke as smoke_test
+from validate.run.smoke import SmokePhase, smoke as smoke_test
 
 
 class RunPhase(BaseModel):

@@ -47,11 +47,8 @@ from validate.sandbox import seccomp, storage
 from validate.sandbox.base import Limits, supervise, watchdog_argv
 from validate.sandbox.bwrap.launch import _JOIN, Launch
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial import layers, roots, workpaths
-from validate.taskdir.trial import run as docker_trial
-from validate.taskdir.trial import tool as harness_tool
-from validate.taskdir.trial.agents import plan as agent_plan
-from validate.taskdir.trial.agents import tree_entries
+from validate.taskdir.trial import layers, roots, run as docker_trial, tool as harness_tool, workpaths
+from validate.taskdir.trial.agents import plan as agent_plan, tree_entries
 from validate.taskdir.trial.result import LeftFile, PhaseRun, TrialLimits, TrialResult
 from validate.taskdir.trial.run import UnsupportedTask, apply_limits
 from validate.taskdir.trial.trusted import MAX_LISTED

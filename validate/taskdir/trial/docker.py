@@ -48,8 +48,7 @@ from validate.core.errors import DaemonError, SandboxError, TaskError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, procs_of
 from validate.sandbox.docker.wire import LABEL
-from validate.sandbox.storage import ensure_room, mount_tmpfs, remove_tree
-from validate.sandbox.storage import unmount as storage_unmount
+from validate.sandbox.storage import ensure_room, mount_tmpfs, remove_tree, unmount as storage_unmount
 from validate.taskdir.trial import tool as harness_tool
 
 TRIAL_LABEL = f"{LABEL}.trial"

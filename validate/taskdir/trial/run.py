@@ -103,11 +103,16 @@ from validate.core.errors import AgentError, TaskError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, oom_kills_of_pid, procs_of
 from validate.sandbox.storage import attempt_storage, mount_tmpfs
-from validate.taskdir.trial import artifacts, network, nsresolver, trusted, workpaths
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import tool as harness_tool
-from validate.taskdir.trial.agents import AgentPlan, tree_entries
-from validate.taskdir.trial.agents import plan as agent_plan
+from validate.taskdir.trial import (
+    artifacts,
+    docker as dk,
+    network,
+    nsresolver,
+    tool as harness_tool,
+    trusted,
+    workpaths,
+)
+from validate.taskdir.trial.agents import AgentPlan, plan as agent_plan, tree_entries
 from validate.taskdir.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
 
 VERIFIER_DIR = "/logs/verifier"

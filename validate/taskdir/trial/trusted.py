@@ -40,9 +40,7 @@ from pathlib import Path
 from environment.harbor.reward import MAX_REWARD_BYTES
 from environment.harbor.taskdir import HarborTask
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import layers, workpaths
-from validate.taskdir.trial import tool as harness_tool
+from validate.taskdir.trial import docker as dk, layers, tool as harness_tool, workpaths
 from validate.taskdir.trial.agents import tree_entries
 from validate.taskdir.trial.result import TrialLimits, TrialResult
 
