@@ -6,6 +6,8 @@ one wrapper (`CountingImages`) only counts the real backend's builds.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import shutil
 import time
 from pathlib import Path
@@ -328,3 +330,47 @@ def test_a_base_built_again_is_the_same_layer(base_map, tmp_path):
     _, again = build_tarball(DEBIAN_BOOKWORM_SLIM, tmp_path, log=lambda _msg: None)
     assert again.packages == base_map.bases[DEBIAN].packages
     assert again.layer == base_map.bases[DEBIAN].layer and again.tree_digest == base_map.bases[DEBIAN].tree_digest
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("ignore", [None, b"# the task's own\nsecret.txt\n", b"*\n!Dockerfile\n!keep.txt"])
+def test_copy_of_the_context_holds_the_tasks_dockerfile_never_this_machines_rewrite(ignore, base_map, images,
+                                                                                     task_store, tmp_path):
+    """A ``COPY .`` copies the task's Dockerfile as written: the rewrite (this machine's base
+    image id) is read by the daemon, never copied, so the image's content is the same on every
+    machine. A task's own ``.dockerignore`` keeps excluding what it excludes."""
+    task = tmp_path / "task"
+    (task / "environment").mkdir(parents=True)
+    dockerfile = b"FROM python:3.11-slim-bookworm\nWORKDIR /app\nCOPY . /app/\n"
+    (task / "environment/Dockerfile").write_bytes(dockerfile)
+    (task / "environment/keep.txt").write_text("kept\n")
+    (task / "environment/secret.txt").write_text("answer\n")
+    if ignore is not None:
+        (task / "environment/.dockerignore").write_bytes(ignore)
+    result = build_task_image(task, base_map, images, task_store)
+    assert isinstance(result, TaskImage), result
+    listing = _run(images, result.image_id, "cd /app && ls -A | sort && sha256sum Dockerfile").split()
+    assert "Dockerfile" in listing and "keep.txt" in listing and ".validate-build.Dockerfile" not in listing
+    assert hashlib.sha256(dockerfile).hexdigest() in listing  # the task's bytes, no base image id
+    assert ("secret.txt" in listing) == (ignore is None)
+    assert (".dockerignore" in listing) == (ignore is not None and b"*" not in ignore)  # as docker's client sends it
+
+
+@pytest.mark.docker
+def test_a_task_copying_its_context_has_one_content_over_another_machines_base_id(base_map, images, task_store):
+    """Another machine imports the same base under another id (a docker image id hashes its
+    configuration's times): the sample's answer-in-image, which copies its whole context,
+    has the same content digest over either id."""
+    from validate.taskdir.images.content import image_content
+
+    here = _build("answer-in-image", base_map, images, task_store)
+    assert isinstance(here, TaskImage), here
+    [(name, base)] = [(n, b) for n, b in base_map.bases.items() if b.recipe.name == here.bases[0].recipe]
+    other, _ = images.client.images.build(fileobj=io.BytesIO(f"FROM {base.image_id}\nLABEL other=machine\n".encode()),
+                                          rm=True, network_mode="none")
+    assert other.id != base.image_id and other.attrs["RootFS"]["Layers"] == [base.layer]
+    elsewhere = base_map.model_copy(update={"bases": {**base_map.bases,
+                                                      name: base.model_copy(update={"image_id": other.id})}})
+    there = _build("answer-in-image", elsewhere, images, task_store)
+    assert isinstance(there, TaskImage) and there.image_id != here.image_id, there
+    assert image_content(images.client, there.image_id).digest == image_content(images.client, here.image_id).digest

@@ -324,9 +324,13 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
         if have != entry.image and entry.content is not None and isinstance(built, TaskImage):
             differ = compare_content(builder.client, built.image_id, entry.content, entry.layers, evidence, store)
             if differ:
+                older = "" if frozen.build_version == BUILD_VERSION else (
+                    f" (the contract was frozen by build version {frozen.build_version}, this code builds version "
+                    f"{BUILD_VERSION}: before version 2 a `COPY .` copied this machine's rewritten Dockerfile; "
+                    f"freeze the dataset again)")
                 raise ContractError(f"{field}: the manifest says {entry.image}, not in this daemon; rebuilt here "
                                     f"as {built.image_id}, whose content is not the frozen image's: "
-                                    f"{'; '.join(differ)}")
+                                    f"{'; '.join(differ)}{older}")
             continue
         if have != entry.image:
             why = "" if entry.content is not None else (
