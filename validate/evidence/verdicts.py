@@ -28,8 +28,8 @@ shell) is that control's own rejection — its sabotage — when the oracle's ev
 every baseline control (`Rule.baseline`, nop) verified cleanly on the task; a verifier that
 fails after the oracle and nop alike stays the task's defect. An oracle whose trusted verifier
 did not pass but passed when replayed in its own container (`Outcome.shared_reward`) needs
-the system changes it made outside its work paths: ``needs_system_changes``, counted apart,
-never certified. `Decision.oracle_certified` says whether the oracle certified the task
+the system changes it made outside its work paths: ``needs_system_changes``, never compatible
+(oracle-certified in its own container, never hack-resistant). `Decision.oracle_certified` says whether the oracle certified the task
 whatever the tampering controls did (the claim's N; its compatible tasks are the
 hack-resistant H).
 
