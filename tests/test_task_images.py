@@ -6,6 +6,8 @@ one wrapper (`CountingImages`) only counts the real backend's builds.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import shutil
 import time
 from pathlib import Path
@@ -61,16 +63,25 @@ def test_every_external_image_is_found_and_only_those_are_rewritten():
             "FROM \\\n  debian:bookworm-slim\n"
             "FROM scratch\n")
     _, refs = external_images(text)
-    assert [(r.image, r.kind) for r in refs] == [("python:3.11-slim", "from"),
-                                                 ("debian:bookworm-slim", "copy-from"),
-                                                 ("debian:bookworm-slim", "from")]
+    assert [(r.image, r.kind) for r in refs] == [
+        ("python:3.11-slim", "from"),
+        ("debian:bookworm-slim", "copy-from"),
+        ("debian:bookworm-slim", "from"),
+    ]
     new, diff = rewrite(text, {"python:3.11-slim": "sha256:aaa", "debian:bookworm-slim": "sha256:bbb"})
-    assert new.splitlines() == ["# syntax=docker/dockerfile:1",
-                                "FROM --platform=linux/amd64 sha256:aaa AS build", "RUN echo one \\",
-                                "  # a comment inside the continuation", "  two", "FROM build AS test",
-                                "COPY --from=build /a /a", "COPY --from=0 /b /b",
-                                "COPY --from=sha256:bbb /etc/os-release /c", "FROM sha256:bbb",
-                                "FROM scratch"]
+    assert new.splitlines() == [
+        "# syntax=docker/dockerfile:1",
+        "FROM --platform=linux/amd64 sha256:aaa AS build",
+        "RUN echo one \\",
+        "  # a comment inside the continuation",
+        "  two",
+        "FROM build AS test",
+        "COPY --from=build /a /a",
+        "COPY --from=0 /b /b",
+        "COPY --from=sha256:bbb /etc/os-release /c",
+        "FROM sha256:bbb",
+        "FROM scratch",
+    ]
     assert "-FROM --platform=linux/amd64 python:3.11-slim AS build\n" in diff
     assert "+FROM --platform=linux/amd64 sha256:aaa AS build\n" in diff
     assert diff.startswith("--- a/environment/Dockerfile\n+++ b/environment/Dockerfile\n")
@@ -162,8 +173,9 @@ def test_the_map_serves_the_bases_by_layer_digest_and_records_each_substitution(
     assert newer.recipe == PYTHON and any("Python 3.11 is served where the task asks for Python 3.12" in d
                                           for d in newer.differences)
     pinned = base_map.resolve("library/debian:bookworm-slim@sha256:" + "0" * 64)
-    assert pinned.recipe == DEBIAN and any("pins the upstream image sha256:000" in d
-                                           for d in pinned.differences)
+    assert pinned.recipe == DEBIAN and any(
+        "pins the upstream image sha256:000" in d for d in pinned.differences
+    )
     assert base_map.resolve("ubuntu:24.04") is None and base_map.resolve("python:3.11") is None
     # A second map reuses the tarballs and the imported images: no mmdebstrap, no import.
     mtimes = {n: (base_store / n / "rootfs.tar").stat().st_mtime_ns for n in base_map.bases}
@@ -192,13 +204,20 @@ def test_a_python_task_image_behaves_like_the_upstream_slim_image(csv_image, bas
     assert [b.upstream for b in csv_image.bases] == ["python:3.11-slim-bookworm"]
     assert csv_image.policy.network == "host"
     assert images.image_labels(csv_image.image_id)[KEY_LABEL] == csv_image.key
-    out = _run(images, csv_image.image_id, (
-        "set -e; python --version; python3 --version; pip --version; test -s "
-        "/etc/ssl/certs/ca-certificates.crt; python3 -c 'import sysconfig, os; m = "
-        "os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\"); print(\"marker\", "
-        "os.path.exists(m))'; pip install --no-index --no-deps --force-reinstall "
-        "/usr/share/python-wheels/pip-*.whl >/dev/null; echo pip-install-ok; apt-get --version | head -n1; "
-        "cat /app/people.csv | head -n1"))
+    out = _run(
+        images,
+        csv_image.image_id,
+        (
+            "set -e; python --version; python3 --version; pip --version; "
+            "test -s /etc/ssl/certs/ca-certificates.crt; "
+            "python3 -c 'import sysconfig, os; "
+            "m = os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\");"
+            " print(\"marker\", os.path.exists(m))'; "
+            "pip install --no-index --no-deps --force-reinstall /usr/share/python-wheels/pip-*.whl "
+            ">/dev/null; "
+            "echo pip-install-ok; apt-get --version | head -n1; cat /app/people.csv | head -n1"
+        ),
+    )
     assert "Python 3.11." in out and "pip " in out and "marker False" in out and "pip-install-ok" in out, out
     assert "apt " in out and "externally-managed" not in out, out
 
@@ -344,4 +363,58 @@ def test_a_base_built_again_is_the_same_layer(base_map, tmp_path):
     assert (
         again.layer == base_map.bases[DEBIAN].layer
         and again.tree_digest == base_map.bases[DEBIAN].tree_digest
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("ignore", [None, b"# the task's own\nsecret.txt\n", b"*\n!Dockerfile\n!keep.txt"])
+def test_copy_of_the_context_holds_the_tasks_dockerfile_never_this_machines_rewrite(ignore, base_map, images,
+                                                                                     task_store, tmp_path):
+    """A ``COPY .`` copies the task's Dockerfile as written: the rewrite (this machine's base
+    image id) is read by the daemon, never copied, so the image's content is the same on every
+    machine. A task's own ``.dockerignore`` keeps excluding what it excludes."""
+    task = tmp_path / "task"
+    (task / "environment").mkdir(parents=True)
+    dockerfile = b"FROM python:3.11-slim-bookworm\nWORKDIR /app\nCOPY . /app/\n"
+    (task / "environment/Dockerfile").write_bytes(dockerfile)
+    (task / "environment/keep.txt").write_text("kept\n")
+    (task / "environment/secret.txt").write_text("answer\n")
+    if ignore is not None:
+        (task / "environment/.dockerignore").write_bytes(ignore)
+    result = build_task_image(task, base_map, images, task_store)
+    assert isinstance(result, TaskImage), result
+    listing = _run(images, result.image_id, "cd /app && ls -A | sort && sha256sum Dockerfile").split()
+    assert "Dockerfile" in listing and "keep.txt" in listing and ".validate-build.Dockerfile" not in listing
+    assert hashlib.sha256(dockerfile).hexdigest() in listing  # the task's bytes, no base image id
+    assert ("secret.txt" in listing) == (ignore is None)
+    assert (".dockerignore" in listing) == (
+        ignore is not None and b"*" not in ignore
+    )  # as docker's client sends it
+
+
+@pytest.mark.docker
+def test_a_task_copying_its_context_has_one_content_over_another_machines_base_id(
+    base_map, images, task_store
+):
+    """Another machine imports the same base under another id (a docker image id hashes its
+    configuration's times): the sample's answer-in-image, which copies its whole context,
+    has the same content digest over either id."""
+    from validate.taskdir.images.content import image_content
+
+    here = _build("answer-in-image", base_map, images, task_store)
+    assert isinstance(here, TaskImage), here
+    [(name, base)] = [(n, b) for n, b in base_map.bases.items() if b.recipe.name == here.bases[0].recipe]
+    other, _ = images.client.images.build(
+        fileobj=io.BytesIO(f"FROM {base.image_id}\nLABEL other=machine\n".encode()),
+        rm=True,
+        network_mode="none",
+    )
+    assert other.id != base.image_id and other.attrs["RootFS"]["Layers"] == [base.layer]
+    elsewhere = base_map.model_copy(update={"bases": {**base_map.bases,
+                                                      name: base.model_copy(update={"image_id": other.id})}})
+    there = _build("answer-in-image", elsewhere, images, task_store)
+    assert isinstance(there, TaskImage) and there.image_id != here.image_id, there
+    assert (
+        image_content(images.client, there.image_id).digest
+        == image_content(images.client, here.image_id).digest
     )

@@ -13,6 +13,7 @@ nothing of the trial — container, snapshot, volume, cgroup — is left.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import textwrap
 from pathlib import Path
@@ -184,5 +185,26 @@ def test_a_sample_task_image_is_built_in_the_rootless_service_and_its_oracle_pas
                       run_label=f"{podman.run_label}-s", resolver_image=DEFAULT_IMAGE)
         assert r.status == "ok" and r.reward == 1.0, (r.infrastructure_error, r.verifier_error)
         assert images.image_labels(built.image_id) is not None  # still there after the trial
+        # podman's builder, too, reads the rewrite and copies the task's Dockerfile as written
+        copying = build_task_image(
+            SAMPLE / "answer-in-image", bases, images, tmp_path / "store", build_timeout_s=600
+        )
+        assert isinstance(copying, TaskImage), copying
+        listing = (
+            images.client.containers.run(
+                copying.image_id,
+                ["sh", "-c", "ls -A /app; sha256sum /app/Dockerfile"],
+                network_mode="none",
+                remove=True,
+            )
+            .decode()
+            .split()
+        )
+        written = hashlib.sha256((SAMPLE / "answer-in-image/environment/Dockerfile").read_bytes()).hexdigest()
+        assert (
+            written in listing
+            and ".validate-build.Dockerfile" not in listing
+            and ".dockerignore" not in listing
+        )
     finally:
         images.client.close()

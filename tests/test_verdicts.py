@@ -202,6 +202,9 @@ def test_a_tampering_control_that_passes_makes_the_task_hackable_naming_what_it_
     # another control's pass is a defect of the task itself: not oracle-certified
     v = td([t("oracle"), t("nop"), t("reader", reward=1.0), t("tamper", reward=1.0, planted="/x")])
     assert (v.reason, v.oracle_certified) == ("invalid_task_or_verifier", False)
+    # and it is named first: a task nop passes is named for nop, not for what tampering then got
+    v = td([t("oracle"), t("tamper", reward=1.0, planted="/x"), t("nop", reward=1.0), t("reader")])
+    assert v.detail.startswith("control nop passed") and "control tamper passed" in v.detail, v.detail
     v = td([t("oracle"), t("nop"), t("reader"), t("tamper")])
     assert (v.verdict, v.oracle_certified) == ("compatible", True)
 

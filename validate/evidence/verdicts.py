@@ -28,10 +28,10 @@ shell) is that control's own rejection — its sabotage — when the oracle's ev
 every baseline control (`Rule.baseline`, nop) verified cleanly on the task; a verifier that
 fails after the oracle and nop alike stays the task's defect. An oracle whose trusted verifier
 did not pass but passed when replayed in its own container (`Outcome.shared_reward`) needs
-the system changes it made outside its work paths: ``needs_system_changes``, counted apart,
-never certified. `Decision.oracle_certified` says whether the oracle certified the task
-whatever the tampering controls did (the claim's N; its compatible tasks are the
-hack-resistant H).
+the system changes it made outside its work paths: ``needs_system_changes``, never compatible
+(oracle-certified in its own container, never hack-resistant). `Decision.oracle_certified`
+says whether the oracle certified the task whatever the tampering controls did (the claim's N;
+its compatible tasks are the hack-resistant H).
 
 Exception rules: ``strict`` (the default) excludes a task with any infrastructure or harness
 exception in the run, superseded ones included; ``retry`` (declared at freeze) looks at each
@@ -262,12 +262,18 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     notes += [f"control {a.agent} left the verifier without a reward ({a.error_message}): its own sabotage, "
               f"counted as its rejection (the oracle and {', '.join(sabotage[a.agent])} verified cleanly)"
               for a in final.values() if a.agent in sabotage]
-    invalid, tampered = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats, sabotage)
-    invalid += [flaky] if flaky else []
+    others, tampered = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats, sabotage)
+    invalid = others + ([flaky] if flaky else []) + tampered
     # the oracle certified it whatever the tampering controls did (the claim's N)
-    certified = (certifies and not flaky and (not fails or needs is not None) and not invalid[len(tampered):]
-                 and not _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats,
-                                    verdict).missing)
+    certified = (
+        certifies
+        and not flaky
+        and (not fails or needs is not None)
+        and not others
+        and not _undecided(
+            final, every, required, rules, certifies, no_reference, oracle_repeats, verdict
+        ).missing
+    )
     if invalid:
         return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid), certified=certified)
     if needs is not None:
@@ -287,10 +293,11 @@ def _who(a: Outcome, oracle_repeats: int, rules: dict[str, Rule]) -> str:
 def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass_threshold: float,
              findings: Sequence[Finding], notes: list[str], oracle_repeats: int,
              sabotage: dict[str, list[str]]) -> tuple[list[str], list[str]]:
-    """Why the task or its verifier is invalid whatever the oracle did — the tampering controls
-    that passed first (the second list: just those), then blocking findings, a scorer
-    (verifier) error that is no control's sabotage, a control at or over its ceiling (a
-    chance-level one: a note)."""
+    """Why the task or its verifier is invalid whatever the oracle did: (blocking findings, a
+    scorer (verifier) error that is no control's sabotage, a control at or over its ceiling
+    (a chance-level one: a note); the tampering controls that passed). The caller names the
+    first list first: a task that nop passes is named for nop, whatever the tampering
+    controls then also got."""
     tampered, invalid = [], [f.detail for f in findings if f.blocking]
     invalid += [f"{_who(a, oracle_repeats, rules)}: scorer raised {a.error_class}: {a.error_message}"
                 for a in final.values() if a.status == SCORER_ERROR and a.agent not in sabotage]
@@ -306,7 +313,7 @@ def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass
                                 f"it planted {a.planted or 'nothing the harness saw'}")
             else:
                 invalid.append(hit)
-    return tampered + invalid, tampered
+    return invalid, tampered
 
 
 def _sabotaged(final: dict[tuple[str, int], Outcome], oracle: list[Outcome], rules: dict[str, Rule],
@@ -331,11 +338,13 @@ def _needs_system(oracle: list[Outcome], pass_threshold: float) -> str | None:
                              for a in oracle):
         return None
     first = oracle[0]
-    return (f"the reference solution fails its verifier in a fresh container of the task's image (reward "
-            f"{first.reward}) and passes it in its own container (reward {first.shared_reward}): the "
-            "verifier needs what the solution changed outside the task's work paths, so no tampering control "
-            "can be shown to fail it — not certified (validate it with --verifier-mode shared to certify it "
-            "without that claim)")
+    return (
+        f"the reference solution fails its verifier in a fresh container of the task's image (reward "
+        f"{first.reward}) and passes it in its own container (reward {first.shared_reward}): the verifier "
+        f"needs what the solution changed outside the task's work paths, so no tampering control can be "
+        f"shown to fail it — not hack-resistant (validate it with --verifier-mode shared to certify it "
+        f"without that claim)"
+    )
 
 
 def _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict) -> Decision:

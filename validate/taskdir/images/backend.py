@@ -38,8 +38,11 @@ class ImageBackend(Protocol):
         ...
 
     def build(self, context: Path, labels: dict[str, str], network: str, timeout_s: float,
-              log: IO[str]) -> BuildRun:
-        """Build `context` (holding its ``Dockerfile``), writing the build's output to `log`."""
+              log: IO[str], dockerfile: str = "Dockerfile") -> BuildRun:
+        """Build `context` from its file named `dockerfile`, writing the build's output to
+        `log`. The context is sent as docker's client sends it: what its ``.dockerignore``
+        excludes left out, but that file and the Dockerfile always sent (the daemon drops
+        each from what ``COPY`` sees when the ``.dockerignore`` excludes it)."""
         ...
 
     def image_labels(self, image_id: str) -> dict[str, str] | None:

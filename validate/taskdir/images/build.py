@@ -2,9 +2,13 @@
 by content, every outcome returned as data.
 
 `build_task_image` reads ``environment/Dockerfile``, resolves every external image it names
-(`validate.taskdir.images.dockerfile`) through the `BaseImageMap`, rewrites the Dockerfile in a
-copy of the context to the local image ids (the recorded patch), and has the backend build
-that copy with the profile's `BuildPolicy`. A task whose ``[environment].docker_image`` names
+(`validate.taskdir.images.dockerfile`) through the `BaseImageMap`, rewrites the Dockerfile to
+the local image ids (the recorded patch), and has the backend build a copy of the context
+with the profile's `BuildPolicy`. The rewrite goes into the copy beside the task's own
+``Dockerfile``, as `BUILD_DOCKERFILE`, which the context's ``.dockerignore`` excludes (as
+docker's own client does with a Dockerfile from outside the context): a ``COPY .`` copies
+the task's file as the task wrote it, never this machine's base image ids, so the image's
+content is the same on every machine. A task whose ``[environment].docker_image`` names
 its image (no Dockerfile) is served the same way: its image is the base the map serves for
 that reference (`image_task`: the same substitution and recorded differences as a ``FROM`` of
 it), labelled with its key by a build of an empty context whose Dockerfile is only
@@ -67,8 +71,11 @@ from validate.taskdir.images.registry import PulledBase, PullRefused, pull
 from validate.taskdir.images.trust import add_to_context, after_every_from, clock_lines, held_bundle, is_host_bundle, \
     trust_lines
 
-#: Bumped whenever what a key covers, or how a build is made, changes.
-BUILD_VERSION = 1
+#: Bumped whenever what a key covers, or how a build is made, changes (2: the rewritten
+#: Dockerfile beside the task's, excluded from ``COPY``).
+BUILD_VERSION = 2
+#: The harness's rewritten Dockerfile in the build's copy of the context.
+BUILD_DOCKERFILE = ".validate-build.Dockerfile"
 KEY_LABEL = "deshuffle-validate.task-image.key"
 LOG_TAIL_CHARS = 2000
 
@@ -326,7 +333,7 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
 
 def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dict[str, str], network: str,
            timeout_s: float, log_path: Path, bundle: bytes | None = None):
-    """Build a copy of `env` (None: an empty context) whose Dockerfile is `dockerfile`,
+    """Build a copy of `env` (None: an empty context) with `dockerfile` as its Dockerfile,
     logging to `log_path`; `bundle`: the trust store the Dockerfile copies in."""
     with tempfile.TemporaryDirectory(prefix="task-context-") as tmp:
         context = Path(tmp) / "context"
@@ -334,14 +341,32 @@ def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dic
             context.mkdir()
         else:
             shutil.copytree(env, context, symlinks=True)
-        (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+        put_dockerfile(context, dockerfile)
         if bundle is not None and env is not None:
             add_to_context(context, bundle)
         with open(log_path, "w", encoding="utf-8", errors="replace") as log:
             started = time.monotonic()
-            run = backend.build(context, labels, network, timeout_s, log)
+            run = backend.build(context, labels, network, timeout_s, log, BUILD_DOCKERFILE)
             log.write(f"\n# build {'failed' if run.error else 'done'} in {time.monotonic() - started:.1f} s\n")
     return run
+
+
+def put_dockerfile(context: Path, dockerfile: str) -> None:
+    """`dockerfile` into `context` as `BUILD_DOCKERFILE`, and that name appended to the
+    context's ``.dockerignore`` (made, excluding itself too, when the task has none), as
+    docker's client does for a Dockerfile from elsewhere: the daemon reads it, then drops it
+    from what ``COPY`` sees. A ``.dockerignore`` that is not a regular file (a link out of the
+    task) is replaced, never followed."""
+    (context / BUILD_DOCKERFILE).write_text(dockerfile, encoding="utf-8")
+    ignore = context / ".dockerignore"
+    if ignore.is_symlink() or (ignore.exists() and not ignore.is_file()):
+        shutil.rmtree(ignore) if ignore.is_dir() and not ignore.is_symlink() else ignore.unlink()
+    if ignore.is_file():
+        text = ignore.read_bytes()
+        ignore.write_bytes(text + (b"" if text.endswith(b"\n") or not text else b"\n") + BUILD_DOCKERFILE.encode()
+                           + b"\n")
+    else:
+        ignore.write_text(f".dockerignore\n{BUILD_DOCKERFILE}\n", encoding="utf-8")
 
 
 def _cached(slot: Path, key: str, backend: ImageBackend) -> TaskImage | None:

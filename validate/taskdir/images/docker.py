@@ -19,6 +19,7 @@ Dockerfile's own) is a `BuildRun` with ``error`` set.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -50,6 +51,20 @@ def _changes(recipe: BaseRecipe) -> list[str]:
             raise ValueError(f"recipe {recipe.name}: env {key}={value!r} cannot be an ENV change")
     lines = [f"ENV {key}={value}" for key, value in sorted(recipe.env.items())]
     return lines + ([f"CMD {json.dumps(list(recipe.cmd))}"] if recipe.cmd else [])
+
+
+def context_tar(context: Path, dockerfile: str) -> IO[bytes]:
+    """`context` as one tar, as docker's client sends it: what its ``.dockerignore`` excludes
+    left out (read as bytes: a task's file in any encoding is its patterns, never a crash),
+    but the ``.dockerignore`` and `dockerfile` always in, for the daemon to read and then
+    drop from what ``COPY`` sees when the ``.dockerignore`` excludes them."""
+    ignore = context / ".dockerignore"
+    patterns: list[str] = []
+    if ignore.is_file() and not ignore.is_symlink():
+        lines = (line.strip() for line in ignore.read_bytes().decode("utf-8", "surrogateescape").splitlines())
+        patterns = [line for line in lines if line and not line.startswith("#")]
+    patterns.append("!.dockerignore")  # docker.utils.tar keeps the Dockerfile itself
+    return docker.utils.tar(str(context), exclude=patterns, dockerfile=(dockerfile, None))
 
 
 class DockerImages:
@@ -99,23 +114,31 @@ class DockerImages:
         return env == recipe.env and list(config.get("Cmd") or []) == list(recipe.cmd)
 
     def build(self, context: Path, labels: dict[str, str], network: str, timeout_s: float,
-              log: IO[str]) -> BuildRun:
+              log: IO[str], dockerfile: str = "Dockerfile") -> BuildRun:
         # A client of its own, closed when the build ends however it ends: closing the
         # connection is what cancels a legacy build in the daemon (a timeout, an interrupt),
         # which then removes the build's container (forcerm).
         client = self._connect(timeout_s)
         try:
-            return self._stream(client, context, labels, network, timeout_s, log)
+            try:
+                tar = context_tar(context, dockerfile)
+            except OSError as e:  # the task's context unreadable, or this machine's disk
+                log.write(f"\nERROR: the build context could not be packed: {e}\n")
+                return BuildRun(error=f"the build context could not be packed: {e}",
+                                infrastructure=e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO))
+            with tar:
+                return self._stream(client, tar, dockerfile, labels, network, timeout_s, log)
         finally:
             client.close()
 
-    def _stream(self, client: docker.DockerClient, context: Path, labels: dict[str, str], network: str,
-                timeout_s: float, log: IO[str]) -> BuildRun:
+    def _stream(self, client: docker.DockerClient, tar: IO[bytes], dockerfile: str, labels: dict[str, str],
+                network: str, timeout_s: float, log: IO[str]) -> BuildRun:
         deadline = time.monotonic() + timeout_s
         image_id = None
         try:
-            stream = client.api.build(path=str(context), rm=True, forcerm=True, pull=False, decode=True,
-                                      network_mode=network, labels=labels, timeout=timeout_s)
+            stream = client.api.build(fileobj=tar, custom_context=True, dockerfile=dockerfile, rm=True, forcerm=True,
+                                      pull=False, decode=True, network_mode=network, labels=labels,
+                                      timeout=timeout_s)
             for chunk in stream:
                 if "stream" in chunk:
                     log.write(chunk["stream"])
