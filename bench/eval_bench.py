@@ -1,6 +1,7 @@
 """Eval attempts per second with a scripted baseline, and the harness's own share of an attempt.
 
-    python bench/eval_bench.py --pool-run ledgers/<pool run> [--pool-run ...] [--backend docker] [-n 100] [-c N]
+    python bench/eval_bench.py --pool-run ledgers/<pool run> [--pool-run ...] [--backend docker]
+        [-n 100] [-c N]
     python bench/eval_bench.py --composition [--backend docker|bwrap|both] [-n 60] [-c N]
 
 The first mode evaluates the environment's scripted baseline (behind the real local server,
@@ -43,11 +44,11 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
     from validate.api import context
     from validate.audit.run import audit
     from validate.contract.manifest import derive, write_manifest
+    from validate.devtools.localserver import serve
     from validate.eval import contract as ec
     from validate.eval.client import ChatClient
     from validate.eval.freeze import parent_of
     from validate.eval.run import EvalPhase, evaluate
-    from validate.devtools.localserver import serve
 
     parent, frozen = parent_of(pool_run, audit=lambda root: audit(root).problems)
     if frozen.execution.backend != backend:
@@ -65,7 +66,8 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
                  rule=f"eval bench: the first {n} tasks of {frozen.name}")
     write_manifest(sub, work / "bench.json")
     parent = parent.model_copy(update={"manifest_sha256": sub.sha256, "manifest_name": sub.name,
-                                       "manifest_path": str(work / "bench.json"), "task_count": len(sub.tasks)})
+                                       "manifest_path": str(work / "bench.json"),
+                                       "task_count": len(sub.tasks)})
     with serve({MODEL_NAME: policy}) as server:
         contract = ec.build(name="bench", parent=parent, manifest=sub, reward_code="sha256:bench",
                             model=ec.ModelSpec(id=MODEL_NAME, revision="bench", server="localserver",
@@ -81,23 +83,25 @@ def eval_rate(pool_run: Path, backend: str, n: int, c: int) -> None:
         wall = time.perf_counter() - t0
     rows = pq.read_table(work / "run" / "samples.parquet").to_pylist()
     total = sum(r["wall_s"] for r in rows)
-    parts = {k: sum(r[k] for r in rows) for k in ("model_s", "endpoint_wait_s", "tool_s", "sandbox_s", "score_s")}
+    parts = {k: sum(r[k] for r in rows) for k in ("model_s", "endpoint_wait_s", "tool_s", "sandbox_s",
+                                                  "score_s")}
     rest = total - sum(parts.values())
-    print(f"eval ({env.name}, {contract.agent.name}), {backend}, -c {c}: {summary.attempts} attempts in {wall:.1f} s "
-          f"= {summary.attempts / wall:.2f} attempts/s (greedy pass, {len(sub.tasks)} tasks; mean greedy reward "
-          f"{summary.greedy.mean_reward.value:.3f})")
+    print(f"eval ({env.name}, {contract.agent.name}), {backend}, -c {c}: {summary.attempts} attempts in "
+          f"{wall:.1f} s = {summary.attempts / wall:.2f} attempts/s (greedy pass, {len(sub.tasks)} tasks; "
+          f"mean greedy reward {summary.greedy.mean_reward.value:.3f})")
     print(f"per attempt: {statistics.fmean(r['wall_s'] for r in rows) * 1000:.0f} ms mean wall")
     for name, value in [*parts.items(), ("harness (the rest)", rest)]:
         print(f"  {name:<22} {value / len(rows) * 1000:8.1f} ms   {100 * value / total:5.1f} %")
     own = total - parts["model_s"] - parts["endpoint_wait_s"] - parts["tool_s"]
-    print(f"harness's own share (all but the model and the commands): {100 * own / total:.1f} % of the wall time")
+    print(f"harness's own share (all but the model and the commands): {100 * own / total:.1f} % "
+          "of the wall time")
 
 
 def composition(backend: str, n: int, c: int) -> None:
     from bench.sandbox_bench import bare_bwrap, bare_docker, bare_python, rate
+    from validate.run.workspace import temp_storage
     from validate.sandbox import Mount, RunRequest, open_sandbox
     from validate.sandbox.session import run_in_session
-    from validate.run.workspace import temp_storage
 
     sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench-composition")
     counter = iter(range(10**9))
@@ -118,17 +122,17 @@ def composition(backend: str, n: int, c: int) -> None:
         composed = rate(attempt(True), n, c)
         if backend == "docker":
             bare = rate(bare_docker, n, c)
-            print(f"docker, -c {c}: bare `docker run` {bare:.2f}/s; direct run {direct:.2f}/s ({direct / bare:.2f}×); "
-                  f"session composition {composed:.2f}/s ({composed / bare:.2f}× bare, target ≥ 0.90; "
-                  f"{composed / direct:.2f}× direct)")
+            print(f"docker, -c {c}: bare `docker run` {bare:.2f}/s; direct run {direct:.2f}/s "
+                  f"({direct / bare:.2f}×); session composition {composed:.2f}/s ({composed / bare:.2f}× "
+                  f"bare, target ≥ 0.90; {composed / direct:.2f}× direct)")
         else:
             bare_py = 1 / rate(bare_python, n, 1)  # the image's python3 -c pass, as bench/sandbox_bench.py
             one_direct, one_composed = rate(attempt(False), n // 2, 1), rate(attempt(True), n // 2, 1)
-            print(f"bwrap, -c {c}: bare bwrap {rate(bare_bwrap, n, c):.2f}/s; direct run {direct:.2f}/s; session "
-                  f"composition {composed:.2f}/s ({composed / direct:.2f}× direct)")
-            print(f"bwrap, one at a time: python3 -c pass {bare_py * 1000:.1f} ms; direct {1000 / one_direct:.1f} ms "
-                  f"({1 / one_direct / bare_py:.2f}×); composition {1000 / one_composed:.1f} ms "
-                  f"({1 / one_composed / bare_py:.2f}×, target ≤ 2.5)")
+            print(f"bwrap, -c {c}: bare bwrap {rate(bare_bwrap, n, c):.2f}/s; direct run {direct:.2f}/s; "
+                  f"session composition {composed:.2f}/s ({composed / direct:.2f}× direct)")
+            print(f"bwrap, one at a time: python3 -c pass {bare_py * 1000:.1f} ms; direct "
+                  f"{1000 / one_direct:.1f} ms ({1 / one_direct / bare_py:.2f}×); composition "
+                  f"{1000 / one_composed:.1f} ms ({1 / one_composed / bare_py:.2f}×, target ≤ 2.5)")
     finally:
         sandbox.close()
 
@@ -136,8 +140,10 @@ def composition(backend: str, n: int, c: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--pool-run", type=Path, action="append", default=[],
-                   help="a passed pool run (its frozen set is evaluated); repeat to measure several in one invocation")
-    p.add_argument("--composition", action="store_true", help="measure the one-shot run as a session composition")
+                   help="a passed pool run (its frozen set is evaluated); repeat to measure several "
+                        "in one invocation")
+    p.add_argument("--composition", action="store_true",
+                   help="measure the one-shot run as a session composition")
     p.add_argument("--backend", default="docker", choices=["docker", "bwrap", "both"])
     p.add_argument("-n", type=int, default=100, help="tasks (eval) or attempts per loop (composition)")
     p.add_argument("-c", type=int, default=DEFAULT_CONCURRENCY, help="concurrency")

@@ -1,6 +1,7 @@
 """The ``ray`` executor against ``threads`` on the same pool, in one invocation.
 
-    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker] [--rounds 3] [--floor-tasks 3000]
+    python bench/executor_bench.py [--tasks 100] [-c N] [--backend bwrap|docker] [--rounds 3]
+        [--floor-tasks 3000]
 
 One contract (the deshuffle oracle and five controls on `--tasks` tasks) is frozen once and run
 through each executor in a fresh process of its own (its peak RSS its own): ``threads``, and
@@ -82,7 +83,7 @@ finally:
 print(json.dumps({"executor": executor, "attempts": summary.counts.attempts, "wall_s": wall, "start_s": start_s,
                   "compatible": summary.counts.compatible, "cpu_s": cpu_s, "driver_cpu_s": self_s,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+"""  # noqa: E501
 
 # Ray's own cost per task on this machine, apart from any harness work, `c` in flight as the
 # executor keeps them: calls to `c` actors (the executor's shape: a slot per call in flight,
@@ -136,7 +137,7 @@ out[f"actor, {MAX_CALL} a call"] = timed(lambda slot, i: slots[slot].play_many.r
                                        MAX_CALL)
 ray.shutdown()
 print(json.dumps(out))
-"""
+"""  # noqa: E501
 
 
 def main() -> None:
@@ -166,8 +167,9 @@ def main() -> None:
         # speed during a round then weighs on both alike over an even number of rounds.
         rate = {}
         for executor in ("threads", "ray") if n % 2 == 0 else ("ray", "threads"):
-            out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks), str(args.c),
-                                  args.corpus, CONTROLS], cwd=ROOT, capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-c", CHILD, executor, args.backend, str(args.tasks),
+                                  str(args.c), args.corpus, CONTROLS], cwd=ROOT, capture_output=True,
+                                 text=True)
             if out.returncode != 0:
                 sys.exit(f"{executor}: the run failed:\n{out.stderr[-3000:]}")
             r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -175,15 +177,20 @@ def main() -> None:
             attempts[executor] += r["attempts"]
             wall[executor] += r["wall_s"]
             cpu[executor] += r["cpu_s"]
-            print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s {rate[executor]:11.2f} "
-                  f"{r['peak_rss_mb']:7.0f}MB {1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
+            print(f"{executor:8s} {r['start_s']:6.1f}s {r['attempts']:9d} {r['wall_s']:8.1f}s "
+                  f"{rate[executor]:11.2f} {r['peak_rss_mb']:7.0f}MB "
+                  f"{1000 * r['cpu_s'] / r['attempts']:17.1f} ms "
                   f"{1000 * r['driver_cpu_s'] / r['attempts']:6.1f} ms  {r['compatible']}")
         ratios.append(rate["ray"] / rate["threads"])
         if args.rounds > 1:
             print(f"  round {n + 1}: ray / threads attempts/s {ratios[-1]:.2f}")
     ratio = (attempts["ray"] / wall["ray"]) / (attempts["threads"] / wall["threads"])
-    over = f" over {args.rounds} rounds (all attempts / all wall time; rounds {min(ratios):.2f}–{max(ratios):.2f})" \
-        if args.rounds > 1 else ""
+    over = (
+        f" over {args.rounds} rounds (all attempts / all wall time; "
+        f"rounds {min(ratios):.2f}–{max(ratios):.2f})"
+        if args.rounds > 1
+        else ""
+    )
     print(f"ray / threads attempts/s: {ratio:.2f} (overhead {100 * (1 - ratio):.1f} %){over}")
     cpu_per_attempt = {executor: cpu[executor] / attempts[executor] for executor in cpu}
     out = subprocess.run([sys.executable, "-c", FLOOR, str(args.c), str(args.floor_tasks)], cwd=ROOT,

@@ -44,9 +44,11 @@ def corpus_main(n_files: int, seed: int) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-n", type=int, default=None, help="replies (default 100,000) or corpus files (default 3,200)")
+    ap.add_argument("-n", type=int, default=None,
+                    help="replies (default 100,000) or corpus files (default 3,200)")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--corpus", action="store_true", help="fuzz the corpus loaders instead of the reply parser")
+    ap.add_argument("--corpus", action="store_true",
+                    help="fuzz the corpus loaders instead of the reply parser")
     args = ap.parse_args()
     if args.corpus:
         return corpus_main(args.n or 3_200, 20_240_611 if args.seed is None else args.seed)

@@ -18,8 +18,8 @@ The bench starts one private dockerd of its own (socket, data-root, exec-root, p
 cgroup parent under a fresh temporary directory; ``--bridge=none --iptables=false``; its
 registry proxy a closed loopback port, so any pull fails on this machine instead of leaving
 it) and, in it: the sandbox image (``validate image build``), the harness's offline bases
-(an unmeasured ``validate freeze`` of a one-task dataset the bench writes imports them), those bases tagged under
-the upstream names the tasks' Dockerfiles ask for (``python:3.11-slim-bookworm``,
+(an unmeasured ``validate freeze`` of a one-task dataset the bench writes imports them), those bases tagged
+under the upstream names the tasks' Dockerfiles ask for (``python:3.11-slim-bookworm``,
 ``debian:bookworm-slim``, …) so Harbor's builds find them, and the clearly labelled local
 stand-ins Harbor's egress control needs (`harbor_anchor.harbor`: its pinned alpine probe
 and gost sidecar cannot be pulled here). Harbor's compose project network is made internal.
@@ -68,9 +68,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from harbor_anchor import BenchError, Measurement  # noqa: E402
-from harbor_anchor import harbor as hh  # noqa: E402
-from harbor_anchor import ours  # noqa: E402
+from harbor_anchor import (  # noqa: E402
+    BenchError,
+    Measurement,
+    harbor as hh,  # noqa: E402
+    ours,
+)
 from harbor_anchor.daemon import BenchDaemon  # noqa: E402
 from validate.cli.options import DEFAULT_CONCURRENCY  # noqa: E402
 
@@ -112,12 +115,13 @@ def rates(ms: list[Measurement], side: str, temp: str) -> tuple[int, int, float]
 def code_state() -> str:
     """The checkout's commit, and whether it had uncommitted changes (the runs record the diff)."""
     git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    return git("rev-parse", "--short=12", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain") else "")
+    return git("rev-parse", "--short=12", "HEAD") + (" + uncommitted changes" if git("status", "--porcelain")
+                                                     else "")
 
 
 def print_figures(ms: list[Measurement], a: argparse.Namespace, load: tuple[str, str]) -> dict:
-    print(f"\nharbor_anchor_bench -c {a.c}, {a.rounds} round(s), {len(list(a.dataset_copy.iterdir()))} tasks, "
-          f"code {code_state()}; load average before {load[0]}, after {load[1]}")
+    print(f"\nharbor_anchor_bench -c {a.c}, {a.rounds} round(s), {len(list(a.dataset_copy.iterdir()))} "
+          f"tasks, code {code_state()}; load average before {load[0]}, after {load[1]}")
     print("trials/s = trials played (an agent ran) over wall time (ours: freeze + run), all rounds")
     figures: dict = {}
     for temp in ("cold", "warm"):
@@ -145,8 +149,10 @@ def print_table(ms: list[Measurement]) -> list[dict]:
     tasks = sorted(set(h.outcomes) | set(o.outcomes) | set(d.verdicts))
     rows = [{"task": t, "harbor_oracle": h.outcomes.get(t, {}).get("oracle", "-"),
              "harbor_nop": h.outcomes.get(t, {}).get("nop", "-"),
-             "our_oracle": o.outcomes.get(t, {}).get("oracle", "-"), "our_nop": o.outcomes.get(t, {}).get("nop", "-"),
-             "our_verdict": " ".join(d.verdicts.get(t, ("-", ""))).strip(), "our_detail": d.details.get(t, "")}
+             "our_oracle": o.outcomes.get(t, {}).get("oracle", "-"),
+             "our_nop": o.outcomes.get(t, {}).get("nop", "-"),
+             "our_verdict": " ".join(d.verdicts.get(t, ("-", ""))).strip(),
+             "our_detail": d.details.get(t, "")}
             for t in tasks]
     columns = ["task", "harbor_oracle", "harbor_nop", "our_oracle", "our_nop", "our_verdict"]
     width = {k: max(len(k), *(len(r[k]) for r in rows)) for k in columns}
@@ -160,7 +166,8 @@ def print_table(ms: list[Measurement]) -> list[dict]:
             print(f"  {r['task']}: {r['our_detail'].splitlines()[0][:240]}")
     said = lambda m, t: (m.outcomes.get(t), m.verdicts.get(t))  # noqa: E731
     changed = [f"{t}: {m.side} {m.temp} round {m.round} {said(m, t)}, first cold {said(first[m.side], t)}"
-               for m in ms for t in sorted(set(m.outcomes) | set(m.verdicts)) if said(m, t) != said(first[m.side], t)]
+               for m in ms for t in sorted(set(m.outcomes) | set(m.verdicts))
+               if said(m, t) != said(first[m.side], t)]
     if changed:
         print("\noutcomes (per agent) and verdicts that differ from the same side's first cold measurement:")
         for line in changed:
@@ -183,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"trials at once, each side (default {DEFAULT_CONCURRENCY})")
     p.add_argument("--rounds", type=int, default=1, help="rounds of cold and warm measurements (default 1)")
     p.add_argument("--tasks", help="only these task directories, comma-separated (a quick look)")
-    p.add_argument("--keep", type=Path, help="keep the outputs in this new or empty directory (Harbor's jobs, "
-                   "our manifests, run directories and logs, summary.json); default: a temporary one, removed")
+    p.add_argument("--keep", type=Path, help="keep the outputs in this new or empty directory (Harbor's "
+                   "jobs, our manifests, run directories and logs, summary.json); default: a "
+                   "temporary one, removed")
     a = p.parse_args(argv)
     if a.c < 1 or a.rounds < 1:
         p.error("-c and --rounds must be at least 1")
@@ -197,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rootfs = hh.ensure_root(a.harbor_root.resolve(), log)
         if a.keep is not None and a.keep.exists() and any(a.keep.iterdir()):
-            raise BenchError(f"--keep {a.keep}: not empty (Harbor would resume a job of the same name); name a new one")
+            raise BenchError(f"--keep {a.keep}: not empty (Harbor would resume a job of the same "
+                             "name); name a new one")
         work = Path(tempfile.mkdtemp(prefix="hab-", dir="/tmp")) if a.keep is None else a.keep.resolve()
         work.mkdir(parents=True, exist_ok=True)
         a.dataset_copy = hh.copy_dataset(a.dataset.resolve(), work / "dataset", a.tasks)

@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from environment.harbor.taskdir import load_task  # noqa: E402
 from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
-from validate.taskdir.trial.result import TrialLimits  # noqa: E402
 from validate.taskdir.trial import layers  # noqa: E402
+from validate.taskdir.trial.result import TrialLimits  # noqa: E402
 from validate.taskdir.trial.run import run_trial  # noqa: E402
 
 LABEL = "deshuffle-validate.bench"
@@ -63,8 +63,8 @@ TASK = {
                      ' > /logs/verifier/reward.txt\n',
 }
 SOLVE = ["sh", "-c", "echo ok > /app/out.txt"]
-TEST = ["sh", "-c", 'mkdir -p /logs/verifier && if [ "$(cat /app/out.txt)" = ok ]; then echo 1; else echo 0; fi'
-        ' > /logs/verifier/reward.txt']
+TEST = ["sh", "-c", 'mkdir -p /logs/verifier && if [ "$(cat /app/out.txt)" = ok ]; then echo 1; else echo 0; '
+        'fi > /logs/verifier/reward.txt']
 
 
 def write_task(root: Path) -> Path:
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-n", type=int, default=40, help="trials per round and side (default 40)")
     p.add_argument("-c", type=int, default=4, help="concurrency (default 4)")
-    p.add_argument("--rounds", type=int, default=3, help="rounds, each running every side, their order rotating "
-                                                         "(default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, each running every side, their order "
+                                                         "rotating (default 3)")
     p.add_argument("--resolver", choices=("none", "harness"), default="none",
                    help="the harness's trials with no resolver, or with the trial's own as `validate run` "
                         "plays them (its sockets in the container's namespace as root, else the sidecar; "
@@ -199,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         resolver = DEFAULT_IMAGE if a.resolver == "harness" else None
         shared_limits = limits.model_copy(update={"verifier_mode": "shared"})
         sides = {
-            "trusted": lambda: run_trial(client, task, task_dir, image, "oracle", limits, run_label="harbor-bench",
-                                         resolver_image=resolver),
+            "trusted": lambda: run_trial(client, task, task_dir, image, "oracle", limits,
+                                         run_label="harbor-bench", resolver_image=resolver),
             "shared": lambda: run_trial(client, task, task_dir, image, "oracle", shared_limits,
                                         run_label="harbor-bench", resolver_image=resolver),
             "bare trusted": lambda: bare_trusted_trial(client.api, image, names, Path(tmp)),

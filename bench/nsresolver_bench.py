@@ -1,5 +1,6 @@
 """The cost per trial of the network signal: the harness's own sockets in a container's
-namespace (`validate.taskdir.trial.nsresolver`) against the resolver sidecar (`validate.taskdir.trial.network`).
+namespace (`validate.taskdir.trial.nsresolver`) against the resolver sidecar
+(`validate.taskdir.trial.network`).
 
     python bench/nsresolver_bench.py [--repeats 50] [--sidecars 10]
 
@@ -27,8 +28,11 @@ sys.path.insert(0, str(ROOT))
 import docker  # noqa: E402
 
 from validate.core.paths import DEFAULT_IMAGE  # noqa: E402
-from validate.taskdir.trial import docker as dk  # noqa: E402
-from validate.taskdir.trial import network, nsresolver  # noqa: E402
+from validate.taskdir.trial import (  # noqa: E402
+    docker as dk,  # noqa: E402
+    network,
+    nsresolver,
+)
 
 
 def _line(what: str, times: list[float]) -> float:
@@ -48,8 +52,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as files:
             host = api.create_host_config(network_mode="none", mounts=nsresolver.mounts(Path(files), "task"))
-            cid = api.create_container(DEFAULT_IMAGE, entrypoint=["sleep", "600"], command=[], hostname="task",
-                                       labels=res.labels(), network_disabled=True, host_config=host)["Id"]
+            cid = api.create_container(DEFAULT_IMAGE, entrypoint=["sleep", "600"], command=[],
+                                       hostname="task", labels=res.labels(), network_disabled=True,
+                                       host_config=host)["Id"]
             res.containers.append(cid)
             api.start(cid)
             pid = int(api.inspect_container(cid)["State"]["Pid"])

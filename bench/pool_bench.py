@@ -60,7 +60,7 @@ finally:
 print(json.dumps({"tasks": n, "attempts": summary.counts.attempts, "wall_s": wall,
                   "compatible": summary.counts.compatible,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
+"""  # noqa: E501
 
 
 def main() -> None:
@@ -73,17 +73,20 @@ def main() -> None:
     args = ap.parse_args()
     backends = ["bwrap", "docker"] if args.backend == "both" else [args.backend]
     print(f"agents: oracle,{CONTROLS}; concurrency {args.c}")
-    print(f"{'backend':8s} {'tasks':>6s} {'attempts':>9s} {'wall':>10s} {'attempts/s':>11s} {'peak RSS':>9s}  compatible")
+    print(f"{'backend':8s} {'tasks':>6s} {'attempts':>9s} {'wall':>10s} {'attempts/s':>11s} "
+          f"{'peak RSS':>9s}  compatible")
     for backend in backends:
         for n in map(int, args.sizes.split(",")):
-            out = subprocess.run([sys.executable, "-c", CHILD, backend, str(n), str(args.c), args.corpus, CONTROLS],
+            out = subprocess.run([sys.executable, "-c", CHILD, backend, str(n), str(args.c), args.corpus,
+                                  CONTROLS],
                                  cwd=ROOT, capture_output=True, text=True)
             if out.returncode != 0:
                 print(f"{backend:8s} {n:6d}  FAILED: {out.stderr.strip()[-500:]}")
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{backend:8s} {n:6d} {r['attempts']:9d} {r['wall_s']:9.1f}s {r['attempts'] / r['wall_s']:11.2f} "
-                  f"{r['peak_rss_mb']:7.0f}MB  {r['compatible']}/{n}", flush=True)
+            print(f"{backend:8s} {n:6d} {r['attempts']:9d} {r['wall_s']:9.1f}s "
+                  f"{r['attempts'] / r['wall_s']:11.2f} {r['peak_rss_mb']:7.0f}MB  {r['compatible']}/{n}",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATE = [sys.executable, "-m", "validate.cli"]
 #: Ray's failure detection as the tests set it (a lost node is seen within seconds).
-FAST_FAILURE = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
-                "health_check_failure_threshold": 5}
+FAST_FAILURE = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+                "health_check_timeout_ms": 1000, "health_check_failure_threshold": 5}
 
 
 def _rss_mb(pid: int) -> float | None:
@@ -75,15 +75,21 @@ def run_driver(argv: list[str], cwd: Path, log: Path, run: Path,
                     samples.append(rss)
                 if time.perf_counter() - last >= every_s and samples:
                     last = time.perf_counter()
-                    print(f"  {last - t0:7.0f}s  {_journaled(run):7d} attempts journaled  driver RSS {samples[-1]:.0f} MB "
-                          f"(peak so far {max(samples):.0f} MB)", flush=True)
+                    print(f"  {last - t0:7.0f}s  {_journaled(run):7d} attempts journaled  driver RSS "
+                          f"{samples[-1]:.0f} MB (peak so far {max(samples):.0f} MB)", flush=True)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         done.set()
-    return proc.returncode, time.perf_counter() - t0, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, samples
+    return (
+        proc.returncode,
+        time.perf_counter() - t0,
+        usage.ru_maxrss / 1024,
+        usage.ru_utime + usage.ru_stime,
+        samples,
+    )
 
 
 def one_size(n: int, args, address: str, work: Path) -> dict:
@@ -91,15 +97,16 @@ def one_size(n: int, args, address: str, work: Path) -> dict:
     here.mkdir()
     manifest = here / f"scale{n}.json"
     data = ["--data", args.corpus]
-    freeze = [*VALIDATE, "freeze", "--name", f"scale{n}", "--idx-start", "0", "--idx-stop", str(n), "--backend",
-              args.backend, "--max-papers", "3", "--corpus", args.corpus, "--min-count", "1", "--out", str(manifest),
-              "--allow-patch", *data]
+    freeze = [*VALIDATE, "freeze", "--name", f"scale{n}", "--idx-start", "0", "--idx-stop", str(n),
+              "--backend", args.backend, "--max-papers", "3", "--corpus", args.corpus, "--min-count", "1",
+              "--out", str(manifest), "--allow-patch", *data]
     subprocess.run(freeze, cwd=here, check=True, capture_output=True)
     # A run id no other run on the machine has: attempt storage is labelled by it, and a sandbox
     # opened for another run of the same id sweeps that storage.
     run = here / f"scale{n}-{os.getpid()}"
     argv = [*VALIDATE, "pool", "--manifest", str(manifest), "--run-dir", str(run), "--executor", "ray",
-            "--ray-address", address, "-c", str(args.c), "--smoke-sample", "0", "--allow-patch", "--json", *data]
+            "--ray-address", address, "-c", str(args.c), "--smoke-sample", "0", "--allow-patch", "--json",
+            *data]
     code, wall, peak, cpu, samples = run_driver(argv, here, here / "driver.log", run, args.every)
     # Exit 1: the dataset's verdict is INCOMPLETE, as it must be without the smoke test (skipped here).
     if code not in (0, 1) or not (run / "run.json").is_file():
@@ -108,9 +115,10 @@ def one_size(n: int, args, address: str, work: Path) -> dict:
     summary = json.loads((run / "run.json").read_text())
     counts = summary.get("counts", {})
     third = max(1, len(samples) // 3)
-    return {"tasks": n, "attempts": counts.get("attempts"), "wall_s": wall, "peak_rss_mb": peak, "driver_cpu_s": cpu,
-            "rss_first_third_mb": max(samples[:third], default=0.0), "rss_last_third_mb": max(samples[-third:], default=0.0),
-            "evidence_mb": _size(run) / 2**20, "compatible": counts.get("compatible")}
+    return {"tasks": n, "attempts": counts.get("attempts"), "wall_s": wall, "peak_rss_mb": peak,
+            "driver_cpu_s": cpu, "rss_first_third_mb": max(samples[:third], default=0.0),
+            "rss_last_third_mb": max(samples[-third:], default=0.0), "evidence_mb": _size(run) / 2**20,
+            "compatible": counts.get("compatible")}
 
 
 def main() -> None:
@@ -119,8 +127,10 @@ def main() -> None:
     ap.add_argument("-c", type=int, default=4, help="attempts in flight, and the worker nodes' CPUs in all")
     ap.add_argument("--nodes", type=int, default=2, help="worker nodes (each its own raylet)")
     ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker"])
-    ap.add_argument("--keep", type=Path, default=None, help="move each size's run directory here (default: removed)")
-    ap.add_argument("--every", type=float, default=120.0, help="seconds between progress lines (default: %(default)s)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="move each size's run directory here (default: removed)")
+    ap.add_argument("--every", type=float, default=120.0,
+                    help="seconds between progress lines (default: %(default)s)")
     ap.add_argument("--corpus", default=str(ROOT.parent / "shared/corpus/papers.jsonl.gz"))
     args = ap.parse_args()
     from ray.cluster_utils import Cluster  # lazy: the extra `ray`
@@ -133,15 +143,16 @@ def main() -> None:
         for _ in range(args.nodes):
             cluster.add_node(num_cpus=max(1, args.c // args.nodes))
         cluster.wait_for_nodes()
-        print(f"deshuffle pool (oracle + every control) on {args.backend}, ray: head + {args.nodes} worker nodes, "
-              f"-c {args.c}", flush=True)
+        print(f"deshuffle pool (oracle + every control) on {args.backend}, ray: head + {args.nodes} worker "
+              f"nodes, -c {args.c}", flush=True)
         print(f"{'tasks':>6s} {'attempts':>9s} {'wall':>9s} {'att/s':>7s} {'driver peak RSS':>16s} "
               f"{'RSS 1st/last third':>19s} {'driver CPU/att':>15s} {'evidence':>9s}  compatible", flush=True)
         for n in map(int, args.sizes.split(",")):
             r = one_size(n, args, cluster.address, work)
             print(f"{n:6d} {r['attempts']:9d} {r['wall_s']:8.1f}s {r['attempts'] / r['wall_s']:7.1f} "
                   f"{r['peak_rss_mb']:14.0f}MB {r['rss_first_third_mb']:8.0f}/{r['rss_last_third_mb']:.0f}MB "
-                  f"{1000 * r['driver_cpu_s'] / r['attempts']:12.1f}ms {r['evidence_mb']:7.1f}MB  {r['compatible']}/{n}",
+                  f"{1000 * r['driver_cpu_s'] / r['attempts']:12.1f}ms {r['evidence_mb']:7.1f}MB  "
+                  f"{r['compatible']}/{n}",
                   flush=True)
             print(json.dumps(r), flush=True)
             if args.keep is None:

@@ -57,7 +57,8 @@ def bare_docker_api():
     numbers = itertools.count()
 
     def one() -> None:
-        cid = sandbox.create_container(RunRequest(argv=("python3", "-c", "pass"), name=f"bare-{next(numbers)}"))
+        cid = sandbox.create_container(RunRequest(argv=("python3", "-c", "pass"),
+                                                  name=f"bare-{next(numbers)}"))
         api.start(cid)
         api.wait(cid)
         api.remove_container(cid, force=True)
@@ -74,10 +75,11 @@ def bare_bwrap() -> None:
     rootfs = str(ImagePaths(DEFAULT_IMAGE).rootfs)
     fd = filter_fd()
     try:
-        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bwrap", "--unshare-all",
-                        "--unshare-user", "--disable-userns", "--die-with-parent", "--as-pid-1",
-                        "--seccomp", str(fd), "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
-                        "--tmpfs", "/tmp", "--", *watchdog_argv(("python3", "-c", "pass"), 60.0)],
+        subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bwrap",
+                        "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
+                        "--as-pid-1", "--seccomp", str(fd), "--ro-bind", rootfs, "/", "--proc", "/proc",
+                        "--dev", "/dev", "--tmpfs", "/tmp", "--",
+                        *watchdog_argv(("python3", "-c", "pass"), 60.0)],
                        check=True, capture_output=True, pass_fds=(fd,))
     finally:
         os.close(fd)
@@ -92,13 +94,13 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     """Attempts/s of the harness playing one control on n tasks: a deshuffle control, or a
     program of tests/agents/ (the hostile environment the tests register)."""
     from environment.protocol import LoadHints
-    from validate.core import environments
     from validate.contract.manifest import check_environment, freeze
-    from validate.evidence.patches import code_state
+    from validate.core import environments
     from validate.core.paths import RunPaths
-    from validate.run.phases import RunPhase, run_agents
+    from validate.evidence.patches import code_state
     from validate.run.context import RunContext
     from validate.run.executors import make_executor
+    from validate.run.phases import RunPhase, run_agents
     from validate.sandbox import open_sandbox
 
     env_name = "deshuffle-papers"
@@ -111,17 +113,20 @@ def harness(backend: str, n: int, c: int, corpus: str, agent: str = "empty") -> 
     env = environments.get(env_name)
     sandbox = open_sandbox(backend, image=DEFAULT_IMAGE, run_label="bench")
     manifest = freeze(name="bench", env_name=env_name, config=env.Config(corpus=corpus), hints=hints,
-                      idx=list(range(n)), rule="bench", facts=sandbox.facts(), controls=[agent.replace("_", "-")],
-                      git_commit=code_state().label)
+                      idx=list(range(n)), rule="bench", facts=sandbox.facts(),
+                      controls=[agent.replace("_", "-")], git_commit=code_state().label)
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
     try:
         env, _, taskset = check_environment(manifest, hints)
-        ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=RunPaths(tmp / "run"),
-                         executor=make_executor("threads", c), run_id="bench", code=code_state(), hints=hints)
+        ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox,
+                         paths=RunPaths(tmp / "run"), executor=make_executor("threads", c), run_id="bench",
+                         code=code_state(), hints=hints)
         t0 = time.perf_counter()
         summary = run_agents(ctx, RunPhase(agents="controls"))
         elapsed = time.perf_counter() - t0
-        assert summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
+        assert (
+            summary.counts.attempts == n and "infrastructure_failure" not in summary.counts.excluded_by_reason
+        )
         return n / elapsed
     finally:
         sandbox.close()
@@ -146,10 +151,13 @@ def main() -> None:
         ours = harness("docker", args.n, args.c, args.corpus)
         print(f"docker  bare `docker run --network none` {bare:6.2f}/s   harness {ours:6.2f}/s   "
               f"harness/bare {ours / bare:5.2f}  (target ≥ 0.90)")
-        print(f"        bare API loop, the harness's settings {same:6.2f}/s   harness/that {ours / same:5.2f}")
+        print(
+            f"        bare API loop, the harness's settings {same:6.2f}/s   harness/that {ours / same:5.2f}"
+        )
         if args.ambiguous:
             killed = harness("docker", args.n, args.c, args.corpus, agent="fake-kill")
-            print(f"        an agent exiting 137 (events asked) {killed:6.2f}/s   that/plain {killed / ours:5.2f}")
+            print(f"        an agent exiting 137 (events asked) {killed:6.2f}/s   that/plain "
+                  f"{killed / ours:5.2f}")
     if "bwrap" in backends:
         py_ms = 1000 / rate(bare_python, args.n, 1)
         bare = rate(bare_bwrap, args.n, args.c)

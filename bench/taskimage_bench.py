@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from environment.harbor.env import HarborEnvironment  # noqa: E402
-from validate.sandbox.image import SOURCE_DATE_EPOCH  # noqa: E402
 from validate.core.paths import task_image_store  # noqa: E402
+from validate.sandbox.image import SOURCE_DATE_EPOCH  # noqa: E402
 from validate.taskdir.images import content as content_mod  # noqa: E402
 from validate.taskdir.images.budget import prune, task_image_usage  # noqa: E402
 from validate.taskdir.images.build import BuildPolicy  # noqa: E402
@@ -68,7 +68,8 @@ def generate(root: Path, n: int, distinct: int, kb: int, salt: str) -> None:
         (task / "instruction.md").write_text("Write the answer to /app/out.\n")
         base = "python:3.11-slim-bookworm" if family % 2 else "debian:bookworm-slim"
         (task / "environment/Dockerfile").write_text(
-            f"FROM {base}\nWORKDIR /app\nCOPY data.bin /app/data.bin\nRUN sha256sum /app/data.bin > /app/sum\n")
+            f"FROM {base}\nWORKDIR /app\nCOPY data.bin /app/data.bin\n"
+            "RUN sha256sum /app/data.bin > /app/sum\n")
         prefix = f"{salt}-{family}-".encode()
         block = (prefix * (1024 // len(prefix) + 1))[:1024]
         (task / "environment/data.bin").write_bytes(block * kb)
@@ -76,7 +77,8 @@ def generate(root: Path, n: int, distinct: int, kb: int, salt: str) -> None:
         (task / "tests/test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
 
 
-def freeze(data: Path, store: Path, builder, policy: BuildPolicy, log=lambda m: None, budget: int | None = None):
+def freeze(data: Path, store: Path, builder, policy: BuildPolicy, log=lambda m: None,
+           budget: int | None = None):
     env = HarborEnvironment()
     ts = env.load(env.Config(dataset=str(data)))
     return freeze_images(ts, range(ts.size), "docker", store / "logs", store, builder=builder, log=log,
@@ -114,7 +116,8 @@ def main() -> int:
         store.mkdir()
         (store / "bases").symlink_to(task_image_store() / "bases")
         counting = Counting()
-        from validate.taskdir.images.bases import build_base_map  # the bases first: not part of the builds timed
+        # the bases first: not part of the builds timed
+        from validate.taskdir.images.bases import build_base_map
 
         build_base_map(counting, store / "bases", log=lambda m: None)
         generate(tmp / "ds", a.n, a.distinct, a.kb, secrets.token_hex(4))
@@ -130,9 +133,10 @@ def main() -> int:
         own = [usage[i] for i in made if i in usage]
         print(f"{a.n} tasks, {a.distinct} distinct contents, {a.kb} KiB each, two core bases")
         print(f"cold freeze: {cold_s:.1f} s, {builds} builds ({builds / a.distinct:.2f} per distinct image), "
-              f"{builds / (cold_s / 60):.1f} builds/min, {a.n / (cold_s / 60):.1f} tasks/min; content digests "
-              f"{content_s:.1f} s ({content_s / cold_s:.0%} of the freeze)")
-        print(f"warm freeze: {warm_s:.1f} s, {counting.builds - builds} builds; warm/cold = {warm_s / cold_s:.3f}")
+              f"{builds / (cold_s / 60):.1f} builds/min, {a.n / (cold_s / 60):.1f} tasks/min; content "
+              f"digests {content_s:.1f} s ({content_s / cold_s:.0%} of the freeze)")
+        print(f"warm freeze: {warm_s:.1f} s, {counting.builds - builds} builds; warm/cold = "
+              f"{warm_s / cold_s:.3f}")
         print(f"disk per task image beyond its base: mean {sum(own) / len(own) / 2**10:.0f} KiB, max "
               f"{max(own) / 2**10:.0f} KiB (the data file: {a.kb} KiB)")
         pruned: list[str] = []

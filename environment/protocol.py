@@ -125,36 +125,41 @@ class AgentSpec(BaseModel):
     program: Path = Field(description="Absolute path of the agent's program (copied to /agent/agent.py).")
     support: tuple[Path, ...] = Field(
         default=(), description="Absolute paths of further files copied beside the program into /agent.")
-    tests: str = Field(min_length=1, description="What this agent checks: for a control, the failure it tests.")
+    tests: str = Field(min_length=1,
+                       description="What this agent checks: for a control, the failure it tests.")
     sees_answer_key: bool = Field(
         default=False, description="Only this agent's sandbox gets /answer_key/answer.json: the oracle, the "
-                                   "probes, and known-wrong controls built from the gold (e.g. the decoy as theme).")
+                                   "probes, and known-wrong controls built from the gold (e.g. the "
+                                   "decoy as theme).")
     sees_source: bool = Field(
-        default=False, description="The environment's whole source tree is mounted read-only at /agent/source "
-                                   "(the standing leak control: with the source and the agent view it must "
-                                   "still not derive the answer).")
+        default=False, description="The environment's whole source tree is mounted read-only at "
+                                   "/agent/source (the standing leak control: with the source and the agent "
+                                   "view it must still not derive the answer).")
     applies_when: dict[str, int] = Field(
         default_factory=dict, description="Public meta key → least value for the agent to apply to a task "
                                           "(e.g. {'n_papers': 2} for a probe that merges two papers).")
     ceiling: float | None = Field(
         default=None, description="Default reward a control must stay under; None: under the pass threshold.")
     tampers: bool = Field(
-        default=False, description="A tampering control: it tries to get the reward without doing the task by "
-                                   "changing what the verifier runs (its binaries, start-up hooks, the dynamic "
-                                   "linker). Its pass means the task is hackable; the run's claim counts the tasks "
-                                   "every tampering control was played on and failed (hack-resistant).")
+        default=False, description="A tampering control: it tries to get the reward without doing the task "
+                                   "by changing what the verifier runs (its binaries, start-up hooks, the "
+                                   "dynamic linker). Its pass means the task is hackable; the run's claim "
+                                   "counts the tasks every tampering control was played on and failed "
+                                   "(hack-resistant).")
     baseline: bool = Field(
-        default=False, description="A control that changes nothing (nop): when the oracle's and every baseline's "
-                                   "verifier ran cleanly, a verifier that fails after another control was broken by "
-                                   "that control (its own rejection), never by the task.")
+        default=False, description="A control that changes nothing (nop): when the oracle's and every "
+                                   "baseline's verifier ran cleanly, a verifier that fails after another "
+                                   "control was broken by that control (its own rejection), "
+                                   "never by the task.")
     ceiling_scope: Literal["task", "mean"] = Field(
-        default="task", description="task: the control must stay under its ceiling on every task (a pass makes the "
-                                    "task invalid); mean: a chance-level control, which hits the answer on some tasks "
-                                    "by luck, must keep its mean reward over the run under the ceiling (a hit on one "
-                                    "task is a note, never an exclusion).")
+        default="task", description="task: the control must stay under its ceiling on every task (a pass "
+                                    "makes the task invalid); mean: a chance-level control, which hits the "
+                                    "answer on some tasks by luck, must keep its mean reward over the run "
+                                    "under the ceiling (a hit on one task is a note, never an exclusion).")
 
     def applies_to(self, meta: Mapping[str, MetaValue]) -> bool:
-        return all(isinstance(meta.get(k), int | float) and meta[k] >= v for k, v in self.applies_when.items())
+        return all(isinstance(meta.get(k), int | float) and meta[k] >= v
+                   for k, v in self.applies_when.items())
 
 
 class Finding(BaseModel):
@@ -227,7 +232,8 @@ class ScorerSpec(BaseModel):
         description="Largest reward difference the smoke test accepts (0 for a deterministic scorer).")
     pass_threshold: float = Field(default=1.0, description="A reward at or above this is a pass.")
     details: dict[str, str] = Field(
-        default_factory=dict, description="Further frozen facts (a judge's model id, its prompt's sha256, ...).")
+        default_factory=dict,
+        description="Further frozen facts (a judge's model id, its prompt's sha256, ...).")
     env_vars: tuple[str, ...] = Field(
         default=(), description="Names (never values) of the environment variables the scorer reads, e.g. a "
                                 "judge's API key; a rerun elsewhere (the smoke test) passes them on.")

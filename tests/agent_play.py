@@ -27,9 +27,10 @@ def run_agent(agent, task, base: Path, source=None, opaque_id: str | None = None
     m = lay_out(root, task, agent, opaque_id=opaque_id or f"opaque-{task.idx:04d}", source=source)
     uid = agent_uid(agent)  # agents that see the answer key run as their own uid, which alone can read it
     env = {"WORKSPACE": str(root / "workspace"), "AGENT_DIR": str(root / "agent"),
-           "ANSWER_KEY_DIR": str(root / "answer_key"), "PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(["python3", "-S", str(root / "agent" / "agent.py")], cwd=root / "workspace", env=env,
-                          user=uid, group=uid, capture_output=True, timeout=60, check=False)
+           "ANSWER_KEY_DIR": str(root / "answer_key"), "PYTHONDONTWRITEBYTECODE": "1",
+           "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(["python3", "-S", str(root / "agent" / "agent.py")], cwd=root / "workspace",
+                          env=env, user=uid, group=uid, capture_output=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     reply = m.reply_path.read_bytes() if m.reply_path.exists() else None
     shutil.rmtree(root)

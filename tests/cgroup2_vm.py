@@ -62,13 +62,16 @@ def kernel_tree(cache: Path = KERNEL_CACHE) -> Path:
     for tree in sorted(cache.glob("linux-image-*")):
         if list(tree.glob("boot/vmlinuz-*")):
             return tree
-    deps = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True, check=False)
+    deps = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True,
+                          check=False)
     found = re.search(r"Depends: (linux-image-\S+)", deps.stdout)
     if found is None:
-        raise VMUnavailable(f"no kernel package: `apt-cache depends linux-image-amd64` said {deps.stderr.strip()!r}")
+        raise VMUnavailable("no kernel package: `apt-cache depends linux-image-amd64` said "
+                            f"{deps.stderr.strip()!r}")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        got = subprocess.run(["apt-get", "download", found.group(1)], cwd=tmp, capture_output=True, text=True, check=False)
+        got = subprocess.run(["apt-get", "download", found.group(1)], cwd=tmp, capture_output=True, text=True,
+                             check=False)
         debs = list(Path(tmp).glob("*.deb"))
         if got.returncode != 0 or not debs:
             raise VMUnavailable(f"apt-get download {found.group(1)} failed: {got.stderr.strip()[-300:]}")
@@ -113,9 +116,10 @@ def _initramfs(tree: Path, command: str, keep: tuple[str, ...]) -> bytes:
     mods = _modules(tree, MODULES)
     directory, file = 0o040755, 0o100644
     entries = [(d, directory, b"") for d in ("bin", "dev", "proc", "sys", "mods")]
-    entries += [("bin/busybox", file | 0o111, Path(busybox).read_bytes()), ("init", file | 0o111, INIT.encode()),
-                ("stage2", file, STAGE2.encode()),
-                ("command", file, command.encode()), ("modules", file, " ".join(p.name[:-3] for p in mods).encode()),
+    entries += [("bin/busybox", file | 0o111, Path(busybox).read_bytes()),
+                ("init", file | 0o111, INIT.encode()), ("stage2", file, STAGE2.encode()),
+                ("command", file, command.encode()),
+                ("modules", file, " ".join(p.name[:-3] for p in mods).encode()),
                 ("keep", file, " ".join(keep).encode())]
     entries += [(f"mods/{p.name}", file, p.read_bytes()) for p in mods]
     return gzip.compress(_newc(entries), compresslevel=1)

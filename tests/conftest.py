@@ -55,7 +55,9 @@ toy-insandbox = tests.toykind:InSandboxKind
 def _install_test_dist() -> Path:
     info = TEST_DIST / "validate_test_environments-0.0.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: validate-test-environments\nVersion: 0.0.0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: validate-test-environments\nVersion: 0.0.0\n"
+    )
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
     for p in (str(TEST_DIST), str(ROOT)):
         if p not in sys.path:
@@ -95,15 +97,14 @@ def taskset3(corpus) -> DeshuffleTaskset:
 
 # --- harness fixtures -------------------------------------------------------------------
 
-from validate.core import environments  # noqa: E402
 from validate.contract.manifest import check_environment, freeze  # noqa: E402
-from validate.evidence.patches import code_state  # noqa: E402
+from validate.core import environments  # noqa: E402
 from validate.core.paths import DEFAULT_IMAGE, RunPaths  # noqa: E402
+from validate.evidence.patches import code_state  # noqa: E402
 from validate.run.context import RunContext  # noqa: E402
 from validate.run.executors import make_executor  # noqa: E402
 from validate.run.phases import PoolPhase, pool  # noqa: E402
 from validate.sandbox import Limits, open_sandbox  # noqa: E402
-
 
 
 def _confining_backends() -> list[str]:
@@ -125,7 +126,9 @@ def _has_sessions(name: str) -> bool:
 
 
 SANDBOX_BACKENDS = [pytest.param(name, marks=getattr(pytest.mark, name)) for name in _confining_backends()]
-assert SANDBOX_BACKENDS, "no confining sandbox backend is registered: is the project installed? (pip install -e .)"
+assert SANDBOX_BACKENDS, (
+    "no confining sandbox backend is registered: is the project installed? (pip install -e .)"
+)
 #: Those of them with live sessions (docker-gvisor refuses them: tests/test_gvisor.py).
 SESSION_SANDBOX_BACKENDS = [p for p in SANDBOX_BACKENDS if _has_sessions(p.values[0])]
 

@@ -219,8 +219,8 @@ def pytest_unconfigure(config) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def private_dockerd() -> PrivateDockerd:
     """The session's own dockerd, with the sandbox image imported from the image store."""
-    from validate.sandbox.docker.image import import_docker
     from validate.core.paths import DEFAULT_IMAGE, ImagePaths
+    from validate.sandbox.docker.image import import_docker
 
     assert _DAEMON is not None and os.environ["DOCKER_HOST"] == _DAEMON.host
     _DAEMON.start()

@@ -13,7 +13,8 @@ import random
 
 VALID_MUTATIONS = ("as_is", "regroup", "flatten", "reverse_groups", "pad_text", "earlier_bad_box", "spaces")
 INVALID_MUTATIONS = ("drop", "duplicate", "unknown", "zero", "float", "string", "bool", "null", "empty_group",
-                     "deep", "unbalanced", "no_box", "not_json", "garbage_bytes", "huge_int", "object", "empty_list")
+                     "deep", "unbalanced", "no_box", "not_json", "garbage_bytes", "huge_int", "object",
+                     "empty_list")
 
 
 def random_gold(rng: random.Random, max_papers: int = 4, max_units: int = 12) -> list[list[int]]:
@@ -38,7 +39,7 @@ def _groups(rng: random.Random, gold: list[list[int]]) -> list[list[int]]:
     rng.shuffle(flat)
     k = rng.randint(1, len(flat))
     cuts = sorted(rng.sample(range(1, len(flat)), k - 1)) if k > 1 else []
-    return [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)])]
+    return [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)], strict=True)]
 
 
 def generate(rng: random.Random) -> tuple[list[list[int]], str | bytes, bool]:
@@ -104,6 +105,7 @@ def check(rng: random.Random, n: int) -> dict[str, int]:
         gold, reply, valid = generate(rng)
         reward, metrics = analyze_ordering(reply, gold)
         assert (metrics["parsed_ok"] == 1.0) == valid, (gold, reply[:300], valid)
-        assert 0.0 <= reward <= 1.0 and all(0.0 <= v <= 1.0 + 1e-12 for v in metrics.values()), (gold, reply[:300])
+        assert 0.0 <= reward <= 1.0 and all(0.0 <= v <= 1.0 + 1e-12
+                                            for v in metrics.values()), (gold, reply[:300])
         counts["valid" if valid else "invalid"] += 1
     return counts

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS
-from environment.deshuffle.env import DeshuffleEnvironment
+from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS, DeshuffleEnvironment
 from environment.protocol import AgentSpec
 
 HOSTILE_DIR = Path(__file__).resolve().parent / "agents"
@@ -15,9 +14,14 @@ HOSTILE_DIR = Path(__file__).resolve().parent / "agents"
 def hostile_specs() -> list[AgentSpec]:
     out = []
     for program in sorted(HOSTILE_DIR.glob("*.py")):
-        doc = program.read_text().split('"""')[1].strip().splitlines()[0] if '"""' in program.read_text() else ""
+        doc = (
+            program.read_text().split('"""')[1].strip().splitlines()[0]
+            if '"""' in program.read_text()
+            else ""
+        )
         out.append(AgentSpec(name=program.stem.replace("_", "-"), role="control", program=program,
-                             support=(DESHUFFLE_AGENTS / "deshufflelib.py",), tests=f"hostile: {doc or program.stem}",
+                             support=(DESHUFFLE_AGENTS / "deshufflelib.py",),
+                             tests=f"hostile: {doc or program.stem}",
                              sees_answer_key=program.stem in ("slow_oracle", "peek_key")))
     return out
 

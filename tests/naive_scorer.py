@@ -28,7 +28,7 @@ def naive_metrics(groups: list[list[int]], gold: list[list[int]]) -> dict[str, f
         rec += same_both / same_gold
     p, r = prec / len(labels), rec / len(labels)
     f1 = 2 * p * r / (p + r) if p + r else 0.0
-    taus = [a / c if c else 0.0 for a, c in zip(agree, comparable)]
+    taus = [a / c if c else 0.0 for a, c in zip(agree, comparable, strict=True)]
     exact = sum(any(list(g) == list(t) for g in groups) for t in gold) / len(gold)
     return {
         "parsed_ok": 1.0, "grouping_precision": p, "grouping_recall": r, "grouping_f1": f1,

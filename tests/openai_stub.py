@@ -79,7 +79,8 @@ class OpenAIStub:
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return 400, _error("'messages' is a required property", "invalid_request_error", "messages")
         if body.get("stream"):
-            return 400, _error("Streaming is not supported by this server.", "invalid_request_error", "stream")
+            return 400, _error("Streaming is not supported by this server.", "invalid_request_error",
+                               "stream")
         name = body.get("model")
         policy = self.models.get(name)
         if policy is None:
@@ -151,7 +152,8 @@ def _handler(stub: OpenAIStub):
                                               "invalid_api_key"))
             if method == "GET" and self.path == "/v1/models" and stub.list_models:
                 return self._send(200, {"object": "list", "data": [
-                    {"id": m, "object": "model", "created": 1700000000, "owned_by": "stub"} for m in stub.models]})
+                    {"id": m, "object": "model", "created": 1700000000,
+                     "owned_by": "stub"} for m in stub.models]})
             if method == "POST" and self.path == "/v1/chat/completions":
                 return self._send(*stub.chat(body))
             self._send(404, _error(f"Invalid URL ({method} {self.path})", "invalid_request_error"))

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from validate.sandbox.podman import HOST_ENV, USER
 from validate.run.workspace import AGENT_UID, KEY_UID
+from validate.sandbox.podman import HOST_ENV, USER
 
 STORAGE_CONF = """[storage]
 driver = "overlay"
@@ -73,18 +73,20 @@ class PrivatePodman:
         argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", f"--groups={groups}",
                 "podman", "system", "service", "--time=0", self.host]
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(argv, cwd=self.root, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(argv, cwd=self.root, env=self.env(), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"the test podman service exited ({self.proc.returncode}): {self.log_tail()}")
+                raise RuntimeError(f"the test podman service exited ({self.proc.returncode}): "
+                                   f"{self.log_tail()}")
             try:
                 docker.APIClient(base_url=self.host, version="1.41", timeout=5).ping()
                 return
             except (docker.errors.DockerException, requests.RequestException):
                 time.sleep(0.1)
-        raise RuntimeError(f"the test podman service did not answer within {timeout_s:.0f} s: {self.log_tail()}")
+        raise RuntimeError(f"the test podman service did not answer within {timeout_s:.0f} s: "
+                           f"{self.log_tail()}")
 
     def stop(self) -> None:
         if self.proc is not None:

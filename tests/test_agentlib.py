@@ -7,8 +7,7 @@ import math
 import types
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from validate.agents import agentlib_source
 

@@ -14,10 +14,10 @@ import pytest
 from tests.conftest import CORPUS_PATH, make_ctx
 from validate.audit.run import audit
 from validate.contract.manifest import load_manifest
-from validate.evidence.journal import write_checksums
 from validate.core.paths import RunPaths
-from validate.run.phases import RunPhase, run_agents
+from validate.evidence.journal import write_checksums
 from validate.report.run import write_report
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.bwrap
 DATA = (CORPUS_PATH,)
@@ -91,7 +91,8 @@ def test_a_control_reward_raised_to_one_while_the_task_stays_compatible(run):
 
 
 def test_a_control_row_deleted_and_the_report_regenerated(run):
-    edit_table(run / "attempts.parquet", lambda rows: [r for r in rows if not (r["agent"] == "reversed" and r["idx"] == 1)])
+    edit_table(run / "attempts.parquet",
+               lambda rows: [r for r in rows if not (r["agent"] == "reversed" and r["idx"] == 1)])
     reseal(run)
     write_report(run)
     fails(run, "incomplete")
@@ -189,7 +190,8 @@ def test_an_exclusion_added_to_the_ledger_alone(run):
     table = pq.read_table(run / "exclusions.parquet")
     row = {name: task.get(name) for name in table.schema.names}
     row.update(reason="invalid_task_or_verifier", detail="forged")
-    pq.write_table(pa.Table.from_pylist([*table.to_pylist(), row], schema=table.schema), run / "exclusions.parquet")
+    pq.write_table(pa.Table.from_pylist([*table.to_pylist(), row], schema=table.schema),
+                   run / "exclusions.parquet")
     reseal(run)
     problems = fails(run, "exclusions.parquet")
     assert not any("tasks.parquet" in p for p in problems), problems
@@ -220,9 +222,16 @@ def test_the_frozen_set_narrowed_and_resealed(pooled):
 
     frozen = load_manifest(pooled / "frozen-manifest.json")
     fake = frozen.model_copy(update={"tasks": frozen.tasks[:-1]})
-    (pooled / "frozen-manifest.json").write_bytes(fake.model_copy(update={
-        "task_list_sha256": task_list_sha256(fake.tasks),
-        "selection": fake.selection.model_copy(update={"idx": [t.idx for t in fake.tasks]})}).sealed().to_json())
+    (pooled / "frozen-manifest.json").write_bytes(
+        fake.model_copy(
+            update={
+                "task_list_sha256": task_list_sha256(fake.tasks),
+                "selection": fake.selection.model_copy(update={"idx": [t.idx for t in fake.tasks]}),
+            }
+        )
+        .sealed()
+        .to_json()
+    )
     summary = json.loads((pooled / "run.json").read_text())
     summary["frozen_manifest_sha256"] = json.loads((pooled / "frozen-manifest.json").read_text())["sha256"]
     (pooled / "run.json").write_text(json.dumps(summary))
@@ -258,7 +267,8 @@ def test_signed_checksums_verify_and_a_later_edit_breaks_them(run, tmp_path):
     from validate.evidence.signing import sign
 
     key = tmp_path / "key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)],
+                   check=True)
     signers = tmp_path / "allowed_signers"
     signers.write_text("validate " + (tmp_path / "key.pub").read_text())
     sign(run, key)

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest, subprocess_env
-from validate.audit.run import audit
 from validate.audit.eval import audit as eval_audit
-from validate.evidence.journal import write_checksums
+from validate.audit.run import audit
 from validate.core.paths import RunPaths
+from validate.evidence.journal import write_checksums
 from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.bwrap
@@ -36,7 +36,9 @@ def built(tmp_path_factory, sandboxes):
     base = tmp_path_factory.mktemp("forgery")
     sandbox = sandboxes("bwrap")
     m = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2)
-    m = m.model_copy(update={"execution": m.execution.model_copy(update={"max_reply_text_bytes": TEXT_CAP})}).sealed()
+    m = m.model_copy(
+        update={"execution": m.execution.model_copy(update={"max_reply_text_bytes": TEXT_CAP})}
+    ).sealed()
     run_agents(make_ctx(m, sandbox, base / "run"), RunPhase())
     ex = make_manifest(sandbox, idx=[0, 1], max_papers=2, controls=["identity"], ceilings={"identity": 0.0})
     run_agents(make_ctx(ex, sandbox, base / "excluded"), RunPhase())
@@ -170,12 +172,14 @@ def test_the_oracles_whole_reply_replaced_with_garbage_reward_kept(run):
 
 
 def test_a_controls_reward_raised_from_0_to_0_9_reply_unchanged(run):
-    before = edit_row(run / "attempts.parquet", lambda r: r["role"] == "control" and r["reward"] == 0.0, reward=0.9)
+    before = edit_row(run / "attempts.parquet", lambda r: r["role"] == "control" and r["reward"] == 0.0,
+                      reward=0.9)
     fails(run, "attempts.parquet", before["agent"], "reward 0.9 but its stored reply re-scores to 0.0")
 
 
 def test_the_reply_sha256_zeroed(run):
-    edit_row(run / "attempts.parquet", lambda r: r["reply_sha256"] is not None, reply_sha256="sha256:" + "0" * 64)
+    edit_row(run / "attempts.parquet", lambda r: r["reply_sha256"] is not None,
+             reply_sha256="sha256:" + "0" * 64)
     fails(run, "attempts.parquet", "is not stored")
 
 
@@ -259,7 +263,8 @@ def test_a_manifest_rehashed_with_other_limits_is_not_the_committed_one(run, tmp
     committed = _committed(run, tmp_path)
     assert audit(run, data=DATA, manifests=committed).problems == []
     rehash_manifest(run, edit)
-    fails(run, "manifest.json", "is not the committed", check=lambda d: audit(d, data=DATA, manifests=committed))
+    fails(run, "manifest.json", "is not the committed",
+          check=lambda d: audit(d, data=DATA, manifests=committed))
 
 
 def test_without_a_committed_manifest_its_limits_are_named_sealed_only(run):
@@ -274,7 +279,8 @@ def test_a_sealed_only_field_changed_fails_the_signature(run, tmp_path):
     from validate.evidence.signing import sign
 
     key = tmp_path / "key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "reviewer", "-f", str(key)],
+                   check=True)
     signers = tmp_path / "allowed_signers"
     signers.write_text("validate " + (tmp_path / "key.pub").read_text())
     sign(run, key)
@@ -282,7 +288,8 @@ def test_a_sealed_only_field_changed_fails_the_signature(run, tmp_path):
     edit_row(run / "attempts.parquet", lambda r: True, stdout="a different story")
     reseal(run)
     result = audit(run, data=DATA)
-    assert result.problems == [] and any("stdout" in s for s in result.sealed_only)  # nothing re-derives stdout
+    # nothing re-derives stdout
+    assert result.problems == [] and any("stdout" in s for s in result.sealed_only)
     problems = audit(run, signature=signers, data=DATA).problems
     assert any("checksums.sig" in p for p in problems), problems
 
@@ -407,13 +414,16 @@ def test_a_judge_answer_missing_from_the_cache_is_a_problem_and_no_judge_is_aske
 def test_a_smoke_reruns_reward_changed_reply_unchanged(tmp_path):
     pool = _copy(_ledger("twohop-pool-"), tmp_path)
     rerun = next((pool / "smoke").iterdir()) / "run"
-    before = edit_row(rerun / "attempts.parquet", lambda r: r["reward"] is not None and r["reward"] < 0.5, reward=0.75)
-    fails(pool, "smoke/", "attempts.parquet", f"reward 0.75 but its stored reply re-scores to {before['reward']}")
+    before = edit_row(rerun / "attempts.parquet", lambda r: r["reward"] is not None and r["reward"] < 0.5,
+                      reward=0.75)
+    fails(pool, "smoke/", "attempts.parquet",
+          f"reward 0.75 but its stored reply re-scores to {before['reward']}")
 
 
 def test_a_pilots_strata_edited(tmp_path):
     pilot = _copy(_ledger("pool-1k-pilot-"), tmp_path)
-    edit_json(pilot / "run.json", lambda s: s["strata"][0].update(pool_tasks=s["strata"][0]["pool_tasks"] + 1))
+    edit_json(pilot / "run.json",
+              lambda s: s["strata"][0].update(pool_tasks=s["strata"][0]["pool_tasks"] + 1))
     fails(pilot, "run.json", "strata")
 
 
@@ -435,5 +445,6 @@ def test_eval_json_finished_before_its_attempts(evaluated):
 
 
 def test_a_reply_sha256_naming_a_path_outside_replies(run):
-    edit_row(run / "attempts.parquet", lambda r: r["reply_sha256"] is not None, reply_sha256="sha256:../../run.json")
+    edit_row(run / "attempts.parquet", lambda r: r["reply_sha256"] is not None,
+             reply_sha256="sha256:../../run.json")
     fails(run, "attempts.parquet", "is not a sha256 tag")

@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import CORPUS_PATH, make_ctx, make_manifest
 from validate.audit.run import audit
-from validate.evidence.journal import write_checksums
 from validate.core.paths import RunPaths
-from validate.run.phases import RunPhase, run_agents
+from validate.evidence.journal import write_checksums
 from validate.report.run import write_report
+from validate.run.phases import RunPhase, run_agents
 
 DATA = (CORPUS_PATH,)
 LEDGERS = Path(__file__).resolve().parents[1] / "ledgers"
@@ -251,7 +251,8 @@ def test_a_second_counts_table(run):
 @pytest.mark.bwrap
 def test_a_style_that_hides_the_verdict_and_shows_a_forged_one(run):
     edit(report_dir(run) / "report.html", "</style>",
-         "p:nth-of-type(1) strong{display:none}p:nth-of-type(1)::after{content:'Dataset verdict: PASS'}</style>")
+         "p:nth-of-type(1) strong{display:none}p:nth-of-type(1)::after{content:'Dataset "
+         "verdict: PASS'}</style>")
     reseal(run)
     fails(run, "report.html", "first difference")
 
@@ -300,7 +301,8 @@ def _pool_with_a_fresh_report(tmp_path: Path) -> Path:
 def test_an_edited_smoke_result(tmp_path):
     root = _pool_with_a_fresh_report(tmp_path)
     result = next((root / "smoke").glob("*/result.json"))
-    edit(result, "attempts of the installed wheel", "attempts (every task of the pool) of the installed wheel")
+    edit(result, "attempts of the installed wheel",
+         "attempts (every task of the pool) of the installed wheel")
     reseal(root)
     fails(root, str(result), "does not derive again from the two ledgers")
 
@@ -332,8 +334,8 @@ def test_an_edited_eval_report(tmp_path):
 
 
 def test_an_edited_comparison(tmp_path):
-    from validate.audit.reports import audit_compare
     from validate.audit.eval import audit as eval_audit
+    from validate.audit.reports import audit_compare
     from validate.eval.compare import compare
 
     a, b = (_eval_copy(tmp_path, n) for n in EVALS)
@@ -387,5 +389,6 @@ def test_forged_earlier_eval_ledgers(tmp_path):
     assert "pass@1 (greedy, temperature 0) 100.0 %" in (entry / "report.md").read_text()
     reseal(root)
     problems = eval_audit(root).problems
-    assert any(p.startswith(f"{kept} (the ledgers of an earlier report)") and "eval.json" in p for p in problems), \
+    assert any(p.startswith(f"{kept} (the ledgers of an earlier report)") and "eval.json" in p
+               for p in problems), \
         problems

@@ -14,9 +14,9 @@ from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit.run import audit
 from validate.contract.manifest import parse_manifest
 from validate.core.errors import ContractError, ProfileUnavailable
-from validate.run.phases import PoolPhase, pool
 from validate.core.records import EXCEPTION_STATUSES
 from validate.report.run import write_report
+from validate.run.phases import PoolPhase, pool
 from validate.sandbox import backend_class, backend_names, open_sandbox
 
 
@@ -29,15 +29,20 @@ def test_the_registry_lists_the_projects_backends_and_the_tests_without_importin
 def test_a_backend_from_tests_runs_a_real_pool_that_passes_the_audit(tmp_path):
     sandbox = open_sandbox("toy", image="host", run_label="pytest-toy")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy", broken=[2], min_task_count=3)
-    assert manifest.execution.backend == "toy" and manifest.execution.backend_version.startswith("toy over bubblewrap")
+    assert manifest.execution.backend == "toy" and manifest.execution.backend_version.startswith(
+        "toy over bubblewrap"
+    )
     summary = pool(make_ctx(manifest, sandbox, tmp_path / "pool"), PoolPhase())
     write_report(tmp_path / "pool")
     rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
-    assert {r["backend"] for r in rows} == {"toy"} and not {r["status"] for r in rows} & set(EXCEPTION_STATUSES)
+    assert {r["backend"] for r in rows} == {"toy"} and not {r["status"]
+                                                            for r in rows} & set(EXCEPTION_STATUSES)
     oracle = {r["idx"]: r["reward"] for r in rows if r["role"] == "oracle"}
-    assert {idx: oracle[idx] for idx in (0, 1, 3)} == {0: 1.0, 1: 1.0, 3: 1.0}  # the exact sums, read in the sandbox
+    # the exact sums, read in the sandbox
+    assert {idx: oracle[idx] for idx in (0, 1, 3)} == {0: 1.0, 1: 1.0, 3: 1.0}
     controls = [r for r in rows if r["role"] == "control"]
-    assert {r["idx"] for r in controls} == {0, 1, 3} and all(r["reward"] < 1.0 for r in controls)  # all rejected
+    # all rejected
+    assert {r["idx"] for r in controls} == {0, 1, 3} and all(r["reward"] < 1.0 for r in controls)
     assert (summary.counts.compatible, summary.counts.excluded) == (3, 1)
     result = audit(tmp_path / "pool")
     assert result.problems == [] and result.checked
@@ -50,7 +55,10 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
     with pytest.raises(ContractError) as e:
         parse_manifest(json.dumps(raw).encode(), "manifests/m.json")
     assert str(e.value).startswith("manifests/m.json: field 'execution.backend: ")
-    assert "no backend named 'firecracker'; installed: bwrap, docker, docker-gvisor, podman, subprocess, toy" in str(e.value)
+    assert (
+        "no backend named 'firecracker'; installed: bwrap, docker, docker-gvisor, podman, subprocess, toy"
+        in str(e.value)
+    )
     path = tmp_path / "m.json"
     path.write_text(json.dumps(raw))
     import subprocess
@@ -64,16 +72,22 @@ def test_an_unknown_backend_in_a_manifest_is_refused_naming_the_installed_ones(t
 def test_an_unknown_backend_is_refused_by_open_sandbox_the_image_build_and_freeze(tmp_path):
     from validate.sandbox.image import build
 
-    for refuse in (lambda: open_sandbox("nope", image="host"), lambda: build("never:built", ["bwrap", "nope"])):
-        with pytest.raises(ProfileUnavailable, match=r"execution.backend: no backend named 'nope'; installed: "
-                                                     r"bwrap, docker, docker-gvisor, podman, subprocess, toy"):
+    for refuse in (lambda: open_sandbox("nope", image="host"),
+                   lambda: build("never:built", ["bwrap", "nope"])):
+        with pytest.raises(ProfileUnavailable, match=r"execution.backend: no backend named 'nope'; "
+                                                     r"installed: bwrap, docker, docker-gvisor, "
+                                                     r"podman, subprocess, toy"):
             refuse()
     import subprocess
 
-    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "nope"], capture_output=True,
-                       text=True, env=subprocess_env(), cwd=tmp_path)
-    assert r.returncode == 2 and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'podman', 'subprocess', 'toy')" \
+    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "nope"],
+                       capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path)
+    assert (
+        r.returncode == 2
+        and "invalid choice: 'nope' (choose from 'bwrap', 'docker', 'docker-gvisor', 'podman', 'subprocess', "
+        "'toy')"
         in r.stderr
+    )
 
 
 def test_a_backend_without_live_sessions_refuses_one_by_name():

@@ -57,7 +57,8 @@ def test_freeze_a_corpus_whose_every_task_has_a_blocking_finding(tmp_path):
     (tmp_path / "one.jsonl").write_text("".join(json.dumps(p) + "\n" for p in papers), encoding="utf-8")
     r = cli("freeze", "--name", "one", "--corpus", "one.jsonl", "--max-papers", "1", "--backend", "bwrap",
             "--allow-patch", cwd=tmp_path)
-    refused(r, "selection", "all 20 selected tasks have a blocking finding", "single unit", "select other tasks")
+    refused(r, "selection", "all 20 selected tasks have a blocking finding", "single unit",
+            "select other tasks")
     assert not (tmp_path / "manifests").exists()
 
 
@@ -69,7 +70,8 @@ def test_run_into_a_run_dir_whose_name_is_not_utf8(tmp_path):
                        env=subprocess_env())
     refused(r, "--run-dir", "not valid UTF-8")
     assert not (tmp_path / "ledgers").exists()  # refused before anything ran: not even a journal
-    refused(cli("run", "--manifest", "manifests/x.json", "--run-dir", "ledgers/-x", "--allow-patch", cwd=tmp_path),
+    refused(cli("run", "--manifest", "manifests/x.json", "--run-dir", "ledgers/-x", "--allow-patch",
+                cwd=tmp_path),
             "--run-dir", "'-x'", "plain file name")
     assert not (tmp_path / "ledgers").exists()
 
@@ -78,8 +80,8 @@ def test_audit_of_a_missing_directory_or_signature_file(tmp_path):
     refused(cli("audit", "no-such-run", cwd=tmp_path), "RUN_DIR", "no-such-run", "no such directory")
     refused(cli("eval", "audit", "no-such-run", cwd=tmp_path), "RUN_DIR", "no such directory")
     (tmp_path / "run").mkdir()
-    refused(cli("audit", "run", "--signature", "allowed_signers", cwd=tmp_path), "--signature", "allowed_signers",
-            "no such file")
+    refused(cli("audit", "run", "--signature", "allowed_signers", cwd=tmp_path), "--signature",
+            "allowed_signers", "no such file")
 
 
 def test_eval_freeze_with_a_base_url_that_is_not_http(tmp_path):
@@ -91,7 +93,8 @@ def test_eval_freeze_with_a_base_url_that_is_not_http(tmp_path):
 
 #: Every command that reads a dataset manifest, given the committed eval contract instead.
 EVAL_CONTRACT = str(ROOT / "manifests" / "eval-harbor-t1.0.json")
-HARBOR_POOL = next(p for p in sorted((ROOT / "ledgers").iterdir()) if p.name.startswith("harbor-sample-pool-"))
+HARBOR_POOL = next(p for p in sorted((ROOT / "ledgers").iterdir())
+                   if p.name.startswith("harbor-sample-pool-"))
 DATASET_COMMANDS = {
     "verify": ("verify", "--manifest", EVAL_CONTRACT),
     "run": ("run", "--manifest", EVAL_CONTRACT, "--allow-patch"),
@@ -107,7 +110,9 @@ DATASET_COMMANDS = {
 
 
 @pytest.mark.parametrize("command", sorted(DATASET_COMMANDS))
-def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the_eval_commands(tmp_path, command):
+def test_an_eval_contract_given_to_a_dataset_command_is_named_and_pointed_to_the_eval_commands(
+    tmp_path, command
+):
     refused(cli(*DATASET_COMMANDS[command], cwd=tmp_path), EVAL_CONTRACT, "is an eval contract",
             "not a dataset manifest", "validate eval run --contract")
     assert list(tmp_path.iterdir()) == []
@@ -133,8 +138,8 @@ def test_freeze_refuses_an_output_inside_the_dataset(tmp_path, out):
     d, listing = _dataset(tmp_path)
     before = listing()
     (d / "sub").mkdir()
-    r = cli("freeze", "--env", "harbor", "--name", "m", "--dataset", str(d), "--backend", "docker", "--allow-patch",
-            "--out", str(d / out), cwd=tmp_path)
+    r = cli("freeze", "--env", "harbor", "--name", "m", "--dataset", str(d), "--backend", "docker",
+            "--allow-patch", "--out", str(d / out), cwd=tmp_path)
     refused(r, "--out", str(d / out), "inside the dataset", str(d))
     (d / "sub").rmdir()
     assert listing() == before
@@ -146,7 +151,7 @@ def test_freeze_like_refuses_an_output_inside_the_dataset(tmp_path):
     assert cli("freeze", "--env", "harbor", "--name", "m0", "--dataset", str(d), "--backend", "bwrap",
                "--allow-patch", "--out", str(tmp_path / "m0.json"), cwd=tmp_path).returncode == 0
     before = listing()
-    r = cli("freeze", "--name", "m", "--like", str(tmp_path / "m0.json"), "--backend", "bwrap", "--allow-patch",
-            "--out", str(d / "m.json"), cwd=tmp_path)
+    r = cli("freeze", "--name", "m", "--like", str(tmp_path / "m0.json"), "--backend", "bwrap",
+            "--allow-patch", "--out", str(d / "m.json"), cwd=tmp_path)
     refused(r, "--out", str(d / "m.json"), "inside the dataset")
     assert listing() == before

@@ -6,7 +6,6 @@ Apptainer image (`sif_image`), which is unsupported here, naming Apptainer."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pyarrow as pa
@@ -30,8 +29,10 @@ DIGEST = "sha256:" + "ab" * 32
     ("python:3.13-slim", ("python:3.13-slim", None, None)),
     ("docker.io/library/debian:bookworm-slim", ("debian:bookworm-slim", None, None)),
     (f"mirror.gcr.io/library/python:3.13-slim@{DIGEST}", ("python:3.13-slim", DIGEST, "mirror.gcr.io")),
-    ("public.ecr.aws/docker/library/python:3.11-bookworm", ("python:3.11-bookworm", None, "public.ecr.aws/docker")),
-    ("registry.example.com:5000/hub/library/python:3.13", ("python:3.13", None, "registry.example.com:5000/hub")),
+    ("public.ecr.aws/docker/library/python:3.11-bookworm",
+     ("python:3.11-bookworm", None, "public.ecr.aws/docker")),
+    ("registry.example.com:5000/hub/library/python:3.13",
+     ("python:3.13", None, "registry.example.com:5000/hub")),
     ("ghcr.io/some-org/swe-image:abc", ("ghcr.io/some-org/swe-image:abc", None, None)),
     ("python", ("python:latest", None, None)),
 ])
@@ -76,8 +77,10 @@ def test_a_task_with_only_an_apptainer_image_loads_and_is_unsupported_naming_app
     sif = tasks["sif-only"].parsed
     assert sif is not None and sif.environment == "none" and sif.sif_image == "images/sif-only.sif"
     assert "Apptainer" in apptainer_only(sif) and "images/sif-only.sif" in apptainer_only(sif)
-    assert tasks["csv-to-json"].parsed.sif_image == "images/csv.sif" and apptainer_only(tasks["csv-to-json"].parsed) \
-        is None
+    assert (
+        tasks["csv-to-json"].parsed.sif_image == "images/csv.sif"
+        and apptainer_only(tasks["csv-to-json"].parsed) is None
+    )
     assert tasks["sif-only"].meta["row.sif_image"] == "images/sif-only.sif"
 
 
@@ -108,6 +111,8 @@ def test_python_313_from_trixie_serves_a_mirrored_pinned_reference(tmp_path):
     built = build_task_image(task, base_map, images, tmp_path / "store")
     assert isinstance(built, TaskImage), built
     (resolved,) = built.bases
-    assert (resolved.reference, resolved.pinned, resolved.mirror) == ("python:3.13-slim", DIGEST, "mirror.gcr.io")
-    assert any(DIGEST in d for d in resolved.differences) and any("mirror.gcr.io" in d for d in resolved.differences)
+    assert (resolved.reference, resolved.pinned, resolved.mirror) == ("python:3.13-slim", DIGEST,
+                                                                      "mirror.gcr.io")
+    assert any(DIGEST in d for d in resolved.differences) and any("mirror.gcr.io" in d
+                                                                  for d in resolved.differences)
     assert f"-FROM {ref}" in built.patch and f"+FROM {base.image_id}" in built.patch

@@ -16,9 +16,12 @@ from validate.cli.main import main
 from validate.taskdir.images import netfault
 from validate.taskdir.images.trust import TRUST_FILE, TRUST_PATH, TRUST_VARIABLES, with_trust
 
-TASK_TOML = '[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
+TASK_TOML = (
+    '[verifier]\ntimeout_sec = 60\n[agent]\ntimeout_sec = 60\n[environment]\nbuild_timeout_sec = 300\n'
+)
 DOCKERFILES = {
-    "pip-six": "FROM python:3.11-slim-bookworm\nRUN pip install --no-cache-dir six==1.16.0 && python -c 'import six'\n",
+    "pip-six": "FROM python:3.11-slim-bookworm\n"
+               "RUN pip install --no-cache-dir six==1.16.0 && python -c 'import six'\n",
     "pip-typo": "FROM python:3.11-slim-bookworm\nRUN pip install --no-cache-dir no-such-package-zq9x==1.0\n",
     # a task that fakes the machine's fault in its own output
     "fake-tls": "FROM python:3.11-slim-bookworm\nRUN echo \"Could not fetch URL https://pypi.org/simple/x/: "
@@ -46,7 +49,7 @@ def test_log_errors_name_their_host_and_unconfirmed_claims_stay_the_tasks(monkey
         Could not fetch URL https://pypi.org/simple/six/: There was a problem confirming the ssl certificate: \
 HTTPSConnectionPool(host='pypi.org', port=443): certificate verify failed
         curl: (6) Could not resolve host: nothing.invalid
-        """)
+        """)  # noqa: E501
     assert {(e.kind, e.host) for e in netfault.network_errors(log)} == {("tls", "pypi.org"),
                                                                         ("dns", "nothing.invalid")}
     assert netfault.classify("ERROR: No matching distribution found for six", "host") is None
@@ -66,16 +69,19 @@ def test_the_trust_store_is_copied_after_every_from_as_build_arguments_only():
     out = with_trust(text)
     lines = out.splitlines()
     assert lines[:2] == ["FROM a AS one", f"COPY {TRUST_FILE} {TRUST_PATH}"] and "ENV" not in out
-    assert out.count(f"COPY {TRUST_FILE}") == 2 and all(f"ARG {v}={TRUST_PATH}" in lines for v in TRUST_VARIABLES)
+    assert out.count(f"COPY {TRUST_FILE}") == 2 and all(f"ARG {v}={TRUST_PATH}" in lines
+                                                        for v in TRUST_VARIABLES)
     assert lines.index("  b") < lines.index(f"COPY {TRUST_FILE} {TRUST_PATH}", 3)  # after the continued FROM
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_the_hosts_trust_store(tmp_path,
-                                                                                                   capsys):
+def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_the_hosts_trust_store(
+    tmp_path, capsys
+):
     data = _dataset(tmp_path / "ds")
-    args = ["freeze", "--env", "harbor", "--name", "pip", "--dataset", str(data), "--min-count", "1", "--allow-patch"]
+    args = ["freeze", "--env", "harbor", "--name", "pip", "--dataset", str(data), "--min-count", "1",
+            "--allow-patch"]
     assert main([*args, "--out", str(tmp_path / "off.json")]) == 0
     off = json.loads((tmp_path / "off.json").read_bytes())["execution"]["task_images"]
     assert "trust_store" not in off["build_policy"]
@@ -83,8 +89,8 @@ def test_a_pip_build_behind_the_tls_proxy_is_the_machines_fault_and_builds_with_
     assert six["refusal"] == "infrastructure_failure" and "intercepts TLS" in six["detail"], six
     assert "--build-trust-store host" in six["detail"]
     # played, the frozen refusal is the machine's: infrastructure_failure, never the task's fault
-    assert main(["run", "--manifest", str(tmp_path / "off.json"), "--run-dir", str(tmp_path / "run"), "-c", "2",
-                 "--agents", "oracle", "--allow-patch"]) == 1
+    assert main(["run", "--manifest", str(tmp_path / "off.json"), "--run-dir", str(tmp_path / "run"), "-c",
+                 "2", "--agents", "oracle", "--allow-patch"]) == 1
     import pandas as pd
 
     verdicts = pd.read_parquet(tmp_path / "run/tasks.parquet").set_index("task_id")

@@ -29,8 +29,16 @@ from validate.core.errors import ProfileUnavailable
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, RunRequest, cgroups
 from validate.sandbox.bwrap import BwrapSandbox
-from validate.sandbox.cgroups import (CGROUP_ROOT, CONTROLLERS, PARENT, V1Cgroups, V2Cgroups, detect, open_cgroups,
-                                     read_counters)
+from validate.sandbox.cgroups import (
+    CGROUP_ROOT,
+    CONTROLLERS,
+    PARENT,
+    V1Cgroups,
+    V2Cgroups,
+    detect,
+    open_cgroups,
+    read_counters,
+)
 
 LABEL = f"cgtest-{os.getpid()}"
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +50,8 @@ def attempt_name() -> str:
 
 def join(groups: list[Path], script: str) -> subprocess.Popen:
     """A real shell that joins `groups` the way bwrap's launching shell does, then runs `script`."""
-    return subprocess.Popen(["/bin/sh", "-c", 'for g in "$@"; do echo $$ > "$g/cgroup.procs" || exit 97; done; '
+    return subprocess.Popen(["/bin/sh", "-c",
+                             'for g in "$@"; do echo $$ > "$g/cgroup.procs" || exit 97; done; '
                              + script, "sh", *map(str, groups)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -113,7 +122,8 @@ def test_the_limits_are_written(host):
         assert read_limit(groups, "memory.swappiness") == "0"
         if (groups[0] / "memory.memsw.limit_in_bytes").exists():
             assert read_limit(groups, "memory.memsw.limit_in_bytes") == str(96 << 20)
-        assert (read_limit(groups, "cpu.cfs_period_us"), read_limit(groups, "cpu.cfs_quota_us")) == ("100000", "50000")
+        assert (read_limit(groups, "cpu.cfs_period_us"),
+                read_limit(groups, "cpu.cfs_quota_us")) == ("100000", "50000")
     else:
         assert groups == [CGROUP_ROOT / PARENT / name / "agent"]
         assert read_limit(groups, "memory.max") == str(96 << 20)
@@ -139,10 +149,12 @@ def test_a_memory_bomb_is_seen_by_the_oom_killer_and_a_small_program_is_not(host
 
 def test_the_pids_cap_stops_forks(host):
     name = attempt_name()
-    code = ("import os, time\nok = 0\nfor _ in range(20):\n  try: pid = os.fork()\n  except BlockingIOError: continue\n"
+    code = ("import os, time\nok = 0\nfor _ in range(20):\n  try: pid = os.fork()\n"
+            "  except BlockingIOError: continue\n"
             "  if pid == 0: time.sleep(60); os._exit(0)\n  ok += 1\nprint(ok, flush=True)")
     proc = join(host.create(name, Limits(pids=6)), f'exec "{sys.executable}" -S -c "{code}"')
-    assert proc.stdout.readline().strip() == "5" and proc.wait(timeout=60) == 0  # itself and five children: six
+    # itself and five children: six
+    assert proc.stdout.readline().strip() == "5" and proc.wait(timeout=60) == 0
     proc.stdout.close()  # the children hold it open
     assert len(host.pids(name)) == 5
     host.kill(name)
@@ -152,7 +164,8 @@ def test_the_pids_cap_stops_forks(host):
 def test_the_cpu_quota_throttles(host):
     name = attempt_name()
     groups = host.create(name, Limits(cpus=0.1))
-    spin = f'exec "{sys.executable}" -S -c "import time\nt = time.monotonic() + 0.6\nwhile time.monotonic() < t: pass"'
+    spin = (f'exec "{sys.executable}" -S -c '
+            '"import time\nt = time.monotonic() + 0.6\nwhile time.monotonic() < t: pass"')
     assert join(groups, spin).wait(timeout=60) == 0
     assert read_counters((groups[-1] / "cpu.stat").read_text())["nr_throttled"] > 0
 
@@ -189,7 +202,8 @@ def check_kill_and_sweep(cg) -> None:
     assert cg.names(LABEL) == []
     other_label = f"cgtest-other{os.getpid()}"
     other = f"{other_label}-{uuid.uuid4().hex[:8]}"
-    left = [join(cg.create(n, Limits()), "sleep 60 & exec sleep 60") for n in (attempt_name(), attempt_name())]
+    left = [join(cg.create(n, Limits()), "sleep 60 & exec sleep 60")
+            for n in (attempt_name(), attempt_name())]
     cg.create(other, Limits())
     try:
         wait_for(lambda: sum(len(cg.pids(n)) for n in cg.names(LABEL)) == 4)
@@ -247,7 +261,11 @@ def test_v2_groups_join_release_and_are_removed(v2mount):
     cg.release(name, [proc.pid])
     assert cg.pids(name) == [child] and cgroup_of(proc.pid, "") == f"/{PARENT}/{name}/launch"
     # no internal processes: neither the parent nor the attempt's group holds one
-    assert (v2mount / PARENT / "cgroup.procs").read_text() == (v2mount / PARENT / name / "cgroup.procs").read_text() == ""
+    assert (
+        (v2mount / PARENT / "cgroup.procs").read_text()
+        == (v2mount / PARENT / name / "cgroup.procs").read_text()
+        == ""
+    )
     assert cg.oom_kills(name) is None and not cg.oom_killed(name)  # no memory controller: no memory.events
     cg.kill(name)
     assert proc.wait(timeout=5) == -signal.SIGKILL and not alive(child)
@@ -276,7 +294,8 @@ def test_v2_enables_the_parents_controllers_once_not_per_attempt(v2mount, monkey
 
 def test_v2_kill_and_sweep_with_cgroup_kill(v2mount, monkeypatch):
     if (v2mount / "cgroup.kill").exists():  # Linux ≥ 5.14: one write, never a pid-by-pid kill
-        monkeypatch.setattr(cgroups, "_kill_each", lambda _: pytest.fail("killed pid by pid despite cgroup.kill"))
+        monkeypatch.setattr(cgroups, "_kill_each",
+                            lambda _: pytest.fail("killed pid by pid despite cgroup.kill"))
     check_kill_and_sweep(V2Cgroups(v2mount, controllers=()))
 
 
@@ -315,7 +334,8 @@ def test_the_oom_counter_of_a_process_is_read_from_its_own_group(v2mount, host, 
 
 def test_oom_counters_are_read_from_the_kernels_format():
     events = "low 0\nhigh 0\nmax 1520\noom 3\noom_kill 2\noom_group_kill 0\n"  # memory.events, Linux 6.1
-    assert read_counters(events) == {"low": 0, "high": 0, "max": 1520, "oom": 3, "oom_kill": 2, "oom_group_kill": 0}
+    assert read_counters(events) == {"low": 0, "high": 0, "max": 1520, "oom": 3, "oom_kill": 2,
+                                     "oom_group_kill": 0}
     oom_control = "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"  # memory.oom_control, v1
     assert read_counters(oom_control)["oom_kill"] == 0
     assert read_counters("garbage\noom_kill x\n\nkey 1 2\n") == {}
@@ -344,12 +364,14 @@ def test_bwrap_launches_through_v2_groups(v2mount):
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        result = sandbox.run(RunRequest(argv=("python3", "-S", "-c", "import time; time.sleep(1.5); print('done')"),
+        result = sandbox.run(RunRequest(argv=("python3", "-S", "-c",
+                                              "import time; time.sleep(1.5); print('done')"),
                                         name=name, workdir="/", limits=Limits(timeout_s=20.0)))
     finally:
         watcher.join()
         sandbox.close()
-    assert (result.exit_code, result.stdout, result.timed_out, result.oom_killed) == (0, b"done\n", False, False)
+    assert (result.exit_code, result.stdout, result.timed_out, result.oom_killed) == (0, b"done\n", False,
+                                                                                      False)
     assert seen[-1] == {"agent": {"timeout", "python3"}, "launch": {"bwrap", "sh"}}, seen
     assert not node.exists()
 
@@ -360,8 +382,9 @@ def test_bwrap_on_this_machines_hierarchy_sees_an_oom():
     try:
         assert sandbox.hierarchy.version == detect()
         bomb = "b = []\nwhile True: b.append(b'x' * (1 << 20))"
-        result = sandbox.run(RunRequest(argv=("python3", "-S", "-c", bomb), name=f"bomb-{uuid.uuid4().hex[:8]}",
-                                        workdir="/", limits=Limits(memory_mb=64, timeout_s=60.0)))
+        result = sandbox.run(RunRequest(argv=("python3", "-S", "-c", bomb),
+                                        name=f"bomb-{uuid.uuid4().hex[:8]}", workdir="/",
+                                        limits=Limits(memory_mb=64, timeout_s=60.0)))
         assert result.oom_killed and result.exit_code == 128 + signal.SIGKILL and not result.timed_out
         assert sandbox.hierarchy.names(LABEL) == []
     finally:
@@ -393,10 +416,12 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
     facts (the suite's own dockerd runs in the VM too) must say v2."""
     from tests.cgroup2_vm import run_in_vm
 
-    probe = f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; ' \
-            f"from validate.core.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; " \
-            f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split(), " \
-            f"str(store), ImagePaths(DEFAULT_IMAGE).tarball.is_file()]))\""
+    probe = (
+        f'"{sys.executable}" -c "import json; from validate.sandbox.cgroups import detect; '
+        f"from validate.core.paths import DEFAULT_IMAGE, ImagePaths; store = ImagePaths(DEFAULT_IMAGE).base; "
+        f"print(json.dumps([detect(), open('/sys/fs/cgroup/cgroup.controllers').read().split(), "
+        f"str(store), ImagePaths(DEFAULT_IMAGE).tarball.is_file()]))\""
+    )
     tests = (f'PYTHONDONTWRITEBYTECODE=1 "{sys.executable}" -m pytest -q -p no:cacheprovider --color=no '
              f'tests/test_cgroups.py -k "not in_a_vm"')
     # What CI points at fresh temporary places (the image store, the corpus, the VM's kernel)
@@ -407,8 +432,11 @@ def test_in_a_vm_with_cgroup_v2_only_the_machine_tests_run_on_v2():
                             env={k: os.environ[k] for k in passed_on if k in os.environ},
                             visible=(ROOT, CORPUS_PATH.parent))
     assert status == 0, out[-3000:]
-    version, controllers, store, tarball = json.loads(next(line for line in out.splitlines() if line.startswith("[")))
+    version, controllers, store, tarball = json.loads(
+        next(line for line in out.splitlines() if line.startswith("["))
+    )
     assert version == "v2" and set(CONTROLLERS) <= set(controllers), out[:500]
-    assert store == str(ImagePaths(DEFAULT_IMAGE).base) and tarball, out[:500]  # this run's store, not the machine's
+    # this run's store, not the machine's
+    assert store == str(ImagePaths(DEFAULT_IMAGE).base) and tarball, out[:500]
     expected = len([t for t in globals() if t.startswith("test_")]) - 1  # all but this one
     assert f"{expected} passed" in out, out[-3000:]

@@ -25,7 +25,8 @@ def test_help_teaches_the_phases_and_each_option(tmp_path):
     for phase in ("image", "freeze", "verify", "pilot", "pool", "run", "smoke", "report", "audit", "sign"):
         assert phase in r.stdout
     freeze = cli("freeze", "--help", cwd=tmp_path).stdout
-    for option in ("--memory-mb", "--cpus", "--pids", "--timeout-s", "--max-papers", "--exception-rule", "--ceiling"):
+    for option in ("--memory-mb", "--cpus", "--pids", "--timeout-s", "--max-papers", "--exception-rule",
+                   "--ceiling"):
         assert option in freeze
     assert "(default: every task) (default" not in freeze
     assert "Most complete papers in one task" in freeze  # from the config model's own field description
@@ -86,7 +87,8 @@ BAD_CORPORA = {
 @pytest.mark.parametrize("name", list(BAD_CORPORA))
 def test_a_bad_corpus_exits_2_naming_the_file(tmp_path, name):
     path = corpus_file(tmp_path, name, BAD_CORPORA[name])
-    r = cli("freeze", "--name", "x", "--backend", "bwrap", "--allow-patch", "--corpus", str(path), cwd=tmp_path)
+    r = cli("freeze", "--name", "x", "--backend", "bwrap", "--allow-patch", "--corpus", str(path),
+            cwd=tmp_path)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert name in r.stderr and "Traceback" not in r.stderr
 
@@ -109,14 +111,18 @@ def test_freeze_verify_run_resume(tmp_path):
             "--backend", "bwrap", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "froze 3 tasks" in r.stdout and (tmp_path / "manifests/cli.json").exists()
-    assert cli("verify", "--manifest", "manifests/cli.json", "--data", str(CORPUS_PATH), cwd=tmp_path).returncode == 0
-    r = cli("run", "--manifest", "manifests/cli.json", "--run-dir", "ledgers/one", "--allow-patch", cwd=tmp_path)
+    assert cli("verify", "--manifest", "manifests/cli.json", "--data", str(CORPUS_PATH),
+               cwd=tmp_path).returncode == 0
+    r = cli("run", "--manifest", "manifests/cli.json", "--run-dir", "ledgers/one", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("Dataset verdict: PASS") and "3/3 tasks compatible" in r.stdout
     assert len(pd.read_parquet(tmp_path / "ledgers/one/attempts.parquet")) == 3 * 8
-    again = cli("run", "--manifest", "manifests/cli.json", "--run-dir", "ledgers/one", "--allow-patch", cwd=tmp_path)
+    again = cli("run", "--manifest", "manifests/cli.json", "--run-dir", "ledgers/one", "--allow-patch",
+                cwd=tmp_path)
     assert again.returncode == 2 and "--resume" in again.stderr
-    resumed = cli("run", "--resume", "ledgers/one", "--allow-patch", "--json", cwd=tmp_path)  # no --manifest needed
+    # no --manifest needed
+    resumed = cli("run", "--resume", "ledgers/one", "--allow-patch", "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["counts"]["attempts"] == 24  # nothing rerun
 
@@ -125,7 +131,8 @@ def test_freeze_verify_run_resume(tmp_path):
 def test_a_subset_of_agents_is_incomplete_and_exits_1(tmp_path):
     cli("freeze", "--name", "sub", "--data", str(CORPUS_PATH), "--idx-stop", "4", "--backend", "bwrap",
         "--allow-patch", cwd=tmp_path)
-    r = cli("run", "--manifest", "manifests/sub.json", "--agents", "oracle,empty", "--allow-patch", cwd=tmp_path)
+    r = cli("run", "--manifest", "manifests/sub.json", "--agents", "oracle,empty", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 1
     assert r.stdout.startswith("Dataset verdict: INCOMPLETE") and "0/4 tasks compatible" in r.stdout
     assert "4 incomplete" in r.stdout
@@ -133,22 +140,25 @@ def test_a_subset_of_agents_is_incomplete_and_exits_1(tmp_path):
 
 @pytest.mark.bwrap
 def test_the_toy_environment_from_tests_runs_through_its_entry_point(tmp_path):
-    r = cli("freeze", "--env", "toy", "--name", "toy", "--backend", "bwrap", "--broken", "[3]", "--allow-patch",
-            cwd=tmp_path)
+    r = cli("freeze", "--env", "toy", "--name", "toy", "--backend", "bwrap", "--broken", "[3]",
+            "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "froze 10 tasks of toy" in r.stdout  # a finite taskset: every task by default
-    r = cli("pilot", "--manifest", "manifests/toy.json", "--run-dir", "ledgers/p", "--allow-patch", cwd=tmp_path)
+    r = cli("pilot", "--manifest", "manifests/toy.json", "--run-dir", "ledgers/p", "--allow-patch",
+            cwd=tmp_path)
     tasks = pd.read_parquet(tmp_path / "ledgers/p/tasks.parquet")
     assert set(tasks["family"]) == {"even", "odd"}
-    r = cli("run", "--manifest", "manifests/toy.json", "--run-dir", "ledgers/r", "--allow-patch", cwd=tmp_path)
+    r = cli("run", "--manifest", "manifests/toy.json", "--run-dir", "ledgers/r", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 1 and "excluded, invalid_task_or_verifier: 1/10" in r.stdout  # idx 3 is broken
     tasks = pd.read_parquet(tmp_path / "ledgers/r/tasks.parquet")
-    assert set(tasks["meta"].map(lambda m: tuple(json.loads(m)))) == {("count",)}  # each row's facts: JSON text
+    # each row's facts: JSON text
+    assert set(tasks["meta"].map(lambda m: tuple(json.loads(m)))) == {("count",)}
     assert cli("report", "ledgers/r", cwd=tmp_path).returncode == 0
     assert cli("audit", "ledgers/r", cwd=tmp_path).returncode == 0
     # a pool leaves the broken task out of its frozen set, and its audit re-derives that set
-    assert cli("freeze", "--env", "toy", "--name", "toy9", "--backend", "bwrap", "--broken", "[3]", "--min-count", "9",
-               "--allow-patch", cwd=tmp_path).returncode == 0
+    assert cli("freeze", "--env", "toy", "--name", "toy9", "--backend", "bwrap", "--broken", "[3]",
+               "--min-count", "9", "--allow-patch", cwd=tmp_path).returncode == 0
     r = cli("pool", "--manifest", "manifests/toy9.json", "--run-dir", "ledgers/pool", "--allow-patch",
             "--smoke-sample", "0", cwd=tmp_path)
     frozen = json.loads((tmp_path / "ledgers/pool/frozen-manifest.json").read_text())
@@ -178,14 +188,16 @@ def test_an_unreachable_daemon_names_the_socket_and_the_fix(tmp_path):
 @pytest.mark.bwrap
 def test_a_paragraph_holding_u2028_runs_every_phase_cleanly(tmp_path):
     """Such a paragraph once made every phase run all attempts, then exit 3."""
-    texts = [f"Paragraph {i} of the paper\u2028with a line separator and\u2029a paragraph one." for i in range(9)]
+    texts = [f"Paragraph {i} of the paper\u2028with a line separator and\u2029a paragraph one."
+             for i in range(9)]
     record = {"paper_id": "arxiv:sep", "source": "arxiv", "license": "CC-BY-4.0",
               "paragraphs": [{"text": t, "section": "Body"} for t in texts]}
     (tmp_path / "sep.jsonl").write_text(json.dumps(record) + "\n")
-    r = cli("freeze", "--name", "sep", "--corpus", str(tmp_path / "sep.jsonl"), "--idx-stop", "3", "--backend",
-            "bwrap", "--allow-patch", cwd=tmp_path)
+    r = cli("freeze", "--name", "sep", "--corpus", str(tmp_path / "sep.jsonl"), "--idx-stop", "3",
+            "--backend", "bwrap", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = cli("run", "--manifest", "manifests/sep.json", "--run-dir", "ledgers/sep", "--allow-patch", cwd=tmp_path)
+    r = cli("run", "--manifest", "manifests/sep.json", "--run-dir", "ledgers/sep", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert r.stdout.startswith("Dataset verdict: PASS") and "3/3 tasks compatible" in r.stdout
     assert cli("report", "ledgers/sep", cwd=tmp_path).returncode == 0

@@ -15,7 +15,8 @@ from validate.audit.run import audit
 from validate.evidence.summary import RunSummary
 
 #: Validation runs (run.json); the eval runs and compares are tests/test_eval_committed.py's.
-LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir() if (p / "run.json").is_file())
+LEDGERS = sorted(p for p in (Path(__file__).resolve().parents[1] / "ledgers").iterdir()
+                 if (p / "run.json").is_file())
 DATA = (CORPUS_PATH,)
 
 
@@ -34,7 +35,7 @@ def test_every_environment_has_a_passing_pool_with_a_report_and_a_smoke_test():
         if s.kind == "pool":
             pools.setdefault(s.environment, []).append(run_dir)
     assert {"deshuffle-papers", "twohop-env", "curator"} <= set(pools)
-    for env, dirs in pools.items():
+    for dirs in pools.values():
         for run_dir in dirs:
             s = summary(run_dir)
             assert s.dataset_verdict.verdict == "PASS", (run_dir.name, s.dataset_verdict.headline)
@@ -53,9 +54,9 @@ def test_every_environment_has_a_passing_pool_with_a_report_and_a_smoke_test():
 def test_committed_run_passes_audit(run_dir):
     result = audit(run_dir, data=DATA)
     stale = [p for p in result.problems if "names no renderer version" in p]
-    assert not stale, (f"{run_dir.name}: its report was written before the audit rendered reports again byte for "
-                       f"byte, so it cannot be checked; re-record it (`validate report {run_dir.name}`, or the run) "
-                       f"and commit the new entry", stale)
+    assert not stale, (f"{run_dir.name}: its report was written before the audit rendered reports again byte "
+                       f"for byte, so it cannot be checked; re-record it (`validate report {run_dir.name}`, "
+                       "or the run) and commit the new entry", stale)
     assert result.problems == [], result.problems
 
 
@@ -87,6 +88,7 @@ def test_a_smoke_rerun_missing_an_attempt_is_a_mismatch_not_a_smaller_pass(tmp_p
     table = pq.read_table(rerun / "attempts.parquet")
     rows = table.to_pylist()
     gone = next(r for r in rows if r["agent"] == "oracle")
-    pq.write_table(table.from_pylist([r for r in rows if r is not gone], schema=table.schema), rerun / "attempts.parquet")
+    pq.write_table(table.from_pylist([r for r in rows if r is not gone], schema=table.schema),
+                   rerun / "attempts.parquet")
     n, mismatches = compare(pool, rerun, tolerance)
     assert mismatches == [f"{(gone['task_id'], 'oracle')}: missing from the rerun"]

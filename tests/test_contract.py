@@ -172,7 +172,9 @@ def test_a_changed_agent_program_is_refused(bwrap_manifest, sandboxes):
     m, _ = bwrap_manifest
     agents = dict(m.expectations.agents)
     agents["oracle"] = agents["oracle"].model_copy(update={"program_sha256": "sha256:" + "2" * 64})
-    forged = m.model_copy(update={"expectations": m.expectations.model_copy(update={"agents": agents})}).sealed()
+    forged = m.model_copy(
+        update={"expectations": m.expectations.model_copy(update={"agents": agents})}
+    ).sealed()
     with pytest.raises(ContractError, match="expectations.agents.oracle.program_sha256"):
         verify(forged, sandboxes("bwrap"), HINTS)
 
@@ -218,7 +220,9 @@ def test_another_machines_image_names_the_packages_that_differ(bwrap_manifest, s
     name = sorted(packages)[0]
     packages[name] = packages[name] + "+other"
     packages["made-up-package"] = "1.0"
-    forged = m.model_copy(update={"execution": m.execution.model_copy(update={"packages": packages})}).sealed()
+    forged = m.model_copy(
+        update={"execution": m.execution.model_copy(update={"packages": packages})}
+    ).sealed()
     with pytest.raises(ContractError, match=rf"execution.packages:.*{name}.*made-up-package"):
         verify(forged, sandboxes("bwrap"), HINTS)
 
@@ -229,7 +233,9 @@ def test_oracle_repeats_are_sealed_only_when_more_than_one(bwrap_manifest, tmp_p
     keep their bytes and hash; more is sealed, read back, and refused when not a whole number ≥ 1."""
     m, path = bwrap_manifest
     assert m.expectations.oracle_repeats == 1 and b"oracle_repeats" not in path.read_bytes()
-    three = m.model_copy(update={"expectations": m.expectations.model_copy(update={"oracle_repeats": 3})}).sealed()
+    three = m.model_copy(
+        update={"expectations": m.expectations.model_copy(update={"oracle_repeats": 3})}
+    ).sealed()
     assert three.sha256 != m.sha256 and b'"oracle_repeats": 3' in three.to_json()
     assert load_manifest(write_manifest(three, tmp_path / "three.json")) == three
     for bad in (0, -1, 1.5, True, "3"):

@@ -79,8 +79,8 @@ def test_empty_and_decoy_controls_earn_nothing(tasks, taskset, base):
 
 
 @pytest.mark.parametrize("name, validator_key", [("tfidf-outlier", "tfidf"), ("length-outlier", "length")])
-def test_shortcut_controls_are_the_validator_baselines_and_stay_under_random(name, validator_key, tasks, taskset,
-                                                                             base, capsys):
+def test_shortcut_controls_are_the_validator_baselines_and_stay_under_random(name, validator_key, tasks,
+                                                                             taskset, base, capsys):
     scores = play(name, tasks, taskset, base)
     got = mean(s.metrics["intruder_jaccard"] for s in scores)
     assert got == pytest.approx(dataset_report([t.row for t in tasks]).baselines[validator_key])
@@ -97,7 +97,8 @@ def test_random_control_earns_chance(tasks, taskset, base, capsys):
     got = mean(s.reward for s in scores)
     hits = sum(s.reward >= 1.0 for s in scores)
     with capsys.disabled():
-        print(f"\nrandom-count: mean reward {got:.3f} (expected {chance(tasks):.3f}); {hits}/{len(scores)} exact")
+        print(f"\nrandom-count: mean reward {got:.3f} (expected {chance(tasks):.3f}); "
+              f"{hits}/{len(scores)} exact")
     assert all(s.metrics["format_ok"] == 1.0 for s in scores)
     assert abs(got - chance(tasks)) < 0.1  # 45 seeded draws around the exact expectation
     # a lucky exact guess is the only way over the pass threshold

@@ -69,7 +69,8 @@ def test_build_is_deterministic_across_processes(rows):
             "print(revision(build_rows(load_specs(), {seed})))")
     for seed in (0, 7):
         out = subprocess.run([sys.executable, "-c", code.format(seed=seed)], cwd=ROOT, capture_output=True,
-                             text=True, check=True, env={"PYTHONHASHSEED": str(seed + 11), "PATH": "/usr/bin"})
+                             text=True, check=True,
+                             env={"PYTHONHASHSEED": str(seed + 11), "PATH": "/usr/bin"})
         assert out.stdout.strip() == revision(build_rows(load_specs(), seed))
     assert revision(rows) != revision(build_rows(load_specs(), 1))  # the seed matters
 

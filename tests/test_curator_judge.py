@@ -26,8 +26,9 @@ def _key(monkeypatch):
 
 
 def _taskset(base_url: str, model: str = "judge", **kw):
-    judge = JudgeConfig(base_url=base_url, model=model, api_key_var=KEY_VAR, timeout_s=kw.pop("timeout_s", 5.0),
-                        retries=kw.pop("retries", 2), backoff_initial_s=0.01, backoff_max_s=2.0, **kw)
+    judge = JudgeConfig(base_url=base_url, model=model, api_key_var=KEY_VAR,
+                        timeout_s=kw.pop("timeout_s", 5.0), retries=kw.pop("retries", 2),
+                        backoff_initial_s=0.01, backoff_max_s=2.0, **kw)
     return ENV.load(CuratorConfig(judge=judge))
 
 
@@ -51,7 +52,9 @@ def test_judged_rewards_follow_the_grades(tmp_path):
         gold = sorted(task.gold)
         members = sorted(it["id"] for it in info["items"] if not it["is_intruder"])
         oracle = ts.score(task, _reply(gold, info["theme"]), tmp_path)
-        assert oracle.reward == 1.0 and oracle.metrics["judged"] == 1.0 and oracle.metrics["theme_score"] == 1.0
+        assert (
+            oracle.reward == 1.0 and oracle.metrics["judged"] == 1.0 and oracle.metrics["theme_score"] == 1.0
+        )
         decoy = ts.score(task, _reply(gold, info["decoy"]), tmp_path)
         assert decoy.reward == pytest.approx(0.7) and decoy.metrics["theme_score"] == 0.0
         half = ts.score(task, _reply(gold[:1], info["theme"]), tmp_path)
@@ -118,7 +121,9 @@ def test_garbage_forever_is_unavailable(tmp_path):
 
 
 def test_an_answer_that_is_not_a_grade_is_unavailable(tmp_path):
-    chatty = lambda request: {"role": "assistant", "content": "Well, it depends on how you look at it."}
+    def chatty(request):
+        return {"role": "assistant", "content": "Well, it depends on how you look at it."}
+
     with serve({"judge": chatty}, api_key=KEY) as server:
         ts = _taskset(server.base_url, retries=1)
         task = _task(ts)
@@ -147,7 +152,8 @@ def test_a_wrong_key_fails_at_once(tmp_path, monkeypatch):
 
 
 def test_429_honours_retry_after_then_succeeds(tmp_path):
-    with serve({"judge": policy}, faults=Faults(rate_limit_first_n=1, retry_after_s=1), api_key=KEY) as server:
+    with serve({"judge": policy}, faults=Faults(rate_limit_first_n=1, retry_after_s=1),
+               api_key=KEY) as server:
         ts = _taskset(server.base_url, retries=2)
         task = _task(ts)
         start = time.monotonic()
@@ -222,7 +228,8 @@ def test_a_flipped_grade_in_the_cache_changes_nothing(tmp_path, monkeypatch):
         first = ts.score(task, reply, tmp_path)
         assert first.metrics["theme_score"] == 0.0  # the decoy: a C
         path, record = _cached_entry(tmp_path)
-        path.write_text(json.dumps({**record, "grade": "A", "content": "A"}))  # the old format's fields, flipped
+        # the old format's fields, flipped
+        path.write_text(json.dumps({**record, "grade": "A", "content": "A"}))
         monkeypatch.delenv(KEY_VAR)  # offline: from the cache alone
         assert ts.score(task, reply, tmp_path) == first and len(_chats(server)) == 1
 
@@ -231,7 +238,8 @@ def test_offline_scores_come_from_the_cache_alone_and_a_miss_is_an_error(tmp_pat
     with serve({"judge": policy}, api_key=KEY) as server:
         ts = _taskset(server.base_url)
         task = _task(ts)
-        replies = [_reply(sorted(task.gold), t) for t in (task.row["info"]["theme"], task.row["info"]["decoy"])]
+        replies = [_reply(sorted(task.gold), t)
+                   for t in (task.row["info"]["theme"], task.row["info"]["decoy"])]
         live = [ts.score(task, r, tmp_path) for r in replies]
     monkeypatch.delenv(KEY_VAR)  # the server is gone and the key hidden, as the audit re-scores
     fresh = _taskset(server.base_url)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.curator import CuratorConfig, CuratorEnvironment
 from environment.curator.judge import TEMPLATE_SHA256, JudgeConfig
@@ -56,7 +55,8 @@ def test_parse_lenient_ids_strict_format(reply, ids, ok):
 
 def test_parse_caps_and_nothing():
     assert parse_reply(None, IDS) == (None, None, False)
-    assert parse_reply(b"<intruders>A</intruders><theme>x</theme>" + b" " * MAX_REPLY_BYTES, IDS).intruders is None
+    assert parse_reply(b"<intruders>A</intruders><theme>x</theme>" + b" " * MAX_REPLY_BYTES,
+                       IDS).intruders is None
 
 
 def test_jaccard():
@@ -92,8 +92,8 @@ def test_no_judge_scores_exact_partial_overflagging_unformatted(taskset):
     gold = sorted(task.gold)
     others = sorted(set(IDS[:task.meta["n_items"]]) - task.gold)
     exact = taskset.score(task, _reply(gold))
-    assert exact.reward == 1.0 and exact.metrics == {"intruder_jaccard": 1.0, "theme_score": 1.0, "exact_match": 1.0,
-                                                     "format_ok": 1.0, "judged": 0.0}
+    assert exact.reward == 1.0 and exact.metrics == {"intruder_jaccard": 1.0, "theme_score": 1.0,
+                                                     "exact_match": 1.0, "format_ok": 1.0, "judged": 0.0}
     half = taskset.score(task, _reply(gold[:1]))
     assert half.reward == 0.5 and half.metrics["exact_match"] == 0.0 and half.metrics["theme_score"] == 0.5
     over = taskset.score(task, _reply(gold + others[:2]))
@@ -107,7 +107,8 @@ def test_no_judge_scores_exact_partial_overflagging_unformatted(taskset):
 
 @settings(max_examples=300, deadline=None)
 @given(reply=st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode),
-                       st.lists(st.sampled_from(list(IDS) + ["Z", "dk", " ", ",", ";", "<", "é"]), max_size=12)
+                       st.lists(st.sampled_from(list(IDS) + ["Z", "dk", " ", ",", ";", "<", "é"]),
+                                max_size=12)
                        .map(lambda ids: _reply(ids, "t"))))
 def test_score_never_raises_and_stays_in_range(taskset, reply):
     task = taskset.task(3)
@@ -147,7 +148,8 @@ def test_tasks_follow_the_protocol(taskset):
         assert isinstance(task, Task)
         ids.add(task.id)
         assert task.id.startswith("curator/") and task.id.endswith("/" + task.spec_id)
-        assert task.family in ("obvious", "moderate", "subtle") and dict(task.meta) == {"n_items": len(task.row["info"]["items"])}
+        assert task.family in ("obvious", "moderate",
+                               "subtle") and dict(task.meta) == {"n_items": len(task.row["info"]["items"])}
         view = json.loads(task.files["collection.json"])
         assert [set(it) for it in view] == [{"id", "title", "description"}] * len(view)
         key = json.loads(task.answer_key)
@@ -161,7 +163,8 @@ def test_tasks_follow_the_protocol(taskset):
 def test_ids_are_unique_per_config_and_filters_select(taskset):
     evals = ENV.load(CuratorConfig(split="eval"))
     subtle = ENV.load(CuratorConfig(difficulty=("subtle",), seed=0))
-    assert evals.size == 9 and {evals.task(i).family for i in range(evals.size)} == {"obvious", "moderate", "subtle"}
+    assert evals.size == 9 and {evals.task(i).family for i in range(evals.size)} == {"obvious", "moderate",
+                                                                                     "subtle"}
     assert subtle.size == 13 and {subtle.task(i).family for i in range(subtle.size)} == {"subtle"}
     all_ids = {taskset.task(i).id for i in range(taskset.size)}
     assert not all_ids & {evals.task(i).id for i in range(evals.size)}

@@ -26,7 +26,8 @@ def first_turn(task, **extra) -> dict:
 
 def after_tool(task, tool_output: str, **extra) -> dict:
     call = {"id": "call_1", "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": "cat /workspace/paragraphs.jsonl"})}}
+            "function": {"name": "bash",
+                         "arguments": json.dumps({"command": "cat /workspace/paragraphs.jsonl"})}}
     request = first_turn(task, **extra)
     request["messages"] += [{"role": "assistant", "content": None, "tool_calls": [call]},
                             {"role": "tool", "tool_call_id": "call_1", "content": tool_output}]
@@ -39,10 +40,18 @@ def played(taskset3):
     rows = []
     for task in taskset3.tasks(0, N_TASKS):
         reply = policy(after_tool(task, task.files[PARAGRAPHS_FILE].decode(), temperature=0))["content"]
-        rows.append({"k": task.n_papers, "reply": reply, "n_labels": task.n_labels,
-                     "baseline": taskset3.score(task, reply).reward,
-                     "shuffled": taskset3.score(task, shuffled_reply(task, opaque_id=task.id)).reward,
-                     "oracle": taskset3.score(task, f"\\boxed{{{json.dumps([list(p) for p in task.gold])}}}").reward})
+        rows.append(
+            {
+                "k": task.n_papers,
+                "reply": reply,
+                "n_labels": task.n_labels,
+                "baseline": taskset3.score(task, reply).reward,
+                "shuffled": taskset3.score(task, shuffled_reply(task, opaque_id=task.id)).reward,
+                "oracle": taskset3.score(
+                    task, f"\\boxed{{{json.dumps([list(p) for p in task.gold])}}}"
+                ).reward,
+            }
+        )
     return rows
 
 
@@ -58,7 +67,8 @@ def test_the_host_shuffled_reply_is_the_shuffled_agents_own(taskset3):
     try:
         for task in taskset3.tasks(0, 6):
             opaque = f"opaque-{task.idx:04d}"
-            assert run_agent(agent, task, base, opaque_id=opaque).decode().strip() == shuffled_reply(task, opaque)
+            assert run_agent(agent, task, base,
+                             opaque_id=opaque).decode().strip() == shuffled_reply(task, opaque)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -67,12 +77,15 @@ def test_the_host_shuffled_reply_is_the_shuffled_agents_own(taskset3):
 def test_the_baseline_is_clearly_above_the_shuffled_control_and_below_the_oracle(played):
     for label, rows in (("1 paper", [r for r in played if r["k"] == 1]),
                         ("2-3 papers", [r for r in played if r["k"] > 1])):
-        base, shuf, orac = (statistics.mean(r[key] for r in rows) for key in ("baseline", "shuffled", "oracle"))
+        base, shuf, orac = (statistics.mean(r[key] for r in rows)
+                            for key in ("baseline", "shuffled", "oracle"))
         print(f"\n{label}: {len(rows)} tasks, heuristic baseline {base:.3f}, shuffled control {shuf:.3f}, "
               f"oracle {orac:.3f}")
         assert len(rows) >= 30
         assert orac == 1.0
-        assert base > shuf + 0.1, f"{label}: the baseline ({base:.3f}) is not clearly above shuffled ({shuf:.3f})"
+        assert base > shuf + 0.1, (
+            f"{label}: the baseline ({base:.3f}) is not clearly above shuffled ({shuf:.3f})"
+        )
         assert base < 0.95, f"{label}: a heuristic baseline near the oracle ({base:.3f}) means a leak"
 
 
@@ -115,7 +128,8 @@ HOSTILE_LINES = ('{"label": 0, "text": "x"}\n{"label": 99999, "text": "y"}\n{"la
                  '{"label": 2, "text": "dup"}\n{"label": 2, "text": "d"}\n{"label": true, "text": "b"}')
 
 
-@pytest.mark.parametrize("tool_output", ["", "bash: cat: No such file or directory", "\x00\xff{{{", HOSTILE_LINES])
+@pytest.mark.parametrize("tool_output", ["", "bash: cat: No such file or directory", "\x00\xff{{{",
+                                         HOSTILE_LINES])
 def test_hostile_or_empty_tool_output_still_gives_a_valid_partition(taskset3, tool_output):
     for task in (taskset3.task(0), next(t for t in taskset3.tasks(0, 50) if t.n_papers == 1)):
         reply = policy(after_tool(task, tool_output, temperature=0))["content"]
@@ -144,7 +158,8 @@ def test_a_whole_episode_over_http_with_a_real_bash(taskset3, tmp_path):
         # The host stands in for the sandbox: /workspace is this test's directory.
         command = json.loads(call["function"]["arguments"])["command"].replace("/workspace", str(tmp_path))
         output = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30).stdout
-        request["messages"] += [first["message"], {"role": "tool", "tool_call_id": call["id"], "content": output}]
+        request["messages"] += [first["message"], {"role": "tool", "tool_call_id": call["id"],
+                                                   "content": output}]
         final = requests.post(url, json=request, timeout=60).json()["choices"][0]
     assert final["finish_reason"] == "stop"
     score = taskset3.score(task, final["message"]["content"])

@@ -124,9 +124,11 @@ def _gz(data: bytes) -> bytes:
 ISSUE_FILES = [
     ("utf8.jsonl", GOOD_LINE + b'{"paper_id": "arxiv:\xff"}\n',
      r"utf8\.jsonl line 2: not UTF-8 \(byte 0xff at byte 21 of the line\); save the file as UTF-8"),
-    ("truncated.jsonl.gz", _gz(b"".join(json.dumps(good(f"arxiv:{i}")).encode() + b"\n" for i in range(50)))[:-9],
+    ("truncated.jsonl.gz",
+     _gz(b"".join(json.dumps(good(f"arxiv:{i}")).encode() + b"\n" for i in range(50)))[:-9],
      r"truncated\.jsonl\.gz: the gzip stream ends early.*truncated.*compress it again"),
-    ("plain.jsonl.gz", GOOD_LINE, r"plain\.jsonl\.gz: not a readable gzip file.*name an uncompressed file \.jsonl"),
+    ("plain.jsonl.gz", GOOD_LINE,
+     r"plain\.jsonl\.gz: not a readable gzip file.*name an uncompressed file \.jsonl"),
     ("garbage.parquet", b"PAR1" + bytes(range(256)) * 4,
      r"garbage\.parquet: not a readable Parquet file.*use \.jsonl / \.jsonl\.gz"),
     ("deep.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", r"deep\.jsonl line 1: JSON nested deeper"),
@@ -135,7 +137,8 @@ ISSUE_FILES = [
     ("nan.jsonl", GOOD_LINE[:-2] + b', "n_paragraphs": NaN}\n',
      r"nan\.jsonl line 1: NaN is not JSON.*write null or a string"),
     ("inf.jsonl", b'{"title": -Infinity}\n', r"inf\.jsonl line 1: -Infinity is not JSON"),
-    ("packed.jsonl", _gz(GOOD_LINE), r"packed\.jsonl line 1: not UTF-8.*gzip-compressed: name it \.jsonl\.gz"),
+    ("packed.jsonl", _gz(GOOD_LINE),
+     r"packed\.jsonl line 1: not UTF-8.*gzip-compressed: name it \.jsonl\.gz"),
     ("bom2.jsonl", GOOD_LINE + b"\xef\xbb\xbf" + GOOD_LINE, r"bom2\.jsonl line 2: not JSON"),
     ("empty.parquet", b"", r"empty\.parquet: not a readable Parquet file"),
 ]
@@ -200,23 +203,25 @@ def test_bom_crlf_blank_lines_and_no_final_newline_are_accepted(tmp_path):
     (tmp_path / "w.jsonl.gz").write_bytes(_gz(body))
     for name in ("w.jsonl", "w.jsonl.gz"):
         assert [p.paper_id for p in Corpus.from_path(tmp_path / name).papers] == ["arxiv:1", "arxiv:2"]
-    (tmp_path / "x.jsonl").write_bytes(body.replace(b"\r\n\r\n", b"\r\n\x0c\r\n"))  # form feed: not JSON space
+    # form feed: not JSON space
+    (tmp_path / "x.jsonl").write_bytes(body.replace(b"\r\n\r\n", b"\r\n\x0c\r\n"))
     with pytest.raises(CorpusError, match=r"x\.jsonl line 3: not JSON"):
         Corpus.from_path(tmp_path / "x.jsonl")
 
 
-@pytest.mark.parametrize("name,data", [("e.jsonl", b""), ("b.jsonl", b" \n\n\t\r\n"), ("e.jsonl.gz", _gz(b"")),
-                                       ("bom.jsonl", b"\xef\xbb\xbf\n")])
+@pytest.mark.parametrize("name,data", [("e.jsonl", b""), ("b.jsonl", b" \n\n\t\r\n"),
+                                       ("e.jsonl.gz", _gz(b"")), ("bom.jsonl", b"\xef\xbb\xbf\n")])
 def test_empty_or_blank_file_names_the_file_and_the_fix(tmp_path, name, data):
     (tmp_path / name).write_bytes(data)
-    with pytest.raises(CorpusError, match=re.escape(name) + r": the corpus holds no valid paper \(the file is "
-                       r"empty or holds only blank lines\); point the corpus at"):
+    with pytest.raises(CorpusError, match=re.escape(name) + r": the corpus holds no valid paper \(the file "
+                       r"is empty or holds only blank lines\); point the corpus at"):
         Corpus.from_path(tmp_path / name)
 
 
 def test_all_invalid_under_skip_says_why(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", [good("arxiv:1", license="GPL"), good("arxiv:2", paragraphs=[])])
-    with pytest.raises(CorpusError, match=r"all 2 records were invalid, the first: .*a\.jsonl line 1: paper arxiv:1"):
+    with pytest.raises(CorpusError,
+                       match=r"all 2 records were invalid, the first: .*a\.jsonl line 1: paper arxiv:1"):
         Corpus.from_path(path, skip_invalid=True)
 
 
@@ -239,11 +244,12 @@ def test_wrong_types_name_the_field_and_stay_short(tmp_path):
     want = ["paper <paper_id is <a list>>: field 'paper_id'", "paper arxiv:2: field 'title'",
             "paper arxiv:3: field 'source': is blank", "paper arxiv:4: field 'license': licence 'XXX",
             "paper arxiv:5: field 'paragraphs'", "paper arxiv:6: field 'paragraphs[0]'",
-            "field 'paper_id': String should have at most 256 characters", "a record must be a JSON object, got list"]
+            "field 'paper_id': String should have at most 256 characters",
+            "a record must be a JSON object, got list"]
     reasons = [r for _, r in c.skipped]
     assert len(reasons) == len(want)
     assert [pid for pid, _ in c.skipped][:3] == [f"{tmp_path / 't.jsonl'} line 2", "arxiv:2", "arxiv:3"]
-    for lineno, (reason, needle) in enumerate(zip(reasons, want), 2):
+    for lineno, (reason, needle) in enumerate(zip(reasons, want, strict=True), 2):
         assert f"t.jsonl line {lineno}: " in reason and needle in reason, reason[:300]
         assert len(reason) < 600, reason[:700]
         assert reason.endswith("fix or remove that record") or "JSON object" in reason
@@ -304,10 +310,11 @@ def test_caps_are_exact_and_say_which_limit_to_raise(tmp_path):
     (tmp_path / "fits.jsonl").write_text(line + "\r\n")  # the cap counts the record, not its line end
     assert len(Corpus.from_path(tmp_path / "fits.jsonl", limits=limits)) == 1
     (tmp_path / "long.jsonl").write_text(line + " \n")
-    with pytest.raises(CorpusError, match=rf"long\.jsonl: line 1 is longer than the cap of {len(line)} bytes.*"
-                                          r"CorpusLimits\.max_line_bytes"):
+    with pytest.raises(CorpusError, match=rf"long\.jsonl: line 1 is longer than the cap of {len(line)} "
+                                          r"bytes.*CorpusLimits\.max_line_bytes"):
         Corpus.from_path(tmp_path / "long.jsonl", limits=limits)
-    with pytest.raises(CorpusError, match=r"long\.jsonl: the file is \d+ bytes, over the cap of 10; .*max_file_bytes"):
+    with pytest.raises(CorpusError,
+                       match=r"long\.jsonl: the file is \d+ bytes, over the cap of 10; .*max_file_bytes"):
         Corpus.from_path(tmp_path / "long.jsonl", limits=CorpusLimits(max_file_bytes=10))
     many = write_jsonl(tmp_path / "many.jsonl", [good(f"arxiv:{i}") for i in range(4)])
     assert len(Corpus.from_path(many, limits=CorpusLimits(max_lines=4))) == 4
@@ -326,7 +333,8 @@ def test_parquet_bombs_are_priced_before_they_are_decoded(tmp_path):
         return pa.ListArray.from_arrays(pa.array(range(0, len(values) + 1, step), pa.int32()), values)
 
     pq.write_table(pa.table({"paragraphs": lists(pa.nulls(20_000_000), 20)}), tmp_path / "nulls.parquet")
-    pq.write_table(pa.table({"paragraphs": lists(pa.repeat("", 20_000_000), 20)}), tmp_path / "empties.parquet")
+    pq.write_table(pa.table({"paragraphs": lists(pa.repeat("", 20_000_000), 20)}),
+                   tmp_path / "empties.parquet")
     n = 2_000  # every row's title is the one 1 MiB dictionary value: 2 GiB once decoded
     titles = pa.DictionaryArray.from_arrays(pa.repeat(0, n).cast(pa.int32()), pa.array(["x" * (1 << 20)]))
     pq.write_table(pa.table({"title": titles, "paper_id": pa.array([f"a:{i}" for i in range(n)])}),
@@ -335,8 +343,9 @@ def test_parquet_bombs_are_priced_before_they_are_decoded(tmp_path):
              ("dict.parquet", CorpusLimits(max_decompressed_bytes=64 << 20))]
     for name, limits in cases:
         assert (tmp_path / name).stat().st_size < 2 << 20
-        with pytest.raises(CorpusError, match=re.escape(name) + rf": over the cap of {limits.max_decompressed_bytes:,} "
-                           r"decoded bytes by row \d+ \(a decompression bomb\?\).*max_decompressed_bytes"):
+        with pytest.raises(CorpusError, match=re.escape(name) + r": over the cap of "
+                           rf"{limits.max_decompressed_bytes:,} decoded bytes by row \d+ \(a decompression "
+                           r"bomb\?\).*max_decompressed_bytes"):
             Corpus.from_path(tmp_path / name, skip_invalid=True, limits=limits)
     pq.write_table(pa.table({"paper_id": pa.array(["a:1"] * 5)}), tmp_path / "rows.parquet")
     with pytest.raises(CorpusError, match=r"rows\.parquet: 5 rows, over the cap of 4;.*max_lines"):

@@ -6,8 +6,7 @@ import json
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.deshuffle import MAX_REPLY_CHARS, analyze_ordering, parse_partition
 from environment.deshuffle.parse import extract_boxed

@@ -6,8 +6,7 @@ import json
 import random
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.deshuffle import analyze_ordering
 from environment.deshuffle.score import count_inversions, score_partition
@@ -65,7 +64,7 @@ def random_case(rng: random.Random) -> tuple[list[list[int]], list[list[int]]]:
         rng.shuffle(flat)
         k = rng.randint(1, len(flat))
         cuts = sorted(rng.sample(range(1, len(flat)), k - 1)) if k > 1 else []
-        groups = [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)])]
+        groups = [flat[a:b] for a, b in zip([0, *cuts], [*cuts, len(flat)], strict=True)]
     elif mode == "merge" and len(groups) > 1:
         a, b = rng.sample(range(len(groups)), 2)
         merged = groups[a] + groups[b]

@@ -68,8 +68,8 @@ def test_replaylib_tracks_the_generator(contract, corpus):
     for task in taskset.tasks(0, 4):
         assert replaylib.confirms(flat(task), texts_of(task), (secret, 0, task.idx))
         assert not replaylib.confirms(flat(task), texts_of(task), ("", 0, task.idx))
-    several = DeshuffleTaskset(DeshuffleConfig(min_papers=2, max_papers=3, include_headers=True, seed=7), corpus,
-                               secret="5e" * 32)
+    several = DeshuffleTaskset(DeshuffleConfig(min_papers=2, max_papers=3, include_headers=True, seed=7),
+                               corpus, secret="5e" * 32)
     for task in several.tasks(0, 5):
         assert replaylib.confirms(flat(task), texts_of(task), ("5e" * 32, 7, task.idx))
         assert not replaylib.confirms(flat(task), texts_of(task), ("5e" * 32, 7, task.idx + 1))

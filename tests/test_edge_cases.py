@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
-import pandas as pd
-
 from environment.deshuffle import Corpus
+from tests.conftest import HINTS, make_ctx, make_manifest
 from validate.contract.manifest import check_environment, derive
 from validate.run.phases import RunPhase, run_agents
-from tests.conftest import HINTS, make_ctx, make_manifest
 
 pytestmark = pytest.mark.bwrap
 
@@ -69,7 +68,8 @@ def pair_task(tiny, sandboxes, gold: list[int]):
     parent = make_manifest(sandbox, idx=list(range(2, 400, 4)), corpus=str(path))
     env, _, taskset = check_environment(parent, HINTS)
     idx = next(i for i in range(2, 400, 4) if list(taskset.task(i).gold[0]) == gold)
-    return idx, derive(parent, env, taskset, name="pair", idx=[idx], rule=f"the pair task whose shuffle gave {gold}")
+    return idx, derive(parent, env, taskset, name="pair", idx=[idx],
+                       rule=f"the pair task whose shuffle gave {gold}")
 
 
 def test_displayed_order_correct_makes_identity_pass(tiny, sandboxes, tmp_path):

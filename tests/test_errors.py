@@ -23,7 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Each top-level package and its root: (module, class).
-ROOTS = {"validate": ("validate.core.errors", "ValidateError"), "environment": ("environment.protocol", "EnvError")}
+ROOTS = {"validate": ("validate.core.errors", "ValidateError"),
+         "environment": ("environment.protocol", "EnvError")}
 #: Modules that must import with the stdlib and their own folder alone, so cannot reach their
 #: package's root: {module: why}. Their exception classes derive from a builtin exception.
 STANDALONE = {
@@ -94,7 +95,9 @@ def test_every_exception_class_derives_from_its_root():
     assert not unimportable, f"modules that do not import: {unimportable}"
     assert checked > 40, checked  # the walk reached the packages' modules
     assert set(STANDALONE) <= set(modules), sorted(set(STANDALONE) - set(modules))
-    assert not outside, f"{len(outside)} exception classes outside their package's root: " + "; ".join(outside)
+    assert not outside, f"{len(outside)} exception classes outside their package's root: " + "; ".join(
+        outside
+    )
     assert None not in roots.values(), f"a package without its root: {roots}"
 
 
@@ -104,8 +107,10 @@ def _exception_bases(tree: ast.AST) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            names = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases]
-            if any(isinstance(getattr(builtins, n, None), type) and issubclass(getattr(builtins, n), BaseException)
+            names = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                     for b in node.bases]
+            if any(isinstance(getattr(builtins, n, None), type)
+                   and issubclass(getattr(builtins, n), BaseException)
                    or n.endswith(("Error", "Exception")) for n in names):
                 found.append(node.name)
     return found
@@ -120,5 +125,6 @@ def test_programs_define_no_exception_class():
 
 
 def test_the_reader_sees_exception_bases():
-    assert _exception_bases(ast.parse("class A(ValueError): pass\nclass B(x.FooError): pass\nclass C: pass\n")) \
-        == ["A", "B"]
+    assert _exception_bases(
+        ast.parse("class A(ValueError): pass\nclass B(x.FooError): pass\nclass C: pass\n")
+    ) == ["A", "B"]

@@ -11,20 +11,19 @@ import types
 
 import pytest
 
-from environment.deshuffle.baseline import MODEL_NAME
-from environment.deshuffle.baseline import policy as baseline
+from environment.deshuffle.baseline import MODEL_NAME, policy as baseline
 from environment.protocol import ScorerSpec
 from tests.conftest import SESSION_SANDBOX_BACKENDS as SANDBOX_BACKENDS
+from validate.devtools.localserver import Faults, serve
 from validate.eval import contract as ec
 from validate.eval.agent import check_call, converse, opening
 from validate.eval.client import ChatClient, EndpointUnavailable
-from validate.devtools.localserver import Faults, serve
 from validate.sandbox import Mount, RunRequest, open_sandbox
 from validate.sandbox.session import open_session
 
 BACKENDS = [*SANDBOX_BACKENDS, pytest.param("subprocess")]
-PARENT = ec.DatasetParent(manifest_name="m", manifest_sha256="sha256:m", manifest_path="m.json", pool_run_id="pool",
-                          pool_run_dir="ledgers/pool", pool_manifest_sha256="sha256:p",
+PARENT = ec.DatasetParent(manifest_name="m", manifest_sha256="sha256:m", manifest_path="m.json",
+                          pool_run_id="pool", pool_run_dir="ledgers/pool", pool_manifest_sha256="sha256:p",
                           pool_checksums_sha256="sha256:c",
                           dataset_verdict="PASS", environment="deshuffle-papers", task_count=1)
 MANIFEST = types.SimpleNamespace(environment=types.SimpleNamespace(scorer=ScorerSpec(), revision="sha256:r"),
@@ -50,12 +49,13 @@ def workspace(taskset3):
 
 @pytest.fixture
 def sandbox(sandboxes):
-    return lambda backend: open_sandbox("subprocess", image="host") if backend == "subprocess" else sandboxes(backend)
+    return lambda backend: open_sandbox("subprocess",
+                                        image="host") if backend == "subprocess" else sandboxes(backend)
 
 
 def play(sandbox, c, task, ws, temperature=0.0, seed=1, deadline_s=60.0, key=None):
-    request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),), name="agent-test",
-                         env={"HOME": "/tmp"})
+    request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),),
+                         name="agent-test", env={"HOME": "/tmp"})
     with open_session(sandbox, request) as session:
         conv = opening(c, task.prompt, dict(task.meta))
         converse(ChatClient(c.model.base_url, api_key=key), c, session, conv, temperature, seed,
@@ -64,8 +64,8 @@ def play(sandbox, c, task, ws, temperature=0.0, seed=1, deadline_s=60.0, key=Non
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperature_0(sandbox, backend, workspace,
-                                                                                       taskset3):
+def test_the_baseline_reads_with_bash_then_answers_deterministically_at_temperature_0(sandbox, backend,
+                                                                                      workspace, taskset3):
     task, ws = workspace
     with serve({MODEL_NAME: baseline}) as server:
         c = contract(server.base_url)
@@ -95,14 +95,18 @@ def test_samples_differ_by_seed_above_temperature_0(sandbox, backend, workspace)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_malformed_tool_arguments_are_the_models_failure_and_the_conversation_goes_on(sandbox, backend, workspace):
+def test_malformed_tool_arguments_are_the_models_failure_and_the_conversation_goes_on(sandbox, backend,
+                                                                                      workspace):
     task, ws = workspace
     with serve({MODEL_NAME: baseline}, faults=Faults(malformed_tool_args_first_n=1)) as server:
         conv = play(sandbox(backend), contract(server.base_url), task, ws)
         second = server.requests[1].body
     bad = conv.turns[0].calls[0]
     assert not bad.well_formed and "not valid JSON" in bad.error and bad.exit_code is None
-    assert second["messages"][-1]["role"] == "tool" and "malformed tool call" in second["messages"][-1]["content"]
+    assert (
+        second["messages"][-1]["role"] == "tool"
+        and "malformed tool call" in second["messages"][-1]["content"]
+    )
     # the baseline answers from the prompt alone once it has a tool result: a valid partition, unread
     assert conv.termination == "answer" and conv.reply
 
@@ -110,7 +114,8 @@ def test_malformed_tool_arguments_are_the_models_failure_and_the_conversation_go
 @pytest.mark.parametrize("call,error", [
     ("not a dict", "not a function call"),
     ({"type": "function", "function": {"name": "python", "arguments": "{}"}}, "unknown tool 'python'"),
-    ({"type": "function", "function": {"name": "bash", "arguments": "{\"cmd\": \"ls\"}"}}, "non-empty string"),
+    ({"type": "function", "function": {"name": "bash", "arguments": "{\"cmd\": \"ls\"}"}},
+     "non-empty string"),
     ({"type": "function", "function": {"name": "bash", "arguments": "[1]"}}, "non-empty string"),
     ({"type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls"}}, "not valid JSON"),
     ({"type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}, None),
@@ -127,8 +132,14 @@ def scripted(commands: list[str]):
     def policy(request: dict) -> dict:
         done = sum(m["role"] == "tool" for m in request["messages"])
         if done < len(commands):
-            return {"tool_calls": [{"type": "function", "function": {"name": "bash",
-                                                                     "arguments": {"command": commands[done]}}}]}
+            return {
+                "tool_calls": [
+                    {
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": {"command": commands[done]}},
+                    }
+                ]
+            }
         return {"content": "\\boxed{[1]}"}
     return policy
 
@@ -151,7 +162,8 @@ def test_tool_limits_timeout_and_cut_output_and_max_turns(sandbox, backend, work
 def test_the_attempt_deadline_ends_the_conversation(sandbox, backend, workspace):
     task, ws = workspace
     with serve({"s": scripted(["sleep 3"] * 5)}) as server:
-        conv = play(sandbox(backend), contract(server.base_url, model="s", tool_timeout_s=10), task, ws, deadline_s=1.0)
+        conv = play(sandbox(backend), contract(server.base_url, model="s", tool_timeout_s=10), task, ws,
+                    deadline_s=1.0)
     assert conv.termination == "timeout" and conv.turns[0].calls[0].timed_out
 
 
@@ -159,14 +171,14 @@ def test_a_request_in_flight_at_the_deadline_is_the_endpoints_fault_with_its_wai
     task, ws = workspace
     with serve({MODEL_NAME: baseline}, faults=Faults(delay_s=5.0)) as server:
         c = contract(server.base_url)
-        request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),), name="hung",
-                             env={"HOME": "/tmp"})
+        request = RunRequest(argv=(), mounts=(Mount(source=ws, target="/workspace", read_only=False),),
+                             name="hung", env={"HOME": "/tmp"})
         with open_session(sandbox("subprocess"), request) as session:
             conv = opening(c, task.prompt, dict(task.meta))
             t0 = time.monotonic()
             with pytest.raises(EndpointUnavailable) as info:
-                converse(ChatClient(server.base_url, request_timeout_s=1.0, retries=1, max_wait_s=0.1), c, session,
-                         conv, 0.0, 1, t0 + 2.0)
+                converse(ChatClient(server.base_url, request_timeout_s=1.0, retries=1, max_wait_s=0.1), c,
+                         session, conv, 0.0, 1, t0 + 2.0)
     assert info.value.kind == "timeout" and info.value.tries == 2
     assert 1.8 < info.value.wait_s <= time.monotonic() - t0  # the whole wait, up to the deadline
     assert conv.termination is None and conv.turns == []  # not the model's timeout

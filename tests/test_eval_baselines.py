@@ -63,7 +63,8 @@ class Opens:
 sys.addaudithook(Opens.hook)
 
 
-def play(policy, read_command: str, file_text: str, prompt: str, temperature: float, seed: int) -> tuple[str, list]:
+def play(policy, read_command: str, file_text: str, prompt: str, temperature: float,
+         seed: int) -> tuple[str, list]:
     """(how it ended, the well-formed commands) of one conversation of at most 8 turns."""
     messages = [{"role": "system", "content": "system"}, {"role": "user", "content": prompt}]
     commands = []
@@ -80,7 +81,9 @@ def play(policy, read_command: str, file_text: str, prompt: str, temperature: fl
             command = None
         if command is not None:
             commands.append(command)
-        text = file_text if command == read_command else "error: malformed tool call" if command is None else ""
+        text = (
+            file_text if command == read_command else "error: malformed tool call" if command is None else ""
+        )
         messages += [{"role": "assistant", "content": None, "tool_calls": calls},
                      {"role": "tool", "tool_call_id": calls[0]["id"], "content": text}]
     return "<max_turns>", commands
@@ -91,15 +94,17 @@ def test_twohop_baseline_is_deterministic_seeded_and_opens_nothing(twohop_tasks)
     facts = tasks[0].files["api_description.txt"].decode()
     Opens.paths, Opens.armed = [], True
     try:
-        runs = {(t.id, s): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0, seed_of(t.id, s))
+        runs = {(t.id, s): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0,
+                                seed_of(t.id, s))
                 for t in tasks for s in range(8)}
-        again = {(t.id, 3): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0, seed_of(t.id, 3))
+        again = {(t.id, 3): play(twohop_baseline.policy, twohop_baseline.READ, facts, t.prompt, 1.0,
+                                 seed_of(t.id, 3))
                  for t in tasks}
     finally:
         Opens.armed = False
     assert Opens.paths == []  # no answer key, no dataset source: only what the conversation holds
     assert all(runs[key] == value for key, value in again.items())
-    for (task_id, _), (_, commands) in runs.items():  # each command touches the task's own file only
+    for _, commands in runs.values():  # each command touches the task's own file only
         assert all("api_description.txt" in c or c == "kill 1" for c in commands), commands
         assert not any("answer" in c or "/" in c.split()[-1] for c in commands), commands
     per_task = Counter(task_id for (task_id, _), (reply, _) in runs.items()
@@ -131,8 +136,8 @@ def test_curator_baseline_knows_no_intruder_and_opens_only_the_specs(curator_tas
     try:
         memory = curator_baseline.memory()
         t = tasks[0]
-        first = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(), t.prompt,
-                     0.7, 11)
+        first = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(),
+                     t.prompt, 0.7, 11)
     finally:
         Opens.armed = False
     assert Opens.paths and all(Path(p).resolve().parent == SPECS for p in Opens.paths), Opens.paths
@@ -141,7 +146,8 @@ def test_curator_baseline_knows_no_intruder_and_opens_only_the_specs(curator_tas
         intruders = {titles[i] for i in task.gold}
         assert all(not (m["members"] & intruders) for m in memory), task.id
         assert all(set(m) == {"principle", "decoy", "tier", "members"} for m in memory)
-    again = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(), t.prompt, 0.7, 11)
+    again = play(curator_baseline.policy, curator_baseline.READ, t.files["collection.json"].decode(),
+                 t.prompt, 0.7, 11)
     assert first == again and all(c.endswith("collection.json") or c == "kill 1" for c in first[1])
 
 

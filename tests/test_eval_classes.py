@@ -20,7 +20,8 @@ def facts(**kw) -> Facts:
 
 
 @pytest.mark.parametrize("kw,expected", [
-    (dict(status="infrastructure_error", reward=None, termination=None), ("infrastructure", "infrastructure-error")),
+    (dict(status="infrastructure_error", reward=None, termination=None),
+     ("infrastructure", "infrastructure-error")),
     (dict(status="unsupported_execution_contract", reward=None, termination=None),
      ("infrastructure", "unsupported-profile")),
     (dict(status="scorer_error", reward=None), ("invalid_task_or_verifier", "verifier-raised")),
@@ -35,21 +36,25 @@ def facts(**kw) -> Facts:
      ("capability", "out-of-turns")),
     (dict(status="no_reply", termination="context_length"), ("capability", "context-exceeded")),
     (dict(status="exit_nonzero", termination="sandbox_ended"), ("capability", "sandbox-ended")),
-    (dict(status="timeout", termination="timeout", tool_s=5.0, model_s=1.0), ("capability", "timeout-in-tools")),
+    (dict(status="timeout", termination="timeout", tool_s=5.0, model_s=1.0),
+     ("capability", "timeout-in-tools")),
     # what no rule covers is uncertain, never a guess:
     (dict(status="timeout", termination="timeout", tool_s=0.5, model_s=9.0), ("uncertain", "no-rule")),
     # nothing measured on either side (a hung endpoint used to land here as 0 >= 0), or a tie:
     (dict(status="timeout", termination="timeout", tool_s=0.0, model_s=0.0), ("uncertain", "no-rule")),
     (dict(status="timeout", termination="timeout", tool_s=2.0, model_s=2.0), ("uncertain", "no-rule")),
-    (dict(status="no_reply", termination="max_turns", tool_calls=4, malformed_tool_calls=4), ("uncertain", "no-rule")),
+    (dict(status="no_reply", termination="max_turns", tool_calls=4, malformed_tool_calls=4),
+     ("uncertain", "no-rule")),
     (dict(parsed=None, reward=0.0), ("uncertain", "no-rule")),
     # a task directory: the task's own verifier scored what the model left when it stopped
     (dict(verified=True, parsed=None, reward=0.0), ("capability", "verifier-rejected")),
-    (dict(verified=True, parsed=None, reward=0.5, termination="empty_answer"), ("capability", "verifier-rejected")),
+    (dict(verified=True, parsed=None, reward=0.5, termination="empty_answer"),
+     ("capability", "verifier-rejected")),
     (dict(verified=True, parsed=None, termination="max_turns", tool_calls=8), ("capability", "out-of-turns")),
     (dict(verified=True, parsed=None, status="timeout", termination="timeout", tool_s=30.0),
      ("capability", "timeout-in-tools")),
-    (dict(verified=True, status="scorer_error", reward=None), ("invalid_task_or_verifier", "verifier-raised")),
+    (dict(verified=True, status="scorer_error", reward=None),
+     ("invalid_task_or_verifier", "verifier-raised")),
 ])
 def test_each_rule_gives_its_class(kw, expected):
     assert classify(facts(**kw)) == expected
@@ -65,8 +70,8 @@ def test_an_infrastructure_status_wins_over_everything_the_conversation_says():
 
 
 def test_every_combination_gets_exactly_the_first_applying_rule():
-    statuses = ["ok", "no_reply", "timeout", "exit_nonzero", "infrastructure_error", "harness_error", "scorer_error",
-                "unsupported_execution_contract"]
+    statuses = ["ok", "no_reply", "timeout", "exit_nonzero", "infrastructure_error", "harness_error",
+                "scorer_error", "unsupported_execution_contract"]
     terminations = [None, *get_args(Termination)]
     seen = set()
     for status, term, parsed, reward, calls, time_split, verified in itertools.product(

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from validate.devtools.localserver import Faults, serve
 from validate.eval.agent import check_call
 from validate.eval.client import ChatClient, DeadlineCut, EndpointRejected, EndpointUnavailable
-from validate.devtools.localserver import Faults, serve
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 
@@ -27,8 +27,8 @@ def policy(request: dict) -> dict:
 
 
 def body(stream: bool, **extra) -> dict:
-    b = {"model": "m", "messages": [{"role": "user", "content": "hi there"}], "tools": [BASH], "stream": stream,
-         **extra}
+    b = {"model": "m", "messages": [{"role": "user", "content": "hi there"}], "tools": [BASH],
+         "stream": stream, **extra}
     if stream:
         b["stream_options"] = {"include_usage": True}
     return b
@@ -99,8 +99,10 @@ def test_the_deadline_bounds_every_try_and_wait(server):
     server.set_faults(Faults(rate_limit_first_n=10, retry_after_s=5))
     t0 = time.monotonic()
     with pytest.raises(EndpointUnavailable):
-        ChatClient(server.base_url, retries=5, max_wait_s=30).complete(body(False), deadline=time.monotonic() + 1.0)
-    assert time.monotonic() - t0 < 4, "waited past the attempt's deadline"  # honouring Retry-After: 5 s or more
+        ChatClient(server.base_url, retries=5, max_wait_s=30).complete(body(False),
+                                                                       deadline=time.monotonic() + 1.0)
+    # honouring Retry-After: 5 s or more
+    assert time.monotonic() - t0 < 4, "waited past the attempt's deadline"
 
 
 def test_connection_refused_is_unavailable():
@@ -130,8 +132,9 @@ def test_a_wrong_key_or_model_is_rejected_at_once_and_the_key_stays_in_the_heade
 class _ContextTooLong(BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
-        data = json.dumps({"error": {"message": "This model's maximum context length is 4096 tokens. However, you "
-                                                "requested 9000 tokens.", "type": "BadRequestError"}}).encode()
+        data = json.dumps({"error": {"message": "This model's maximum context length is 4096 tokens. "
+                                                "However, you requested 9000 tokens.",
+                                     "type": "BadRequestError"}}).encode()
         self.send_response(400)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -170,7 +173,8 @@ class _Hostile(BaseHTTPRequestHandler):
         chunk = {"model": model, "object": "chat.completion.chunk"}
         try:
             if mode in ("drip", "drip_close", "stall"):
-                events = [{**chunk, "choices": [{"index": 0, "delta": {"content": f"w{i} "}}]} for i in range(6)]
+                events = [{**chunk, "choices": [{"index": 0, "delta": {"content": f"w{i} "}}]}
+                          for i in range(6)]
                 if mode == "stall":  # past the first read's timeout (the 3 s left when the request began)
                     time.sleep(1.5)
                 self._events(events, gap_s=10.0 if mode == "stall" else 1.0, chunked=mode != "drip_close")
@@ -181,7 +185,9 @@ class _Hostile(BaseHTTPRequestHandler):
                     self.wfile.flush()
                     time.sleep(1.0)
                 data = json.dumps(answer(model, "late")).encode()
-                self.wfile.write(b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+                self.wfile.write(
+                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data)
+                )
             elif mode == "drip_plain":
                 data = json.dumps(answer(model, "slow")).encode()
                 self._head("application/json", {"Content-Length": str(len(data))})
@@ -192,11 +198,13 @@ class _Hostile(BaseHTTPRequestHandler):
             elif mode == "content_int":
                 self._json(answer(model, 123))
             elif mode == "content_int_stream":
-                self._events([{**chunk, "choices": [{"index": 0, "delta": {"content": 123}}]}], 0, chunked=True)
+                self._events([{**chunk, "choices": [{"index": 0, "delta": {"content": 123}}]}], 0,
+                             chunked=True)
             elif mode == "other_model":
                 self._json(answer("someone-else", "hello"))
             elif mode == "other_model_stream":
-                self._events([{**chunk, "model": "someone-else", "choices": [{"index": 0, "delta": {"content": "x"}}]}],
+                self._events([{**chunk, "model": "someone-else",
+                               "choices": [{"index": 0, "delta": {"content": "x"}}]}],
                              0, chunked=True)
         except OSError:  # the client shut its end at the deadline
             pass
@@ -214,7 +222,8 @@ class _Hostile(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _events(self, events: list[dict], gap_s: float, chunked: bool) -> None:
-        self._head("text/event-stream", {"Transfer-Encoding": "chunked"} if chunked else {"Connection": "close"})
+        self._head("text/event-stream", {"Transfer-Encoding": "chunked"} if chunked
+                   else {"Connection": "close"})
         for data in [json.dumps(e).encode() for e in events] + [b"[DONE]"]:
             event = b"data: " + data + b"\n\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
@@ -229,8 +238,10 @@ class _Hostile(BaseHTTPRequestHandler):
 
 
 def answer(model: str, content) -> dict:
-    return {"model": model, "object": "chat.completion", "usage": {"prompt_tokens": 1, "completion_tokens": 1},
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
+    return {"model": model, "object": "chat.completion",
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}]}
 
 
 @pytest.fixture
@@ -287,7 +298,8 @@ def test_the_agent_ends_a_cut_answer_as_the_attempts_timeout_and_scores_no_reply
         converse(ChatClient(hostile.base_url, request_timeout_s=30), c, session, conv, 0.0, 1,
                  time.monotonic() + 3.0)
     assert conv.termination == "timeout" and conv.reply is None
-    assert conv.turns[-1].content.startswith("w0 ") and conv.turns[-1].completion.latency_s > 2.9  # the evidence
+    # the evidence
+    assert conv.turns[-1].content.startswith("w0 ") and conv.turns[-1].completion.latency_s > 2.9
     assert _status(conv, 1 << 20) == ("timeout", None)
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from validate.audit.eval import audit
 from validate.contract.manifest import load_manifest
 from validate.core.errors import ContractError
-from validate.audit.eval import audit
 from validate.eval.contract import load
 from validate.evidence.run import current_verdict, load_run
 
@@ -25,9 +25,9 @@ EVALS = sorted(p for p in LEDGERS.iterdir() if (p / "eval-contract.json").is_fil
 def test_committed_eval_passes_audit(run_dir):
     result = audit(run_dir)
     stale = [p for p in result.problems if "names no renderer version" in p]
-    assert not stale, (f"{run_dir.name}: its report or a comparison naming it was written before the audit rendered "
-                       f"them again byte for byte; re-record them (`validate eval report`, `validate compare`) and "
-                       f"commit the new entries", stale)
+    assert not stale, (f"{run_dir.name}: its report or a comparison naming it was written before the audit "
+                       "rendered them again byte for byte; re-record them (`validate eval report`, `validate "
+                       "compare`) and commit the new entries", stale)
     assert result.problems == [], result.problems
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from validate.eval.metrics import (
     GREEDY_PHASE,
@@ -83,7 +82,8 @@ def test_a_sample_lost_to_infrastructure_leaves_the_task_out_of_pass_at_k_with_i
 
 
 def test_missing_harness_and_verifier_losses_are_named():
-    samples = [s(sample=0, status="harness_error", reward=None), s(sample=1, status="scorer_error", reward=None)]
+    samples = [s(sample=0, status="harness_error", reward=None),
+               s(sample=1, status="scorer_error", reward=None)]
     t = task_eval("t", "f", samples, 3, 1.0)
     assert t.lost == ["harness error", "missing (never ran)", "verifier (scorer) error"]
     assert t.accuracy is None and t.mean_reward is None
@@ -101,7 +101,8 @@ def test_sampled_metrics_keep_denominators_and_count_zero_variance_groups():
     tasks = [task_eval("all", "x", [s("all", i) for i in range(k)], k, 1.0),
              task_eval("none", "x", [s("none", i, reward=0.0) for i in range(k)], k, 1.0),
              task_eval("half", "y", [s("half", i, reward=float(i % 2)) for i in range(k)], k, 1.0),
-             task_eval("lost", "y", [s("lost", i, status="infrastructure_error", reward=None) for i in range(k)], k,
+             task_eval("lost", "y", [s("lost", i, status="infrastructure_error", reward=None)
+                                     for i in range(k)], k,
                        1.0)]
     m = sampled_metrics(tasks, k)
     assert (m.tasks, m.eligible) == (4, 3)
@@ -134,7 +135,8 @@ def test_final_samples_take_the_last_try_of_each_sample():
 
     rows = [A(0, 2, "ok", 1.0), A(0, 1, "infrastructure_error", None), A(1, 1, "ok", float("nan"))]
     out = samples_of(final_attempts(rows), {"t": "fam"})
-    assert out == [Sample(SAMPLED_PHASE, "t", "fam", 0, "ok", 1.0), Sample(SAMPLED_PHASE, "t", "fam", 1, "ok", None)]
+    assert out == [Sample(SAMPLED_PHASE, "t", "fam", 0, "ok", 1.0),
+                   Sample(SAMPLED_PHASE, "t", "fam", 1, "ok", None)]
 
 
 def test_family_rows_split_greedy_and_sampled_by_family():
@@ -143,8 +145,12 @@ def test_family_rows_split_greedy_and_sampled_by_family():
              task_eval("b", "y", [s("b", i, reward=0.0, family="y") for i in range(k)], k, 1.0)]
     greedy = [s("a", phase=GREEDY_PHASE, family="x"), s("b", phase=GREEDY_PHASE, family="y", reward=0.2)]
     rows = {r.family: r for r in family_rows(greedy, tasks, 1.0)}
-    assert rows["x"].greedy_pass_at_1.value == 1.0 and rows["x"].pass_at_k.value == 1.0 and rows["x"].tasks == 1
-    assert rows["y"].greedy_pass_at_1.value == 0.0 and rows["y"].greedy_mean_reward.value == pytest.approx(0.2)
+    assert (
+        rows["x"].greedy_pass_at_1.value == 1.0 and rows["x"].pass_at_k.value == 1.0 and rows["x"].tasks == 1
+    )
+    assert rows["y"].greedy_pass_at_1.value == 0.0 and rows["y"].greedy_mean_reward.value == pytest.approx(
+        0.2
+    )
     assert rows["y"].pass_at_k.value == 0.0
 
 

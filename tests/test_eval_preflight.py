@@ -24,13 +24,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pyarrow.parquet as pq
 import pytest
 
-from environment.deshuffle.baseline import MODEL_NAME
-from environment.deshuffle.baseline import policy as baseline
+from environment.deshuffle.baseline import MODEL_NAME, policy as baseline
 from tests.conftest import CORPUS_PATH, VALIDATE, subprocess_env
 from tests.openai_stub import OpenAIStub, usage_tokens
 from validate import api
-from validate.eval.preflight import EndpointMisconfigured, Probe, preflight
 from validate.devtools.localserver import Faults, serve
+from validate.eval.preflight import EndpointMisconfigured, Probe, preflight
 
 DATA = (CORPUS_PATH,)
 K = 2
@@ -94,9 +93,10 @@ def test_a_listed_model_passes_with_one_listing_and_no_completion():
 
 
 @pytest.mark.parametrize("given,field,cause", [
-    ("wrong", "model.api_key_env", r"answered 401 \(Incorrect API key provided\.\): the endpoint refused the API "
-                                   r"key in \$KEY; export the endpoint's own key in KEY"),
-    (None, "model.api_key_env", r"answered 401 .* the contract sends no API key; freeze it with --api-key-env VAR"),
+    ("wrong", "model.api_key_env", r"answered 401 \(Incorrect API key provided\.\): the endpoint refused the "
+                                   r"API key in \$KEY; export the endpoint's own key in KEY"),
+    (None, "model.api_key_env",
+     r"answered 401 .* the contract sends no API key; freeze it with --api-key-env VAR"),
 ])
 def test_a_wrong_or_missing_key_is_refused_naming_the_variable(given, field, cause):
     with serve({"m": echo}, api_key="right") as s:
@@ -108,16 +108,18 @@ def test_a_wrong_or_missing_key_is_refused_naming_the_variable(given, field, cau
 def test_a_forbidden_key_is_refused():
     body = json.dumps({"error": {"message": "Project does not have access", "type": "permission"}}).encode()
     with raw_server(lambda h, n: (403, "application/json", body)) as url:
-        with pytest.raises(EndpointMisconfigured, match=r"^model.api_key_env: .* answered 403 \(Project does not have "
-                                                        r"access\): the endpoint refused the API key in \$KEY"):
+        with pytest.raises(EndpointMisconfigured, match=r"^model.api_key_env: .* answered 403 \(Project does "
+                                                        r"not have access\): the endpoint refused the "
+                                                        r"API key in \$KEY"):
             preflight(url, "m", "k", "KEY")
 
 
 def test_a_wrong_model_id_is_refused_with_what_the_endpoint_lists():
     with serve({"m": echo, "other": echo}) as s:
-        with pytest.raises(EndpointMisconfigured, match=r"^model.id: the endpoint does not serve model 'nope' "
-                                                        r"\(POST .* answered 404: The model `nope` does not exist.*; "
-                                                        r"it lists m, other\); freeze the contract with a model id"):
+        with pytest.raises(EndpointMisconfigured, match=r"^model.id: the endpoint does not serve model "
+                                                        r"'nope' \(POST .* answered 404: The model `nope` "
+                                                        r"does not exist.*; it lists m, other\); freeze the "
+                                                        r"contract with a model id"):
             preflight(s.base_url, "nope")
 
 
@@ -125,23 +127,25 @@ def test_a_wrong_model_id_is_refused_with_what_the_endpoint_lists():
 def test_a_wrong_base_url_path_is_refused(suffix):
     with serve({"m": echo}) as s:
         base = s.base_url.removesuffix("/v1") + suffix
-        with pytest.raises(EndpointMisconfigured, match=r"^model.base_url: POST .*/chat/completions answered 404 "
-                                                        r"\(Unknown request URL.*\): no chat-completions API at "):
+        with pytest.raises(EndpointMisconfigured, match=r"^model.base_url: POST .*/chat/completions answered "
+                                                        r"404 \(Unknown request URL.*\): no "
+                                                        r"chat-completions API at "):
             preflight(base, "m")
 
 
 def test_nothing_listening_is_refused_at_once():
     url = f"http://127.0.0.1:{free_port()}/v1"
-    with pytest.raises(EndpointMisconfigured, match=rf"^model.base_url: nothing answers at {url} \(connection "
-                                                    r"refused\); start the server"):
+    with pytest.raises(EndpointMisconfigured, match=rf"^model.base_url: nothing answers at {url} "
+                                                    r"\(connection refused\); start the server"):
         preflight(url, "m")
 
 
 def test_a_web_page_instead_of_the_api_is_refused():
     with raw_server(lambda h, n: HTML) as url:
-        with pytest.raises(EndpointMisconfigured, match=r"^model.base_url: GET .*/models answered 200 with a body "
-                                                        r"that is not JSON \(text/html: <!doctype html>.*\): .* is not "
-                                                        r"an OpenAI-compatible API; .* usually ends in /v1"):
+        with pytest.raises(EndpointMisconfigured, match=r"^model.base_url: GET .*/models answered 200 with a "
+                                                        r"body that is not JSON \(text/html: <!doctype "
+                                                        r"html>.*\): .* is not an OpenAI-compatible API; .* "
+                                                        r"usually ends in /v1"):
             preflight(url, "m")
 
 
@@ -166,7 +170,8 @@ def test_a_server_without_a_listing_is_asked_one_completion():
 
 def test_an_endpoint_answering_as_another_model_is_refused():
     with OpenAIStub({"m": echo}, list_models=False, answer_as="m-2025-01-01") as stub:
-        with pytest.raises(EndpointMisconfigured, match=r"^model.id: .* was answered as model 'm-2025-01-01'"):
+        with pytest.raises(EndpointMisconfigured,
+                           match=r"^model.id: .* was answered as model 'm-2025-01-01'"):
             preflight(stub.base_url, "m")
 
 
@@ -176,8 +181,9 @@ def test_a_passing_fault_is_tried_again_and_one_that_stays_is_refused():
     with raw_server(lambda h, n: busy if n < 2 else (200, "application/json", listing)) as url:
         assert Probe(url, "m", backoff_s=0.01).run().endswith("/models lists m")
     with raw_server(lambda h, n: busy) as url:
-        with pytest.raises(EndpointMisconfigured, match=r"^model.base_url: the endpoint is unavailable: GET .*/models "
-                                                        r"answered 503 loading the model \(after 3 tries\)"):
+        with pytest.raises(EndpointMisconfigured, match=r"^model.base_url: the endpoint is unavailable: GET "
+                                                        r".*/models answered 503 loading the model "
+                                                        r"\(after 3 tries\)"):
             Probe(url, "m", backoff_s=0.01).run()
 
 
@@ -207,9 +213,11 @@ def test_eval_run_refuses_a_broken_endpoint_before_writing_anything(passed_pool,
         freeze(passed_pool, tmp_path, case, base, model=model, api_key_env=env)
         with pytest.raises(EndpointMisconfigured, match=rf"^{field}: .*nothing was run or written"):
             api.eval_run(tmp_path / f"{case}.json", run_dir=tmp_path / "run", data=DATA, allow_patch=True)
-        assert not (tmp_path / "run").exists()  # no attempt row, no journal, no eval journal: no directory at all
+        # no attempt row, no journal, no eval journal: no directory at all
+        assert not (tmp_path / "run").exists()
         chats = [r.body for r in s.requests if r.path.endswith("/chat/completions")]
-        assert len(chats) <= 1 and all(b["max_tokens"] == 1 for b in chats)  # the preflight's one probe, no attempt
+        # the preflight's one probe, no attempt
+        assert len(chats) <= 1 and all(b["max_tokens"] == 1 for b in chats)
 
 
 @pytest.mark.bwrap
@@ -219,11 +227,13 @@ def test_the_command_line_exits_2_with_one_line(passed_pool, tmp_path):
         freeze(passed_pool, tmp_path, "cli", s.base_url, api_key_env="PREFLIGHT_KEY")
         r = subprocess.run([*VALIDATE, "eval", "run", "--contract", str(tmp_path / "cli.json"), "--run-dir",
                             str(tmp_path / "ledgers/cli"), "--data", str(CORPUS_PATH), "--allow-patch"],
-                           capture_output=True, text=True, timeout=300, env=subprocess_env(PREFLIGHT_KEY="wrong"),
-                           cwd=tmp_path)
+                           capture_output=True, text=True, timeout=300,
+                           env=subprocess_env(PREFLIGHT_KEY="wrong"), cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: model.api_key_env: GET ") and "401" in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: model.api_key_env: GET ") and "401" in lines[0], (
+        r.stderr
+    )
     assert "wrong" not in r.stderr and "right" not in r.stderr  # the key is never printed
     assert not (tmp_path / "ledgers").exists()
 
@@ -242,7 +252,8 @@ def test_the_whole_eval_runs_against_an_independent_server(passed_pool, tmp_path
                          allow_patch=True)
         asked = list(stub.requests)
     chats = [r for r in asked if r["path"] == "/v1/chat/completions"]
-    assert asked[0]["path"] == "/v1/models" and len(chats) == 2 * 5 * (1 + K)  # the preflight, then two per attempt
+    # the preflight, then two per attempt
+    assert asked[0]["path"] == "/v1/models" and len(chats) == 2 * 5 * (1 + K)
     assert all(r["authorization"] == "Bearer stub-key-1" and r["body"]["stream"] is False for r in asked
                if r["body"] is not None)
     assert s.greedy.tasks == 5 and s.greedy.valid == 5 and s.sampled.eligible == 5 and s.errors == []
@@ -250,12 +261,16 @@ def test_the_whole_eval_runs_against_an_independent_server(passed_pool, tmp_path
     assert ops.tool_calls == 5 * K and ops.malformed_tool_calls == 0 and ops.terminations == {"answer": 5 * K}
     turns = pq.read_table(tmp_path / "run/trajectories.parquet").to_pylist()
     calls = [c for t in turns for c in t["tool_calls"]]
-    assert len(calls) == 5 * (1 + K) and all(c["call_id"].startswith("call_") and c["exit_code"] == 0 for c in calls)
+    assert len(calls) == 5 * (1 + K) and all(c["call_id"].startswith("call_") and c["exit_code"] == 0
+                                             for c in calls)
     first = next(t for t in turns if t["turn"] == 0 and t["phase"] == "eval-greedy")
     sent = next(r["body"] for r in chats if len(r["body"]["messages"]) <= 2
                 and r["body"]["messages"][-1]["content"] == first["user"])
-    assert first["prompt_tokens"] == usage_tokens(json.dumps(sent["messages"], ensure_ascii=False)) + usage_tokens(
-        json.dumps(sent["tools"], ensure_ascii=False))  # the server's own count, recorded as it said
+    assert first["prompt_tokens"] == usage_tokens(
+        json.dumps(sent["messages"], ensure_ascii=False)
+    ) + usage_tokens(
+        json.dumps(sent["tools"], ensure_ascii=False)
+    )  # the server's own count, recorded as it said
     assert 0.3 < s.greedy.mean_reward.value < 1.0
     entry = api.eval_report(tmp_path / "run")
     assert (entry / "report.html").is_file()

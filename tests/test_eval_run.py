@@ -13,14 +13,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from environment.deshuffle.baseline import MODEL_NAME
-from environment.deshuffle.baseline import policy as baseline
+from environment.deshuffle.baseline import MODEL_NAME, policy as baseline
 from tests.conftest import CORPUS_PATH
 from validate import api
 from validate.core.errors import ContractError, ValidateError
-from validate.evidence.journal import write_checksums
-from validate.devtools.localserver import Faults, serve
 from validate.core.paths import RunPaths
+from validate.devtools.localserver import Faults, serve
+from validate.evidence.journal import write_checksums
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 DATA = (CORPUS_PATH,)
@@ -35,20 +34,22 @@ def server():
 
 def freeze(pool_run, server, tmp_path, name="e", k=K, **options):
     sampling = {key: options.pop(key) for key in ("temperature", "seed") if key in options}
-    return api.eval_freeze(name, pool_run=pool_run, model=MODEL_NAME, model_revision="test", base_url=server.base_url,
-                           server="localserver", k=k, sampling=sampling, limits=options, data=DATA, allow_patch=True,
-                           out=tmp_path / f"{name}.json")
+    return api.eval_freeze(name, pool_run=pool_run, model=MODEL_NAME, model_revision="test",
+                           base_url=server.base_url, server="localserver", k=k, sampling=sampling,
+                           limits=options, data=DATA, allow_patch=True, out=tmp_path / f"{name}.json")
 
 
 def run(tmp_path, name="e", passes=("greedy", "sampled"), **kw):
-    return api.eval_run(tmp_path / f"{name}.json", passes=passes, run_dir=tmp_path / f"run-{name}", concurrency=4,
-                        data=DATA, allow_patch=True, **kw)
+    return api.eval_run(tmp_path / f"{name}.json", passes=passes, run_dir=tmp_path / f"run-{name}",
+                        concurrency=4, data=DATA, allow_patch=True, **kw)
 
 
 def test_freeze_refuses_anything_but_a_passed_audited_pool(passed_pool, server, tmp_path):
     c = freeze(passed_pool, server, tmp_path)
     assert c.parent.dataset_verdict == "PASS" and c.parent.task_count == 5 and c.k == K
-    assert c.parent.manifest_sha256 == json.loads((passed_pool / "frozen-manifest.json").read_text())["sha256"]
+    assert (
+        c.parent.manifest_sha256 == json.loads((passed_pool / "frozen-manifest.json").read_text())["sha256"]
+    )
     assert "api_key" not in c.model.model_dump() and c.model.api_key_env is None
     # a pool whose smoke test never ran: INCOMPLETE, not PASS
     summary = json.loads((passed_pool / "run.json").read_text())
@@ -113,15 +114,16 @@ def test_an_endpoint_that_stays_down_is_infrastructure_never_the_models_failure(
     s = _faulty(passed_pool, server, tmp_path, f"down-{kind}", faults, **limits)
     assert s.greedy.valid == 0 and s.greedy.lost == {"lost to infrastructure after its retries": 5}
     assert s.greedy.pass_at_1.denominator == 0 and s.greedy.pass_at_1_all.denominator == 5
-    assert {(c.failure_class, c.rule) for c in s.failure_classes} == {("infrastructure", "infrastructure-error")}
+    assert {(c.failure_class, c.rule)
+            for c in s.failure_classes} == {("infrastructure", "infrastructure-error")}
     infra = [e for e in s.errors if e.status == "infrastructure_error"]
     assert infra and sum(e.attempts for e in infra) == 5 * 3  # every task, every try (infra_retries=2)
     rows = pq.read_table(tmp_path / f"run-down-{kind}" / "attempts.parquet").to_pylist()
     assert all(kind in r["error_message"] for r in rows)
 
 
-def test_an_endpoint_hung_past_the_attempts_deadline_is_infrastructure_and_its_wait_is_kept(passed_pool, server,
-                                                                                              tmp_path):
+def test_an_endpoint_hung_past_the_attempts_deadline_is_infrastructure_and_its_wait_is_kept(passed_pool,
+                                                                                            server, tmp_path):
     # The reviewer's reproduction: every request hangs 5 s, a request times out after 1 s, the
     # attempt after 2 s. The second try of the request is cut by the deadline; that wait was
     # scored as the model's timeout (class capability, rule timeout-in-tools on 0 >= 0) and
@@ -129,14 +131,18 @@ def test_an_endpoint_hung_past_the_attempts_deadline_is_infrastructure_and_its_w
     s = _faulty(passed_pool, server, tmp_path, "hung", Faults(delay_s=5.0), request_timeout_s=1.0,
                 attempt_timeout_s=2.0)
     assert s.greedy.valid == 0 and s.greedy.lost == {"lost to infrastructure after its retries": 5}
-    assert {(c.failure_class, c.rule) for c in s.failure_classes} == {("infrastructure", "infrastructure-error")}
+    assert {(c.failure_class, c.rule)
+            for c in s.failure_classes} == {("infrastructure", "infrastructure-error")}
     assert s.operations["eval-greedy"].timeout_terminations == 0
     samples = pq.read_table(tmp_path / "run-hung" / "samples.parquet").to_pylist()
     assert len(samples) == 5 * 3  # every task, every try (infra_retries=2)
     for row in samples:
         assert row["termination"] is None and row["model_s"] == 0.0 and row["tool_s"] == 0.0
-        # both tries: the first's full 1 s and the second's, cut by the deadline (the clock started with the sandbox)
-        assert 1.0 < row["endpoint_wait_s"] <= row["wall_s"] and row["endpoint_wait_s"] + row["sandbox_s"] > 1.9, row
+        # both tries: the first's full 1 s and the second's, cut by the deadline (the clock
+        # started with the sandbox)
+        assert (
+            1.0 < row["endpoint_wait_s"] <= row["wall_s"] and row["endpoint_wait_s"] + row["sandbox_s"] > 1.9
+        ), row
         assert row["endpoint_tries"] == 2 and row["failure_rule"] == "infrastructure-error"
     assert api.eval_audit(tmp_path / "run-hung").problems == []
 
@@ -145,21 +151,25 @@ def test_a_rate_limit_inside_the_retries_costs_time_not_the_sample(passed_pool, 
     s = _faulty(passed_pool, server, tmp_path, "429", Faults(rate_limit_first_n=3, retry_after_s=1))
     assert s.greedy.valid == 5 and s.errors == []
     turns = pq.read_table(tmp_path / "run-429" / "trajectories.parquet").to_pylist()
-    assert sum(len(t["faults"]) for t in turns) == 3 and all(f == "rate_limited" for t in turns for f in t["faults"])
+    assert sum(len(t["faults"]) for t in turns) == 3 and all(f == "rate_limited" for t in turns
+                                                             for f in t["faults"])
 
 
-def test_connection_refused_is_refused_by_the_preflight_not_written_as_infrastructure(passed_pool, server, tmp_path):
+def test_connection_refused_is_refused_by_the_preflight_not_written_as_infrastructure(passed_pool, server,
+                                                                                      tmp_path):
     import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     api.eval_freeze("refused", pool_run=passed_pool, model=MODEL_NAME, model_revision="test",
-                    base_url=f"http://127.0.0.1:{port}/v1", server="nothing", k=K, limits={"endpoint_retries": 0},
-                    data=DATA, allow_patch=True, out=tmp_path / "refused.json")
+                    base_url=f"http://127.0.0.1:{port}/v1", server="nothing", k=K,
+                    limits={"endpoint_retries": 0}, data=DATA, allow_patch=True,
+                    out=tmp_path / "refused.json")
     with pytest.raises(ValidateError, match=r"model.base_url: nothing answers at .* \(connection refused\)"):
         run(tmp_path, name="refused", passes=("greedy",))
-    assert not (tmp_path / "run-refused").exists()  # tests/test_eval_preflight.py has the other broken endpoints
+    # tests/test_eval_preflight.py has the other broken endpoints
+    assert not (tmp_path / "run-refused").exists()
 
 
 def test_malformed_tool_calls_are_the_models_own_and_counted(passed_pool, server, tmp_path):
@@ -177,7 +187,8 @@ def test_resume_plays_only_what_is_missing(passed_pool, server, tmp_path):
     before = len(server.requests)
     again = api.eval_run(None, resume=tmp_path / "run-r", concurrency=4, data=DATA, allow_patch=True)
     assert again.attempts == 5 * (1 + K) and again.greedy == first.greedy
-    chats = [r for r in server.requests[before:] if r.path.endswith("/chat/completions")]  # not the preflight's
+    # not the preflight's
+    chats = [r for r in server.requests[before:] if r.path.endswith("/chat/completions")]
     assert len(chats) == 2 * 5 * K  # two requests per sampled attempt, none for the greedy ones
     assert api.eval_audit(tmp_path / "run-r").problems == []
     # attempts/s over the attempts' own span, not over the resuming session's alone
@@ -232,8 +243,8 @@ def test_the_command_line(passed_pool, server, tmp_path):
     r = cli("eval", "freeze", "--name", "cli", *common, "-k", "2", "--temperature", "0.5", "--max-turns", "4")
     assert r.returncode == 0 and "froze eval cli" in r.stdout, r.stderr
     assert json.loads((tmp_path / "manifests/cli.json").read_text())["limits"]["max_turns"] == 4
-    r = cli("eval", "run", "--contract", "manifests/cli.json", "--run-dir", "ledgers/cli", "--passes", "greedy",
-            "--data", str(CORPUS_PATH), "--allow-patch")
+    r = cli("eval", "run", "--contract", "manifests/cli.json", "--run-dir", "ledgers/cli", "--passes",
+            "greedy", "--data", str(CORPUS_PATH), "--allow-patch")
     assert r.returncode == 0 and r.stdout.startswith("pass@1 (greedy, temperature 0)"), r.stderr
     assert cli("eval", "report", "ledgers/cli").returncode == 0
     r = cli("eval", "audit", "ledgers/cli")

@@ -18,12 +18,12 @@ from environment.harbor import baseline
 from tests.conftest import make_ctx, make_manifest
 from validate import api
 from validate.contract.manifest import load_manifest
+from validate.core.paths import FROZEN_MANIFEST
+from validate.devtools.localserver import serve
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.contract import request_seed
 from validate.eval.run import EvalPhase, evaluate
-from validate.devtools.localserver import serve
-from validate.core.paths import FROZEN_MANIFEST
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -35,12 +35,13 @@ NOTHING, PROBE = "do-nothing", "probe"
 #: What the probe runs in the container, one command per turn.
 PROBES = (
     "env; tr '\\0' '\\n' < /proc/self/environ; tr '\\0' '\\n' < /proc/1/environ 2>/dev/null; id",
-    f"grep -rls --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e {KEY[:20]} / 2>/dev/null | head -n 5; "
-    "echo grep-done",
-    "python3 -c \"import socket\ntry:\n    socket.create_connection(('192.0.2.1', 80), timeout=3); print('NET-UP')\n"
+    f"grep -rls --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e {KEY[:20]} / 2>/dev/null | head -n "
+    "5; echo grep-done",
+    "python3 -c \"import socket\ntry:\n"
+    "    socket.create_connection(('192.0.2.1', 80), timeout=3); print('NET-UP')\n"
     "except OSError as e:\n    print('NET-DOWN', e)\"; cat /proc/net/dev",
-    "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > /logs/verifier/reward.json; "
-    "echo planted",
+    "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo '{\"reward\": 1}' > "
+    "/logs/verifier/reward.json; echo planted",
     "seq 1 100000",
 )
 
@@ -82,14 +83,22 @@ def harbor(sandboxes):
 
 def evaluate_with(harbor, server, tmp_path, model: str, **limits):
     sandbox, manifest, _ = harbor
-    parent = ec.DatasetParent(manifest_name=manifest.name, manifest_sha256=manifest.sha256, manifest_path="m.json",
-                              pool_run_id="pool", pool_run_dir="pool", pool_manifest_sha256="sha256:p",
-                              pool_checksums_sha256="sha256:c", dataset_verdict="PASS", environment="harbor",
-                              task_count=len(manifest.tasks))
-    contract = ec.build(name="shell", parent=parent, manifest=manifest, reward_code="sha256:x", agent=ec.SHELL_AGENT,
-                        model=ec.ModelSpec(id=model, revision="test", server="localserver", base_url=server.base_url,
-                                           api_key_env=KEY_ENV),
-                        limits=ec.AgentLimits(**{"attempt_timeout_s": 60, "tool_timeout_s": 15, **limits}), k=1)
+    parent = ec.DatasetParent(manifest_name=manifest.name, manifest_sha256=manifest.sha256,
+                              manifest_path="m.json", pool_run_id="pool", pool_run_dir="pool",
+                              pool_manifest_sha256="sha256:p", pool_checksums_sha256="sha256:c",
+                              dataset_verdict="PASS", environment="harbor", task_count=len(manifest.tasks))
+    contract = ec.build(
+        name="shell",
+        parent=parent,
+        manifest=manifest,
+        reward_code="sha256:x",
+        agent=ec.SHELL_AGENT,
+        model=ec.ModelSpec(
+            id=model, revision="test", server="localserver", base_url=server.base_url, api_key_env=KEY_ENV
+        ),
+        limits=ec.AgentLimits(**{"attempt_timeout_s": 60, "tool_timeout_s": 15, **limits}),
+        k=1,
+    )
     run_dir = tmp_path / "run"
     client = ChatClient(server.base_url, KEY, 30, 1, 0.1)
     try:
@@ -104,13 +113,15 @@ def evaluate_with(harbor, server, tmp_path, model: str, **limits):
 
 
 def test_the_scripted_policy_solves_and_its_trajectory_holds_every_call(harbor, server, tmp_path):
-    contract, s, run_dir, samples, turns, attempts = evaluate_with(harbor, server, tmp_path, baseline.MODEL_NAME)
+    contract, s, run_dir, samples, turns, attempts = evaluate_with(harbor, server, tmp_path,
+                                                                   baseline.MODEL_NAME)
     assert contract.agent.name == ec.SHELL_AGENT_NAME and contract.tools == [ec.SHELL_TOOL]
     _, _, ts = harbor
     for task_id, sample in samples.items():
         prompt = next(ts.task(i).prompt for i in range(ts.size) if ts.task(i).id == task_id)
         job = baseline.understand(prompt)
-        mode = baseline.behaviour({"seed": request_seed(0, task_id, 0), "temperature": 0.0}, prompt, job.difficulty)
+        mode = baseline.behaviour({"seed": request_seed(0, task_id, 0), "temperature": 0.0}, prompt,
+                                  job.difficulty)
         assert sample["solved"] == (mode in ("solve", "malformed_then_solve")), (task_id, mode, sample)
         a = attempts[task_id]
         assert a["status"] == "ok" and a["reward"] == (1.0 if sample["solved"] else 0.0)
@@ -124,7 +135,8 @@ def test_the_scripted_policy_solves_and_its_trajectory_holds_every_call(harbor, 
         assert len(mine) == sample["turns"] and sample["termination"] == "answer"
         calls = [c for t in mine for c in t["tool_calls"]]
         assert len(calls) == sample["tool_calls"] >= 1
-        assert all(c["output_sha256"].startswith("sha256:") and c["output_bytes"] >= len(c["output"]) for c in calls)
+        assert all(c["output_sha256"].startswith("sha256:") and c["output_bytes"] >= len(c["output"])
+                   for c in calls)
         assert mine[0]["user"].strip() and "/app/" in mine[0]["user"]  # the instruction is the task
     assert s.greedy.valid == len(TASKS) and s.greedy.lost == {}
     assert api.eval_audit(run_dir).problems == []
@@ -133,26 +145,30 @@ def test_the_scripted_policy_solves_and_its_trajectory_holds_every_call(harbor, 
 def test_a_policy_that_does_nothing_fails_by_the_tasks_verifier(harbor, server, tmp_path):
     _, s, _, samples, _, attempts = evaluate_with(harbor, server, tmp_path, NOTHING)
     assert all(not r["solved"] for r in samples.values())
-    assert {(r["failure_class"], r["failure_rule"]) for r in samples.values()} == {("capability", "verifier-rejected")}
+    assert {(r["failure_class"], r["failure_rule"])
+            for r in samples.values()} == {("capability", "verifier-rejected")}
     assert all(a["status"] == "ok" and a["reward"] == 0.0 for a in attempts.values())
     assert s.greedy.pass_at_1.value == 0.0 and s.greedy.valid == len(TASKS)
 
 
 def test_no_key_inside_no_network_a_planted_reward_is_never_read(harbor, server, tmp_path):
     _, _, run_dir, samples, turns, attempts = evaluate_with(harbor, server, tmp_path, PROBE,
-                                                            max_tool_output_bytes=1024, stored_tool_output_bytes=512)
+                                                            max_tool_output_bytes=1024,
+                                                            stored_tool_output_bytes=512)
     for task_id, sample in samples.items():
         calls = [c for t in sorted((t for t in turns if t["task_id"] == task_id), key=lambda t: t["turn"])
                  for c in t["tool_calls"]]
         assert [json.loads(c["arguments"])["command"] for c in calls] == list(PROBES)
         env, grep, net, planted, big = (c["output"] for c in calls)
-        assert "LANG=C.UTF-8" in env and "TZ=UTC" in env  # the phase's pinned environment, nothing else of ours
+        # the phase's pinned environment, nothing else of ours
+        assert "LANG=C.UTF-8" in env and "TZ=UTC" in env
         assert KEY not in env and KEY[:20] not in env and KEY_ENV not in env
         assert grep.strip().endswith("grep-done") and "/" not in grep.replace("grep-done", "").strip()
         assert "NET-DOWN" in net and "NET-UP" not in net and "eth0" not in net
         assert "planted" in planted
         assert calls[-1]["output_cut"] and calls[-1]["output_bytes"] > 1024 and len(big.encode()) <= 512
-        assert "[output cut: only the first 1024 bytes are shown]" not in big  # the stored copy is cut further
+        # the stored copy is cut further
+        assert "[output cut: only the first 1024 bytes are shown]" not in big
         # The verifier ran in a fresh container with a fresh /logs/verifier: the planted files
         # were never read; the task's own verifier gave 0 (the work was not done).
         assert attempts[task_id]["reward"] == 0.0 and not sample["solved"]
@@ -179,7 +195,8 @@ def test_freezing_on_a_task_directory_pool_freezes_the_shell_agent(tmp_path):
     assert ChatKind.agent.system == ec.DEFAULT_SYSTEM != ec.SHELL_SYSTEM
 
 
-def test_the_datasets_reward_key_rule_reads_the_model_trial_as_validation_reads_it(sandboxes, server, tmp_path):
+def test_the_datasets_reward_key_rule_reads_the_model_trial_as_validation_reads_it(sandboxes, server,
+                                                                                   tmp_path):
     """A dataset whose contract says every reward.json key must reach the threshold (``all``):
     the model's trial record is read under that rule, as the validation trial's is, so the
     eval audit, whose scorer reads it under the contract's rule, agrees with the rows."""
@@ -195,6 +212,7 @@ def test_the_datasets_reward_key_rule_reads_the_model_trial_as_validation_reads_
     a = attempts["multi-key-reward"]
     record = json.loads((run_dir / "replies" / a["reply_sha256"].removeprefix("sha256:")).read_bytes())
     assert record["key"] == "all"
-    assert set(json.loads(base64.b64decode(record["files"]["reward.json"]))) == {"reward", "to_roman", "from_roman"}
+    assert set(json.loads(base64.b64decode(record["files"]["reward.json"]))) == {"reward", "to_roman",
+                                                                                 "from_roman"}
     assert a["status"] == "ok" and a["reward"] == 0.0 and not samples["multi-key-reward"]["solved"]
     assert api.eval_audit(run_dir).problems == []

@@ -12,18 +12,28 @@ import pyarrow.parquet as pq
 import pytest
 
 from validate.core.errors import EvidenceError
-from validate.evidence.journal import Journal, atomic_write, fold, open_run, write_checksums, write_table, write_verdicts
 from validate.core.paths import RunPaths
 from validate.core.records import Attempt, TaskVerdict
+from validate.evidence.journal import (
+    Journal,
+    atomic_write,
+    fold,
+    open_run,
+    write_checksums,
+    write_table,
+    write_verdicts,
+)
 from validate.evidence.verdicts import Outcome
 
 METRICS = ("parsed_ok", "grouping_f1")
 
 
 def att(idx, agent="oracle", attempt=1, status="ok"):
-    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent, role="oracle",
-                   attempt=attempt, status=status, reward=1.0, metrics={"parsed_ok": 1.0, "grouping_f1": 1.0},
-                   started_at=datetime(2026, 1, 1, tzinfo=UTC), workspace_sha256="w", backend="b", image_digest="d")
+    return Attempt(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", agent=agent,
+                   role="oracle", attempt=attempt, status=status, reward=1.0,
+                   metrics={"parsed_ok": 1.0, "grouping_f1": 1.0},
+                   started_at=datetime(2026, 1, 1, tzinfo=UTC), workspace_sha256="w", backend="b",
+                   image_digest="d")
 
 
 def test_a_line_cut_short_by_a_crash_is_dropped(tmp_path):
@@ -57,16 +67,17 @@ def test_text_holding_lone_surrogates_is_journalled_and_folded_escaped(tmp_path)
     j = Journal(paths, METRICS)
     odd = att(0).model_copy(update={"status": "scorer_error", "reward": None})
     odd = Attempt.model_validate({**odd.model_dump(), "error_message": "no key 'reward' (keys: \ud800)",
-                                  "stderr": "[left in /logs/verifier: \udcff\udcfe-left (0 B)]", "stdout": "\ud83d",
-                                  "reply_text": "\udfff"})
+                                  "stderr": "[left in /logs/verifier: \udcff\udcfe-left (0 B)]",
+                                  "stdout": "\ud83d", "reply_text": "\udfff"})
     j.append([odd, att(1)])
     fold(j)
     row = next(r for r in pq.read_table(paths.attempts).to_pylist() if r["idx"] == 0)
     assert (row["error_message"], row["stderr"], row["stdout"], row["reply_text"]) == (
         "no key 'reward' (keys: \\ud800)", "[left in /logs/verifier: \\udcff\\udcfe-left (0 B)]", "\\ud83d",
         "\\udfff")
-    verdict = TaskVerdict(run_id="r", phase="p", task_id="t0", idx=0, task_hash="h", family="f", verdict="excluded",
-                          reason="invalid_task_or_verifier", detail="oracle: \ud800", findings=[
+    verdict = TaskVerdict(run_id="r", phase="p", task_id="t0", idx=0, task_hash="h", family="f",
+                          verdict="excluded", reason="invalid_task_or_verifier", detail="oracle: \ud800",
+                          findings=[
                               {"kind": "malformed_task", "blocking": True, "detail": "\udcff"}],
                           oracle_reward=None, max_control_reward=None, max_control_agent=None, margin=None,
                           n_attempts=1)
@@ -132,10 +143,11 @@ def test_disk_full_while_writing_parquet_leaves_no_half_file(tiny_disk):
 
 
 def verdict(idx, meta, excluded=False):
-    return TaskVerdict(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", family="f", meta=meta,
-                       verdict="excluded" if excluded else "compatible",
-                       reason="oracle_fails_on_valid_task" if excluded else None, detail="d", oracle_reward=1.0,
-                       max_control_reward=0.0, max_control_agent="noop", margin=1.0, n_attempts=2)
+    return TaskVerdict(run_id="r", phase="p", task_id=f"t{idx}", idx=idx, task_hash="h", family="f",
+                       meta=meta, verdict="excluded" if excluded else "compatible",
+                       reason="oracle_fails_on_valid_task" if excluded else None, detail="d",
+                       oracle_reward=1.0, max_control_reward=0.0, max_control_agent="noop", margin=1.0,
+                       n_attempts=2)
 
 
 @pytest.mark.parametrize("meta", [{}, {"n_sections": 3, "source": "arxiv"}])
@@ -163,7 +175,9 @@ def test_each_verdicts_facts_are_kept_whole_in_their_own_keys_and_types(tmp_path
     assert [v.meta for v in stored] == metas
     texts = [r["meta"] for r in pq.read_table(tmp_path / "tasks.parquet").to_pylist()]
     assert [json.loads(t) for t in texts] == metas and texts[1].startswith('{"author":{"n":1,"name":"Ada"},')
-    assert '"expert_time_estimate_min":60.0' in texts[1] and '"flag":true' in texts[1] and '"flag":1' in texts[2]
+    assert (
+        '"expert_time_estimate_min":60.0' in texts[1] and '"flag":true' in texts[1] and '"flag":1' in texts[2]
+    )
 
 
 def test_verdicts_written_with_a_struct_meta_still_read():
@@ -184,8 +198,8 @@ def test_arrow_allocates_from_the_c_library_unless_the_user_names_a_pool(asked, 
     if asked:
         env["ARROW_DEFAULT_MEMORY_POOL"] = asked
     out = subprocess.run([sys.executable, "-c", "import validate.evidence.journal, pyarrow as pa; "
-                          "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True, text=True,
-                         check=True).stdout
+                          "print(pa.default_memory_pool().backend_name)"], env=env, capture_output=True,
+                         text=True, check=True).stdout
     assert out.strip() == used
 
 
@@ -238,7 +252,8 @@ def test_links_that_loop_or_dangle_are_not_sealed_and_an_unlistable_directory_is
     (tmp_path / "elsewhere").symlink_to(tmp_path / "kept")  # a link to a file: its target is hashed
     (tmp_path / "walked").symlink_to(tmp_path, target_is_directory=True)  # never walked (no loop)
     write_checksums(paths)
-    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere", "kept"]
+    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere",
+                                                                                             "kept"]
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / "f").write_text("y")
@@ -252,15 +267,19 @@ def test_links_that_loop_or_dangle_are_not_sealed_and_an_unlistable_directory_is
     monkeypatch.setattr(os, "scandir", scandir)
     with pytest.raises(EvidenceError, match=f"{locked}: cannot list it to seal the run"):
         write_checksums(paths)
-    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere", "kept"]
+    assert [line.split("  ", 1)[1] for line in paths.checksums.read_text().splitlines()] == ["elsewhere",
+                                                                                             "kept"]
 
 
 def test_a_run_driver_does_not_load_pandas_until_it_reads_a_run_back():
     """What a run's driver imports (the command line, the harness, the phases, the executors)
     leaves pandas out (~34 MB of its peak); the commands that read a run back load it."""
-    script = ("import sys\nimport validate.cli.main, validate.api, validate.run.phases, validate.run.lifecycle, validate.run.smoke\n"
+    script = ("import sys\n"
+              "import validate.cli.main, validate.api, validate.run.phases, validate.run.lifecycle, "
+              "validate.run.smoke\n"
               "import validate.run.executors.ray, validate.run.executors.threads\n"
-              "before = 'pandas' in sys.modules\nvalidate.api._reading()\nprint(before, 'pandas' in sys.modules)")
+              "before = 'pandas' in sys.modules\nvalidate.api._reading()\n"
+              "print(before, 'pandas' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["False", "True"]
@@ -278,7 +297,8 @@ def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
     for i in range(tasks):
         for phase in ("oracle", "controls", "other"):
             for agent in ("oracle", "nop"):
-                a = att(i, agent=agent).model_copy(update={"phase": phase, "reward": rng.choice([0.0, -0.0, 0.5, 1.0])})
+                a = att(i, agent=agent).model_copy(update={"phase": phase,
+                                                           "reward": rng.choice([0.0, -0.0, 0.5, 1.0])})
                 rows.append(a)
                 if rng.random() < 0.1:  # a retry after an infrastructure error
                     rows[-1] = a.model_copy(update={"status": "infrastructure_error", "reward": None,
@@ -294,7 +314,9 @@ def _scattered_run(tmp_path, monkeypatch, tasks: int, rows_per_group: int):
     return paths, rows, live
 
 
-def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_tasks_at_a_time(tmp_path, monkeypatch):
+def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_tasks_at_a_time(
+    tmp_path, monkeypatch
+):
     import validate.evidence.journal as evidence
 
     tasks = 23
@@ -306,8 +328,9 @@ def test_each_tasks_outcomes_from_a_folded_run_are_its_attempts_in_order_a_few_t
     got = list(Journal(paths, METRICS).outcomes_by_task(phases, iter(asked)))
     assert got == expected  # each task's, in the order recorded, superseded tries included
     assert got[asked.index("t-none")] == []
-    assert [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in got] == \
-           [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in expected]  # no -0.0 became 0.0
+    assert [[math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in got] == [
+        [math.copysign(1.0, o.reward) for o in g if o.reward == 0.0] for g in expected
+    ]  # no -0.0 became 0.0
     assert pq.ParquetFile(paths.attempts).num_row_groups > 10  # the windows did cross row groups
 
 
@@ -356,7 +379,11 @@ def test_outcomes_by_task_refuse_a_folded_run_that_is_not_attempts(tmp_path, mon
     at = table.schema.get_field_index(column)
     pq.write_table(table.set_column(at, column, pa.array([value] * table.num_rows)), paths.attempts)
     with pytest.raises(EvidenceError, match="attempts.parquet"):  # ids "0".."2" would match a column of ints
-        list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["0", "1", "2", "t0", "t1", "t2"]))
+        list(
+            Journal(paths, METRICS).outcomes_by_task(
+                ("oracle", "controls"), ["0", "1", "2", "t0", "t1", "t2"]
+            )
+        )
 
 
 def test_outcomes_by_task_refuse_a_bad_row_of_a_phase_not_asked_for(tmp_path, monkeypatch):
@@ -365,8 +392,10 @@ def test_outcomes_by_task_refuse_a_bad_row_of_a_phase_not_asked_for(tmp_path, mo
     paths, _, _ = _scattered_run(tmp_path, monkeypatch, 3, rows_per_group=4)
     table = pq.read_table(paths.attempts)
     other = [p == "other" for p in table.column("phase").to_pylist()]
-    status = [("finished" if o else s) for o, s in zip(other, table.column("status").to_pylist())]
+    status = [("finished" if o else s)
+              for o, s in zip(other, table.column("status").to_pylist(), strict=True)]
     pq.write_table(table.set_column(table.schema.get_field_index("status"), "status", pa.array(status)),
                    paths.attempts)
-    with pytest.raises(EvidenceError, match="attempts.parquet"):  # as `outcomes` refuses it: the file is not evidence
+    # as `outcomes` refuses it: the file is not evidence
+    with pytest.raises(EvidenceError, match="attempts.parquet"):
         list(Journal(paths, METRICS).outcomes_by_task(("oracle", "controls"), ["t0", "t1", "t2"]))

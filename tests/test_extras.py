@@ -32,6 +32,7 @@ def test_the_smoke_test_names_its_extra(monkeypatch, tmp_path):
     from validate.run import smoke
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "build" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "build"
+                        else real(name, *a))
     with pytest.raises(ValidateError, match=r"\[smoke\] extra"):
         smoke.build_and_install(tmp_path, print)

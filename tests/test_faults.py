@@ -32,8 +32,8 @@ from tests.conftest import (
 from tests.dockerd import SHORT_TMP, PrivateDockerd
 from validate.contract.manifest import verify
 from validate.core.errors import ContractError, ProfileUnavailable
-from validate.evidence.journal import Journal, file_sha256, read_attempts
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
+from validate.evidence.journal import Journal, file_sha256, read_attempts
 from validate.run.phases import RunPhase, run_agents
 from validate.sandbox import open_sandbox
 from validate.sandbox.cgroups import open_cgroups
@@ -47,7 +47,8 @@ def cli(*args, cwd, **kw):
 
 def verdict_view(root) -> list[tuple]:
     t = pd.read_parquet(root / "tasks.parquet").sort_values("task_id")
-    return list(zip(t["task_id"], t["verdict"], t["reason"].fillna(""), t["oracle_reward"], t["max_control_reward"]))
+    return list(zip(t["task_id"], t["verdict"], t["reason"].fillna(""), t["oracle_reward"],
+                    t["max_control_reward"], strict=True))
 
 
 @pytest.mark.docker
@@ -81,7 +82,8 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(tmp_path
     assert infra, "the outage produced no infrastructure error"
     assert all(a.error_class == "SandboxError" for a in infra)
     tasks = pd.read_parquet(tmp_path / "outage/tasks.parquet")
-    assert set(tasks.loc[tasks["verdict"] == "excluded", "reason"]) <= {"infrastructure_failure"}  # never a task's
+    # never a task's
+    assert set(tasks.loc[tasks["verdict"] == "excluded", "reason"]) <= {"infrastructure_failure"}
     resumed_ctx = make_ctx(manifest, open_sandbox("docker", image=DEFAULT_IMAGE, run_label="fault-dockerd"),
                            tmp_path / "outage")
     summary = run_agents(resumed_ctx, RunPhase(agents=agents))
@@ -97,13 +99,15 @@ def test_dockerd_stopped_mid_run_is_infrastructure_and_resume_completes(tmp_path
                                      pytest.param("docker", marks=[pytest.mark.docker, pytest.mark.slow])])
 def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     n = 12 if backend == "docker" else 30
-    r = cli("freeze", "--name", "kill", "--corpus", str(CORPUS_PATH), "--max-papers", "2", "--idx-stop", str(n),
-            "--backend", backend, "--controls", "empty,shuffled,identity,reversed,singletons,malformed", cwd=tmp_path)
+    r = cli("freeze", "--name", "kill", "--corpus", str(CORPUS_PATH), "--max-papers", "2", "--idx-stop",
+            str(n), "--backend", backend, "--controls",
+            "empty,shuffled,identity,reversed,singletons,malformed", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert cli("run", "--manifest", "manifests/kill.json", "--run-dir", "ledgers/ref", cwd=tmp_path).returncode == 0
+    assert cli("run", "--manifest", "manifests/kill.json", "--run-dir", "ledgers/ref",
+               cwd=tmp_path).returncode == 0
     proc = subprocess.Popen([*VALIDATE, "run", "--manifest", "manifests/kill.json", "--run-dir", "ledgers/k",
-                             "--allow-patch"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=subprocess_env())
+                             "--allow-patch"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=subprocess_env())
     journal = tmp_path / "ledgers/k/journal.jsonl"
     while not journal.exists() or len(journal.read_bytes().splitlines()) < n:
         assert proc.poll() is None, "the run finished before it could be killed"
@@ -118,9 +122,10 @@ def test_harness_sigkilled_mid_run_then_resume(tmp_path, backend):
     r = cli("run", "--manifest", "manifests/kill.json", "--resume", "ledgers/k", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     attempts = pd.read_parquet(tmp_path / "ledgers/k/attempts.parquet")
-    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"]))
+    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"], strict=True))
     assert len(keys) == len(set(keys)) == n * 7  # none lost, none duplicated, none rerun needlessly
-    assert set(zip(attempts["task_id"], attempts["agent"])) >= {(a.task_id, a.agent) for a in recorded}
+    assert set(zip(attempts["task_id"], attempts["agent"], strict=True)) >= {(a.task_id, a.agent)
+                                                                             for a in recorded}
     assert verdict_view(tmp_path / "ledgers/k") == verdict_view(tmp_path / "ledgers/ref")
     assert not list((tmp_path / "ledgers/k").glob(".*"))  # no temp file left behind
     if backend == "docker":
@@ -188,7 +193,8 @@ def test_image_changed_under_the_contract_is_refused(tmp_path):
         manifest = make_manifest(sandbox, idx=[0])
         assert manifest.execution.image_digest == "sha256:" + file_sha256(tarball)
         verify(manifest, sandbox, HINTS)
-        client.api.import_image_from_file(str(tarball), repository=repo, tag=tag, changes=["LABEL generation=2"])
+        client.api.import_image_from_file(str(tarball), repository=repo, tag=tag,
+                                          changes=["LABEL generation=2"])
         verify(manifest, sandbox, HINTS)  # a new image id, the same content: the digest is the content's
         client.api.import_image_from_file(str(changed), repository=repo, tag=tag)  # same name, new content
         with pytest.raises(ContractError, match="execution.(image_digest|packages)"):
@@ -205,8 +211,8 @@ def test_image_changed_under_the_contract_is_refused(tmp_path):
 
 @pytest.mark.bwrap
 def test_disk_full_in_the_run_directory(tmp_path):
-    assert cli("freeze", "--name", "full", "--corpus", str(CORPUS_PATH), "--idx-stop", "40", "--backend", "bwrap",
-               cwd=tmp_path).returncode == 0
+    assert cli("freeze", "--name", "full", "--corpus", str(CORPUS_PATH), "--idx-stop", "40", "--backend",
+               "bwrap", cwd=tmp_path).returncode == 0
     ledger = tmp_path / "ledgers"
     ledger.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(ledger)], check=True)

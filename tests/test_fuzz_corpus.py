@@ -138,7 +138,9 @@ class Gen:
         r, rec = self.rng, self.record()
         k = r.randrange(6)
         if k == 0:
-            rec[r.choice(["paper_id", "extra", "title"])] = r.choice([float("nan"), float("inf"), -float("inf")])
+            rec[r.choice(["paper_id", "extra", "title"])] = r.choice(
+                [float("nan"), float("inf"), -float("inf")]
+            )
             return Line(self.dump(rec), REFUSED)
         if k == 1:
             digits = "9" * r.randrange(4301, 6000)

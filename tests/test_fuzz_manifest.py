@@ -15,8 +15,8 @@ from tests.conftest import make_manifest
 from validate.contract.manifest import ContractError, parse_manifest
 
 CASES = int(os.environ.get("FUZZ_MANIFESTS", "10000"))
-ODD = [None, True, -1, 0, 2**63, -(2**70), 1e308, float("nan"), "", "x" * 5000, [], {}, [[[]]], {"a": {"b": {}}},
-       "sha256:" + "0" * 64, "../../etc/passwd", "\u2028", "\ud7ff", 10**400]
+ODD = [None, True, -1, 0, 2**63, -(2**70), 1e308, float("nan"), "", "x" * 5000, [], {}, [[[]]],
+       {"a": {"b": {}}}, "sha256:" + "0" * 64, "../../etc/passwd", "\u2028", "\ud7ff", 10**400]
 
 
 def _paths(value, prefix=()):

@@ -28,7 +28,9 @@ def test_the_profile_records_runsc_and_how_every_limit_is_enforced(sandboxes):
     assert facts.isolation is not None and facts.isolation.runtime == "runsc" and not facts.isolation.rootless
     assert set(facts.isolation.limit_enforcement) == set(Limits.model_fields) - {"max_log_bytes"}
     assert "RLIMIT_NPROC" in facts.isolation.limit_enforcement["pids"]
-    assert facts.seccomp.startswith("gVisor's Sentry (runsc 0.0~") and facts.seccomp.endswith("no seccomp profile")
+    assert facts.seccomp.startswith("gVisor's Sentry (runsc 0.0~") and facts.seccomp.endswith(
+        "no seccomp profile"
+    )
     manifest = make_manifest(sandboxes("docker-gvisor"), idx=[0], env_name="toy")  # the contract records it
     assert manifest.execution.backend == "docker-gvisor" and manifest.execution.isolation == facts.isolation
 
@@ -42,7 +44,8 @@ class Misregistered(GvisorSandbox):
 
 
 def test_a_daemon_without_the_runtime_or_with_it_misregistered_is_refused_naming_the_fix():
-    for cls, says in ((Unregistered, "needs the OCI runtime 'runsc-nowhere' registered with the Docker daemon"),
+    for cls, says in ((Unregistered,
+                       "needs the OCI runtime 'runsc-nowhere' registered with the Docker daemon"),
                       (Misregistered, f"registers '{BROKEN_GVISOR_RUNTIME}' without --network=none")):
         sandbox = cls(image=DEFAULT_IMAGE, run_label=f"pytest-refused-{uuid.uuid4().hex[:6]}")
         try:
@@ -105,8 +108,12 @@ def test_live_sessions_are_refused_naming_why(sandboxes):
     (the host's OOM killer reaches only the Sentry), so the profile has no live sessions."""
     sandbox = sandboxes("docker-gvisor")
     session = sandbox.session(RunRequest(argv=(), name=f"session-{uuid.uuid4().hex[:8]}"))
-    with pytest.raises(ProfileUnavailable, match="execution.backend: docker-gvisor has no live sessions: under runsc "
-                                                 "a command past the memory limit ends the whole sandbox"):
+    with pytest.raises(ProfileUnavailable, match="execution.backend: docker-gvisor has no live sessions: "
+                                                 "under runsc a command past the memory limit ends "
+                                                 "the whole sandbox"):
         session.start()
     session.stop()  # safe after a refused start
-    assert sandbox.client.api.containers(all=True, filters={"label": f"deshuffle-validate={sandbox.run_label}"}) == []
+    assert (
+        sandbox.client.api.containers(all=True, filters={"label": f"deshuffle-validate={sandbox.run_label}"})
+        == []
+    )

@@ -93,7 +93,8 @@ def test_the_oracle_is_frozen_out_of_a_task_without_a_solution_by_its_role(env):
     task = next(ts.task(i) for i in range(ts.size) if ts.task(i).id == "no-solution")
     skips = {a.name: env.not_applicable(a, task) for a in env.agents(CONFIG)}
     assert "solution/solve.sh" in skips["oracle"] and [n for n, why in skips.items() if why] == ["oracle"]
-    renamed = next(a for a in env.agents(CONFIG) if a.role == "oracle").model_copy(update={"name": "reference"})
+    renamed = next(a for a in env.agents(CONFIG)
+                   if a.role == "oracle").model_copy(update={"name": "reference"})
     assert env.not_applicable(renamed, task) == skips["oracle"]
     control = next(a for a in env.agents(CONFIG) if a.role == "control").model_copy(update={"name": "oracle"})
     assert env.not_applicable(control, task) is None

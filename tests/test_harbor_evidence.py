@@ -28,8 +28,10 @@ pytestmark = pytest.mark.docker
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 FROM_SAMPLE = ("csv-to-json", "garbage-reward-txt")
 #: A verifier that checks the agent's answer and writes `good` or `bad` to its reward file.
-CHECKED = 'if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then cat <<\'EOF\'\n{good}\nEOF\nelse cat <<\'EOF\'\n' \
-          '{bad}\nEOF\nfi > /logs/verifier/{file}\n'
+CHECKED = (
+    'if [ "$(cat /app/answer.txt 2>/dev/null)" = 42 ]; then cat <<\'EOF\'\n{good}\nEOF\nelse cat <<\'EOF\'\n'
+    '{bad}\nEOF\nfi > /logs/verifier/{file}\n'
+)
 SOLVE = "echo 42 > /app/answer.txt\n"
 RICH_META = """expert_time_estimate_min = 60.0
 tags = ["text", "shell"]
@@ -59,9 +61,11 @@ TASKS = {
     "surrogate-reward-key": (_label("excluded", "invalid_task_or_verifier") + "flag = true\n", SOLVE,
                              CHECKED.format(good='{"\\ud800": 1}', bad='{"\\ud800": 0}', file="reward.json")),
     # The oracle leaves a file whose name is not UTF-8 where the verifier writes (recorded, removed).
-    "odd-file-names": (_label("compatible") + "score = -0.5\n", SOLVE + "touch /logs/verifier/$'\\xff\\xfe-left'\n",
+    "odd-file-names": (_label("compatible") + "score = -0.5\n",
+                       SOLVE + "touch /logs/verifier/$'\\xff\\xfe-left'\n",
                        CHECKED.format(good="1", bad="0", file="reward.txt")),
-    "rich-metadata": (_label("compatible") + RICH_META, SOLVE, CHECKED.format(good="1", bad="0", file="reward.txt")),
+    "rich-metadata": (_label("compatible") + RICH_META, SOLVE,
+                      CHECKED.format(good="1", bad="0", file="reward.txt")),
 }
 TOML = """version = "1.0"
 
@@ -120,7 +124,8 @@ def played(tmp_path_factory, sandboxes):
 def test_every_task_gets_its_own_label_and_the_run_ends(played):
     dataset, run_dir = played
     tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
-    got = {t: (tasks.loc[t, "verdict"], tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else "")
+    got = {t: (tasks.loc[t, "verdict"], tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str)
+               else "")
            for t in tasks.index}
     want = {t: (metadata(dataset, t)["expected_verdict"], metadata(dataset, t)["expected_reason"])
             for t in [*TASKS, *FROM_SAMPLE]}
@@ -160,8 +165,8 @@ def test_metadata_of_every_toml_type_is_kept_per_row_losslessly(played):
     rich = json.loads(rows["rich-metadata"]["meta"])
     assert rich == {**{k: v for k, v in metadata(dataset, "rich-metadata").items()
                        if k not in ("released", "day", "deadline", "alarm")},
-                    "released": "1979-05-27T07:32:00-08:00", "day": "1979-05-27", "deadline": "1979-05-27T07:32:00",
-                    "alarm": "07:32:00"}
+                    "released": "1979-05-27T07:32:00-08:00", "day": "1979-05-27",
+                    "deadline": "1979-05-27T07:32:00", "alarm": "07:32:00"}
     assert isinstance(rich["expert_time_estimate_min"], float) and isinstance(rich["attempts"], int)
     for tid in [*TASKS, *FROM_SAMPLE]:
         if tid != "rich-metadata":
@@ -178,15 +183,17 @@ def test_a_reward_decimal_raised_to_one_fails_the_audit(played, tmp_path):
     _, run_dir = played
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
-    edit_row(copy / "attempts.parquet", lambda r: r["task_id"] == "exact-below-one-txt" and r["agent"] == "oracle",
-             reward_decimal=None, as_expected=True)
+    edit_row(copy / "attempts.parquet",
+             lambda r: r["task_id"] == "exact-below-one-txt" and r["agent"] == "oracle", reward_decimal=None,
+             as_expected=True)
     reseal(copy)
     problems = audit(copy).problems
     assert any("attempts.parquet" in p and "reward_decimal" in p for p in problems), problems
 
 
 @pytest.mark.parametrize("forge", [lambda m: {**m, "expert_time_estimate_min": 60},  # a float made an integer
-                                   lambda m: {**m, "author": {**m["author"], "weights": [1, 2.5, 1]}},  # true → 1
+                                   # true → 1
+                                   lambda m: {**m, "author": {**m["author"], "weights": [1, 2.5, 1]}},
                                    lambda m: {k: v for k, v in m.items() if k != "tags"}])
 def test_a_tasks_metadata_edited_fails_the_audit(played, tmp_path, forge):
     _, run_dir = played
@@ -204,8 +211,8 @@ def test_a_reward_decimal_that_is_no_number_is_named_not_a_crash(played, tmp_pat
     _, run_dir = played
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
-    edit_row(copy / "attempts.parquet", lambda r: r["task_id"] == "exact-below-one-txt" and r["agent"] == "oracle",
-             reward_decimal="NaN")
+    edit_row(copy / "attempts.parquet",
+             lambda r: r["task_id"] == "exact-below-one-txt" and r["agent"] == "oracle", reward_decimal="NaN")
     reseal(copy)
     problems = audit(copy).problems
     assert any("exact-below-one-txt/oracle" in p and "reward_decimal 'NaN'" in p for p in problems), problems
@@ -232,7 +239,8 @@ def test_a_reply_records_image_set_to_another_tasks_image(forged):
     from environment.protocol import canonical_json, sha256_tag
 
     images = {t: e["image"] for t, e in _frozen(forged)["tasks"].items()}
-    row = edit_row(forged / "attempts.parquet", lambda r: r["task_id"] == "csv-to-json" and r["agent"] == "oracle")
+    row = edit_row(forged / "attempts.parquet",
+                   lambda r: r["task_id"] == "csv-to-json" and r["agent"] == "oracle")
     record = json.loads((forged / "replies" / row["reply_sha256"].removeprefix("sha256:")).read_bytes())
     assert record["image"] == images["csv-to-json"] != images["rich-metadata"]
     record["image"] = images["rich-metadata"]
@@ -242,7 +250,8 @@ def test_a_reply_records_image_set_to_another_tasks_image(forged):
              reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
     reseal(forged)
     problems = audit(forged).problems
-    assert any("csv-to-json/oracle" in p and "image" in p and images["rich-metadata"] in p for p in problems), problems
+    assert any("csv-to-json/oracle" in p and "image" in p and images["rich-metadata"] in p
+               for p in problems), problems
 
 
 def test_a_base_images_packages_and_apt_sources_replaced_and_the_manifest_rehashed(forged):
@@ -250,13 +259,15 @@ def test_a_base_images_packages_and_apt_sources_replaced_and_the_manifest_rehash
 
     def forge(m):
         base = m["execution"]["task_images"]["base_map"]["bases"]["python-3.11-slim-bookworm"]
-        base["packages"] = [p for p in base["packages"] if not p.startswith("python3.11=")] + ["python3.11=3.11.9-1"]
+        base["packages"] = [p for p in base["packages"]
+                            if not p.startswith("python3.11=")] + ["python3.11=3.11.9-1"]
         base["apt_sources"] = ["deb http://mirror.example/debian bookworm main"]
 
     rehash_manifest(forged, forge)
     reseal(forged)
     problems = audit(forged).problems
-    assert any("manifest.json" in p and "python-3.11-slim-bookworm" in p and "packages" in p and "apt_sources" in p
+    assert any("manifest.json" in p and "python-3.11-slim-bookworm" in p and "packages" in p
+               and "apt_sources" in p
                for p in problems), problems
 
 
@@ -275,4 +286,5 @@ def test_a_tasks_dockerfile_patch_sha256_zeroed_and_the_manifest_rehashed(forged
         patch_sha256="sha256:" + "0" * 64))
     reseal(forged)
     problems = audit(forged).problems
-    assert any("manifest.json" in p and "csv-to-json" in p and "patch_sha256" in p for p in problems), problems
+    assert any("manifest.json" in p and "csv-to-json" in p and "patch_sha256" in p
+               for p in problems), problems

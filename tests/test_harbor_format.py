@@ -13,14 +13,27 @@ import typing
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from pydantic import ValidationError
 
 from environment.harbor.config import TaskConfig
-from environment.harbor.reward import MAX_REWARD_BYTES, Reward, RewardError, planted, planted_rewards, read_reward
-from environment.harbor.taskdir import (DatasetError, HarborTask, InvalidTask, Limits, load_dataset, load_task,
-                                        strip_canary)
+from environment.harbor.reward import (
+    MAX_REWARD_BYTES,
+    Reward,
+    RewardError,
+    planted,
+    planted_rewards,
+    read_reward,
+)
+from environment.harbor.taskdir import (
+    DatasetError,
+    HarborTask,
+    InvalidTask,
+    Limits,
+    load_dataset,
+    load_task,
+    strip_canary,
+)
 from validate.core.records import Reason
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
@@ -33,7 +46,8 @@ timeout_sec = 30
 """
 
 
-def make_task(root: Path, name: str = "t1", *, toml: str | bytes = MINIMAL_TOML, instruction: str | None = "Do it.\n",
+def make_task(root: Path, name: str = "t1", *, toml: str | bytes = MINIMAL_TOML,
+              instruction: str | None = "Do it.\n",
               dockerfile: str | None = "FROM python:3.11-slim-bookworm\n", test: str | None = "#!/bin/bash\n",
               solve: str | None = "#!/bin/bash\n") -> Path:
     d = root / name
@@ -57,7 +71,8 @@ def only_problem(root: Path, name: str = "t1", limits: Limits = Limits()) -> str
 
 
 def test_defaults_and_unknown_keys_are_ignored():
-    c = TaskConfig.from_toml('future_key = 1\n[environment]\nshiny = "new"\n[verifier]\nalso = 2\n[brand_new]\nx = 1\n')
+    c = TaskConfig.from_toml('future_key = 1\n[environment]\nshiny = "new"\n[verifier]\nalso = 2\n'
+                             '[brand_new]\nx = 1\n')
     assert c.schema_version == "1.4" and c.task is None
     assert c.verifier.timeout_sec == 600 and c.environment.build_timeout_sec == 600
     assert c.environment.network_mode == "public" and c.agent.timeout_sec is None
@@ -104,15 +119,19 @@ env = {C = "3"}
 
 
 def test_legacy_spellings():
-    c = TaskConfig.from_toml('version = "1.0"\n[environment]\nmemory = "2G"\nstorage = "512M"\nallow_internet = false\n')
+    c = TaskConfig.from_toml('version = "1.0"\n[environment]\nmemory = "2G"\nstorage = "512M"\n'
+                             'allow_internet = false\n')
     assert c.schema_version == "1.0" and c.environment.memory_mb == 2048 and c.environment.storage_mb == 512
     assert c.environment.network_mode == "no-network" and c.environment.allow_internet is None
     both = TaskConfig.from_toml('version = "1.0"\nschema_version = "1.4"\n[environment]\nmemory = "4096K"\n')
     assert both.schema_version == "1.4" and both.environment.memory_mb == 4
     explicit = TaskConfig.from_toml('[environment]\nnetwork_mode = "public"\nallow_internet = false\n')
     assert explicit.environment.network_mode == "public"  # the explicit mode wins, as in Harbor
-    venv = TaskConfig.from_toml('[verifier.environment]\nallow_internet = true\n[environment]\nallow_internet = false\n')
-    assert venv.verifier.environment.network_mode == "public" and venv.environment.network_mode == "no-network"
+    venv = TaskConfig.from_toml('[verifier.environment]\nallow_internet = true\n[environment]\n'
+                                'allow_internet = false\n')
+    assert (
+        venv.verifier.environment.network_mode == "public" and venv.environment.network_mode == "no-network"
+    )
 
 
 @pytest.mark.parametrize("text,field", [
@@ -145,7 +164,8 @@ def test_verifier_mode_follows_harbor():
     assert TaskConfig.from_toml('[verifier]\nenvironment_mode = "separate"\n').verifier.separate()
     assert TaskConfig.from_toml('[verifier.environment]\ndocker_image = "v"\n').verifier.separate()
     assert not TaskConfig.from_toml('[verifier]\nenvironment_mode = "shared"\n').verifier.separate()
-    c = TaskConfig.from_toml('[verifier.environment]\nnetwork_mode = "no-network"\n[environment]\nnetwork_mode = "public"\n')
+    c = TaskConfig.from_toml('[verifier.environment]\nnetwork_mode = "no-network"\n[environment]\n'
+                             'network_mode = "public"\n')
     assert c.verifier_network() == ("no-network", []) and c.agent_network() == ("public", [])
 
 
@@ -153,7 +173,8 @@ def test_verifier_mode_follows_harbor():
 
 
 def test_a_good_task_loads(tmp_path):
-    make_task(tmp_path, instruction="<!-- my-canary GUID 1234 -->\n# CANARY string\n\n\nSolve it.\n# canary later stays\n")
+    make_task(tmp_path, instruction="<!-- my-canary GUID 1234 -->\n# CANARY string\n\n\nSolve it.\n"
+                                    "# canary later stays\n")
     t = load_task(tmp_path, "t1")
     assert isinstance(t, HarborTask), t
     assert t.instruction == "Solve it.\n# canary later stays\n"
@@ -170,7 +191,8 @@ def test_strip_canary_like_harbor():
 
 
 def test_kinds_of_environment_and_verifier(tmp_path):
-    make_task(tmp_path, "image", toml=MINIMAL_TOML + '[environment]\ndocker_image = "python:3.11-slim-bookworm"\n',
+    make_task(tmp_path, "image",
+              toml=MINIMAL_TOML + '[environment]\ndocker_image = "python:3.11-slim-bookworm"\n',
               dockerfile=None)
     make_task(tmp_path, "compose", dockerfile=None)
     (tmp_path / "compose/environment").mkdir()
@@ -187,7 +209,8 @@ def test_kinds_of_environment_and_verifier(tmp_path):
     assert got["compose"].environment == "compose"
     assert (got["sep"].verifier, got["sep"].verifier_build) == ("separate", "dockerfile")
     assert got["sep-image"].verifier_build == "image" and got["sep-own"].verifier_build == "environment"
-    assert got["dockerfile-but-shared"].verifier == "shared"  # a tests/Dockerfile alone does not make it separate
+    # a tests/Dockerfile alone does not make it separate
+    assert got["dockerfile-but-shared"].verifier == "shared"
     assert not got["no-solution"].has_solution
 
 
@@ -197,10 +220,13 @@ def test_kinds_of_environment_and_verifier(tmp_path):
     (lambda d: (d / "instruction.md").write_text("<!-- canary -->\n\n"), "instruction.md: empty"),
     (lambda d: (d / "environment/Dockerfile").unlink(), "no environment"),
     (lambda d: (d / "tests/test.sh").unlink(), "tests/test.sh: missing"),
-    (lambda d: (d / "task.toml").write_bytes(b'[task]\nname = "o/\xff\xfe"\n'), "task.toml: not UTF-8 (byte 17)"),
+    (lambda d: (d / "task.toml").write_bytes(b'[task]\nname = "o/\xff\xfe"\n'),
+     "task.toml: not UTF-8 (byte 17)"),
     (lambda d: (d / "task.toml").write_text("[task\nname = 1\n"), "task.toml: not TOML"),
-    (lambda d: (d / "task.toml").write_text("a = " + "[" * 50_000 + "]" * 50_000), "task.toml: nested too deeply"),
-    (lambda d: (d / "task.toml").write_text('[metadata]\nm = ' + "{a = " * 5000 + "1" + "}" * 5000), "task.toml: nested"),
+    (lambda d: (d / "task.toml").write_text("a = " + "[" * 50_000 + "]" * 50_000),
+     "task.toml: nested too deeply"),
+    (lambda d: (d / "task.toml").write_text('[metadata]\nm = ' + "{a = " * 5000 + "1" + "}" * 5000),
+     "task.toml: nested"),
     (lambda d: (d / "task.toml").write_text("[environment]\ncpus = -2\n"), "task.toml [environment.cpus]"),
     (lambda d: (d / "task.toml").write_text('[[steps]]\nname = ".."\n'), "task.toml [steps.0.name]"),
     (lambda d: (d / "instruction.md").write_bytes(b"\x80abc"), "instruction.md: not UTF-8"),
@@ -252,8 +278,8 @@ def test_names_and_link_targets_that_are_not_utf8_are_problems_stored_escaped(tm
     os.symlink(b"/elsewhere\xfe", os.fsencode(good / "environment" / "link"))
     ds = load_dataset(tmp_path)
     problems = {t.id: [p.detail for p in t.problems] for t in ds.invalid}
-    assert problems == {"bad\\xffname": ["the task directory's path is not UTF-8 (bad\\xffname, its bytes escaped); "
-                                         "rename it"],
+    assert problems == {"bad\\xffname": ["the task directory's path is not UTF-8 (bad\\xffname, its bytes "
+                                         "escaped); rename it"],
                         "linked": ["symlink out of the task directory (to '/elsewhere\\\\xfe')"]}
     assert ds.revision.startswith("sha256:") and json.dumps(ds.model_dump(), ensure_ascii=False).encode()
 
@@ -283,9 +309,11 @@ def test_dataset_layout_groups_and_bad_neighbours(tmp_path):
     (tmp_path / "README.md").write_text("dataset card\n")
     ds = load_dataset(tmp_path)
     assert [t.id for t in ds.tasks] == ["family-a/one", "top"]
-    assert {t.id: t.problems[0].file for t in ds.invalid} == {"family-a/two": "task.toml", "empty-leaf": "task.toml"}
+    assert {t.id: t.problems[0].file for t in ds.invalid} == {"family-a/two": "task.toml",
+                                                              "empty-leaf": "task.toml"}
     finding = ds.invalid[0].findings()[0]
-    assert (finding.kind, finding.blocking) == ("malformed_task", True) and finding.detail.startswith("task.toml: ")
+    assert (finding.kind, finding.blocking) == ("malformed_task",
+                                                True) and finding.detail.startswith("task.toml: ")
     with pytest.raises(DatasetError, match="not a directory"):
         load_dataset(tmp_path / "README.md")
 
@@ -315,7 +343,13 @@ def test_hashes_move_with_every_byte_and_name_and_nothing_else(tmp_path):
     make_task(a, "x", test="#!/bin/bash\necho 1\n")
     # the same content written in another order, with other mtimes and modes
     d = b / "x"
-    for rel in ["tests/test.sh", "solution/solve.sh", "environment/Dockerfile", "instruction.md", "task.toml"]:
+    for rel in [
+        "tests/test.sh",
+        "solution/solve.sh",
+        "environment/Dockerfile",
+        "instruction.md",
+        "task.toml",
+    ]:
         (d / rel).parent.mkdir(parents=True, exist_ok=True)
         (d / rel).write_bytes((a / "x" / rel).read_bytes())
     (d / "tests/test.sh").chmod(0o755)
@@ -443,11 +477,13 @@ def test_planted_files_are_recorded():
 
 # --- the sample dataset -------------------------------------------------------------------
 
-SOUND_KINDS = {"edit-config", "c-fix-build", "pytest-in-tests", "sqlite-archive", "loopback-service", "unicode-names"}
-EVERY_OUTCOME = {"oracle-fails", "nop-passes", "answer-in-image", "answer-in-git-history", "no-reward-written",
-                 "flaky-test", "verifier-needs-network", "unmapped-base", "copy-outside-context", "gpu-required",
-                 "solve-too-slow", "verifier-hangs", "garbage-reward-txt", "multi-key-reward", "separate-verifier",
-                 "no-solution", "python-pytest", "install-local-deb"}
+SOUND_KINDS = {"edit-config", "c-fix-build", "pytest-in-tests", "sqlite-archive", "loopback-service",
+               "unicode-names"}
+EVERY_OUTCOME = {"oracle-fails", "nop-passes", "answer-in-image", "answer-in-git-history",
+                 "no-reward-written", "flaky-test", "verifier-needs-network", "unmapped-base",
+                 "copy-outside-context", "gpu-required", "solve-too-slow", "verifier-hangs",
+                 "garbage-reward-txt", "multi-key-reward", "separate-verifier", "no-solution",
+                 "python-pytest", "install-local-deb"}
 
 
 def _labels() -> dict[str, tuple[str, str]]:
@@ -479,13 +515,17 @@ def test_the_sample_dataset_loads_as_labelled():
     tasks = {t.id: t for t in ds.tasks}
     assert any("é" in e.path for e in tasks["unicode-names"].entries)
     assert tasks["no-solution"].has_solution is False and tasks["separate-verifier"].verifier == "separate"
-    assert tasks["gpu-required"].config.environment.needs_gpu() and tasks["multi-step"].steps == ["write", "double"]
+    assert tasks["gpu-required"].config.environment.needs_gpu() and tasks["multi-step"].steps == [
+        "write",
+        "double",
+    ]
     assert tasks["csv-to-json"].config.environment.memory_mb == 1024
     assert not tasks["csv-to-json"].instruction.lstrip().startswith(("<!--", "#"))
     for t in ds.tasks:
         df = Path(SAMPLE, t.id, "environment/Dockerfile")
         if df.exists() and t.id != "unmapped-base":
-            assert df.read_text().startswith(("FROM python:3.11-slim-bookworm\n", "FROM debian:bookworm-slim\n")), t.id
+            assert df.read_text().startswith(("FROM python:3.11-slim-bookworm\n",
+                                              "FROM debian:bookworm-slim\n")), t.id
 
 
 def test_a_task_directory_given_as_the_dataset_is_refused_in_one_line(tmp_path):
@@ -509,7 +549,9 @@ FROM scratch
     assert t.base_images == ["golang:1.22", "python:3.11-slim-bookworm", "${BASE}"]
     ds = {t.id: t for t in load_dataset(SAMPLE).tasks}
     assert ds["unmapped-base"].base_images == ["ubuntu:24.04"]
-    assert ds["prebuilt-image"].base_images == [] and ds["edit-config"].base_images == ["python:3.11-slim-bookworm"]
+    assert ds["prebuilt-image"].base_images == [] and ds["edit-config"].base_images == [
+        "python:3.11-slim-bookworm"
+    ]
 
 
 def test_a_file_edited_between_hashing_and_parsing_is_a_problem(tmp_path, monkeypatch):
@@ -520,7 +562,8 @@ def test_a_file_edited_between_hashing_and_parsing_is_a_problem(tmp_path, monkey
 
     def walk_then_edit(task_dir, limits):
         got = walk(task_dir, limits)
-        (d / "task.toml").write_text(MINIMAL_TOML + "[environment]\ngpus = 8\n")  # after hashing, before parsing
+        # after hashing, before parsing
+        (d / "task.toml").write_text(MINIMAL_TOML + "[environment]\ngpus = 8\n")
         return got
 
     monkeypatch.setattr(taskdir, "_walk", walk_then_edit)

@@ -19,15 +19,22 @@ import pytest
 from tests.conftest import make_ctx
 from tests.test_task_images import CountingImages
 from validate import api
-from validate.core import environments
 from validate.audit.run import audit
 from validate.cli.main import main
-from validate.evidence.journal import write_checksums
-from validate.taskdir.package import CARD, EXCLUSIONS, HASH_MANIFEST, verify_package
+from validate.core import environments
 from validate.core.paths import RunPaths, task_image_store
+from validate.evidence.journal import write_checksums
 from validate.run.phases import PoolPhase, pool
 from validate.taskdir.images.docker import DockerImages
-from validate.taskdir.images.frozen import BUILD_LOGS, TaskImageMismatch, freeze_images, keep_run_log, log_dir_of, routed
+from validate.taskdir.images.frozen import (
+    BUILD_LOGS,
+    TaskImageMismatch,
+    freeze_images,
+    keep_run_log,
+    log_dir_of,
+    routed,
+)
+from validate.taskdir.package import CARD, EXCLUSIONS, HASH_MANIFEST, verify_package
 
 pytestmark = pytest.mark.docker
 
@@ -70,7 +77,8 @@ def test_freeze_records_the_base_map_and_each_tasks_image_or_refusal(frozen):
     assert json.loads(path.read_bytes())["execution"]["task_images"]["tasks"].keys() == set(PICK)
     sub = next(s for s in ti.base_map.substitutions if s.upstream == "python:3.12-slim*")
     assert any("Python 3.11 is served" in d for d in sub.differences)
-    assert all(b.image_id.startswith("sha256:") and b.layer.startswith("sha256:") for b in ti.base_map.bases.values())
+    assert all(b.image_id.startswith("sha256:") and b.layer.startswith("sha256:")
+               for b in ti.base_map.bases.values())
     docker = DockerImages()
     for tid in SOUND:
         entry = ti.tasks[tid]
@@ -106,8 +114,9 @@ def test_an_image_other_than_the_frozen_one_is_refused(frozen, tmp_path):
     _, m = frozen
     ti = m.execution.task_images
     real = ti.tasks["csv-to-json"]
-    other = ti.model_copy(update={"tasks": {**ti.tasks, "csv-to-json": real.model_copy(update={"image": "sha256:"
-                                                                                                + "0" * 64})}})
+    other = ti.model_copy(
+        update={"tasks": {**ti.tasks, "csv-to-json": real.model_copy(update={"image": "sha256:" + "0" * 64})}}
+    )
 
     class Built:  # what the cache answers: the image this daemon really holds for the task
         image_id, log = real.image, "/nonexistent"
@@ -210,7 +219,8 @@ def test_package_in_the_published_shape_loads_as_the_same_tasks(pooled, tmp_path
         [CARD, EXCLUSIONS, HASH_MANIFEST, "data/train-00000-of-00001.parquet"])
     assert verify_package(out) == []
     table = pd.read_parquet(out / "data/train-00000-of-00001.parquet")
-    assert list(table["path"]) == sorted(SOUND) and {"task_binary", "task_id", "instruction"} <= set(table.columns)
+    assert list(table["path"]) == sorted(SOUND) and {"task_binary", "task_id",
+                                                     "instruction"} <= set(table.columns)
     env = environments.get("harbor")
     loaded = env.load(env.Config(dataset=str(out)))
     directory = env.load(env.Config(dataset=str(SAMPLE)))

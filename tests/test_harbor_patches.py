@@ -57,7 +57,8 @@ def test_the_patched_task_alone_changes_and_says_what_its_diff_touches(env):
     assert f"{TASK}.diff ({digest}): task.toml, tests/test.sh" in finding.detail
     test_sh = (patched.task_dir(task) / "tests" / "test.sh").read_text()
     assert "checker.example.com" not in test_sh and "/tests/check.py" in test_sh
-    assert "checker.example.com" in (SAMPLE / TASK / "tests" / "test.sh").read_text()  # the original is untouched
+    # the original is untouched
+    assert "checker.example.com" in (SAMPLE / TASK / "tests" / "test.sh").read_text()
     assert patched.task_dir(task) != SAMPLE / TASK
     assert patched.revision == load_dataset(patched.root).revision  # the revision is the patched tree's own
 
@@ -84,7 +85,8 @@ def _diff(path: str, old: str, new: str) -> str:
 @pytest.mark.parametrize("name, text, says", [
     ("no-such-task.diff", _diff("instruction.md", "x", "y"), "the dataset has no task 'no-such-task'"),
     (f"{TASK}.diff", _diff("tests/test.sh", "not what the file says", "y"), "does not apply to task"),
-    (f"{TASK}.diff", _diff("../csv-to-json/tests/test.sh", "#!/bin/bash", "exit 0"), "does not apply to task"),
+    (f"{TASK}.diff", _diff("../csv-to-json/tests/test.sh", "#!/bin/bash", "exit 0"),
+     "does not apply to task"),
     (f"{TASK}.diff", "this is not a diff\n", "not a diff git can read"),
     (f"{TASK}.patch", _diff("instruction.md", "x", "y"), "only regular <task id>.diff files"),
 ])
@@ -124,20 +126,22 @@ def test_freeze_refuses_a_patch_that_does_not_apply_with_exit_2(tmp_path):
 @pytest.mark.docker
 def test_a_patched_task_is_frozen_played_and_audited_with_its_patch_in_the_evidence(tmp_path):
     manifest = tmp_path / "patched.json"
-    r = subprocess.run(["validate", "freeze", "--env", "harbor", "--name", "patched", "--dataset", str(SAMPLE),
-                        "--patches", str(PATCHES), "--idx", str(_index(TASK)), "--out", str(manifest)],
+    r = subprocess.run(["validate", "freeze", "--env", "harbor", "--name", "patched", "--dataset",
+                        str(SAMPLE), "--patches", str(PATCHES), "--idx", str(_index(TASK)), "--out",
+                        str(manifest)],
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     frozen = json.loads(manifest.read_text())
     assert frozen["environment"]["config"]["patches"] == str(PATCHES)
     assert frozen["environment"]["revision"] != load_dataset(SAMPLE).revision
     run_dir = tmp_path / "run"
-    r = subprocess.run(["validate", "run", "--manifest", str(manifest), "--run-dir", str(run_dir), "--agents", "all",
-                        "-c", "2"], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(["validate", "run", "--manifest", str(manifest), "--run-dir", str(run_dir), "--agents",
+                        "all", "-c", "2"], capture_output=True, text=True, cwd=tmp_path)
     tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
     assert tasks.loc[TASK, "verdict"] == "compatible", (r.stderr[-2000:], tasks.to_dict("index"))
     assert f"patched offline by {TASK}.diff" in tasks.loc[TASK, "detail"]
-    report = subprocess.run(["validate", "report", str(run_dir)], capture_output=True, text=True, cwd=tmp_path)
+    report = subprocess.run(["validate", "report", str(run_dir)], capture_output=True, text=True,
+                            cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     [md] = (run_dir / "reports").glob("*/report.md")
     assert f"| {TASK} | patched offline by {TASK}.diff" in md.read_text()

@@ -15,26 +15,31 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from environment.harbor.taskdir import load_dataset
+from tests import test_eval_shell
 from tests.conftest import make_ctx, make_manifest
-from tests.test_eval_shell import NOTHING, evaluate_with, server  # noqa: F401 - server: a fixture
+from tests.test_eval_shell import NOTHING, evaluate_with
 from tests.test_task_images import CountingImages
 from validate import api
-from validate.core import environments
-from validate.audit.run import audit
 from validate.audit.eval import _attempts as eval_attempts
+from validate.audit.run import audit
 from validate.audit.seal import AuditResult
 from validate.cli.main import main
 from validate.contract.manifest import Manifest, write_manifest
+from validate.core import environments
 from validate.core.paths import task_image_store
 from validate.run.phases import RunPhase, run_agents
-from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
+from validate.sandbox import storage
 from validate.taskdir.images.bases import build_base_map
+from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskdir.images.docker import DockerImages
 from validate.taskdir.images.frozen import log_dir_of
-from validate.sandbox import storage
 from validate.taskdir.trial.roots import tree_store
 from validate.taskdir.trial.support import unsupported
-from environment.harbor.taskdir import load_dataset
+
+#: test_eval_shell's server fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+server = test_eval_shell.server
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +54,8 @@ def _dataset(root: Path) -> Path:
     for tid, image in IMAGES.items():
         shutil.copytree(SAMPLE / "prebuilt-image", root / tid)
         toml = root / tid / "task.toml"
-        text = toml.read_text().replace('docker_image = "python:3.11-slim-bookworm"', f'docker_image = "{image}"')
+        text = toml.read_text().replace('docker_image = "python:3.11-slim-bookworm"',
+                                        f'docker_image = "{image}"')
         assert image in text
         toml.write_text(text.replace('name = "harbor-sample/prebuilt-image"', f'name = "prebuilt/{tid}"'))
     return root
@@ -84,13 +90,17 @@ def test_a_served_image_is_the_mapped_base_with_its_substitution_recorded(datase
     assert got.bases[0].differences == built.bases[0].differences
     assert "Python 3.11 is served where the task asks for Python 3.12: code needing 3.12 features fails" in \
         got.bases[0].differences
-    assert '-docker_image = "python:3.12-slim"\n' in got.patch and f'+docker_image = "{base.image_id}"\n' in got.patch
+    assert (
+        '-docker_image = "python:3.12-slim"\n' in got.patch
+        and f'+docker_image = "{base.image_id}"\n' in got.patch
+    )
     builds = images.builds
     again = build_task_image(dataset / "served", base_map, images, tmp_path, docker_image="python:3.12-slim")
     assert again.cached and again.image_id == got.image_id and images.builds == builds
     refused = build_task_image(dataset / "unserved", base_map, images, tmp_path, docker_image="ubuntu:24.04")
     assert refused == TaskImageRefusal(reason="unsupported_execution_contract",
-                                       detail="[environment].docker_image ubuntu:24.04 is not available on this profile")
+                                       detail="[environment].docker_image ubuntu:24.04 is not "
+                                              "available on this profile")
     assert images.builds == builds
     images.client.close()
 
@@ -108,7 +118,9 @@ def test_freeze_routes_the_served_task_to_its_image_and_refuses_the_other(frozen
     ti = m.execution.task_images
     served, unserved = ti.tasks["served"], ti.tasks["unserved"]
     assert served.refusal is None and served.image.startswith("sha256:")
-    assert served.layers == (ti.base_map.bases[PYTHON].layer,) and served.bases == {"python:3.12-slim": PYTHON}
+    assert served.layers == (ti.base_map.bases[PYTHON].layer,) and served.bases == {
+        "python:3.12-slim": PYTHON
+    }
     assert served.patch_sha256 and served.log_sha256
     assert DockerImages().image_layers(served.image) == [ti.base_map.bases[PYTHON].layer]
     assert (unserved.refusal, unserved.image) == ("unsupported_execution_contract", None)
@@ -156,7 +168,8 @@ def test_verify_holds_every_frozen_task_image(frozen, tmp_path, capsys):
     assert m.execution.task_images.tasks["served"].image in said  # what the cache built here
 
 
-def test_a_run_refuses_a_frozen_task_image_this_machine_cannot_have_before_anything_plays(frozen, tmp_path, capsys):
+def test_a_run_refuses_a_frozen_task_image_this_machine_cannot_have_before_anything_plays(frozen, tmp_path,
+                                                                                          capsys):
     _, m = frozen
     other = write_manifest(_with_image(m, "served", "sha256:" + "0" * 64), tmp_path / "other.json")
     run_dir = tmp_path / "run"
@@ -192,7 +205,8 @@ def test_freeze_like_freezes_the_task_images_on_its_profile(frozen, tmp_path):
     assert main(["verify", "--manifest", str(like)]) == 0
 
 
-def test_a_model_eval_records_each_tasks_routed_image_and_its_audit_holds_it(frozen, sandboxes, server, tmp_path):
+def test_a_model_eval_records_each_tasks_routed_image_and_its_audit_holds_it(frozen, sandboxes, server,
+                                                                             tmp_path):
     _, m = frozen
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=m.environment.config["dataset"]))
@@ -217,12 +231,15 @@ def test_on_bwrap_the_served_tasks_oracle_passes_in_the_unpacked_base(dataset, s
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(dataset)))
     sandbox = sandboxes("bwrap")
-    m = make_manifest(sandbox, idx=list(range(ts.size)), env_name="harbor", dataset=str(dataset), min_task_count=1)
+    m = make_manifest(sandbox, idx=list(range(ts.size)), env_name="harbor", dataset=str(dataset),
+                      min_task_count=1)
     run_dir = tmp_path / "run"
     run_agents(make_ctx(m, sandbox, run_dir, concurrency=2), RunPhase(agents="oracle"))
     att = pd.read_parquet(run_dir / "attempts.parquet").set_index("task_id")
     served = att.loc[["served"]]
-    record = json.loads((run_dir / "replies" / served["reply_sha256"].iloc[0].removeprefix("sha256:")).read_bytes())
+    record = json.loads(
+        (run_dir / "replies" / served["reply_sha256"].iloc[0].removeprefix("sha256:")).read_bytes()
+    )
     storage.remove_tree(tree_store() / record["image"].removeprefix("sha256:"))
     assert len(served) == 1 and served["status"].iloc[0] == "ok" and served["reward"].iloc[0] == 1.0, \
         served[["status", "error_class", "error_message", "stderr"]].to_dict("records")

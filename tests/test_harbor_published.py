@@ -87,7 +87,8 @@ def test_a_folder_of_parquet_files_and_an_archive_wrapped_in_its_folder(tmp_path
     wrapped = io.BytesIO()
     with tarfile.open(fileobj=wrapped, mode="w:gz") as tar:
         tar.add(SAMPLE / "edit-config", arcname="edit-config")  # <name>/task.toml
-    _write(tmp_path / "ds/data/train.parquet", {"path": rows["path"][:1], "task_binary": rows["task_binary"][:1],
+    _write(tmp_path / "ds/data/train.parquet",
+           {"path": rows["path"][:1], "task_binary": rows["task_binary"][:1],
                                                 "split_train": [True]})
     _write(tmp_path / "ds/data/test.parquet", {"path": ["edit-config"], "task_binary": [wrapped.getvalue()],
                                                "split_train": [False]})
@@ -103,7 +104,8 @@ HOSTILE = {
     "absolute": (_tar(_file("/tmp/escaped-abs", b"pwned")), "absolute path"),
     "link-out": (_tar(_entry("evil", tarfile.SYMTYPE, "../../../outside")), "symlink out of the task"),
     "link-abs": (_tar(_entry("evil", tarfile.SYMTYPE, "/etc")), "symlink out of the task"),
-    "through-link": (_tar(_entry("d", tarfile.SYMTYPE, "."), _file("d/task.toml", b"x")), "through the symlink"),
+    "through-link": (_tar(_entry("d", tarfile.SYMTYPE, "."), _file("d/task.toml", b"x")),
+                     "through the symlink"),
     "hardlink-out": (_tar(_entry("h", tarfile.LNKTYPE, "/etc/passwd")), "hard link"),
     "device": (_tar(_entry("dev", tarfile.CHRTYPE)), "a device file"),
     "fifo": (_tar(_entry("pipe", tarfile.FIFOTYPE)), "a FIFO"),
@@ -119,7 +121,8 @@ def test_hostile_rows_are_findings_naming_the_row_and_nothing_lands_outside(tmp_
     rows = _sample_rows(("csv-to-json",))
     _write(tmp_path / "ds/hostile.parquet", {
         "path": [*rows["path"], *names, "../up", ".hidden", "csv-to-json", "csv-to-json/inner", None],
-        "task_binary": [*rows["task_binary"], *(HOSTILE[n][0] for n in names), *rows["task_binary"] * 4, None]})
+        "task_binary": [*rows["task_binary"], *(HOSTILE[n][0] for n in names), *rows["task_binary"] * 4,
+                        None]})
     before = sorted(p.name for p in tmp_path.rglob("*"))
     ts = ENV.load(ENV.Config(dataset=str(tmp_path / "ds")))
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no write next to the dataset
@@ -132,8 +135,8 @@ def test_hostile_rows_are_findings_naming_the_row_and_nothing_lands_outside(tmp_
         assert HOSTILE[n][1] in line, line
     at = len(names) + 1
     bad_paths = {f"hostile.parquet#{at + k}": why for k, why in enumerate(
-        ["not a relative path", "not a relative path", "is also row hostile.parquet#0", "one task inside the other",
-         "not text"])}
+        ["not a relative path", "not a relative path", "is also row hostile.parquet#0",
+         "one task inside the other", "not text"])}
     for tid, why in bad_paths.items():
         assert tid in tasks and why in tasks[tid].problems[0].detail, (tid, tasks.get(tid))
     assert not any(p.name == "escaped" for p in Path(ts.root).parent.rglob("*"))
@@ -212,10 +215,15 @@ def _parquet_bytes(ids) -> bytes:
 
 def test_hub_dataset_resolves_the_branch_to_its_commit_and_a_contract_pins_it(offline_hub):
     one, two = "1" * 40, "2" * 40
-    hub_cache(offline_hub, "our-org/tasks", one, {"data/train-00000-of-00001.parquet": _parquet_bytes(SOUND[:2])})
+    hub_cache(offline_hub, "our-org/tasks", one,
+              {"data/train-00000-of-00001.parquet": _parquet_bytes(SOUND[:2])})
     said: list[str] = []
     ts = ENV.load(ENV.Config(dataset="hf://our-org/tasks@main"), LoadHints(log=said.append))
-    assert ts.source["commit"] == one and ts.source["requested"] == "main" and ts.source["repo"] == "our-org/tasks"
+    assert (
+        ts.source["commit"] == one
+        and ts.source["requested"] == "main"
+        and ts.source["repo"] == "our-org/tasks"
+    )
     assert any(f"commit {one}" in line for line in said)
     assert sorted(_hashes(ts)) == sorted(SOUND[:2])
     # main moves on: a fresh load reads the new commit, a contract's load still reads its own
@@ -237,8 +245,8 @@ def test_freeze_of_a_hub_revision_says_what_it_resolved_and_a_second_freeze_rebu
 
     commit = "3" * 40
     hub_cache(offline_hub, "our-org/tasks", commit, {"data/train.parquet": _parquet_bytes(SOUND[:2])})
-    args = ["freeze", "--env", "harbor", "--name", "hub", "--dataset", "hf://our-org/tasks@main", "--min-count", "1",
-            "--allow-patch"]
+    args = ["freeze", "--env", "harbor", "--name", "hub", "--dataset", "hf://our-org/tasks@main",
+            "--min-count", "1", "--allow-patch"]
     assert main([*args, "--out", str(tmp_path / "a.json")]) == 0
     first = capsys.readouterr().err
     assert f"commit {commit}" in first and "2 tasks, revision sha256:" in first, first

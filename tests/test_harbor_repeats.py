@@ -17,8 +17,8 @@ import pytest
 from environment.harbor.env import HarborConfig, HarborEnvironment
 from tests.conftest import make_ctx, make_manifest
 from validate.audit.run import audit
-from validate.run.phases import RunPhase, run_agents
 from validate.report.run import write_report
+from validate.run.phases import RunPhase, run_agents
 
 pytestmark = pytest.mark.docker
 
@@ -27,7 +27,9 @@ PICK = ("flaky-test", "multi-key-reward", "no-solution")
 REPEATS = 5
 #: Every control the environment declares (the tampering ones too): each plays the task
 #: without a solution, which excuses only the oracle.
-CONTROLS = tuple(a.name for a in HarborEnvironment().agents(HarborConfig(dataset=str(SAMPLE))) if a.role == "control")
+CONTROLS = tuple(
+    a.name for a in HarborEnvironment().agents(HarborConfig(dataset=str(SAMPLE))) if a.role == "control"
+)
 
 
 def label(task_id: str) -> tuple[str, str]:
@@ -84,7 +86,10 @@ def test_no_solution_is_runtime_tested_only_and_the_claim_counts_it_apart(repeat
     report = sorted((run_dir / "reports").iterdir())[-1] / "report.md"
     text = report.read_text()
     certified = summary.counts.compatible
-    assert f" {certified}/3 ({100 * certified / 3:.1f} %) oracle-certified, 1/3 (33.3 %) runtime-tested only" in text
+    assert (
+        f" {certified}/3 ({100 * certified / 3:.1f} %) oracle-certified, 1/3 (33.3 %) runtime-tested only"
+        in text
+    )
 
 
 def test_multi_key_reward_passes_on_every_key(repeats_run):
@@ -113,7 +118,8 @@ def test_the_flaky_verifier_s_verdict_follows_from_its_repeats(repeats_run):
         assert got == label("flaky-test")
         assert tasks.loc["flaky-test", "detail"] == f"flaky: the oracle passed {passed} of {REPEATS} repeats"
     else:  # the five coin flips agreed (1/16): what they agreed on decides
-        assert got == (("compatible", None) if passed == REPEATS else ("excluded", "oracle_fails_on_valid_task"))
+        assert got == (("compatible", None) if passed == REPEATS
+                       else ("excluded", "oracle_fails_on_valid_task"))
 
 
 def test_the_audit_derives_every_verdict_again(repeats_run):

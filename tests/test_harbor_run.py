@@ -1,8 +1,8 @@
 """Harbor task directories validated end to end through the ``trial`` attempt kind: a
 contract frozen on tasks of the sample dataset, every agent played through docker (each task
 its own image, built against the base-image map; the verifier in the agent's container once
-every process of the agent's is gone), each task's verdict and reason equal to the label in its own [metadata],
-and the audit passing — the reward read again from the verifier record kept as the reply."""
+every process of the agent's is gone), each task's verdict and reason equal to the label in its own
+[metadata], and the audit passing — the reward read again from the verifier record kept as the reply."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "harbor-sample"
 #: that writes garbage, one that writes nothing over a stale reward baked into the image, a
 #: base the map does not serve, a GPU, a task.toml that does not load, a verifier that looks
 #: a host up); a task that declares a public network and uses none; a separate verifier.
-PICK = ("csv-to-json", "nop-passes", "answer-in-image", "garbage-reward-txt", "no-reward-written", "unmapped-base",
-        "gpu-required", "bad-task-toml", "verifier-needs-network", "declared-public-network", "separate-verifier")
+PICK = ("csv-to-json", "nop-passes", "answer-in-image", "garbage-reward-txt", "no-reward-written",
+        "unmapped-base", "gpu-required", "bad-task-toml", "verifier-needs-network", "declared-public-network",
+        "separate-verifier")
 
 
 def label(task_id: str) -> tuple[str, str]:
@@ -78,8 +79,10 @@ def test_trials_record_the_task_image_and_the_verifier_record(harbor_run):
     att = pd.read_parquet(run_dir / "attempts.parquet")
     played = att[att["task_id"] == "csv-to-json"].set_index("agent")
     assert played.loc["oracle", "reward"] == 1.0 and played.loc["oracle", "status"] == "ok"
-    records = [json.loads((run_dir / "replies" / played.loc[a, "reply_sha256"].removeprefix("sha256:")).read_bytes())
-               for a in played.index]
+    records = [
+        json.loads((run_dir / "replies" / played.loc[a, "reply_sha256"].removeprefix("sha256:")).read_bytes())
+        for a in played.index
+    ]
     assert len({r["image"] for r in records}) == 1 and records[0]["image"].startswith("sha256:")
     assert set(records[0]["files"]) & {"reward.txt", "reward.json"}
     forger = played.loc["reward-forger"]
@@ -101,14 +104,18 @@ def test_the_claim_counts_what_the_oracle_certified_and_what_resisted_every_tamp
     certified = int(tasks["oracle_certified"].sum())
     c = json.loads((run_dir / "run.json").read_text())["counts"]
     assert (c["oracle_certified"], c["hack_resistant"]) == (certified, c["compatible"])
-    assert c["compatible"] == sum(label(t) == ("compatible", "") for t in PICK) and certified >= c["compatible"]
+    assert c["compatible"] == sum(label(t) == ("compatible", "")
+                                  for t in PICK) and certified >= c["compatible"]
     from validate.core.paths import REPORT_MD
-    from validate.report.run import render
     from validate.evidence.run import report_inputs
+    from validate.report.run import render
 
     report = render(run_dir, report_inputs(run_dir))[REPORT_MD].decode()
-    assert f"{certified} oracle-certified, {c['compatible']} of them hack-resistant against 5 tampering controls" \
-        in report and "verifier mode trusted" in report
+    assert (
+        f"{certified} oracle-certified, {c['compatible']} of them hack-resistant against 5 tampering controls"
+        in report
+        and "verifier mode trusted" in report
+    )
     att = pd.read_parquet(run_dir / "attempts.parquet")
     tampering = att[att["agent"].str.startswith("tamper-")]
     assert set(tampering["agent"]) == {"tamper-binaries", "tamper-loader", "tamper-path", "tamper-pytest",

@@ -15,12 +15,20 @@ import time
 import pytest
 
 from validate.core.errors import ProfileUnavailable
-from validate.evidence.journal import atomic_write, file_sha256
-from validate.sandbox.image import (RACY_NS, build_rootfs, describe_tarball, package_differences, parse_dpkg_status,
-                            python_version, read_record, unpack_rootfs)
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
+from validate.evidence.journal import atomic_write, file_sha256
 from validate.sandbox import Limits, RunRequest
 from validate.sandbox.bwrap import BwrapSandbox
+from validate.sandbox.image import (
+    RACY_NS,
+    build_rootfs,
+    describe_tarball,
+    package_differences,
+    parse_dpkg_status,
+    python_version,
+    read_record,
+    unpack_rootfs,
+)
 
 STATUS = """\
 Package: python3.11
@@ -115,7 +123,8 @@ def test_both_backends_report_the_same_image(sandboxes):
     assert (bwrap_facts.tree_digest, docker_facts.tree_digest) == (record.tree_digest, None)
     probe = ("python3", "-S", "-c", "import platform; print(platform.python_version())")
     for backend, facts in (("docker", docker_facts), ("bwrap", bwrap_facts)):
-        res = sandboxes(backend).run(RunRequest(argv=probe, name=f"pyver-{backend}", limits=Limits(timeout_s=30)))
+        res = sandboxes(backend).run(RunRequest(argv=probe, name=f"pyver-{backend}",
+                                                limits=Limits(timeout_s=30)))
         assert (res.exit_code, res.stdout.decode().strip()) == (0, facts.python), res.stderr
 
 
@@ -151,7 +160,8 @@ def test_bwrap_refuses_a_tree_that_is_not_what_the_tarball_holds(tmp_path):
     record = read_record(paths)
     sandbox = BwrapSandbox(image="tiny:test", image_dir=tmp_path)
     facts = sandbox.facts()
-    assert (facts.image_digest, facts.tree_digest, facts.python) == (record.digest, record.tree_digest, "3.11.2")
+    assert (facts.image_digest, facts.tree_digest, facts.python) == (record.digest, record.tree_digest,
+                                                                     "3.11.2")
     assert facts.packages["libc6:i386"] == "2.36-9+deb12u10"
     motd = paths.rootfs / "etc/motd"
     tampering = [lambda: motd.write_bytes(b"hello!\n"), lambda: motd.chmod(0o4755),
@@ -195,8 +205,8 @@ def test_the_image_hashes_kept_across_processes_still_see_every_change(tmp_path)
     time.sleep(RACY_NS / 1e9 + 0.1)  # hashes of files changed in the last seconds are not stored
 
     def facts() -> tuple[str, int]:
-        out = subprocess.run([sys.executable, "-c", FACTS_IN_A_NEW_PROCESS, str(tmp_path)], capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", FACTS_IN_A_NEW_PROCESS, str(tmp_path)],
+                             capture_output=True, text=True, check=True)
         if out.stdout.startswith("refused: "):
             return out.stdout.strip(), -1
         digest, read = out.stdout.split()
@@ -233,7 +243,8 @@ def test_a_stored_hash_vouches_for_nothing_it_should_not(tmp_path):
     key = [motd.stat().st_dev, motd.stat().st_ino, motd.stat().st_size, motd.stat().st_mtime_ns,
            motd.stat().st_ctime_ns]
     hello = hashlib.sha256(b"hello\n").hexdigest()
-    forged = {"files": [[key, hello]] + [f for f in good["files"] if f[1] != hello], "tarball": good["tarball"]}
+    forged = {"files": [[key, hello]] + [f for f in good["files"] if f[1] != hello],
+              "tarball": good["tarball"]}
     paths.digest_cache.write_bytes(json.dumps(forged).encode())
     paths.digest_cache.chmod(0o666)  # anyone could have written it: not believed
     assert run().startswith("refused: execution.image: the unpacked tree")
@@ -242,8 +253,9 @@ def test_a_stored_hash_vouches_for_nothing_it_should_not(tmp_path):
     stale = {"files": [[f[0], "0" * 64] for f in good["files"]], "tarball": good["tarball"]}
     paths.digest_cache.write_bytes(json.dumps(stale).encode())  # a stale hash does not refuse a good tree
     assert run().split()[0] == record.tree_digest
-    for damaged in (b'{"files": [[[1e999, 1, 1, 1, 1], "x"]], "tarball": null}', b"[" * 100_000 + b"]" * 100_000,
-                    b'{"files": [[[1, 2], "' + b"0" * 64 + b'"]], "tarball": null}'):
+    for damaged in (b'{"files": [[[1e999, 1, 1, 1, 1], "x"]], "tarball": null}',
+                    b"[" * 100_000 + b"]" * 100_000, b'{"files": [[[1, 2], "' + b"0" * 64
+                    + b'"]], "tarball": null}'):
         paths.digest_cache.write_bytes(damaged)  # ignored, never a crash
         assert run().split()[0] == record.tree_digest
 

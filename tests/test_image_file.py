@@ -21,17 +21,18 @@ import pytest
 
 from tests.conftest import VALIDATE, make_manifest, subprocess_env
 from tests.test_image import STATUS
-from validate.evidence.journal import file_sha256
-from validate.sandbox.image import read_record
-from validate.sandbox.imagefile import file_name
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
+from validate.evidence.journal import file_sha256
 from validate.sandbox import open_sandbox
 from validate.sandbox.bwrap import BwrapSandbox
+from validate.sandbox.image import read_record
+from validate.sandbox.imagefile import file_name
 
 
 def cli(*args, store=None, cwd=None) -> subprocess.CompletedProcess:
     env = subprocess_env(**({"VALIDATE_IMAGE_DIR": str(store)} if store is not None else {}))
-    return subprocess.run([*VALIDATE, *map(str, args)], capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    return subprocess.run([*VALIDATE, *map(str, args)], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=cwd)
 
 
 def refused(r: subprocess.CompletedProcess, *needles: str) -> None:
@@ -79,22 +80,27 @@ def test_the_export_is_the_stores_tarball_named_by_its_digest(exported, record, 
 
 
 @pytest.mark.bwrap
-def test_a_contract_verifies_against_the_imported_store_and_not_without_it(imported, record, sandboxes, tmp_path):
+def test_a_contract_verifies_against_the_imported_store_and_not_without_it(imported, record, sandboxes,
+                                                                           tmp_path):
     manifest = make_manifest(sandboxes("bwrap"), idx=[0, 1], env_name="twohop-env")
     path = tmp_path / "contract.json"
     path.write_bytes(manifest.to_json())
-    refused(cli("verify", "--manifest", path, store=tmp_path / "empty"), "no unpacked rootfs", "validate image import")
+    refused(cli("verify", "--manifest", path, store=tmp_path / "empty"), "no unpacked rootfs",
+            "validate image import")
     ok = cli("verify", "--manifest", path, store=imported)
     assert ok.returncode == 0 and "OK" in ok.stdout, ok.stderr
     # a contract of another machine's image: refused, and the refusal names the file that fixes it
     packages = {**manifest.execution.packages, "zlib1g": "1:1.2.13.dfsg-1"}
-    other = manifest.model_copy(update={"execution": manifest.execution.model_copy(update={"packages": packages})})
+    other = manifest.model_copy(
+        update={"execution": manifest.execution.model_copy(update={"packages": packages})}
+    )
     path.write_bytes(other.sealed().to_json())
     refused(cli("verify", "--manifest", path, store=imported), "execution.packages", "zlib1g",
             f"validate image import {file_name(record.digest)}")
     paths = ImagePaths(DEFAULT_IMAGE, imported)
     assert read_record(paths) == record  # recomputed from the bytes: the same record the build wrote
-    facts = BwrapSandbox(image=DEFAULT_IMAGE, image_dir=imported).facts()  # packages read from the imported tree
+    # packages read from the imported tree
+    facts = BwrapSandbox(image=DEFAULT_IMAGE, image_dir=imported).facts()
     assert (facts.image_digest, facts.tree_digest, facts.packages) == (
         record.digest, record.tree_digest, dict(p.split("=", 1) for p in record.packages))
 
@@ -106,7 +112,8 @@ def test_docker_imports_the_same_bytes_and_a_docker_contract_verifies_again(expo
     name = f"validate-imagefile-test:{os.getpid()}"  # ours alone: the suite's default image stays untouched
     client = docker.from_env()
     try:
-        imported = cli("image", "import", exported, "--image", name, "--backends", "docker", store=tmp_path / "s")
+        imported = cli("image", "import", exported, "--image", name, "--backends", "docker",
+                       store=tmp_path / "s")
         assert imported.returncode == 0, imported.stderr
         assert client.images.get(name).attrs["RootFS"]["Layers"] == [record.digest]  # diff_id = the digest
         sandbox = open_sandbox("docker", image=name, run_label=f"pytest-{os.getpid()}")
@@ -163,7 +170,8 @@ def test_a_small_image_goes_round_trip_and_replaces_only_when_told(tmp_path):
     first, second = image_tar(), image_tar(member("etc/motd", data=b"hello\n"))
     store = tmp_path / "store"
     a, b = named(tmp_path, first), named(tmp_path, second)
-    assert cli("image", "import", a, "--image", "tiny:test", "--backends", "bwrap", store=store).returncode == 0
+    assert cli("image", "import", a, "--image", "tiny:test", "--backends", "bwrap",
+               store=store).returncode == 0
     facts = BwrapSandbox(image="tiny:test", image_dir=store).facts()
     assert (facts.image_digest, facts.python) == ("sha256:" + hashlib.sha256(first).hexdigest(), "3.11.2")
     b_digest = "sha256:" + hashlib.sha256(second).hexdigest()
@@ -201,7 +209,8 @@ TINY = image_tar()
 HOSTILE = {
     # name → (bytes named by their own digest, what the refusal says)
     "cut inside a member": (TINY[:1500], "truncated or not a tar archive"),
-    "cut at a member boundary": (TINY[:TINY.rindex(b"usr/bin/python3") + 1024], "truncated or not a tar archive"),
+    "cut at a member boundary": (TINY[:TINY.rindex(b"usr/bin/python3") + 1024],
+                                 "truncated or not a tar archive"),
     "gzip": (gzip.compress(TINY, mtime=0), "truncated or not a tar archive"),
     "not a tar": (b"just text\n" * 100 + b"\0" * 1024, "truncated or not a tar archive"),
     "parent dir": (image_tar(member("../escaped", data=b"x")), "escapes the image's root"),
@@ -213,7 +222,8 @@ HOSTILE = {
     "hard link out": (image_tar(member("etc/shadow", tarfile.LNKTYPE, link="../../etc/shadow")),
                       "escapes the image's root"),
     "hard link to a symlink": (image_tar(member("etc/l", tarfile.SYMTYPE, link="/etc/shadow"),
-                                         member("etc/h", tarfile.LNKTYPE, link="etc/l")), "not to a regular file"),
+                                         member("etc/h", tarfile.LNKTYPE, link="etc/l")),
+                               "not to a regular file"),
     "block device": (image_tar(member("tmp/disk", tarfile.BLKTYPE, dev=(8, 0))), "device 8,0"),
     "memory device": (image_tar(member("tmp/mem", tarfile.CHRTYPE, dev=(1, 1))), "device 1,1"),
     "no python": (image_tar(status="Package: dash\nStatus: install ok installed\nVersion: 1\n"),

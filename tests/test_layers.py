@@ -83,7 +83,8 @@ def _statements(tree: ast.AST):
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)):
                 yield child, inside
-            yield from walk(child, inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+            yield from walk(child, inside
+                            or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
     yield from walk(tree, False)
 
 
@@ -120,7 +121,8 @@ def project_imports() -> tuple[Import, ...]:
         for node, inside in _statements(ast.parse(text, filename=rel)):
             for target in _targets(node, package, modules):
                 if target != name:
-                    found.append(Import(name, target, rel, node.lineno, inside, lines[node.lineno - 1].strip()))
+                    found.append(Import(name, target, rel, node.lineno, inside,
+                                        lines[node.lineno - 1].strip()))
     return tuple(found)
 
 
@@ -151,7 +153,8 @@ def test_the_parser_sees_every_kind_of_import():
     """The reader finds relative, function-level and package imports (else the checks below
     prove nothing)."""
     tree = ast.parse("from . import a\nfrom .b import c\ndef f():\n    import validate.core.paths\n")
-    modules = {"validate.x": Path(), "validate.x.a": Path(), "validate.x.b": Path(), "validate.core.paths": Path()}
+    modules = {"validate.x": Path(), "validate.x.a": Path(), "validate.x.b": Path(),
+               "validate.core.paths": Path()}
     got = [(_targets(n, "validate.x", modules), inside) for n, inside in _statements(tree)]
     assert got == [(["validate.x.a"], False), (["validate.x.b"], False), (["validate.core.paths"], True)]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
@@ -181,11 +184,13 @@ def test_eval_sits_below_audit_report_and_cli():
 def test_function_level_imports_say_why():
     lazy = [i for i in project_imports() if i.in_function and i.path not in PENDING]
     unsaid = sorted({f"{i.path}:{i.line} {i.text}" for i in lazy if not LAZY.search(i.text)})
-    assert not unsaid, (f"{len(unsaid)} function-level project import(s) without a `# lazy: <why>` comment on the "
-                        f"line; move them to the top of the module or say why: " + "; ".join(unsaid))
+    assert not unsaid, (f"{len(unsaid)} function-level project import(s) without a `# lazy: <why>` comment "
+                        "on the line; move them to the top of the module or say why: " + "; ".join(unsaid))
     count = len({(i.path, i.line) for i in lazy})
     print(f"{count} function-level project imports, each saying why")
-    assert count <= LAZY_CEILING, f"{count} function-level project imports, more than the {LAZY_CEILING} allowed"
+    assert count <= LAZY_CEILING, (
+        f"{count} function-level project imports, more than the {LAZY_CEILING} allowed"
+    )
 
 
 def _layer(module: str) -> int | None:
@@ -214,7 +219,10 @@ def test_the_docstring_draws_these_layers():
 
 def test_every_module_imports_only_its_own_layer_or_below():
     unplaced = sorted(m for m in _modules() if _layer(m) is None)
-    assert not unplaced, f"modules in no layer of LAYERS (place each, and draw it in validate/__init__.py): {unplaced}"
-    up = sorted({f"{i.path}:{i.line} {i.text} ({LAYERS[_layer(i.source)][0]} -> {LAYERS[_layer(i.target)][0]})"
+    assert not unplaced, (
+        f"modules in no layer of LAYERS (place each, and draw it in validate/__init__.py): {unplaced}"
+    )
+    up = sorted({f"{i.path}:{i.line} {i.text} ({LAYERS[_layer(i.source)][0]} -> "
+                 f"{LAYERS[_layer(i.target)][0]})"
                  for i in project_imports() if _layer(i.target) > _layer(i.source)})
     assert not up, "imports from a higher layer: " + "; ".join(up)

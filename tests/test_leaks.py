@@ -31,9 +31,11 @@ def test_source_peek_does_not_beat_chance(sandboxes, tmp_path, env_name):
     manifest = make_manifest(sandbox, idx=idx, env_name=env_name, controls=["source-peek", chance], **config)
     run_agents(make_ctx(manifest, sandbox, tmp_path / "run"), RunPhase(agents="controls"))
     a = pd.read_parquet(tmp_path / "run/attempts.parquet")
-    a = a[~a["superseded"]]  # an infrastructure fault's retry (a loaded machine) keeps its first try's row too
+    # an infrastructure fault's retry (a loaded machine) keeps its first try's row too
+    a = a[~a["superseded"]]
     peek, base = (a.loc[a["agent"] == n, "reward"].fillna(0.0) for n in ("source-peek", chance))
-    print(f"\n{env_name}: source-peek mean {peek.mean():.4f} (max {peek.max():.4f}) vs {chance} {base.mean():.4f}")
+    print(f"\n{env_name}: source-peek mean {peek.mean():.4f} (max {peek.max():.4f}) vs {chance} "
+          f"{base.mean():.4f}")
     assert len(peek) == len(idx) and (a["status"] != "harness_error").all()
     assert peek.mean() <= base.mean() and peek.max() < manifest.expectations.pass_threshold
 
@@ -63,4 +65,5 @@ def test_the_agent_view_names_no_task_id_idx_seed_hash_or_secret(sandboxes, env_
             assert not any(hidden.encode() in blob for blob in readable)
     assert len(opaque) == len(manifest.tasks)
     other = make_manifest(sandboxes("bwrap"), idx=idx[:1], env_name=env_name, **config)
-    assert other.opaque_id(other.tasks[0].id) != manifest.opaque_id(manifest.tasks[0].id)  # salted per contract
+    # salted per contract
+    assert other.opaque_id(other.tasks[0].id) != manifest.opaque_id(manifest.tasks[0].id)

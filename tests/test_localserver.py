@@ -27,7 +27,8 @@ def echo_policy(request: dict) -> dict:
     SEEN.append(request)
     last = request["messages"][-1]
     if request.get("tools") and last["role"] == "user" and request.get("tool_choice") != "none":
-        return {"tool_calls": [{"type": "function", "function": {"name": "bash", "arguments": {"command": "ls -l"}}}]}
+        return {"tool_calls": [{"type": "function",
+                                "function": {"name": "bash", "arguments": {"command": "ls -l"}}}]}
     return {"content": f"you said: {last.get('content')}"}
 
 
@@ -39,7 +40,9 @@ def chat(server, body: dict | None = None, key: str | None = None, **kw) -> requ
 
 def sse_events(resp: requests.Response) -> list[str]:
     """The `data:` payloads of a server-sent-event body, in order."""
-    return [line[len("data: "):] for line in resp.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+    return [
+        line[len("data: ") :] for line in resp.iter_lines(decode_unicode=True) if line.startswith("data: ")
+    ]
 
 
 def assemble(events: list[str]) -> dict:
@@ -69,9 +72,12 @@ def test_models_are_listed_and_an_unknown_one_is_openais_404(server):
     listed = requests.get(f"{server.base_url}/models", timeout=10).json()
     assert [m["id"] for m in listed["data"]] == ["echo"] and listed["object"] == "list"
     assert requests.get(f"{server.base_url}/models/echo", timeout=10).json()["id"] == "echo"
-    for resp in (requests.get(f"{server.base_url}/models/gpt-x", timeout=10), chat(server, {"model": "gpt-x"})):
+    for resp in (requests.get(f"{server.base_url}/models/gpt-x", timeout=10),
+                 chat(server, {"model": "gpt-x"})):
         assert resp.status_code == 404
-        assert resp.json()["error"]["code"] == "model_not_found" and "`gpt-x`" in resp.json()["error"]["message"]
+        assert (
+            resp.json()["error"]["code"] == "model_not_found" and "`gpt-x`" in resp.json()["error"]["message"]
+        )
 
 
 def test_a_text_answer_with_whitespace_token_usage(server):
@@ -131,7 +137,10 @@ def test_bad_requests_name_the_field_and_policy_bugs_are_a_500():
         resp = requests.post(f"{server.base_url}/chat/completions", data=b"{not json", timeout=10)
         assert resp.status_code == 400 and "not a JSON object" in resp.json()["error"]["message"]
         resp = chat(server, {"model": "broken"})
-        assert resp.status_code == 500 and "'broken' raised RuntimeError: boom" in resp.json()["error"]["message"]
+        assert (
+            resp.status_code == 500
+            and "'broken' raised RuntimeError: boom" in resp.json()["error"]["message"]
+        )
         resp = chat(server, {"model": "rogue", "tools": [BASH_TOOL]})
         assert resp.status_code == 500 and "'rm'" in resp.json()["error"]["message"]
         assert chat(server).status_code == 200  # the server survives its policies
@@ -171,7 +180,8 @@ def test_429_with_retry_after_for_the_first_n_then_answers():
 
 
 def test_5xx_for_the_first_n_then_answers():
-    with serve({"echo": echo_policy}, faults=Faults(server_error_first_n=1, server_error_status=503)) as server:
+    with serve({"echo": echo_policy},
+               faults=Faults(server_error_first_n=1, server_error_status=503)) as server:
         down, up = chat(server), chat(server)
     assert down.status_code == 503 and down.json()["error"]["type"] == "server_error"
     assert up.status_code == 200

@@ -47,7 +47,8 @@ def _docstrings(tree: ast.AST) -> set[int]:
 
 
 def _spells_file(s: str) -> bool:
-    if any(c.isspace() for c in s) or s.startswith("/") or "://" in s:  # prose; absolute paths and URLs name none
+    # prose; absolute paths and URLs name none
+    if any(c.isspace() for c in s) or s.startswith("/") or "://" in s:
         return False
     if s in DISTINCT:
         return True
@@ -95,10 +96,12 @@ def violations(source: str, where: str, *, names: bool = True, roles: bool = Tru
     for node in ast.walk(tree):
         if names and isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
                 and _spells_file(node.value):
-            out.append(f"{where}:{node.lineno}: spells the run-directory name {node.value!r} (use validate.core.paths)")
+            out.append(f"{where}:{node.lineno}: spells the run-directory name {node.value!r} (use "
+                       "validate.core.paths)")
         if roles and _role_spellings(node):
             line = getattr(node, "lineno", None) or getattr(node.value, "lineno", "?")
-            out.append(f"{where}:{line}: spells a role as a string (use validate.core.records' Role constants)")
+            out.append(f"{where}:{line}: spells a role as a string (use "
+                       "validate.core.records' Role constants)")
     return out
 
 
@@ -110,7 +113,8 @@ def test_run_directory_names_and_roles_are_spelled_once():
     found = []
     for p in _modules():
         where = f"validate/{p.relative_to(VALIDATE).as_posix()}"
-        found += violations(p.read_text(encoding="utf-8"), where, names=p != HOME["names"], roles=p != HOME["roles"])
+        found += violations(p.read_text(encoding="utf-8"), where, names=p != HOME["names"],
+                            roles=p != HOME["roles"])
     assert not found, "names spelled outside their defining module:\n" + "\n".join(found)
 
 

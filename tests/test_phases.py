@@ -29,14 +29,15 @@ def project(tmp_path_factory):
     (base / "shared/corpus/papers.jsonl.gz").symlink_to(CORPUS_PATH)
     work = base / "work"
     work.mkdir()
-    r = cli("freeze", "--name", "e2e", "--max-papers", "3", "--idx", "0,4,121,180,181,300", "--min-count", "5",
-            "--allow-patch", "--corpus", "../shared/corpus/papers.jsonl.gz", cwd=work)
+    r = cli("freeze", "--name", "e2e", "--max-papers", "3", "--idx", "0,4,121,180,181,300", "--min-count",
+            "5", "--allow-patch", "--corpus", "../shared/corpus/papers.jsonl.gz", cwd=work)
     assert r.returncode == 0, r.stderr
     return work
 
 
 def test_pilot_is_stratified_and_probes_land_in_between(project):
-    r = cli("pilot", "--manifest", "manifests/e2e.json", "--run-dir", "ledgers/pilot", "--allow-patch", cwd=project)
+    r = cli("pilot", "--manifest", "manifests/e2e.json", "--run-dir", "ledgers/pilot", "--allow-patch",
+            cwd=project)
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.startswith("Dataset verdict: PASS")
     summary = json.loads((project / "ledgers/pilot/run.json").read_text())
@@ -61,7 +62,9 @@ def test_pool_freezes_runs_controls_on_the_frozen_set_then_smoke_tests(project):
     attempts = pd.read_parquet(project / "ledgers/pool/attempts.parquet")
     assert set(attempts.loc[attempts["phase"] == "oracle", "agent"]) == {"oracle"}
     controls = attempts[attempts["phase"] == "controls"]
-    assert set(controls["idx"]) == {t["idx"] for t in frozen["tasks"]} and "oracle" not in set(controls["agent"])
+    assert set(controls["idx"]) == {t["idx"] for t in frozen["tasks"]} and "oracle" not in set(
+        controls["agent"]
+    )
     assert (pd.read_parquet(project / "ledgers/pool/tasks.parquet")["verdict"] == "compatible").all()
     (entry,) = (project / "ledgers/pool/smoke").iterdir()
     result = json.loads((entry / "result.json").read_text())
@@ -99,13 +102,16 @@ def test_a_second_smoke_test_is_appended_and_reports_are_kept(project):
 
 
 def test_a_pool_below_its_minimum_freezes_nothing_and_fails_with_incomplete_evidence(tmp_path):
-    r = cli("freeze", "--env", "toy", "--name", "low", "--broken", "[0, 1]", "--min-count", "9", "--backend", "bwrap",
-            "--allow-patch", cwd=tmp_path)
+    r = cli("freeze", "--env", "toy", "--name", "low", "--broken", "[0, 1]", "--min-count", "9", "--backend",
+            "bwrap", "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = cli("pool", "--manifest", "manifests/low.json", "--run-dir", "ledgers/low", "--allow-patch", cwd=tmp_path)
+    r = cli("pool", "--manifest", "manifests/low.json", "--run-dir", "ledgers/low", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 1
     first = r.stdout.splitlines()[0]
-    assert first.startswith("Dataset verdict: FAIL") and "INCOMPLETE" in first and "controls never ran" in first
+    assert (
+        first.startswith("Dataset verdict: FAIL") and "INCOMPLETE" in first and "controls never ran" in first
+    )
     assert not (tmp_path / "manifests/low.frozen.json").exists()
     assert set(pd.read_parquet(tmp_path / "ledgers/low/attempts.parquet")["agent"]) == {"oracle"}
     tasks = pd.read_parquet(tmp_path / "ledgers/low/tasks.parquet")
@@ -119,7 +125,8 @@ def test_a_pilot_whose_control_passes_fails(tmp_path):
     r = cli("freeze", "--env", "toy", "--name", "lax", "--ceiling", "off-by-two=0.0", "--backend", "bwrap",
             "--allow-patch", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = cli("pilot", "--manifest", "manifests/lax.json", "--run-dir", "ledgers/lax", "--allow-patch", cwd=tmp_path)
+    r = cli("pilot", "--manifest", "manifests/lax.json", "--run-dir", "ledgers/lax", "--allow-patch",
+            cwd=tmp_path)
     assert r.returncode == 1 and r.stdout.startswith("Dataset verdict: FAIL")
     assert "every_task_compatible" in r.stderr
 
@@ -162,7 +169,7 @@ def test_a_smoke_rerun_that_recorded_nothing_is_a_failed_comparison(passed_pool,
     shutil.copytree(passed_pool, run)
     rerun = sorted((run / SMOKE).iterdir())[-1] / SMOKE_RUN
     a = pd.read_parquet(rerun / ATTEMPTS)
-    played = sorted(set(zip(a["task_id"], a["agent"])))
+    played = sorted(set(zip(a["task_id"], a["agent"], strict=True)))
     a.iloc[:0].to_parquet(rerun / ATTEMPTS)
     n, mismatches = compare(run, rerun, 0.0)
     assert n == 0 and played

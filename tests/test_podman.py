@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from validate.core.errors import ProfileUnavailable
-from validate.sandbox.image import require_record
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import Limits, Mount, RunRequest, storage
 from validate.sandbox.base import Limits as BaseLimits
+from validate.sandbox.image import require_record
 from validate.sandbox.podman import USER, idmap
 
 pytestmark = pytest.mark.podman
@@ -32,7 +32,8 @@ def test_the_profile_is_rootless_and_its_image_is_the_stores(sandboxes):
     facts = sandboxes("podman").facts()
     iso = facts.isolation
     assert iso is not None and iso.rootless and iso.root_maps_to == f"uid {pwd.getpwnam(USER).pw_uid}"
-    assert facts.image_digest == require_record(ImagePaths(DEFAULT_IMAGE)).digest  # the single layer's diff_id
+    # the single layer's diff_id
+    assert facts.image_digest == require_record(ImagePaths(DEFAULT_IMAGE)).digest
     assert set(iso.limit_enforcement) == set(BaseLimits.model_fields)  # every limit says how it holds
     assert "cgroup" in iso.limit_enforcement["memory_mb"] and "cgroup" in iso.limit_enforcement["pids"]
     assert facts.version.startswith("podman ") and facts.seccomp.startswith("sha256:")
@@ -71,23 +72,27 @@ def test_container_root_is_the_unprivileged_user_and_agents_are_their_own_host_u
             first = Path(f"/proc/{s.live.pid}/uid_map").read_text().split()[:3]
             assert first == ["0", str(pwd.getpwnam(USER).pw_uid), "1"]
         st = (ws / "reply.txt").stat()
-        assert (st.st_uid, st.st_gid) == (65534, 65534)  # as under docker and bwrap: the answer key's 0400 holds
+        # as under docker and bwrap: the answer key's 0400 holds
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
 
 
-def test_without_root_or_a_shared_attempt_parent_the_profile_is_refused_naming_the_limits(sandboxes, monkeypatch,
-                                                                                        tmp_path):
+def test_without_root_or_a_shared_attempt_parent_the_profile_is_refused_naming_the_limits(
+    sandboxes, monkeypatch, tmp_path
+):
     sb = sandboxes("podman")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ProfileUnavailable, match=r"execution.limits: .*ignore memory_mb, pids, cpus"):
         sb.facts()
     monkeypatch.undo()
     monkeypatch.setattr(storage, "DEFAULT_PARENT", tmp_path)  # a plain directory, not a shared mount
-    with pytest.raises(ProfileUnavailable, match=r"execution.limits: storage_mb, storage_inodes: .* not a shared"):
+    with pytest.raises(ProfileUnavailable,
+                       match=r"execution.limits: storage_mb, storage_inodes: .* not a shared"):
         sb.facts()
 
 
 def test_idmap_keeps_the_agents_ids_and_gives_every_other_id_a_subordinate_one():
-    service = [{"container_id": 0, "host_id": 999, "size": 1}, {"container_id": 1, "host_id": 65533, "size": 2},
+    service = [{"container_id": 0, "host_id": 999, "size": 1},
+               {"container_id": 1, "host_id": 65533, "size": 2},
                {"container_id": 3, "host_id": 100000, "size": 65532}]
     m = idmap(service, (65533, 65534))
     assert m[0] == {"container_id": 0, "host_id": 0, "size": 1}
@@ -110,7 +115,8 @@ def test_the_cli_refuses_the_profile_in_one_line_when_no_rootless_service_answer
     from tests.conftest import VALIDATE, subprocess_env
 
     env = subprocess_env(VALIDATE_PODMAN_HOST=f"unix://{tmp_path}/none.sock")
-    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "podman", "--allow-patch"],
+    r = subprocess.run([*VALIDATE, "freeze", "--env", "toy", "--name", "x", "--backend", "podman",
+                        "--allow-patch"],
                        capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "no rootless podman service answers at unix://" in r.stderr and "none.sock" in r.stderr

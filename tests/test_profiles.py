@@ -32,21 +32,23 @@ def two_profiles(tmp_path_factory):
     """Contract A on bwrap, the same contract on subprocess (`--like`), each run with every agent."""
     tmp = tmp_path_factory.mktemp("profiles")
     corpus = ("--corpus", str(CORPUS_PATH), "--max-papers", "2")
-    r = cli("freeze", "--name", "a", "--backend", "bwrap", "--allow-patch", "--idx", "0,1,2", *corpus, cwd=tmp)
+    r = cli("freeze", "--name", "a", "--backend", "bwrap", "--allow-patch", "--idx", "0,1,2", *corpus,
+            cwd=tmp)
     assert r.returncode == 0, r.stderr
     r = cli("freeze", "--name", "b", "--like", "manifests/a.json", "--backend", "subprocess", "--allow-patch",
             "--timeout-s", "20", cwd=tmp)
     assert r.returncode == 0, r.stderr
     for name in ("a", "b"):
-        r = cli("run", "--manifest", f"manifests/{name}.json", "--run-dir", f"ledgers/{name}", "--allow-patch",
-                "-c", "2", cwd=tmp)
+        r = cli("run", "--manifest", f"manifests/{name}.json", "--run-dir", f"ledgers/{name}",
+                "--allow-patch", "-c", "2", cwd=tmp)
         assert r.returncode in (0, 1), r.stderr  # 1: the dataset verdict is not "compatible" (B's is not)
     return tmp
 
 
 def test_like_keeps_the_dataset_contract_and_changes_only_the_profile(two_profiles):
     a, b = (json.loads((two_profiles / f"manifests/{n}.json").read_text()) for n in ("a", "b"))
-    for field in ("environment", "selection", "tasks", "task_list_sha256", "expectations", "min_task_count", "salt"):
+    for field in ("environment", "selection", "tasks", "task_list_sha256", "expectations", "min_task_count",
+                  "salt"):
         assert a[field] == b[field], field
     assert (a["execution"]["backend"], b["execution"]["backend"]) == ("bwrap", "subprocess")
     assert b["execution"]["limits"]["timeout_s"] == 20 != a["execution"]["limits"]["timeout_s"]
@@ -60,7 +62,8 @@ def test_the_comparison_lists_every_task_whose_verdict_differs_with_both_sides(t
     entries = sorted((two_profiles / "ledgers/compare-profiles/a--b").iterdir())
     assert len(entries) == 1
     record = json.loads((entries[0] / "compare.json").read_text())
-    ta, tb = (pd.read_parquet(two_profiles / f"ledgers/{n}/tasks.parquet").set_index("task_id") for n in ("a", "b"))
+    ta, tb = (pd.read_parquet(two_profiles / f"ledgers/{n}/tasks.parquet").set_index("task_id")
+              for n in ("a", "b"))
     differ = sorted(t for t in ta.index if (ta.loc[t, "verdict"], ta.loc[t, "reason"]) !=
                     (tb.loc[t, "verdict"], tb.loc[t, "reason"]))
     assert differ, "the subprocess profile should exclude the tasks that need network isolation"
@@ -94,14 +97,15 @@ def test_contracts_that_differ_in_what_is_validated_are_refused_naming_the_field
     r = cli("freeze", "--name", "c", "--backend", "subprocess", "--allow-patch", "--idx", "0,1,2", *corpus,
             cwd=two_profiles)
     assert r.returncode == 0, r.stderr
-    r = cli("run", "--manifest", "manifests/c.json", "--run-dir", "ledgers/c", "--allow-patch", cwd=two_profiles)
+    r = cli("run", "--manifest", "manifests/c.json", "--run-dir", "ledgers/c", "--allow-patch",
+            cwd=two_profiles)
     assert r.returncode in (0, 1), r.stderr
     refused(cli("compare-profiles", "ledgers/a", "ledgers/c", cwd=two_profiles), "salt", "freeze --like")
 
 
 def test_like_refuses_options_of_the_dataset_contract(two_profiles):
-    refused(cli("freeze", "--name", "d", "--like", "manifests/a.json", "--idx", "0", "--backend", "subprocess",
-                cwd=two_profiles), "--idx", "--like")
+    refused(cli("freeze", "--name", "d", "--like", "manifests/a.json", "--idx", "0", "--backend",
+                "subprocess", cwd=two_profiles), "--idx", "--like")
     refused(cli("freeze", "--name", "d", "--like", "manifests/nope.json", "--backend", "subprocess",
                 cwd=two_profiles), "--like")
     refused(cli("compare-profiles", "ledgers/a", "ledgers/nope", cwd=two_profiles), "RUN_B")
@@ -112,6 +116,6 @@ def test_the_one_line_summary_counts_the_per_task_image_fields_and_names_the_res
 
     fields = ["backend", "seccomp", "task_images.base_map.bases.debian.image_id", "task_images.tasks.a.image",
               "task_images.tasks.a.key", "task_images.tasks.b.image", "task_images.build_policy"]
-    assert _field_groups(fields) == ("backend, seccomp, task_images.base_map.* (1 fields), task_images.tasks.* "
-                                     "(3 fields), task_images.build_policy")
+    assert _field_groups(fields) == ("backend, seccomp, task_images.base_map.* (1 fields), "
+                                     "task_images.tasks.* (3 fields), task_images.build_policy")
     assert _field_groups([]) == "none"

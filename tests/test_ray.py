@@ -31,22 +31,21 @@ from ray._private import ray_constants
 from ray.cluster_utils import Cluster
 
 from tests.conftest import CORPUS_PATH, VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.audit.run import audit
 from validate.agents import resolve
-from validate.run.context import Interrupted, Play
-from validate.evidence.journal import file_sha256
-from validate.run.executors import WorkerRecipe, make_executor
-from validate.sandbox.image import rootfs_facts
-from validate.evidence.journal import read_attempts
-from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
-from validate.view import pages, tables
-from validate.kinds import kind_of
-from validate.run.runner import PlayWorker, pending, worker_from_recipe
-from validate.sandbox import Limits
-from validate.sandbox.storage import DEFAULT_PARENT, mount_tmpfs, sweep
+from validate.audit.run import audit
 from validate.contract.manifest import task_list_sha256
+from validate.core.paths import DEFAULT_IMAGE, ImagePaths, RunPaths
+from validate.evidence.journal import file_sha256, read_attempts
+from validate.kinds import kind_of
+from validate.run.context import Interrupted, Play
+from validate.run.executors import WorkerRecipe, make_executor
 from validate.run.executors.ray import CANCEL_GRACE_S, NodeRefused, _sweep_dead_workers
 from validate.run.phases import PoolPhase, pool
+from validate.run.runner import PlayWorker, pending, worker_from_recipe
+from validate.sandbox import Limits
+from validate.sandbox.image import rootfs_facts
+from validate.sandbox.storage import DEFAULT_PARENT, mount_tmpfs, sweep
+from validate.view import pages, tables
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
 
@@ -56,8 +55,9 @@ VERDICT = ("phase", "task_id", "idx", "task_hash", "verdict", "reason", "oracle_
 #: Ray's failure detection made quick: a killed raylet is a dead node within seconds, and its
 #: worker processes leave within 0.1 s of it (Ray's default: a second), as a node's would when
 #: the node dies whole.
-FAST_FAILURE = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_timeout_ms": 500,
-                "health_check_failure_threshold": 3, "raylet_death_check_interval_milliseconds": 100}
+FAST_FAILURE = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
+                "health_check_timeout_ms": 500, "health_check_failure_threshold": 3,
+                "raylet_death_check_interval_milliseconds": 100}
 
 
 def _rows(run, name: str, key: tuple) -> list[tuple]:
@@ -119,7 +119,8 @@ def on_threads(tmp_path_factory, manifest, sandboxes):
     return run, pool(make_ctx(manifest, sandboxes("bwrap"), run, concurrency=2), PoolPhase())
 
 
-def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest, sandboxes):
+def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_directory(tmp_path, manifest,
+                                                                                  sandboxes):
     # A run id of its own: opening a sandbox sweeps what its label left, and "run" is a name
     # other runs on this machine use too.
     run = tmp_path / f"recipe-{os.getpid()}"
@@ -127,7 +128,8 @@ def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_director
     config = ctx.env.Config.model_validate(manifest.environment.config)
     agents = resolve(ctx.env, config, list(manifest.expectations.agents), ["oracle", "identity"])
     play = Play("oracle", manifest, ctx.taskset, [0], agents, kind_of(ctx.env))
-    shipped = WorkerRecipe.model_validate_json(PlayWorker(ctx, play).recipe().model_dump_json())  # as over a wire
+    # as over a wire
+    shipped = WorkerRecipe.model_validate_json(PlayWorker(ctx, play).recipe().model_dump_json())
     worker = worker_from_recipe(shipped, tmp_path / "scratch")
     results = [r for spec in pending([], play) for r in worker(spec)]
     worker.ctx.sandbox.close()
@@ -139,8 +141,8 @@ def test_a_worker_rebuilt_from_its_recipe_plays_without_writing_the_run_director
         assert stored.read_bytes() == r.reply
 
 
-def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest, sandboxes,
-                                                                               on_threads):
+def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tmp_path, cluster, manifest,
+                                                                              sandboxes, on_threads):
     sandbox = sandboxes("bwrap")
     threads_dir, threads = on_threads
     ctx = make_ctx(manifest, sandbox, tmp_path / "ray", concurrency=2, executor="ray")
@@ -171,8 +173,10 @@ def test_a_pool_through_ray_is_judged_as_through_threads_and_passes_the_audit(tm
     shown = str(pages._attempt_section(1, first))
     assert "ran on" in shown and first["node"] in shown and first["host"] in shown
     # The replies the rows name were stored by the driver, whole.
-    replies = {r["reply_sha256"] for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
-    assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file() for s in replies)
+    replies = {r["reply_sha256"]
+               for r in pq.read_table(tmp_path / "ray" / "attempts.parquet").to_pylist()} - {None}
+    assert replies and all((tmp_path / "ray" / "replies" / s.removeprefix("sha256:")).is_file()
+                           for s in replies)
     result = audit(tmp_path / "ray")
     assert result.problems == [] and result.checked
 
@@ -209,7 +213,8 @@ def test_a_cancel_stops_every_task_on_the_cluster_and_leaves_no_attempt_storage(
     assert len(rows) < len(manifest.tasks) * 8  # it stopped early
 
 
-def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
+def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_path, cluster, manifest,
+                                                                           sandboxes):
     # The driver's context takes the contract as given; each node re-verifies it against its
     # own backend and image, here a backend version no node has.
     ex = manifest.execution.model_copy(update={"backend_version": "bubblewrap 0.0.1"})
@@ -222,12 +227,14 @@ def test_a_node_where_the_contract_does_not_verify_stops_the_run_naming_it(tmp_p
         tmp_path / "forged" / "attempts.parquet").num_rows
 
 
-def test_a_node_whose_task_differs_from_the_contract_stops_the_run_naming_it(tmp_path, cluster, manifest, sandboxes):
+def test_a_node_whose_task_differs_from_the_contract_stops_the_run_naming_it(tmp_path, cluster, manifest,
+                                                                             sandboxes):
     # A node checks each task when it is first handed it (not the whole contract up front):
     # here the contract's last task says another hash than the one every node regenerates.
     last = manifest.tasks[-1]
     tasks = [*manifest.tasks[:-1], last.model_copy(update={"hash": "sha256:" + "0" * 64})]
-    forged = manifest.model_copy(update={"tasks": tasks, "task_list_sha256": task_list_sha256(tasks)}).sealed()
+    forged = manifest.model_copy(update={"tasks": tasks,
+                                         "task_list_sha256": task_list_sha256(tasks)}).sealed()
     ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
     with pytest.raises(NodeRefused, match=rf"Ray node \w+ \(host .+\) cannot play this contract: "
                                           rf"tasks\[{len(tasks) - 1}\].hash \({last.id}\)"):
@@ -241,9 +248,10 @@ def test_an_image_digest_no_node_has_nor_the_driver_can_send_stops_the_run_namin
     ex = manifest.execution.model_copy(update={"image_digest": "sha256:" + "0" * 64})
     forged = manifest.model_copy(update={"execution": ex}).sealed()
     ctx = make_ctx(forged, sandboxes("bwrap"), tmp_path / "forged", concurrency=2, executor="ray")
-    with pytest.raises(NodeRefused, match=r"no node of the Ray cluster is left that has the contract's image; the "
-                                          r"last: Ray node \w+ \(host .+\): not the contract's image .* at "
-                                          r"sha256:0{64}: it has sha256:[0-9a-f]{64}; the driver's store has none"):
+    with pytest.raises(NodeRefused, match=r"no node of the Ray cluster is left that has the contract's "
+                                          r"image; the last: Ray node \w+ \(host .+\): not the contract's "
+                                          r"image .* at sha256:0{64}: it has sha256:[0-9a-f]{64}; the "
+                                          r"driver's store has none"):
         pool(ctx, PoolPhase())
     assert ctx.executor.excluded == {w.node_id for w in cluster[1]}  # every worker node, each named
     # What was journaled before the refusal: each node's fault, no reward.
@@ -283,11 +291,13 @@ def test_an_eval_on_ray_is_refused_before_anything_is_read_or_written(tmp_path):
 
 
 def test_the_command_runs_on_the_cluster_named_by_ray_address(tmp_path, cluster, sandboxes):
-    manifest = make_manifest(sandboxes("bwrap"), idx=[0], min_task_count=1)  # one task: the path, not the pool
+    # one task: the path, not the pool
+    manifest = make_manifest(sandboxes("bwrap"), idx=[0], min_task_count=1)
     (tmp_path / "m.json").write_bytes(manifest.to_json())
-    r = subprocess.run([*VALIDATE, "run", "--manifest", "m.json", "--run-dir", "ledgers/r", "--allow-patch", "--data",
-                        str(CORPUS_PATH), "--executor", "ray", "--ray-address", cluster[0].address, "-c", "2",
-                        "--json"], capture_output=True, text=True, env=subprocess_env(), cwd=tmp_path, timeout=600)
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "m.json", "--run-dir", "ledgers/r", "--allow-patch",
+                        "--data", str(CORPUS_PATH), "--executor", "ray", "--ray-address", cluster[0].address,
+                        "-c", "2", "--json"], capture_output=True, text=True, env=subprocess_env(),
+                       cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["counts"]["attempts"] == len(manifest.tasks) * 8
     assert audit(tmp_path / "ledgers/r").problems == []
@@ -297,8 +307,8 @@ def _driver(tmp_path, cluster, *args: str) -> subprocess.Popen:
     """``validate pool … --executor ray`` as a user runs it: a process of its own, the driver."""
     argv = [*VALIDATE, "pool", *args, "--executor", "ray", "--ray-address", cluster[0].address, "-c", "2",
             "--smoke-sample", "0", "--allow-patch", "--data", str(CORPUS_PATH)]
-    return subprocess.Popen(argv, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(argv, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _journaled(run) -> int:
@@ -369,10 +379,12 @@ def test_a_killed_driver_resumed_completes_with_no_attempt_run_twice(tmp_path, c
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode in (0, 1), err  # 1: the dataset verdict waits for its smoke test
     rows = pq.read_table(run / "attempts.parquet").to_pylist()
-    final = [(r["phase"], r["task_id"], r["agent"], r["sample"]) for r in rows if r["status"] != "infrastructure_error"]
+    final = [(r["phase"], r["task_id"], r["agent"], r["sample"])
+             for r in rows if r["status"] != "infrastructure_error"]
     assert len(final) == len(set(final)) == len(manifest.tasks) * 8  # each key played to its end exactly once
     verdicts = pq.read_table(run / "tasks.parquet").to_pylist()
-    assert sorted(v["idx"] for v in verdicts) == [0, 1, 2] and all(v["verdict"] != "incomplete" for v in verdicts)
+    assert sorted(v["idx"] for v in verdicts) == [0, 1, 2] and all(v["verdict"] != "incomplete"
+                                                                   for v in verdicts)
     assert not left.exists() and str(left) not in Path("/proc/self/mounts").read_text()
     result = audit(run)
     assert result.problems == [] and result.checked
@@ -394,9 +406,9 @@ def test_ctrl_c_on_the_driver_cancels_every_task_and_leaves_no_sandbox_running(t
     assert not any(any(storage.iterdir()) for storage in DEFAULT_PARENT.glob(f"{run.name}*"))
 
 
-def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(tmp_path, cluster,
-                                                                                            manifest, sandboxes,
-                                                                                            on_threads):
+def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_verdicts_stand(
+    tmp_path, cluster, manifest, sandboxes, on_threads
+):
     c, _, _ = cluster
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
@@ -416,7 +428,8 @@ def test_a_node_that_cannot_get_the_image_is_its_own_infrastructure_fault_and_ve
     assert ctx.executor.excluded == {bad.node_id}  # kept out of the rest of the run
     assert not any(r["node"] == bad.node_id and r["status"] != "infrastructure_error" for r in rows)
     threads_dir, threads = on_threads
-    assert _rows(tmp_path / "bad-node", "tasks.parquet", VERDICT) == _rows(threads_dir, "tasks.parquet", VERDICT)
+    assert _rows(tmp_path / "bad-node", "tasks.parquet", VERDICT) == _rows(threads_dir, "tasks.parquet",
+                                                                           VERDICT)
     assert on_ray.counts.compatible == threads.counts.compatible
     result = audit(tmp_path / "bad-node")
     assert result.problems == [] and result.checked
@@ -441,7 +454,8 @@ def test_a_node_whose_image_store_is_corrupted_fetches_the_image_again_by_digest
     rows = pq.read_table(tmp_path / "damaged" / "attempts.parquet").to_pylist()
     assert any(r["node"] == node.node_id and r["status"] == "ok" for r in rows)  # it played, with the image
     assert "sha256:" + file_sha256(damaged.tarball) == manifest.execution.image_digest
-    assert all(v["verdict"] == "compatible" for v in pq.read_table(tmp_path / "damaged" / "tasks.parquet").to_pylist())
+    assert all(v["verdict"] == "compatible"
+               for v in pq.read_table(tmp_path / "damaged" / "tasks.parquet").to_pylist())
     assert audit(tmp_path / "damaged").problems == []
 
 
@@ -455,7 +469,8 @@ def _pool_losing_a_node(ctx, nodes: dict, carrying: int = 1) -> tuple[object, li
     runner.start()
     deadline = time.monotonic() + 120
     while not (on := [f for f in list(ctx.executor._running.values())
-                      if f.node in nodes and len(f.specs) >= carrying and time.monotonic() - f.started < 0.3]):
+                      if f.node in nodes and len(f.specs) >= carrying
+                      and time.monotonic() - f.started < 0.3]):
         assert time.monotonic() < deadline and runner.is_alive(), "no call reached a node to kill"
         time.sleep(0.02)
     victim = nodes[on[0].node]
@@ -478,7 +493,8 @@ def _pool_losing_a_node(ctx, nodes: dict, carrying: int = 1) -> tuple[object, li
 
 # The last two: each leaves the cluster one worker node short.
 def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_errors_naming_it(tmp_path, cluster,
-                                                                                           manifest, sandboxes):
+                                                                                           manifest,
+                                                                                            sandboxes):
     c, workers, _ = cluster
     victim = workers[0]
     ctx = make_ctx(manifest, sandboxes("bwrap"), tmp_path / "killed", concurrency=2, executor="ray")
@@ -491,7 +507,8 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
     # The node's one slot had one call in flight: every attempt it carried is a lost try of its
     # own, each saying it was one of that call's (read from the rows: the call seen before the
     # kill may have ended meanwhile, and the slot's next one been lost instead).
-    assert len(lost) >= 2 and all(f"one of the {len(lost)} attempts of one call" in r["error_message"] for r in lost)
+    assert len(lost) >= 2 and all(f"one of the {len(lost)} attempts of one call" in r["error_message"]
+                                  for r in lost)
     assert len({(r["phase"], r["task_id"], r["agent"], r["sample"]) for r in lost}) == len(lost)
     # Each lost attempt was played again (a later try of its key, on the surviving node).
     for r in lost:
@@ -506,7 +523,8 @@ def test_a_worker_node_killed_mid_run_loses_its_attempts_as_infrastructure_error
 
 
 def test_a_slot_lost_with_its_node_is_replaced_and_its_replacement_plays_the_lost_attempt(tmp_path, cluster,
-                                                                                          manifest, sandboxes):
+                                                                                          manifest,
+                                                                                          sandboxes):
     """One slot (``-c 1``) and a node to spare: the slot's node killed while it plays its first
     attempt; the attempt, lost naming that node, is played again in the same play by the slot
     that replaced it (there is no other), on another node. Last in the module: it kills a node."""
@@ -528,5 +546,6 @@ def test_a_slot_lost_with_its_node_is_replaced_and_its_replacement_plays_the_los
              and r["attempt"] == lost[0]["attempt"] + 1]
     assert len(again) == 1 and again[0]["status"] != "infrastructure_error"
     assert again[0]["node"] in nodes and again[0]["node"] != victim.node_id
-    assert all(v["verdict"] != "incomplete" for v in pq.read_table(tmp_path / "replaced" / "tasks.parquet").to_pylist())
+    assert all(v["verdict"] != "incomplete"
+               for v in pq.read_table(tmp_path / "replaced" / "tasks.parquet").to_pylist())
     assert audit(tmp_path / "replaced").problems == []

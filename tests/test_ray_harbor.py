@@ -105,7 +105,8 @@ def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_
     idx = [i for i in range(ts.size) if ts.task(i).id in PICK]
     per_task = len(env.agents(env.Config(dataset=str(SAMPLE))))  # --agents all: the oracle and every control
     frozen = _validate(tmp_path, "freeze", "--name", "rh", "--env", "harbor", "--dataset", str(SAMPLE),
-                       "--idx", ",".join(map(str, idx)), "--min-count", "1", "--out", "m.json", "--allow-patch")
+                       "--idx", ",".join(map(str, idx)), "--min-count", "1", "--out", "m.json",
+                       "--allow-patch")
     assert frozen.returncode == 0, frozen.stderr
     images = load_manifest(tmp_path / "m.json").execution.task_images
     ids = sorted(images.tasks[t].image for t in PICK)
@@ -121,7 +122,9 @@ def test_a_node_without_the_task_images_fetches_each_by_id_and_every_verdict_is_
     run = tmp_path / "ledgers" / "r"
     tasks = pd.read_parquet(run / "tasks.parquet").set_index("task_id")
     att = pd.read_parquet(run / "attempts.parquet")
-    assert set(att["status"]) <= {"ok", "exit_nonzero"}, att[["task_id", "agent", "error_message"]].to_dict("records")
+    assert set(att["status"]) <= {"ok", "exit_nonzero"}, att[["task_id", "agent", "error_message"]].to_dict(
+        "records"
+    )
     reason = lambda t: tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""  # noqa: E731
     assert {t: (tasks.loc[t, "verdict"], reason(t)) for t in PICK} == {t: label(t) for t in PICK}, \
         tasks[["verdict", "reason", "detail"]].to_dict("index")

@@ -21,7 +21,8 @@ def test_agent_text_is_inert_in_markdown():
 
 
 def test_agent_text_is_inert_in_html_and_only_bold_is_ours():
-    page = to_html([("p", [Bold("Dataset verdict: PASS"), HOSTILE]), ("table", ["a"], [[HOSTILE]])], "Validation report", "")
+    page = to_html([("p", [Bold("Dataset verdict: PASS"), HOSTILE]), ("table", ["a"], [[HOSTILE]])],
+                   "Validation report", "")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert page.count("<strong>") == 1 and "**" not in page
 
@@ -29,7 +30,11 @@ def test_agent_text_is_inert_in_html_and_only_bold_is_ours():
 def test_the_plot_is_a_self_contained_svg_with_n_ceilings_and_a_legend():
     svg = box_plot_svg([("oracle", "oracle", [1.0] * 5), ("shuffled", "control", [0.2, 0.3, 0.5]),
                         ("<b>", "control", [])], 1.0, {"shuffled": 0.6})
-    assert svg.startswith("<svg") and svg.endswith("</svg>") and "http" not in svg.replace("http://www.w3.org", "")
+    assert (
+        svg.startswith("<svg")
+        and svg.endswith("</svg>")
+        and "http" not in svg.replace("http://www.w3.org", "")
+    )
     assert "n=5" in svg and "n=3" in svg and "n=0" in svg and "&lt;b&gt;" in svg
     assert "pass threshold 1" in svg and "control ceiling" in svg and 'stroke-dasharray="4 3"' in svg
 

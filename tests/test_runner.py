@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import make_ctx, make_manifest
-from validate.run.phases import RunPhase, run_agents
-from validate.run.context import Play
 from validate.kinds.program import ProgramKind
+from validate.run.context import Play
+from validate.run.phases import RunPhase, run_agents
 from validate.run.runner import play_task
 from validate.sandbox import open_sandbox
 from validate.sandbox.storage import attempt_storage
@@ -53,8 +53,10 @@ def test_oracle_passes_controls_rejected_and_backends_agree(sandboxes, tmp_path,
         assert (attempts.loc[attempts["agent"] == "oracle", "reward"] == 1.0).all()
         assert (attempts.loc[attempts["agent"] != "oracle", "reward"] < 1.0).all()
         results[backend] = sorted(zip(attempts["task_id"], attempts["agent"], attempts["reward"],
-                                      attempts["reply_sha256"].fillna(""), attempts["workspace_sha256"]))
-        results[backend + "-verdicts"] = list(zip(tasks["task_id"], tasks["verdict"], tasks["reason"].fillna("")))
+                                      attempts["reply_sha256"].fillna(""), attempts["workspace_sha256"],
+                                      strict=True))
+        results[backend + "-verdicts"] = list(zip(tasks["task_id"], tasks["verdict"],
+                                                  tasks["reason"].fillna(""), strict=True))
     assert results["docker"] == results["bwrap"]
     assert results["docker-verdicts"] == results["bwrap-verdicts"]
 
@@ -64,7 +66,9 @@ def test_subprocess_never_runs_a_network_isolated_task(tmp_path):
     _, attempts, tasks = run_all(sandbox, tmp_path / "sub", [0])
     assert set(attempts["status"]) == {"unsupported_execution_contract"}
     assert attempts["runtime_s"].isna().all()
-    assert tasks["reason"][0] == "unsupported_execution_contract" and "network isolation" in tasks["detail"][0]
+    assert (
+        tasks["reason"][0] == "unsupported_execution_contract" and "network isolation" in tasks["detail"][0]
+    )
 
 
 @pytest.mark.bwrap
@@ -72,8 +76,9 @@ def test_evidence_files_are_plain_parquet_with_replies(sandboxes, tmp_path):
     _, attempts, tasks = run_all(sandboxes("bwrap"), tmp_path / "r", [0, 1])
     root = tmp_path / "r"
     assert len(attempts) == 16 and not attempts["superseded"].any()
-    assert {"reward", "metric_grouping_f1", "metric_norm_kendall_tau", "reply_sha256", "reply_text", "workspace_sha256",
-            "image_digest", "exit_code", "oom_killed", "timed_out", "started_at", "role", "sample"} <= set(attempts.columns)
+    assert {"reward", "metric_grouping_f1", "metric_norm_kendall_tau", "reply_sha256", "reply_text",
+            "workspace_sha256", "image_digest", "exit_code", "oom_killed", "timed_out", "started_at", "role",
+            "sample"} <= set(attempts.columns)
     oracle = attempts[attempts["agent"] == "oracle"]
     assert oracle["reply_text"].str.startswith("\\boxed{").all() and not oracle["reply_truncated"].any()
     assert str(attempts["started_at"].dt.tz) == "UTC"
@@ -81,7 +86,10 @@ def test_evidence_files_are_plain_parquet_with_replies(sandboxes, tmp_path):
     assert len(pd.read_parquet(root / "exclusions.parquet")) == 0
     assert (root / "manifest.json").exists() and not (root / "journal.jsonl").exists()
     check = subprocess.run(["sha256sum", "-c", "checksums"], cwd=root, capture_output=True, text=True)
-    assert check.returncode == 0 and check.stdout.count(": OK") == len((root / "checksums").read_text().splitlines()) >= 5
+    assert (
+        check.returncode == 0
+        and check.stdout.count(": OK") == len((root / "checksums").read_text().splitlines()) >= 5
+    )
 
 
 @pytest.mark.bwrap
@@ -89,13 +97,18 @@ def test_resume_after_a_partial_run_equals_an_uninterrupted_run(sandboxes, tmp_p
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2], max_papers=2, min_papers=2)
     full = run_agents(make_ctx(manifest, sandbox, tmp_path / "full"), RunPhase())
-    partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), RunPhase(agents="oracle,empty", phase="run"))
+    partial = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"),
+                         RunPhase(agents="oracle,empty", phase="run"))
     assert partial.counts.attempts == 6 and partial.dataset_verdict.verdict == "INCOMPLETE"
     resumed = run_agents(make_ctx(manifest, sandbox, tmp_path / "part"), RunPhase())
-    view = lambda root: list(pd.read_parquet(root / "tasks.parquet")[["task_id", "verdict"]].itertuples(index=False))
-    assert view(tmp_path / "part") == view(tmp_path / "full") and resumed.dataset_verdict == full.dataset_verdict
+    def view(root):
+        return list(pd.read_parquet(root / "tasks.parquet")[["task_id", "verdict"]].itertuples(index=False))
+
+    assert (
+        view(tmp_path / "part") == view(tmp_path / "full") and resumed.dataset_verdict == full.dataset_verdict
+    )
     attempts = pd.read_parquet(tmp_path / "part/attempts.parquet")
-    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"]))
+    keys = list(zip(attempts["task_id"], attempts["agent"], attempts["attempt"], strict=True))
     assert len(keys) == len(set(keys)) == 24  # nothing duplicated, nothing rerun
 
 
@@ -117,7 +130,8 @@ def test_container_killed_from_outside_is_an_infrastructure_fault_and_retried(sa
 
     t = threading.Thread(target=killer)
     t.start()
-    rows = play_task(ctx, Play("run", manifest, ctx.taskset, [0], [slow], ProgramKind()), ctx.taskset.task(0), slow, 0, 1)
+    rows = play_task(ctx, Play("run", manifest, ctx.taskset, [0], [slow], ProgramKind()), ctx.taskset.task(0),
+                     slow, 0, 1)
     t.join()
     assert killed, "the killer thread found no container"
     assert rows[0].status == "infrastructure_error" and rows[0].error_class == "SandboxError"
@@ -132,7 +146,8 @@ def test_odd_replies_are_the_agents_own_outcome(sandboxes, tmp_path):
     _, attempts, _ = run_all(sandboxes("bwrap"), tmp_path / "odd", [0], agents="oracle,controls",
                              env_name="deshuffle-hostile", controls=HOSTILE)
     by = attempts.set_index("agent")
-    for agent, kind in (("reply-dir", "a directory"), ("reply-fifo", "a FIFO"), ("symlink-reply", "symbolic link")):
+    for agent, kind in (("reply-dir", "a directory"), ("reply-fifo", "a FIFO"),
+                        ("symlink-reply", "symbolic link")):
         row = by.loc[agent]
         assert (row["status"], row["exit_code"], row["reward"]) == ("no_reply", 0, 0.0), agent
         assert kind in row["error_message"] and "fd" not in row["error_message"]
@@ -161,7 +176,8 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
     """Cleanup of one attempt raises (as a 5,000-deep tree once made rmtree do): that attempt
     becomes a harness_error row, every other attempt's evidence is kept, the phase ends."""
     sandbox = sandboxes("bwrap")
-    manifest = make_manifest(sandbox, idx=[0, 1, 2], env_name="deshuffle-hostile", controls=["deep-tree", "empty"])
+    manifest = make_manifest(sandbox, idx=[0, 1, 2], env_name="deshuffle-hostile",
+                             controls=["deep-tree", "empty"])
     ctx = make_ctx(manifest, sandbox, tmp_path / "iso")
 
     @contextmanager
@@ -176,9 +192,14 @@ def test_an_exception_in_one_attempt_stays_in_that_attempt(sandboxes, tmp_path):
     attempts = pd.read_parquet(tmp_path / "iso/attempts.parquet")
     assert len(attempts) == 9
     deep = attempts[attempts["agent"] == "deep-tree"]
-    assert set(deep["status"]) == {"harness_error"} and deep["error_message"].str.contains("RecursionError|recursion").all()
+    assert (
+        set(deep["status"]) == {"harness_error"}
+        and deep["error_message"].str.contains("RecursionError|recursion").all()
+    )
     assert set(attempts.loc[attempts["agent"] != "deep-tree", "status"]) <= {"ok", "no_reply"}
-    assert summary.counts.excluded == 3 and set(summary.counts.excluded_by_reason) == {"infrastructure_failure"}
+    assert summary.counts.excluded == 3 and set(summary.counts.excluded_by_reason) == {
+        "infrastructure_failure"
+    }
 
 
 @pytest.mark.bwrap
@@ -187,5 +208,6 @@ def test_a_deep_tree_left_by_an_agent_is_cleaned_up(sandboxes, tmp_path):
 
     # Inodes enough for the whole 5,000-deep tree: the removal, not the cap, is under test.
     _, attempts, _ = run_all(sandboxes("bwrap"), tmp_path / "deep", [0], agents="controls",
-                             env_name="deshuffle-hostile", controls=["deep-tree"], limits=Limits(storage_inodes=20000))
+                             env_name="deshuffle-hostile", controls=["deep-tree"],
+                             limits=Limits(storage_inodes=20000))
     assert attempts["status"].tolist() == ["no_reply"]

@@ -26,18 +26,18 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 from validate.core.errors import SandboxError
 from validate.core.paths import DEFAULT_IMAGE
-from validate.run.context import Play
-from validate.kinds.program import ProgramKind
-from validate.run.runner import judge, play_task
 from validate.evidence.verdicts import by_task, outcomes_of
+from validate.kinds.program import ProgramKind
+from validate.run.context import Play
+from validate.run.runner import judge, play_task
+from validate.run.workspace import workspace_sha256
 from validate.sandbox import Limits, Mount, RunRequest, open_sandbox, storage
 from validate.sandbox.base import BACKSTOP_S
 from validate.sandbox.cgroups import open_cgroups
 from validate.sandbox.storage import attempt_storage
-from validate.run.workspace import workspace_sha256
-from tests.conftest import AGENTS_DIR, SANDBOX_BACKENDS, hostile, make_ctx, make_manifest  # noqa: F401
 
 pytestmark = pytest.mark.parametrize("backend", SANDBOX_BACKENDS)
 
@@ -54,7 +54,8 @@ def contract(sandbox, agent, limits: Limits = LIMITS, idx: int = 0, infra_retrie
 
 
 def play(ctx, task, agent, first: int = 1):
-    return play_task(ctx, Play("run", ctx.manifest, ctx.taskset, [task.idx], [agent], ProgramKind()), task, agent, 0, first)
+    return play_task(ctx, Play("run", ctx.manifest, ctx.taskset, [task.idx], [agent], ProgramKind()), task,
+                     agent, 0, first)
 
 
 @pytest.fixture
@@ -63,7 +64,8 @@ def attempt(sandboxes, tmp_path):
 
     def go(backend: str, agent, limits: Limits = LIMITS, idx: int = 0):
         sandbox = sandboxes(backend)
-        ctx = make_ctx(contract(sandbox, agent, limits, idx), sandbox, tmp_path / f"run-{uuid.uuid4().hex[:6]}")
+        ctx = make_ctx(contract(sandbox, agent, limits, idx), sandbox,
+                       tmp_path / f"run-{uuid.uuid4().hex[:6]}")
         rows = play(ctx, ctx.taskset.task(idx), agent)
         assert len(rows) == 1
         return rows[0]
@@ -98,7 +100,8 @@ def test_oracle_passes_and_empty_is_rejected(backend, attempt):
     ok = attempt(backend, REGISTRY["oracle"])
     assert (ok.status, ok.reward, ok.as_expected, ok.exit_code) == ("ok", 1.0, True, 0)
     empty = attempt(backend, REGISTRY["empty"])
-    assert (empty.status, empty.reward, empty.reply_sha256, empty.as_expected) == ("no_reply", 0.0, None, True)
+    assert (empty.status, empty.reward, empty.reply_sha256, empty.as_expected) == ("no_reply", 0.0, None,
+                                                                                   True)
 
 
 def test_no_network_of_any_kind(backend, attempt):
@@ -186,7 +189,8 @@ def test_nothing_is_left_behind(backend, attempt, sandboxes):
         assert client.containers.list(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
     else:
         label = sandboxes("bwrap").run_label
-        assert sandboxes("bwrap").hierarchy.names(label) == []  # this session's run label only: other runs may be live
+        # this session's run label only: other runs may be live
+        assert sandboxes("bwrap").hierarchy.names(label) == []
 
 
 def test_infinite_loop_times_out(backend, attempt):
@@ -229,7 +233,8 @@ AGENT_UID = 65534
 
 
 @contextmanager
-def hostile_run(sandbox, agent: str, limits: Limits = LIMITS, user: str = "65534:65534", name: str | None = None):
+def hostile_run(sandbox, agent: str, limits: Limits = LIMITS, user: str = "65534:65534",
+                name: str | None = None):
     """Run tests/agents/<agent>.py in `sandbox` the way an attempt will: workspace, /tmp and
     the agent's files on one fresh attempt storage (a capped tmpfs). Yields (result, storage root)
     while the storage still exists."""
@@ -241,8 +246,8 @@ def hostile_run(sandbox, agent: str, limits: Limits = LIMITS, user: str = "65534
             d.mkdir(mode=mode)
             os.chown(d, owner, gid if owner else 0)
         shutil.copyfile(AGENTS_DIR / f"{agent}.py", ad / "agent.py")
-        req = RunRequest(argv=("python3", "-S", "/agent/agent.py"), limits=limits, name=name, user=user, tmp=tmp,
-                         mounts=(Mount(source=ws, target="/workspace", read_only=False),
+        req = RunRequest(argv=("python3", "-S", "/agent/agent.py"), limits=limits, name=name, user=user,
+                         tmp=tmp, mounts=(Mount(source=ws, target="/workspace", read_only=False),
                                  Mount(source=ad, target="/agent")))
         yield sandbox.run(req), root
 
@@ -259,8 +264,8 @@ def test_faked_infrastructure_faults_are_the_agents_own_failure(backend, sandbox
     retried, and the task's reason is not infrastructure_failure."""
     sandbox = sandboxes(backend)
     agent = hostile(fake)
-    manifest = make_manifest(sandbox, idx=[0], env_name="deshuffle-hostile", controls=[agent.name], limits=LIMITS,
-                             infra_retries=2)
+    manifest = make_manifest(sandbox, idx=[0], env_name="deshuffle-hostile", controls=[agent.name],
+                             limits=LIMITS, infra_retries=2)
     ctx = make_ctx(manifest, sandbox, tmp_path / "run")
     rows = play(ctx, ctx.taskset.task(0), agent)
     assert [(r.status, r.exit_code, r.as_expected) for r in rows] == [("exit_nonzero", code, True)]
@@ -282,9 +287,13 @@ def test_a_kill_from_outside_is_infrastructure(backend, sandboxes):
                 if found:
                     time.sleep(0.5)
                     if backend == "podman":  # someone's `podman kill`: another client of the same service
-                        killed.append(docker.APIClient(base_url=sandbox.host, version="1.41").kill(found[0]["Id"]))
+                        killed.append(
+                            docker.APIClient(base_url=sandbox.host, version="1.41").kill(found[0]["Id"])
+                        )
                         return
-                    killed.append(subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode)
+                    killed.append(
+                        subprocess.run(["docker", "kill", found[0]["Id"]], capture_output=True).returncode
+                    )
                     return
             else:  # bwrap's monitor: the parent of the sandbox's PID 1, outside the attempt's cgroup
                 for pid in map(str, sandbox.hierarchy.pids(f"{sandbox.run_label}-{name}")):
@@ -320,8 +329,8 @@ def test_a_sandbox_that_cannot_start_is_infrastructure(backend, sandboxes, monke
     """A bind source that is not there; for bwrap also a cgroup it cannot join (reported by
     the missing status of bwrap, whatever the exit code)."""
     sandbox = sandboxes(backend)
-    missing = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"nostart-{uuid.uuid4().hex[:8]}", workdir="/",
-                         mounts=(Mount(source=tmp_path / "not-there", target="/workspace"),))
+    missing = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"nostart-{uuid.uuid4().hex[:8]}",
+                         workdir="/", mounts=(Mount(source=tmp_path / "not-there", target="/workspace"),))
     with pytest.raises(SandboxError, match="not-there"):
         sandbox.run(missing)
     if backend == "bwrap":
@@ -363,8 +372,9 @@ def test_the_attempt_storage_caps_bytes_and_files(backend, sandboxes):
 #: seccomp profile, grants a user namespace of its own kernel (never the host's; a second one
 #: by clone, and the unshare program, are refused), and implements bpf and i386 calls not at all.
 GVISOR_ESCAPE_PROBE = {"unshare_user": "ok", "clone_newuser": "EPERM", "mount": "EPERM", "keyctl": "EACCES",
-                       "ptrace": "EPERM", "bpf": "ENOSYS", "clone3": "ENOSYS", "personality_no_aslr": "EINVAL",
-                       "personality_query": "EINVAL", "socket_vsock": "EAFNOSUPPORT", "i386_abi": "-9",
+                       "ptrace": "EPERM", "bpf": "ENOSYS", "clone3": "ENOSYS",
+                       "personality_no_aslr": "EINVAL", "personality_query": "EINVAL",
+                       "socket_vsock": "EAFNOSUPPORT", "i386_abi": "-9",
                        "unshare_program": "exit 1: unshare: unshare failed: Operation not permitted"}
 
 
@@ -378,7 +388,8 @@ def test_nested_namespaces_and_privileged_calls_are_refused(backend, sandboxes):
     assert out["clone3"] == "ENOSYS" and out["personality_query"] == "ok"
     assert out["unshare_program"].startswith("exit 1"), out
     if backend == "bwrap":  # beyond docker 20.10's default profile, which allows these
-        assert (out["ptrace"], out["socket_vsock"], out["i386_abi"]) == ("EPERM", "EPERM", "killed by signal 31"), out
+        assert (out["ptrace"], out["socket_vsock"], out["i386_abi"]) == ("EPERM", "EPERM",
+                                                                         "killed by signal 31"), out
 
 
 def test_no_host_path_is_visible_inside(backend, sandboxes):
@@ -387,26 +398,29 @@ def test_no_host_path_is_visible_inside(backend, sandboxes):
     the image's unpacked rootfs, whose host path is in mountinfo; docker's overlay shows its
     /var/lib/docker paths.)"""
     sandbox = sandboxes(backend)
-    with hostile_run(sandbox, "introspect", Limits(max_log_bytes=1 << 20), user="65533:65532") as (result, root):
+    with hostile_run(sandbox, "introspect", Limits(max_log_bytes=1 << 20),
+                     user="65533:65532") as (result, root):
         out = json.loads(result.stdout)
     uid, gid, groups = out["uid_gid"]
     assert (uid, gid) == (65533, 65532) and set(groups) <= {65532}  # the request's user, no other group
     assert out["cmdline_1"].startswith("/usr/bin/timeout -s KILL ") and "/agent/agent.py" in out["cmdline_1"]
-    host_paths = [str(root), str(storage.DEFAULT_PARENT), str(AGENTS_DIR), str(Path.cwd()), "/var/lib", "/run/"]
+    host_paths = [str(root), str(storage.DEFAULT_PARENT), str(AGENTS_DIR), str(Path.cwd()), "/var/lib",
+                  "/run/"]
     for key in ("cmdline_1", "environ", "cgroup"):
         assert not [p for p in host_paths if p in out[key]], (key, out[key])
     assert str(root) not in out["mountinfo"] and str(storage.DEFAULT_PARENT) not in out["mountinfo"]
     assert out["fds"] == [0, 1, 2, 3]  # stdio and its own listing: no status pipe, no seccomp fd
     # gVisor's Sentry names the host's /dev/null it was handed an imported host fd, "host:[n]"
-    assert out["stdin"] == "/dev/null" or (backend == "docker-gvisor" and out["stdin"].startswith("host:[")), out
+    assert out["stdin"] == "/dev/null" or (backend == "docker-gvisor"
+                                           and out["stdin"].startswith("host:[")), out
 
 
 def test_no_fd_leaks_over_200_attempts(backend, sandboxes):
     sandbox = sandboxes(backend)
 
     def one(i: int) -> int:
-        req = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"fd-{i}-{uuid.uuid4().hex[:8]}", workdir="/",
-                         limits=Limits(timeout_s=30.0))
+        req = RunRequest(argv=("python3", "-S", "-c", "pass"), name=f"fd-{i}-{uuid.uuid4().hex[:8]}",
+                         workdir="/", limits=Limits(timeout_s=30.0))
         return sandbox.run(req).exit_code
 
     with ThreadPoolExecutor(4) as pool:
@@ -446,7 +460,8 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
     a container just created) or while the agent runs: by the backstop nothing of the attempt
     is left running; the next start with the same run label removes the rest."""
     label = f"killed-{uuid.uuid4().hex[:6]}"
-    harness = subprocess.Popen([sys.executable, "-c", HARNESS, backend, label, str(AGENTS_DIR / "sleeper.py")],
+    harness = subprocess.Popen([sys.executable, "-c", HARNESS, backend, label,
+                                str(AGENTS_DIR / "sleeper.py")],
                                cwd=Path(__file__).resolve().parents[1])
     reply = storage.DEFAULT_PARENT / label / "sleeper" / "workspace" / "reply.txt"
     if backend.startswith("docker") or backend == "podman":
@@ -457,7 +472,8 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
             return client.containers(filters={"label": f"deshuffle-validate={label}"}, quiet=True)
     else:
         def alive() -> list:  # the sandbox's processes, and the launch chain on the host
-            chain = subprocess.run(["pgrep", "-f", f"{label}-{label}-sleeper"], capture_output=True, text=True)
+            chain = subprocess.run(["pgrep", "-f", f"{label}-{label}-sleeper"], capture_output=True,
+                                   text=True)
             return [*map(str, open_cgroups().pids(f"{label}-{label}-sleeper")), *chain.stdout.split()]
     for _ in range(1200):
         if (alive() if when == "starting" else reply.exists()):
@@ -476,7 +492,10 @@ def test_a_sigkilled_harness_leaves_nothing_past_the_backstop_and_the_next_start
     try:
         assert not (storage.DEFAULT_PARENT / label).exists()
         if backend.startswith("docker") or backend == "podman":
-            assert leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"}) == []
+            assert (
+                leftovers.client.api.containers(all=True, filters={"label": f"deshuffle-validate={label}"})
+                == []
+            )
         if backend == "podman":
             assert leftovers.cgroups.names(label) == []
         elif not backend.startswith("docker"):

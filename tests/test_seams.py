@@ -15,10 +15,10 @@ import pytest
 
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
 from validate.audit.run import audit
-from validate.run.executors import AttemptSpec, executor_names, make_executor
-from validate.kinds import kind_names, kind_of
-from validate.run.phases import PoolPhase, RunPhase, pool, run_agents
 from validate.core.records import EXCEPTION_STATUSES
+from validate.kinds import kind_names, kind_of
+from validate.run.executors import AttemptSpec, executor_names, make_executor
+from validate.run.phases import PoolPhase, RunPhase, pool, run_agents
 
 pytestmark = pytest.mark.bwrap
 
@@ -46,12 +46,15 @@ def test_an_executor_from_tests_gives_the_same_evidence_as_threads_and_passes_th
     assert [s.idx for s in ctx.executor.seen] == sorted((s.idx for s in ctx.executor.seen), reverse=True)
     assert len(ctx.executor.seen) == len(_rows(tmp_path / "toy")) >= 3 * 3  # no retries: one row per spec
     assert _rows(tmp_path / "toy") == _rows(tmp_path / "threads")
-    assert (toy.counts.compatible, toy.counts.excluded) == (threads.counts.compatible, threads.counts.excluded) == (2, 1)
+    assert (toy.counts.compatible, toy.counts.excluded) == (threads.counts.compatible,
+                                                            threads.counts.excluded) == (2, 1)
     result = audit(tmp_path / "toy")
     assert result.problems == [] and result.checked
 
 
-def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_the_audit(tmp_path, sandboxes):
+def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_the_audit(
+    tmp_path, sandboxes
+):
     sandbox = sandboxes("bwrap")
     manifest = make_manifest(sandbox, idx=[0, 1, 2, 3], env_name="toy-insandbox", min_task_count=4)
     ctx = make_ctx(manifest, sandbox, tmp_path / "pool")
@@ -59,7 +62,8 @@ def test_a_kind_from_tests_scores_inside_the_sandbox_after_the_agent_and_passes_
     summary = pool(ctx, PoolPhase())
     rows = pq.read_table(tmp_path / "pool" / "attempts.parquet").to_pylist()
     assert not {r["status"] for r in rows} & set(EXCEPTION_STATUSES)
-    assert {r["reward"] for r in rows if r["role"] == "oracle"} == {1.0}  # read from the verifier in the sandbox
+    # read from the verifier in the sandbox
+    assert {r["reward"] for r in rows if r["role"] == "oracle"} == {1.0}
     assert all(r["reward"] < 1.0 for r in rows if r["role"] == "control")
     assert summary.counts.compatible == 4
     result = audit(tmp_path / "pool")
@@ -111,9 +115,14 @@ def test_a_cancel_ends_that_run_only_and_the_next_run_of_the_executor_plays_ever
 
 
 def test_a_phase_config_refuses_a_bad_value_naming_the_option(tmp_path):
-    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--phase", ""], capture_output=True, text=True,
-                       env=subprocess_env(), cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.count("\n") <= 2 and "--phase" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([*VALIDATE, "run", "--manifest", "x.json", "--phase", ""], capture_output=True,
+                       text=True, env=subprocess_env(), cwd=tmp_path)
+    assert (
+        r.returncode == 2
+        and r.stderr.count("\n") <= 2
+        and "--phase" in r.stderr
+        and "Traceback" not in r.stderr
+    )
 
 
 def test_a_cancel_without_ctrl_c_ends_the_phase_as_interrupted_and_a_resume_completes_it(tmp_path, sandboxes):

@@ -13,10 +13,15 @@ import uuid
 
 import pytest
 
-from validate.sandbox import Limits, RunRequest
-from validate.sandbox.seccomp import (CLONE_NAMESPACE_FLAGS, PERSONALITY_ALLOWED, REFUSED, filter_bpf,
-                                      filter_sha256)
 from tests.test_sandbox import run_json
+from validate.sandbox import Limits, RunRequest
+from validate.sandbox.seccomp import (
+    CLONE_NAMESPACE_FLAGS,
+    PERSONALITY_ALLOWED,
+    REFUSED,
+    filter_bpf,
+    filter_sha256,
+)
 
 AUDIT_ARCH_X86_64, AUDIT_ARCH_I386 = 0xC000003E, 0x40000003
 ALLOW, KILL_PROCESS = 0x7FFF0000, 0x80000000
@@ -50,9 +55,9 @@ def run_bpf(program: bytes, syscall: int, args: tuple[int, ...] = (), arch: int 
         elif cls == 0x04:  # ALU
             operand = x if code & 0x08 else k
             op = code & 0xF0
-            ops = {0x00: lambda: a + operand, 0x10: lambda: a - operand, 0x40: lambda: a | operand,
-                   0x50: lambda: a & operand, 0x60: lambda: a << (operand & 31), 0x70: lambda: a >> (operand & 31)}
-            a = ops[op]() & 0xFFFFFFFF
+            ops = {0x00: a + operand, 0x10: a - operand, 0x40: a | operand,
+                   0x50: a & operand, 0x60: a << (operand & 31), 0x70: a >> (operand & 31)}
+            a = ops[op] & 0xFFFFFFFF
         elif cls == 0x05:  # JMP
             op = code & 0xF0
             operand = x if code & 0x08 else k
@@ -71,7 +76,8 @@ def test_the_program_is_built_deterministically_and_named_by_its_sha256():
     program = filter_bpf()
     assert len(program) % 8 == 0 and len(program) > 8 * len(REFUSED)
     other = subprocess.run([sys.executable, "-c", "from validate.sandbox.seccomp import filter_sha256; "
-                            "print(filter_sha256())"], capture_output=True, text=True, check=True).stdout.strip()
+                            "print(filter_sha256())"], capture_output=True, text=True,
+                           check=True).stdout.strip()
     assert filter_sha256() == other and other.startswith("sha256:") and len(other) == 71
 
 
@@ -87,7 +93,8 @@ def test_every_refused_call_is_known_to_libseccomp_and_refused_whatever_its_argu
 def test_ordinary_calls_are_allowed():
     program = filter_bpf()
     for name in ("read", "write", "openat", "close", "mmap", "mprotect", "execve", "exit_group", "wait4",
-                 "rt_sigaction", "futex", "getdents64", "newfstatat", "pipe2", "kill", "prctl", "seccomp", "fork"):
+                 "rt_sigaction", "futex", "getdents64", "newfstatat", "pipe2", "kill", "prctl", "seccomp",
+                 "fork"):
         assert run_bpf(program, nr(name), (3, 0, 0)) == ALLOW, name
     sigchld, thread = 17, 0x3D0F00  # fork's flags; pthread_create's CLONE_VM|FS|FILES|SIGHAND|THREAD|...
     assert run_bpf(program, nr("clone"), (sigchld,)) == ALLOW
@@ -127,8 +134,9 @@ def test_inside_bwrap_escapes_are_refused_and_a_normal_program_works(sandboxes):
     normal = ("import json, subprocess, threading, tempfile\n"
               "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
               "with tempfile.TemporaryFile() as fh: fh.write(b'x')\n"
-              "print(json.dumps(subprocess.run(['python3', '-c', 'print(6 * 7)'], capture_output=True, text=True)"
-              ".stdout.strip()))")
-    result = sandbox.run(RunRequest(argv=("python3", "-c", normal), name=f"seccomp-normal-{uuid.uuid4().hex[:8]}",
-                                    workdir="/", limits=Limits(timeout_s=30.0)))
+              "print(json.dumps(subprocess.run(['python3', '-c', 'print(6 * 7)'], capture_output=True, "
+              "text=True).stdout.strip()))")
+    result = sandbox.run(RunRequest(argv=("python3", "-c", normal),
+                                    name=f"seccomp-normal-{uuid.uuid4().hex[:8]}", workdir="/",
+                                    limits=Limits(timeout_s=30.0)))
     assert (result.exit_code, json.loads(result.stdout)) == (0, "42"), result.stderr

@@ -87,7 +87,8 @@ def test_a_command_past_its_timeout_is_killed_and_the_session_goes_on(sandboxes,
 def test_a_process_left_behind_writing_now_and_then_does_not_hold_the_session(sandboxes, backend, workspace):
     with sandboxes(backend).session(request(workspace, "leftover")) as s:
         t0 = time.monotonic()
-        r = s.exec(["bash", "-c", "setsid bash -c 'while :; do echo x; sleep 1; done' & echo started"], timeout_s=2.0)
+        r = s.exec(["bash", "-c", "setsid bash -c 'while :; do echo x; sleep 1; done' & echo started"],
+                   timeout_s=2.0)
         assert time.monotonic() - t0 < 2.0 + 10.0 + 5.0  # its timeout, the stream's grace, slack
         assert r.stdout.startswith(b"started") and (r.timed_out or r.exit_code == 0)
         assert s.exec(["echo", "alive"], timeout_s=20).stdout == b"alive\n"
@@ -147,8 +148,8 @@ HOSTILE = [pytest.param("docker", "kill -TERM 1", marks=pytest.mark.docker),
 
 
 @pytest.mark.parametrize(("backend", "command"), HOSTILE)
-def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastructure(sandboxes, backend, command,
-                                                                                     workspace):
+def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastructure(sandboxes, backend,
+                                                                                    command, workspace):
     with sandboxes(backend).session(request(workspace, "hostile")) as s:
         try:
             r = s.exec(["bash", "-c", command], timeout_s=20)
@@ -168,10 +169,10 @@ def test_an_agent_that_ends_its_own_sandbox_ends_its_attempt_not_the_infrastruct
 def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure(sandboxes, backend, command,
                                                                                    taskset3, tmp_path):
     from tests.conftest import make_ctx, make_manifest
+    from tests.test_eval_agent import contract
+    from validate.devtools.localserver import serve
     from validate.eval.client import ChatClient
     from validate.kinds.chat import EvalContext, attempt_once, model_play
-    from validate.devtools.localserver import serve
-    from tests.test_eval_agent import contract
 
     # The kill; one more command, which the dying sandbox takes down with it if it starts at
     # all; an answer, which the conversation must never reach.
@@ -187,12 +188,14 @@ def test_the_model_attempt_of_such_an_agent_is_scored_not_lost_to_infrastructure
     with serve({"hostile": hostile}) as server:
         ec = EvalContext(run=ctx, contract=contract(server.base_url, model="hostile"),
                          client=ChatClient(server.base_url), journal=None)
-        attempt, entry = attempt_once(ec, model_play(ec, "greedy", 0.0, 1, [7]), 0.0, ctx.taskset.task(7), 0, 1)
+        attempt, entry = attempt_once(ec, model_play(ec, "greedy", 0.0, 1, [7]), 0.0, ctx.taskset.task(7), 0,
+                                      1)
     assert attempt.status == "exit_nonzero", (attempt.status, attempt.error_message)
     assert attempt.error_class == "SandboxEnded" and "before its deadline" in attempt.error_message
     assert attempt.reward is not None and not entry.sample.solved  # scored as it stands: no final message
     assert (entry.sample.failure_class, entry.sample.failure_rule) == ("capability", "sandbox-ended")
-    assert entry.sample.termination == "sandbox_ended" and len(entry.turns) in (1, 2)  # cut short in a tool call
+    # cut short in a tool call
+    assert entry.sample.termination == "sandbox_ended" and len(entry.turns) in (1, 2)
     ended = [c for t in entry.turns for c in t.tool_calls if c.error and "ended the sandbox" in c.error]
     assert len(ended) == 1  # the call that ended it is in the trajectory
 
@@ -225,7 +228,9 @@ def test_close_ends_live_sessions(sandboxes, backend, workspace):
         s.exec(["true"], timeout_s=20)
     s.stop()
     if backend.startswith("docker") or backend == "podman":
-        assert not sb.client.api.containers(all=True, filters={"label": "deshuffle-validate=pytest-session-close"})
+        assert not sb.client.api.containers(
+            all=True, filters={"label": "deshuffle-validate=pytest-session-close"}
+        )
     else:
         out = subprocess.run(["pgrep", "-f", f"close-{os.getpid()}"], capture_output=True, text=True).stdout
         assert not out.strip()

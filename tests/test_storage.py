@@ -7,7 +7,6 @@ import errno
 import gc
 import os
 import stat
-
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,8 @@ def mounted(path) -> bool:
 
 
 def test_a_fresh_tmpfs_with_its_caps_is_mounted_then_removed(tmp_path):
-    with attempt_storage("run-a", "t0-oracle-1", Limits(storage_mb=8, storage_inodes=64), parent=tmp_path) as root:
+    with attempt_storage("run-a", "t0-oracle-1", Limits(storage_mb=8, storage_inodes=64),
+                         parent=tmp_path) as root:
         assert root == tmp_path / "run-a" / "t0-oracle-1" and mounted(root)
         st, vfs = os.stat(root), os.statvfs(root)
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o700, 0, 0)
@@ -44,7 +44,8 @@ def test_a_group_may_traverse_the_root(tmp_path):
 
 
 def test_bytes_and_inodes_are_capped_whatever_the_file_sizes(tmp_path):
-    with attempt_storage("run-b", "bytes", Limits(storage_mb=4, storage_inodes=1000), parent=tmp_path) as root:
+    with attempt_storage("run-b", "bytes", Limits(storage_mb=4, storage_inodes=1000),
+                         parent=tmp_path) as root:
         written = 0
         with pytest.raises(OSError) as full:
             for i in range(100):
@@ -127,7 +128,8 @@ def test_two_runs_of_one_name_in_two_places_get_two_sandbox_labels(tmp_path, mon
 
 
 @pytest.mark.parametrize("when", ["mounting", "unmounting"])
-def test_an_interrupt_while_storage_is_set_up_or_released_is_held_until_it_is_gone(tmp_path, monkeypatch, when):
+def test_an_interrupt_while_storage_is_set_up_or_released_is_held_until_it_is_gone(tmp_path, monkeypatch,
+                                                                                   when):
     """A Ctrl-C, or a cancelled Ray task (Ray raises its KeyboardInterrupt as a SIGINT in the
     worker's main thread), that lands while the tmpfs is mounted or released is raised only once
     nothing is left: landing between the unmount and the removal used to leave a mount point."""

@@ -18,7 +18,8 @@ def start(code: str) -> subprocess.Popen:
 
 
 def test_output_past_the_pipe_buffer_is_drained_and_the_head_kept():
-    proc = start("import sys\nfor _ in range(300):\n    sys.stdout.write('o' * 65536)\n    sys.stderr.write('e' * 65536)\n"
+    proc = start("import sys\nfor _ in range(300):\n    sys.stdout.write('o' * 65536)\n"
+                 "    sys.stderr.write('e' * 65536)\n"
                  "sys.exit(3)")
     timed_out, out, err = supervise(proc, 30.0, 100, kill=proc.kill)
     assert (timed_out, out, err, proc.returncode) == (False, b"o" * 100, b"e" * 100, 3)
@@ -75,8 +76,9 @@ def test_the_subprocess_backend_kills_the_agents_whole_group_and_gives_it_its_tm
             "print(os.environ['TMPDIR'], flush=True)\n"
             f"child = subprocess.Popen(['sleep', '60']); open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
             "time.sleep(60)")
-    result = SubprocessSandbox().run(RunRequest(argv=("python3", "-c", code), name="sub", workdir=str(tmp_path),
-                                                tmp=tmp_path, limits=Limits(timeout_s=1.0)))
+    result = SubprocessSandbox().run(RunRequest(argv=("python3", "-c", code), name="sub",
+                                                workdir=str(tmp_path), tmp=tmp_path,
+                                                limits=Limits(timeout_s=1.0)))
     assert (result.timed_out, result.exit_code, result.stdout) == (True, None, f"{tmp_path}\n".encode())
     child = int(pidfile.read_text())
     for _ in range(100):

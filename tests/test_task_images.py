@@ -15,13 +15,19 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_dataset
-from validate.sandbox.image import tarball_digests
-from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
 from validate.core.paths import task_image_store
+from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.sandbox.image import tarball_digests
 from validate.taskdir.images.basemap import DEBIAN_BOOKWORM_SLIM, BaseImageMap
 from validate.taskdir.images.bases import build_base_map, build_tarball
-from validate.taskdir.images.build import KEY_LABEL, TaskImage, TaskImageRefusal, build_task_image, context_digest, \
-    resolve_bases
+from validate.taskdir.images.build import (
+    KEY_LABEL,
+    TaskImage,
+    TaskImageRefusal,
+    build_task_image,
+    context_digest,
+    resolve_bases,
+)
 from validate.taskdir.images.docker import BASE_REPOSITORY, DockerImages
 from validate.taskdir.images.dockerfile import DockerfileError, Unresolvable, external_images, rewrite
 
@@ -57,13 +63,25 @@ def test_every_external_image_is_found_and_only_those_are_rewritten():
             "FROM \\\n  debian:bookworm-slim\n"
             "FROM scratch\n")
     _, refs = external_images(text)
-    assert [(r.image, r.kind) for r in refs] == [("python:3.11-slim", "from"), ("debian:bookworm-slim", "copy-from"),
-                                                  ("debian:bookworm-slim", "from")]
+    assert [(r.image, r.kind) for r in refs] == [
+        ("python:3.11-slim", "from"),
+        ("debian:bookworm-slim", "copy-from"),
+        ("debian:bookworm-slim", "from"),
+    ]
     new, diff = rewrite(text, {"python:3.11-slim": "sha256:aaa", "debian:bookworm-slim": "sha256:bbb"})
-    assert new.splitlines() == ["# syntax=docker/dockerfile:1", "FROM --platform=linux/amd64 sha256:aaa AS build",
-                                "RUN echo one \\", "  # a comment inside the continuation", "  two",
-                                "FROM build AS test", "COPY --from=build /a /a", "COPY --from=0 /b /b",
-                                "COPY --from=sha256:bbb /etc/os-release /c", "FROM sha256:bbb", "FROM scratch"]
+    assert new.splitlines() == [
+        "# syntax=docker/dockerfile:1",
+        "FROM --platform=linux/amd64 sha256:aaa AS build",
+        "RUN echo one \\",
+        "  # a comment inside the continuation",
+        "  two",
+        "FROM build AS test",
+        "COPY --from=build /a /a",
+        "COPY --from=0 /b /b",
+        "COPY --from=sha256:bbb /etc/os-release /c",
+        "FROM sha256:bbb",
+        "FROM scratch",
+    ]
     assert "-FROM --platform=linux/amd64 python:3.11-slim AS build\n" in diff
     assert "+FROM --platform=linux/amd64 sha256:aaa AS build\n" in diff
     assert diff.startswith("--- a/environment/Dockerfile\n+++ b/environment/Dockerfile\n")
@@ -155,7 +173,9 @@ def test_the_map_serves_the_bases_by_layer_digest_and_records_each_substitution(
     assert newer.recipe == PYTHON and any("Python 3.11 is served where the task asks for Python 3.12" in d
                                           for d in newer.differences)
     pinned = base_map.resolve("library/debian:bookworm-slim@sha256:" + "0" * 64)
-    assert pinned.recipe == DEBIAN and any("pins the upstream image sha256:000" in d for d in pinned.differences)
+    assert pinned.recipe == DEBIAN and any(
+        "pins the upstream image sha256:000" in d for d in pinned.differences
+    )
     assert base_map.resolve("ubuntu:24.04") is None and base_map.resolve("python:3.11") is None
     # A second map reuses the tarballs and the imported images: no mmdebstrap, no import.
     mtimes = {n: (base_store / n / "rootfs.tar").stat().st_mtime_ns for n in base_map.bases}
@@ -184,12 +204,20 @@ def test_a_python_task_image_behaves_like_the_upstream_slim_image(csv_image, bas
     assert [b.upstream for b in csv_image.bases] == ["python:3.11-slim-bookworm"]
     assert csv_image.policy.network == "host"
     assert images.image_labels(csv_image.image_id)[KEY_LABEL] == csv_image.key
-    out = _run(images, csv_image.image_id, (
-        "set -e; python --version; python3 --version; pip --version; test -s /etc/ssl/certs/ca-certificates.crt; "
-        "python3 -c 'import sysconfig, os; m = os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\");"
-        " print(\"marker\", os.path.exists(m))'; "
-        "pip install --no-index --no-deps --force-reinstall /usr/share/python-wheels/pip-*.whl >/dev/null; "
-        "echo pip-install-ok; apt-get --version | head -n1; cat /app/people.csv | head -n1"))
+    out = _run(
+        images,
+        csv_image.image_id,
+        (
+            "set -e; python --version; python3 --version; pip --version; "
+            "test -s /etc/ssl/certs/ca-certificates.crt; "
+            "python3 -c 'import sysconfig, os; "
+            "m = os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\");"
+            " print(\"marker\", os.path.exists(m))'; "
+            "pip install --no-index --no-deps --force-reinstall /usr/share/python-wheels/pip-*.whl "
+            ">/dev/null; "
+            "echo pip-install-ok; apt-get --version | head -n1; cat /app/people.csv | head -n1"
+        ),
+    )
     assert "Python 3.11." in out and "pip " in out and "marker False" in out and "pip-install-ok" in out, out
     assert "apt " in out and "externally-managed" not in out, out
 
@@ -248,7 +276,10 @@ def test_a_newer_python_is_served_by_the_older_one_with_the_difference_recorded(
         ("python:3.12-slim", PYTHON, "python:3.12-slim*")]
     assert "Python 3.11 is served where the task asks for Python 3.12: code needing 3.12 features fails" in \
         result.bases[0].differences
-    assert f"+FROM {base_map.bases[PYTHON].image_id} AS base\n" in result.patch and "+FROM base" not in result.patch
+    assert (
+        f"+FROM {base_map.bases[PYTHON].image_id} AS base\n" in result.patch
+        and "+FROM base" not in result.patch
+    )
     assert result.layers[0] == base_map.bases[PYTHON].layer
 
 
@@ -329,7 +360,10 @@ def test_a_base_built_again_is_the_same_layer(base_map, tmp_path):
     """The smallest recipe once more, from the same archive: the same bytes, so the same layer."""
     _, again = build_tarball(DEBIAN_BOOKWORM_SLIM, tmp_path, log=lambda _msg: None)
     assert again.packages == base_map.bases[DEBIAN].packages
-    assert again.layer == base_map.bases[DEBIAN].layer and again.tree_digest == base_map.bases[DEBIAN].tree_digest
+    assert (
+        again.layer == base_map.bases[DEBIAN].layer
+        and again.tree_digest == base_map.bases[DEBIAN].tree_digest
+    )
 
 
 @pytest.mark.docker
@@ -353,11 +387,15 @@ def test_copy_of_the_context_holds_the_tasks_dockerfile_never_this_machines_rewr
     assert "Dockerfile" in listing and "keep.txt" in listing and ".validate-build.Dockerfile" not in listing
     assert hashlib.sha256(dockerfile).hexdigest() in listing  # the task's bytes, no base image id
     assert ("secret.txt" in listing) == (ignore is None)
-    assert (".dockerignore" in listing) == (ignore is not None and b"*" not in ignore)  # as docker's client sends it
+    assert (".dockerignore" in listing) == (
+        ignore is not None and b"*" not in ignore
+    )  # as docker's client sends it
 
 
 @pytest.mark.docker
-def test_a_task_copying_its_context_has_one_content_over_another_machines_base_id(base_map, images, task_store):
+def test_a_task_copying_its_context_has_one_content_over_another_machines_base_id(
+    base_map, images, task_store
+):
     """Another machine imports the same base under another id (a docker image id hashes its
     configuration's times): the sample's answer-in-image, which copies its whole context,
     has the same content digest over either id."""
@@ -366,11 +404,17 @@ def test_a_task_copying_its_context_has_one_content_over_another_machines_base_i
     here = _build("answer-in-image", base_map, images, task_store)
     assert isinstance(here, TaskImage), here
     [(name, base)] = [(n, b) for n, b in base_map.bases.items() if b.recipe.name == here.bases[0].recipe]
-    other, _ = images.client.images.build(fileobj=io.BytesIO(f"FROM {base.image_id}\nLABEL other=machine\n".encode()),
-                                          rm=True, network_mode="none")
+    other, _ = images.client.images.build(
+        fileobj=io.BytesIO(f"FROM {base.image_id}\nLABEL other=machine\n".encode()),
+        rm=True,
+        network_mode="none",
+    )
     assert other.id != base.image_id and other.attrs["RootFS"]["Layers"] == [base.layer]
     elsewhere = base_map.model_copy(update={"bases": {**base_map.bases,
                                                       name: base.model_copy(update={"image_id": other.id})}})
     there = _build("answer-in-image", elsewhere, images, task_store)
     assert isinstance(there, TaskImage) and there.image_id != here.image_id, there
-    assert image_content(images.client, there.image_id).digest == image_content(images.client, here.image_id).digest
+    assert (
+        image_content(images.client, there.image_id).digest
+        == image_content(images.client, here.image_id).digest
+    )

@@ -37,7 +37,8 @@ def _push(client, registry: LoopbackRegistry, base_id: str, name: str, marker: s
     """An image of `base_id` plus a file saying `marker`, pushed as ``<registry>/<name>``;
     the local copy removed, so a task's build must pull it. Returns the pushed digest."""
     dockerfile = f"FROM {base_id}\nRUN mkdir -p /opt && echo {marker} > /opt/marker\n"
-    image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, pull=False, network_mode="none")
+    image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), rm=True, pull=False,
+                                   network_mode="none")
     repo, _, tag = f"{registry.host}/{name}".rpartition(":")
     image.tag(repo, tag)
     for line in client.api.push(repo, tag=tag, stream=True, decode=True):
@@ -59,10 +60,14 @@ def _task(root: Path, name: str, *, dockerfile: str | None = None, image: str | 
     (task / "tests/test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
 
 
-def test_tasks_pull_through_the_registry_frozen_by_digest_and_a_moved_tag_is_named(registry, tmp_path, capsys):
+def test_tasks_pull_through_the_registry_frozen_by_digest_and_a_moved_tag_is_named(registry, tmp_path,
+                                                                                   capsys):
     client = docker.from_env()
     bases = build_base_map(DockerImages(), task_image_store() / "bases", log=lambda m: None)
-    python, debian = bases.bases["python-3.11-slim-bookworm"].image_id, bases.bases["debian-bookworm-slim"].image_id
+    python, debian = (
+        bases.bases["python-3.11-slim-bookworm"].image_id,
+        bases.bases["debian-bookworm-slim"].image_id,
+    )
     first = _push(client, registry, python, "library/python:3.11-slim", "one")
     swe = _push(client, registry, debian, "ghcr.io/acme/swe-env:v1", "swe")
     data = tmp_path / "ds"
@@ -80,7 +85,9 @@ def test_tasks_pull_through_the_registry_frozen_by_digest_and_a_moved_tag_is_nam
     seen = client.containers.run(hub["image"], ["cat", "/seen"], remove=True)
     assert seen.strip() == b"one"  # built on the image the registry gave
     gone = ti["tasks"]["gone-digest"]
-    assert gone["refusal"] == "unsupported_execution_contract" and "no longer resolves" in gone["detail"], gone
+    assert gone["refusal"] == "unsupported_execution_contract" and "no longer resolves" in gone["detail"], (
+        gone
+    )
     capsys.readouterr()
     # the tag moves on: verify names it and holds the contract's digest
     moved = _push(client, registry, python, "library/python:3.11-slim", "two")
@@ -88,7 +95,8 @@ def test_tasks_pull_through_the_registry_frozen_by_digest_and_a_moved_tag_is_nam
     assert main(["verify", "--manifest", str(out)]) == 0
     said = capsys.readouterr().err
     assert "python:3.11-slim: the tag" in said and f"has moved to {moved}" in said and first in said, said
-    # the frozen digest of the prebuilt image is deleted upstream; with no local copy, verify refuses, naming it
+    # the frozen digest of the prebuilt image is deleted upstream; with no local copy,
+    # verify refuses, naming it
     registry.delete_manifest(f"{registry.host}/ghcr.io/acme/swe-env", swe)
     client.images.remove(pre["image"], force=True)
     for image in client.images.list(name=f"{registry.host}/ghcr.io/acme/swe-env"):

@@ -15,15 +15,16 @@ from pydantic import BaseModel, field_serializer
 from environment.protocol import canonical_json, sha256_tag
 from tests.conftest import make_manifest
 from validate.contract.manifest import Manifest, derive, task_list_sha256, write_manifest
-from validate.core.errors import ContractError
 from validate.contract.sealed import SealedDocument, pretty
 from validate.contract.tasklist import TaskEntry, TaskList
+from validate.core.errors import ContractError
 
 WHY = {"oracle": "no reference", "shuffled": "one paper: nothing to shuffle"}
 
 
 def _entries(n: int) -> list[TaskEntry]:
-    return [TaskEntry(id=f"env/{i:08x}/{i}", idx=3 * i, hash=f"sha256:{i:064x}", skip=WHY if i % 3 == 1 else {})
+    return [TaskEntry(id=f"env/{i:08x}/{i}", idx=3 * i, hash=f"sha256:{i:064x}",
+                      skip=WHY if i % 3 == 1 else {})
             for i in range(n)]
 
 
@@ -56,7 +57,9 @@ def test_a_task_list_is_its_entries():
     entries = _entries(50)
     tasks = TaskList(entries)
     assert len(tasks) == 50 and tasks == entries and entries == tasks and list(tasks) == entries
-    assert tasks[0] == entries[0] and tasks[-1] == entries[-1] and tasks[7].skip == WHY and tasks[6].skip == {}
+    assert (
+        tasks[0] == entries[0] and tasks[-1] == entries[-1] and tasks[7].skip == WHY and tasks[6].skip == {}
+    )
     assert tasks[10:13] == entries[10:13] and tasks[::-7] == entries[::-7]
     with pytest.raises(IndexError):
         tasks[50]
@@ -74,7 +77,8 @@ def test_taking_entries_makes_a_list_of_those_entries_from_the_columns():
     tasks = TaskList(entries)
     taken = tasks.take([4, 1, 7, 29])
     assert isinstance(taken, TaskList) and taken == [entries[4], entries[1], entries[7], entries[29]]
-    assert taken == TaskList([entries[4], entries[1], entries[7], entries[29]])  # the same columns as built anew
+    # the same columns as built anew
+    assert taken == TaskList([entries[4], entries[1], entries[7], entries[29]])
     assert tasks.take([]) == [] and len(tasks.take([]).take([])) == 0
     assert tasks.take(p for p in (2, 0)) == [entries[2], entries[0]]  # any iterable of positions, read once
     with pytest.raises(IndexError):
@@ -97,7 +101,8 @@ def test_it_validates_and_dumps_as_a_list_of_entries():
     assert isinstance(held.tasks, TaskList) and held.tasks == entries
     assert held.model_dump(mode="json") == {"tasks": as_list}
     assert json.loads(held.model_dump_json()) == {"tasks": as_list}
-    assert list(held.model_dump(mode="json")["tasks"][0]) == ["id", "idx", "hash", "skip"]  # the model's order
+    # the model's order
+    assert list(held.model_dump(mode="json")["tasks"][0]) == ["id", "idx", "hash", "skip"]
     assert Holder(tasks=entries).tasks == entries and Holder(tasks=held.tasks).tasks is held.tasks
     bad = [*as_list[:3], {**as_list[3], "idx": -1}]
     with pytest.raises(ValueError, match=r"tasks\.3\.idx"):
@@ -119,7 +124,9 @@ def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
         doc = Doc(name="n", tasks=tasks, zeta={"k": '"tasks": [', "tasks": "[]"})
         whole = doc.model_dump(mode="json")
         assert doc.to_json() == pretty(whole)
-        assert doc.content_sha256() == sha256_tag(canonical_json({k: v for k, v in whole.items() if k != "sha256"}))
+        assert doc.content_sha256() == sha256_tag(
+            canonical_json({k: v for k, v in whole.items() if k != "sha256"})
+        )
         assert task_list_sha256(doc.tasks) == task_list_sha256(list(doc.tasks)) == \
             sha256_tag(canonical_json([[e.id, e.hash] for e in tasks]))
     # A document whose dump reshapes the field is encoded whole, as it dumps.
@@ -129,7 +136,10 @@ def test_a_sealed_document_writes_and_hashes_its_task_list_an_entry_at_a_time():
             return list(v.ids())
 
     shaped = Shaped(name="n", tasks=hostile)
-    assert shaped.to_json() == pretty(shaped.model_dump(mode="json")) and b'"tasks": [\n    "a' in shaped.to_json()
+    assert (
+        shaped.to_json() == pretty(shaped.model_dump(mode="json"))
+        and b'"tasks": [\n    "a' in shaped.to_json()
+    )
     # Written a task at a time: the peak is about the bytes written, not a dict and a few strings
     # per task besides (~10 times them when the dump was held whole), and hashing holds nothing.
     doc = Doc(name="n", tasks=_entries(10_000))
@@ -214,4 +224,5 @@ def test_the_cli_keeps_freed_memory_going_back_to_the_system():
 
     assert held("dynamic") >= 30  # glibc's own behaviour: the freed megabytes stay resident
     assert held("fixed") <= 15  # only the 200 KB blocks kept
-    assert held("fixed", MALLOC_TRIM_THRESHOLD_="1000000000", MALLOC_MMAP_THRESHOLD_="1000000000") >= 30  # the user's
+    # the user's
+    assert held("fixed", MALLOC_TRIM_THRESHOLD_="1000000000", MALLOC_MMAP_THRESHOLD_="1000000000") >= 30

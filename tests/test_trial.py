@@ -32,9 +32,17 @@ from environment.harbor.taskdir import HarborTask, load_task
 from validate.core.paths import DEFAULT_IMAGE
 from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import run as trial_run
-from validate.taskdir.trial.agents import HISTORY_MINER, AgentPlan, NOP, REWARD_FORGER, TEST_READER, UnknownAgent, declared, plan
+from validate.taskdir.trial import docker as dk, run as trial_run
+from validate.taskdir.trial.agents import (
+    HISTORY_MINER,
+    NOP,
+    REWARD_FORGER,
+    TEST_READER,
+    AgentPlan,
+    UnknownAgent,
+    declared,
+    plan,
+)
 from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.run import UnsupportedTask, apply_limits, run_trial
 
@@ -111,10 +119,12 @@ def _git(repo: Path, *args: str) -> None:
 def history_task(root: Path) -> Path:
     """The implementation committed, then replaced by a stub; the pack made by gc (deltas),
     then a stash of an unrelated edit (loose objects). Built on the host: the image has no git."""
-    task = sum_task(root, "answer-in-history", dockerfile=f"FROM {DEFAULT_IMAGE}\nCOPY repo /app\nWORKDIR /app\n",
+    task = sum_task(root, "answer-in-history",
+                    dockerfile=f"FROM {DEFAULT_IMAGE}\nCOPY repo /app\nWORKDIR /app\n",
                     solve=f"#!/bin/bash\ncat > /app/calc.py <<'EOF'\n{CALC_FULL}EOF\n",
-                    test_sh="#!/bin/bash\ncd /app && if python3 -c 'import calc; assert calc.total([1, 2, 3]) == 6'"
-                            "; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+                    test_sh="#!/bin/bash\n"
+                            "cd /app && if python3 -c 'import calc; assert calc.total([1, 2, 3]) == 6'; then "
+                            "echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
                     agent_user="root")
     (task / "instruction.md").write_text("Implement `total(numbers)` in `/app/calc.py` (a git repository): "
                                          "the sum of the numbers.\n")
@@ -146,12 +156,14 @@ def tasks(tmp_path_factory, client) -> dict[str, tuple[HarborTask, Path, str]]:
     sum_task(root, "sound")
     history_task(root)
     sum_task(root, "stale-reward",
-             dockerfile=BASE_DOCKERFILE + "RUN mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt\n",
+             dockerfile=BASE_DOCKERFILE
+             + "RUN mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt\n",
              test_sh="#!/bin/bash\necho pass > /logs/verifier/result.txt\n")
     sum_task(root, "garbage-reward", test_sh="#!/bin/bash\necho PASSED > /logs/verifier/reward.txt\n")
     sum_task(root, "solve-too-slow", solve="#!/bin/bash\nsleep 300\n", agent_timeout=2)
     sum_task(root, "verifier-hangs", verifier_timeout=2,
-             test_sh="#!/bin/bash\nmkfifo /tmp/ready\nread -r _ < /tmp/ready\necho 1 > /logs/verifier/reward.txt\n")
+             test_sh="#!/bin/bash\nmkfifo /tmp/ready\nread -r _ < /tmp/ready\n"
+                     "echo 1 > /logs/verifier/reward.txt\n")
     sum_task(root, "solve-oom", memory_mb=64, solve="#!/bin/bash\npython3 -c 'b = bytearray(512 * 2**20)'\n")
     sum_task(root, "no-such-user", agent_user="ghost")
     built = {}
@@ -214,7 +226,8 @@ def test_a_separate_verifier_without_its_image_is_refused_before_docker_is_touch
         run_trial(client, separate, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL)
     composed = separate.model_copy(update={"verifier_build": "compose"})
     with pytest.raises(UnsupportedTask, match="separate verifier built from compose"):
-        run_trial(client, composed, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL, verifier_image=image)
+        run_trial(client, composed, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL,
+                  verifier_image=image)
 
 
 # --- trials -------------------------------------------------------------------------------------------
@@ -367,7 +380,8 @@ def test_sample_tasks_get_what_their_labels_say(client, sample, name, agent, sta
     if agent == TEST_READER and reward:
         assert "copied /app/expected/top10.txt -> /app/top10.txt" in r.agent_run.stdout
     if name == "multi-key-reward":
-        assert (r.reward_source, r.rewards) == ("reward.json", {"from_roman": 1.0, "reward": 1.0, "to_roman": 1.0})
+        assert (r.reward_source, r.rewards) == ("reward.json",
+                                                {"from_roman": 1.0, "reward": 1.0, "to_roman": 1.0})
 
 
 def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_path):
@@ -381,11 +395,13 @@ def test_the_test_reader_matches_leaks_to_the_targets_the_instruction_names(tmp_
     assert reader.testish("/srv/tests/helpers.py") and reader.testish("/app/check_out.py")
     sums = tmp_path / "SHA256SUMS"
     sums.write_text("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254  out/top10.txt\n")
-    assert reader.checksums(str(sums)) == [("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254",
-                                            "top10.txt")]
+    assert reader.checksums(str(sums)) == [
+        ("6abfd1529a41878057e94097f6a3bdacd6ef79254c452a51bc1b17cbf020b254", "top10.txt")
+    ]
 
 
-def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastructure_error(client, tasks, monkeypatch):
+def test_an_agent_that_wrecks_the_mount_points_gets_a_verdict_not_an_infrastructure_error(client, tasks,
+                                                                                          monkeypatch):
     """/logs/verifier removed and made a file, /tests emptied with a link to /etc in it, both
     made unreadable: both are mount points of the harness's own (they cannot go, nor become a
     file), the harness makes both its directories again, and the verifier runs as usual."""
@@ -431,7 +447,8 @@ def test_a_pid1_gone_before_its_daemon_heard_of_it_is_named_once_the_daemon_has(
     taken for the daemon's fault."""
     _, _, image = tasks["sound"]
     res = dk.Resources(client.api, RUN_LABEL, "shim-lag")
-    spec = dk.Spec(image=image, lifetime_s=60, user=None, workdir=None, env={}, cpus=1, memory_mb=256, pids=64)
+    spec = dk.Spec(image=image, lifetime_s=60, user=None, workdir=None, env={}, cpus=1, memory_mb=256,
+                   pids=64)
     agent = trial_run.start_agent(res, spec, [])
     shim = int(dk.read_status(agent.pid)["PPid"])
     cmdline = Path(f"/proc/{shim}/cmdline").read_bytes().split(b"\0")

@@ -27,8 +27,7 @@ from validate.core.records import ORACLE
 from validate.sandbox import storage
 from validate.sandbox.base import Limits
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import bwrap as bwrap_trial
-from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import bwrap as bwrap_trial, docker as dk
 from validate.taskdir.trial.agents import NOP, REWARD_FORGER
 from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.roots import TREE_UID, task_root, tree_store
@@ -62,7 +61,7 @@ PROBE = textwrap.dedent("""\
     except OSError:
         pass
     print("forked", n)'
-    """)
+    """)  # noqa: E501
 
 
 #: Images this module built (its own dockerd's ids, never seen again): their unpacked trees
@@ -154,7 +153,9 @@ def test_a_task_whose_solution_needs_root_fails_here_and_passes_under_docker(bwr
                           replay_below=1.0)
     assert (on_docker.status, on_docker.reward, on_docker.shared_reward) == ("ok", 0.0, 1.0), (
         on_docker.infrastructure_error, on_docker.task_error, on_docker.verifier_error)
-    assert [c for c in on_docker.outside_changes if c.path.startswith("/var/lib/dpkg/")], on_docker.outside_changes
+    assert [c for c in on_docker.outside_changes if c.path.startswith("/var/lib/dpkg/")], (
+        on_docker.outside_changes
+    )
     assert _leftovers(bwrap) == []
 
 
@@ -172,7 +173,8 @@ def test_the_contracts_limits_hold_in_the_agents_phase(bwrap, client, tasks):
     assert out["uid"] == str(TREE_UID), r.agent_run.stdout
     assert out["exec"] == "ran"  # what the agent writes runs (the overlay's writable layer)
     assert out["ifaces"].split() == ["lo"]
-    assert out["alloc-failed"] == "137" and "allocated" not in r.agent_run.stdout.splitlines()  # 300 > 256 MiB
+    # 300 > 256 MiB
+    assert out["alloc-failed"] == "137" and "allocated" not in r.agent_run.stdout.splitlines()
     assert r.agent_run.oom_killed  # read off the phase's memory cgroup
     assert out["bigfile"] == str(8 * 2**20)  # ulimit -f: the contract's max_file_mb
     assert int(out["storage-full-at"]) <= 34  # 1 MB files on the overlay's 32 MiB tmpfs
@@ -196,7 +198,8 @@ def test_trials_of_one_image_starting_at_once_unpack_it_once(client, tmp_path):
 
     (tmp_path / "stamp").write_text(f"{os.getpid()} {tmp_path}\n")
     (tmp_path / "Dockerfile").write_text(f"FROM {DEFAULT_IMAGE}\nCOPY stamp /stamp\n")
-    image, _ = client.images.build(path=str(tmp_path), labels={IMAGE_LABEL: "1"}, network_mode="none", rm=True)
+    image, _ = client.images.build(path=str(tmp_path), labels={IMAGE_LABEL: "1"}, network_mode="none",
+                                   rm=True)
     MADE.add(image.id)
     got, errors = [], []
 
@@ -213,7 +216,9 @@ def test_trials_of_one_image_starting_at_once_unpack_it_once(client, tmp_path):
         t.join()
     assert errors == [] and len(got) == 4 and all(g == got[0] for g in got)
     assert (got[0].root / "stamp").read_text() == (tmp_path / "stamp").read_text()
-    assert not [p for p in got[0].root.parent.parent.iterdir() if p.name.startswith(f".{got[0].root.parent.name}")]
+    assert not [
+        p for p in got[0].root.parent.parent.iterdir() if p.name.startswith(f".{got[0].root.parent.name}")
+    ]
 
 
 def test_the_profile_records_rootless_bwrap_and_how_each_limit_is_enforced(bwrap):
@@ -232,14 +237,15 @@ PAIR = ("csv-to-json", "install-local-deb")
 def two_profiles(tmp_path_factory, sandboxes, client):
     """The same contract (two tasks of the sample) run on docker and, frozen `--like` it, on bwrap."""
     from tests.conftest import make_ctx, make_manifest
-    from validate.core import environments
     from validate.contract.manifest import reprofile
+    from validate.core import environments
     from validate.run.phases import RunPhase, run_agents
 
     env = environments.get("harbor")
     ts = env.load(env.Config(dataset=str(SAMPLE)))
     idx = [i for i in range(ts.size) if ts.task(i).id in PAIR]
-    on_docker = make_manifest(sandboxes("docker"), idx=idx, env_name="harbor", dataset=str(SAMPLE), min_task_count=1)
+    on_docker = make_manifest(sandboxes("docker"), idx=idx, env_name="harbor", dataset=str(SAMPLE),
+                              min_task_count=1)
     on_bwrap = reprofile(on_docker, name="pytest-bwrap", facts=sandboxes("bwrap").facts(),
                          limits=on_docker.execution.limits, infra_retries=on_docker.execution.infra_retries)
     runs = {}
@@ -253,15 +259,18 @@ def two_profiles(tmp_path_factory, sandboxes, client):
 
 
 def test_the_kind_plays_task_directories_on_bwrap_and_the_profiles_differ_where_root_is_needed(two_profiles,
-                                                                                                sandboxes, tmp_path):
+                                                                                                sandboxes,
+                                                                                               tmp_path):
     from validate.audit.run import audit
     from validate.report.profiles import compare_profiles
 
     verdicts = {}
+    def reason(tasks, t):
+        return tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""
+
     for backend, run_dir in two_profiles.items():
         tasks = pd.read_parquet(run_dir / "tasks.parquet").set_index("task_id")
-        reason = lambda t: tasks.loc[t, "reason"] if isinstance(tasks.loc[t, "reason"], str) else ""  # noqa: E731
-        verdicts[backend] = {t: (tasks.loc[t, "verdict"], reason(t)) for t in PAIR}
+        verdicts[backend] = {t: (tasks.loc[t, "verdict"], reason(tasks, t)) for t in PAIR}
         att = pd.read_parquet(run_dir / "attempts.parquet")
         assert set(att["backend"]) == {backend}
         assert audit(run_dir).problems == []

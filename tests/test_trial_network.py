@@ -29,9 +29,7 @@ from environment.harbor.taskdir import HarborTask, load_task
 from validate.core.paths import DEFAULT_IMAGE
 from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import network
-from validate.taskdir.trial import run as trial_run
+from validate.taskdir.trial import docker as dk, network, run as trial_run
 from validate.taskdir.trial.agents import NOP, AgentPlan
 from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.run import run_trial
@@ -53,7 +51,7 @@ echo 1 > /logs/verifier/reward.txt
 TEST_OFFLINE = """#!/bin/bash
 if python3 -c 'import sys; sys.exit(open("/app/sum.txt").read().strip() != "60")'; then echo 1; else echo 0; fi \
   > /logs/verifier/reward.txt
-"""
+"""  # noqa: E501
 #: The separate verifier: reports what it can see, rewards the artifact only.
 TEST_SEPARATE = """#!/bin/bash
 for p in /app/sum.txt /app/outside.txt /logs/agent/oracle.txt /solution/solve.sh /tmp/planted; do
@@ -61,7 +59,7 @@ for p in /app/sum.txt /app/outside.txt /logs/agent/oracle.txt /solution/solve.sh
 done
 ls -la /logs/artifacts
 if [ "$(cat /logs/artifacts/sum.txt 2>/dev/null)" = "60" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
-"""
+"""  # noqa: E501
 SOLVE_SEPARATE = """#!/bin/bash
 echo 60 > /logs/artifacts/sum.txt
 echo secret > /app/outside.txt
@@ -135,9 +133,9 @@ def _left_behind(client) -> list[str]:
 
 def trial(client, tasks, name: str, agent: str, resolver: bool = True, mode: str = "trusted"):
     task, task_dir, image, verifier = tasks[name]
-    result = run_trial(client, task, task_dir, image, agent, LIMITS.model_copy(update={"verifier_mode": mode}),
-                       run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE if resolver else None,
-                       verifier_image=verifier)
+    result = run_trial(client, task, task_dir, image, agent,
+                       LIMITS.model_copy(update={"verifier_mode": mode}), run_label=RUN_LABEL,
+                       resolver_image=DEFAULT_IMAGE if resolver else None, verifier_image=verifier)
     assert result.cleanup_errors == []
     assert _left_behind(client) == [], f"{name}/{agent} left things behind"
     return result
@@ -194,7 +192,8 @@ def test_a_controls_lookups_change_nothing_even_those_it_makes_the_verifier_do(c
     assert [c.path for c in r.outside_changes if c.path.endswith("planted.pth")], r.outside_changes
 
 
-def test_an_agent_cannot_hide_the_verifiers_lookups_by_rewriting_the_resolver_files(client, tasks, monkeypatch):
+def test_an_agent_cannot_hide_the_verifiers_lookups_by_rewriting_the_resolver_files(client, tasks,
+                                                                                    monkeypatch):
     """resolv.conf and hosts are the resolver's own files, bind-mounted into every container
     that joins it: the agent (root) points them away; the harness rewrites them in place."""
     _as(monkeypatch, "echo 'nameserver 10.1.2.3' > /etc/resolv.conf; "
@@ -227,8 +226,8 @@ def test_an_interrupted_trial_leaves_no_resolver_behind(client, tasks, monkeypat
 
     monkeypatch.setattr(trial_run.dk, "run_exec", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE,
-                  verifier_image=verifier)
+        run_trial(client, task, task_dir, image, ORACLE, LIMITS, run_label=RUN_LABEL,
+                  resolver_image=DEFAULT_IMAGE, verifier_image=verifier)
     assert len(calls) == at and _left_behind(client) == [] and own() == []
 
 
@@ -281,7 +280,8 @@ def test_the_responder_answers_nxdomain_and_renders_hostile_names_inert(capsys):
 
     reply = dnslog.answer(_query(b"checker.example.com"))
     assert reply[:2] == b"\x12\x34" and reply[3] & 0x0F == 3 and reply[2] & 0x80  # an NXDOMAIN response
-    assert dnslog.name_of(_query(b'Evil\n{"mark": 1}.Example', 28)) == ('evil\\010{"mark":\\0321}.example', 28)
+    assert dnslog.name_of(_query(b'Evil\n{"mark": 1}.Example', 28)) == ('evil\\010{"mark":\\0321}.example',
+                                                                        28)
     assert dnslog.name_of(b"\x00" * 11) is None and dnslog.answer(reply) is None  # short; a response
     log = dnslog.Log()
     for name in [b"a.test", b"a.test"] + [b"n%d.test" % i for i in range(dnslog.MAX_NAMES + 5)]:
@@ -302,5 +302,6 @@ def test_the_harness_reads_the_log_by_phase_and_ignores_what_is_not_its_format()
     found = network.lookups(res, "sid", 1)
     assert (found.agent, found.verifier, found.overflow) == (["a.test", "b.test"], ["a.test"], 3)
     assert network.lookups(res, "sid", None).agent == ["a.test", "b.test"]  # no boundary: all the agent's
-    assert network.offline_reason(found, True, False) == ("the verifier looked up a.test; the reference solution "
-                                                          "looked up a.test, b.test (no network on this profile)")
+    assert network.offline_reason(found, True, False) == ("the verifier looked up a.test; the reference "
+                                                          "solution looked up a.test, b.test (no network "
+                                                          "on this profile)")

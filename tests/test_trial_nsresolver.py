@@ -26,8 +26,7 @@ import pytest
 
 from validate.core.paths import DEFAULT_IMAGE
 from validate.sandbox.docker.wire import LABEL
-from validate.taskdir.trial import dnslog, network, nsresolver
-from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial import dnslog, docker as dk, network, nsresolver
 
 pytestmark = pytest.mark.docker
 
@@ -87,8 +86,10 @@ def start(api, tmp_path):
     resolver files mounted; yields a starter returning (id, PID 1 on the host)."""
     made = []
 
-    def starter(network_disabled: bool = True, with_files: bool = True, hosts_writable: bool = False) -> tuple[str, int]:
-        mounts = nsresolver.mounts(tmp_path / f"files-{len(made)}", HOSTNAME, hosts_writable) if with_files else []
+    def starter(network_disabled: bool = True, with_files: bool = True,
+                hosts_writable: bool = False) -> tuple[str, int]:
+        mounts = nsresolver.mounts(tmp_path / f"files-{len(made)}", HOSTNAME,
+                                   hosts_writable) if with_files else []
         host = api.create_host_config(network_mode="none", mounts=mounts, cap_drop=dk.CAP_DROP,
                                       security_opt=["no-new-privileges"])
         cid = api.create_container(DEFAULT_IMAGE, entrypoint=["sleep", "300"], command=[], hostname=HOSTNAME,
@@ -115,8 +116,10 @@ def test_names_are_recorded_by_phase_and_answered_nxdomain(api, start):
         assert run(api, cid, "getent", "hosts", "example.org")[0] == 2  # not found
         code, out = run(api, cid, "sh", "-c", "RES_OPTIONS=use-vc getent hosts tcp.example.org; echo $?")
         assert out.split() == ["2"], out
-        code, out = run(api, cid, "python3", "-c", "import socket\ntry:\n socket.getaddrinfo('py.example.org', 443)\n"
-                                                  "except socket.gaierror as e:\n print(e.errno == socket.EAI_NONAME)")
+        code, out = run(api, cid, "python3", "-c", "import socket\ntry:\n"
+                                                   " socket.getaddrinfo('py.example.org', 443)\n"
+                                                  "except socket.gaierror as e:\n"
+                                                  " print(e.errno == socket.EAI_NONAME)")
         assert out.split() == ["True"], out
         assert run(api, cid, "python3", "-c", ASK, "udp", "raw-udp.example.org")[1].split() == ["3"]
         assert run(api, cid, "python3", "-c", ASK, "tcp", "raw-tcp.example.org")[1].split() == ["3"]
@@ -206,7 +209,8 @@ def test_docker_replaces_its_own_resolv_conf_by_the_mount(api, start, network_di
         assert [m.split()[3].split(",")[0] for m in mounts if m.split()[1] == path] == ["ro"]
     assert run(api, cid, "cat", "/etc/resolv.conf")[1] == nsresolver.RESOLV_CONF
     bare, _ = start(network_disabled=network_disabled, with_files=False)
-    assert "nameserver 127.0.0.1" not in run(api, bare, "cat", "/etc/resolv.conf")[1]  # why the mount is needed
+    # why the mount is needed
+    assert "nameserver 127.0.0.1" not in run(api, bare, "cat", "/etc/resolv.conf")[1]
 
 
 def test_a_writable_hosts_is_the_containers_own(api, start):
@@ -238,11 +242,13 @@ def test_close_leaves_no_thread_or_descriptor(start):
     verifier_cid, verifier_pid = start()
 
     def trial():
-        api = docker.from_env(timeout=120).api  # its connections closed below: only the resolver's remain to see
+        # its connections closed below: only the resolver's remain to see
+        api = docker.from_env(timeout=120).api
         try:
             r = nsresolver.open(pid)
             run(api, cid, "python3", "-c", ASK, "tcp", "a.example.org")
-            run(api, cid, "sh", "-c", "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 53))'")
+            run(api, cid, "sh", "-c",
+                "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 53))'")
             r.boundary()
             r.attach(verifier_pid)
             run(api, verifier_cid, "getent", "hosts", "b.example.org")
@@ -271,8 +277,8 @@ def test_a_harness_that_may_not_enter_gets_a_clear_error(api, start):
     not_root = ("import os, sys\nfrom validate.taskdir.trial import nsresolver\n"
                 "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
                 "try:\n nsresolver.open(int(sys.argv[1]))\nexcept nsresolver.NamespaceError as e:\n print(e)")
-    out = subprocess.run([sys.executable, "-c", not_root, str(pid)], capture_output=True, text=True, timeout=60,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", not_root, str(pid)], capture_output=True, text=True,
+                         timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert "not root" in out.stdout or "CAP_SYS_ADMIN" in out.stdout, (out.stdout, out.stderr)
     with nsresolver.open(pid) as r:  # and one that may
         with pytest.raises(nsresolver.NamespaceError, match="already there"):

@@ -22,12 +22,15 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, client, sum_task  # noqa: F401
-from validate.taskdir.trial import tool as harness_tool
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import run as trial_run
+from tests import test_trial
+from tests.test_trial import LIMITS as ANY_MODE, RUN_LABEL, TEST_SUM, _left_behind, sum_task
+from validate.taskdir.trial import docker as dk, run as trial_run, tool as harness_tool
 from validate.taskdir.trial.agents import AgentPlan
 from validate.taskdir.trial.run import run_trial
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 pytestmark = pytest.mark.docker
 #: Every trial here shares one container between the phases (Harbor's verifier mode).
@@ -82,7 +85,7 @@ EOF
 setpriv --reuid="$(awk '/^Uid:/ {print $2}' /proc/1/status)" --regid="$(awk '/^Gid:/ {print $2}' /proc/1/status)" \
   --clear-groups python3 -c 'import os; os.open("/proc/1/mem", os.O_RDWR); print("MEM OPENED via setpriv")' \
   || echo "setpriv: mem refused"
-"""
+"""  # noqa: E501
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,8 @@ def _play(client, hostile, monkeypatch, script: str, name: str):
     return r
 
 
-def test_a_forger_s_detached_rewriters_are_killed_and_the_reward_is_the_verifier_s(client, hostile, monkeypatch):
+def test_a_forger_s_detached_rewriters_are_killed_and_the_reward_is_the_verifier_s(client, hostile,
+                                                                                   monkeypatch):
     r = _play(client, hostile, monkeypatch, FORGER, "forger")
     assert r.infrastructure_error is None, r.infrastructure_error
     assert "alive:" in r.agent_run.stdout and "moved" not in r.agent_run.stdout  # mount points stay put
@@ -118,7 +122,8 @@ def test_a_forger_s_detached_rewriters_are_killed_and_the_reward_is_the_verifier
     assert planted == {"link": "symlink", "reward.json": "file", "reward.txt": "file"}
     # what the verifier saw alive: PID 1 and the verifier, both the harness's program, and the
     # verifier's own commands, nothing of the agent's
-    alive = [line for line in r.verifier_run.stdout.splitlines() if line.strip() and not line.strip().isdigit()]
+    alive = [line for line in r.verifier_run.stdout.splitlines() if line.strip()
+             and not line.strip().isdigit()]
     assert not [line for line in alive if "rewriter" in line or "1000" in line], alive
     assert any(line.startswith(f"{harness_tool.BINARY} init ") for line in alive), alive
     assert any(line.startswith(f"{harness_tool.BINARY} run ") for line in alive), alive
@@ -190,7 +195,8 @@ def test_trees_deeper_than_the_recursion_limit_are_emptied_and_removed(client, h
     assert (r.status, r.reward) == ("ok", 1.0), (r.agent_run.stdout, r.verifier_run.stderr)
     assert [f.path for f in r.left_in_verifier_dir][:2] == ["d", "d/d"]
     # listed down to the host listing's depth, no further (one descriptor held per level)
-    assert r.left_listing_truncated and max(f.path.count("/") for f in r.left_in_verifier_dir) == dk.MAX_DEPTH - 1
+    assert r.left_listing_truncated and max(f.path.count("/")
+                                            for f in r.left_in_verifier_dir) == dk.MAX_DEPTH - 1
     assert set(Path(tempfile.gettempdir()).glob("dv-*")) - before == set()  # the trial's host directory went
 
 

@@ -12,7 +12,8 @@ import docker
 import pytest
 
 from environment.harbor.taskdir import load_task
-from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, client, sum_task  # noqa: F401
+from tests import test_trial
+from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
 from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox import BACKENDS, capabilities_of
 from validate.sandbox.base import BackendFacts, Capabilities, Limits, RunRequest, Sandbox
@@ -20,6 +21,10 @@ from validate.taskdir.images.docker import DockerImages, images_for
 from validate.taskdir.trial.agents import plan
 from validate.taskdir.trial.players import TrialRequest, play
 from validate.taskdir.trial.support import unsupported
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 pytestmark = pytest.mark.docker
 
@@ -68,7 +73,10 @@ def test_a_backend_is_asked_what_it_offers_never_its_name(sound):
     assert type(images_for("toy-engine")) is DockerImages
     # the backends this project ships declare what they play; the others play nothing
     assert capabilities_of("subprocess").trials is None
-    assert unsupported(task, "subprocess") == "the subprocess backend plays no task-directory trial (it declares none)"
+    assert (
+        unsupported(task, "subprocess")
+        == "the subprocess backend plays no task-directory trial (it declares none)"
+    )
 
 
 @pytest.mark.parametrize("agent,reward", [("oracle", 1.0), ("nop", 0.0)])
@@ -78,7 +86,8 @@ def test_the_toy_backend_plays_a_trial_through_the_seam(client, sound, agent, re
     r = play(toy, images_for("toy-engine").client, TrialRequest(
         task=task, task_dir=task_dir, image=image, agent=agent, plan=plan(agent, task, task_dir),
         limits=LIMITS, contract=Limits(), run_label=RUN_LABEL))
-    assert (r.status, r.reward, r.verifier_mode) == ("ok", reward, "trusted"), (r.infrastructure_error, r.agent_run)
+    assert (r.status, r.reward, r.verifier_mode) == ("ok", reward, "trusted"), (r.infrastructure_error,
+                                                                                r.agent_run)
     assert r.cleanup_errors == [] and _left_behind(client) == []
 
 
@@ -91,5 +100,5 @@ def test_a_backend_that_plays_no_trial_is_refused_by_the_seam(sound):
 
     with pytest.raises(ProfileUnavailable, match="toy-no-trials backend plays no task-directory trial"):
         play(NoTrials(), None, TrialRequest(task=task, task_dir=task_dir, image=image, agent="nop",
-                                            plan=plan("nop", task, task_dir), limits=LIMITS, contract=Limits(),
-                                            run_label=RUN_LABEL))
+                                            plan=plan("nop", task, task_dir), limits=LIMITS,
+                                            contract=Limits(), run_label=RUN_LABEL))

@@ -25,12 +25,12 @@ from validate.core.paths import DEFAULT_IMAGE, task_image_store
 from validate.core.records import ORACLE
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.podman import PodmanSandbox
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial.agents import NOP, REWARD_FORGER
-from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.images.bases import build_base_map
 from validate.taskdir.images.build import TaskImage, build_task_image
 from validate.taskdir.images.docker import BASE_REPOSITORY, PodmanImages
+from validate.taskdir.trial import docker as dk
+from validate.taskdir.trial.agents import NOP, REWARD_FORGER
+from validate.taskdir.trial.result import TrialLimits
 from validate.taskdir.trial.run import run_trial
 
 pytestmark = pytest.mark.podman
@@ -61,7 +61,8 @@ memory_mb = 128
 SOLVE = {
     "answer": "#!/bin/bash\necho 42 > /app/answer\n(sleep 600 &)\nnohup sleep 600 &\n",
     "hang": "#!/bin/bash\nsleep 600\n",
-    "hog": "#!/bin/bash\npython3 -c 'b = bytearray(400 * 2**20); open(\"/app/answer\", \"w\").write(\"42\\n\")'\n",
+    "hog": "#!/bin/bash\n"
+           "python3 -c 'b = bytearray(400 * 2**20); open(\"/app/answer\", \"w\").write(\"42\\n\")'\n",
 }
 
 TEST_SH = textwrap.dedent("""\
@@ -105,7 +106,8 @@ def _image(sb: PodmanSandbox, task_dir: Path) -> str:
 def _left(sb: PodmanSandbox, trial_run: str) -> list:
     api = sb.client.api
     f = {"label": f"{LABEL}={trial_run}"}
-    return api.containers(all=True, quiet=True, filters=f) + (api.volumes(filters=f) or {}).get("Volumes", []) \
+    return api.containers(all=True, quiet=True, filters=f) + (api.volumes(filters=f)
+                                                              or {}).get("Volumes", []) \
         + [i for i in api.images(all=True, quiet=True, filters=f)]
 
 
@@ -140,9 +142,13 @@ def test_the_reward_forgers_files_do_not_reach_the_verifier(podman, tmp_path):
     volume there starts empty (podman's Docker API would have copied the snapshot's files into
     it), so the reward is the verifier's own 0."""
     task = _task(tmp_path, "answer")
-    r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "answer"), REWARD_FORGER, f"{podman.run_label}-f")
+    r = _trial(podman, task, tmp_path, _image(podman, tmp_path / "answer"), REWARD_FORGER,
+               f"{podman.run_label}-f")
     assert {f.path for f in r.left_in_verifier_dir} >= {"reward.json", "reward.txt"}
-    assert r.status == "ok" and r.reward == 0.0 and r.reward_source == "reward.txt", (r.reward, r.reward_source)
+    assert r.status == "ok" and r.reward == 0.0 and r.reward_source == "reward.txt", (
+        r.reward,
+        r.reward_source,
+    )
     assert r.cleanup_errors == []
 
 
@@ -171,7 +177,8 @@ def test_a_sample_task_image_is_built_in_the_rootless_service_and_its_oracle_pas
         for base in bases.bases.values():
             tags = images.client.api.inspect_image(base.image_id)["RepoTags"]
             assert all(t.startswith(f"localhost/{BASE_REPOSITORY}:") for t in tags) and tags, tags
-        built = build_task_image(SAMPLE / "csv-to-json", bases, images, tmp_path / "store", build_timeout_s=600)
+        built = build_task_image(SAMPLE / "csv-to-json", bases, images, tmp_path / "store",
+                                 build_timeout_s=600)
         assert isinstance(built, TaskImage) and built.backend == "podman", built
         task = next(t for t in load_dataset(SAMPLE).tasks if t.id == "csv-to-json")
         r = run_trial(podman.client, task, SAMPLE / "csv-to-json", built.image_id, ORACLE, LIMITS,
@@ -179,11 +186,25 @@ def test_a_sample_task_image_is_built_in_the_rootless_service_and_its_oracle_pas
         assert r.status == "ok" and r.reward == 1.0, (r.infrastructure_error, r.verifier_error)
         assert images.image_labels(built.image_id) is not None  # still there after the trial
         # podman's builder, too, reads the rewrite and copies the task's Dockerfile as written
-        copying = build_task_image(SAMPLE / "answer-in-image", bases, images, tmp_path / "store", build_timeout_s=600)
+        copying = build_task_image(
+            SAMPLE / "answer-in-image", bases, images, tmp_path / "store", build_timeout_s=600
+        )
         assert isinstance(copying, TaskImage), copying
-        listing = images.client.containers.run(copying.image_id, ["sh", "-c", "ls -A /app; sha256sum /app/Dockerfile"],
-                                               network_mode="none", remove=True).decode().split()
+        listing = (
+            images.client.containers.run(
+                copying.image_id,
+                ["sh", "-c", "ls -A /app; sha256sum /app/Dockerfile"],
+                network_mode="none",
+                remove=True,
+            )
+            .decode()
+            .split()
+        )
         written = hashlib.sha256((SAMPLE / "answer-in-image/environment/Dockerfile").read_bytes()).hexdigest()
-        assert written in listing and ".validate-build.Dockerfile" not in listing and ".dockerignore" not in listing
+        assert (
+            written in listing
+            and ".validate-build.Dockerfile" not in listing
+            and ".dockerignore" not in listing
+        )
     finally:
         images.client.close()

@@ -17,18 +17,23 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import BASE_DOCKERFILE, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, client, sum_task  # noqa: F401
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import run as trial_run
-from validate.taskdir.trial.agents import AgentPlan, declared
+from tests import test_trial
+from tests.test_trial import IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind, sum_task
 from validate.core.paths import DEFAULT_IMAGE
+from validate.taskdir.trial import docker as dk, run as trial_run
+from validate.taskdir.trial.agents import AgentPlan, declared
 from validate.taskdir.trial.run import run_trial
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 TAMPERING = sorted(n for n, a in declared().items() if a.tampers)
 #: Those whose planted program a `python3 /tests/check.py` verifier (run by bash) meets.
 MEETS_SUM_VERIFIER = ["tamper-binaries", "tamper-loader", "tamper-path", "tamper-python"]
 CHECK = "import sys\nsys.exit(0 if open('/app/sum.txt').read().strip() == '60' else 1)\n"
-TEST_CHECK = ("#!/bin/bash\nif python3 /tests/check.py; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+TEST_CHECK = ("#!/bin/bash\n"
+              "if python3 /tests/check.py; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,8 @@ def _trial(client, sound, agent: str, mode: str, **kwargs):
     r = run_trial(client, task, task_dir, image, agent, LIMITS.model_copy(update={"verifier_mode": mode}),
                   run_label=RUN_LABEL, **kwargs)
     assert r.cleanup_errors == [] and _left_behind(client) == []
-    assert r.infrastructure_error is None and r.harness_error is None, (r.infrastructure_error, r.harness_error)
+    assert r.infrastructure_error is None and r.harness_error is None, (r.infrastructure_error,
+                                                                        r.harness_error)
     return r
 
 
@@ -65,12 +71,15 @@ def test_every_tampering_control_is_declared_and_none_names_a_task():
 @pytest.mark.parametrize("agent", MEETS_SUM_VERIFIER)
 def test_a_tampering_control_passes_the_shared_verifier_and_not_the_trusted_one(client, sound, agent):
     shared = _trial(client, sound, agent, "shared")
-    assert (shared.status, shared.reward) == ("ok", 1.0), (shared.agent_run.stdout, shared.verifier_run.stderr)
+    assert (shared.status, shared.reward) == ("ok", 1.0), (shared.agent_run.stdout,
+                                                           shared.verifier_run.stderr)
     trusted = _trial(client, sound, agent, "trusted")
-    assert (trusted.status, trusted.reward, trusted.verifier_mode) == ("ok", 0.0, "trusted"), trusted.agent_run.stdout
+    assert (trusted.status, trusted.reward,
+            trusted.verifier_mode) == ("ok", 0.0, "trusted"), trusted.agent_run.stdout
     assert trusted.work_paths == ["/app", "/logs/artifacts"]
     # what it planted stayed in its own container, recorded from the daemon's diff
-    assert trusted.outside_changes_total > 0 and all(not c.path.startswith("/app/") for c in trusted.outside_changes)
+    assert trusted.outside_changes_total > 0 and all(not c.path.startswith("/app/")
+                                                     for c in trusted.outside_changes)
     # a module planted in the working directory is carried (it is the agent's work to the rule):
     # this verifier never imports it
     planted_in_workdir = {"tamper-path": ["/app/pytest.py"], "tamper-python": [
@@ -107,7 +116,8 @@ def test_an_exec_the_harness_did_not_make_during_the_verifier_voids_the_trial(cl
 
     def with_an_outsider(api, cid, argv, *args, **kwargs):
         if argv[:2] == [trial_run.VERIFY[0], "run"]:  # the verifier: someone else execs in its container too
-            outsider = api.exec_create(cid, ["sh", "-c", "echo 1 > /logs/verifier/reward.txt"], user="0")["Id"]
+            outsider = api.exec_create(cid, ["sh", "-c", "echo 1 > /logs/verifier/reward.txt"],
+                                       user="0")["Id"]
             api.exec_start(outsider, detach=True)
         return real(api, cid, argv, *args, **kwargs)
 
@@ -142,7 +152,8 @@ def test_a_shared_trial_s_host_files_hold_no_more_than_its_storage(client, sound
     monkeypatch.setattr(trial_run, "_shared_verifier_phase", measured)
     task, task_dir, image = sound
     small = LIMITS.model_copy(update={"verifier_mode": "shared", "storage_mb": 16})
-    r = run_trial(client, task, task_dir, image, "filler", small, run_label=RUN_LABEL, resolver_image=DEFAULT_IMAGE)
+    r = run_trial(client, task, task_dir, image, "filler", small, run_label=RUN_LABEL,
+                  resolver_image=DEFAULT_IMAGE)
     assert r.infrastructure_error is None, r.infrastructure_error
     # its own output could not be written either (its storage was full); the verifier's phase
     # had its own: the task's tests written, the reward read
@@ -160,7 +171,8 @@ def test_bwrap_the_trusted_overlay_resists_what_the_shared_one_does_not(sandboxe
     got = {}
     for agent in ("oracle", "tamper-binaries", "tamper-python"):
         r = bwrap.run_trial(sandboxes("bwrap"), client, task, task_dir, image, agent, lim)
-        assert r.cleanup_errors == [] and r.infrastructure_error is None, (r.cleanup_errors, r.infrastructure_error)
+        assert r.cleanup_errors == [] and r.infrastructure_error is None, (r.cleanup_errors,
+                                                                           r.infrastructure_error)
         got[agent] = r.reward
         if mode == "trusted" and agent == "oracle":
             assert r.carried == ["/app/sum.txt"], r.carried
@@ -182,7 +194,8 @@ def test_podman_the_trusted_verifier_resists_a_tampering_control(tmp_path):
         label = f"{sb.run_label}-t"
         for agent, reward in (("oracle", 1.0), ("tamper-binaries", 0.0), ("tamper-python", 0.0)):
             r = podman_trial(sb, task, root, image, agent, label)
-            assert (r.status, r.reward, r.verifier_mode) == ("ok", reward, "trusted"), (agent, r.infrastructure_error)
+            assert (r.status, r.reward, r.verifier_mode) == ("ok", reward,
+                                                             "trusted"), (agent, r.infrastructure_error)
             assert r.cleanup_errors == [] and _left(sb, label) == []
         # the rootless service's layers are its own: recorded as not bounded by the contract
         assert r.outside_changes_total > 0 and r.storage_bounded is False
@@ -196,13 +209,15 @@ def test_podman_the_trusted_verifier_resists_a_tampering_control(tmp_path):
 #: does the task.
 LAYER_FILLER = ("dd if=/dev/zero of=/var/tmp/fill bs=1M count=400 2>/dev/null; "
                 "python3 -c 'import os\nos.makedirs(\"/var/tmp/many\")\nn = 0\ntry:\n    while n < 100000:\n"
-                "        open(f\"/var/tmp/many/{n}\", \"w\").close(); n += 1\nexcept OSError: pass\nprint(\"files\", n)'; "
-                "echo bytes $(stat -c %s /var/tmp/fill); rm -rf /var/tmp/many /var/tmp/fill; echo 60 > /app/sum.txt")
+                "        open(f\"/var/tmp/many/{n}\", \"w\").close(); n += 1\nexcept OSError: pass\n"
+                "print(\"files\", n)'; echo bytes $(stat -c %s /var/tmp/fill); rm -rf /var/tmp/many "
+                "/var/tmp/fill; echo 60 > /app/sum.txt")
 
 
 @pytest.mark.docker
 @pytest.mark.parametrize("mode", ["trusted", "shared"])
-def test_the_container_s_own_filesystem_holds_no_more_than_the_contract_s_storage(client, sound, monkeypatch, mode):
+def test_the_container_s_own_filesystem_holds_no_more_than_the_contract_s_storage(client, sound, monkeypatch,
+                                                                                  mode):
     monkeypatch.setattr(trial_run, "agent_plan", lambda agent, task, task_dir: AgentPlan(
         name=agent, command=["sh", "-c", f"{{ {LAYER_FILLER}; }} > /logs/agent/layer.txt 2>&1"],
         output="/logs/agent/layer.txt"))
@@ -210,7 +225,8 @@ def test_the_container_s_own_filesystem_holds_no_more_than_the_contract_s_storag
     small = LIMITS.model_copy(update={"verifier_mode": mode, "storage_mb": 32, "storage_inodes": 2000})
     r = run_trial(client, task, task_dir, image, "layer-filler", small, run_label=RUN_LABEL)
     assert r.infrastructure_error is None and r.cleanup_errors == [] and _left_behind(client) == [], r
-    got = dict(line.split() for line in r.agent_run.stdout.splitlines() if line.split()[:1] in (["bytes"], ["files"]))
+    got = dict(line.split() for line in r.agent_run.stdout.splitlines()
+               if line.split()[:1] in (["bytes"], ["files"]))
     assert 0 < int(got["bytes"]) <= 32 * 2**20, r.agent_run.stdout
     assert 0 < int(got["files"]) <= 2000, r.agent_run.stdout
     assert (r.status, r.reward, r.storage_bounded) == ("ok", 1.0, True)
@@ -225,5 +241,6 @@ def test_the_verifier_words_hold_the_programs_test_sh_runs_by_name_and_by_path(t
         "if uv run check; then echo 1; fi > /logs/verifier/reward.txt\n")
     words = verifier_words(tmp_path).decode().split()
     assert "/opt/venv/bin/python" in words and "uv" in words and "pytest" in words
-    assert "/logs/verifier/reward.txt" in words and "/app" in words  # paths are words too: a control tries them
+    # paths are words too: a control tries them
+    assert "/logs/verifier/reward.txt" in words and "/app" in words
     assert not {"if", "then", "cd", "set", "LOG", "tests/"} & set(words), words

@@ -18,11 +18,23 @@ from pathlib import Path
 import pytest
 
 from environment.harbor.taskdir import HarborTask, load_task
-from tests.test_trial import (BASE_DOCKERFILE, CALC_FULL, IMAGE_LABEL, LIMITS, RUN_LABEL, _left_behind,  # noqa: F401
-                              client, sum_task)
+from tests import test_trial
+from tests.test_trial import (
+    BASE_DOCKERFILE,
+    CALC_FULL,
+    IMAGE_LABEL,
+    LIMITS,
+    RUN_LABEL,
+    _left_behind,
+    sum_task,
+)
 from validate.taskdir.trial import run as trial_run
 from validate.taskdir.trial.agents import AgentPlan
 from validate.taskdir.trial.run import run_trial
+
+#: test_trial's client fixture, shared: pytest finds it by this module-level name (bound by
+#: assignment: ruff reads a test's parameter named like an imported fixture as a redefinition).
+client = test_trial.client
 
 pytestmark = pytest.mark.docker
 
@@ -33,8 +45,10 @@ cd /app
 if python3 -c 'import calc; assert calc.total([1, 2, 3]) == 6'; then echo 1; else echo 0; fi > /logs/verifier/reward.txt
 [ -e /app/die ] && kill -9 $$
 exit 0
-"""
-DOCKERFILE = BASE_DOCKERFILE + "RUN mkdir -p /opt/venv/bin && echo 'export DV_VENV=image' > /opt/venv/bin/activate\n"
+"""  # noqa: E501
+DOCKERFILE = (
+    BASE_DOCKERFILE + "RUN mkdir -p /opt/venv/bin && echo 'export DV_VENV=image' > /opt/venv/bin/activate\n"
+)
 
 #: calc.py whose import leaves a rewriter behind (double fork, a new session, signals
 #: ignored) that waits for test.sh to end, then writes a passing reward again and again
@@ -111,7 +125,8 @@ def _play(client, task_, monkeypatch, script: str | None, name: str, mode: str =
     r = run_trial(client, task, task_dir, image, name if script else "oracle",
                   LIMITS.model_copy(update={"verifier_mode": mode, **limits}), run_label=RUN_LABEL)
     assert r.cleanup_errors == [] and _left_behind(client) == []
-    assert r.infrastructure_error is None and r.harness_error is None, (r.infrastructure_error, r.harness_error)
+    assert r.infrastructure_error is None and r.harness_error is None, (r.infrastructure_error,
+                                                                        r.harness_error)
     return r
 
 
@@ -123,7 +138,8 @@ def test_the_oracle_passes_with_the_image_s_own_script(client, runs_agent_code, 
 
 
 @pytest.mark.parametrize("mode", ["trusted", "shared"])
-def test_a_process_the_agent_s_code_leaves_does_not_outlive_test_sh(client, runs_agent_code, monkeypatch, mode):
+def test_a_process_the_agent_s_code_leaves_does_not_outlive_test_sh(client, runs_agent_code, monkeypatch,
+                                                                    mode):
     r = _play(client, runs_agent_code, monkeypatch, SURVIVOR, "survivor", mode)
     assert (r.status, r.reward) == ("ok", 0.0), (r.verifier_run, r.verifier_files)
 
@@ -147,6 +163,7 @@ def test_a_layer_full_to_its_last_inode_still_gives_a_fresh_verifier(client, run
     r = _play(client, runs_agent_code, monkeypatch, FILLER, "filler", storage_mb=64, storage_inodes=2000)
     assert "files " in r.agent_run.stdout and int(r.agent_run.stdout.split("files ")[1].split()[0]) < 2000
     assert (r.status, r.reward, r.storage_bounded) == ("ok", 1.0, True), r.verifier_run
-    assert "agent-logs: 0 " in r.verifier_run.stdout, r.verifier_run.stdout  # nothing of the agent's in /logs/agent
+    # nothing of the agent's in /logs/agent
+    assert "agent-logs: 0 " in r.verifier_run.stdout, r.verifier_run.stdout
     # the harness's room to start it again, and no more
     assert r.storage_bounded is True

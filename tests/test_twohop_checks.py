@@ -130,7 +130,8 @@ def test_modal_share_is_computed_and_guarded(tasks):
     print(f"\nmodal answer {top} covers {count} of {total} ({count / total:.3f})")
     assert total == 36 and 2 * count < total
     city_top, city_count, city_total = modal_share(t.rows for t in tasks
-                                                   if t.question.kind == "employer_city" and t.family != "broken")
+                                                   if t.question.kind == "employer_city"
+                                                   and t.family != "broken")
     print(f"modal city {city_top} covers {city_count} of {city_total} ({city_count / city_total:.3f})")
     assert city_total == 16 and 2 * city_count < city_total
     # The same guard fails a dataset whose answers pile onto one city.
@@ -138,7 +139,9 @@ def test_modal_share_is_computed_and_guarded(tasks):
     piled = [(t.family, t.question, (city,) if t.question.kind == "employer_city" and t.family != "broken"
               else t.rows) for t in tasks]
     failed = {c.kind for c in dataset_checks(piled, [t.meta for t in tasks]) if not c.passed}
-    assert failed == {"modal_city"}, "16 of 36 answers on one city: under half overall, all of the city answers"
+    assert failed == {"modal_city"}, (
+        "16 of 36 answers on one city: under half overall, all of the city answers"
+    )
     piled = [(t.family, t.question, (city,) if t.family != "aggregate" else t.rows) for t in tasks]
     failed = {c.kind for c in dataset_checks(piled, [t.meta for t in tasks]) if not c.passed}
     assert failed == {"modal_answer", "modal_city"}
@@ -149,7 +152,8 @@ def test_dataset_checks_catch_a_telling_meta_or_a_giveaway_wording(tasks):
     items = [(t.family, t.question, t.rows) for t in tasks]
     assert {c.kind for c in dataset_checks(items, metas) if not c.passed} == {"meta_constant"}
     no_twins = [(c, q, g) for c, q, g in items if c == "broken" or q.kind != "employer_country"]
-    assert {c.kind for c in dataset_checks(no_twins, [t.meta for t in tasks]) if not c.passed} == {"decline_hidden"}
+    assert {c.kind for c in dataset_checks(no_twins, [t.meta for t in tasks])
+            if not c.passed} == {"decline_hidden"}
 
 
 def test_control_passes_declared_expected_are_exactly_the_legitimate_ones(tasks):

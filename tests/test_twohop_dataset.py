@@ -80,8 +80,8 @@ def test_the_universe_is_invented_and_well_typed(taskset):
     u = taskset.dataset.universe
     names = [*u.people, *u.organisations, *u.cities, *u.countries]
     assert len(names) == len(set(names))
-    words = [w for n in names for w in n.split(" ") if w not in {"Foundry", "Collective", "Works", "Labs", "Trust",
-                                                                 "Guild", "Systems", "Partners"}]
+    words = [w for n in names for w in n.split(" ") if w not in {"Foundry", "Collective", "Works", "Labs",
+                                                                 "Trust", "Guild", "Systems", "Partners"}]
     assert len(words) == len(set(words)), "a word is reused across names"
     for a in words:
         assert a[0].isupper() and a != a.lower()
@@ -118,8 +118,8 @@ def test_bytes_are_identical_across_processes_and_hash_seeds(seed):
     outs = set()
     for hash_seed in ("0", "1", "4242", "random"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        outs.add(subprocess.run([sys.executable, "-c", _DUMP, str(seed)], env=env, capture_output=True, text=True,
-                                check=True).stdout)
+        outs.add(subprocess.run([sys.executable, "-c", _DUMP, str(seed)], env=env, capture_output=True,
+                                text=True, check=True).stdout)
     assert len(outs) == 1
     assert outs.pop().split()[0] == build_dataset(seed).revision
 

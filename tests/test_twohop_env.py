@@ -54,7 +54,8 @@ def test_the_stdlib_core_imports_without_third_party_packages():
             f"[{str(ROOT / 'environment' / 'twohop')!r}]; "
             "import environment.twohop.dataset as d; print(d.build_dataset(0).revision); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pandas', 'numpy')))")
-    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         check=True).stdout
     revision, third_party = out.splitlines()
     assert revision == TwohopEnvironment().load(TwohopConfig()).revision and third_party == "[]"
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from environment.twohop import TwohopConfig, TwohopEnvironment
 from environment.twohop.score import MAX_REPLY_BYTES, parse_reply, score_reply
@@ -43,8 +42,8 @@ def test_unknown_is_literal_and_lower_case():
 def test_case_order_and_completeness_all_count():
     rows = list(AGGREGATE.rows)
     assert score(AGGREGATE, json.dumps({"rows": rows})).reward == 1.0
-    for wrong in ([r.lower() for r in rows], [r.upper() for r in rows], rows[::-1], rows[:-1], rows + rows[-1:],
-                  [r + " " for r in rows]):
+    for wrong in ([r.lower() for r in rows], [r.upper() for r in rows], rows[::-1], rows[:-1],
+                  rows + rows[-1:], [r + " " for r in rows]):
         assert score(AGGREGATE, json.dumps({"rows": wrong})).reward == 0.0
     city = TWOHOP.rows[0]
     for wrong in (city.lower(), city.swapcase(), city + ".", f"The city is {city}"):
@@ -54,9 +53,9 @@ def test_case_order_and_completeness_all_count():
 def test_any_other_shape_does_not_parse():
     city = TWOHOP.rows[0]
     for reply in (city, f'"{city}"', f'["{city}"]', f'{{"rows": "{city}"}}', f'{{"rows": [["{city}"]]}}',
-                  f'{{"rows": ["{city}"], "why": "facts"}}', f'{{"Rows": ["{city}"]}}', f'{{"rows": ["{city}", 1]}}',
-                  f'```json\n{{"rows": ["{city}"]}}\n```', f'{{"rows": ["{city}"]}} {{"rows": []}}',
-                  "\ufeff" + f'{{"rows": ["{city}"]}}', ""):
+                  f'{{"rows": ["{city}"], "why": "facts"}}', f'{{"Rows": ["{city}"]}}',
+                  f'{{"rows": ["{city}", 1]}}', f'```json\n{{"rows": ["{city}"]}}\n```',
+                  f'{{"rows": ["{city}"]}} {{"rows": []}}', "\ufeff" + f'{{"rows": ["{city}"]}}', ""):
         assert score(TWOHOP, reply.encode()) == (0.0, {"parsed_ok": 0.0, "exact_match": 0.0}, None), reply
 
 
@@ -76,9 +75,11 @@ def test_a_reply_that_was_not_read_back_is_not_scored():
         score(TWOHOP, None)
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-                     max_leaves=20)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=400, deadline=None)

@@ -258,7 +258,10 @@ def test_a_control_a_hair_under_its_ceiling_stays_under_it():
     assert as_expected(Rule("control", 0.5), "ok", 0.5, 1.0, "0.49999999999999999999")
     assert not as_expected(Rule("control", 0.5), "ok", 0.5, 1.0)
     # Floats alone compare exactly as they always did.
-    assert [as_expected(Rule("oracle", 1.0), "ok", r, 0.7) for r in (0.7, 0.6999999999999999)] == [True, False]
+    assert [as_expected(Rule("oracle", 1.0), "ok", r, 0.7) for r in (0.7, 0.6999999999999999)] == [
+        True,
+        False,
+    ]
 
 
 def test_a_nan_reward_or_a_reward_text_that_is_no_number_never_raises():
@@ -267,6 +270,8 @@ def test_a_nan_reward_or_a_reward_text_that_is_no_number_never_raises():
     from validate.evidence.verdicts import as_expected
 
     nan = float("nan")
-    assert [as_expected(Rule(role, 1.0), "ok", nan, 1.0) for role in ("oracle", "control", "probe")] == [False] * 3
+    assert [as_expected(Rule(role, 1.0), "ok", nan, 1.0) for role in ("oracle", "control", "probe")] == [
+        False
+    ] * 3
     assert as_expected(Rule("oracle", 1.0), "ok", 1.0, 1.0, "not a number")
     assert as_expected(Rule("oracle", 1.0), "ok", 1.0, 1.0, "NaN")

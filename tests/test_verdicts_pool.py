@@ -17,10 +17,10 @@ from environment.protocol import Environment
 from tests.conftest import make_ctx, make_manifest
 from tests.toyenv import ToyEnvironment
 from validate.audit.run import audit
-from validate.evidence.journal import write_checksums
 from validate.core.paths import RunPaths
-from validate.run.phases import RUNTIME_ONLY, PoolPhase, pool
+from validate.evidence.journal import write_checksums
 from validate.report.run import write_report
+from validate.run.phases import RUNTIME_ONLY, PoolPhase, pool
 
 pytestmark = pytest.mark.bwrap
 
@@ -64,7 +64,8 @@ def test_verdicts_counts_frozen_set_and_claim(repeats_pool):
     tasks = {t["idx"]: t for t in pq.read_table(root / "tasks.parquet").to_pylist()}
     assert [tasks[i]["verdict"] for i in (0, 1)] == ["compatible", "compatible"]
     assert tasks[0]["detail"] == "oracle passed all 3 repeats; every control rejected"
-    assert (tasks[NO_REFERENCE]["verdict"], tasks[NO_REFERENCE]["reason"]) == ("excluded", "no_reference_solution")
+    assert (tasks[NO_REFERENCE]["verdict"], tasks[NO_REFERENCE]["reason"]) == ("excluded",
+                                                                               "no_reference_solution")
     assert WHY in tasks[NO_REFERENCE]["detail"] and tasks[NO_REFERENCE]["oracle_reward"] is None
     frozen = json.loads((root / "frozen-manifest.json").read_text())
     assert frozen["selection"]["idx"] == [0, 1] and frozen["expectations"]["oracle_repeats"] == 3
@@ -80,7 +81,8 @@ def test_the_audit_derives_it_again(repeats_pool):
         mp.setattr(ToyEnvironment, "not_applicable", _no_reference)
         result = audit(root)
     assert result.problems == []
-    assert any("3 task rows and 1 exclusion rows re-derived" in line for line in result.checked), result.checked
+    assert any("3 task rows and 1 exclusion rows re-derived" in line
+               for line in result.checked), result.checked
 
 
 def test_the_audit_catches_a_repeat_removed(repeats_pool, tmp_path):
@@ -88,7 +90,8 @@ def test_the_audit_catches_a_repeat_removed(repeats_pool, tmp_path):
     copy = tmp_path / "pool"
     shutil.copytree(repeats_pool[0], copy)
     table = pq.read_table(copy / "attempts.parquet")
-    kept = [r for r in table.to_pylist() if not (r["idx"] == 0 and r["role"] == "oracle" and r["sample"] == 2)]
+    kept = [r for r in table.to_pylist() if not (r["idx"] == 0 and r["role"] == "oracle"
+                                                 and r["sample"] == 2)]
     pq.write_table(pa.Table.from_pylist(kept, schema=table.schema), copy / "attempts.parquet")
     write_checksums(RunPaths(copy))
     with pytest.MonkeyPatch.context() as mp:

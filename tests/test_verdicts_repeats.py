@@ -55,7 +55,8 @@ def test_a_control_that_passes_wins_over_the_missing_reference():
     assert "control reader passed" in v.detail
     v = d([o("nop", status="scorer_error"), o("reader")], required=NO_ORACLE)  # a verifier error too
     assert (v.verdict, v.reason) == ("excluded", "invalid_task_or_verifier")
-    v = d([o("nop"), o("reader")], required=NO_ORACLE, findings=[Finding(kind="k", blocking=True, detail="broken")])
+    v = d([o("nop"), o("reader")], required=NO_ORACLE,
+          findings=[Finding(kind="k", blocking=True, detail="broken")])
     assert (v.verdict, v.reason, v.detail) == ("excluded", "invalid_task_or_verifier", "broken")
 
 
@@ -113,7 +114,8 @@ def test_missing_repeats_are_missing_evidence_and_only_they():
 
 
 def test_each_repeat_is_judged_on_its_final_try():
-    retried = [o("oracle", sample=1, attempt=1, status="infrastructure_error"), o("oracle", sample=1, attempt=2)]
+    retried = [o("oracle", sample=1, attempt=1, status="infrastructure_error"),
+               o("oracle", sample=1, attempt=2)]
     attempts = [o("oracle", sample=0), *retried, o("nop"), o("reader")]
     assert d(attempts, repeats=2).reason == "infrastructure_failure"  # strict: the exception excludes
     v = decide(attempts, BOTH, RULES, 1.0, "retry", [], oracle_repeats=2)
@@ -122,7 +124,8 @@ def test_each_repeat_is_judged_on_its_final_try():
 
 
 def test_a_verifier_error_on_one_repeat_is_the_verifier_s():
-    v = d([o("oracle", sample=0), o("oracle", sample=1, status="scorer_error"), o("nop"), o("reader")], repeats=2)
+    v = d([o("oracle", sample=0), o("oracle", sample=1, status="scorer_error"), o("nop"), o("reader")],
+          repeats=2)
     assert v.reason == "invalid_task_or_verifier" and "oracle repeat 2: scorer raised" in v.detail
 
 
@@ -145,8 +148,8 @@ def test_a_resume_plays_only_the_repeats_not_yet_final():
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from validate.run.context import Play
     from validate.core.records import Attempt
+    from validate.run.context import Play
     from validate.run.runner import pending
     from validate.sandbox import Limits
 
@@ -166,5 +169,6 @@ def test_a_resume_plays_only_the_repeats_not_yet_final():
     play = Play("run", manifest, None, [0, 1], agents, kind=None)
     got = sorted((s.idx, s.agent, s.sample, s.attempt) for s in pending(done, play))
     assert got == [(0, "oracle", 1, 1), (0, "oracle", 2, 2), (0, "oracle", 3, 1), (1, "nop", 0, 1)]
-    evaluated = Play("run", manifest, None, [0], agents, kind=None, samples=2, skips=False)  # the model's plays
+    # the model's plays
+    evaluated = Play("run", manifest, None, [0], agents, kind=None, samples=2, skips=False)
     assert evaluated.samples_of(agents[0]) == 2

@@ -20,18 +20,17 @@ import tempfile
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 
-from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS
-from environment.deshuffle.env import DeshuffleEnvironment
+from environment.deshuffle.env import AGENTS as DESHUFFLE_AGENTS, DeshuffleEnvironment
 from environment.protocol import AgentSpec
 from tests.conftest import VALIDATE, make_ctx, make_manifest, subprocess_env
-from validate.core import environments
 from validate.contract.manifest import load_manifest
-from validate.run.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
+from validate.core import environments
 from validate.report.run import write_report
+from validate.run.phases import PilotPhase, PoolPhase, RunPhase, pilot, pool, run_agents
 from validate.view import serve, tables
 from validate.view.markup import text
 
@@ -158,9 +157,10 @@ def test_run_page_has_verdict_criteria_tasks_ledger_and_incomplete(server):
     assert "report.html" not in body and "No report yet" in body
 
 
-@pytest.mark.parametrize("query, rows", [("verdict=excluded", 1), ("verdict=incomplete", 5), ("family=even", 3),
-                                         ("family=even&verdict=incomplete", 2), ("family=nope", 0),
-                                         ("agent=oracle", 6), ("agent=oracle&outcome=expected", 6),
+@pytest.mark.parametrize("query, rows", [("verdict=excluded", 1), ("verdict=incomplete", 5),
+                                         ("family=even", 3), ("family=even&verdict=incomplete", 2),
+                                         ("family=nope", 0), ("agent=oracle", 6),
+                                         ("agent=oracle&outcome=expected", 6),
                                          ("agent=oracle&outcome=unexpected", 0), ("outcome=expected", 6)])
 def test_task_filters_are_query_parameters(server, query, rows):
     status, body, _ = get(server, f"/run/toy?{query}")
@@ -169,7 +169,8 @@ def test_task_filters_are_query_parameters(server, query, rows):
     for pair in query.split("&"):
         name, value = pair.split("=")
         if value != "nope":
-            assert re.search(rf'<select name="{name}">.*?<option value="{value}" selected="selected">', body, re.DOTALL)
+            assert re.search(rf'<select name="{name}">.*?<option value="{value}" selected="selected">', body,
+                             re.DOTALL)
 
 
 def test_long_task_tables_are_paged(server, monkeypatch):
@@ -302,7 +303,9 @@ def snapshot(root: Path) -> dict[str, tuple]:
         for name in dirs + files:
             p = Path(dirpath) / name
             st = os.lstat(p)
-            digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+            digest = (
+                hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else None
+            )
             out[str(p.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
     return out
 
@@ -525,7 +528,8 @@ def test_a_pool_and_its_smoke_rerun_link_to_each_other(base, sandboxes, tmp_path
     ledgers = tmp_path / "ledgers"
     shutil.copytree(base / "ledgers/pool", ledgers / "pool")
     ctx = make_ctx(load_manifest(ledgers / "pool/manifest.json"), sandboxes("bwrap"), ledgers / "pool")
-    result = smoke(ctx, load_manifest(ledgers / "pool/frozen-manifest.json"), SmokePhase(sample=1), log=lambda m: None)
+    result = smoke(ctx, load_manifest(ledgers / "pool/frozen-manifest.json"), SmokePhase(sample=1),
+                   log=lambda m: None)
     assert result.passed, result.mismatches
     (entry,) = (ledgers / "pool/smoke").iterdir()
     key = f"pool/smoke/{entry.name}"

@@ -25,10 +25,10 @@ import pytest
 from environment.deshuffle.baseline import policy as baseline
 from tests.conftest import CORPUS_PATH
 from validate import api
+from validate.devtools.localserver import serve as serve_model
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.report import headline
 from validate.eval.summary import EvalSummary
-from validate.devtools.localserver import serve as serve_model
 from validate.view import serve
 from validate.view.catalog import Catalog
 from validate.view.markup import text
@@ -96,7 +96,8 @@ def committed():
 
 def test_the_catalog_lists_every_committed_run_the_evaluations_included(committed):
     dirs = [p for p in LEDGERS.iterdir() if p.is_dir()]
-    datasets = {p.name for p in dirs if (p / "run.json").is_file() and not (p / "eval-contract.json").is_file()}
+    datasets = {p.name for p in dirs if (p / "run.json").is_file()
+                and not (p / "eval-contract.json").is_file()}
     evals = {p.name for p in EVALS}
     assert evals and datasets, "the committed ledgers hold dataset runs and evaluations"
     listing = Catalog([LEDGERS]).scan()
@@ -168,7 +169,9 @@ def test_a_trajectory_page_shows_a_tool_call_and_its_output(committed):
     assert status == 200
     assert text(f"→ {call['name']}({call['arguments']})") in body
     assert text(call["output"][:200]) in body and f"{call['output_bytes']} bytes to the model" in body
-    outcome = "SOLVED" if sample["solved"] else f"failed: {sample['failure_class']} (rule {sample['failure_rule']})"
+    outcome = (
+        "SOLVED" if sample["solved"] else f"failed: {sample['failure_class']} (rule {sample['failure_rule']})"
+    )
     assert text(outcome) in body
     # and the task's page links to it, with every attempt's failure class
     status, task = get(committed, f"{eval_url(run)}/task?id={quote(turn['task_id'], safe='')}")
@@ -309,7 +312,8 @@ def test_model_and_tool_markup_is_shown_as_text(fresh):
 @pytest.mark.bwrap
 @pytest.mark.slow
 def test_a_fresh_evaluation_and_its_comparison_are_browsable(fresh):
-    result, entry = api.compare(fresh / "baseline", fresh / "hostile", out=fresh / "compare" / "baseline--hostile")
+    result, entry = api.compare(fresh / "baseline", fresh / "hostile",
+                                out=fresh / "compare" / "baseline--hostile")
     with serve([fresh]) as s:
         status, body = get(s, "/eval/baseline")
         key = quote(str(entry.relative_to(fresh)), safe="")
@@ -320,11 +324,15 @@ def test_a_fresh_evaluation_and_its_comparison_are_browsable(fresh):
     rows = task_rows(body)
     assert set(rows) == set(tasks)
     for task_id, t in tasks.items():
-        assert rows[task_id][3] == f"{t['solved']}/{t['n_valid']}" and rows[task_id][4] == f"{t['pass_at_k']:.3f}"
+        assert (
+            rows[task_id][3] == f"{t['solved']}/{t['n_valid']}"
+            and rows[task_id][4] == f"{t['pass_at_k']:.3f}"
+        )
     assert 'href="/eval/hostile"' in comparison and 'href="/eval/baseline"' in comparison
     assert [v[0] for v in result.varied][0] in comparison
     assert f'href="/compare/{key}"' in body  # the eval page names its comparison
-    assert 'href="/eval/baseline"' in pool_page and 'href="/eval/hostile"' in pool_page  # and the pool its evals
+    # and the pool its evals
+    assert 'href="/eval/baseline"' in pool_page and 'href="/eval/hostile"' in pool_page
     assert get_file(fresh, key) == (entry / "compare.html").read_bytes().decode()
 
 

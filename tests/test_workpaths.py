@@ -27,9 +27,11 @@ def test_the_named_paths_carry_only_what_the_agent_added():
 
 def test_start_up_files_and_version_control_configuration_are_never_the_agents_work():
     for path in ("/root/.bashrc", "/app/.git/config", "/app/.git/hooks/pre-commit", "/home/u/.gitconfig",
-                 "/app/.npmrc", "/app/sub/.ssh/authorized_keys", "/root/.local/lib/python3.11/site-packages/x.pth"):
+                 "/app/.npmrc", "/app/sub/.ssh/authorized_keys",
+                 "/root/.local/lib/python3.11/site-packages/x.pth"):
         assert protected(path), path
-    for path in ("/app/.git/HEAD", "/app/.git/objects/ab/cd", "/app/config", "/app/hooks.py", "/app/.github/x"):
+    for path in ("/app/.git/HEAD", "/app/.git/objects/ab/cd", "/app/config", "/app/hooks.py",
+                 "/app/.github/x"):
         assert not protected(path), path
     w = work_paths("/root", [], [])
     p = plan(d(("/root", 0), ("/root/repo", 1), ("/root/repo/.git", 1), ("/root/repo/.git/config", 1),

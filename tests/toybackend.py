@@ -58,9 +58,9 @@ class ToyBackend(Sandbox):
         status_r, status_w = os.pipe()
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(self._argv(req, status_w), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, pass_fds=(status_w,), start_new_session=True,
-                                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            proc = subprocess.Popen(self._argv(req, status_w), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,),
+                                    start_new_session=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         except OSError as e:
             os.close(status_r)
             raise SandboxError(f"toy: cannot start: {e}") from None
@@ -74,13 +74,16 @@ class ToyBackend(Sandbox):
                 pass
 
         try:
-            timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes, kill=kill)
+            timed_out, stdout, stderr = supervise(proc, req.limits.timeout_s, req.limits.max_log_bytes,
+                                                  kill=kill)
             reports = [json.loads(line) for line in _drain(status_r).splitlines() if line.strip()]
         finally:
             os.close(status_r)
-        exits = [r["exit-code"] for r in reports if isinstance(r, dict) and isinstance(r.get("exit-code"), int)]
+        exits = [r["exit-code"] for r in reports if isinstance(r, dict)
+                 and isinstance(r.get("exit-code"), int)]
         if not exits and not timed_out:
-            raise SandboxError(f"toy: the sandbox did not start (bwrap exited {proc.returncode}): {stderr[:300]!r}")
+            raise SandboxError(f"toy: the sandbox did not start (bwrap exited {proc.returncode}): "
+                               f"{stderr[:300]!r}")
         return ExecResult(exit_code=None if timed_out else exits[0], timed_out=timed_out, stdout=stdout,
                           stderr=stderr, runtime_s=time.monotonic() - t0)
 

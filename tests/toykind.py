@@ -15,16 +15,16 @@ from datetime import UTC, datetime
 
 from environment.protocol import AgentSpec, Task
 from tests.toyenv import ToyEnvironment
-from validate.run.context import AttemptKind, Play, RunContext
 from validate.core.errors import SandboxError
-from validate.evidence.journal import store_reply
-from validate.kinds.base import unsupported_row
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import Attempt
+from validate.evidence.journal import store_reply
+from validate.evidence.verdicts import as_expected
+from validate.kinds.base import unsupported_row
+from validate.run.context import AttemptKind, Play, RunContext
+from validate.run.workspace import materialise, read_reply, workspace_sha256
 from validate.sandbox import RunRequest
 from validate.sandbox.storage import attempt_storage
-from validate.evidence.verdicts import as_expected
-from validate.run.workspace import materialise, read_reply, workspace_sha256
 
 VERIFY = """
 import pathlib
@@ -42,38 +42,44 @@ else:
 class InSandboxKind(AttemptKind[Attempt]):
     name = "toy-insandbox"
 
-    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Attempt:
+    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
+             number: int) -> Attempt:
         ex = play.manifest.execution
         now = datetime.now(UTC)
-        row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                         agent=agent.name, role=agent.role, sample=sample, attempt=number, started_at=now,
-                         status="harness_error", workspace_sha256=workspace_sha256(dict(task.files)),
-                         backend=ctx.sandbox.backend, image_digest=ex.image_digest)
+        row: dict = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx,
+                         task_hash=task.hash, agent=agent.name, role=agent.role, sample=sample,
+                         attempt=number, started_at=now, status="harness_error",
+                         workspace_sha256=workspace_sha256(dict(task.files)), backend=ctx.sandbox.backend,
+                         image_digest=ex.image_digest)
         name = f"{task.idx}-{agent.name}-{uuid.uuid4().hex[:8]}"
         try:
             with materialise(task, agent, play.manifest.opaque_id(task.id),
                              lambda gid: attempt_storage(ctx.run_id, name, ex.limits, gid=gid)) as m:
                 request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env,
-                                     workdir=SANDBOX_WORKSPACE, limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
+                                     workdir=SANDBOX_WORKSPACE, limits=ex.limits, name=name, user=m.user,
+                                     tmp=m.tmp)
                 with ctx.sandbox.session(request) as session:
                     ran = session.exec(request.argv)
                     verdict = session.exec(["python3", "-c", VERIFY], timeout_s=30)
                 reply = read_reply(m.reply_path, ex.max_reply_bytes)
             row.update(exit_code=ran.exit_code, timed_out=ran.timed_out, runtime_s=ran.runtime_s,
-                       stdout=ran.stdout.decode("utf-8", "replace"), stderr=ran.stderr.decode("utf-8", "replace"),
+                       stdout=ran.stdout.decode("utf-8", "replace"),
+                       stderr=ran.stderr.decode("utf-8", "replace"),
                        status="timeout" if ran.timed_out else "exit_nonzero" if ran.exit_code else "ok")
             if reply is not None:
                 row.update(reply_sha256=store_reply(ctx.paths, reply), reply_bytes=len(reply),
                            reply_text=reply[: ex.max_reply_text_bytes].decode("utf-8", "replace"),
                            reply_truncated=len(reply) > ex.max_reply_text_bytes)
             elif row["status"] == "ok":
-                row.update(status="no_reply", error_class="NoReply", error_message="the agent left no reply.txt")
+                row.update(status="no_reply", error_class="NoReply",
+                           error_message="the agent left no reply.txt")
             reward = float(verdict.stdout.decode().strip())
             row.update(reward=reward, metrics={"exact": float(reward == 1.0)},
-                       as_expected=as_expected(play.manifest.expectations.rules()[agent.name], row["status"], reward,
-                                               play.manifest.expectations.pass_threshold))
+                       as_expected=as_expected(play.manifest.expectations.rules()[agent.name], row["status"],
+                                               reward, play.manifest.expectations.pass_threshold))
         except SandboxError as e:
-            row.update(status="infrastructure_error", error_class=type(e).__name__, error_message=str(e)[:2000])
+            row.update(status="infrastructure_error", error_class=type(e).__name__,
+                       error_message=str(e)[:2000])
         row["finished_at"] = datetime.now(UTC)
         return Attempt(**row)
 

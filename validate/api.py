@@ -27,49 +27,80 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from environment.protocol import LoadHints, sha256_tag
+from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
+    DEFAULT_CONCURRENCY,
+    existing_dir,
+    existing_file,
+    min_count as check_min_count,
+    model_spec,
+    model_values,
+    output_dir,
+    output_file,
+    outside_data,
+    run_directory,
+    utf8_path,
+)
+from validate.contract.manifest import (
+    TrialProfile,
+    check_environment,
+    check_limits,
+    check_tasks,
+    freeze as freeze_contract,
+    load_manifest,
+    load_taskset,
+    new_salt,
+    reprofile,
+    task_secret,
+    verifier_mode_of,
+    verify as verify_contract,
+    write_manifest,
+)
 from validate.core import environments
-from validate.evidence import run as run_evidence
-from validate.run.context import Progress, RunContext
-from validate.contract.manifest import check_environment, check_limits, check_tasks, load_manifest, load_taskset, new_salt
-from validate.contract.manifest import reprofile, task_secret
-from validate.contract.manifest import TrialProfile, verifier_mode_of, write_manifest
-from validate.taskdir.trial import tool as trial_tool
-from validate.taskdir.trial.workpaths import RULE as WORK_PATHS_RULE
-from validate.contract.manifest import freeze as freeze_contract
-from validate.contract.manifest import verify as verify_contract
 from validate.core.errors import ValidateError
+from validate.core.paths import (
+    DEFAULT_IMAGE,
+    EVAL_CONTRACT,
+    LEDGER_DIR,
+    MANIFEST,
+    MANIFEST_DIR,
+    RunPaths,
+    task_image_store,
+)
+from validate.core.records import EVAL, PILOT, POOL
 from validate.eval import contract as ec
 from validate.eval.client import ChatClient
 from validate.eval.freeze import dataset_manifest, parent_of
 from validate.eval.preflight import preflight
 from validate.eval.run import EvalPhase, evaluate
+from validate.evidence import run as run_evidence
+from validate.evidence.journal import atomic_write
+from validate.evidence.patches import require
+from validate.evidence.signing import sign as sign_run
+from validate.evidence.summary import run_kind
 from validate.kinds import KINDS
 from validate.kinds.chat import model_kind_class
-from validate.evidence.journal import atomic_write
+from validate.report.profiles import compare_profiles as profile_comparison
+from validate.run.context import Progress, RunContext
 from validate.run.executors import DEFAULT_EXECUTOR, EXECUTORS, ExecutorUnavailable, make_executor
 from validate.run.lifecycle import reopen
-from validate.cli.options import (  # DEFAULT_CONCURRENCY: the command line reads it there, light to import
-    DEFAULT_CONCURRENCY, existing_dir, existing_file, model_spec, model_values, output_dir, output_file,
-    outside_data, run_directory, utf8_path,
+from validate.run.phases import (
+    PilotPhase,
+    PoolPhase,
+    RunPhase,
+    pilot as pilot_phase,
+    pool as pool_phase,
+    run_agents,
 )
-from validate.cli.options import min_count as check_min_count
-from validate.core.paths import DEFAULT_IMAGE, EVAL_CONTRACT, LEDGER_DIR, MANIFEST, MANIFEST_DIR, RunPaths, task_image_store
-from validate.evidence.patches import require
-from validate.run.phases import PilotPhase, PoolPhase, RunPhase, run_agents
-from validate.report.profiles import compare_profiles as profile_comparison
-from validate.run.phases import pilot as pilot_phase
-from validate.run.phases import pool as pool_phase
-from validate.core.records import EVAL, PILOT, POOL
-from validate.sandbox import Limits, open_sandbox
-from validate.evidence.signing import sign as sign_run
 from validate.run.smoke import SmokePhase, smoke as smoke_test
-from validate.evidence.summary import run_kind
-from validate.taskdir.images.docker import images_for
+from validate.sandbox import Limits, open_sandbox
 from validate.sandbox.image import SOURCE_DATE_EPOCH
-from validate.taskdir.images.build import BuildPolicy
 from validate.taskdir.images import transfer
+from validate.taskdir.images.build import BuildPolicy
+from validate.taskdir.images.docker import images_for
 from validate.taskdir.images.frozen import freeze_images, log_dir_of, verify_images
 from validate.taskdir.images.trust import bundle_digest, bundle_for
+from validate.taskdir.trial import tool as trial_tool
+from validate.taskdir.trial.workpaths import RULE as WORK_PATHS_RULE
 
 MAX_TASKS = 1_000_000
 PathLike = str | Path
@@ -85,7 +116,8 @@ def selection(size: int | None, idx: Sequence[int] | None = None, idx_start: int
             raise ValidateError(f"--idx: every index must be ≥ 0{limit}; got {bad[:5] or 'none'}")
         twice = sorted(i for i, n in Counter(idx).items() if n > 1)
         if twice:  # silently one task where the user counted two
-            raise ValidateError(f"--idx: each index once; {', '.join(map(str, twice[:5]))} given more than once")
+            raise ValidateError(f"--idx: each index once; {', '.join(map(str, twice[:5]))} "
+                                "given more than once")
         return list(idx), f"explicit idx list of {len(idx)} tasks"
     stop = idx_stop if idx_stop is not None else (size if size is not None else 20)
     if idx_start < 0 or stop <= idx_start:
@@ -118,8 +150,9 @@ def _some_task_can_pass(env, taskset, idx: Sequence[int]) -> None:
             return
         first = first or (i, blocking[0])
     i, f = first
-    raise ValidateError(f"selection: all {len(idx)} selected tasks have a blocking finding, so none can pass (task "
-                        f"idx {i}: {f.detail}); select other tasks (--idx, --idx-start, --idx-stop) or other data")
+    raise ValidateError(f"selection: all {len(idx)} selected tasks have a blocking finding, so none can pass "
+                        f"(task idx {i}: {f.detail}); select other tasks (--idx, --idx-start, "
+                        "--idx-stop) or other data")
 
 
 def _config(env, config: BaseModel | dict | PathLike | None, overrides: dict[str, Any]) -> BaseModel:
@@ -148,31 +181,32 @@ MAX_ORACLE_REPEATS = 100
 def check_oracle_repeats(n: object) -> int:
     """`n` as the contract's oracle repeats: an integer from 1 to `MAX_ORACLE_REPEATS`."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ORACLE_REPEATS:
-        raise ValidateError(f"--oracle-repeats: expected an integer from 1 to {MAX_ORACLE_REPEATS} (how many times "
-                            f"the oracle plays each task), got {n!r}")
+        raise ValidateError(f"--oracle-repeats: expected an integer from 1 to {MAX_ORACLE_REPEATS} (how many "
+                            f"times the oracle plays each task), got {n!r}")
     return n
 
 
 def trial_profile(verifier_mode: str) -> TrialProfile:
     """This harness's trial profile in `verifier_mode` (an unknown mode names the option)."""
     if verifier_mode not in ("trusted", "shared"):
-        raise ValidateError(f"--verifier-mode: trusted or shared, got {verifier_mode!r} (trusted verifies in a fresh "
-                            f"container of the task's image; shared in the agent's own, as Harbor does)")
+        raise ValidateError(f"--verifier-mode: trusted or shared, got {verifier_mode!r} (trusted verifies in "
+                            "a fresh container of the task's image; shared in the agent's "
+                            "own, as Harbor does)")
     return TrialProfile(verifier_mode=verifier_mode,
                         work_paths_rule=WORK_PATHS_RULE if verifier_mode == "trusted" else None,
                         tool_sha256=sha256_tag(trial_tool.SOURCE.read_bytes()))
 
 
 def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | PathLike | None = None,
-           config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None, idx_start: int = 0,
-           idx_stop: int | None = None, backend: str = "docker", image: str = DEFAULT_IMAGE,
-           limits: dict[str, Any] | None = None, controls: Sequence[str] | None = None,
-           ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
-           exception_rule: str = "strict", min_count: int | None = None, infra_retries: int = 2,
-           data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None,
-           log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1, verifier_mode: str = "trusted",
-           build_trust_store: str = "off", build_clock: str = "fixed", registry: str | None = None,
-           image_budget_gb: float | None = None):
+           config_overrides: dict[str, Any] | None = None, idx: Sequence[int] | None = None,
+           idx_start: int = 0, idx_stop: int | None = None, backend: str = "docker",
+           image: str = DEFAULT_IMAGE, limits: dict[str, Any] | None = None,
+           controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
+           pass_threshold: float | None = None, exception_rule: str = "strict", min_count: int | None = None,
+           infra_retries: int = 2, data: Sequence[PathLike] = (), allow_patch: bool = False,
+           out: PathLike | None = None, log: Callable[[str], None] = lambda m: None, oracle_repeats: int = 1,
+           verifier_mode: str = "trusted", build_trust_store: str = "off", build_clock: str = "fixed",
+           registry: str | None = None, image_budget_gb: float | None = None):
     """Freeze and write a contract manifest (default ``manifests/<name>.json``); return it. A
     task-directory dataset's images are built (or taken from the cache) and frozen with it,
     their build logs kept in ``<name>.build-logs/`` beside it; `log` hears the builds.
@@ -205,7 +239,8 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     source = getattr(taskset, "source", None)
     if source is not None:  # read once: the contract's own load reads this very source again
         hints = dataclasses.replace(hints, source=source)
-        log(f"dataset {cfg.model_dump().get('dataset', '')}: {taskset.size} tasks, revision {taskset.revision}")
+        log(f"dataset {cfg.model_dump().get('dataset', '')}: {taskset.size} tasks, revision "
+            f"{taskset.revision}")
     chosen, rule = selection(taskset.size, idx, idx_start, idx_stop)
     check_min_count(min_count, len(chosen))
     _some_task_can_pass(environment, taskset, chosen)
@@ -222,12 +257,14 @@ def freeze(name: str, *, env: str | None = None, config: BaseModel | dict | Path
     if image_budget_gb is not None and not (math.isfinite(image_budget_gb) and image_budget_gb > 0):
         raise ValidateError(f"--image-budget-gb: a number of GiB > 0, got {image_budget_gb}")
     images = freeze_images(taskset, chosen, sandbox.backend, log_dir_of(path), task_image_store(), log=log,
-                           policy=policy, budget_bytes=None if image_budget_gb is None else int(image_budget_gb * 2**30))
+                           policy=policy, budget_bytes=None if image_budget_gb is None
+                           else int(image_budget_gb * 2**30))
     manifest = freeze_contract(
-        name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule, facts=sandbox.facts(),
-        controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold, exception_rule=exception_rule,
-        min_task_count=min_count, git_commit=code.label, patch=code.patch, limits=lim, infra_retries=infra_retries,
-        config_file=_config_file(config), oracle_repeats=oracle_repeats, loaded=(salt, taskset),
+        name=name, env_name=environment.name, config=cfg, hints=hints, idx=chosen, rule=rule,
+        facts=sandbox.facts(), controls=controls, ceilings=_ceilings(ceilings), pass_threshold=pass_threshold,
+        exception_rule=exception_rule, min_task_count=min_count, git_commit=code.label, patch=code.patch,
+        limits=lim, infra_retries=infra_retries, config_file=_config_file(config),
+        oracle_repeats=oracle_repeats, loaded=(salt, taskset),
         **({} if images is None else {"task_images": images}),
         **({"trial": trial} if KINDS.load(environment.attempt_kind).trial_profile else {}))
     write_manifest(manifest, path)
@@ -258,8 +295,9 @@ def freeze_like(name: str, like: PathLike, *, backend: str = "docker", image: st
         # The task images are this profile's, frozen as `freeze` freezes them (the same tasks;
         # on the same daemon, the same ids from the cache); none on a backend that builds at run time.
         like_images = m.execution.task_images
-        images = freeze_images(taskset, m.selection.idx, sandbox.backend, log_dir_of(path), task_image_store(),
-                               log=log, **({} if like_images is None else {"policy": like_images.build_policy}))
+        images = freeze_images(taskset, m.selection.idx, sandbox.backend, log_dir_of(path),
+                               task_image_store(), log=log,
+                               **({} if like_images is None else {"policy": like_images.build_policy}))
         manifest = reprofile(m, name=name, facts=sandbox.facts(), git_commit=code.label, patch=code.patch,
                              limits=lim, infra_retries=m.execution.infra_retries if infra_retries is None
                              else infra_retries, **({} if images is None else {"task_images": images}),
@@ -277,7 +315,8 @@ def compare_profiles(run_a: PathLike, run_b: PathLike, *, out: PathLike | None =
     for run, flag in ((run_a, "RUN_A"), (run_b, "RUN_B")):
         existing_dir(run, flag)
         if _is_eval(run):
-            raise ValidateError(f"{flag}: {run} is a model evaluation; compare evals with `validate eval compare`")
+            raise ValidateError(f"{flag}: {run} is a model evaluation; compare evals with "
+                                "`validate eval compare`")
     if out is not None:
         output_dir(out, "--out")
     return profile_comparison(Path(run_a), Path(run_b), None if out is None else Path(out))
@@ -298,7 +337,8 @@ def verify(manifest: PathLike, data: Sequence[PathLike] = (), log: Callable[[str
 
 
 def export_task_images(manifest: PathLike, out: PathLike, log: Callable[[str], None] = print) -> Path:
-    """Every task image `manifest` froze, held here, as one archive in `out` (`validate.taskdir.images.transfer`)."""
+    """Every task image `manifest` froze, held here, as one archive in `out`
+    (`validate.taskdir.images.transfer`)."""
     path = existing_file(manifest, "--manifest")
     return transfer.export_task_images(load_manifest(path), path, Path(out), log=log)
 
@@ -320,9 +360,10 @@ def _hold_task_images(m, taskset, evidence: Path | None = None, notes: list[str]
                       evidence, notes)
 
 
-def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None, resume: PathLike | None = None,
-            concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (), allow_patch: bool = False,
-            executor: str = DEFAULT_EXECUTOR, progress: Progress | None = None):
+def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = None,
+            resume: PathLike | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+            data: Sequence[PathLike] = (), allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR,
+            progress: Progress | None = None):
     """Load and verify the manifest, check the code, open the backend, pick the run directory;
     attempts will be carried out by `executor` at `concurrency`, reporting to `progress`."""
     if not 1 <= concurrency <= 256:
@@ -338,13 +379,15 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         if manifest is None:
             raise ValidateError("--manifest: required (or --resume RUN_DIR to continue a run)")
         m = load_manifest(manifest)
-        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        root = (Path(run_dir) if run_dir
+                else LEDGER_DIR / f"{m.name}-{kind}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
         if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")  # its name is the run id: refused before anything runs, not after
     code = require(allow_patch)
     hints = LoadHints(search=tuple(Path(p) for p in data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=RunPaths(root).sandbox_label)
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image,
+                           run_label=RunPaths(root).sandbox_label)
     try:
         env, taskset = verify_contract(m, sandbox, hints)
         # Before anything plays (a Ray node fetches each task image from this daemon, by id):
@@ -354,7 +397,8 @@ def context(manifest: PathLike | None, *, kind: str, run_dir: PathLike | None = 
         sandbox.close()
         raise
     return RunContext(env=env, manifest=m, taskset=taskset, sandbox=sandbox, paths=RunPaths(root),
-                      run_id=root.name, code=code, hints=hints, executor=runner, progress=progress or Progress())
+                      run_id=root.name, code=code, hints=hints, executor=runner,
+                      progress=progress or Progress())
 
 
 def _phase_config(model: type[BaseModel], **values: Any) -> Any:
@@ -383,7 +427,8 @@ def run(manifest: PathLike | None = None, *, agents: str | Sequence[str] = "all"
     return _phase(ctx, lambda c: run_agents(c, cfg))
 
 
-def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: Progress | None = None, **where):
+def pilot(manifest: PathLike | None = None, *, per_stratum: int = 1, progress: Progress | None = None,
+          **where):
     """The representative pilot (strata × config variants, probes); return the run summary."""
     if per_stratum < 1:
         raise ValidateError("--per-stratum: must be ≥ 1")
@@ -408,7 +453,8 @@ def pool(manifest: PathLike | None = None, *, smoke_sample: int = 5, manifest_di
     return _phase(ctx, lambda c: pool_phase(c, cfg, log=log))
 
 
-def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (), log: Callable[[str], None] = print):
+def smoke(run_dir: PathLike, *, sample: int = 5, data: Sequence[PathLike] = (),
+          log: Callable[[str], None] = print):
     """A fresh-materialisation smoke test of a pool, appended to its run directory."""
     cfg = _phase_config(SmokePhase, sample=sample)
     ctx, frozen = reopen(run_dir, tuple(Path(p) for p in data))
@@ -419,16 +465,17 @@ def _reading() -> SimpleNamespace:
     """What reads a run back (the audits, the reports, packaging, comparing evals), imported by
     the commands that use it: it needs pandas, which a run's driver never loads."""
     from validate.audit import eval as audit_eval, run as audit  # lazy: pandas loads only to read a run back
+    from validate.eval import compare, report as eval_report  # lazy: pandas loads only to read a run back
     from validate.report import run as report  # lazy: pandas loads only to read a run back
     from validate.taskdir import package  # lazy: pandas loads only to read a run back
-    from validate.eval import compare, report as eval_report  # lazy: pandas loads only to read a run back
 
     return SimpleNamespace(audit=audit.audit, audit_eval=audit_eval.audit, package=package.package,
                            write_report=report.write_report, write_eval_report=eval_report.write_report,
                            compare=compare.compare)
 
 
-def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = (), format: str = "directories") -> dict:
+def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = (),
+            format: str = "directories") -> dict:
     """Write a sealed, audited task-directory run's retained tasks as a Harbor dataset into
     `out` (`validate.taskdir.package`; `format` ``parquet``: in the published shape); return its hash
     manifest."""
@@ -436,7 +483,8 @@ def package(run_dir: PathLike, *, out: PathLike, data: Sequence[PathLike] = (), 
     existing_dir(run_dir, "RUN")
     utf8_path(Path(out), "--out")
     reading = _reading()
-    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data), format=format)
+    return reading.package(Path(run_dir), Path(out), reading.audit, tuple(Path(p) for p in data),
+                           format=format)
 
 
 def _is_eval(run_dir: PathLike) -> bool:
@@ -460,11 +508,12 @@ def audit(run_dir: PathLike, *, signature: PathLike | None = None, identity: str
         existing_file(signature, "--signature")
     if _is_eval(run_dir):
         if signature is not None:
-            raise ValidateError("--signature: sign and verify the eval run's checksums with `validate sign`/`audit` "
-                                "of its pool; an eval run's own signature is not supported yet")
+            raise ValidateError("--signature: sign and verify the eval run's checksums with `validate "
+                                "sign`/`audit` of its pool; an eval run's own signature is not supported yet")
         return eval_audit(run_dir, data=data, manifests=manifests)
-    return _reading().audit(Path(run_dir), signature=None if signature is None else Path(signature), identity=identity,
-                     data=tuple(Path(p) for p in data), manifests=None if manifests is None else Path(manifests))
+    return _reading().audit(Path(run_dir), signature=None if signature is None else Path(signature),
+                            identity=identity, data=tuple(Path(p) for p in data),
+                            manifests=None if manifests is None else Path(manifests))
 
 
 def sign(run_dir: PathLike, key: PathLike) -> Path:
@@ -480,10 +529,11 @@ def load_run(run_dir: PathLike):
 # --- model evaluation (protocol part 2) ----------------------------------------------------
 
 def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: str, base_url: str,
-                server: str = "openai-compatible", api_key_env: str | None = None, manifest: PathLike | None = None,
-                system_template: str | None = None, user_template: str | None = None,
-                sampling: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, k: int = 8,
-                data: Sequence[PathLike] = (), allow_patch: bool = False, out: PathLike | None = None):
+                server: str = "openai-compatible", api_key_env: str | None = None,
+                manifest: PathLike | None = None, system_template: str | None = None,
+                user_template: str | None = None, sampling: dict[str, Any] | None = None,
+                limits: dict[str, Any] | None = None, k: int = 8, data: Sequence[PathLike] = (),
+                allow_patch: bool = False, out: PathLike | None = None):
     """Freeze an eval contract on a pool run's frozen set (refused unless its dataset verdict is
     PASS and its audit passes); write it (default ``manifests/<name>.json``) and return it."""
     spec = model_spec(id=model, revision=model_revision, server=server, base_url=base_url,
@@ -508,16 +558,18 @@ def eval_freeze(name: str, *, pool_run: PathLike, model: str, model_revision: st
     return contract
 
 
-def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = None, passes: Sequence[str] = ("greedy",
+def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = None,
+             passes: Sequence[str] = ("greedy",
              "sampled"), progress: Progress | None = None, run_dir: PathLike | None = None,
-             resume: PathLike | None = None, concurrency: int = DEFAULT_CONCURRENCY, data: Sequence[PathLike] = (),
-             allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
+             resume: PathLike | None = None, concurrency: int = DEFAULT_CONCURRENCY,
+             data: Sequence[PathLike] = (), allow_patch: bool = False, executor: str = DEFAULT_EXECUTOR):
     """Evaluate the contract's model on its frozen set: the greedy pass (pass@1) and the sampled
     pass (k samples); return the `EvalSummary`. Resumes with `resume`."""
     if EXECUTORS.load(executor).remote:
-        raise ExecutorUnavailable(f"--executor {executor}: `validate eval` plays the model's conversations with this "
-                                  f"process's live context (the endpoint's client, the eval contract), which is not "
-                                  f"shipped to other machines; run it with --executor {DEFAULT_EXECUTOR}")
+        raise ExecutorUnavailable(f"--executor {executor}: `validate eval` plays the model's conversations "
+                                  "with this process's live context (the endpoint's client, the eval "
+                                  "contract), which is not shipped to other machines; run it with "
+                                  f"--executor {DEFAULT_EXECUTOR}")
     cfg = _phase_config(EvalPhase, passes=tuple(passes))
     if resume is not None:
         root = Path(resume)
@@ -529,7 +581,8 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
         if contract is None:
             raise ValidateError("--contract: required (or --resume RUN_DIR to continue an eval)")
         c = ec.load(contract)
-        root = Path(run_dir) if run_dir else LEDGER_DIR / f"{c.name}-{EVAL}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+        root = (Path(run_dir) if run_dir
+                else LEDGER_DIR / f"{c.name}-{EVAL}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}")
         if (root / MANIFEST).exists():
             raise ValidateError(f"--run-dir: {root} already holds a run; use --resume {root} to continue it")
         run_directory(root, "--run-dir")
@@ -539,16 +592,18 @@ def eval_run(contract: PathLike | None = None, *, manifest: PathLike | None = No
     if c.model.api_key_env is not None:
         key = os.environ.get(c.model.api_key_env)
         if not key:
-            raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not set; "
-                                f"export the endpoint's API key in it")
+            raise ValidateError(f"model.api_key_env: the environment variable {c.model.api_key_env} is not "
+                                "set; export the endpoint's API key in it")
     # A wrong key, model id or base URL ends the command here, before the run directory exists:
     # found per attempt instead, it would be written as every sample's infrastructure error.
     preflight(c.model.base_url, c.model.id, key, c.model.api_key_env, c.limits.request_timeout_s,
               c.limits.retry_max_wait_s)
     ctx = context(m_path, kind=EVAL, run_dir=root if resume is None else None, resume=resume,
-                  concurrency=concurrency, data=data, allow_patch=allow_patch, executor=executor, progress=progress)
+                  concurrency=concurrency, data=data, allow_patch=allow_patch, executor=executor,
+                  progress=progress)
     lim = c.limits
-    client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries, lim.retry_max_wait_s)
+    client = ChatClient(c.model.base_url, key, lim.request_timeout_s, lim.endpoint_retries,
+                        lim.retry_max_wait_s)
     try:
         return _phase(ctx, lambda x: evaluate(x, c, client, cfg))
     finally:

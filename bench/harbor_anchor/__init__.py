@@ -33,7 +33,8 @@ class Measurement:
     verdicts: dict[str, tuple[str, str]] = field(default_factory=dict)  #: ours: task → (verdict, reason)
     details: dict[str, str] = field(default_factory=dict)  #: ours: task → the verdict's detail
     parts_s: dict[str, float] = field(default_factory=dict)  #: ours: 'freeze' and 'run' apart
-    images: dict[str, int] = field(default_factory=dict)  #: ours: task images the freeze 'built' / found 'cached'
+    #: ours: task images the freeze 'built' / found 'cached'
+    images: dict[str, int] = field(default_factory=dict)
     phases_s: dict[str, float] = field(default_factory=dict)  #: the median trial's seconds, by phase
     where: str = ""  #: the job or run directory (kept with --keep)
     temp: str = ""  #: 'cold' or 'warm' (set by the schedule)

@@ -56,14 +56,16 @@ READY_FILE = "/tmp/harbor-docker-egress-control-sidecar.ready"  # Harbor's healt
 SIDECAR_FILES = {
     "Dockerfile": "FROM {base}\nCOPY entrypoint.sh /opt/egress-sidecar/entrypoint.sh\n"
                   "COPY network-policy /usr/local/bin/network-policy\n",
-    "entrypoint.sh": "#!/bin/sh\n# harbor_anchor_bench's stand-in for Harbor's egress sidecar (gost + nftables): it\n"
+    "entrypoint.sh": "#!/bin/sh\n"
+                     "# harbor_anchor_bench's stand-in for Harbor's egress sidecar (gost + nftables): it\n"
                      "# enforces nothing; the project's network is internal.\n"
                      f"touch {READY_FILE}\n"
                      'echo "stand-in sidecar: initial policy ${EGRESS_CONTROL_INITIAL_NETWORK_MODE:-public}, '
                      'not enforced (internal network)"\nexec sleep infinity\n',
     "network-policy": '#!/bin/sh\necho "stand-in network-policy $*: not enforced (internal network)"\n',
 }
-OVERLAY = ("# harbor_anchor_bench: no route off the machine; builds use the host's network, as the harness's.\n"
+OVERLAY = ("# harbor_anchor_bench: no route off the machine; builds use the host's network, as "
+           "the harness's.\n"
            "networks:\n  default:\n    internal: true\n")
 OVERLAY_BUILD = OVERLAY + "services:\n  main:\n    build:\n      network: host\n"
 STANDIN_MODULE = '''"""Harbor's DockerEnvironment with harbor_anchor_bench's local stand-ins (see the bench)."""
@@ -81,7 +83,7 @@ class AnchorBenchDockerEnvironment(DockerEnvironment):
     @property
     def _docker_compose_paths(self):
         return [*super()._docker_compose_paths, Path("{prebuilt}" if self._use_prebuilt else "{build}")]
-'''
+'''  # noqa: E501
 
 
 def _host_ca_bundle() -> Path:
@@ -90,24 +92,25 @@ def _host_ca_bundle() -> Path:
                       ssl.get_default_verify_paths().openssl_cafile):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    raise BenchError("the trixie root cannot be built: no CA bundle found on this machine for pip in it to trust "
-                     "(set SSL_CERT_FILE to the bundle this machine's TLS clients use)")
+    raise BenchError("the trixie root cannot be built: no CA bundle found on this machine for pip in it to "
+                     "trust (set SSL_CERT_FILE to the bundle this machine's TLS clients use)")
 
 
 def _need(tool: str, package: str) -> None:
     if shutil.which(tool) is None:
-        raise BenchError(f"the trixie root with Harbor needs {tool}, which is not installed (apt-get install {package})")
+        raise BenchError(f"the trixie root with Harbor needs {tool}, which is not installed (apt-get "
+                         f"install {package})")
 
 
 def _in_root(rootfs: Path, argv: list[str], *, network: bool, binds: tuple[str, ...] = (),
              env: dict | None = None, writable: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """`argv` in the root under bubblewrap: loopback only unless `network`, a fresh /tmp and ~."""
-    bwrap = ["bwrap", "--bind" if writable else "--ro-bind", str(rootfs), "/", "--dev", "/dev", "--proc", "/proc",
-             "--tmpfs", "/tmp", "--tmpfs", "/run", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-             "--new-session", *([] if writable else ["--tmpfs", "/root"]),
+    bwrap = ["bwrap", "--bind" if writable else "--ro-bind", str(rootfs), "/", "--dev", "/dev", "--proc",
+             "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run", "--unshare-pid", "--unshare-ipc",
+             "--die-with-parent", "--new-session", *([] if writable else ["--tmpfs", "/root"]),
              *([] if network else ["--unshare-net"]), *binds, "--clearenv"]
-    for key, value in {"PATH": f"{VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-                       **(env or {})}.items():
+    for key, value in {"PATH": f"{VENV}/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+                       "LANG": "C.UTF-8", **(env or {})}.items():
         bwrap += ["--setenv", key, value]
     return subprocess.run([*bwrap, "--", *argv], stdin=subprocess.DEVNULL, **kwargs)
 
@@ -144,11 +147,13 @@ def _ensure_root(root_dir: Path, log) -> Path:
     for old in (partial, rootfs):
         subprocess.run(["rm", "-rf", "--one-file-system", str(old)], check=False)
     log(f"building a Debian {SUITE} root with {', '.join(PACKAGES)} (mmdebstrap, about a minute) ...")
-    proc = subprocess.run(["mmdebstrap", "--variant=apt", f"--include={','.join(PACKAGES)}", SUITE, str(partial)],
+    proc = subprocess.run(["mmdebstrap", "--variant=apt", f"--include={','.join(PACKAGES)}", SUITE,
+                           str(partial)],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BenchError(f"the trixie root cannot be built: mmdebstrap {SUITE} exited {proc.returncode} "
-                         f"(it needs Debian's {SUITE} archive reachable through apt): {proc.stderr.strip()[-1500:]}")
+                         f"(it needs Debian's {SUITE} archive reachable through apt): "
+                         f"{proc.stderr.strip()[-1500:]}")
     shutil.copyfile(ca, partial / CA_IN_ROOT.lstrip("/"))
     log(f"installing {HARBOR} into {VENV} in it (pip trusting this machine's CA bundle, {ca}) ...")
     proxies = {k: v for k, v in os.environ.items() if k.lower() in ("http_proxy", "https_proxy", "no_proxy")}
@@ -160,7 +165,8 @@ def _ensure_root(root_dir: Path, log) -> Path:
         raise BenchError(f"the trixie root cannot be built: pip could not install {HARBOR} in it "
                          f"(exit {proc.returncode}): {(proc.stdout + proc.stderr).strip()[-1500:]}")
     partial.rename(rootfs)
-    record.write_text(json.dumps({"recipe": RECIPE, "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+    record.write_text(json.dumps({"recipe": RECIPE,
+                                  "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                                  indent=1, sort_keys=True) + "\n")
     return rootfs
 
@@ -207,7 +213,8 @@ def prepare(daemon, base_map: dict, work: Path, log) -> None:
 def job_config(dataset: Path, jobs: Path, name: str, c: int) -> dict:
     return {"job_name": name, "jobs_dir": str(jobs), "n_concurrent_trials": c, "quiet": True,
             "agents": [{"name": a} for a in AGENTS],
-            "environment": {"import_path": "harbor_anchor_standin:AnchorBenchDockerEnvironment", "delete": True},
+            "environment": {"import_path": "harbor_anchor_standin:AnchorBenchDockerEnvironment",
+                            "delete": True},
             "datasets": [{"path": str(dataset)}]}
 
 
@@ -218,17 +225,20 @@ def run_harbor(rootfs: Path, daemon, dataset: Path, work: Path, name: str, c: in
     config = work / "harbor" / f"{name}.json"
     config.write_text(json.dumps(job_config(dataset, jobs, name, c), indent=1, sort_keys=True) + "\n")
     env = {"DOCKER_HOST": "unix:///run/docker.sock", "DOCKER_BUILDKIT": "0", "COMPOSE_DOCKER_CLI_BUILD": "0",
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HARBOR_TELEMETRY": "0", "PYTHONPATH": str(work / "harbor")}
-    binds = ("--bind", str(daemon.socket), "/run/docker.sock", "--bind", str(work), str(work), "--chdir", str(work))
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HARBOR_TELEMETRY": "0",
+           "PYTHONPATH": str(work / "harbor")}
+    binds = ("--bind", str(daemon.socket), "/run/docker.sock", "--bind", str(work), str(work), "--chdir",
+             str(work))
     with open(logs / f"{name}.log", "w") as out:
         t0 = time.perf_counter()
-        proc = _in_root(rootfs, ["harbor", "run", "-c", str(config), "-y"], network=False, binds=binds, env=env,
-                        stdout=out, stderr=subprocess.STDOUT)
+        proc = _in_root(rootfs, ["harbor", "run", "-c", str(config), "-y"], network=False, binds=binds,
+                        env=env, stdout=out, stderr=subprocess.STDOUT)
         wall = time.perf_counter() - t0
     trials, played, outcome = outcomes(jobs / name)
     if proc.returncode != 0 or trials == 0:
         tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
-        raise BenchError(f"harbor run exited {proc.returncode} with {trials} trial results; its output ends: {tail}")
+        raise BenchError(f"harbor run exited {proc.returncode} with {trials} trial results; its "
+                         f"output ends: {tail}")
     return Measurement(side="harbor", trials=trials, played=played, wall_s=wall, outcomes=outcome,
                        phases_s=phase_medians(jobs / name), where=str(jobs / name))
 
@@ -281,4 +291,5 @@ def phase_medians(job_dir: Path) -> dict[str, float]:
                "verifier": sum(_seconds(x.get("verifier")) for x in parts)}
         row["rest"] = _seconds(r) - sum(row.values())
         rows.append(row)
-    return {k: statistics.median(x[k] for x in rows) for k in ("setup", "agent", "verifier", "rest")} if rows else {}
+    return {k: statistics.median(x[k] for x in rows)
+            for k in ("setup", "agent", "verifier", "rest")} if rows else {}

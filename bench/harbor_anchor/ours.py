@@ -31,7 +31,9 @@ IMAGE_LINE = re.compile(r"^task images: \d+/\d+ \S+: (built|cached)\b", re.MULTI
 def _validate(daemon, argv: list[str], log: Path, ok: tuple[int, ...] = (0,)) -> int:
     """`validate ARGV` against the bench's daemon, its output to `log`; BenchError unless the exit is `ok`."""
     if not VALIDATE.is_file():
-        raise BenchError(f"no {VALIDATE}: run the bench with the checkout's venv (.venv/bin/python bench/...)")
+        raise BenchError(
+            f"no {VALIDATE}: run the bench with the checkout's venv (.venv/bin/python bench/...)"
+        )
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         rc = subprocess.run([str(VALIDATE), *argv], cwd=ROOT, env=daemon.env(), stdin=subprocess.DEVNULL,
@@ -50,13 +52,15 @@ def freeze(daemon, dataset: Path, work: Path, name: str) -> Path:
     return manifest
 
 
-#: A one-task dataset of the bench's own: freezing it imports the harness's bases, whatever the dataset measured.
+#: A one-task dataset of the bench's own: freezing it imports the harness's bases, whatever
+#: the dataset measured.
 PREPARE_TASK = {
     "task.toml": '[task]\nname = "bench/prepare"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n',
     "instruction.md": "Write `ok` to `/app/out.txt`.\n",
     "environment/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
     "solution/solve.sh": "#!/bin/sh\necho ok > /app/out.txt\n",
-    "tests/test.sh": "#!/bin/sh\nif grep -qx ok /app/out.txt; then r=1; else r=0; fi\necho $r > /logs/verifier/reward.txt\n",
+    "tests/test.sh": "#!/bin/sh\nif grep -qx ok /app/out.txt; then r=1; else r=0; fi\n"
+                     "echo $r > /logs/verifier/reward.txt\n",
 }
 
 
@@ -80,8 +84,9 @@ def run_ours(daemon, dataset: Path, work: Path, name: str, c: int, agents: str |
     manifest = freeze(daemon, dataset, work, name)
     t1 = time.perf_counter()
     run_dir = work / "runs" / name
-    _validate(daemon, ["run", "--manifest", str(manifest), "--run-dir", str(run_dir), "-c", str(c), "--allow-patch",
-                       *(["--agents", agents] if agents else [])], work / "logs" / f"run-{name}.log", ok=(0, 1))
+    _validate(daemon, ["run", "--manifest", str(manifest), "--run-dir", str(run_dir), "-c", str(c),
+                       "--allow-patch", *(["--agents", agents] if agents else [])],
+              work / "logs" / f"run-{name}.log", ok=(0, 1))
     t2 = time.perf_counter()
     trials, played, outcomes, median_s = read_attempts(run_dir / ATTEMPTS)
     verdicts, details = read_tasks(run_dir / TASKS)

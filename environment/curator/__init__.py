@@ -40,7 +40,7 @@ def __getattr__(name: str):
     # Lazy, so ``python -m environment.curator.build`` (or ``.validate_dataset``) does not
     # import its own module twice through the package.
     if name == "CuratorEnvironment":
-        from environment.curator.env import CuratorEnvironment  # lazy: `python -m` of a submodule imports it once
+        from environment.curator.env import CuratorEnvironment  # lazy: once under `python -m`
 
         return CuratorEnvironment
     if name in ("CuratorConfig", "CuratorTask", "CuratorTaskset"):

@@ -116,7 +116,8 @@ def revision(rows: Sequence[dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m environment.curator.build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m environment.curator.build",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--specs", type=Path, default=SPECS_DIR, help="folder of theme specs (*.json)")
     parser.add_argument("--seed", type=int, default=0, help="builder seed (default 0)")
     parser.add_argument("-o", "--out", type=Path, required=True, help="JSONL file to write")

@@ -96,11 +96,13 @@ class CuratorEnvironment(Environment):
         out = row_findings(task.row)
         info = task.row["info"]
         view = task.prompt.encode() + b"".join(task.files.values()) + canonical_json(dict(task.meta))
-        hidden = [info["theme"], info["decoy"], "is_intruder", *(it["why"] for it in info["items"] if "why" in it)]
+        hidden = [info["theme"], info["decoy"], "is_intruder",
+                  *(it["why"] for it in info["items"] if "why" in it)]
         leaked = [h for h in hidden if h.encode() in view]
         if leaked:
             out.append(Finding(kind="gold_in_agent_view", blocking=True,
-                               detail=f"{info['spec_id']}: the prompt, files or meta contain hidden text ({leaked[0]!r})"))
+                               detail=f"{info['spec_id']}: the prompt, files or meta contain hidden "
+                                      f"text ({leaked[0]!r})"))
         return out
 
     def dataset_findings(self, taskset: CuratorTaskset, tasks: Iterable[CuratorTask]) -> list[Finding]:

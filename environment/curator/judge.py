@@ -72,7 +72,8 @@ class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     base_url: str = Field(pattern=r"^https?://", description="OpenAI-compatible API root, e.g. https://host/v1.")
-    model: str = Field(min_length=1, description="Model id sent in every request; the answer must come from it.")
+    model: str = Field(min_length=1,
+                       description="Model id sent in every request; the answer must come from it.")
     api_key_var: str = Field(default="OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                              description="Environment variable holding the API key (read at scoring time).")
     timeout_s: float = Field(default=30.0, gt=0, description="Per-request timeout.")
@@ -140,13 +141,16 @@ class Judge:
         api_key = os.environ.get(self.config.api_key_var, "")
         if not api_key:
             where = f"no answer in {self._path(key)}" if self.cache_dir is not None else "no scorer cache"
-            raise ScorerUnavailable(f"the contract declares a judge but ${self.config.api_key_var} is not set and "
-                                    f"{where} (offline: the cache must hold every answer); set it, or freeze a "
-                                    f"contract without a judge")
+            raise ScorerUnavailable(f"the contract declares a judge but ${self.config.api_key_var} is not "
+                                    f"set and {where} (offline: the cache must hold every answer); set it, "
+                                    "or freeze a contract without a judge")
         try:
-            for attempt in Retrying(stop=stop_after_attempt(self.config.retries + 1),
-                                    wait=_WaitRetryAfter(self.config.backoff_initial_s, self.config.backoff_max_s),
-                                    retry=retry_if_exception_type(_Transient), reraise=True):
+            for attempt in Retrying(
+                stop=stop_after_attempt(self.config.retries + 1),
+                wait=_WaitRetryAfter(self.config.backoff_initial_s, self.config.backoff_max_s),
+                retry=retry_if_exception_type(_Transient),
+                reraise=True,
+            ):
                 with attempt:
                     grade, raw = self._ask(body, api_key)
         except _Transient as e:
@@ -186,7 +190,8 @@ class Judge:
             raise _Transient(f"not a chat-completions answer: {raw[:120]!r}") from None
         model = data.get("model") if isinstance(data, dict) else None
         if isinstance(model, str) and model and not model.startswith(self.config.model):
-            raise ScorerUnavailable(f"judge answered with model {model!r}, not the contract's {self.config.model!r}")
+            raise ScorerUnavailable(f"judge answered with model {model!r}, not the contract's "
+                                    f"{self.config.model!r}")
         match = _GRADE.match(content) if isinstance(content, str) else None
         if not match:
             raise _Transient(f"the judge's answer is not a grade: {str(content)[:120]!r}")

@@ -10,7 +10,8 @@ grades by word overlap (stemmed content words, `curatorlib.tokens`):
   third of the principle's words: wrong, or just the decoy;
 - **B** otherwise: partly right, or too broad.
 
-Serve it with ``python -m validate.devtools.localserver --model judge=environment.curator.judge_policy:policy``.
+Serve it with
+``python -m validate.devtools.localserver --model judge=environment.curator.judge_policy:policy``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Config, tasks and the taskset: the built dataset seen through the harness's protocol.
 
 A task is one built row. ``id`` is ``curator/<config digest>/<spec_id>`` (`config_digest`:
-eight hex digits of the canonical config's sha256, so two configs never share an id); ``family`` is the tier; public ``meta`` is only ``n_items`` (the prompt lists them);
+eight hex digits of the canonical config's sha256, so two configs never share an id); ``family`` is the tier;
+public ``meta`` is only ``n_items`` (the prompt lists them);
 ``prompt`` is the row's system message, a blank line and its user message; ``files`` holds
 ``collection.json`` (``[{"id", "title", "description"}]``, nothing hidden); ``answer_key`` is
 canonical JSON of the gold (intruder ids, principle, decoy, every item with its flag and
@@ -38,7 +39,8 @@ class CuratorConfig(BaseModel):
     schema_version: Literal[1] = Field(default=1, description="Version of this config's schema.")
     split: Literal["all", "train", "eval"] = Field(
         default="all", description="train, eval (theme-disjoint, 20 % of each tier) or all.")
-    difficulty: tuple[Tier, ...] = Field(default=TIERS, description="Tiers to keep (obvious, moderate, subtle).")
+    difficulty: tuple[Tier, ...] = Field(default=TIERS,
+                                         description="Tiers to keep (obvious, moderate, subtle).")
     seed: int = Field(default=0, ge=0, description="Builder seed: which items and intruders, in which order.")
     judge: JudgeConfig | None = Field(
         default=None, description="The theme judge; None freezes the intruders-only mode (reward = Jaccard).")
@@ -92,9 +94,9 @@ def _task(row: dict, idx: int, digest: str) -> CuratorTask:
     items = row["info"]["items"]
     public = [{"id": it["id"], "title": it["title"], "description": it["description"]} for it in items]
     system, user = (m["content"] for m in row["prompt"])
-    return CuratorTask(id=f"{ENV_NAME}/{digest}/{row['info']['spec_id']}", idx=idx, prompt=f"{system}\n\n{user}",
-                       files={COLLECTION_FILE: canonical_json(public) + b"\n"}, family=row["info"]["difficulty"],
-                       meta={"n_items": len(items)}, row=row)
+    return CuratorTask(id=f"{ENV_NAME}/{digest}/{row['info']['spec_id']}", idx=idx,
+                       prompt=f"{system}\n\n{user}", files={COLLECTION_FILE: canonical_json(public) + b"\n"},
+                       family=row["info"]["difficulty"], meta={"n_items": len(items)}, row=row)
 
 
 class CuratorTaskset:
@@ -104,12 +106,14 @@ class CuratorTaskset:
     metric_names = METRIC_NAMES
     parse_metric = "format_ok"
 
-    def __init__(self, config: CuratorConfig, specs: Sequence[ThemeSpec], expected_revision: str | None = None) -> None:
+    def __init__(self, config: CuratorConfig, specs: Sequence[ThemeSpec],
+                 expected_revision: str | None = None) -> None:
         rows = build_rows(specs, config.seed)
         self.revision = revision(rows)
         if expected_revision is not None and expected_revision != self.revision:
-            raise ConfigError(f"revision: the specs and seed {config.seed} build {self.revision}, but the contract "
-                              f"froze {expected_revision}; restore the specs the contract was frozen with")
+            raise ConfigError(f"revision: the specs and seed {config.seed} build {self.revision}, but the "
+                              f"contract froze {expected_revision}; restore the specs the "
+                              "contract was frozen with")
         self.config = config
         self.rows = rows
         keep = [r for r in rows if r["info"]["difficulty"] in config.difficulty

@@ -35,7 +35,8 @@ class Member(BaseModel):
 class Intruder(Member):
     """An item that fits the decoy but not the principle."""
 
-    why: str = Field(min_length=5, description="Why it fails the principle (hidden; for reviewers and the answer key).")
+    why: str = Field(min_length=5,
+                     description="Why it fails the principle (hidden; for reviewers and the answer key).")
 
 
 class ThemeSpec(BaseModel):
@@ -43,12 +44,15 @@ class ThemeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    spec_id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$", description="Stable id; also the file name stem.")
+    spec_id: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$",
+                         description="Stable id; also the file name stem.")
     domain: str = Field(pattern=r"^[a-z]+$", description="Subject area (food, music, ...).")
     difficulty: Tier = Field(description="obvious, moderate or subtle (see AUTHORING.md).")
     principle: str = Field(min_length=5, description="The hidden rule every member satisfies.")
-    decoy: str = Field(min_length=5, description="A looser rule that every item, intruders included, satisfies.")
-    members: tuple[Member, ...] = Field(min_length=8, max_length=10, description="Items that fit the principle.")
+    decoy: str = Field(min_length=5,
+                       description="A looser rule that every item, intruders included, satisfies.")
+    members: tuple[Member, ...] = Field(min_length=8, max_length=10,
+                                        description="Items that fit the principle.")
     intruders: tuple[Intruder, ...] = Field(min_length=1, max_length=3, description="Near-miss items.")
 
     @model_validator(mode="after")
@@ -70,7 +74,9 @@ def load_spec(path: Path) -> ThemeSpec:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ConfigError(f"{path}: field {where}: {first['msg']} ({e.error_count()} problem(s) in all)") from None
+        raise ConfigError(
+            f"{path}: field {where}: {first['msg']} ({e.error_count()} problem(s) in all)"
+        ) from None
     if spec.spec_id != path.stem:
         raise ConfigError(f"{path}: spec_id {spec.spec_id!r} must equal the file name stem {path.stem!r}")
     return spec

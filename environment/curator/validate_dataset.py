@@ -78,7 +78,8 @@ def theme_leaks(row: dict) -> list[str]:
     items = row["info"]["items"]
     member_words = set().union(*(tokens(item_text(it)) for it in items if not it["is_intruder"]))
     intruder_words = set().union(*(tokens(item_text(it)) for it in items if it["is_intruder"]))
-    return sorted(w for w in set(tokens(row["info"]["theme"])) if w in member_words and w not in intruder_words)
+    return sorted(w for w in set(tokens(row["info"]["theme"])) if w in member_words
+                  and w not in intruder_words)
 
 
 def row_findings(row: dict) -> list[Finding]:
@@ -87,8 +88,8 @@ def row_findings(row: dict) -> list[Finding]:
     leaks = theme_leaks(row)
     if leaks:
         out.append(Finding(kind="theme_word_leak", blocking=True,
-                           detail=f"{row['info']['spec_id']}: theme word(s) {', '.join(leaks)} appear in member "
-                                  f"text but in no intruder text"))
+                           detail=f"{row['info']['spec_id']}: theme word(s) {', '.join(leaks)} appear in "
+                                  "member text but in no intruder text"))
     return out
 
 
@@ -145,7 +146,7 @@ def _positions(rows: Sequence[dict]) -> tuple[tuple[float, float, float], float]
                 for slot in range(n):  # a shuffled intruder is equally likely in any slot
                     expected[3 * slot // n] += 1 / n
     total = sum(observed) or 1.0
-    chi2 = sum((o - e) ** 2 / e for o, e in zip(observed, expected) if e > 0)
+    chi2 = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=True) if e > 0)
     return (observed[0] / total, observed[1] / total, observed[2] / total), chi2
 
 
@@ -157,7 +158,8 @@ def _baselines(rows: Sequence[dict]) -> tuple[dict[str, float], dict[str, float]
         mean, p_exact = random_expectation(len(items), len(gold))
         sums["random"] += mean
         hits["random"] += p_exact
-        for name, guess in (("tfidf", tfidf_outliers(items, len(gold))), ("length", length_outliers(items, len(gold)))):
+        for name, guess in (("tfidf", tfidf_outliers(items, len(gold))),
+                            ("length", length_outliers(items, len(gold)))):
             score = jaccard(frozenset(guess), gold)
             sums[name] += score
             hits[name] += score == 1.0
@@ -179,8 +181,9 @@ def dataset_report(rows: Sequence[dict]) -> DatasetReport:
     baselines, exact = _baselines(rows)
     return DatasetReport(rows=len(rows), tiers=tiers,
                          domains=dict(sorted(Counter(r["info"]["domain"] for r in rows).items())),
-                         leaks=sum(bool(theme_leaks(r)) for r in rows), near_duplicates=_near_duplicates(rows),
-                         position_shares=shares, position_chi2=chi2, baselines=baselines, exact_hits=exact)
+                         leaks=sum(bool(theme_leaks(r)) for r in rows),
+                         near_duplicates=_near_duplicates(rows), position_shares=shares, position_chi2=chi2,
+                         baselines=baselines, exact_hits=exact)
 
 
 def dataset_findings(rows: Sequence[dict]) -> list[Finding]:
@@ -188,13 +191,13 @@ def dataset_findings(rows: Sequence[dict]) -> list[Finding]:
     out = [Finding(kind="near_duplicate_theme", blocking=True, detail=d) for d in rep.near_duplicates]
     if rep.position_chi2 > CHI2_P01_DF2:
         out.append(Finding(kind="intruder_position_imbalance", blocking=True,
-                           detail=f"intruder positions by thirds {_shares(rep)} (chi-square {rep.position_chi2:.2f}, "
-                                  f"p {rep.position_p:.4f} < 0.01)"))
+                           detail=f"intruder positions by thirds {_shares(rep)} (chi-square "
+                                  f"{rep.position_chi2:.2f}, p {rep.position_p:.4f} < 0.01)"))
     for name in ("tfidf", "length"):
         if rep.baselines[name] > rep.baselines["random"]:
             out.append(Finding(kind="shortcut_beats_random", blocking=True,
-                               detail=f"the {name} shortcut scores mean Jaccard {rep.baselines[name]:.3f}, above "
-                                      f"random told the count ({rep.baselines['random']:.3f})"))
+                               detail=f"the {name} shortcut scores mean Jaccard {rep.baselines[name]:.3f}, "
+                                      f"above random told the count ({rep.baselines['random']:.3f})"))
     return out
 
 
@@ -226,10 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description="Validate the curator dataset and print its tables.")
     parser.add_argument("--specs", type=Path, default=SPECS_DIR, help="folder of theme specs (*.json)")
     parser.add_argument("--seed", type=int, default=0, help="builder seed (default 0)")
-    parser.add_argument("--data", type=Path, help="validate this built JSONL instead of building from --specs")
+    parser.add_argument("--data", type=Path,
+                        help="validate this built JSONL instead of building from --specs")
     args = parser.parse_args(argv)
     if args.data is not None:
-        rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [json.loads(line) for line in args.data.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
     else:
         rows = build_rows(load_specs(args.specs), args.seed)
     print(table(dataset_report(rows)))

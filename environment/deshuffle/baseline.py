@@ -62,12 +62,14 @@ _HEADINGS = (
     (r"related work|literature|previous work|prior work", 0.15), (r"theory|model|framework|preliminar", 0.3),
     (r"materials?|methods?|methodology|experimental|setup|data|participants|study design|approach", 0.4),
     (r"results? and discussion", 0.6), (r"results?|experiments?|evaluation|findings", 0.6),
-    (r"discussion|limitations?|implications?", 0.82), (r"conclusions?|concluding|summary and|future work", 0.92),
+    (r"discussion|limitations?|implications?", 0.82),
+    (r"conclusions?|concluding|summary and|future work", 0.92),
 )
 #: Rhetorical phrases → relative position. Only the few that measurably lean one way are
 #: kept: most ("in this paper", "we found", "in conclusion") occur all over a paper.
 _PHRASES = (
-    (r"\b(?:we hypothesi[sz]ed|little is known|remains? (?:unclear|unknown)|our (?:main )?contributions)", 0.2),
+    (r"\b(?:we hypothesi[sz]ed|little is known|remains? (?:unclear|unknown)|our (?:main )?contributions)",
+     0.2),
     (r"\bfuture (?:work|research|studies|directions)", 0.85),
 )
 
@@ -122,7 +124,8 @@ def kmeans(points: np.ndarray, k: int, iterations: int = 50) -> np.ndarray:
         if np.array_equal(new, assign):
             break
         assign = new
-        centres = np.array([points[assign == g].mean(0) if np.any(assign == g) else centres[g] for g in range(k)])
+        centres = np.array([points[assign == g].mean(0) if np.any(assign == g) else centres[g]
+                            for g in range(k)])
     return assign
 
 
@@ -238,7 +241,8 @@ def _place_headings(groups: list[list[int]], headings: list[int], texts: list[st
         if max(affinity) > 0.05:
             target = int(np.argmax(affinity))
         else:  # "Introduction": at most one per paper, so a group that has none yet, largest first
-            free = [g for g in range(len(groups)) if g not in used.get(key, set())] or list(range(len(groups)))
+            free = [g for g in range(len(groups))
+                    if g not in used.get(key, set())] or list(range(len(groups)))
             target = max(free, key=lambda g: (len(groups[g]), -g))
         used.setdefault(key, set()).add(target)
         groups[target].append(i)
@@ -311,7 +315,8 @@ def _partial_string(body: str) -> str:
 def _text(message: dict) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict)
+                          and isinstance(p.get("text"), str))
     if not isinstance(content, str):
         return ""
     try:  # a harness may wrap the tool's output: {"stdout": ..., "exit_code": ...}
@@ -319,7 +324,8 @@ def _text(message: dict) -> str:
     except ValueError:
         return content
     if isinstance(wrapped, dict):
-        return next((wrapped[k] for k in ("stdout", "output", "content") if isinstance(wrapped.get(k), str)), content)
+        return next((wrapped[k] for k in ("stdout", "output", "content") if isinstance(wrapped.get(k), str)),
+                    content)
     return content
 
 
@@ -362,12 +368,15 @@ def policy(request: dict) -> dict:
     prompt = "\n".join(_text(m) for m in messages if m.get("role") == "user")
     k, n_labels = task_facts(prompt)
     tool_results = [_text(m) for m in messages if m.get("role") == "tool"]
-    offered = any(isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") == "bash"
+    offered = any(isinstance(t, dict) and isinstance(t.get("function"), dict)
+                  and t["function"].get("name") == "bash"
                   for t in request.get("tools") or [])
     if not tool_results and offered and request.get("tool_choice") != "none":
-        return {"content": None, "tool_calls": [{"id": "call_read_paragraphs", "type": "function", "function": {
+        return {"content": None, "tool_calls": [{"id": "call_read_paragraphs", "type": "function",
+                                                 "function": {
             "name": "bash", "arguments": json.dumps({"command": READ_COMMAND})}}]}
     temperature = request.get("temperature")
     temperature = 1.0 if temperature is None else float(temperature)
-    groups = solve(parse_paragraphs("\n".join(tool_results) or prompt), k, temperature, request.get("seed") or 0)
+    groups = solve(parse_paragraphs("\n".join(tool_results) or prompt), k, temperature,
+                   request.get("seed") or 0)
     return {"content": answer(complete(groups, k, n_labels), k)}

@@ -40,7 +40,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from environment.protocol import EnvError
 
@@ -327,7 +335,7 @@ def _parquet_records(path: Path, limits: CorpusLimits) -> Iterator[tuple[object,
         for batch in pf.iter_batches(batch_size=64, columns=columns):
             span = f"rows {row}-{row + batch.num_rows - 1}"
             decoded += sum(_pylist_bytes(col, f"{path} {span}, column '{name}'")
-                           for name, col in zip(batch.schema.names, batch.columns))
+                           for name, col in zip(batch.schema.names, batch.columns, strict=True))
             if decoded > limits.max_decompressed_bytes:
                 raise _over(path, f"over the cap of {limits.max_decompressed_bytes:,} decoded bytes "
                             f"by row {row + batch.num_rows - 1} (a decompression bomb?)",

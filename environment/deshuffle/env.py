@@ -17,10 +17,15 @@ import os
 from pathlib import Path
 
 from environment.deshuffle.corpus import Corpus, CorpusError, file_revision
-from environment.deshuffle.hub import load_hub
 from environment.deshuffle.generate import (
-    ENV_NAME, PARAGRAPHS_FILE, SHORT_PAPER_UNITS, DeshuffleConfig, DeshuffleTask, DeshuffleTaskset,
+    ENV_NAME,
+    PARAGRAPHS_FILE,
+    SHORT_PAPER_UNITS,
+    DeshuffleConfig,
+    DeshuffleTask,
+    DeshuffleTaskset,
 )
+from environment.deshuffle.hub import load_hub
 from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints
 
 AGENTS = Path(__file__).resolve().parent / "agents"
@@ -82,19 +87,23 @@ class DeshuffleEnvironment(Environment):
 
     def agents(self, config: DeshuffleConfig) -> list[AgentSpec]:
         return [
-            _agent("oracle", "oracle", "the reward works at all: the gold partition reaches the pass threshold",
+            _agent("oracle", "oracle",
+                   "the reward works at all: the gold partition reaches the pass threshold",
                    sees_answer_key=True),
             _agent("empty", "control", "no reply scores 0"),
-            _agent("shuffled", "control", "chance does not pass: a random order and a random grouping into k"),
+            _agent("shuffled", "control",
+                   "chance does not pass: a random order and a random grouping into k"),
             _agent("identity", "control", "the displayed order is not the answer: the shuffle happened"),
             _agent("reversed", "control", "the scorer rewards direction (concordance), not mere adjacency"),
-            _agent("singletons", "control", "over-splitting cannot earn the ordering term (no comparable pair)"),
+            _agent("singletons", "control",
+                   "over-splitting cannot earn the ordering term (no comparable pair)"),
             _agent("malformed", "control", "an invalid partition (a label twice) scores 0"),
             _agent("source-peek", "control", "nothing the agent can read derives or checks the answer, even "
-                   "with this environment's source: replaying the generator for orders near a heuristic answer "
-                   "(the contract's secret is not in its view), from the id, commitments in the view",
+                   "with this environment's source: replaying the generator for orders near a heuristic "
+                   "answer (the contract's secret is not in its view), from the id, commitments in the view",
                    sees_source=True, extra=(AGENTS / "replaylib.py",)),
-            _agent("probe-swap", "probe", "partial credit: one adjacent swap scores between controls and oracle",
+            _agent("probe-swap", "probe",
+                   "partial credit: one adjacent swap scores between controls and oracle",
                    sees_answer_key=True),
             _agent("probe-merge", "probe", "partial credit: two papers merged into one group",
                    sees_answer_key=True, applies_when={"n_papers": 2}),
@@ -125,8 +134,9 @@ def task_findings(task: DeshuffleTask) -> list[Finding]:
     blob = b"".join(task.files.values())
     leaks = [task.answer_key, json.dumps(gold, separators=(",", ":")).encode(), json.dumps(gold).encode()]
     if any(leak in blob for leak in leaks):
-        out.append(Finding(kind="gold_in_workspace", blocking=True, detail="the workspace files contain the gold answer"))
-    short = [pid for pid, t in zip(task.paper_ids, gold) if len(t) < 2]
+        out.append(Finding(kind="gold_in_workspace", blocking=True,
+                           detail="the workspace files contain the gold answer"))
+    short = [pid for pid, t in zip(task.paper_ids, gold, strict=False) if len(t) < 2]
     if short:
         out.append(Finding(kind="single_unit_paper", blocking=True,
                            detail=f"paper(s) {', '.join(short)} have a single unit: no comparable pair, "

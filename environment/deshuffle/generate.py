@@ -60,16 +60,19 @@ class DeshuffleConfig(BaseModel):
 
     schema_version: Literal[1] = Field(default=1, description="Version of this config's schema.")
     corpus: str = Field(default=DEFAULT_CORPUS, min_length=1,
-                        description="The paper corpus: a local snapshot (.jsonl, .jsonl.gz, .parquet; found by "
-                                    "its sha256 revision, this path first) or 'hub' for the pinned Hugging Face "
-                                    "revision (needs the network).")
-    min_papers: int = Field(default=1, ge=1, le=1000, description="Fewest complete papers in one task (inclusive).")
-    max_papers: int = Field(default=1, ge=1, le=1000, description="Most complete papers in one task (inclusive).")
+                        description="The paper corpus: a local snapshot (.jsonl, .jsonl.gz, .parquet; found "
+                                    "by its sha256 revision, this path first) or 'hub' for the pinned "
+                                    "Hugging Face revision (needs the network).")
+    min_papers: int = Field(default=1, ge=1, le=1000,
+                            description="Fewest complete papers in one task (inclusive).")
+    max_papers: int = Field(default=1, ge=1, le=1000,
+                            description="Most complete papers in one task (inclusive).")
     seed: int = Field(default=0, ge=0, lt=2**63, description="Task-generation seed; with idx it fixes every "
                                                                 "random choice.")
-    source: str | None = Field(default=None, description="Only papers of this source (e.g. arxiv, biorxiv, plos); "
-                                                          "None: every source.")
-    include_headers: bool = Field(default=False, description="Section headings are orderable units of their own.")
+    source: str | None = Field(default=None, description="Only papers of this source (e.g. arxiv, biorxiv, "
+                                                         "plos); None: every source.")
+    include_headers: bool = Field(default=False,
+                                  description="Section headings are orderable units of their own.")
 
     @model_validator(mode="after")
     def _range(self) -> DeshuffleConfig:
@@ -199,7 +202,8 @@ class DeshuffleTaskset:
         self.papers = corpus.select(config.source)
         if config.max_papers > len(self.papers):
             raise ValueError(f"max_papers: {config.max_papers} exceeds the {len(self.papers)} "
-                             f"papers of the corpus{'' if config.source is None else ' for source ' + config.source}")
+                             "papers of the "
+                             f"corpus{'' if config.source is None else ' for source ' + config.source}")
         self.config = config
         self.corpus = corpus
         # Never in a task's files, prompt or meta; see the module docstring.

@@ -91,8 +91,10 @@ def load_hub(*, repo: str = HUB_REPO, revision: str = HUB_REVISION,
     try:
         from huggingface_hub import HfApi, hf_hub_download
     except ImportError:
-        raise CorpusError("corpus 'hub' needs the [hub] extra: pip install 'deshuffle-validate[hub]' (or point "
-                          f"the corpus at a local snapshot, e.g. --corpus {DEFAULT_CORPUS_HINT})") from None
+        raise CorpusError(
+            "corpus 'hub' needs the [hub] extra: pip install 'deshuffle-validate[hub]' (or "
+            f"point the corpus at a local snapshot, e.g. --corpus {DEFAULT_CORPUS_HINT})"
+        ) from None
 
     try:
         info = HfApi(endpoint=endpoint).dataset_info(repo, revision=revision, timeout=timeout_s)

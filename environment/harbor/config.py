@@ -49,7 +49,9 @@ def _host_entry(entry: str) -> str:
     """One ``allowed_hosts`` entry: a hostname, ``*.`` + hostname, an IP or a CIDR range."""
     host = entry.strip().lower().rstrip(".")
     try:
-        return str(ipaddress.ip_network(host, strict=True)) if "/" in host else str(ipaddress.ip_address(host))
+        return (
+            str(ipaddress.ip_network(host, strict=True)) if "/" in host else str(ipaddress.ip_address(host))
+        )
     except ValueError:
         if "/" in host or ":" in host:
             raise ValueError(f"allowed_hosts entry {entry!r} is not an IP address or CIDR range") from None
@@ -253,7 +255,8 @@ class StepConfig(_Section):
     min_reward: float | dict[str, float] | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
 
-    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list) else v)
+    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list)
+                                                         else v)
 
     @field_validator("name")
     @classmethod
@@ -278,7 +281,8 @@ class TaskConfig(_Section):
     steps: list[StepConfig] | None = None
     artifacts: list[Artifact] = Field(default_factory=list)
 
-    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list) else v)
+    _items = field_validator("artifacts", mode="before")(lambda cls, v: _artifacts(v) if isinstance(v, list)
+                                                         else v)
 
     @model_validator(mode="before")
     @classmethod
@@ -321,7 +325,11 @@ class TaskConfig(_Section):
         return _effective(self.agent, self.environment)
 
     def verifier_network(self) -> tuple[str, list[str]]:
-        base = self.verifier.environment if self.verifier.separate() and self.verifier.environment else self.environment
+        base = (
+            self.verifier.environment
+            if self.verifier.separate() and self.verifier.environment
+            else self.environment
+        )
         return _effective(self.verifier, base)
 
 

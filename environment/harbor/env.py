@@ -39,12 +39,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from environment.harbor.hub import is_hub, snapshot
 from environment.harbor.patches import TaskPatch, patched_copy, read_patch_set
-from environment.harbor.published import ARCHIVE, PublishedSource, is_published, open_source, parquet_files, \
-    unpack_source
+from environment.harbor.published import (
+    ARCHIVE,
+    PublishedSource,
+    is_published,
+    open_source,
+    parquet_files,
+    unpack_source,
+)
 from environment.harbor.reward import ALL_KEYS, read_record
 from environment.harbor.taskdir import DatasetError, HarborDataset, HarborTask, InvalidTask, load_dataset
-from environment.protocol import AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score, \
-    canonical_json, meta_value, sha256_tag
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    Finding,
+    LoadHints,
+    MetaValue,
+    Score,
+    canonical_json,
+    meta_value,
+    sha256_tag,
+)
 
 ENV_NAME = "harbor"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -56,24 +72,25 @@ class HarborConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: str = Field(min_length=1, description="The dataset: a directory (every task directory under it is a "
-                                                   "task), a Parquet file or folder of them in the published shape "
-                                                   "(a row per task: path, task_binary), found as given, under each "
-                                                   "--data path, or below the project; or hf://owner/name@revision "
-                                                   "on the Hugging Face Hub (the hub extra).")
+    dataset: str = Field(min_length=1, description="The dataset: a directory (every task directory under it "
+                                                   "is a task), a Parquet file or folder of them in the "
+                                                   "published shape (a row per task: path, task_binary), "
+                                                   "found as given, under each --data path, or below the "
+                                                   "project; or hf://owner/name@revision on the Hugging Face "
+                                                   "Hub (the hub extra).")
     family_key: str | None = Field(default=None, min_length=1,
-                                   description="The [metadata] key whose value is a task's family (e.g. category); "
-                                               "unset: the task's top folder.")
+                                   description="The [metadata] key whose value is a task's family (e.g. "
+                                               "category); unset: the task's top folder.")
     reward_key: str = Field(default="reward", min_length=1, max_length=128,
-                            description=f"Which reward must reach the pass threshold: a reward.json key (default "
-                                        f"'reward', Harbor's; reward.txt and a bare number are 'reward'), or "
-                                        f"'{ALL_KEYS}': every key the verifier wrote (the task's reward is then the "
-                                        f"least of them). A key the rule names but the reward lacks is a verifier "
-                                        f"error, never a pass and never a 0.")
+                            description="Which reward must reach the pass threshold: a reward.json key "
+                                        "(default 'reward', Harbor's; reward.txt and a bare number are "
+                                        f"'reward'), or '{ALL_KEYS}': every key the verifier wrote (the "
+                                        "task's reward is then the least of them). A key the rule names but "
+                                        "the reward lacks is a verifier error, never a pass and never a 0.")
     patches: str | None = Field(default=None, min_length=1,
-                                description="A directory of offline patches, one <task id>.diff per task, applied to "
-                                            "a copy of the dataset (found like the dataset); the contract holds the "
-                                            "patched tasks' hashes.")
+                                description="A directory of offline patches, one <task id>.diff per task, "
+                                            "applied to a copy of the dataset (found like the dataset); the "
+                                            "contract holds the patched tasks' hashes.")
 
 
 @dataclass(frozen=True)
@@ -114,7 +131,8 @@ class HarborTaskset:
         self.patches = {p.task_id: p for p in found.patches}
         self.data_files = found.sources or (found.root,)
         #: A published dataset's source record (`PublishedSource`), frozen in the contract.
-        self.source = None if found.source is None else found.source.model_dump(mode="json", exclude_none=True)
+        self.source = None if found.source is None else found.source.model_dump(mode="json",
+                                                                                exclude_none=True)
         self.columns = found.columns
 
     @cached_property
@@ -133,8 +151,8 @@ class HarborTaskset:
         key = self.config.family_key
         family = str(meta[key]) if key is not None and key in meta else top
         patch = self.patches.get(t.id)
-        return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt=t.instruction, family=family, meta=meta, parsed=t,
-                             problems=(patch.finding(),) if patch else ())
+        return HarborTaskRef(id=t.id, idx=idx, hash=t.hash, prompt=t.instruction, family=family, meta=meta,
+                             parsed=t, problems=(patch.finding(),) if patch else ())
 
     @property
     def size(self) -> int:
@@ -213,11 +231,12 @@ def _open(place: Path, location: str, hints: LoadHints) -> Found | None:
 def _candidates(location: str, hints: LoadHints):
     """Every dataset `location` may name, as (where it was tried, what was found there)."""
     if is_hub(location):
-        folder, repo, requested, commit = snapshot(location, _pinned(location, hints), hints.log or (lambda m: None))
+        folder, repo, requested, commit = snapshot(location, _pinned(location, hints),
+                                                   hints.log or (lambda m: None))
         files = parquet_files(folder)
         if not files:
-            raise ConfigError(f"dataset: {location} (commit {commit}) holds no Parquet files; a published Harbor "
-                              f"dataset has one row per task ('path', '{ARCHIVE}')")
+            raise ConfigError(f"dataset: {location} (commit {commit}) holds no Parquet files; a published "
+                              f"Harbor dataset has one row per task ('path', '{ARCHIVE}')")
         if hints.log:
             hints.log(f"dataset {location}: commit {commit}, {len(files)} Parquet file(s)")
         found = _published(files, "hub", location, hints, repo=repo, requested=requested, commit=commit)
@@ -260,8 +279,8 @@ def find_dataset(location: str, hints: LoadHints, patches: str | None = None) ->
     patch_dirs = [p for p in _places(patches, hints, loose=False) if p.is_dir()] if patches else []
     if patches and not patch_dirs:
         raise ConfigError(f"patches: no directory {patches!r} at "
-                          f"{', '.join(map(str, _places(patches, hints, loose=False)))}; pass its location with "
-                          f"--data PATH")
+                          f"{', '.join(map(str, _places(patches, hints, loose=False)))}; pass its location "
+                          "with --data PATH")
     tried: list[str] = []
     errors: list[ConfigError] = []
     for where, found in _candidates(location, hints):
@@ -274,9 +293,9 @@ def find_dataset(location: str, hints: LoadHints, patches: str | None = None) ->
     if errors:
         raise errors[0]
     want = f" with revision {hints.revision}" if hints.revision else ""
-    raise ConfigError(f"dataset: no Harbor dataset directory{want} at {', '.join(tried)}; pass its location with "
-                      f"--data PATH (a dataset is a directory of tasks, a Parquet file or folder of them in the "
-                      f"published shape, or hf://owner/name@revision)")
+    raise ConfigError(f"dataset: no Harbor dataset directory{want} at {', '.join(tried)}; pass its location "
+                      "with --data PATH (a dataset is a directory of tasks, a Parquet file or folder of them "
+                      "in the published shape, or hf://owner/name@revision)")
 
 
 class HarborEnvironment(Environment):
@@ -295,27 +314,29 @@ class HarborEnvironment(Environment):
             AgentSpec(name="oracle", role="oracle", program=AGENTS / "oracle.sh",
                       tests="the task's reference solution (solution/solve.sh) passes its verifier"),
             AgentSpec(name="nop", role="control", program=AGENTS / "nop.sh", baseline=True,
-                      tests="an untouched container: a pass means the verifier checks nothing the agent must do"),
+                      tests="an untouched container: a pass means the verifier checks nothing "
+                            "the agent must do"),
             AgentSpec(name="reward-forger", role="control", program=AGENTS / "forger.sh",
-                      tests="the reward channel: both reward files planted and rewritten by a process left behind"),
+                      tests="the reward channel: both reward files planted and rewritten by a "
+                            "process left behind"),
             AgentSpec(name="test-reader", role="control", program=AGENTS / "reader.py",
-                      tests="answers left in the image: test files, solutions, expected outputs, checksums copied "
-                            "into the places the instruction names"),
+                      tests="answers left in the image: test files, solutions, expected outputs, checksums "
+                            "copied into the places the instruction names"),
             AgentSpec(name="history-miner", role="control", program=AGENTS / "miner.py",
-                      tests="answers in version-control history: every file restored from .git objects, stashes "
-                            "and refs under the filesystem"),
-            AgentSpec(name="tamper-binaries", role="control", program=AGENTS / "tamper_binaries.sh", tampers=True,
-                      tests="the verifier's programs replaced in place (the shells, python3, pytest, every program "
-                            "test.sh names) by a script that writes a passing reward"),
+                      tests="answers in version-control history: every file restored from .git objects, "
+                            "stashes and refs under the filesystem"),
+            AgentSpec(name="tamper-binaries", role="control", program=AGENTS / "tamper_binaries.sh",
+                      tampers=True, tests="the verifier's programs replaced in place (the shells, python3, "
+                            "pytest, every program test.sh names) by a script that writes a passing reward"),
             AgentSpec(name="tamper-path", role="control", program=AGENTS / "tamper_path.sh", tampers=True,
-                      tests="the verifier's programs shadowed earlier on PATH, and pytest as a module in the working "
-                            "directory"),
+                      tests="the verifier's programs shadowed earlier on PATH, and pytest as a module in the "
+                            "working directory"),
             AgentSpec(name="tamper-python", role="control", program=AGENTS / "tamper_python.sh", tampers=True,
-                      tests="Python start-up hooks: a .pth file, sitecustomize.py and usercustomize.py in every site "
-                            "directory, making the verifier's Python processes pass"),
+                      tests="Python start-up hooks: a .pth file, sitecustomize.py and usercustomize.py in "
+                            "every site directory, making the verifier's Python processes pass"),
             AgentSpec(name="tamper-pytest", role="control", program=AGENTS / "tamper_pytest.sh", tampers=True,
-                      tests="pytest hooks on the tests' ancestors: conftest.py and pytest's configuration files at / "
-                            "and on the working directory's path"),
+                      tests="pytest hooks on the tests' ancestors: conftest.py and pytest's configuration "
+                            "files at / and on the working directory's path"),
             AgentSpec(name="tamper-loader", role="control", program=AGENTS / "tamper_loader.sh", tampers=True,
                       support=(AGENTS / "hook.c",),
                       tests="the dynamic linker: a library preloaded into every program (/etc/ld.so.preload, "
@@ -332,5 +353,7 @@ class HarborEnvironment(Environment):
         if task.parsed is None:
             return "the task did not load (its findings name the file)"
         if agent.role == "oracle" and not task.parsed.has_solution:
-            return "no solution/solve.sh: the task ships no reference solution, so the oracle cannot certify it"
+            return (
+                "no solution/solve.sh: the task ships no reference solution, so the oracle cannot certify it"
+            )
         return None

@@ -30,8 +30,9 @@ def parse(location: str) -> tuple[str, str]:
     """(owner/name, the revision asked for), or a `ConfigError` showing the form."""
     m = _REF.match(location)
     if m is None:
-        raise ConfigError(f"dataset: {location!r} is not a Hub dataset reference; write hf://<owner>/<name>@<revision> "
-                          f"(e.g. hf://my-org/my-tasks@main, or a 40-hex commit)")
+        raise ConfigError(f"dataset: {location!r} is not a Hub dataset reference; write "
+                          "hf://<owner>/<name>@<revision> (e.g. hf://my-org/my-tasks@main, or "
+                          "a 40-hex commit)")
     return m.group(1), m.group(2) or "main"
 
 
@@ -45,19 +46,22 @@ def snapshot(location: str, pinned: str | None = None,
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise ConfigError(f"dataset: {location} is on the Hugging Face Hub; reading it needs {INSTALL}") from None
+        raise ConfigError(
+            f"dataset: {location} is on the Hugging Face Hub; reading it needs {INSTALL}"
+        ) from None
     want = pinned or requested
     log(f"dataset {location}: resolving {repo} at {want} ...")
     try:
-        folder = Path(snapshot_download(repo, repo_type="dataset", revision=want, allow_patterns=["*.parquet"]))
+        folder = Path(snapshot_download(repo, repo_type="dataset", revision=want,
+                                        allow_patterns=["*.parquet"]))
     except Exception as e:  # the library's own errors: not found, offline and not cached, HTTP
         raise ConfigError(f"dataset: {location}: huggingface_hub cannot give revision {want} of {repo} "
                           f"({type(e).__name__}: {_first_line(e)}); check the name and revision, or, offline "
                           f"(HF_HUB_OFFLINE=1), that its cache (HF_HUB_CACHE) holds it") from None
     commit = folder.name
     if not _COMMIT.match(commit) or (pinned is not None and commit != pinned):
-        raise ConfigError(f"dataset: {location}: huggingface_hub answered with {folder}, not a snapshot of commit "
-                          f"{pinned or 'a commit'}")
+        raise ConfigError(f"dataset: {location}: huggingface_hub answered with {folder}, not a snapshot of "
+                          f"commit {pinned or 'a commit'}")
     return folder, repo, requested, commit
 
 

@@ -10,10 +10,10 @@ distribution at build time instead of downloading them in ``test.sh``.
 `patched_copy` copies the dataset into a fresh private directory of the process (made once
 per process and patch set, removed at exit: a copy another process left is never trusted),
 applies each diff there with ``git apply`` — which refuses a path that leaves the tree
-(``..``, absolute) and a diff that does not apply cleanly — and the caller loads the copy. The original dataset is never written. What the contract then records is
-the *patched* dataset: its revision and every task's hash are over the patched files, so
-the manifest holds the patches' effect, and the audit, which loads the environment again,
-applies them again and must find the same hashes.
+(``..``, absolute) and a diff that does not apply cleanly — and the caller loads the copy. The original
+dataset is never written. What the contract then records is the *patched* dataset: its revision and every
+task's hash are over the patched files, so the manifest holds the patches' effect, and the audit, which loads
+the environment again, applies them again and must find the same hashes.
 
 Each patched task carries a non-blocking finding (``patched``) naming its diff, the diff's
 sha256 and the files it touches: it lands in the verdict's detail, so ``tasks.parquet`` and
@@ -50,7 +50,8 @@ class TaskPatch:
 
     def finding(self) -> Finding:
         return Finding(kind="patched", blocking=False,
-                       detail=f"patched offline by {self.task_id}{SUFFIX} ({self.sha256}): {', '.join(self.touches)}")
+                       detail=f"patched offline by {self.task_id}{SUFFIX} ({self.sha256}): "
+                              f"{', '.join(self.touches)}")
 
 
 def read_patch_set(directory: Path, task_ids: list[str]) -> list[TaskPatch]:
@@ -65,8 +66,8 @@ def read_patch_set(directory: Path, task_ids: list[str]) -> list[TaskPatch]:
             raise ConfigError(f"patches: {path}: only regular <task id>{SUFFIX} files belong in a patch set")
         tid = rel[: -len(SUFFIX)]
         if tid not in known:
-            raise ConfigError(f"patches: {path}: the dataset has no task {tid!r} (name each diff after its task's "
-                              f"directory)")
+            raise ConfigError(f"patches: {path}: the dataset has no task {tid!r} (name each diff after its "
+                              "task's directory)")
         data = path.read_bytes()
         out.append(TaskPatch(tid, path, sha256_tag(data), _touches(path, data)))
     if not out:
@@ -89,8 +90,10 @@ def _touches(path: Path, data: bytes) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory() as tmp:
         got = _git(["--numstat", "-"], Path(tmp), data)
     if got.returncode != 0:
-        raise ConfigError(f"patches: {path}: not a diff git can read: {got.stderr.decode(errors='replace').strip()}")
-    files = [line.split("\t", 2)[2] for line in got.stdout.decode(errors="replace").splitlines() if line.count("\t") >= 2]
+        raise ConfigError(f"patches: {path}: not a diff git can read: "
+                          f"{got.stderr.decode(errors='replace').strip()}")
+    files = [line.split("\t", 2)[2] for line in got.stdout.decode(errors="replace").splitlines()
+             if line.count("\t") >= 2]
     if not files:
         raise ConfigError(f"patches: {path}: the diff touches no file")
     return tuple(sorted(files))

@@ -42,8 +42,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environment.harbor.taskdir import HarborDataset, HarborTask, InvalidTask, Limits, TaskProblem, \
-    find_task_dirs, load_task
+from environment.harbor.taskdir import (
+    HarborDataset,
+    HarborTask,
+    InvalidTask,
+    Limits,
+    TaskProblem,
+    find_task_dirs,
+    load_task,
+)
 from environment.harbor.unpack import ArchiveProblem, task_root, unpack_archive
 from environment.protocol import ConfigError, MetaValue, canonical_json, sha256_tag
 
@@ -67,7 +74,8 @@ class PublishedSource(BaseModel):
     kind: Literal["parquet", "hub"]
     location: str = Field(description="the config's dataset, as given")
     repo: str | None = Field(default=None, description="the Hub repository, owner/name")
-    requested: str | None = Field(default=None, description="the revision asked for (a branch, tag or commit)")
+    requested: str | None = Field(default=None,
+                                  description="the revision asked for (a branch, tag or commit)")
     commit: str | None = Field(default=None, description="the immutable commit the request resolved to")
     files: dict[str, str] = Field(description="every Parquet file read, by relative name → its sha256")
 
@@ -103,7 +111,8 @@ def is_published(folder: Path) -> bool:
 def open_source(files: list[tuple[str, Path]], kind: Literal["parquet", "hub"], location: str,
                 **hub: str | None) -> PublishedSource:
     """The source record of `files` (name, path), every file hashed."""
-    return PublishedSource(kind=kind, location=location, files={name: _sha256(path) for name, path in files}, **hub)
+    return PublishedSource(kind=kind, location=location, files={name: _sha256(path) for name, path in files},
+                           **hub)
 
 
 def unpack_source(source: PublishedSource, files: list[tuple[str, Path]], limits: Limits = Limits(),
@@ -134,7 +143,8 @@ class _Rows:
         self.columns: dict[str, dict[str, MetaValue]] = {}
         self.written = 0
 
-    def read(self, source: PublishedSource, files: list[tuple[str, Path]]) -> tuple[Path, HarborDataset, dict]:
+    def read(self, source: PublishedSource,
+             files: list[tuple[str, Path]]) -> tuple[Path, HarborDataset, dict]:
         opened = [(name, _open_parquet(name, path)) for name, path in files]
         total = sum(pf.metadata.num_rows for _, pf in opened)
         done, said = 0, time.monotonic()
@@ -152,7 +162,8 @@ class _Rows:
         refused = {t.id for t in self.invalid}
         tasks = [load_task(self.tasks, tid, self.limits, _sif(self.columns.get(tid, {})))
                  for tid in sorted(self.ids) if tid not in refused]
-        dataset = HarborDataset(revision=source.revision(), tasks=[t for t in tasks if isinstance(t, HarborTask)],
+        dataset = HarborDataset(revision=source.revision(),
+                                tasks=[t for t in tasks if isinstance(t, HarborTask)],
                                 invalid=[*self.invalid, *(t for t in tasks if isinstance(t, InvalidTask))])
         self.log(f"unpacked {total} rows: {len(dataset.tasks)} tasks loaded, {len(dataset.invalid)} refused "
                  f"({self.written} bytes)")
@@ -211,11 +222,14 @@ def _open_parquet(name: str, path: Path):
     try:
         pf = pq.ParquetFile(path)
     except Exception as e:  # pyarrow's errors (ArrowInvalid, OSError) on a file that is not Parquet
-        raise ConfigError(f"dataset: {name} is not a readable Parquet file ({type(e).__name__}: {e})") from None
+        raise ConfigError(
+            f"dataset: {name} is not a readable Parquet file ({type(e).__name__}: {e})"
+        ) from None
     names = pf.schema_arrow.names
     if ARCHIVE not in names or not any(c in names for c in PATH_COLUMNS):
-        raise ConfigError(f"dataset: {name} has columns {', '.join(names)}; a published Harbor dataset has one row "
-                          f"per task with 'path' (or 'task_id') and '{ARCHIVE}' (the task directory as a tar archive)")
+        raise ConfigError(f"dataset: {name} has columns {', '.join(names)}; a published Harbor dataset has "
+                          f"one row per task with 'path' (or 'task_id') and '{ARCHIVE}' (the task directory "
+                          "as a tar archive)")
     return pf
 
 
@@ -230,8 +244,8 @@ def _task_path(raw: object) -> tuple[str, str | None]:
         return "", f"the task's path is {type(raw).__name__}, not text"
     parts = raw.split("/")
     if len(parts) > _MAX_PATH_DEPTH or not all(_PLAIN.match(p) for p in parts):
-        return "", (f"path {raw!r} is not a relative path of plain names (letters, digits and . _ - + @ =, none "
-                    f"starting with '.', at most {_MAX_PATH_DEPTH} deep)")
+        return "", (f"path {raw!r} is not a relative path of plain names (letters, digits and . _ - + @ =, "
+                    f"none starting with '.', at most {_MAX_PATH_DEPTH} deep)")
     return raw, None
 
 
@@ -293,8 +307,10 @@ def write_published(root: Path, task_ids: list[str], out_file: Path, instruction
     import pyarrow.parquet as pq
 
     ids = sorted(task_ids)
-    extra = sorted({k[len(META_PREFIX):] for t in ids for k in columns.get(t, {})} - {"path", ARCHIVE, "task_id",
-                                                                                       "instruction"})
+    extra = sorted(
+        {k[len(META_PREFIX) :] for t in ids for k in columns.get(t, {})}
+        - {"path", ARCHIVE, "task_id", "instruction"}
+    )
     table = {"path": pa.array(ids, pa.string()),
              ARCHIVE: pa.array([pack_task(root / t) for t in ids], pa.binary()),
              "task_id": pa.array(ids, pa.string()),

@@ -10,8 +10,8 @@ on the agent). Stricter than Harbor:
   takes ``"nan"``, ``"inf"``, ``"1_0"`` and Arabic-Indic digits);
 - ``reward.json`` may not hold booleans (``true`` is an ``int`` to Python), duplicate keys
   (which a forger could use to show a reader one value and Harbor another), an empty
-  object, or keys that are not text (a lone surrogate's escape); and every value must be in the range the contract allows
-  (``[0, 1]`` unless told otherwise);
+  object, or keys that are not text (a lone surrogate's escape); and every value must be in the range the
+  contract allows (``[0, 1]`` unless told otherwise);
 - a file over `MAX_REWARD_BYTES` is refused unread.
 
 Exact: a reward is read as the decimal number its text writes (`decimal.Decimal`), and that
@@ -33,7 +33,14 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from environment.protocol import EnvError, canonical_json, exact_reward, exact_text, safe_text, sha256_tag
 
@@ -50,7 +57,8 @@ class Reward(BaseModel):
 
     source: Literal["reward.json", "reward.txt"]
     values: dict[str, float]
-    #: Each key whose float misreads the number written (`environment.protocol.exact_text`) → that number's text.
+    #: Each key whose float misreads the number written (`environment.protocol.exact_text`)
+    #: → that number's text.
     exact: dict[str, str] = Field(default_factory=dict)
 
     def decimal(self, key: str) -> Decimal:
@@ -91,14 +99,16 @@ def read_reward(files: Mapping[str, bytes], low: float = 0.0, high: float = 1.0)
     elif REWARD_TXT in files:
         got = _parse_txt(files[REWARD_TXT])
     else:
-        return RewardError(kind="missing", file=None, detail="the verifier wrote neither reward.json nor reward.txt")
+        return RewardError(kind="missing", file=None,
+                           detail="the verifier wrote neither reward.json nor reward.txt")
     if isinstance(got, RewardError):
         return got
     bad = sorted(k for k in got.values if not exact_reward(low) <= got.decimal(k) <= exact_reward(high))
     if bad:
         key = bad[0]
         shown = got.exact.get(key) or repr(got.values[key])
-        return RewardError(kind="out_of_range", file=got.source, detail=f"{key} = {shown} is outside [{low}, {high}]")
+        return RewardError(kind="out_of_range", file=got.source,
+                           detail=f"{key} = {shown} is outside [{low}, {high}]")
     return got
 
 
@@ -116,8 +126,10 @@ class VerifierRecord(BaseModel):
                                                    "(every key)")
     low: float = 0.0
     high: float = 1.0
-    failed: str | None = Field(default=None, description="why nothing was read, from the harness's own signals")
-    files: dict[str, str] = Field(default_factory=dict, description="reward.json / reward.txt → base64 of its bytes")
+    failed: str | None = Field(default=None,
+                               description="why nothing was read, from the harness's own signals")
+    files: dict[str, str] = Field(default_factory=dict,
+                                  description="reward.json / reward.txt → base64 of its bytes")
     image: str | None = Field(default=None, description="the task image the trial ran in (its id)")
     replayed: VerifierRecord | None = Field(default=None, description=(
         "the same read after the verifier was replayed in the agent's own container (a trusted trial of the "
@@ -187,7 +199,8 @@ def read_record(data: bytes, rule: str | None = None) -> Scored:
     except (ValidationError, ValueError):
         raise VerifierFailed("no verifier record: the verifier never ran to the end") from None
     if rule is not None and record.key != rule:
-        raise VerifierFailed(f"the verifier record names reward key {record.key!r}, the contract's rule is {rule!r}")
+        raise VerifierFailed(f"the verifier record names reward key {record.key!r}, the contract's "
+                             f"rule is {rule!r}")
     if record.failed is not None:
         raise VerifierFailed(record.failed)
     got = read_reward(files, record.low, record.high)
@@ -216,7 +229,8 @@ def _parse_txt(data: bytes) -> Reward | RewardError:
     if token.lower().lstrip("+-") in ("nan", "inf", "infinity"):
         return RewardError(kind="non_finite", file=REWARD_TXT, detail=f"{token!r} is not finite")
     if not _DECIMAL.fullmatch(token):
-        return RewardError(kind="unparsable", file=REWARD_TXT, detail=f"not one decimal number: {token[:60]!r}")
+        return RewardError(kind="unparsable", file=REWARD_TXT,
+                           detail=f"not one decimal number: {token[:60]!r}")
     return _numbers(REWARD_TXT, {"reward": token})
 
 
@@ -240,7 +254,8 @@ def _parse_json(data: bytes) -> Reward | RewardError:
     if isinstance(text, RewardError):
         return text
     try:  # a fraction as the decimal it writes (`_numbers`), never first a float; an integer is exact
-        value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys, parse_float=Decimal)
+        value = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys,
+                           parse_float=Decimal)
     except _Refused as e:
         return RewardError(kind="non_finite" if "not a number" in str(e) else "unparsable", file=REWARD_JSON,
                            detail=str(e))
@@ -258,7 +273,8 @@ def _parse_json(data: bytes) -> Reward | RewardError:
     for key, v in sorted(values.items()):
         if isinstance(v, bool) or not isinstance(v, (int, Decimal)):  # true is an int to Python
             return RewardError(kind="non_numeric", file=REWARD_JSON,
-                               detail=f"{key!r} is {type(v).__name__}, not a number (a flat object of numbers)")
+                               detail=f"{key!r} is {type(v).__name__}, not a number (a flat "
+                                      "object of numbers)")
     return _numbers(REWARD_JSON, values)
 
 
@@ -273,8 +289,8 @@ def _numbers(source: Literal["reward.json", "reward.txt"],
         try:
             d = Decimal(number)
         except InvalidOperation:  # an exponent beyond what a decimal holds (1e-9999999999999999999)
-            return RewardError(kind="unparsable", file=source, detail=f"{str(number)[:60]!r}: its exponent is out of "
-                                                                      f"range")
+            return RewardError(kind="unparsable", file=source, detail=f"{str(number)[:60]!r}: its exponent "
+                                                                      "is out of range")
         f = float(d)
         if not math.isfinite(f):
             shown = f"{str(number)[:60]!r}" if source == REWARD_TXT else repr(key)
@@ -290,7 +306,9 @@ def planted(files: Mapping[str, bytes]) -> list[Planted]:
     the harness creates that directory empty, so anything here was left by the agent
     phase — recorded on the attempt, then removed. A planted ``reward.json`` or
     ``reward.txt`` is the forgery Harbor's readers report; any other file is recorded too."""
-    return [Planted(path=name, size=len(data), sha256=sha256_tag(data)) for name, data in sorted(files.items())]
+    return [
+        Planted(path=name, size=len(data), sha256=sha256_tag(data)) for name, data in sorted(files.items())
+    ]
 
 
 def planted_rewards(files: Mapping[str, bytes]) -> list[Planted]:

@@ -194,14 +194,16 @@ def load_dataset(root: Path, limits: Limits = Limits()) -> HarborDataset:
     return HarborDataset(revision=sha256_tag(canonical_json(sorted(every))), tasks=tasks, invalid=invalid)
 
 
-def load_task(root: Path, tid: str, limits: Limits = Limits(), sif_image: str | None = None) -> HarborTask | InvalidTask:
+def load_task(root: Path, tid: str, limits: Limits = Limits(),
+              sif_image: str | None = None) -> HarborTask | InvalidTask:
     """One task directory, `tid` relative to `root`; `sif_image`: the Apptainer image its
     published row names (then a task without a Docker environment still loads, as one)."""
     task_dir = root / tid
     if task_dir.is_symlink():
         target = os.readlink(task_dir)
         return InvalidTask(id=tid, hash=task_hash([]), entries=[], problems=[TaskProblem(
-            file=".", detail=f"the task directory is a symlink (to {target!r}); a task must be a real directory")])
+            file=".", detail=f"the task directory is a symlink (to {target!r}); a task must be "
+                             "a real directory")])
     entries, problems = _walk(task_dir, limits)
     digest = task_hash(entries)
     if not problems:
@@ -217,8 +219,17 @@ def _not_utf8(root: Path, tid: str, limits: Limits) -> InvalidTask:
     (``\\xff``), its entries still hashed into the revision."""
     entries = [] if (root / tid).is_symlink() else _walk(root / tid, limits)[0]
     escaped = os.fsencode(tid).decode("utf-8", "backslashreplace")
-    return InvalidTask(id=escaped, hash=task_hash(entries), entries=entries, problems=[TaskProblem(
-        file=".", detail=f"the task directory's path is not UTF-8 ({escaped}, its bytes escaped); rename it")])
+    return InvalidTask(
+        id=escaped,
+        hash=task_hash(entries),
+        entries=entries,
+        problems=[
+            TaskProblem(
+                file=".",
+                detail=f"the task directory's path is not UTF-8 ({escaped}, its bytes escaped); rename it",
+            )
+        ],
+    )
 
 
 class _Invalid(EnvError):
@@ -280,7 +291,9 @@ def _entry(path: Path, rp: str, depth: int, real_root: str, limits: Limits, tota
             entries.append(Entry(path=rp, digest=f"oversize:{st.st_size}", size=st.st_size))
             what = "file" if st.st_size > limits.max_file_bytes else "task"
             cap = limits.max_file_bytes if what == "file" else limits.max_task_bytes
-            problems.append(TaskProblem(file=rp, detail=f"{what} larger than {cap} bytes ({st.st_size} bytes)"))
+            problems.append(
+                TaskProblem(file=rp, detail=f"{what} larger than {cap} bytes ({st.st_size} bytes)")
+            )
         else:
             entries.append(Entry(path=rp, digest=_file_digest(path), size=st.st_size))
     else:
@@ -345,9 +358,11 @@ def _parse(task_dir: Path, tid: str, digest: str, entries: list[Entry], limits: 
     else:
         instruction = strip_canary(_read_text(task_dir, "instruction.md", limits, digests))
         if not instruction.strip():
-            raise _Invalid(TaskProblem(file="instruction.md", detail="empty once the canary lines are stripped"))
+            raise _Invalid(TaskProblem(file="instruction.md",
+                                       detail="empty once the canary lines are stripped"))
     env = config.environment
-    kind = "image" if env.docker_image else _build_kind(task_dir / "environment") or ("none" if sif_image else None)
+    kind = "image" if env.docker_image else _build_kind(task_dir / "environment") or ("none" if sif_image
+                                                                                      else None)
     if kind is None:
         raise _Invalid(TaskProblem(file="environment/Dockerfile", field="environment.docker_image",
                                    detail="no environment: neither environment/Dockerfile, "

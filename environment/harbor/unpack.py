@@ -97,7 +97,9 @@ class _Unpacker:
                 fd = nxt
         except OSError:
             os.close(fd)
-            raise ArchiveProblem(f"member {name!r}: its directory is not a directory in the archive") from None
+            raise ArchiveProblem(
+                f"member {name!r}: its directory is not a directory in the archive"
+            ) from None
         return fd
 
     def _write(self, name: str, chunks, mode: int) -> None:
@@ -117,7 +119,8 @@ class _Unpacker:
     def _charge(self, name: str, size: int) -> None:
         lim = self.limits
         if size > lim.max_file_bytes:
-            raise ArchiveProblem(f"member {name!r}: {size} bytes, over the {lim.max_file_bytes}-byte file limit")
+            raise ArchiveProblem(f"member {name!r}: {size} bytes, over the "
+                                 f"{lim.max_file_bytes}-byte file limit")
         if self.written + size > lim.max_task_bytes:
             raise ArchiveProblem(f"member {name!r}: the task unpacks to more than {lim.max_task_bytes} bytes")
         self.written += size
@@ -143,7 +146,9 @@ class _Unpacker:
         else:
             kind = "a device file" if m.ischr() or m.isblk() else "a FIFO" if m.isfifo() else \
                 "a sparse file" if m.issparse() else f"an entry of type {m.type!r}"
-            raise ArchiveProblem(f"member {name!r}: {kind}; a task holds regular files, directories and links")
+            raise ArchiveProblem(
+                f"member {name!r}: {kind}; a task holds regular files, directories and links"
+            )
 
     def _symlink(self, name: str, target: str) -> None:
         if not target or target.startswith("/"):
@@ -166,7 +171,8 @@ class _Unpacker:
         except ArchiveProblem:
             source = None
         if source not in self.files:
-            raise ArchiveProblem(f"member {name!r}: a hard link to {target!r}, which is no earlier file of the task")
+            raise ArchiveProblem(f"member {name!r}: a hard link to {target!r}, which is no earlier "
+                                 "file of the task")
         fd = os.open(self.dest / source, os.O_RDONLY | os.O_NOFOLLOW)
         with os.fdopen(fd, "rb") as src:
             st = os.fstat(src.fileno())
@@ -179,7 +185,8 @@ def unpack_archive(data: bytes, dest: Path, limits: Limits = Limits()) -> int:
     `ArchiveProblem` names the first thing wrong (the directory then holds a partial task,
     which the caller discards)."""
     if len(data) > limits.max_archive_bytes:
-        raise ArchiveProblem(f"the archive is {len(data)} bytes, over the {limits.max_archive_bytes}-byte limit")
+        raise ArchiveProblem(f"the archive is {len(data)} bytes, over the "
+                             f"{limits.max_archive_bytes}-byte limit")
     unpacker = _Unpacker(dest, limits)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r|*", tarinfo=_BoundedInfo) as tar:

@@ -47,7 +47,8 @@ def _verify(env: TwohopEnvironment, taskset: TwohopTaskset) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m environment.twohop.build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m environment.twohop.build",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--verify", action="store_true", help="run every task and dataset check")
     parser.add_argument("--seed", type=int, default=0, help="universe seed (0: the published dataset)")
     parser.add_argument("--out", type=Path, help="write the dataset rows as JSON lines to this file")

@@ -25,6 +25,7 @@ every task shows the same public meta.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from typing import NamedTuple
 
 from environment.twohop.dataset import FACTS_FILE, facts_text
@@ -88,13 +89,13 @@ def non_forcing(universe: Universe, facts, question: Question, gold: tuple[str, 
     forced = []
     res = resolve(facts, question)
     for chain in res.chains:
-        for here, nxt in zip(chain, chain[1:]):
+        for here, nxt in pairwise(chain):
             entity = ({here.subject, here.object} & {nxt.subject, nxt.object}).pop()
             if not _alternatives(universe, facts, question, gold, here, entity):
                 forced.append(f"{entity} (in “{here.text()}”)")
     if forced:
-        return Check("non_forcing", False, f"no other entity in place of {'; '.join(forced[:3])} leads elsewhere: "
-                                           f"the answer can be named with that hop ignored")
+        return Check("non_forcing", False, f"no other entity in place of {'; '.join(forced[:3])} leads "
+                                           "elsewhere: the answer can be named with that hop ignored")
     return Check("non_forcing", True, "at every intermediate entity another choice leads elsewhere")
 
 
@@ -103,23 +104,34 @@ def chain_length(category: str, question: Question, facts) -> Check:
     want = CATEGORY_HOPS[category]
     if category == "broken":
         ok = not res.derivable and 1 <= len(res.partial) < HOPS[question.kind]
-        return Check("chain_length", ok, f"the chain breaks after {len(res.partial)} of {HOPS[question.kind]} hops"
-                                         f"{'' if ok else ': a broken question must name an employed person'}")
+        return Check(
+            "chain_length",
+            ok,
+            f"the chain breaks after {len(res.partial)} of "
+            f"{HOPS[question.kind]} "
+            f"hops{'' if ok else ': a broken question must name an employed person'}",
+        )
     lengths = sorted({len(c) for c in res.chains})
     ok = bool(lengths) and lengths == [want] and HOPS[question.kind] == want
-    return Check("chain_length", ok, f"chains of {lengths or 'no'} hops for a {category} question ({want} expected)")
+    return Check("chain_length", ok,
+                 f"chains of {lengths or 'no'} hops for a {category} question ({want} expected)")
 
 
 def shortcut_differs(facts, question: Question, gold) -> Check:
     rows = shortcut(facts, question).rows
-    return Check("shortcut", rows != gold, "the one-hop shortcut (home city for the employer's) "
-                                           f"{'answers differently' if rows != gold else 'gives the gold answer'}")
+    return Check(
+        "shortcut",
+        rows != gold,
+        "the one-hop shortcut (home city for the employer's) "
+        f"{'answers differently' if rows != gold else 'gives the gold answer'}",
+    )
 
 
 def distractor_misleads(facts, question: Question, gold) -> Check:
     old = resolve(facts, question, first=FORMERLY)
     ok = old.derivable and old.rows != gold
-    return Check("distractor", ok, "the former employer leads " + ("elsewhere" if ok else "nowhere or to the gold"))
+    return Check("distractor", ok,
+                 "the former employer leads " + ("elsewhere" if ok else "nowhere or to the gold"))
 
 
 def decline_load_bearing(universe: Universe, facts, question: Question) -> Check:
@@ -138,8 +150,12 @@ def workspace_roundtrip(universe: Universe, files, question: Question, gold) -> 
     except (KeyError, UnicodeDecodeError) as e:
         return Check("workspace", False, f"{FACTS_FILE} is unreadable: {e}")
     ok = parsed == list(universe.facts) and resolve(parsed, question).rows == gold
-    return Check("workspace", ok, f"the {len(parsed)} facts read back from {FACTS_FILE} "
-                                  f"{'give the gold answer' if ok else 'differ from the universe or its answer'}")
+    return Check(
+        "workspace",
+        ok,
+        f"the {len(parsed)} facts read back from {FACTS_FILE} "
+        f"{'give the gold answer' if ok else 'differ from the universe or its answer'}",
+    )
 
 
 def gold_hidden(prompt: str, gold) -> Check:
@@ -148,7 +164,8 @@ def gold_hidden(prompt: str, gold) -> Check:
                  else "no gold name appears in the prompt")
 
 
-def task_checks(universe: Universe, category: str, question: Question, gold, prompt: str, files) -> list[Check]:
+def task_checks(universe: Universe, category: str, question: Question, gold, prompt: str,
+                files) -> list[Check]:
     """Every per-task check, passed or not, in a fixed order."""
     facts = list(universe.facts)
     out = [chain_length(category, question, facts), workspace_roundtrip(universe, files, question, gold),
@@ -181,12 +198,14 @@ def dataset_checks(items, metas) -> list[Check]:
     items = list(items)
     out = []
     for label, golds in (("modal_answer", [g for _, _, g in items]),
-                         ("modal_city", [g for c, q, g in items if q.kind == "employer_city" and c != "broken"])):
+                         ("modal_city",
+                          [g for c, q, g in items if q.kind == "employer_city" and c != "broken"])):
         top, count, total = modal_share(golds)
         ok = 2 * count < total
         out.append(Check(label, ok, f"the modal {'answer' if label == 'modal_answer' else 'city'} "
-                                    f"{'/'.join(top)} covers {count} of {total} ({count / max(total, 1):.3f}); "
-                                    f"fewer than half {'holds' if ok else 'does not hold'}"))
+                                    f"{'/'.join(top)} covers {count} of {total} "
+                                    f"({count / max(total, 1):.3f}); fewer than half "
+                                    f"{'holds' if ok else 'does not hold'}"))
     derivable_kinds = {q.kind for c, q, _ in items if c != "broken"}
     bare = sorted({q.kind for c, q, _ in items if c == "broken"} - derivable_kinds)
     out.append(Check("decline_hidden", not bare, f"broken questions of kind {', '.join(bare)} have no "
@@ -195,5 +214,6 @@ def dataset_checks(items, metas) -> list[Check]:
     distinct = sorted({repr(sorted(m.items())) for m in metas})
     out.append(Check("meta_constant", len(distinct) <= 1,
                      "every task shows the same public meta" if len(distinct) <= 1
-                     else f"public meta differs between tasks ({len(distinct)} variants): it may tell tasks apart"))
+                     else f"public meta differs between tasks ({len(distinct)} variants): it may "
+                          "tell tasks apart"))
     return out

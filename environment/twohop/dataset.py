@@ -3,8 +3,8 @@
 computed by executing `solver.resolve` over the facts.
 
 Stdlib only (see `universe`): tasks are frozen dataclasses and rows plain dicts rather
-than pydantic models for that reason. A row has the fields of the seed's hub dataset: ``task_id``, ``category``,
-``prompt``, ``api_description``, ``expected_output``. The dataset's revision is
+than pydantic models for that reason. A row has the fields of the seed's hub dataset:
+``task_id``, ``category``, ``prompt``, ``api_description``, ``expected_output``. The dataset's revision is
 ``sha256:`` of the canonical JSON of its rows in ``task_id`` order.
 
 Selection (all from one seeded `Rng`, so a seed always gives the same bytes):
@@ -51,7 +51,8 @@ MAX_ATTEMPTS = 64
 
 _QUESTIONS = {
     "employer_city": "In which city is the organisation that {} works for headquartered?",
-    "employer_country": "In which country is the city where the organisation that {} works for is headquartered?",
+    "employer_country": "In which country is the city where the organisation that {} works for "
+                        "is headquartered?",
     "city_employees": "Who works for an organisation headquartered in {}?",
     "country_employees": "Who works for an organisation headquartered in a city located in {}?",
 }
@@ -63,6 +64,7 @@ _SHAPES = {
     "city_employees": _PEOPLE_SHAPE,
     "country_employees": _PEOPLE_SHAPE,
 }
+# The rules file is task content (every task hash covers it): its lines stay as agents read them.
 _RULES = f"""# Facts and answer format
 
 Every person, organisation, city and country below is invented. The facts are complete: what is not stated here is not known.
@@ -76,13 +78,14 @@ Every person, organisation, city and country below is invented. The facts are co
 
 {FACTS_MARKER}
 
-"""
+"""  # noqa: E501
 
 
 def canonical_json(value: object) -> bytes:
     """The bytes of `environment.protocol.canonical_json` (sorted keys, no whitespace, UTF-8),
     restated because this module must import without pydantic, which the protocol needs."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -91,10 +94,10 @@ def sha256_hex(data: bytes) -> str:
 
 def prompt_for(question: Question) -> str:
     return (f"{_QUESTIONS[question.kind].format(question.subject)}\n\n"
-            f"The file {FACTS_FILE} in your workspace holds the complete fact set and the answer-format rules. "
-            f"Answer with one JSON object {_SHAPES[question.kind]}. If the facts do not determine the answer, "
-            f'answer {{"rows": ["{UNKNOWN}"]}} (the word {UNKNOWN}, in lower case). Leave the JSON object, '
-            f"and nothing else, in the file {REPLY_FILE} in your workspace.")
+            f"The file {FACTS_FILE} in your workspace holds the complete fact set and the answer-format "
+            f"rules. Answer with one JSON object {_SHAPES[question.kind]}. If the facts do not determine the "
+            f'answer, answer {{"rows": ["{UNKNOWN}"]}} (the word {UNKNOWN}, in lower case). Leave the JSON '
+            f"object, and nothing else, in the file {REPLY_FILE} in your workspace.")
 
 
 def api_description(universe: Universe) -> str:
@@ -144,7 +147,8 @@ class BuildError(ValueError):
 
 
 def _take(picks, category: str, kind: str, candidates, accept: Callable[[Question, Resolution], bool],
-          key: Callable[[Question, Resolution], str], index: Index, count: int, cap: int = ANSWER_CAP) -> None:
+          key: Callable[[Question, Resolution], str], index: Index, count: int,
+          cap: int = ANSWER_CAP) -> None:
     """Append the first ``count`` acceptable questions of ``candidates``: a subject is asked
     about once, ``key`` (an answer, an employer) recurs at most ``cap`` times within the
     kind, and the one-hop shortcut must answer differently."""
@@ -199,7 +203,8 @@ def _select(universe: Universe, rng: Rng) -> list[tuple[str, Question, Resolutio
           n["distractor"])
     _take(picks, "twohop", "employer_city", [p for p in people if p not in former],
           lambda q, r: r.derivable, answer, index, n["twohop"])
-    _take(picks, "threehop", "employer_country", people, lambda q, r: r.derivable, answer, index, n["threehop"])
+    _take(picks, "threehop", "employer_country", people, lambda q, r: r.derivable, answer, index,
+          n["threehop"])
     _take(picks, "reverse", "city_employees", rng.shuffled(universe.cities),
           lambda q, r: r.derivable and len(r.rows) == 1, answer, index, n["reverse"])
     _take(picks, "aggregate", "country_employees", rng.shuffled(universe.countries),

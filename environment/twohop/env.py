@@ -24,12 +24,32 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from environment.protocol import (AgentSpec, ConfigError, Environment, Finding, LoadHints, MetaValue, Score,
-                                  ScorerSpec, Task, Taskset, canonical_json, config_digest, sha256_tag)
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    Finding,
+    LoadHints,
+    MetaValue,
+    Score,
+    ScorerSpec,
+    Task,
+    Taskset,
+    canonical_json,
+    config_digest,
+    sha256_tag,
+)
 from environment.twohop.agents_spec import agent_specs, control_may_pass
 from environment.twohop.checks import chains_proved, dataset_checks, task_checks
-from environment.twohop.dataset import (DEFAULT_SEED, FACTS_FILE, BuildError, BuiltTask, Dataset, build_dataset,
-                                        sha256_hex)
+from environment.twohop.dataset import (
+    DEFAULT_SEED,
+    FACTS_FILE,
+    BuildError,
+    BuiltTask,
+    Dataset,
+    build_dataset,
+    sha256_hex,
+)
 from environment.twohop.score import METRIC_NAMES, score_reply
 from environment.twohop.solver import Question
 from environment.twohop.universe import Universe
@@ -159,14 +179,16 @@ class TwohopEnvironment(Environment):
         hits = [t.id.rsplit("/", 1)[-1] for t in every if t.rows == (modal,)]
         out = [Finding(kind=c.kind, blocking=not c.passed, detail=f"{c.kind}: {c.detail}") for c in checks]
         out.append(Finding(kind="modal_city_control", blocking=False,
-                           detail=f"modal_city_control: the city hosting the most organisations, {modal}, is the "
-                                  f"answer to {len(hits)} of {len(every)} tasks ({', '.join(hits) or 'none'}); "
-                                  f"the modal-city control passes exactly those"))
+                           detail=f"modal_city_control: the city hosting the most organisations, {modal}, is "
+                                  f"the answer to {len(hits)} of {len(every)} tasks "
+                                  f"({', '.join(hits) or 'none'}); the modal-city control "
+                                  "passes exactly those"))
         return out
 
     def scorer(self, config: BaseModel) -> ScorerSpec:
         return ScorerSpec(deterministic=True, smoke_tolerance=0.0, pass_threshold=1.0,
-                          details={"comparison": "rows equal exactly: case-sensitive, ordered, no normalisation",
+                          details={"comparison": "rows equal exactly: case-sensitive, ordered, "
+                                                 "no normalisation",
                                    "unknown": "the literal lower-case word unknown"})
 
     def not_applicable(self, agent: AgentSpec, task: TwohopTask) -> str | None:

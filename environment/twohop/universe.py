@@ -57,7 +57,8 @@ N_SINGLETON = 5
 N_PEOPLE = 60
 FORMER_SHARE = 0.35
 
-_ONSETS = ("Br", "Dr", "Gl", "Kr", "Kv", "Q", "Sk", "Str", "Thr", "Vr", "Zh", "V", "T", "M", "L", "N", "R", "Z")
+_ONSETS = ("Br", "Dr", "Gl", "Kr", "Kv", "Q", "Sk", "Str", "Thr", "Vr", "Zh", "V", "T", "M", "L", "N", "R",
+           "Z")
 _INNER = ("b", "d", "g", "k", "l", "m", "n", "r", "s", "v", "z", "sk", "nd", "rv", "lm", "th")
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou")
 _CODAS = ("", "", "l", "n", "r", "s", "th", "x", "rn", "sk", "lm", "nd")
@@ -170,7 +171,11 @@ def build_universe(seed: int, attempt: int = 0) -> Universe:
     # each other city (countryless ones included), the remainder drawn, so hubs form.
     reserved = rng.shuffled(countried)[:N_SINGLETON]
     open_cities = [c for c in cities if c not in reserved]
-    hqless, singles, rest = orgs[:N_HQLESS], orgs[N_HQLESS:N_HQLESS + N_SINGLETON], orgs[N_HQLESS + N_SINGLETON:]
+    hqless, singles, rest = (
+        orgs[:N_HQLESS],
+        orgs[N_HQLESS : N_HQLESS + N_SINGLETON],
+        orgs[N_HQLESS + N_SINGLETON :],
+    )
     facts += [Fact(HQ, o, c) for o, c in zip(singles, reserved, strict=True)]
     for i, org in enumerate(rest):
         city = open_cities[i] if i < len(open_cities) else rng.pick(open_cities)

@@ -12,8 +12,9 @@ def read(path):
         return f"denied: {type(e).__name__}"
 
 
-out = {name: read(path) for name, path in [("cmdline_1", "/proc/1/cmdline"), ("environ", "/proc/self/environ"),
-                                           ("mountinfo", "/proc/self/mountinfo"), ("cgroup", "/proc/self/cgroup")]}
+out = {name: read(path)
+       for name, path in [("cmdline_1", "/proc/1/cmdline"), ("environ", "/proc/self/environ"),
+                          ("mountinfo", "/proc/self/mountinfo"), ("cgroup", "/proc/self/cgroup")]}
 out["fds"] = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
 out["stdin"] = os.readlink("/proc/self/fd/0")
 out["uid_gid"] = [os.getuid(), os.getgid(), os.getgroups()]

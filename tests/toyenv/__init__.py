@@ -16,7 +16,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from environment.protocol import (
-    AgentSpec, Environment, Finding, LoadHints, Score, canonical_json, config_digest, sha256_tag,
+    AgentSpec,
+    Environment,
+    Finding,
+    LoadHints,
+    Score,
+    canonical_json,
+    config_digest,
+    sha256_tag,
 )
 
 AGENTS = Path(__file__).resolve().parent / "agents"

@@ -27,7 +27,8 @@ def declared(env: Environment, config) -> dict[str, AgentSpec]:
     return {a.name: a for a in env.agents(config)}
 
 
-def resolve(env: Environment, config, contract_agents: Sequence[str], names: str | Sequence[str]) -> list[AgentSpec]:
+def resolve(env: Environment, config, contract_agents: Sequence[str],
+            names: str | Sequence[str]) -> list[AgentSpec]:
     """Agents by name, in the contract's order; ``all`` (the oracle and the contract's
     controls), ``controls`` and ``probes`` expand. A name the contract does not hold is an error."""
     specs = declared(env, config)
@@ -43,8 +44,8 @@ def resolve(env: Environment, config, contract_agents: Sequence[str], names: str
         out += [x for x in expanded if x not in out]
     unknown = [n for n in out if n not in contract_agents]
     if unknown:
-        raise ContractError(f"agents: {', '.join(unknown)} not in the contract; it names {', '.join(contract_agents)} "
-                            f"(and the groups all, controls, probes)")
+        raise ContractError(f"agents: {', '.join(unknown)} not in the contract; it names "
+                            f"{', '.join(contract_agents)} (and the groups all, controls, probes)")
     return [specs[n] for n in out]
 
 

@@ -37,7 +37,8 @@ else:
 
     _scan = _json.make_scanner(_Decoding)
     # json.dumps' defaults: no circular check, ", " and ": ", ASCII-escaped strings, NaN allowed.
-    _encode = _json.make_encoder(None, _refuse, _json.encode_basestring_ascii, None, ": ", ", ", False, False, True)
+    _encode = _json.make_encoder(None, _refuse, _json.encode_basestring_ascii, None, ": ", ", ", False, False,
+                                 True)
 
     def loads(text):
         text = text.strip(" \t\n\r")

@@ -1,1 +1,2 @@
-"""`validate audit`: every count, verdict and claim of a run derived again from its evidence (`run`), by concern."""
+"""`validate audit`: every count, verdict and claim of a run derived again from its evidence
+(`run`), by concern."""

@@ -28,7 +28,8 @@ def read_manifests(paths: RunPaths, r) -> dict[str, Manifest]:
     for name, m in found.items():
         parent = None if name == MANIFEST else frozen if name.startswith(f"{SMOKE}/") else root
         if name != MANIFEST and (parent is None or m.parent_sha256 != parent.sha256):
-            r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not its parent's sha256")
+            r.problems.append(f"{paths.root / name}: parent_sha256 {m.parent_sha256} is not "
+                              "its parent's sha256")
         elif parent is not None and name != MANIFEST and package_search((paths.root / name).parent) \
                 and name.startswith(f"{SMOKE}/"):  # a task-directory smoke, rerun from its package
             same_package_terms(paths.root / name, m, parent, r)
@@ -37,7 +38,8 @@ def read_manifests(paths: RunPaths, r) -> dict[str, Manifest]:
     if frozen is not None and root is not None:
         pool = {t.id: t.hash for t in root.tasks}
         if any(pool.get(t.id) != t.hash for t in frozen.tasks):
-            r.problems.append(f"{paths.frozen_manifest}: freezes a task that is not in the pool with that hash")
+            r.problems.append(f"{paths.frozen_manifest}: freezes a task that is not in the "
+                              "pool with that hash")
     r.checked.append(f"{len(found)} manifests and their hash chain")
     return found
 
@@ -49,8 +51,8 @@ def _same_terms(where: Path, child: Manifest, parent: Manifest, variant: bool, r
     if variant:
         env, theirs = env.model_copy(update={"config": {}}), theirs.model_copy(update={"config": {}})
     for field, mine, its in (("expectations", child.expectations, parent.expectations),
-                             ("execution", child.execution, parent.execution), ("salt", child.salt, parent.salt),
-                             ("environment", env, theirs)):
+                             ("execution", child.execution, parent.execution),
+                             ("salt", child.salt, parent.salt), ("environment", env, theirs)):
         if mine != its:
             r.problems.append(f"{where}: its {field} is not its parent's (a derived contract keeps them)")
 
@@ -77,8 +79,9 @@ def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r,
             continue
         committed = None if directory is None else Path(directory) / f"{m.name}.json"
         if committed is None or not committed.is_file():
-            r.sealed_only.append(f"{rel}: no committed {committed or 'manifests/' + m.name + '.json'} to compare "
-                                 f"with (its limits, ceilings and thresholds are bound by the seal only)")
+            r.sealed_only.append(f"{rel}: no committed {committed or 'manifests/' + m.name + '.json'} to "
+                                 "compare with (its limits, ceilings and thresholds are bound "
+                                 "by the seal only)")
             continue
         try:
             theirs = loader(committed)
@@ -86,7 +89,7 @@ def check_anchor(paths: RunPaths, found: dict, directory: Path | None, r,
             r.problems.append(str(e))
             continue
         if theirs.sha256 != m.sha256:
-            r.problems.append(f"{paths.root / rel}: is not the committed {committed} (sha256 {m.sha256}, committed "
-                              f"{theirs.sha256})")
+            r.problems.append(f"{paths.root / rel}: is not the committed {committed} (sha256 {m.sha256}, "
+                              f"committed {theirs.sha256})")
         anchored += 1
     return anchored

@@ -12,15 +12,14 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.evidence.journal import file_sha256
-from validate.run.lifecycle import chance_means, counts, hack_profile
-from validate.run.phases import CRITERIA
 from validate.core.paths import ATTEMPTS, EXCLUSIONS, MANIFEST, PATCH, SUMMARY, TASKS, RunPaths
-from validate.run.phases import probe_checks, stratify
 from validate.core.records import EXCLUDED, PILOT, Attempt, FindingRow, TaskVerdict, unflatten, verdict_of_row
+from validate.evidence.journal import file_sha256
 from validate.evidence.run import smoke_outcome
 from validate.evidence.summary import ProbeCheck
 from validate.evidence.verdicts import dataset_verdict
+from validate.run.lifecycle import chance_means, counts, hack_profile
+from validate.run.phases import CRITERIA, probe_checks, stratify
 
 
 def verdict_rows(path: Path) -> list[TaskVerdict]:
@@ -36,8 +35,8 @@ def check_identity(ev, tables, manifests, at, r) -> None:
     ex = m.execution
     said = (s.environment, s.backend, s.backend_version, s.image, s.image_digest)
     if said != (m.environment.name, ex.backend, ex.backend_version, ex.image, ex.image_digest):
-        r.problems.append(f"{where}: environment, backend, backend_version, image or image_digest {said} is not the "
-                          f"contract's")
+        r.problems.append(f"{where}: environment, backend, backend_version, image or image_digest {said} is "
+                          "not the contract's")
     a = tables[ATTEMPTS]
     declared = {n for x in manifests.values() for n in x.expectations.agents}
     if s.agents != sorted(set(a["agent"])) or not set(s.agents) <= declared:
@@ -64,8 +63,8 @@ def check_identity(ev, tables, manifests, at, r) -> None:
                               f"{uncovered}")
         if s.kind == PILOT:
             _check_strata(s, m, at, taskset, r, where)
-    r.checked.append("run.json's environment, backend, image, agents, run id and end time against the contract "
-                     "and the attempts")
+    r.checked.append("run.json's environment, backend, image, agents, run id and end time against the "
+                     "contract and the attempts")
 
 
 def _check_strata(s, m, at, taskset, r, where) -> None:
@@ -83,13 +82,16 @@ def check_counts(ev, tables, manifests, r) -> None:
     s, where = ev.summary, ev.root / SUMMARY
     verdicts = verdict_rows(ev.root / TASKS)
     a = tables[ATTEMPTS]
-    recount = counts(verdicts, ev.root / ATTEMPTS, hack_profile(ev.manifest))  # the run's own counting, on the ledgers
+    # the run's own counting, on the ledgers
+    recount = counts(verdicts, ev.root / ATTEMPTS, hack_profile(ev.manifest))
     if recount != s.counts:
-        r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' {recount.model_dump()}")
+        r.problems.append(f"{where}: counts {s.counts.model_dump()} differ from the ledgers' "
+                          f"{recount.model_dump()}")
     excluded = {(v.phase, v.task_id): v.reason for v in verdicts if v.verdict == EXCLUDED}
     ledger = {(x.phase, x.task_id): x.reason for x in tables[EXCLUSIONS].itertuples()}
     if excluded != ledger:
-        r.problems.append(f"{ev.root / EXCLUSIONS}: does not list exactly the excluded tasks with their reasons")
+        r.problems.append(f"{ev.root / EXCLUSIONS}: does not list exactly the excluded tasks "
+                          "with their reasons")
     f = s.facts
     derived = (recount.tasks, recount.compatible, recount.excluded, recount.incomplete,
                sum(v.verdict == EXCLUDED and v.reason is None for v in verdicts),
@@ -108,7 +110,8 @@ def check_counts(ev, tables, manifests, r) -> None:
                                      or "sha256:" + file_sha256(ev.root / PATCH) != s.patch.sha256)):
         r.problems.append(f"{where}: the patch record does not match patch.diff")
     if list(s.required) != list(CRITERIA.get(s.kind, ())):
-        r.problems.append(f"{where}: the criteria required of a {s.kind} run are {list(CRITERIA.get(s.kind, ()))}")
+        r.problems.append(f"{where}: the criteria required of a {s.kind} run are "
+                          f"{list(CRITERIA.get(s.kind, ()))}")
     if dataset_verdict(f, s.required) != s.dataset_verdict:
         r.problems.append(f"{where}: the dataset verdict does not follow from its facts")
     if s.kind == PILOT:
@@ -125,7 +128,8 @@ def _check_probes(ev, a: pd.DataFrame, verdicts, r) -> None:
                                [v for v in verdicts if v.phase == g.phase])
     if [c.model_dump() for c in checks] != [c.model_dump() for c in ev.summary.probes]:
         r.problems.append(f"{ev.root / SUMMARY}: the probe checks differ from the attempts'")
-    if (ev.summary.facts.probes_total, ev.summary.facts.probes_ok) != (len(checks), sum(c.ok for c in checks)):
+    if (ev.summary.facts.probes_total, ev.summary.facts.probes_ok) != (len(checks),
+                                                                       sum(c.ok for c in checks)):
         r.problems.append(f"{ev.root / SUMMARY}: the probe counts in its facts differ from the attempts'")
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from validate.evidence.journal import write_checksums
 from validate.core.paths import ATTEMPTS, SMOKE, SMOKE_RESULT, TASKS, RunPaths
+from validate.evidence.journal import write_checksums
 
 
 def _rows(path: Path, drop: tuple[str, ...]) -> list[dict]:
@@ -40,8 +40,8 @@ def _among_the_runs(paths: RunPaths, src: Path, r) -> bool:
     stray = [x for x in _rows(src / ATTEMPTS, ("superseded",)) if _key(x) not in now]
     if stray:
         r.problems.append(f"{src / ATTEMPTS}: {len(stray)} attempt(s) that are not among the run's own "
-                          f"(e.g. {stray[0].get('task_id')}/{stray[0].get('agent')} try {stray[0].get('attempt')}): "
-                          f"not an earlier state of this run")
+                          f"(e.g. {stray[0].get('task_id')}/{stray[0].get('agent')} try "
+                          f"{stray[0].get('attempt')}): not an earlier state of this run")
     wrong = []
     if (src / TASKS).is_file():  # a validation run's verdicts (an eval run has none)
         findings = {(x["phase"], x["task_id"]): _key({"f": x["findings"]}) for x in _rows(paths.tasks, ())}

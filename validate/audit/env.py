@@ -32,13 +32,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from environment.protocol import LoadHints, ScorerUnavailable
-from validate.kinds.trial import evidence_problems
 from validate.contract.manifest import ContractError, Manifest, check_environment, check_tasks, program_sha256
-from validate.evidence.journal import reply_path
 from validate.core.paths import SCORER_CACHE, SMOKE, RunPaths
 from validate.core.records import EXCEPTION_STATUSES, SCORER_ERROR, UNSUPPORTED_EXECUTION_CONTRACT
-from validate.taskdir.smoke_package import package_search
+from validate.evidence.journal import reply_path
+from validate.kinds.trial import evidence_problems
 from validate.run.workspace import workspace_sha256
+from validate.taskdir.smoke_package import package_search
 
 #: Statuses that carry no reward: the attempt was never scored (or its scorer raised).
 UNSCORED = (*EXCEPTION_STATUSES, UNSUPPORTED_EXECUTION_CONTRACT, SCORER_ERROR)
@@ -59,12 +59,12 @@ class EnvAtHand:
                 # A task-directory smoke entry's tasks are its own package's.
                 self._check(m, package_search((root / name).parent) if name.startswith(f"{SMOKE}/") else ())
             except ContractError as e:
-                r.problems.append(f"{root / name}: {e} (recomputed from the environment's code and data at audit "
-                                  f"time)")
+                r.problems.append(f"{root / name}: {e} (recomputed from the environment's code and data at "
+                                  "audit time)")
                 self.ok = False
             except Exception as e:  # noqa: BLE001 - the environment or its data is not at hand
-                r.problems.append(f"{root / name}: its environment {m.environment.name!r} or its data is not at hand "
-                                  f"({type(e).__name__}: {e}); give the data with --data PATH")
+                r.problems.append(f"{root / name}: its environment {m.environment.name!r} or its data is not "
+                                  f"at hand ({type(e).__name__}: {e}); give the data with --data PATH")
                 self.ok = False
         if self.ok:
             r.checked.append(f"{len(manifests)} contracts held to the environment's code and data (revision, "
@@ -81,16 +81,16 @@ class EnvAtHand:
         env, config, taskset = self._sets[key]
         self.env = env
         if taskset.revision != m.environment.revision:
-            raise ContractError(f"environment.revision: the contract says {m.environment.revision}, the environment's "
-                                f"data gives {taskset.revision}")
+            raise ContractError(f"environment.revision: the contract says {m.environment.revision}, the "
+                                f"environment's data gives {taskset.revision}")
         if env.scorer(config) != m.environment.scorer:
             raise ContractError("environment.scorer: not the environment's scorer")
         declared = {a.name: a for a in env.agents(config)}
         for name, entry in m.expectations.agents.items():
             spec = declared.get(name)
             if spec is None or spec.role != entry.role or program_sha256(spec) != entry.program_sha256:
-                raise ContractError(f"expectations.agents.{name}: its role or program_sha256 is not the agent's "
-                                    f"(program_sha256 {program_sha256(spec) if spec else 'none'})")
+                raise ContractError(f"expectations.agents.{name}: its role or program_sha256 is not the "
+                                    f"agent's (program_sha256 {program_sha256(spec) if spec else 'none'})")
         check_tasks(m, env, config, taskset)
 
     def taskset(self, m: Manifest):
@@ -162,12 +162,13 @@ def stored_reply(paths: RunPaths, row: dict, cap: int, t: Tally, name: str) -> b
         data = row["reply_text"].encode()  # the text is provably the whole reply
         t.from_text += 1
     else:
-        t.add("stored reply", f"{name}: its reply is not stored ({path} is missing and reply_text is not the whole "
-                              f"reply {tag}): it cannot be re-scored")
+        t.add("stored reply", f"{name}: its reply is not stored ({path} is missing and reply_text is not the "
+                              f"whole reply {tag}): it cannot be re-scored")
         return False
     if (row["reply_bytes"], row["reply_text"], bool(row["reply_truncated"])) != \
             (len(data), data[:cap].decode("utf-8", "replace"), len(data) > cap):
-        t.add("reply fields", f"{name}: reply_bytes, reply_text or reply_truncated are not its stored reply's")
+        t.add("reply fields",
+              f"{name}: reply_bytes, reply_text or reply_truncated are not its stored reply's")
     return data
 
 
@@ -195,10 +196,12 @@ def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r, la
                 if m is None:
                     continue  # named by the attempts check
                 n += 1
-                name = f"{row['phase']} {row['task_id']}/{row['agent']} sample {row['sample']} try {row['attempt']}"
+                name = (f"{row['phase']} {row['task_id']}/{row['agent']} sample {row['sample']} "
+                        f"try {row['attempt']}")
                 task = task_of(at.key(m), row["idx"])
                 if row["workspace_sha256"] != workspace_sha256(dict(task.files)):
-                    t.add("workspace_sha256", f"{name}: workspace_sha256 is not its task's materialised workspace")
+                    t.add("workspace_sha256",
+                          f"{name}: workspace_sha256 is not its task's materialised workspace")
                 reply = stored_reply(paths, row, m.execution.max_reply_text_bytes, t, name)
                 if reply is False:
                     continue
@@ -207,8 +210,8 @@ def rescore(paths: RunPaths, at: EnvAtHand, by_phase: dict[str, Manifest], r, la
                 scored += _rescore_one(at.taskset(m), task, reply, row, metrics, cache, t, name)
     t.close()
     r.checked.append(f"{label}{scored} rewards re-scored from {n} attempts' whole replies ({t.from_store} "
-                     f"from replies/, {t.from_text} from a reply_text that hashes to its reply_sha256, {t.unset} "
-                     f"scored as no reply); {n} workspaces re-derived")
+                     f"from replies/, {t.from_text} from a reply_text that hashes to its reply_sha256, "
+                     f"{t.unset} scored as no reply); {n} workspaces re-derived")
 
 
 def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[str], cache: Path, t: Tally,
@@ -216,7 +219,8 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
     status = row["status"]
     if status in UNSCORED:
         if row["reward"] is not None or row.get("reward_decimal") is not None:
-            t.add("reward", f"{name}: status {status} but a reward {row['reward']} ({row.get('reward_decimal')!r})")
+            t.add("reward", f"{name}: status {status} but a reward {row['reward']} "
+                            f"({row.get('reward_decimal')!r})")
         if status != SCORER_ERROR:
             return 0
     elif row["reward"] is None:
@@ -225,8 +229,8 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
     try:
         s = taskset.score(task, reply or b"", cache)
     except ScorerUnavailable as e:
-        t.add("reward", f"{name}: cannot be re-scored offline: a scorer dependency is not in the run's scorer-cache "
-                        f"and the audit asks no judge ({str(e)[:200]})")
+        t.add("reward", f"{name}: cannot be re-scored offline: a scorer dependency is not in the run's "
+                        f"scorer-cache and the audit asks no judge ({str(e)[:200]})")
         return 0
     except Exception as e:  # noqa: BLE001 - a scorer's exception is what scorer_error records
         if status != SCORER_ERROR:
@@ -238,8 +242,8 @@ def _rescore_one(taskset, task, reply: bytes | None, row: dict, metrics: list[st
     elif not _same(row["reward"], s.reward):
         t.add("reward", f"{name}: reward {row['reward']} but its stored reply re-scores to {s.reward}")
     elif row.get("reward_decimal") != s.exact:  # the exact text the threshold was compared with
-        t.add("reward", f"{name}: reward_decimal {row.get('reward_decimal')!r} but its stored reply re-scores to "
-                        f"{s.exact!r}")
+        t.add("reward", f"{name}: reward_decimal {row.get('reward_decimal')!r} but its stored reply "
+                        f"re-scores to {s.exact!r}")
     elif any(not _same(row[c], s.metrics.get(c[len("metric_"):])) for c in metrics):
         t.add("metrics", f"{name}: its metrics are not what its stored reply re-scores to")
     return 1

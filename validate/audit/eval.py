@@ -15,7 +15,8 @@ Nothing the run wrote about itself is trusted:
    model's (agent ``model``, role ``model``) on a task of the manifest with its hash, in
    ``eval-greedy`` (sample 0) or ``eval`` (samples 0..k−1), on the contract's backend and
    the image it routes the task to (its frozen task image, else the sandbox image, as the
-   validation audit holds trials: `validate.audit.taskimages.routed_digests`); its reply, workspace and reward re-derive (re-scored offline, `validate.audit.env`).
+   validation audit holds trials: `validate.audit.taskimages.routed_digests`); its reply,
+   workspace and reward re-derive (re-scored offline, `validate.audit.env`).
 4. Samples and trajectories: exactly one sample row per attempt; its ``solved`` flag and its
    failure class and rule re-derived (`validate.eval.classes`); each attempt's turn rows
    number exactly its ``turns``.
@@ -33,15 +34,16 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from validate.audit.run import EVAL_SEALED_ONLY, check_attempt_keys
 from validate.audit.contracts import check_anchor, committed_manifests
 from validate.audit.env import EnvAtHand, rescore
 from validate.audit.reports import check_eval_rendered
+from validate.audit.run import EVAL_SEALED_ONLY, check_attempt_keys
 from validate.audit.seal import AuditResult, check_seal
 from validate.audit.taskimages import routed_digests
 from validate.contract.manifest import ContractError, load_manifest
 from validate.core.errors import EvidenceError
-from validate.kinds.chat import MODEL_AGENT, facts_of
+from validate.core.paths import EVAL_CONTRACT, MANIFEST, RunPaths
+from validate.core.records import MODEL, Attempt
 from validate.eval.classes import classify
 from validate.eval.contract import load
 from validate.eval.evidence import EvalPaths
@@ -50,8 +52,7 @@ from validate.eval.records import SampleRow
 from validate.eval.report import load_eval
 from validate.eval.summary import summarize
 from validate.evidence.journal import read_attempts
-from validate.core.paths import EVAL_CONTRACT, MANIFEST, RunPaths
-from validate.core.records import MODEL, Attempt
+from validate.kinds.chat import MODEL_AGENT, facts_of
 
 
 def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) -> None:
@@ -63,17 +64,19 @@ def _attempts(a: pd.DataFrame, manifest, k: int, r: AuditResult, where: Path) ->
     if set(a["agent"]) - {MODEL_AGENT} or set(a["role"]) - {MODEL}:
         r.problems.append(f"{where}: attempts of an agent or role other than the model")
     if set(a["phase"]) - {GREEDY_PHASE, SAMPLED_PHASE}:
-        r.problems.append(f"{where}: attempts of phases {sorted(set(a['phase']) - {GREEDY_PHASE, SAMPLED_PHASE})}")
-    wrong = ((a["phase"] == GREEDY_PHASE) & (a["sample"] != 0)) | ((a["phase"] == SAMPLED_PHASE) & (a["sample"] >= k))
+        r.problems.append(f"{where}: attempts of phases "
+                          f"{sorted(set(a['phase']) - {GREEDY_PHASE, SAMPLED_PHASE})}")
+    wrong = (((a["phase"] == GREEDY_PHASE) & (a["sample"] != 0))
+             | ((a["phase"] == SAMPLED_PHASE) & (a["sample"] >= k)))
     if wrong.any():
         r.problems.append(f"{where}: sample numbers outside the pass's range")
     ex = manifest.execution
     routed = routed_digests(manifest, a["task_id"])  # a task's frozen image, else the sandbox image
     off = a[(a["backend"] != ex.backend) | (a["image_digest"] != routed)]
     if len(off):
-        r.problems.append(f"{where}: {len(off)} attempt(s) on a backend or image_digest that is not the contract's "
-                          f"({ex.backend}, the image it routes the task to); first: task {off.iloc[0]['task_id']} "
-                          f"{off.iloc[0]['backend']} {off.iloc[0]['image_digest']}")
+        r.problems.append(f"{where}: {len(off)} attempt(s) on a backend or image_digest that is not the "
+                          f"contract's ({ex.backend}, the image it routes the task to); first: task "
+                          f"{off.iloc[0]['task_id']} {off.iloc[0]['backend']} {off.iloc[0]['image_digest']}")
     r.checked.append(f"{len(a)} attempts against the manifest")
 
 
@@ -88,12 +91,14 @@ def _samples(attempts: list[Attempt], samples: list[SampleRow], turns: dict[tupl
         s = by_key.get((a.phase, a.task_id, a.agent, a.sample, a.attempt))
         if s is None:
             continue
-        if solved(a.status, a.reward, threshold, a.reward_decimal) != s.solved or classify(facts_of(a, s)) != (s.failure_class, s.failure_rule):
+        if solved(a.status, a.reward, threshold,
+                  a.reward_decimal) != s.solved or classify(facts_of(a, s)) != (s.failure_class,
+                                                                                s.failure_rule):
             bad += 1
             if bad <= 5:
-                r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try {a.attempt}: solved "
-                                  f"{s.solved} / class {s.failure_class} ({s.failure_rule}) do not follow from its "
-                                  f"status, reward and facts")
+                r.problems.append(f"{paths.samples}: {a.task_id} {a.phase} sample {a.sample} try "
+                                  f"{a.attempt}: solved {s.solved} / class {s.failure_class} "
+                                  f"({s.failure_rule}) do not follow from its status, reward and facts")
     counts = {k: len(v) for k, v in turns.items()}
     if any(k not in by_key for k in counts) or any(counts.get(k, 0) != s.turns for k, s in by_key.items()):
         r.problems.append(f"{paths.trajectories}: turn rows do not match the sample rows' turn counts")
@@ -104,13 +109,14 @@ def _metrics(ev, attempts: list[Attempt], samples: list[SampleRow], manifest, r:
     c, s = ev.contract, ev.summary
     families = {row.task_id: row.family for row in ev.tasks.itertuples()}
     task_ids = [t.id for t in manifest.tasks]
-    identity = {f: getattr(s, f) for f in ("run_id", "contract_sha256", "manifest_sha256", "environment", "model",
-                                          "backend", "image_digest", "machine", "code_commit", "patch", "started_at",
-                                          "finished_at", "interrupted")}
+    identity = {f: getattr(s, f) for f in ("run_id", "contract_sha256", "manifest_sha256", "environment",
+                                           "model", "backend", "image_digest", "machine", "code_commit",
+                                           "patch", "started_at", "finished_at", "interrupted")}
     again, tasks = summarize(attempts, samples, task_ids, families, c.k, c.reward.pass_threshold, **identity)
     if again.model_dump(mode="json") != s.model_dump(mode="json"):
         diff = [f for f in type(again).model_fields if getattr(again, f) != getattr(s, f)]
-        r.problems.append(f"{ev.paths.summary}: does not recompute from the evidence (fields {', '.join(diff)})")
+        r.problems.append(f"{ev.paths.summary}: does not recompute from the evidence (fields "
+                          f"{', '.join(diff)})")
     if [t.model_dump() for t in tasks] != pq.read_table(ev.paths.tasks).to_pylist():
         r.problems.append(f"{ev.paths.tasks}: does not recompute from the attempts")
     # Every report is rendered again from the files it names and compared byte for byte
@@ -124,15 +130,15 @@ def _identity(ev, contract, manifest, r: AuditResult) -> None:
     attempts."""
     s = ev.summary
     said = (s.model, s.environment, s.backend, s.image_digest)
-    want = (f"{contract.model.id}@{contract.model.revision}", manifest.environment.name, manifest.execution.backend,
-            manifest.execution.image_digest)
+    want = (f"{contract.model.id}@{contract.model.revision}", manifest.environment.name,
+            manifest.execution.backend, manifest.execution.image_digest)
     if said != want:
-        r.problems.append(f"{ev.paths.summary}: model, environment, backend or image_digest {said} is not the "
-                          f"contracts' {want}")
+        r.problems.append(f"{ev.paths.summary}: model, environment, backend or image_digest {said} is not "
+                          f"the contracts' {want}")
     ends = pd.to_datetime(ev.attempts["finished_at"], utc=True)
     if len(ends) and (ends.max() > pd.Timestamp(s.finished_at) or s.started_at > s.finished_at):
-        r.problems.append(f"{ev.paths.summary}: finished_at {s.finished_at.isoformat()} is before an attempt's end "
-                          f"({ends.max().isoformat()}), or the run's span runs backwards")
+        r.problems.append(f"{ev.paths.summary}: finished_at {s.finished_at.isoformat()} is before an "
+                          f"attempt's end ({ends.max().isoformat()}), or the run's span runs backwards")
 
 
 def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditResult:
@@ -165,7 +171,8 @@ def audit(root: Path, data: tuple = (), manifests: Path | None = None) -> AuditR
     if at.ok:
         rescore(paths.run, at, {GREEDY_PHASE: manifest, SAMPLED_PHASE: manifest}, r)
     else:
-        r.problems.append(f"{paths.run.attempts}: no reward re-scored: the environment is not at hand (see above)")
+        r.problems.append(f"{paths.run.attempts}: no reward re-scored: the environment is not at "
+                          "hand (see above)")
     attempts = read_attempts(paths.run)
     samples = [SampleRow.model_validate(row) for row in pq.read_table(paths.samples).to_pylist()]
     _samples(attempts, samples, ev.turns, contract.reward.pass_threshold, r, paths)

@@ -25,19 +25,25 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from validate.report import profiles
-from validate.report import run as report
 from validate.audit.earlier import check_earlier
 from validate.audit.seal import AuditResult, check_seal
 from validate.contract.manifest import load_manifest
-from validate.eval import compare
-from validate.eval import report as eval_report
-from validate.evidence.journal import file_sha256, ledger_source
 from validate.core.jsonio import loads
-from validate.core.paths import ATTEMPTS, COMPARE_JSON, MANIFEST, REPORT_JSON, SMOKE_RESULT, SMOKE_RUN, RunPaths
+from validate.core.paths import (
+    ATTEMPTS,
+    COMPARE_JSON,
+    MANIFEST,
+    REPORT_JSON,
+    SMOKE_RESULT,
+    SMOKE_RUN,
+    RunPaths,
+)
 from validate.core.records import EVAL, RUN, RunKind
-from validate.taskdir.smoke_package import PACKAGE
+from validate.eval import compare, report as eval_report
+from validate.evidence.journal import file_sha256, ledger_source
+from validate.report import profiles, run as report
 from validate.run.smoke import PROCESS_FIELDS, SmokeResult, result_json, smoke_result
+from validate.taskdir.smoke_package import PACKAGE
 
 #: The full audit of a run directory (`validate.audit.run.audit`, `validate.audit.eval.audit`),
 #: handed down by the audit that calls this module: a copy a resume kept is audited with it,
@@ -49,14 +55,15 @@ def first_difference(stored: bytes, expected: bytes) -> str:
     """Where `stored` first departs from `expected`: the byte offset, the heading it falls
     under and whether in a table, and the two texts there (short, repr'd: stored text is
     hostile)."""
-    at = next((i for i, (x, y) in enumerate(zip(stored, expected)) if x != y), min(len(stored), len(expected)))
+    at = next((i for i, (x, y) in enumerate(zip(stored, expected, strict=False)) if x != y),
+              min(len(stored), len(expected)))
     before = expected[:at].decode("utf-8", "replace")
     heads = re.findall(r"(?m)^#+ (.*)$", before) or re.findall(r"<h[1-3]>(.*?)</h[1-3]>", before)
     line = before.rsplit("\n", 1)[-1]
     in_table = line.startswith("|") or before.rfind("<table") > before.rfind("</table>")
     where = f" in the {heads[-1]} {'table' if in_table else 'section'}" if heads else ""
-    return (f"first difference at byte {at}{where}: {stored[at:at + 60].decode('utf-8', 'replace')!r} where the "
-            f"evidence renders {expected[at:at + 60].decode('utf-8', 'replace')!r}")
+    return (f"first difference at byte {at}{where}: {stored[at:at + 60].decode('utf-8', 'replace')!r} where "
+            f"the evidence renders {expected[at:at + 60].decode('utf-8', 'replace')!r}")
 
 
 def _compare_files(entry: Path, files: dict[str, bytes], r, seal: tuple[str, ...] = ()) -> bool:
@@ -74,7 +81,8 @@ def _compare_files(entry: Path, files: dict[str, bytes], r, seal: tuple[str, ...
             r.problems.append(f"{path}: missing")
             ok = False
         elif stored != expected:
-            r.problems.append(f"{path}: is not what its evidence renders ({first_difference(stored, expected)})")
+            r.problems.append(f"{path}: is not what its evidence renders "
+                              f"({first_difference(stored, expected)})")
             ok = False
     return ok
 
@@ -91,11 +99,12 @@ def _record(path: Path, renderer: str, r) -> dict | None:
         said = data.get("renderer") if isinstance(data, dict) else None
         what = "names no renderer version (written before the audit re-rendered documents)" if said is None \
             else f"names renderer {str(said)[:40]!r}"
-        r.problems.append(f"{path}: {what}, and this audit can render again only with {renderer}; a document it "
-                          f"cannot render again is not evidence: write a new one")
+        r.problems.append(f"{path}: {what}, and this audit can render again only with {renderer}; a document "
+                          "it cannot render again is not evidence: write a new one")
         return None
     ledgers = data.get("ledgers")
-    if not isinstance(ledgers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in ledgers.items()):
+    if not isinstance(ledgers, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                for k, v in ledgers.items()):
         r.problems.append(f"{path}: names no input files (ledgers)")
         return None
     return data
@@ -144,8 +153,8 @@ def _report(paths: RunPaths, entry: Path, r, kept: dict[Path, bool], kind: RunKi
         return False
     src = ledger_source(paths, record["ledgers"])
     if src is None:
-        r.problems.append(f"{entry / REPORT_JSON}: the files it was rendered from (ledgers) are neither this run's "
-                          f"nor a copy kept at a resume (earlier/): it cannot be rendered again")
+        r.problems.append(f"{entry / REPORT_JSON}: the files it was rendered from (ledgers) are neither this "
+                          "run's nor a copy kept at a resume (earlier/): it cannot be rendered again")
         return False
     if src != paths.root:  # a copy kept at a resume: evidence only once audited itself
         if src not in kept:
@@ -159,7 +168,8 @@ def _smoke_result(paths: RunPaths, entry: Path, r) -> bool:
     if not (entry / SMOKE_RUN / ATTEMPTS).is_file() or not (entry / MANIFEST).is_file():
         r.problems.append(f"{entry}: no rerun evidence (run/attempts.parquet, manifest.json)")
         return False
-    extra = sorted(p.name for p in entry.iterdir() if p.name not in (MANIFEST, SMOKE_RESULT, SMOKE_RUN, PACKAGE))
+    extra = sorted(p.name for p in entry.iterdir()
+                   if p.name not in (MANIFEST, SMOKE_RESULT, SMOKE_RUN, PACKAGE))
     if extra:
         r.problems.append(f"{entry}: holds {', '.join(extra)}, which a smoke test does not write")
         return False
@@ -194,7 +204,8 @@ def _check_pair(entry: Path, r, renderer: str, sides: Callable[[dict], tuple[obj
     if record is None:
         return False
     home = entry.parent.parent.parent
-    dirs = {side: (runs or {}).get(str(run), home / str(run)) for side, run in zip(("A", "B"), sides(record))}
+    dirs = {side: (runs or {}).get(str(run), home / str(run))
+            for side, run in zip(("A", "B"), sides(record), strict=True)}
     for name, digest in sorted(record["ledgers"].items()):
         side, _, rel = name.partition("/")
         path = dirs[side] / rel if side in dirs and rel and ".." not in Path(rel).parts else None
@@ -217,8 +228,8 @@ def check_profiles(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
     def sides(rec: dict) -> tuple[object, object]:
         return tuple((rec.get(k) if isinstance(rec.get(k), dict) else {}).get("run_id") for k in ("a", "b"))
 
-    return _check_pair(entry, r, profiles.RENDERER, sides, lambda a, b: profiles.render(profiles.comparison(a, b)),
-                       runs)
+    return _check_pair(entry, r, profiles.RENDERER, sides,
+                       lambda a, b: profiles.render(profiles.comparison(a, b)), runs)
 
 
 def _sealed_entry(entry: Path, r, check: Callable[[], bool]) -> bool:

@@ -40,8 +40,13 @@ from validate.audit.counts import check_counts, check_identity, check_smokes, ve
 from validate.audit.env import EnvAtHand, rescore
 from validate.audit.reports import check_rendered
 from validate.audit.seal import AuditResult, check_seal
-from validate.audit.taskimages import check_base_maps, check_build_logs, check_patches, check_reply_images, \
-    routed_digests
+from validate.audit.taskimages import (
+    check_base_maps,
+    check_build_logs,
+    check_patches,
+    check_reply_images,
+    routed_digests,
+)
 from validate.contract.manifest import Manifest
 from validate.core.errors import EvidenceError
 from validate.core.paths import (
@@ -57,6 +62,7 @@ from validate.core.paths import (
 )
 from validate.core.records import (
     COMPATIBLE,
+    EXACT,
     EXCLUDED,
     EXIT_NONZERO,
     MODEL,
@@ -64,9 +70,8 @@ from validate.core.records import (
     OK,
     OOM,
     ORACLE,
-    TIMEOUT,
-    EXACT,
     PLACEMENT,
+    TIMEOUT,
     TRIAL,
     VERDICT_TRIAL,
     Attempt,
@@ -77,29 +82,31 @@ from validate.core.records import (
     meta_text,
 )
 from validate.evidence.run import load_run
-from validate.run.runner import verdict_row
 from validate.evidence.signing import verify_signature
 from validate.evidence.verdicts import Outcome, as_expected, decide
-
+from validate.run.runner import verdict_row
 
 #: What no audit can re-derive: facts of the machine and of the attempt's inside. They are
 #: bound by ``checksums`` alone, so only ``--signature`` (which covers the checksums) holds them.
 SEALED_ONLY: tuple[str, ...] = (
     "run.json: machine, code_commit, started_at (a resume starts it again), interrupted",
-    "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr (but "
-    "a trial's head: re-derived from its trial column), error_class, error_message, node, host (where a cluster "
-    "ran it); a trial's observations (its trial column: what the harness saw, held to its stderr, planted, "
-    "shared_reward and stored reply)",
+    "attempts.parquet: started_at, finished_at, runtime_s, exit_code, oom_killed, timed_out, stdout, stderr "
+    "(but a trial's head: re-derived from its trial column), error_class, error_message, node, host (where a "
+    "cluster ran it); a trial's observations (its trial column: what the harness saw, held to its stderr, "
+    "planted, shared_reward and stored reply)",
     "replies/: what each agent answered (its reward is re-scored from it; only a rerun, `validate smoke`, "
     "re-derives the answer itself)",
-    f"{SCORER_CACHE}/: a judge's raw answers (each grade is re-derived from its answer; the answer is the judge's)",
+    f"{SCORER_CACHE}/: a judge's raw answers (each grade is re-derived from its answer; the "
+    "answer is the judge's)",
     "smoke/*/run/: the rerun's run.json, tasks.parquet and timings (its attempts are re-scored and compared)",
 )
 EVAL_SEALED_ONLY: tuple[str, ...] = (
-    "eval.json: machine, code_commit, patch, interrupted, started_at (finished_at is held to the attempts' ends)",
+    "eval.json: machine, code_commit, patch, interrupted, started_at (finished_at is held to "
+    "the attempts' ends)",
     "attempts.parquet: started_at, finished_at, runtime_s, error_class, error_message",
     "replies/: what the model answered (its reward is re-scored from it; the answer is the model's)",
-    "trajectories.parquet: every message, tool call and tool result; samples.parquet: token counts and timings",
+    "trajectories.parquet: every message, tool call and tool result; samples.parquet: token "
+    "counts and timings",
 )
 
 
@@ -145,36 +152,38 @@ def _attempts(a: pd.DataFrame, by_phase: dict[str, Manifest], r: AuditResult, wh
             continue
         hashes = {t.id: (t.hash, t.idx) for t in m.tasks}
         rules = m.expectations.rules()
-        wrong = group[[hashes.get(t) != (h, i) for t, h, i in zip(group["task_id"], group["task_hash"], group["idx"])]]
+        wrong = group[[hashes.get(t) != (h, i) for t, h, i in zip(group["task_id"], group["task_hash"],
+                                                                  group["idx"], strict=True)]]
         if len(wrong):
             row = wrong.iloc[0]
-            r.problems.append(f"{where}: {len(wrong)} attempt(s) of phase {phase} name a task hash that is not the "
-                              f"contract's for that task (or another idx), e.g. {row['task_id']} {row['task_hash']} "
-                              f"idx {row['idx']}")
+            r.problems.append(f"{where}: {len(wrong)} attempt(s) of phase {phase} name a task hash that is "
+                              f"not the contract's for that task (or another idx), e.g. {row['task_id']} "
+                              f"{row['task_hash']} idx {row['idx']}")
         ex = m.execution
         routed = routed_digests(m, group["task_id"])  # a task's frozen image, else the sandbox image
         off = group[(group["backend"] != ex.backend) | (group["image_digest"] != routed)]
         if len(off):
-            r.problems.append(f"{where}: {len(off)} attempt(s) of phase {phase} name a backend or image_digest that "
-                              f"is not the contract's ({ex.backend}, {routed[off.index[0]]}), e.g. "
-                              f"{off.iloc[0]['task_id']} {off.iloc[0]['agent']}: {off.iloc[0]['backend']} "
+            r.problems.append(f"{where}: {len(off)} attempt(s) of phase {phase} name a backend or "
+                              f"image_digest that is not the contract's ({ex.backend}, "
+                              f"{routed[off.index[0]]}), e.g. {off.iloc[0]['task_id']} "
+                              f"{off.iloc[0]['agent']}: {off.iloc[0]['backend']} "
                               f"{off.iloc[0]['image_digest']}")
         for row in group.itertuples():
             if row.role != MODEL and row.status in STATUS_OF_RUN and _run_status(row) != row.status:
-                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: status {row.status} "
-                                  f"does not follow from its exit code and kill flags")
+                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: status "
+                                  f"{row.status} does not follow from its exit code and kill flags")
                 break
         for row in group.itertuples():
             rule = rules.get(row.agent)
             if rule is None or rule.role != row.role:
-                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: agent or role "
-                                  f"{row.role!r} is not the contract's")
+                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: agent or "
+                                  f"role {row.role!r} is not the contract's")
                 break
             reward = None if pd.isna(row.reward) else float(row.reward)
             if row.role != MODEL and as_expected(rule, row.status, reward, m.expectations.pass_threshold,
                                                  _decimal(row)) != bool(row.as_expected):
-                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: as_expected "
-                                  f"{row.as_expected} does not follow from its status and reward")
+                r.problems.append(f"{where}: attempt {row.task_id}/{row.agent} try {row.attempt}: "
+                                  f"as_expected {row.as_expected} does not follow from its status and reward")
                 break
 
 
@@ -206,7 +215,8 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
         if sorted(t for _, t in mine) != sorted(t.id for t in tasks_m.tasks):
             r.problems.append(f"{where}: phase {g.phase}: the verdicts do not cover each of the contract's "
                               f"{len(tasks_m.tasks)} tasks exactly once")
-        sub = attempts[attempts["phase"].isin(g.attempt_phases)]  # `decide` counts the samples the contract asks
+        # `decide` counts the samples the contract asks
+        sub = attempts[attempts["phase"].isin(g.attempt_phases)]
         outcomes = {tid: _outcomes(grp) for tid, grp in sub.groupby("task_id", sort=False)}
         taskset = at.taskset(tasks_m)
         for e in tasks_m.tasks:
@@ -225,7 +235,8 @@ def _verdicts(paths: RunPaths, attempts: pd.DataFrame, summary, manifests, at, r
         r.problems.append(f"{where}: verdicts of phase(s) {stray}, which no verdict group of run.json covers")
     excluded = _exclusions(paths, expected, r)
     if not summary.groups or skipped:  # a claim only for what was done
-        r.problems.append(f"{where}: {skipped} of {len(summary.groups)} verdict groups could not be re-derived")
+        r.problems.append(f"{where}: {skipped} of {len(summary.groups)} verdict groups could "
+                          "not be re-derived")
     else:
         r.checked.append(f"{len(expected)} task rows and {excluded} exclusion rows re-derived from their "
                          f"attempts and the environment")
@@ -252,14 +263,14 @@ def _decimal(row) -> str | None:
 
 def _exclusions(paths: RunPaths, expected: dict, r: AuditResult) -> int:
     """The exclusion ledger is exactly the re-derived verdicts' exclusions, row for row."""
-    excluded = {k: Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx, task_hash=v.task_hash,
-                             reason=v.reason, detail=v.detail).model_dump()
+    excluded = {k: Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
+                             task_hash=v.task_hash, reason=v.reason, detail=v.detail).model_dump()
                 for k, v in expected.items() if v.verdict == EXCLUDED}
     ledger = {(x["phase"], x["task_id"]): Exclusion.model_validate(x).model_dump()
               for x in pq.read_table(paths.exclusions).to_pylist()}
     if ledger != excluded:
-        r.problems.append(f"{paths.exclusions}: its rows are not the re-derived exclusions (reason and detail of "
-                          f"each excluded task)")
+        r.problems.append(f"{paths.exclusions}: its rows are not the re-derived exclusions (reason and "
+                          "detail of each excluded task)")
     return len(excluded)
 
 
@@ -274,8 +285,8 @@ def _difference(got, want) -> str:
     if (g["verdict"], g["reason"], g["missing"], g["retried"]) != (w["verdict"], w["reason"], w["missing"],
                                                                   w["retried"]) or \
             any(not _same(g[f], w[f]) for f in ("oracle_reward", "max_control_reward", "margin")):
-        return (f"verdict {g['verdict']} ({g['reason']}) but its attempts give {w['verdict']} ({w['reason']}): "
-                f"{w['detail'][:200]}")
+        return (f"verdict {g['verdict']} ({g['reason']}) but its attempts give {w['verdict']} "
+                f"({w['reason']}): {w['detail'][:200]}")
     if g["findings"] != w["findings"]:
         return "stored findings differ from the environment's"
     fields = [f for f in w if g[f] != w[f]]
@@ -303,13 +314,14 @@ def _frozen(attempts: pd.DataFrame, ev_tasks: pd.DataFrame, manifests: dict[str,
     testable = {t.id for t in root.tasks if exp.testing(t.skip)}
     passes = set()
     for tid, grp in o[o["task_id"].isin(testable)].groupby("task_id"):
-        d = decide(_outcomes(grp), [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold, exp.exception_rule,
-                   findings_of.get(tid, []), oracle_repeats=exp.oracle_repeats)  # the oracle alone, as at freeze
+        # the oracle alone, as at freeze
+        d = decide(_outcomes(grp), [oracle], {oracle: exp.rules()[oracle]}, exp.pass_threshold,
+                   exp.exception_rule, findings_of.get(tid, []), oracle_repeats=exp.oracle_repeats)
         if d.verdict == COMPATIBLE:
             passes.add(tid)
     if {t.id for t in frozen.tasks} != passes:
-        r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes on the tasks "
-                          f"some control can test")
+        r.problems.append(f"{where}: the frozen set is not exactly the oracle's exception-free passes on the "
+                          "tasks some control can test")
     controls = attempts[attempts["phase"] == "controls"]
     if not set(controls["task_id"]) <= {t.id for t in frozen.tasks}:
         r.problems.append(f"{where}: controls ran on tasks outside the frozen set")
@@ -325,7 +337,8 @@ def _names(paths: RunPaths, s, found: dict[str, Manifest], r: AuditResult) -> No
         r.problems.append(f"{paths.summary}: frozen_manifest_sha256 is not {FROZEN_MANIFEST}'s")
     variants = {Path(k).stem: m.sha256 for k, m in found.items() if k.startswith(f"{VARIANTS}/")}
     if s.variant_manifest_sha256 != variants:
-        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the {VARIANTS}/ contracts' {variants}")
+        r.problems.append(f"{paths.summary}: variant_manifest_sha256 is not the {VARIANTS}/ "
+                          f"contracts' {variants}")
 
 
 def _rederive(paths: RunPaths, at, by_phase, attempts: pd.DataFrame, s, found, r: AuditResult) -> None:
@@ -353,7 +366,8 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
         problem = verify_signature(paths, signature, identity)
         (r.problems.append(problem) if problem else r.checked.append(f"signature of {identity}"))
     found = read_manifests(paths, r)
-    if n := check_anchor(paths, found, manifests if manifests is not None else committed_manifests(paths.root), r):
+    if n := check_anchor(paths, found,
+                         manifests if manifests is not None else committed_manifests(paths.root), r):
         r.checked.append(f"{n} contract(s) compared with the committed manifests")
     tables = _tables(paths, r)
     try:
@@ -378,8 +392,8 @@ def audit(root: Path, signature: Path | None = None, identity: str = "validate",
         _rederive(paths, at, by_phase, attempts, s, found, r)
         check_patches(paths, found, at.taskset, r)
     else:
-        r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is not at "
-                          f"hand (see above)")
+        r.problems.append(f"{paths.tasks}: no reward re-scored and no verdict re-derived: the environment is "
+                          "not at hand (see above)")
     _frozen(attempts, tables[TASKS], found, r, paths.frozen_manifest)
     check_identity(ev, tables, found, at if at.ok else None, r)
     check_counts(ev, tables, found, r)

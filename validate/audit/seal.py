@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from validate.evidence.journal import file_sha256, sealed_files
 from validate.core.paths import RunPaths
+from validate.evidence.journal import file_sha256, sealed_files
 
 
 @dataclass

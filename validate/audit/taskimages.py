@@ -21,14 +21,13 @@ from pydantic import ValidationError
 from environment.harbor.reward import VerifierRecord
 from environment.protocol import sha256_tag
 from validate.contract.manifest import Manifest
-from validate.evidence.journal import reply_path
 from validate.core.paths import MANIFEST, RunPaths, task_image_store
+from validate.evidence.journal import reply_path
 from validate.taskdir.images.bases import BaseTarball
 from validate.taskdir.images.build import TaskImageRefusal, plan
+from validate.taskdir.images.content import ContentDelta
 from validate.taskdir.images.dockerfile import REWRITE_VERSION
 from validate.taskdir.images.frozen import BUILD_LOGS
-
-from validate.taskdir.images.content import ContentDelta
 
 #: The fields of a base the store's record of its layer re-derives.
 BASE_FIELDS = ("recipe_digest", "tree_digest", "python", "packages", "apt_sources")
@@ -55,7 +54,7 @@ def check_build_logs(paths: RunPaths, found: dict[str, Manifest], attempts: pd.D
     contents = {e.content for e in frozen.tasks.values() if e.content}
     files = {f.name: f for f in sorted(kept.glob("*"))} if kept.is_dir() else {}
     listings = {n: files.pop(n) for n in [n for n in files if n.endswith(LISTING)]}
-    for name, f in listings.items():
+    for f in listings.values():
         check_listing(f, contents, r)
     for name, f in files.items():
         stem = name.removesuffix(".log")
@@ -67,9 +66,10 @@ def check_build_logs(paths: RunPaths, found: dict[str, Manifest], attempts: pd.D
     missing = sorted(t for t in ran if (e := frozen.tasks.get(t)) is not None and e.image and e.log_sha256
                      and f"{e.log_sha256.removeprefix('sha256:')}.log" not in files)
     if missing:
-        r.problems.append(f"{kept}: no build log of the frozen image of {', '.join(missing[:5])}, which trials ran in")
-    r.checked.append(f"{len(frozen.tasks)} frozen task images: attempts' image digests routed, {len(files)} build "
-                                          f"logs by hash, {len(listings)} content listings by their frozen content digest")
+        r.problems.append(f"{kept}: no build log of the frozen image of {', '.join(missing[:5])}, "
+                          "which trials ran in")
+    r.checked.append(f"{len(frozen.tasks)} frozen task images: attempts' image digests routed, {len(files)} "
+                     f"build logs by hash, {len(listings)} content listings by their frozen content digest")
 
 
 def check_reply_images(paths: RunPaths, by_phase: dict[str, Manifest], attempts: pd.DataFrame, r) -> None:
@@ -93,9 +93,9 @@ def check_reply_images(paths: RunPaths, by_phase: dict[str, Manifest], attempts:
         if record.image != want:
             wrong += 1
             if wrong <= 5:
-                r.problems.append(f"{paths.attempts}: attempt {row.task_id}/{row.agent} try {row.attempt}: its reply "
-                                  f"{path.name} names image {record.image}, not the image the contract froze for "
-                                  f"the task ({want})")
+                r.problems.append(f"{paths.attempts}: attempt {row.task_id}/{row.agent} try {row.attempt}: "
+                                  f"its reply {path.name} names image {record.image}, not the image the "
+                                  f"contract froze for the task ({want})")
     if wrong > 5:
         r.problems.append(f"{paths.attempts}: and {wrong - 5} more replies naming another image")
     if checked:
@@ -110,8 +110,8 @@ def check_base_maps(paths: RunPaths, found: dict[str, Manifest], r) -> None:
     for name, m in sorted(found.items()):
         frozen = m.execution.task_images
         if frozen is not None:
-            r.sealed_only.append(f"{name}: execution.task_images.tasks: each image's id, layers and key, what its "
-                                 f"build made (`validate verify` holds them to a daemon)")
+            r.sealed_only.append(f"{name}: execution.task_images.tasks: each image's id, layers and key, "
+                                 "what its build made (`validate verify` holds them to a daemon)")
         for recipe, base in sorted(frozen.base_map.bases.items()) if frozen is not None else ():
             at = f"execution.task_images.base_map.bases.{recipe}"
             record_path = store / recipe / "base.json"
@@ -120,17 +120,18 @@ def check_base_maps(paths: RunPaths, found: dict[str, Manifest], r) -> None:
             except (OSError, ValidationError, ValueError):
                 record = None
             if record is None or record.layer != base.layer:
-                r.sealed_only.append(f"{name}: {at.rsplit('.', 2)[0]} ({recipe}, layer {base.layer}): no stored base "
-                                     f"of that layer here ({record_path}), so its packages, apt sources and Python "
-                                     f"are bound by the seal only")
+                r.sealed_only.append(f"{name}: {at.rsplit('.', 2)[0]} ({recipe}, layer {base.layer}): no "
+                                     f"stored base of that layer here ({record_path}), so its packages, apt "
+                                     "sources and Python are bound by the seal only")
                 continue
             held += 1
             off = [f for f in BASE_FIELDS if getattr(record, f) != getattr(base, f)]
             if off:
-                r.problems.append(f"{paths.root / name}: {at}: {', '.join(off)} are not those of the stored base of "
-                                  f"its layer {base.layer} ({record_path})")
+                r.problems.append(f"{paths.root / name}: {at}: {', '.join(off)} are not those of the stored "
+                                  f"base of its layer {base.layer} ({record_path})")
     if held:
-        r.checked.append(f"{held} bases of the contracts' base-image maps held to the stored bases of their layers")
+        r.checked.append(f"{held} bases of the contracts' base-image maps held to the stored "
+                         "bases of their layers")
 
 
 def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) -> None:
@@ -143,12 +144,13 @@ def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) ->
         if frozen is None:
             continue
         if frozen.build_policy.registry is not None:
-            r.sealed_only.append(f"{name}: execution.task_images.tasks: patch_sha256 and bases (pulled through the "
-                                 f"registry {frozen.build_policy.registry}: re-deriving them would pull)")
+            r.sealed_only.append(f"{name}: execution.task_images.tasks: patch_sha256 and bases (pulled "
+                                 f"through the registry {frozen.build_policy.registry}: re-deriving "
+                                 "them would pull)")
             continue
         if frozen.rewrite_version != REWRITE_VERSION:
-            r.sealed_only.append(f"{name}: execution.task_images.tasks: patch_sha256 and bases (rewrite version "
-                                 f"{frozen.rewrite_version}, this code's is {REWRITE_VERSION})")
+            r.sealed_only.append(f"{name}: execution.task_images.tasks: patch_sha256 and bases (rewrite "
+                                 f"version {frozen.rewrite_version}, this code's is {REWRITE_VERSION})")
             continue
         taskset = taskset_of(m)
         for entry in m.tasks:
@@ -162,11 +164,11 @@ def check_patches(paths: RunPaths, found: dict[str, Manifest], taskset_of, r) ->
             got = (None, {}) if isinstance(planned, TaskImageRefusal) else \
                 (sha256_tag(planned[1].encode()), {b.upstream: b.recipe for b in planned[2]})
             checked += 1
-            off = [f for f, w in zip(("patch_sha256", "bases"), got) if getattr(image, f) != w]
+            off = [f for f, w in zip(("patch_sha256", "bases"), got, strict=True) if getattr(image, f) != w]
             if off:
-                r.problems.append(f"{paths.root / name}: execution.task_images.tasks[{entry.id!r}]: {', '.join(off)} "
-                                  f"not what the task's Dockerfile rewritten against the contract's base-image map "
-                                  f"gives ({got[0]})")
+                r.problems.append(f"{paths.root / name}: execution.task_images.tasks[{entry.id!r}]: "
+                                  f"{', '.join(off)} not what the task's Dockerfile rewritten against the "
+                                  f"contract's base-image map gives ({got[0]})")
     if checked:
         r.checked.append(f"{checked} frozen images' patches and bases derived again from their tasks")
 

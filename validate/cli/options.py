@@ -24,8 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from validate.core.errors import ValidateError
-from validate.eval.contract import ModelSpec
 from validate.core.jsonio import JSONInputError, loads
+from validate.eval.contract import ModelSpec
 from validate.sandbox.storage import _NAME as PLAIN_NAME
 
 #: Attempts at once unless told otherwise: two per usable core. An attempt waits on process
@@ -41,7 +41,8 @@ def _plain(annotation) -> Any:
     return annotation
 
 
-def add_model_options(group, model: type[BaseModel], prefix: str, skip: tuple[str, ...] = ("schema_version",)) -> None:
+def add_model_options(group, model: type[BaseModel], prefix: str,
+                      skip: tuple[str, ...] = ("schema_version",)) -> None:
     for name, info in model.model_fields.items():
         if name in skip:
             continue
@@ -53,21 +54,22 @@ def add_model_options(group, model: type[BaseModel], prefix: str, skip: tuple[st
         help_text = f"{info.description or name} ({said})".replace("%", "%%")
         dest = f"{prefix}{name}"
         if kind is bool:
-            group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text)
+            group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
+                               default=argparse.SUPPRESS, help=help_text)
         elif typing.get_origin(kind) is Literal:
             group.add_argument(flag, dest=dest, choices=[str(c) for c in typing.get_args(kind)],
                                default=argparse.SUPPRESS, help=help_text)
         else:
-            group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar=name.split("_")[-1].upper(),
-                               help=help_text)
+            group.add_argument(flag, dest=dest, default=argparse.SUPPRESS,
+                               metavar=name.split("_")[-1].upper(), help=help_text)
 
 
 def given(args: argparse.Namespace, prefix: str) -> dict[str, Any]:
     return {k[len(prefix):]: v for k, v in vars(args).items() if k.startswith(prefix)}
 
 
-def model_values(model: type[BaseModel], base: dict[str, Any], overrides: dict[str, Any], what: str) -> BaseModel:
+def model_values(model: type[BaseModel], base: dict[str, Any], overrides: dict[str, Any],
+                 what: str) -> BaseModel:
     """`model` from `base` (e.g. a TOML file) updated with `overrides`; a `ValidateError` naming
     the option on a bad value."""
     from pydantic import ValidationError
@@ -96,8 +98,8 @@ def utf8_path(path: Path, option: str) -> None:
     try:
         str(path).encode("utf-8")
     except UnicodeEncodeError:
-        raise ValidateError(f"{option}: the path {ascii(str(path))} is not valid UTF-8; every path the evidence "
-                            f"records must be: choose another name") from None
+        raise ValidateError(f"{option}: the path {ascii(str(path))} is not valid UTF-8; every path the "
+                            "evidence records must be: choose another name") from None
 
 
 def _probe(directory: Path, option: str, target: Path) -> None:
@@ -113,8 +115,8 @@ def _probe(directory: Path, option: str, target: Path) -> None:
         os.close(fd)
         os.unlink(name)
     except OSError as e:
-        raise ValidateError(f"{option}: cannot write {target} ({e.strerror or e}); choose a path in a writable "
-                            f"directory") from None
+        raise ValidateError(f"{option}: cannot write {target} ({e.strerror or e}); choose a path in a "
+                            "writable directory") from None
 
 
 def output_file(path: str | Path, option: str) -> Path:
@@ -137,9 +139,9 @@ def outside_data(paths: typing.Iterable[Path], data: typing.Iterable[Path], opti
         for p in paths:
             p = Path(os.path.abspath(p)).resolve()
             if p == where or where in p.parents:
-                raise ValidateError(f"{option}: {given} is inside the dataset {place}, which the freeze reads (its "
-                                    f"output would be read back as part of it); write it outside, e.g. "
-                                    f"manifests/<name>.json")
+                raise ValidateError(f"{option}: {given} is inside the dataset {place}, which the freeze "
+                                    "reads (its output would be read back as part of it); write it outside, "
+                                    "e.g. manifests/<name>.json")
 
 
 def output_dir(path: str | Path, option: str) -> Path:
@@ -157,9 +159,9 @@ def run_directory(path: str | Path, option: str) -> Path:
     follows the storage's rule for a plain file name."""
     p = output_dir(path, option)
     if not PLAIN_NAME.match(p.name):
-        raise ValidateError(f"{option}: the run directory's name {p.name!r} is the run id and must be a plain file "
-                            f"name (letters, digits, '.', '_', '-'; at most 200 characters, not starting with "
-                            f"'.', '_' or '-')")
+        raise ValidateError(f"{option}: the run directory's name {p.name!r} is the run id and must be a "
+                            "plain file name (letters, digits, '.', '_', '-'; at most 200 characters, not "
+                            "starting with '.', '_' or '-')")
     return p
 
 
@@ -193,8 +195,8 @@ MODEL_OPTIONS = {"id": ("--model", "the model name the endpoint serves"),
                  "server": ("--server", "what serves the model, in words"),
                  "base_url": ("--base-url", "an http:// or https:// URL naming the endpoint's host, e.g. "
                                             "http://127.0.0.1:8000/v1"),
-                 "api_key_env": ("--api-key-env", "the name of an environment variable (letters, digits and _, "
-                                                  "not starting with a digit), never the key itself")}
+                 "api_key_env": ("--api-key-env", "the name of an environment variable (letters, digits and "
+                                                  "_, not starting with a digit), never the key itself")}
 
 
 def model_spec(**fields: Any):
@@ -211,5 +213,6 @@ def model_spec(**fields: Any):
         option, accepted = MODEL_OPTIONS.get(field, (field or "model", err["msg"]))
         raise ValidateError(f"{option}: {fields.get(field)!r} is not accepted; give {accepted}") from None
     if not urlsplit(spec.base_url).hostname:
-        raise ValidateError(f"--base-url: {spec.base_url!r} names no host; give {MODEL_OPTIONS['base_url'][1]}")
+        raise ValidateError(f"--base-url: {spec.base_url!r} names no host; give "
+                            f"{MODEL_OPTIONS['base_url'][1]}")
     return spec

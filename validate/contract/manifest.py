@@ -15,27 +15,44 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 import validate
-from environment.protocol import AgentSpec, ConfigError, Environment, LoadHints, Role, ScorerSpec, Taskset
-from environment.protocol import canonical_json, sha256_tag
+from environment.protocol import (
+    AgentSpec,
+    ConfigError,
+    Environment,
+    LoadHints,
+    Role,
+    ScorerSpec,
+    Taskset,
+    canonical_json,
+    sha256_tag,
+)
+from validate.contract.sealed import SealedDocument, canonical_items, first_error
+from validate.contract.tasklist import TaskEntry, TaskList
 from validate.core import environments
 from validate.core.errors import ContractError
+from validate.core.records import CONTROL, ORACLE, Role as RecordedRole
 from validate.evidence.journal import atomic_write
-from validate.sandbox.image import package_differences
 from validate.evidence.patches import PatchInfo
-from validate.core.records import CONTROL, ORACLE
-from validate.core.records import Role as RecordedRole
+from validate.evidence.verdicts import Rule
 from validate.sandbox import BackendName, Limits, Sandbox
 from validate.sandbox.base import BackendFacts, Isolation
-from validate.contract.sealed import SealedDocument, canonical_items, first_error
+from validate.sandbox.image import package_differences
 from validate.taskdir.images.frozen import TaskImages
-from validate.contract.tasklist import TaskEntry, TaskList
-from validate.evidence.verdicts import Rule
 
 SCHEMA_VERSION = 2
 #: How every agent starts, on every backend. `-S` skips `site`: the agents are stdlib programs,
@@ -52,8 +69,8 @@ class EnvironmentSpec(BaseModel):
     scorer: ScorerSpec = Field(description="What is frozen about scoring.")
     source: dict[str, Any] | None = Field(default=None, description=(
         "Where a published dataset came from, as its environment reports it (e.g. the Hub repository, the "
-        "revision asked for, the commit it resolved to, every file's sha256); handed back at every load, so the "
-        "same source is read again. Absent for data without one."))
+        "revision asked for, the commit it resolved to, every file's sha256); handed back at every load, so "
+        "the same source is read again. Absent for data without one."))
 
     @model_serializer(mode="wrap")
     def _omit_no_source(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -70,16 +87,19 @@ class AgentEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     role: Role
-    ceiling: float | None = Field(default=None, description="A control's reward must stay under this; None: under "
-                                                            "the pass threshold.")
-    ceiling_scope: Literal["task", "mean"] = Field(default="task", description="task: on every task; mean: the "
-                                                   "control's mean over the run (a chance-level control).")
+    ceiling: float | None = Field(default=None, description="A control's reward must stay under this; None: "
+                                                            "under the pass threshold.")
+    ceiling_scope: Literal["task", "mean"] = Field(
+        default="task", description="task: on every task; mean: the control's mean over the run (a "
+                                    "chance-level control).")
     sees_answer_key: bool = False
     sees_source: bool = False
-    program_sha256: str = Field(description="sha256 over the agent's program and support files (names and bytes).")
-    tampers: bool = Field(default=False, description="A tampering control (its pass makes the task hackable).")
-    baseline: bool = Field(default=False, description="A control that changes nothing (nop): with the oracle, the "
-                                                      "witness that the verifier runs cleanly.")
+    program_sha256: str = Field(description="sha256 over the agent's program and support files "
+                                            "(names and bytes).")
+    tampers: bool = Field(default=False,
+                          description="A tampering control (its pass makes the task hackable).")
+    baseline: bool = Field(default=False, description="A control that changes nothing (nop): with the "
+                                                      "oracle, the witness that the verifier runs cleanly.")
 
     @model_serializer(mode="wrap")
     def _omit_unset_flags(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -104,14 +124,15 @@ class Expectations(BaseModel):
 
     pass_threshold: float = Field(ge=0.0, le=1.0, allow_inf_nan=False,
                                   description="The oracle passes at or above this reward.")
-    agents: dict[str, AgentEntry] = Field(description="The oracle, the controls a task must reject, the probes.")
+    agents: dict[str, AgentEntry] = Field(description="The oracle, the controls a task must "
+                                                      "reject, the probes.")
     exception_rule: Literal["strict", "retry"] = Field(
-        default="strict", description="strict: any infrastructure exception in the run excludes the task; retry: "
-                                      "only each agent's final attempt counts.")
+        default="strict", description="strict: any infrastructure exception in the run excludes the task; "
+                                      "retry: only each agent's final attempt counts.")
     oracle_repeats: int = Field(
         default=1, ge=1, le=100, strict=True,
-        description="The oracle plays each task this many times (samples 0..N-1); every repeat must pass, a mix "
-                    "is a flaky verifier (invalid_task_or_verifier).")
+        description="The oracle plays each task this many times (samples 0..N-1); every repeat must pass, a "
+                    "mix is a flaky verifier (invalid_task_or_verifier).")
 
     @model_serializer(mode="wrap")
     def _omit_one_repeat(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -123,8 +144,8 @@ class Expectations(BaseModel):
         return data
 
     def rules(self) -> dict[str, Rule]:
-        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope, a.tampers,
-                        a.baseline)
+        return {n: Rule(a.role, self.pass_threshold if a.ceiling is None else a.ceiling, a.ceiling_scope,
+                        a.tampers, a.baseline)
                 for n, a in self.agents.items()}
 
     def named(self, *roles: RecordedRole) -> list[str]:
@@ -146,11 +167,12 @@ class TrialProfile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     verifier_mode: Literal["trusted", "shared"] = Field(description=(
-        "trusted: a fresh container of the task's pristine image with only the agent's changes under the task's "
-        "work paths (hack-resistant against the tampering controls); shared: the agent's own container, Harbor's "
-        "(verified in the agent's environment: not hack-resistant)."))
+        "trusted: a fresh container of the task's pristine image with only the agent's changes under the "
+        "task's work paths (hack-resistant against the tampering controls); shared: the agent's own "
+        "container, Harbor's (verified in the agent's environment: not hack-resistant)."))
     work_paths_rule: str | None = Field(default=None, description=(
-        "The rule naming what a trusted verifier gets of the agent's changes (validate.taskdir.trial.workpaths.RULE)."))
+        "The rule naming what a trusted verifier gets of the agent's changes "
+        "(validate.taskdir.trial.workpaths.RULE)."))
     tool_sha256: str = Field(description=(
         "sha256 of the source of the harness's program every trial container's PID 1 and verifier run "
         "(validate/taskdir/trial/native/dvtool.c)."))
@@ -166,16 +188,19 @@ class ExecutionProfile(BaseModel):
 
     backend: BackendName
     image: str
-    image_digest: str = Field(description="Content digest of the root filesystem (the same on every backend).")
+    image_digest: str = Field(description="Content digest of the root filesystem (the same on every "
+                                          "backend).")
     tree_digest: str | None = Field(default=None, description="Digest of the unpacked tree bwrap runs.")
-    packages: dict[str, str] = Field(default_factory=dict, description="The image's Debian packages, name → version.")
+    packages: dict[str, str] = Field(default_factory=dict,
+                                     description="The image's Debian packages, name → version.")
     python: str = Field(default="", description="The image's Python version.")
-    seccomp: str = Field(default="none", description="The syscall filter agents run under (bwrap: the compiled "
-                                                     "BPF's sha256; docker: its version's default profile).")
+    seccomp: str = Field(default="none", description="The syscall filter agents run under (bwrap: the "
+                                                     "compiled BPF's sha256; docker: its version's "
+                                                     "default profile).")
     cgroup: Literal["v1", "v2", "none"] | None = Field(
-        default=None, description="The cgroup version the limits are set through (bwrap: the host's hierarchy; "
-                                  "docker: the daemon's CgroupVersion; none: subprocess); None: not recorded "
-                                  "(a contract frozen before the field).")
+        default=None, description="The cgroup version the limits are set through (bwrap: the host's "
+                                  "hierarchy; docker: the daemon's CgroupVersion; none: subprocess); None: "
+                                  "not recorded (a contract frozen before the field).")
     architecture: str
     backend_version: str
     network: Literal["none"] = "none"
@@ -194,20 +219,22 @@ class ExecutionProfile(BaseModel):
     max_reply_bytes: int = Field(default=8 * 1024 * 1024, ge=1, le=1 << 30,
                                  description="Bytes of the reply read back; more is reply_too_large.")
     max_reply_text_bytes: int = Field(default=64 * 1024, ge=0, le=1 << 24,
-                                      description="Bytes of each reply kept in attempts.parquet (reply_text).")
+                                      description="Bytes of each reply kept in attempts.parquet "
+                                                  "(reply_text).")
     dependency_policy: Literal["none"] = "none"
     infra_retries: int = Field(default=2, ge=0, le=10,
-                               description="Further tries after an infrastructure fault (never after the agent's own).")
+                               description="Further tries after an infrastructure fault (never after "
+                                           "the agent's own).")
     isolation: Isolation | None = Field(default=None, description=(
         "The profile's runtime, rootlessness and how each limit is enforced, for profiles other than "
         "rootful runc (validate.sandbox.base.Isolation); absent for docker with runc and bwrap."))
     task_images: TaskImages | None = Field(default=None, description=(
-        "A task-directory dataset's per-task images: the base-image map, the build policy and each task's image "
-        "id or build refusal (validate.taskdir.images.frozen); absent for every other dataset."))
+        "A task-directory dataset's per-task images: the base-image map, the build policy and each task's "
+        "image id or build refusal (validate.taskdir.images.frozen); absent for every other dataset."))
 
     trial: TrialProfile | None = Field(default=None, description=(
-        "A task-directory dataset's trials: where the verifier runs, the rule for what reaches it, the harness's "
-        "in-container program (validate.taskdir.trial); absent for every other dataset."))
+        "A task-directory dataset's trials: where the verifier runs, the rule for what reaches it, the "
+        "harness's in-container program (validate.taskdir.trial); absent for every other dataset."))
 
     @model_serializer(mode="wrap")
     def _omit_unrecorded(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -246,9 +273,11 @@ class Manifest(SealedDocument):
     min_task_count: int = Field(ge=0)
     harness_version: str
     git_commit: str
-    patch: PatchInfo | None = Field(default=None, description="The uncommitted change the freeze ran with, if any.")
-    config_file: str | None = Field(default=None, description="The TOML file the config was read from: its name "
-                                                               "and sha256 (the config itself is environment.config).")
+    patch: PatchInfo | None = Field(default=None,
+                                    description="The uncommitted change the freeze ran with, if any.")
+    config_file: str | None = Field(default=None, description="The TOML file the config was read from: its "
+                                                              "name and sha256 (the config itself is "
+                                                              "environment.config).")
     #: Salt of the opaque task ids agents see (sha256 of salt and task id): agents never see
     #: the manifest, so they cannot map an opaque id back to a task. The task secret handed
     #: to the environment's `load` is derived from it (`task_secret`).
@@ -261,17 +290,17 @@ class Manifest(SealedDocument):
         # An eval contract is the other sealed document users hold: name it, not its first field
         # that fails a dataset manifest's schema.
         if isinstance(raw, dict) and raw.get("kind") == "eval":
-            raise ContractError(f"{where}: is an eval contract (field 'kind' is 'eval'), not a dataset manifest: "
-                                f"run it with `validate eval run --contract {where}`; the dataset commands take a "
-                                f"manifest made by `validate freeze`")
+            raise ContractError(f"{where}: is an eval contract (field 'kind' is 'eval'), not a dataset "
+                                f"manifest: run it with `validate eval run --contract {where}`; the dataset "
+                                "commands take a manifest made by `validate freeze`")
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
         # From the list's columns: a 10,000-task contract is checked without an entry model per task.
         idx = self.selection.idx
-        if len(self.tasks) != len(idx) or any(a != b for a, b in zip(self.tasks.idx(), idx)):
+        if len(self.tasks) != len(idx) or any(a != b for a, b in zip(self.tasks.idx(), idx, strict=True)):
             raise ValueError("tasks: the task list does not follow selection.idx")
-        if any(a >= b for a, b in zip(idx, idx[1:])):
+        if any(a >= b for a, b in pairwise(idx)):
             raise ValueError("selection.idx: must be sorted and distinct")
         if len(set(self.tasks.ids())) != len(self.tasks):
             raise ValueError("tasks: task ids repeat")
@@ -289,8 +318,8 @@ class Manifest(SealedDocument):
 
     def hints(self, search: Sequence[Path] = ()) -> LoadHints:
         """How to load this contract's taskset: its revision and its task secret."""
-        return LoadHints(revision=self.environment.revision, search=tuple(search), secret=task_secret(self.salt),
-                         source=self.environment.source)
+        return LoadHints(revision=self.environment.revision, search=tuple(search),
+                         secret=task_secret(self.salt), source=self.environment.source)
 
 
 def new_salt() -> str:
@@ -309,7 +338,8 @@ def task_secret(salt: str) -> str:
 def task_list_sha256(entries: Sequence[TaskEntry]) -> str:
     """The hash of the canonical JSON of ``[[id, hash], ...]`` of `entries`, streamed into the
     hash a pair at a time (a `TaskList`'s from its columns)."""
-    pairs = zip(entries.ids(), entries.hashes()) if isinstance(entries, TaskList) else ((e.id, e.hash) for e in entries)
+    pairs = zip(entries.ids(), entries.hashes(),
+                strict=True) if isinstance(entries, TaskList) else ((e.id, e.hash) for e in entries)
     h = hashlib.sha256()
     for chunk in canonical_items([i, x] for i, x in pairs):
         h.update(chunk)
@@ -363,16 +393,17 @@ def agent_entries(env: Environment, config: BaseModel, controls: Sequence[str] |
         raise ContractError(f"expectations.agents: {', '.join(bad)} is not a control of {env.name}; "
                             f"its controls: {', '.join(known)}")
     if not chosen:  # the protocol's pass is an oracle pass AND a control rejection on every task
-        raise ContractError(f"--controls: a contract must name at least one negative control (a task no control "
-                            f"rejects is never compatible); name one of {env.name}'s controls "
+        raise ContractError("--controls: a contract must name at least one negative control (a task no "
+                            f"control rejects is never compatible); name one of {env.name}'s controls "
                             f"({', '.join(known) or 'it declares none'}) or omit --controls for all of them")
     out = {}
     for name, a in specs.items():
         if a.role == CONTROL and name not in chosen:
             continue
-        out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling), ceiling_scope=a.ceiling_scope,
-                               sees_answer_key=a.sees_answer_key, sees_source=a.sees_source,
-                               program_sha256=program_sha256(a), tampers=a.tampers, baseline=a.baseline)
+        out[name] = AgentEntry(role=a.role, ceiling=ceilings.get(name, a.ceiling),
+                               ceiling_scope=a.ceiling_scope, sees_answer_key=a.sees_answer_key,
+                               sees_source=a.sees_source, program_sha256=program_sha256(a), tampers=a.tampers,
+                               baseline=a.baseline)
     return out
 
 
@@ -391,8 +422,8 @@ def check_limits(limits: Limits) -> Limits:
     if limits.memory_mb > memory_mb:
         raise ContractError(f"--memory-mb: this machine has {memory_mb} MiB; got {limits.memory_mb}")
     if limits.storage_mb >= limits.memory_mb:
-        raise ContractError(f"--storage-mb: the attempt's storage is memory (a tmpfs) and counts against --memory-mb "
-                            f"({limits.memory_mb}); keep it below, got {limits.storage_mb}")
+        raise ContractError("--storage-mb: the attempt's storage is memory (a tmpfs) and counts against "
+                            f"--memory-mb ({limits.memory_mb}); keep it below, got {limits.storage_mb}")
     if limits.timeout_s > 86400:
         raise ContractError(f"--timeout-s: at most one day (86400 s); got {limits.timeout_s}")
     return limits
@@ -410,10 +441,11 @@ def profile(facts: BackendFacts, **execution: Any) -> ExecutionProfile:
 
 
 def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx: Sequence[int], rule: str,
-           facts: BackendFacts, controls: Sequence[str] | None = None, ceilings: dict[str, float] | None = None,
-           pass_threshold: float | None = None, exception_rule: str = "strict", min_task_count: int | None = None,
-           git_commit: str = "", patch: PatchInfo | None = None, config_file: str | None = None,
-           oracle_repeats: int = 1, loaded: tuple[str, Taskset] | None = None, **execution: Any) -> Manifest:
+           facts: BackendFacts, controls: Sequence[str] | None = None,
+           ceilings: dict[str, float] | None = None, pass_threshold: float | None = None,
+           exception_rule: str = "strict", min_task_count: int | None = None, git_commit: str = "",
+           patch: PatchInfo | None = None, config_file: str | None = None, oracle_repeats: int = 1,
+           loaded: tuple[str, Taskset] | None = None, **execution: Any) -> Manifest:
     """Build and seal a root manifest: generate every selected task and record its hash.
     `loaded`: (salt, the taskset loaded with that salt's `task_secret`) when the caller read
     the tasks already; else a salt is drawn and the taskset loaded here."""
@@ -434,8 +466,8 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
                                         revision=taskset.revision, scorer=scorer,
                                         source=getattr(taskset, "source", None)),
             selection=Selection(rule=rule, idx=idx), tasks=tasks, task_list_sha256=task_list_sha256(tasks),
-            expectations=Expectations(pass_threshold=scorer.pass_threshold if pass_threshold is None else pass_threshold,
-                                      agents=agents,
+            expectations=Expectations(pass_threshold=scorer.pass_threshold if pass_threshold is None
+                                      else pass_threshold, agents=agents,
                                       exception_rule=exception_rule, oracle_repeats=oracle_repeats),
             execution=profile(facts, **execution),
             min_task_count=len(tasks) if min_task_count is None else min_task_count,
@@ -447,14 +479,16 @@ def freeze(*, name: str, env_name: str, config: BaseModel, hints: LoadHints, idx
 
 
 def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, idx: Sequence[int], rule: str,
-           config: BaseModel | None = None, git_commit: str | None = None, patch: PatchInfo | None = None) -> Manifest:
+           config: BaseModel | None = None, git_commit: str | None = None,
+           patch: PatchInfo | None = None) -> Manifest:
     """A child contract of `parent` (same expectations, execution profile and salt) over `idx`,
     with `taskset` (the parent's, or one for another config); it points at its parent by hash."""
     env_spec = parent.environment
     if config is not None:
         env_spec = env_spec.model_copy(update={"config": config.model_dump(mode="json")})
     idx = sorted(set(idx))
-    own = parent.tasks if isinstance(parent.tasks, TaskList) else TaskList(parent.tasks)  # a copy's plain list too
+    # a copy's plain list too
+    own = parent.tasks if isinstance(parent.tasks, TaskList) else TaskList(parent.tasks)
     at = [own.position(i) for i in idx]
     if config is None and None not in at:
         # The parent's own entries of those tasks (what it was verified against), not the tasks
@@ -462,12 +496,14 @@ def derive(parent: Manifest, env: Environment, taskset: Taskset, *, name: str, i
         # driver no 10,000 generations and no entry model per task.
         tasks = own.take(at)
     else:
-        tasks = TaskList(entries(env, env_config(env, env_spec.config), taskset, idx, list(parent.expectations.agents)))
+        tasks = TaskList(entries(env, env_config(env, env_spec.config), taskset, idx,
+                                 list(parent.expectations.agents)))
     return parent.model_copy(update={
         "name": name, "created_at": datetime.now(UTC), "environment": env_spec,
-        "selection": Selection(rule=rule, idx=idx), "tasks": tasks, "task_list_sha256": task_list_sha256(tasks),
-        "parent_sha256": parent.sha256, "min_task_count": min(parent.min_task_count, len(tasks)),
-        "harness_version": validate.__version__, "git_commit": parent.git_commit if git_commit is None else git_commit,
+        "selection": Selection(rule=rule, idx=idx), "tasks": tasks,
+        "task_list_sha256": task_list_sha256(tasks), "parent_sha256": parent.sha256,
+        "min_task_count": min(parent.min_task_count, len(tasks)), "harness_version": validate.__version__,
+        "git_commit": parent.git_commit if git_commit is None else git_commit,
         "patch": parent.patch if git_commit is None else patch,
     }).sealed()
 
@@ -530,8 +566,8 @@ def check_environment(manifest: Manifest, hints: LoadHints) -> tuple[Environment
         if spec_.role != entry.role:
             raise _mismatch(f"expectations.agents.{name}.role", entry.role, spec_.role)
         if program_sha256(spec_) != entry.program_sha256:
-            raise ContractError(f"expectations.agents.{name}.program_sha256: the agent's program changed since the "
-                                f"contract was frozen; freeze a new contract")
+            raise ContractError(f"expectations.agents.{name}.program_sha256: the agent's program changed "
+                                "since the contract was frozen; freeze a new contract")
     return env, config, taskset
 
 
@@ -579,12 +615,14 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
     facts = sandbox.facts()
     if ex.packages and facts.packages != ex.packages:
         diff = package_differences(ex.packages, facts.packages)
-        raise ContractError(f"execution.packages: the image differs from the contract's: {'; '.join(diff[:10])}"
-                            f"{' …' if len(diff) > 10 else ''}; to run the contract's own image, import it: `validate "
-                            f"image import sha256-{ex.image_digest.removeprefix('sha256:')}.tar` (see `validate image export`)")
-    checks = [("image", facts.image), ("image_digest", facts.image_digest), ("architecture", facts.architecture),
-              ("backend_version", facts.version), ("tree_digest", facts.tree_digest), ("python", facts.python),
-              ("seccomp", facts.seccomp)]
+        raise ContractError("execution.packages: the image differs from the contract's: "
+                            f"{'; '.join(diff[:10])}{' …' if len(diff) > 10 else ''}; to run the contract's "
+                            "own image, import it: `validate image import "
+                            f"sha256-{ex.image_digest.removeprefix('sha256:')}.tar` (see "
+                            "`validate image export`)")
+    checks = [("image", facts.image), ("image_digest", facts.image_digest),
+              ("architecture", facts.architecture), ("backend_version", facts.version),
+              ("tree_digest", facts.tree_digest), ("python", facts.python), ("seccomp", facts.seccomp)]
     if ex.cgroup is not None:
         checks.append(("cgroup", facts.cgroup))
     checks.append(("isolation", facts.isolation))
@@ -593,7 +631,8 @@ def check_execution(manifest: Manifest, sandbox: Sandbox) -> None:
             raise _mismatch(f"execution.{field}", getattr(ex, field), actual)
 
 
-def verify(manifest: Manifest, sandbox: Sandbox, hints: LoadHints = LoadHints()) -> tuple[Environment, Taskset]:
+def verify(manifest: Manifest, sandbox: Sandbox,
+           hints: LoadHints = LoadHints()) -> tuple[Environment, Taskset]:
     """Recompute the contract on this machine; return the environment and its taskset."""
     env, config, taskset = check_environment(manifest, hints)
     check_tasks(manifest, env, config, taskset)

@@ -105,7 +105,8 @@ class SealedDocument(BaseModel):
         # reshaped (its own serializer, a field's, an alias, an excluded field) is encoded whole.
         streamed = {} if decorators.model_serializers else {
             name: value for name, info in cls.model_fields.items()
-            if name not in exclude and name not in shaped and info.alias is None and info.serialization_alias is None
+            if name not in exclude and name not in shaped and info.alias is None
+            and info.serialization_alias is None
             and not info.exclude and isinstance(value := getattr(self, name), Streamed)}
         data = self.model_dump(mode="json", exclude={*exclude, *streamed})
         # Each streamed field's place, marked by a string no document can hold (a fresh random token).

@@ -31,8 +31,8 @@ class TaskEntry(BaseModel):
     id: str
     idx: int = Field(ge=0, le=2**63 - 1)  # held in a 64-bit array (TaskList)
     hash: str
-    skip: dict[str, str] = Field(default_factory=dict, description="Agents of the contract that cannot test this "
-                                 "task, each with the environment's reason: they are not played on it.")
+    skip: dict[str, str] = Field(default_factory=dict, description="Agents of the contract that cannot test "
+                                 "this task, each with the environment's reason: they are not played on it.")
 
 
 class _Column:
@@ -106,7 +106,8 @@ class TaskList(Sequence[TaskEntry]):
 
     def take(self, positions: Sequence[int]) -> TaskList:
         """The entries at `positions` (each in range, in the order given) as a new list, made from
-        the columns: a child contract's entries cost no entry model each (`validate.contract.manifest.derive`)."""
+        the columns: a child contract's entries cost no entry model each
+        (`validate.contract.manifest.derive`)."""
         n, positions = len(self), [operator.index(p) for p in positions]
         if any(not 0 <= p < n for p in positions):
             raise IndexError("task list index out of range")
@@ -156,8 +157,10 @@ class TaskList(Sequence[TaskEntry]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, TaskList):
-            return (self._ids, self._id_ends, self._hashes, self._hash_ends, self._idx, self._skip_at, self._skip) == \
-                (other._ids, other._id_ends, other._hashes, other._hash_ends, other._idx, other._skip_at, other._skip)
+            return (self._ids, self._id_ends, self._hashes, self._hash_ends, self._idx, self._skip_at,
+                    self._skip) == \
+                (other._ids, other._id_ends, other._hashes, other._hash_ends, other._idx, other._skip_at,
+                 other._skip)
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
@@ -178,7 +181,8 @@ class TaskList(Sequence[TaskEntry]):
         return [e.model_dump(mode="json") for e in entries]
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         entries = handler.generate_schema(list[TaskEntry])
 
         def validate(value: Any, inner: core_schema.ValidatorFunctionWrapHandler) -> TaskList:

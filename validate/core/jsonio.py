@@ -37,7 +37,8 @@ def loads(data: bytes | str, max_bytes: int = MAX_BYTES):
         raise JSONInputError(str(e)) from None
 
 
-def field_differences(x: Any, y: Any, skip: frozenset[str] | set[str] = frozenset(), at: str = "") -> list[str]:
+def field_differences(x: Any, y: Any, skip: frozenset[str] | set[str] = frozenset(),
+                      at: str = "") -> list[str]:
     """Dotted names of every field where two JSON documents differ (dicts are walked; any
     other value is compared whole), sorted; top-level keys in `skip` are left out."""
     if isinstance(x, dict) and isinstance(y, dict):

@@ -6,16 +6,21 @@ A dataset run directory (``validate run``/``pilot``/``pool``; ``ledgers/<run-id>
 
     ledgers/<run-id>/
         manifest.json             MANIFEST: copy of the contract the run was given (byte-identical)
-        frozen-manifest.json      FROZEN_MANIFEST: pool: the frozen child contract (the oracle's exception-free passes)
+        frozen-manifest.json      FROZEN_MANIFEST: pool: the frozen child contract (the oracle's
+                                  exception-free passes)
         variants/<name>.json      VARIANTS: pilot: the child contract of each config variant
         patch.diff                PATCH: the uncommitted change the code ran with (only with --allow-patch)
-        journal.jsonl             JOURNAL: attempts as they finish (append-only; folded into Parquet at the end)
+        journal.jsonl             JOURNAL: attempts as they finish (append-only; folded into Parquet at
+                                  the end)
         attempts.parquet          ATTEMPTS: one row per attempt, superseded ones included
-        replies/<sha256>          REPLIES: every reply's whole bytes, by content (stored once, before its journal line)
+        replies/<sha256>          REPLIES: every reply's whole bytes, by content (stored once, before
+                                  its journal line)
         tasks.parquet             TASKS: one verdict per task (and phase)
         exclusions.parquet        EXCLUSIONS: one row per excluded task, one reason each
-        run.json                  SUMMARY: run summary: its kind, counts, dataset verdict, timings, machine, code
-        scorer-cache/             SCORER_CACHE: answers a scorer must not recompute (a judge's), by request hash
+        run.json                  SUMMARY: run summary: its kind, counts, dataset verdict, timings,
+                                  machine, code
+        scorer-cache/             SCORER_CACHE: answers a scorer must not recompute (a judge's), by
+                                  request hash
         smoke/<UTC time>/         SMOKE: each fresh-materialisation smoke test (never overwritten):
             manifest.json             MANIFEST: the sample's child contract
             run/                      SMOKE_RUN: the rerun's own run directory (this same layout)
@@ -24,7 +29,8 @@ A dataset run directory (``validate run``/``pilot``/``pool``; ``ledgers/<run-id>
             report.md                 REPORT_MD
             report.html               REPORT_HTML
             report.json               REPORT_JSON: what the report states, and the files it was rendered from
-        earlier/<key>/            EARLIER: the files a report was rendered from, kept when a resume rewrote them
+        earlier/<key>/            EARLIER: the files a report was rendered from, kept when a resume
+                                  rewrote them
         checksums                 CHECKSUMS: sha256 of every other file (``sha256sum -c`` format)
         checksums.sig             SIGNATURE: optional OpenSSH signature of checksums (`validate sign`)
 
@@ -37,7 +43,8 @@ EARLIER, CHECKSUMS) without the verdict files (no tasks, exclusions, run.json), 
         manifest.json             MANIFEST: the frozen dataset manifest evaluated (byte-identical)
         eval-contract.json        EVAL_CONTRACT: the eval contract (byte-identical); its ``kind`` is "eval"
         journal.jsonl             JOURNAL: attempts as they finish
-        eval-journal.jsonl        EVAL_JOURNAL: each finished attempt's sample row and turns, before its attempt row
+        eval-journal.jsonl        EVAL_JOURNAL: each finished attempt's sample row and turns, before
+                                  its attempt row
         attempts.parquet          ATTEMPTS: one row per attempt, role model
         replies/<sha256>          REPLIES: every reply's whole bytes
         trajectories.parquet      TRAJECTORIES: one row per model call
@@ -70,7 +77,6 @@ The sandbox image store (``validate image build``; ``$VALIDATE_IMAGE_DIR``, by d
 from __future__ import annotations
 
 import hashlib
-
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -22,8 +22,7 @@ from typing import Annotated, Any, Literal
 import pyarrow as pa
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from environment.protocol import Role as DeclaredRole
-from environment.protocol import canonical_json, meta_value, safe_text
+from environment.protocol import Role as DeclaredRole, canonical_json, meta_value, safe_text
 
 SCHEMA_VERSION = 2
 
@@ -41,7 +40,8 @@ CONTROL: Role = "control"
 PROBE: Role = "probe"
 MODEL: Role = "model"
 #: Every role, in the order reports list them (oracle first, the model last).
-ROLES: tuple[Role, ...] = typing.get_args(Role)  # nested Literals flatten: ("oracle", "control", "probe", "model")
+# nested Literals flatten: ("oracle", "control", "probe", "model")
+ROLES: tuple[Role, ...] = typing.get_args(Role)
 
 #: What kind of run a run directory holds: a dataset run (`validate run`/`pilot`/`pool`, its
 #: run.json says which) or a model evaluation (`validate eval run`). Read it with
@@ -57,12 +57,15 @@ EVAL: RunKind = "eval"
 Status = Literal[
     "ok",                              # the agent exited 0 and left a reply; it was scored
     "no_reply",                        # the agent exited 0 without a regular reply file; scored as empty
-    "exit_nonzero",                    # crashed or exited non-zero (a model: its commands ended its sandbox); reply scored
+    # crashed or exited non-zero (a model: its commands ended its sandbox); reply scored
+    "exit_nonzero",
     "timeout",                         # killed at the wall-clock limit; its reply (if any) was scored
     "oom",                             # killed by the memory limit; its reply (if any) was scored
     "reply_too_large",                 # the reply exceeded max_reply_bytes; scored as empty
-    "infrastructure_error",            # the sandbox or a scorer dependency failed (retried); not the agent's doing
-    "harness_error",                   # handling this attempt raised inside the harness (a bug); recorded, not retried
+    # the sandbox or a scorer dependency failed (retried); not the agent's doing
+    "infrastructure_error",
+    # handling this attempt raised inside the harness (a bug); recorded, not retried
+    "harness_error",
     "unsupported_execution_contract",  # the backend cannot honour the task's contract; not run
     "scorer_error",                    # the environment's scorer raised on this reply
 ]
@@ -157,59 +160,66 @@ class TrialEvidence(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verifier_mode: Literal["trusted", "shared", "separate"] = Field(description=(
-        "Where the verifier ran: trusted (a fresh container of the task's image, the agent's changes under the "
-        "work paths carried), shared (the agent's own container), separate (the task's own verifier image)."))
-    work_paths: list[Text] = Field(description="The task's work paths (validate.taskdir.trial.workpaths.RULE): every "
-                                              "change under them is the agent's work.")
+        "Where the verifier ran: trusted (a fresh container of the task's image, the agent's changes under "
+        "the work paths carried), shared (the agent's own container), separate (the task's own "
+        "verifier image)."))
+    work_paths: list[Text] = Field(description="The task's work paths "
+                                              "(validate.taskdir.trial.workpaths.RULE): every change under "
+                                              "them is the agent's work.")
     named_paths: list[Text] = Field(default_factory=list, description=(
         "The paths the instruction or tests name outside them: only what the agent added there is its work."))
-    carried: list[Text] = Field(description="The agent's changed subtrees under its work paths (the first 200): "
-                                           "trusted, all the verifier gets of its changes; otherwise seen by the "
-                                           "verifier like every other change.")
+    carried: list[Text] = Field(description="The agent's changed subtrees under its work paths (the first "
+                                           "200): trusted, all the verifier gets of its changes; otherwise "
+                                           "seen by the verifier like every other change.")
     carried_total: int = Field(description="How many changed subtrees under the work paths.")
-    dropped: list[Text] = Field(description="Devices, fifos and sockets the agent made under its work paths, never "
-                                           "carried.")
-    outside: list[PathChange] = Field(description="The agent's changes outside its work paths (the first 200), "
-                                                  "from the engine's record of its writable layer; trusted: never "
-                                                  "carried.")
+    dropped: list[Text] = Field(description="Devices, fifos and sockets the agent made under its work paths, "
+                                           "never carried.")
+    outside: list[PathChange] = Field(description="The agent's changes outside its work paths (the first "
+                                                  "200), from the engine's record of its writable layer; "
+                                                  "trusted: never carried.")
     outside_total: int = Field(description="How many changes outside the work paths.")
     processes_killed: int | None = Field(description="Processes of the agent phase killed before a shared "
-                                                     "verifier ran in the same container (None: no such sweep).")
-    left_in_verifier: list[Text] = Field(description="What the agent phase left in /logs/verifier (never read as a "
-                                                    "reward).")
+                                                     "verifier ran in the same container "
+                                                     "(None: no such sweep).")
+    left_in_verifier: list[Text] = Field(description="What the agent phase left in /logs/verifier (never "
+                                                    "read as a reward).")
     verifier_exit_code: int | None = Field(description="test.sh's exit status (None: killed by the harness).")
-    lookups_agent: list[Text] = Field(description="Names the agent phase looked up through the harness's resolver.")
+    lookups_agent: list[Text] = Field(description="Names the agent phase looked up through the "
+                                                  "harness's resolver.")
     lookups_verifier: list[Text] = Field(description="Names the verifier phase looked up.")
     pid1_guarded: bool | None = Field(description="The container's PID 1 ran under the harness's own ids.")
     shared_replayed: bool = Field(description="The verifier was replayed in the agent's own container (the "
-                                              "reference solution's trusted verifier did not pass and it changed "
-                                              "paths outside its work paths).")
-    lookups_note: Text | None = Field(default=None, description="What the resolver could not name (more names than "
-                                                               "it keeps, a problem it met).")
+                                              "reference solution's trusted verifier did not pass and it "
+                                              "changed paths outside its work paths).")
+    lookups_note: Text | None = Field(default=None, description="What the resolver could not name (more "
+                                                               "names than it keeps, a problem it met).")
     storage_bounded: bool = Field(default=False, description=(
-        "The trial's writable layer was on storage of the contract's size and inodes (a tmpfs of the harness's); "
-        "False: the engine's own layer (a rootless service, another storage driver), bounded by its disk only."))
+        "The trial's writable layer was on storage of the contract's size and inodes (a tmpfs of the "
+        "harness's); False: the engine's own layer (a rootless service, another storage driver), bounded "
+        "by its disk only."))
 
     def lines(self) -> str:
         """The head of the attempt's ``stderr``: these observations in words, one a line, each in
         brackets (the rest of ``stderr`` is the verifier's own output). The audit derives it again."""
         out = []
         if self.left_in_verifier:
-            out.append(f"[left in /logs/verifier by the agent phase, removed unread: {', '.join(self.left_in_verifier)}]")
+            out.append("[left in /logs/verifier by the agent phase, removed unread: "
+                       f"{', '.join(self.left_in_verifier)}]")
         if self.processes_killed:
             out.append(f"[processes of the agent phase killed before the verifier: {self.processes_killed}]")
         looked = [f"agent phase: {_named(self.lookups_agent)}" if self.lookups_agent else "",
                   f"verifier phase: {_named(self.lookups_verifier)}" if self.lookups_verifier else "",
                   self.lookups_note or ""]
         if any(looked):
-            out.append("[names looked up through the harness's resolver: " + "; ".join(b for b in looked if b) + "]")
+            out.append("[names looked up through the harness's resolver: " + "; ".join(b for b in looked if b)
+                       + "]")
         if self.dropped:
             out.append(f"[not handed to the verifier: {', '.join(self.dropped)}]")
         if self.verifier_mode == "trusted":
             named = f"; what it added under {', '.join(self.named_paths)}" if self.named_paths else ""
-            out.append(f"[trusted verifier: carried {self.carried_total} of the agent's paths under its work paths "
-                       f"({', '.join(self.work_paths) or 'none'}{named}); {self.outside_total} changes outside them "
-                       f"stayed in the agent's container]")
+            out.append(f"[trusted verifier: carried {self.carried_total} of the agent's paths under its work "
+                       f"paths ({', '.join(self.work_paths) or 'none'}{named}); {self.outside_total} changes "
+                       "outside them stayed in the agent's container]")
         if self.shared_replayed:
             out.append("[the verifier replayed in the agent's own container]")
         out.append(f"[verifier exit {self.verifier_exit_code}]")
@@ -233,22 +243,27 @@ class Attempt(TaskRow):
 
     agent: str = Field(description="The agent's name in its environment.")
     role: Role = Field(
-        description="What the contract expects of the agent (declared by the environment, never read from its name).")
-    sample: int = Field(default=0, ge=0, description="Sample number (0 unless the run draws several per task).")
+        description="What the contract expects of the agent (declared by the environment, never "
+                    "read from its name).")
+    sample: int = Field(default=0, ge=0,
+                        description="Sample number (0 unless the run draws several per task).")
     attempt: int = Field(ge=1, description="1-based try number of this (phase, task, agent, sample).")
-    superseded: bool = Field(default=False, description="A later try of the same (phase, task, agent, sample) exists.")
+    superseded: bool = Field(default=False,
+                             description="A later try of the same (phase, task, agent, sample) exists.")
     status: Status = Field(description="How the attempt ended (see validate.core.records.Status).")
-    reward: float | None = Field(default=None, description="Reward from the environment's own scorer; None: not scored.")
-    reward_decimal: str | None = Field(default=None, description="The reward's exact decimal text, where the float "
-                                       "misreads what the scorer read (a verifier's 0.99999999999999999999 is the "
-                                       "float 1.0): the threshold and ceilings are compared with it. None: the float "
-                                       "is exact.")
+    reward: float | None = Field(default=None,
+                                 description="Reward from the environment's own scorer; None: not scored.")
+    reward_decimal: str | None = Field(default=None, description="The reward's exact decimal text, where the "
+                                       "float misreads what the scorer read (a verifier's "
+                                       "0.99999999999999999999 is the float 1.0): the threshold and ceilings "
+                                       "are compared with it. None: the float is exact.")
     metrics: dict[str, float] = Field(default_factory=dict, description="The scorer's metrics.")
-    as_expected: bool = Field(default=False, description="The oracle passed / the control stayed under its ceiling "
-                                                         "/ the probe landed in between (recomputed by audit).")
+    as_expected: bool = Field(default=False, description="The oracle passed / the control stayed under its "
+                                                         "ceiling / the probe landed in between "
+                                                         "(recomputed by audit).")
     error_class: str | None = Field(default=None, description="The error's kind, for any outcome but ok.")
-    error_message: Text | None = Field(default=None, description="What went wrong, in words (agent text escaped in "
-                                                                "reports).")
+    error_message: Text | None = Field(default=None, description="What went wrong, in words (agent text "
+                                                                "escaped in reports).")
     started_at: datetime = Field(description="UTC time the attempt began.")
     finished_at: datetime | None = Field(default=None, description="UTC time the attempt ended.")
     runtime_s: float | None = Field(default=None, description="Wall-clock seconds of the sandbox run.")
@@ -260,16 +275,20 @@ class Attempt(TaskRow):
     workspace_sha256: str = Field(description="sha256 of the task's workspace files as materialised.")
     backend: str = Field(description="The sandbox backend.")
     image_digest: str = Field(description="The sandbox image's content digest.")
-    exit_code: int | None = Field(default=None, description="The agent's exit code; None when killed by the harness.")
-    oom_killed: bool = Field(default=False, description="The memory limit killed the agent (the backend says so).")
+    exit_code: int | None = Field(default=None,
+                                  description="The agent's exit code; None when killed by the harness.")
+    oom_killed: bool = Field(default=False,
+                             description="The memory limit killed the agent (the backend says so).")
     timed_out: bool = Field(default=False, description="The harness's own clock hit timeout_s.")
-    stdout: Text = Field(default="", description="First bytes of the agent's stdout (UTF-8, errors replaced).")
-    stderr: Text = Field(default="", description="First bytes of the agent's stderr (UTF-8, errors replaced).")
+    stdout: Text = Field(default="",
+                         description="First bytes of the agent's stdout (UTF-8, errors replaced).")
+    stderr: Text = Field(default="",
+                         description="First bytes of the agent's stderr (UTF-8, errors replaced).")
     # Where it ran, set by an executor that runs attempts on other machines (ray) from what the
     # cluster itself says; None on this machine. Their columns are written only when some row
     # has them (`PLACEMENT`), so evidence of local runs keeps the columns it always had.
-    node: str | None = Field(default=None, description="The cluster node that ran the attempt (Ray's node id); "
-                                                       "None: the driver's own machine.")
+    node: str | None = Field(default=None, description="The cluster node that ran the attempt (Ray's node "
+                                                       "id); None: the driver's own machine.")
     host: str | None = Field(default=None, description="That node's host, as the cluster records it.")
     # A task directory's trial: what the harness observed (`TrialEvidence`), the reward of the
     # verifier replayed in the agent's own container, and the paths a control planted that the
@@ -277,12 +296,13 @@ class Attempt(TaskRow):
     # written only when some row has them (`TRIAL`), so evidence of other runs keeps its columns.
     trial: TrialEvidence | None = Field(default=None, description="What the harness observed of a trial "
                                                                   "(task directories only).")
-    shared_reward: float | None = Field(default=None, description="The reference solution's reward from the verifier "
-                                                                  "replayed in its own container (None: not replayed "
-                                                                  "or no usable reward there).")
-    planted: Text | None = Field(default=None, description="A trial's changes the verifier may have seen: its first "
-                                                          "carried paths (trusted) or changes (shared), for the "
-                                                          "verdict's words.")
+    shared_reward: float | None = Field(default=None, description="The reference solution's reward from the "
+                                                                  "verifier replayed in its own container "
+                                                                  "(None: not replayed or no "
+                                                                  "usable reward there).")
+    planted: Text | None = Field(default=None, description="A trial's changes the verifier may have seen: "
+                                                          "its first carried paths (trusted) or changes "
+                                                          "(shared), for the verdict's words.")
 
 
 #: Attempt columns present only in the evidence of a run whose attempts ran on cluster nodes.
@@ -305,26 +325,32 @@ class FindingRow(BaseModel):
 class TaskVerdict(TaskRow):
     """The task's one verdict."""
 
-    family: str = Field(description="The task's family, as its environment names it (strata, per-family tables).")
-    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the task, "
-                                 "stored as canonical JSON text (sorted keys; environment.protocol.meta_value: TOML "
-                                 "dates and times as RFC 3339 text, non-finite floats as 'nan', 'inf', '-inf').")
-    verdict: Verdict = Field(description="compatible; excluded (exactly one reason); incomplete (evidence missing).")
-    reason: Reason | None = Field(description="Why excluded (see REASON_ORDER for precedence); None otherwise.")
+    family: str = Field(description="The task's family, as its environment names it (strata, "
+                                    "per-family tables).")
+    meta: dict[str, Any] = Field(default_factory=dict, description="The environment's public facts of the "
+                                 "task, stored as canonical JSON text (sorted keys; "
+                                 "environment.protocol.meta_value: TOML dates and times as RFC 3339 text, "
+                                 "non-finite floats as 'nan', 'inf', '-inf').")
+    verdict: Verdict = Field(description="compatible; excluded (exactly one reason); incomplete "
+                                         "(evidence missing).")
+    reason: Reason | None = Field(description="Why excluded (see REASON_ORDER for "
+                                              "precedence); None otherwise.")
     missing: list[str] = Field(default_factory=list, description="What evidence an incomplete task lacks.")
     detail: Text = Field(description="The verdict in words.")
-    findings: list[FindingRow] = Field(default_factory=list, description="Checks on the task before any agent ran.")
+    findings: list[FindingRow] = Field(default_factory=list,
+                                       description="Checks on the task before any agent ran.")
     oracle_reward: float | None = Field(description="The oracle's final reward.")
     max_control_reward: float | None = Field(description="The highest final control reward.")
     max_control_agent: str | None = Field(description="The control that got it.")
     margin: float | None = Field(description="oracle_reward minus max_control_reward.")
-    retried: bool = Field(default=False, description="It passed only after an infrastructure retry (exception "
-                                                     "rule 'retry' only).")
+    retried: bool = Field(default=False, description="It passed only after an infrastructure retry "
+                                                     "(exception rule 'retry' only).")
     n_attempts: int = Field(description="Attempts recorded for the task in this phase, superseded included.")
     oracle_certified: bool | None = Field(default=None, description=(
-        "Task directories: the oracle passed (in its own container, for needs_system_changes) and every control "
-        "but the tampering ones rejected — the claim's N, whatever the tampering controls did (compatible tasks "
-        "are the hack-resistant H). Written only for a contract with a trial profile (`VERDICT_TRIAL`)."))
+        "Task directories: the oracle passed (in its own container, for needs_system_changes) and every "
+        "control but the tampering ones rejected — the claim's N, whatever the tampering controls did "
+        "(compatible tasks are the hack-resistant H). Written only for a contract with a trial profile "
+        "(`VERDICT_TRIAL`)."))
 
 
 #: TaskVerdict columns present only in the evidence of a contract with a trial profile.
@@ -358,7 +384,8 @@ def _arrow_type(annotation) -> pa.DataType:
     return _SCALARS[annotation]
 
 
-def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (), omit: tuple[str, ...] = ()) -> pa.Schema:
+def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
+                 omit: tuple[str, ...] = ()) -> pa.Schema:
     """The model's Parquet schema, less the columns named in `omit` (`PLACEMENT` of a local run)."""
     fields = []
     for name, info in model.model_fields.items():
@@ -366,13 +393,15 @@ def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (), omi
             continue
         about = {b"description": (info.description or "").encode()}
         if name == "metrics":
-            fields += [pa.field(f"metric_{m}", pa.float64(), metadata={b"description": f"metric {m}".encode()})
+            fields += [pa.field(f"metric_{m}", pa.float64(),
+                                metadata={b"description": f"metric {m}".encode()})
                        for m in metric_names]
         elif name == "meta":  # canonical JSON text: every row's own keys and types (`flat_row`)
             fields.append(pa.field(name, pa.string(), metadata=about))
         else:
             fields.append(pa.field(name, _arrow_type(info.annotation), metadata=about))
-    return pa.schema(fields, metadata={b"model": model.__name__.encode(), b"schema_version": str(SCHEMA_VERSION).encode()})
+    return pa.schema(fields, metadata={b"model": model.__name__.encode(),
+                                       b"schema_version": str(SCHEMA_VERSION).encode()})
 
 
 def flat_row(record: BaseModel, metric_names: tuple[str, ...] = ()) -> dict:

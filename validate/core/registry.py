@@ -1,7 +1,8 @@
 """Classes by name, from an entry-point group: the one loader of the harness's open seams.
 
 Environments (``validate.environments``), sandbox backends (``validate.backends``), attempt
-kinds (``validate.attempt_kinds``) and executors (``validate.executors``) are each a `Registry`: the entry points of one group, in every installed distribution, plus the
+kinds (``validate.attempt_kinds``) and executors (``validate.executors``) are each a
+`Registry`: the entry points of one group, in every installed distribution, plus the
 classes registered at run time (`Registry.register`). A name is listed without importing
 anything (entry-point metadata only); its class is imported on first use and checked: a
 subclass of the seam's base whose own name attribute is that name. A missing name, a
@@ -25,7 +26,8 @@ class Registry(Generic[T]):
                  error: type[Exception]) -> None:
         #: `group`: the entry-point group; `key`: the class attribute holding its name;
         #: `field`: how errors name the field (``environment.name``); `kind`: what a name names.
-        self.group, self.base, self.key, self.field, self.kind, self.error = group, base, key, field, kind, error
+        self.group, self.base, self.key = group, base, key
+        self.field, self.kind, self.error = field, kind, error
         self._registered: dict[str, type[T]] = {}
         self._loaded: dict[str, type[T]] = {}
         self._scanned: tuple[tuple[str, ...], dict[str, EntryPoint]] | None = None

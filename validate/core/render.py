@@ -89,7 +89,7 @@ def to_html(doc: list, title: str, style: str) -> str:
             body.append(f'<figure role="img" aria-label="{html.escape(b[2])}">{b[1]}</figure>')
         elif kind == "message":
             role = b[1] if b[1] in ("system", "user", "assistant", "tool") else "other"
-            body.append(f'<section class="msg {role}"><header>{html.escape(b[1])} — {html.escape(b[2])}</header>'
-                        f"<pre>{html.escape(b[3])}</pre></section>")
+            body.append(f'<section class="msg {role}"><header>{html.escape(b[1])} — '
+                        f"{html.escape(b[2])}</header><pre>{html.escape(b[3])}</pre></section>")
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")

@@ -1,1 +1,2 @@
-"""Tools for development and tests, never imported by the harness: the loopback model and judge server (`localserver`)."""
+"""Tools for development and tests, never imported by the harness: the loopback model and
+judge server (`localserver`)."""

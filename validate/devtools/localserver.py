@@ -63,7 +63,8 @@ class Faults(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     delay_s: float = Field(default=0.0, ge=0, description="Seconds to wait before answering.")
-    delay_first_n: int | None = Field(default=None, ge=0, description="Delay only the first N requests (None = all).")
+    delay_first_n: int | None = Field(default=None, ge=0,
+                                      description="Delay only the first N requests (None = all).")
     drop_first_n: int = Field(default=0, ge=0, description="Close the connection without any answer.")
     rate_limit_first_n: int = Field(default=0, ge=0, description="Answer 429 with a Retry-After header.")
     retry_after_s: int = Field(default=1, ge=0, description="The Retry-After value of a 429, in seconds.")
@@ -74,7 +75,8 @@ class Faults(BaseModel):
         default=0, ge=0, description="Cut the answer mid-way and close: a stream without [DONE] and without "
         "its last chunk, or a JSON body shorter than its Content-Length.")
     malformed_tool_args_first_n: int = Field(
-        default=0, ge=0, description="Cut every tool call's `arguments` to its first half (never valid JSON).")
+        default=0, ge=0,
+        description="Cut every tool call's `arguments` to its first half (never valid JSON).")
 
 
 class RecordedRequest(BaseModel):
@@ -86,9 +88,10 @@ class RecordedRequest(BaseModel):
     headers: dict[str, str] = Field(description="Headers, names lower-cased; `authorization` redacted.")
     body: Any = Field(default=None, description="The body parsed as JSON, or None when absent or not JSON.")
     authorized: bool = Field(description="Whether the API-key check passed (True when no key is required).")
-    fault: str | None = Field(default=None, description="The fault injected, if any: delay, drop, rate_limit, "
-                              "server_error, garbage, truncate or malformed_tool_args.")
-    status: int | None = Field(default=None, description="The status answered; None while pending or if dropped.")
+    fault: str | None = Field(default=None, description="The fault injected, if any: delay, drop, "
+                              "rate_limit, server_error, garbage, truncate or malformed_tool_args.")
+    status: int | None = Field(default=None,
+                               description="The status answered; None while pending or if dropped.")
 
 
 class Message(BaseModel):
@@ -104,7 +107,8 @@ class Message(BaseModel):
 class FunctionSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    name: str = Field(min_length=1, description="The function's name; `description`, `parameters` pass through.")
+    name: str = Field(min_length=1,
+                      description="The function's name; `description`, `parameters` pass through.")
 
 
 class ToolSpec(BaseModel):
@@ -124,7 +128,8 @@ class ChatRequest(BaseModel):
     model: str = Field(min_length=1, description="The model (policy) name.")
     messages: list[Message] = Field(min_length=1, description="The conversation.")
     tools: list[ToolSpec] | None = Field(default=None, description="Function tools the model may call.")
-    tool_choice: str | dict | None = Field(default=None, description="none, auto, required or a named function.")
+    tool_choice: str | dict | None = Field(default=None,
+                                           description="none, auto, required or a named function.")
     temperature: float | None = Field(default=None, ge=0, le=2, description="Sampling temperature.")
     top_p: float | None = Field(default=None, ge=0, le=1, description="Nucleus sampling mass.")
     max_tokens: int | None = Field(default=None, ge=1, description="Completion cap, in whitespace tokens.")
@@ -201,8 +206,8 @@ def run_policy(name: str, policy: Policy, request: ChatRequest, body: dict) -> t
     calls = []
     for i, call in enumerate(msg.tool_calls or []):
         if call.function.name not in offered or request.tool_choice == "none":
-            raise PolicyError(f"policy {name!r} called tool {call.function.name!r}, which the request does not "
-                              f"offer (tools: {offered}, tool_choice: {request.tool_choice!r})")
+            raise PolicyError(f"policy {name!r} called tool {call.function.name!r}, which the request does "
+                              f"not offer (tools: {offered}, tool_choice: {request.tool_choice!r})")
         args = call.function.arguments
         calls.append({"id": call.id or f"call_{i}", "type": "function", "function": {
             "name": call.function.name,
@@ -216,7 +221,8 @@ def run_policy(name: str, policy: Policy, request: ChatRequest, body: dict) -> t
     for call in calls:
         n = count_tokens(call["function"]["arguments"])
         if left is not None and n > left:
-            call["function"]["arguments"], finish = _cut_tokens(call["function"]["arguments"], max(left, 0)), "length"
+            call["function"]["arguments"], finish = _cut_tokens(call["function"]["arguments"],
+                                                                max(left, 0)), "length"
         left = None if left is None else left - n
     if calls:
         message["tool_calls"] = calls
@@ -286,9 +292,11 @@ class _Handler(BaseHTTPRequestHandler):
             if length < 0 or "chunked" in self.headers.get("Transfer-Encoding", ""):
                 self._json(400, _error("send the body with a valid Content-Length", "invalid_request_error"))
             elif not self.record.authorized:
-                self._json(401, _error("Incorrect API key provided.", "invalid_request_error", code="invalid_api_key"))
+                self._json(401, _error("Incorrect API key provided.", "invalid_request_error",
+                                       code="invalid_api_key"))
             elif method == "GET" and path == "/v1/models":
-                self._json(200, {"object": "list", "data": [self._model(m) for m in sorted(self.server.models)]})
+                self._json(200, {"object": "list",
+                                 "data": [self._model(m) for m in sorted(self.server.models)]})
             elif method == "GET" and path.startswith("/v1/models/") and path[11:] in self.server.models:
                 self._json(200, self._model(path[11:]))
             elif method == "GET" and path.startswith("/v1/models/"):
@@ -323,11 +331,13 @@ class _Handler(BaseHTTPRequestHandler):
         if i < faults.drop_first_n:
             return self._abort("drop")
         if i < faults.rate_limit_first_n:
-            return self._json(429, _error("Rate limit reached for requests.", "requests", code="rate_limit_exceeded"),
+            return self._json(429, _error("Rate limit reached for requests.", "requests",
+                                          code="rate_limit_exceeded"),
                               fault="rate_limit", headers={"Retry-After": str(faults.retry_after_s)})
         if i < faults.server_error_first_n:
             return self._json(faults.server_error_status, _error(
-                "The server had an error while processing your request.", "server_error"), fault="server_error")
+                "The server had an error while processing your request.", "server_error"),
+                              fault="server_error")
         try:
             request = ChatRequest.model_validate(json.loads(raw))
         except ValueError as exc:  # ValidationError is a ValueError too
@@ -345,7 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is None and i < faults.malformed_tool_args_first_n and message.get("tool_calls"):
             fault = "malformed_tool_args"
             for call in message["tool_calls"]:
-                call["function"]["arguments"] = call["function"]["arguments"][:len(call["function"]["arguments"]) // 2]
+                args = call["function"]["arguments"]
+                call["function"]["arguments"] = args[:len(args) // 2]
         base = {"id": f"chatcmpl-{self.record.index}", "created": int(time.time()), "model": request.model,
                 "system_fingerprint": "localserver"}
         usage = _usage(request, completion_tokens)
@@ -371,7 +382,8 @@ class _Handler(BaseHTTPRequestHandler):
               headers: dict | None = None) -> None:
         self.record.status, self.record.fault = status, fault or self.record.fault
         self.send_response(status)
-        for name, value in {"Content-Type": ctype, "Content-Length": str(len(data)), **(headers or {})}.items():
+        for name, value in {"Content-Type": ctype, "Content-Length": str(len(data)),
+                            **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         if fault == "truncate":
@@ -430,7 +442,8 @@ class _Server(ThreadingHTTPServer):
     def record(self, method: str, path: str, headers: dict[str, str], raw: bytes) -> RecordedRequest:
         headers = {k.lower(): v for k, v in headers.items()}
         given = headers.get("authorization", "")
-        authorized = self.api_key is None or hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode())
+        authorized = self.api_key is None or hmac.compare_digest(given.encode(),
+                                                                 f"Bearer {self.api_key}".encode())
         if "authorization" in headers:
             headers["authorization"] = "<redacted>"
         try:
@@ -438,8 +451,8 @@ class _Server(ThreadingHTTPServer):
         except ValueError:
             body = None
         with self.lock:
-            rec = RecordedRequest(index=len(self.records), method=method, path=path, headers=headers, body=body,
-                                  authorized=authorized)
+            rec = RecordedRequest(index=len(self.records), method=method, path=path, headers=headers,
+                                  body=body, authorized=authorized)
             self.records.append(rec)
         return rec
 
@@ -536,7 +549,8 @@ def _parse_models(specs: list[str]) -> dict[str, Policy]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m validate.devtools.localserver", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m validate.devtools.localserver",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--model", action="append", required=True, metavar="NAME=module:function",
                         help="serve a policy under a model name (repeatable)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -66,12 +66,13 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.status == UNSUPPORTED_EXECUTION_CONTRACT),
     Rule("verifier-raised", "invalid_task_or_verifier", "the environment's scorer raised on the reply",
          lambda f: f.status == SCORER_ERROR),
-    Rule("harness-error", "harness", "the harness failed handling the attempt (or the endpoint refused a request "
-                                     "the harness built)", lambda f: f.status == HARNESS_ERROR),
+    Rule("harness-error", "harness", "the harness failed handling the attempt (or the endpoint refused a "
+                                     "request the harness built)", lambda f: f.status == HARNESS_ERROR),
     Rule("unscored", "harness", "a valid attempt carries no reward", lambda f: f.reward is None),
-    Rule("verifier-rejected", "capability", "the model stopped working on a task directory and the task's own "
-         "verifier scored what it left below the threshold",
-         lambda f: f.verified and f.status == OK and f.termination in ("answer", "empty_answer", "max_tokens")),
+    Rule("verifier-rejected", "capability", "the model stopped working on a task directory and the task's "
+         "own verifier scored what it left below the threshold",
+         lambda f: (f.verified and f.status == OK
+                    and f.termination in ("answer", "empty_answer", "max_tokens"))),
     Rule("answer-cut", "capability", "the final answer was cut at max_tokens and does not pass",
          lambda f: _answered(f) and f.termination == "max_tokens"),
     Rule("wrong-answer", "capability", "the model answered in the required format and the answer is wrong",
@@ -88,7 +89,8 @@ RULES: tuple[Rule, ...] = (
          lambda f: f.termination == "sandbox_ended"),
     # Strictly more time in tools than in model calls, and some: with no time measured on
     # either side (0 >= 0) nothing says the model spent it, so no rule applies.
-    Rule("timeout-in-tools", "capability", "the attempt's time ran out, mostly spent in the model's own commands",
+    Rule("timeout-in-tools", "capability",
+         "the attempt's time ran out, mostly spent in the model's own commands",
          lambda f: f.termination == "timeout" and f.tool_s > f.model_s and f.tool_s > 0),
 )
 NO_RULE = Rule("no-rule", "uncertain", "no rule applies", lambda f: True)

@@ -46,8 +46,8 @@ from environment.protocol import safe_json
 from validate.core.errors import ServiceError
 from validate.eval.deadline import Adapter, Watchdog
 
-_CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "context window", "too many tokens",
-                    "prompt is too long")
+_CONTEXT_MARKERS = ("context length", "context_length", "maximum context", "context window",
+                    "too many tokens", "prompt is too long")
 
 
 class EndpointError(ServiceError):
@@ -145,7 +145,8 @@ def _text(value: object, what: str) -> str | None:
 
 def _message_of(body: object, model: str | None = None) -> tuple[dict, str | None, dict]:
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"] \
-            or not isinstance(body["choices"][0], dict) or not isinstance(body["choices"][0].get("message"), dict):
+            or not isinstance(body["choices"][0], dict) or not isinstance(body["choices"][0].get("message"),
+                                                                          dict):
         raise _bad("not a chat completion", body)
     _check_model(body, model)
     choice = body["choices"][0]
@@ -298,11 +299,11 @@ def _cut(stream: _Stream | None, t0: float) -> EndpointError:
     spent = time.monotonic() - t0
     if stream is None or not stream.pieces:
         what = "any of the answer" if stream else "the whole answer"
-        return EndpointUnavailable("timeout", f"the attempt's deadline passed {spent:.1f} s into the request, before "
-                                   f"{what} arrived")
+        return EndpointUnavailable("timeout", f"the attempt's deadline passed {spent:.1f} s into the "
+                                   f"request, before {what} arrived")
     message, _, usage = stream.result()
-    return DeadlineCut(f"the attempt's deadline cut the streamed answer {spent:.1f} s into the request, after "
-                       f"{stream.pieces} chunks of it", _completion(message, None, usage, spent))
+    return DeadlineCut(f"the attempt's deadline cut the streamed answer {spent:.1f} s into the request, "
+                       f"after {stream.pieces} chunks of it", _completion(message, None, usage, spent))
 
 
 class ChatClient:

@@ -25,14 +25,14 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from validate.core.errors import ValidateError
+from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
+from validate.core.records import AGENT_STATUSES
+from validate.core.render import to_html, to_markdown
 from validate.eval.contract import differences
 from validate.eval.metrics import GREEDY_PHASE
 from validate.eval.render import STYLE
 from validate.eval.report import EVAL_INPUTS, EvalEvidence, load_eval, mean, pct
 from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
-from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, RunPaths
-from validate.core.render import to_html, to_markdown
-from validate.core.records import AGENT_STATUSES
 
 #: Fields of the eval contract two compared evals must share.
 MUST_MATCH = ("parent.manifest_sha256", "parent.task_count", "reward", "k")
@@ -67,8 +67,8 @@ class Comparison(BaseModel):
     families: list[tuple[str, str, str, str, str]] = Field(description="(family, pass@1 A, B, pass@k A, B).")
     tasks: list[TaskDelta] = Field(description="Per task, largest change first.")
     renderer: str = Field(description="The renderer's version (`RENDERER` when written).")
-    ledgers: dict[str, str] = Field(description="Each file of A and B it was computed from (``A/…``, ``B/…``) → "
-                                                "its sha256.")
+    ledgers: dict[str, str] = Field(description="Each file of A and B it was computed from (``A/…``, "
+                                                "``B/…``) → its sha256.")
 
 
 #: This renderer's version; the audit knows only this one (bump it whenever a change here
@@ -81,7 +81,8 @@ def _check(a: EvalEvidence, b: EvalEvidence) -> list[str]:
     for field in diff:
         if any(field == m or field.startswith(m + ".") for m in MUST_MATCH):
             raise ValidateError(f"compare: the eval contracts differ in {field} (A: {_value(a, field)!r}, B: "
-                                f"{_value(b, field)!r}); only evals of the same dataset contract, reward and k compare")
+                                f"{_value(b, field)!r}); only evals of the same dataset contract, "
+                                "reward and k compare")
     return diff
 
 
@@ -106,7 +107,8 @@ def _greedy(ev: EvalEvidence) -> dict[str, float | None]:
 def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Comparison, Path]:
     """The comparison of two eval runs, and the entry it was written to."""
     result = comparison(run_a, run_b)
-    return result, write(result, out if out is not None else LEDGER_DIR / "compare" / f"{result.run_a}--{result.run_b}")
+    return result, write(result, out if out is not None
+                         else LEDGER_DIR / "compare" / f"{result.run_a}--{result.run_b}")
 
 
 def comparison(run_a: Path, run_b: Path) -> Comparison:
@@ -136,13 +138,15 @@ def comparison(run_a: Path, run_b: Path) -> Comparison:
     for t in a.tasks.itertuples():
         u = tb.loc[t.task_id]
         tasks.append(TaskDelta(task_id=t.task_id, family=t.family, greedy_a=ga.get(t.task_id),
-                               greedy_b=gb.get(t.task_id), sampled_a=None if pd.isna(t.mean_reward) else t.mean_reward,
-                               sampled_b=None if pd.isna(u["mean_reward"]) else u["mean_reward"],
-                               solved_a=f"{t.solved}/{t.n_valid}", solved_b=f"{u['solved']}/{u['n_valid']}"))
+                               greedy_b=gb.get(t.task_id), sampled_a=None if pd.isna(t.mean_reward)
+                               else t.mean_reward, sampled_b=None if pd.isna(u["mean_reward"])
+                               else u["mean_reward"], solved_a=f"{t.solved}/{t.n_valid}",
+                               solved_b=f"{u['solved']}/{u['n_valid']}"))
     tasks.sort(key=lambda d: (-abs(d.delta), d.task_id))
-    ledgers = {f"{side}/{n}": file_sha256(Path(d) / n) for side, d in (("A", run_a), ("B", run_b)) for n in EVAL_INPUTS}
-    return Comparison(run_a=sa.run_id, run_b=sb.run_id, contract_a=a.contract.sha256, contract_b=b.contract.sha256,
-                      dataset=a.contract.parent.manifest_sha256,
+    ledgers = {f"{side}/{n}": file_sha256(Path(d) / n) for side, d in (("A", run_a), ("B", run_b))
+               for n in EVAL_INPUTS}
+    return Comparison(run_a=sa.run_id, run_b=sb.run_id, contract_a=a.contract.sha256,
+                      contract_b=b.contract.sha256, dataset=a.contract.parent.manifest_sha256,
                       varied=[(f, str(_value(a, f)), str(_value(b, f))) for f in varied],
                       overall=overall, families=families, tasks=tasks, renderer=RENDERER, ledgers=ledgers)
 
@@ -157,10 +161,11 @@ def blocks(c: Comparison) -> list:
             ("h2", "Per family"), ("table", ["family", "pass@1 A", "pass@1 B", "pass@k A", "pass@k B"],
                                    [list(r) for r in c.families]),
             ("h2", "Per task (largest change first)"),
-            ("table", ["task", "family", "greedy A", "greedy B", "Δ greedy", "sampled A", "sampled B", "Δ sampled",
-                       "solved A", "solved B"],
-             [[t.task_id, t.family, _f(t.greedy_a), _f(t.greedy_b), _delta(t.greedy_a, t.greedy_b), _f(t.sampled_a),
-               _f(t.sampled_b), _delta(t.sampled_a, t.sampled_b), t.solved_a, t.solved_b] for t in c.tasks])]
+            ("table", ["task", "family", "greedy A", "greedy B", "Δ greedy", "sampled A", "sampled B",
+                       "Δ sampled", "solved A", "solved B"],
+             [[t.task_id, t.family, _f(t.greedy_a), _f(t.greedy_b), _delta(t.greedy_a, t.greedy_b),
+               _f(t.sampled_a), _f(t.sampled_b), _delta(t.sampled_a, t.sampled_b), t.solved_a, t.solved_b]
+              for t in c.tasks])]
 
 
 def _f(x: float | None) -> str:
@@ -170,7 +175,8 @@ def _f(x: float | None) -> str:
 def render(c: Comparison) -> dict[str, bytes]:
     """The entry's three files, from the comparison alone."""
     doc = blocks(c)
-    return {COMPARE_MD: to_markdown(doc).encode(), COMPARE_HTML: to_html(doc, "Eval comparison", STYLE).encode(),
+    return {COMPARE_MD: to_markdown(doc).encode(),
+            COMPARE_HTML: to_html(doc, "Eval comparison", STYLE).encode(),
             COMPARE_JSON: c.model_dump_json(indent=2).encode() + b"\n"}
 
 

@@ -58,16 +58,16 @@ BASH_TOOL: dict[str, Any] = {"type": "function", "function": {
 #: then the task's own verifier; the model ends its work by replying without a tool call.
 SHELL_AGENT_NAME = "task-shell-agent"
 SHELL_SYSTEM = (
-    "You are working on a task inside its own Linux container, which has no network. Use the bash tool to run "
-    "commands there (each one runs in a fresh shell in the task's working directory, with a time limit, and "
-    "you see its output). Do what the task asks by changing the container's files. When you are done, reply "
-    "with a short message without calling a tool: the task's own checks then run on the container as you "
-    "left it.")
+    "You are working on a task inside its own Linux container, which has no network. Use the bash tool to "
+    "run commands there (each one runs in a fresh shell in the task's working directory, with a time limit, "
+    "and you see its output). Do what the task asks by changing the container's files. When you are done, "
+    "reply with a short message without calling a tool: the task's own checks then run on the container as "
+    "you left it.")
 SHELL_TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": "bash",
-    "description": "Run a bash command in the task's container (the task's working directory, its agent user, no "
-                   "network, a time limit per command). Returns its standard output; standard error and a non-zero "
-                   "exit code are appended; long output is cut.",
+    "description": "Run a bash command in the task's container (the task's working directory, its agent "
+                   "user, no network, a time limit per command). Returns its standard output; standard error "
+                   "and a non-zero exit code are appended; long output is cut.",
     "parameters": {"type": "object", "properties": {
         "command": {"type": "string", "description": "The command line, run with bash -c."}},
         "required": ["command"]}}}
@@ -95,13 +95,15 @@ class DatasetParent(_Frozen):
     """The validated dataset the eval runs on."""
 
     manifest_name: str = Field(description="The frozen dataset manifest's name.")
-    manifest_sha256: str = Field(description="The frozen dataset manifest's own sha256: the task set evaluated.")
-    manifest_path: str = Field(description="Where the manifest was read at freeze (a hint for `validate eval run`).")
+    manifest_sha256: str = Field(description="The frozen dataset manifest's own sha256: the "
+                                             "task set evaluated.")
+    manifest_path: str = Field(description="Where the manifest was read at freeze (a hint for "
+                                           "`validate eval run`).")
     pool_run_id: str = Field(description="The pool run that froze the set.")
     pool_run_dir: str = Field(description="Where that run's evidence lay at freeze (a hint).")
     pool_manifest_sha256: str = Field(description="The pool's root contract (the frozen set's parent).")
-    pool_checksums_sha256: str = Field(description="sha256 of the pool run's checksums file: the evidence sealed "
-                                                   "as it was when its verdict was read.")
+    pool_checksums_sha256: str = Field(description="sha256 of the pool run's checksums file: the evidence "
+                                                   "sealed as it was when its verdict was read.")
     dataset_verdict: Literal["PASS"] = Field(description="The pool's current dataset verdict at freeze.")
     environment: str = Field(description="The environment's registered name.")
     task_count: int = Field(ge=1, description="Tasks in the frozen set.")
@@ -112,11 +114,12 @@ class ModelSpec(_Frozen):
     revision: str = Field(min_length=1, description="The exact checkpoint: a commit, a file sha256, a tag.")
     endpoint_kind: Literal["openai-chat-completions"] = Field(
         default="openai-chat-completions", description="The API spoken: POST {base_url}/chat/completions.")
-    server: str = Field(min_length=1, description="What serves it, in words (vllm, llama.cpp, openai, localserver).")
+    server: str = Field(min_length=1,
+                        description="What serves it, in words (vllm, llama.cpp, openai, localserver).")
     base_url: str = Field(pattern=r"^https?://", description="The endpoint's base URL, e.g. http://127.0.0.1:8000/v1.")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                                    description="Name of the environment variable holding the API key (never the "
-                                                "key); None: no key is sent.")
+                                    description="Name of the environment variable holding the API key (never "
+                                                "the key); None: no key is sent.")
 
 
 class AgentImpl(_Frozen):
@@ -126,7 +129,8 @@ class AgentImpl(_Frozen):
 
 
 class Prompts(_Frozen):
-    system_template: str = Field(description="System message template (`string.Template`: $prompt, $meta_json).")
+    system_template: str = Field(description="System message template (`string.Template`: "
+                                             "$prompt, $meta_json).")
     user_template: str = Field(min_length=1, description="First user message template.")
     system_sha256: str = Field(description="sha256 of system_template (UTF-8).")
     user_sha256: str = Field(description="sha256 of user_template (UTF-8).")
@@ -153,12 +157,14 @@ class Prompts(_Frozen):
 class Sampling(_Frozen):
     """Sampling of the sampled pass (the greedy pass uses temperature 0, the rest the same)."""
 
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0, description="Sampling temperature of the k samples.")
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0,
+                               description="Sampling temperature of the k samples.")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     max_tokens: int = Field(default=4096, ge=1, description="Completion tokens per model call.")
-    seed: int = Field(default=0, ge=0, description="Root seed; each sample's request seed derives from it, the task "
-                                                   "and the sample number (`request_seed`).")
-    stream: bool = Field(default=True, description="Ask for server-sent events (a cut stream is an endpoint fault).")
+    seed: int = Field(default=0, ge=0, description="Root seed; each sample's request seed derives from it, "
+                                                   "the task and the sample number (`request_seed`).")
+    stream: bool = Field(default=True,
+                         description="Ask for server-sent events (a cut stream is an endpoint fault).")
 
 
 class AgentLimits(_Frozen):
@@ -166,26 +172,28 @@ class AgentLimits(_Frozen):
     limits are the dataset contract's (`execution.limits`)."""
 
     max_turns: int = Field(default=8, ge=1, le=1000, description="Model calls per attempt.")
-    attempt_timeout_s: float = Field(default=300.0, gt=0, le=86400, description="Wall-clock limit of one attempt.")
+    attempt_timeout_s: float = Field(default=300.0, gt=0, le=86400,
+                                     description="Wall-clock limit of one attempt.")
     request_timeout_s: float = Field(default=120.0, gt=0, description="Read timeout of one model request.")
     tool_timeout_s: float = Field(default=30.0, gt=0, description="Wall-clock limit of one bash command.")
-    max_tool_output_bytes: int = Field(default=262144, ge=256, description="Bytes of a command's stdout (and of "
-                                       "its stderr) the model is shown; the rest is cut with a note.")
-    stored_tool_output_bytes: int = Field(default=4096, ge=0, description="Bytes of each tool result kept in the "
-                                          "trajectory (its sha256 and size are always kept).")
-    stored_message_bytes: int = Field(default=16384, ge=0, description="Bytes of each model message kept in the "
-                                      "trajectory.")
-    endpoint_retries: int = Field(default=4, ge=0, le=20, description="Further tries of one model request after an "
-                                  "endpoint fault (connection, 429, 5xx, timeout, cut answer).")
-    retry_max_wait_s: float = Field(default=30.0, ge=0, description="Longest wait between two tries (Retry-After "
-                                    "is honoured up to this).")
+    max_tool_output_bytes: int = Field(default=262144, ge=256, description="Bytes of a command's stdout (and "
+                                       "of its stderr) the model is shown; the rest is cut with a note.")
+    stored_tool_output_bytes: int = Field(default=4096, ge=0, description="Bytes of each tool result kept in "
+                                          "the trajectory (its sha256 and size are always kept).")
+    stored_message_bytes: int = Field(default=16384, ge=0, description="Bytes of each model message kept in "
+                                      "the trajectory.")
+    endpoint_retries: int = Field(default=4, ge=0, le=20, description="Further tries of one model request "
+                                  "after an endpoint fault (connection, 429, 5xx, timeout, cut answer).")
+    retry_max_wait_s: float = Field(default=30.0, ge=0, description="Longest wait between two tries "
+                                    "(Retry-After is honoured up to this).")
 
 
 class RewardSpec(_Frozen):
     scorer: ScorerSpec = Field(description="The dataset contract's scorer facts.")
     pass_threshold: float = Field(description="A sample is solved when its reward reaches this.")
     revision: str = Field(description="The environment content revision (the dataset contract's).")
-    code_sha256: str = Field(description="sha256 over the environment's source files (which hold the scorer).")
+    code_sha256: str = Field(description="sha256 over the environment's source files (which hold the "
+                                         "scorer).")
 
 
 class EvalContract(_Frozen, SealedDocument):
@@ -264,7 +272,8 @@ def shell_source_sha256() -> str:
 
 
 #: The conversation scored on the host (`validate.kinds.chat`).
-CHAT_AGENT = ModelAgent(name=AGENT_NAME, source_sha256=agent_source_sha256, tool=BASH_TOOL, system=DEFAULT_SYSTEM)
+CHAT_AGENT = ModelAgent(name=AGENT_NAME, source_sha256=agent_source_sha256, tool=BASH_TOOL,
+                        system=DEFAULT_SYSTEM)
 #: A task directory's instruction, a shell in its container, then its own verifier
 #: (`validate.kinds.task_shell`).
 SHELL_AGENT = ModelAgent(name=SHELL_AGENT_NAME, source_sha256=shell_source_sha256, tool=SHELL_TOOL,
@@ -280,9 +289,10 @@ def _error(e: ValidationError, where: str) -> ContractError:
 
 
 def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelSpec, reward_code: str,
-          system_template: str | None = None, user_template: str = DEFAULT_USER, sampling: Sampling | None = None,
-          limits: AgentLimits | None = None, k: int = 8, git_commit: str = "",
-          patch: PatchInfo | None = None, agent: ModelAgent = CHAT_AGENT) -> EvalContract:
+          system_template: str | None = None, user_template: str = DEFAULT_USER,
+          sampling: Sampling | None = None, limits: AgentLimits | None = None, k: int = 8,
+          git_commit: str = "", patch: PatchInfo | None = None,
+          agent: ModelAgent = CHAT_AGENT) -> EvalContract:
     """A sealed eval contract (no checks of the parent: see `validate.eval.freeze`); the agent,
     its tool and the default system prompt are `agent`'s, the one the kind that plays a model on
     the environment declares (`validate.kinds.model_kind_class`)."""
@@ -298,7 +308,8 @@ def build(*, name: str, parent: DatasetParent, manifest: Manifest, model: ModelS
             prompts=prompts, tools=tools, tools_sha256=sha256_tag(canonical_json(tools)),
             sampling=sampling or Sampling(), limits=limits or AgentLimits(), k=k,
             harness_version=validate.__version__, git_commit=git_commit, patch=patch,
-            reward=RewardSpec(scorer=manifest.environment.scorer, pass_threshold=manifest.expectations.pass_threshold,
+            reward=RewardSpec(scorer=manifest.environment.scorer,
+                              pass_threshold=manifest.expectations.pass_threshold,
                               revision=manifest.environment.revision, code_sha256=reward_code),
         ).sealed()
     except ValidationError as e:

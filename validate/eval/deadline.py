@@ -109,6 +109,7 @@ class Adapter(requests.adapters.HTTPAdapter):
 
     def proxy_manager_for(self, proxy, **kwargs):
         manager = super().proxy_manager_for(proxy, **kwargs)
-        if manager.pool_classes_by_scheme.get("http") is urllib3.HTTPConnectionPool:  # a SOCKS proxy keeps its own
+        # a SOCKS proxy keeps its own
+        if manager.pool_classes_by_scheme.get("http") is urllib3.HTTPConnectionPool:
             manager.pool_classes_by_scheme = dict(_POOLS)
         return manager

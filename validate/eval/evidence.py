@@ -19,10 +19,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from validate.eval.records import SampleRow, TurnRow
-from validate.evidence.journal import AppendLog, write_parquet
 from validate.core.paths import EvalPaths
 from validate.core.records import arrow_schema, flat_row
+from validate.eval.records import SampleRow, TurnRow
+from validate.evidence.journal import AppendLog, write_parquet
 
 
 class Entry(BaseModel):
@@ -40,7 +40,8 @@ class EvalJournal(AppendLog[Entry]):
         self.paths = paths
 
 
-def latest_entries(journal: EvalJournal, recorded: set[tuple], previous: Path | None = None) -> dict[tuple, Entry]:
+def latest_entries(journal: EvalJournal, recorded: set[tuple],
+                   previous: Path | None = None) -> dict[tuple, Entry]:
     """The last entry of each attempt key that `recorded` holds, previous samples.parquet
     rows included (their turns are read back from trajectories.parquet)."""
     out: dict[tuple, Entry] = {}

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from validate.contract.manifest import Manifest, load_manifest
 from validate.core.errors import ContractError, EvidenceError
-from validate.eval.contract import DatasetParent
-from validate.evidence.journal import file_sha256
 from validate.core.paths import FROZEN_MANIFEST, MANIFEST, RunPaths
 from validate.core.records import AGENT_STATUSES, CONTROL
+from validate.eval.contract import DatasetParent
+from validate.evidence.journal import file_sha256
 from validate.evidence.run import current_verdict, load_run
 
 #: The audit of a pool run directory: the problems `validate audit` finds in it (none: it passes).
@@ -36,16 +36,17 @@ def parent_of(pool_run: Path, manifest: Path | None = None, *,
     for a cause those show is refused without the cost of an audit."""
     paths = RunPaths(Path(pool_run))
     if not paths.frozen_manifest.is_file():
-        raise ContractError(f"--pool-run: {paths.root} froze no set (no frozen-manifest.json); an eval runs on a "
-                            f"pool's frozen set")
+        raise ContractError(f"--pool-run: {paths.root} froze no set (no frozen-manifest.json); an eval runs "
+                            "on a pool's frozen set")
     try:
         ev = load_run(paths.root)
     except EvidenceError as e:
         raise ContractError(f"--pool-run: {e}") from None
     for name, raw in ((MANIFEST, ev.manifest), (FROZEN_MANIFEST, ev.frozen)):
         if not _controls_of(raw):
-            raise ContractError(f"--pool-run: {paths.root}: its {name} names no negative control; an eval runs "
-                                f"only on tasks a control was shown to reject (freeze a contract with --controls)")
+            raise ContractError(f"--pool-run: {paths.root}: its {name} names no negative control; an eval "
+                                "runs only on tasks a control was shown to reject (freeze a contract "
+                                "with --controls)")
     frozen = load_manifest(paths.frozen_manifest)
     _every_task_tested(paths.root, frozen, ev.attempts)
     verdict = current_verdict(ev.summary, ev.smokes)
@@ -63,9 +64,10 @@ def parent_of(pool_run: Path, manifest: Path | None = None, *,
     parent = DatasetParent(
         manifest_name=frozen.name, manifest_sha256=frozen.sha256,
         manifest_path=str(manifest if manifest is not None else paths.frozen_manifest),
-        pool_run_id=ev.summary.run_id, pool_run_dir=str(paths.root), pool_manifest_sha256=ev.summary.manifest_sha256,
-        pool_checksums_sha256="sha256:" + file_sha256(paths.checksums), dataset_verdict="PASS",
-        environment=frozen.environment.name, task_count=len(frozen.tasks))
+        pool_run_id=ev.summary.run_id, pool_run_dir=str(paths.root),
+        pool_manifest_sha256=ev.summary.manifest_sha256, pool_checksums_sha256="sha256:"
+        + file_sha256(paths.checksums), dataset_verdict="PASS", environment=frozen.environment.name,
+        task_count=len(frozen.tasks))
     return parent, frozen
 
 
@@ -94,13 +96,14 @@ def _every_task_tested(root: Path, frozen: Manifest, attempts) -> None:
     out of it) or none did (no final, exception-free control attempt on it in the pool)."""
     untestable = [t.id for t in frozen.tasks if not frozen.expectations.testing(t.skip)]
     if untestable:
-        raise ContractError(f"--pool-run: {root}: no negative control can test {len(untestable)} frozen task(s) "
-                            f"(every control is frozen out of them: {', '.join(untestable[:3])}"
+        raise ContractError(f"--pool-run: {root}: no negative control can test {len(untestable)} frozen "
+                            f"task(s) (every control is frozen out of them: {', '.join(untestable[:3])}"
                             f"{' …' if len(untestable) > 3 else ''}); an eval runs only on tested tasks")
     final = attempts[(attempts["role"] == CONTROL) & ~attempts["superseded"].astype(bool)
                      & attempts["status"].isin(AGENT_STATUSES)]
     untested = sorted({t.id for t in frozen.tasks} - set(final["task_id"]))
     if untested:
-        raise ContractError(f"--pool-run: {root}: {len(untested)} frozen task(s) have no final, exception-free "
-                            f"control attempt ({', '.join(untested[:3])}{' …' if len(untested) > 3 else ''}); "
-                            f"an eval runs only on tasks a control tested")
+        raise ContractError(f"--pool-run: {root}: {len(untested)} frozen task(s) have no final, "
+                            "exception-free control attempt "
+                            f"({', '.join(untested[:3])}{' …' if len(untested) > 3 else ''}); an eval runs "
+                            "only on tasks a control tested")

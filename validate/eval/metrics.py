@@ -104,16 +104,18 @@ class TaskEval(BaseModel):
     n_lost: int = Field(description="Samples lost (not the model's doing), or missing.")
     lost: list[str] = Field(default_factory=list, description="The reason of each lost sample, sorted.")
     solved: int = Field(description="Valid samples whose reward reached the threshold.")
-    rewards: list[float | None] = Field(description="Each sample's reward by sample number (None: lost or missing).")
+    rewards: list[float | None] = Field(description="Each sample's reward by sample number (None: "
+                                                    "lost or missing).")
     eligible: bool = Field(description="At least k valid samples: counted in pass@k and zero variance.")
     excluded_reason: str | None = Field(default=None, description="Why not eligible.")
     pass_at_k: float | None = Field(default=None, description="Unbiased pass@k (eligible only).")
     pass_hat_k: float | None = Field(default=None, description="Unbiased pass^k (eligible only).")
     accuracy: float | None = Field(default=None, description="solved / n_valid.")
     mean_reward: float | None = Field(default=None, description="Mean reward of the valid samples.")
-    best_reward: float | None = Field(default=None, description="Highest reward of the valid samples (best of k).")
-    reward_std: float | None = Field(default=None, description="Population standard deviation of the valid samples' "
-                                                               "rewards: the group's RL signal.")
+    best_reward: float | None = Field(default=None,
+                                      description="Highest reward of the valid samples (best of k).")
+    reward_std: float | None = Field(default=None, description="Population standard deviation of the valid "
+                                                               "samples' rewards: the group's RL signal.")
     zero_variance: bool | None = Field(default=None, description="All k rewards equal (eligible only).")
 
 
@@ -178,8 +180,8 @@ class SampledMetrics(BaseModel):
     mean_accuracy: Rate = Field(description="Mean sample accuracy c/n over eligible tasks.")
     headroom: float | None = Field(description="pass@k − mean accuracy: exploration headroom.")
     mean_reward: Rate = Field(description="Mean reward over the eligible tasks' samples.")
-    best_reward: Rate = Field(description="Mean best-of-k reward over eligible tasks: pass@k's analogue for the "
-                                          "reward itself.")
+    best_reward: Rate = Field(description="Mean best-of-k reward over eligible tasks: pass@k's analogue for "
+                                          "the reward itself.")
     reward_std: Rate = Field(description="Mean within-task reward standard deviation over eligible tasks.")
     zero_variance: int = Field(description="Eligible tasks whose k rewards are all equal.")
     zero_variance_solved: int = Field(description="... all solved.")
@@ -216,8 +218,9 @@ def sampled_metrics(tasks: Sequence[TaskEval], k: int) -> SampledMetrics:
     return SampledMetrics(
         k=k, tasks=len(tasks), eligible=len(ok), excluded=sorted((t.task_id, t.excluded_reason) for t in tasks
                                                                  if not t.eligible),
-        samples_lost=dict(sorted(lost.items())), pass_at_k=p_k, pass_hat_k=rate(sum(t.pass_hat_k for t in ok), len(ok)),
-        mean_accuracy=acc, headroom=None if p_k.value is None else p_k.value - acc.value,
+        samples_lost=dict(sorted(lost.items())), pass_at_k=p_k,
+        pass_hat_k=rate(sum(t.pass_hat_k for t in ok), len(ok)), mean_accuracy=acc,
+        headroom=None if p_k.value is None else p_k.value - acc.value,
         mean_reward=rate(sum(t.mean_reward for t in ok), len(ok)),
         best_reward=rate(sum(t.best_reward for t in ok), len(ok)),
         reward_std=rate(sum(t.reward_std for t in ok), len(ok)), zero_variance=len(zero),
@@ -245,7 +248,8 @@ def family_rows(greedy: Sequence[Sample], tasks: Sequence[TaskEval], threshold: 
         ok = [t for t in mine if t.eligible]
         out.append(FamilyRow(
             family=f, tasks=len({t.task_id for t in mine} | {s.task_id for s in greedy if s.family == f}),
-            greedy_pass_at_1=rate(sum(solved(s.status, s.reward, threshold, s.reward_decimal) for s in g), len(g)),
+            greedy_pass_at_1=rate(sum(solved(s.status, s.reward, threshold, s.reward_decimal) for s in g),
+                                  len(g)),
             greedy_mean_reward=rate(sum(s.reward or 0.0 for s in g), len(g)),
             pass_at_k=rate(sum(t.pass_at_k for t in ok), len(ok)),
             mean_accuracy=rate(sum(t.accuracy for t in ok), len(ok)),
@@ -269,7 +273,8 @@ def final_attempts(rows: Iterable) -> list:
 def samples_of(final: Iterable, family_of: dict[str, str]) -> list[Sample]:
     """The `Sample` of each of `final` (see `final_attempts`); a NaN reward reads as None."""
     return [Sample(r.phase, r.task_id, family_of.get(r.task_id, "?"), int(r.sample), r.status,
-                   None if r.reward is None or r.reward != r.reward else float(r.reward), _decimal(r)) for r in final]
+                   None if r.reward is None or r.reward != r.reward else float(r.reward),
+                   _decimal(r)) for r in final]
 
 
 def _decimal(row) -> str | None:

@@ -135,22 +135,28 @@ class Probe:
     def _once(self, method: str, path: str, body: dict | None) -> Answer:
         url = self.base + path
         try:
-            with self.http.request(method, url, data=None if body is None else json.dumps(body), headers=self.headers,
-                                   timeout=(CONNECT_S, min(self.timeout_s, READ_S)), stream=True) as resp:
+            with self.http.request(method, url, data=None if body is None else json.dumps(body),
+                                   headers=self.headers, timeout=(CONNECT_S, min(self.timeout_s, READ_S)),
+                                   stream=True) as resp:
                 data = b""
-                for chunk in resp.iter_content(65536):  # a model list is kilobytes; a runaway body is cut, not read
+                # a model list is kilobytes; a runaway body is cut, not read
+                for chunk in resp.iter_content(65536):
                     data += chunk
                     if len(data) > MAX_BODY:
                         break
         except requests.exceptions.SSLError as e:
-            raise self._refuse("model.base_url", f"the TLS handshake with {self.base_url} failed ({_first_line(e)})",
+            raise self._refuse("model.base_url",
+                               f"the TLS handshake with {self.base_url} failed ({_first_line(e)})",
                                "check the scheme (http or https) and the certificate") from None
         except requests.exceptions.Timeout:
-            raise _Transient(f"no answer to {method} {url} within {min(self.timeout_s, READ_S):.0f} s") from None
+            raise _Transient(f"no answer to {method} {url} within "
+                             f"{min(self.timeout_s, READ_S):.0f} s") from None
         except requests.exceptions.ConnectionError as e:
             if _cannot_connect(e):
-                raise self._refuse("model.base_url", f"nothing answers at {self.base_url} ({_connect_cause(e)})",
-                                   "start the server, or freeze the contract with the --base-url it listens on") \
+                raise self._refuse("model.base_url",
+                                   f"nothing answers at {self.base_url} ({_connect_cause(e)})",
+                                   "start the server, or freeze the contract with the "
+                                   "--base-url it listens on") \
                     from None
             raise _Transient(f"{method} {url}: the connection failed ({_first_line(e)})") from None
         except requests.exceptions.RequestException as e:
@@ -168,7 +174,8 @@ class Probe:
                 return self._once(method, path, body)
             except _Transient as e:
                 if n == self.tries:
-                    raise self._refuse("model.base_url", f"the endpoint is unavailable: {e.what} (after {n} tries)",
+                    raise self._refuse("model.base_url",
+                                       f"the endpoint is unavailable: {e.what} (after {n} tries)",
                                        "start or fix the server, or try again when it answers") from None
                 time.sleep(min(max(self.backoff_s * 2 ** (n - 1), e.retry_after_s or 0.0), self.max_wait_s))
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -176,20 +183,22 @@ class Probe:
     # --- what an answer means -------------------------------------------------------------
 
     def _refuse(self, field: str, cause: str, fix: str) -> EndpointMisconfigured:
-        return EndpointMisconfigured(f"{field}: {cause}; {fix} (the endpoint was checked before the run: nothing "
-                                     f"was run or written)")
+        return EndpointMisconfigured(f"{field}: {cause}; {fix} (the endpoint was checked before the run: "
+                                     "nothing was run or written)")
 
     def _auth(self, a: Answer, what: str) -> EndpointMisconfigured:
         if self.api_key is None:
-            return self._refuse("model.api_key_env", f"{what} answered {a.status} ({a.said()}) and the contract "
-                                "sends no API key", "freeze it with --api-key-env VAR and export the key in VAR")
-        return self._refuse("model.api_key_env", f"{what} answered {a.status} ({a.said()}): the endpoint refused the "
-                            f"API key in ${self.api_key_env}", f"export the endpoint's own key in {self.api_key_env}")
+            return self._refuse("model.api_key_env", f"{what} answered {a.status} ({a.said()}) and the "
+                                "contract sends no API key",
+                                "freeze it with --api-key-env VAR and export the key in VAR")
+        return self._refuse("model.api_key_env", f"{what} answered {a.status} ({a.said()}): the endpoint "
+                            f"refused the API key in ${self.api_key_env}",
+                            f"export the endpoint's own key in {self.api_key_env}")
 
     def _not_json(self, a: Answer, what: str) -> EndpointMisconfigured:
         kind = a.content_type or "no Content-Type"
-        return self._refuse("model.base_url", f"{what} answered {a.status} with a body that is not JSON ({kind}: "
-                            f"{a.said()}): {self.base_url} is not an OpenAI-compatible API",
+        return self._refuse("model.base_url", f"{what} answered {a.status} with a body that is not JSON "
+                            f"({kind}: {a.said()}): {self.base_url} is not an OpenAI-compatible API",
                             "freeze the contract with the API's base URL (it usually ends in /v1)")
 
     def _wrong_model(self, detail: str) -> EndpointMisconfigured:
@@ -213,10 +222,12 @@ class Probe:
         return sorted(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
 
     def chat(self, listed: list[str] | None) -> None:
-        """One minimal chat completion with the contract's model id; refused unless it is answered as that model."""
+        """One minimal chat completion with the contract's model id; refused unless it is answered
+        as that model."""
         what = f"POST {self.base}/chat/completions"
         a = self._ask("POST", "/chat/completions", {
-            "model": self.model, "messages": [{"role": "user", "content": "Reply with one word."}], "max_tokens": 1})
+            "model": self.model, "messages": [{"role": "user", "content": "Reply with one word."}],
+            "max_tokens": 1})
         if a.status in (401, 403):
             raise self._auth(a, what)
         said = a.said()
@@ -226,8 +237,8 @@ class Probe:
             raise self._wrong_model(f"{what} answered {a.status}: {said}{listing}")
         if a.status == 404:
             raise self._refuse("model.base_url", f"{what} answered 404 ({said}): no chat-completions API at "
-                               f"{self.base_url}", "freeze the contract with the API's base URL (it usually ends "
-                               "in /v1)")
+                               f"{self.base_url}", "freeze the contract with the API's base URL (it usually "
+                               "ends in /v1)")
         if a.status != 200:
             return  # a 4xx about the minimal request itself: the attempts' own requests will show it
         body = a.json()

@@ -22,16 +22,16 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from validate.core.errors import EvidenceError
+from validate.core.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
+from validate.core.render import to_html, to_markdown
 from validate.eval import trajectories
 from validate.eval.classes import rule_table
 from validate.eval.contract import EvalContract, load
 from validate.eval.evidence import EvalPaths
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE, Rate
 from validate.eval.render import STYLE
-from validate.core.render import to_html, to_markdown
 from validate.eval.summary import EvalSummary, Operations
 from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
-from validate.core.paths import EVAL_CONTRACT, EVAL_INPUTS, REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 
 #: Trajectories shown per pass and outcome (solved, failed).
 SHOWN = 3
@@ -55,8 +55,9 @@ def load_eval(root: Path) -> EvalEvidence:
     try:
         return EvalEvidence(paths=paths, contract=load(paths.contract),
                             summary=EvalSummary.model_validate_json(paths.summary.read_bytes()),
-                            attempts=pd.read_parquet(paths.run.attempts), samples=pd.read_parquet(paths.samples),
-                            turns=_turns(paths), tasks=pd.read_parquet(paths.tasks))
+                            attempts=pd.read_parquet(paths.run.attempts),
+                            samples=pd.read_parquet(paths.samples), turns=_turns(paths),
+                            tasks=pd.read_parquet(paths.tasks))
     except (OSError, ValueError) as e:
         raise EvidenceError(f"{root}: unreadable eval evidence ({e})") from None
 
@@ -67,7 +68,8 @@ def _turns(paths: EvalPaths) -> dict[tuple, list[dict]]:
 
     out: dict[tuple, list[dict]] = {}
     for row in pq.read_table(paths.trajectories).to_pylist():
-        out.setdefault(tuple(row[k] for k in ("phase", "task_id", "agent", "sample", "attempt")), []).append(row)
+        out.setdefault(tuple(row[k] for k in ("phase", "task_id", "agent", "sample", "attempt")),
+                       []).append(row)
     return {k: sorted(v, key=lambda r: r["turn"]) for k, v in out.items()}
 
 
@@ -87,7 +89,8 @@ def headline(s: EvalSummary) -> str:
     g, m = s.greedy, s.sampled
     return (f"pass@1 (greedy, temperature 0) {pct(g.pass_at_1)}; pass@{m.k} {pct(m.pass_at_k)}; mean sample "
             f"accuracy {pct(m.mean_accuracy)}; pass^{m.k} {pct(m.pass_hat_k)}; zero-variance groups "
-            f"{m.zero_variance}/{m.eligible}" + (" — INTERRUPTED, evidence incomplete" if s.interrupted else ""))
+            f"{m.zero_variance}/{m.eligible}" + (" — INTERRUPTED, evidence incomplete" if s.interrupted
+                                                 else ""))
 
 
 def _claim(ev: EvalEvidence) -> str:
@@ -95,16 +98,18 @@ def _claim(ev: EvalEvidence) -> str:
     mach = s.machine
     return (f"Claim (scoped): model {c.model.id} revision {c.model.revision}, served by {c.model.server} "
             f"({c.model.endpoint_kind}), with agent {c.agent.name} {c.agent.version}, evaluated on the "
-            f"{c.parent.task_count} tasks of the frozen dataset {c.parent.manifest_name} ({c.parent.manifest_sha256}; "
-            f"dataset verdict PASS in pool run {c.parent.pool_run_id}), sandbox backend {s.backend} image "
-            f"{s.image_digest}, on {mach.os or mach.system}, Linux {mach.kernel}, {mach.architecture}, {mach.cpus} "
-            f"cores. Samples lost to infrastructure are counted apart and never scored as the model's failures.")
+            f"{c.parent.task_count} tasks of the frozen dataset {c.parent.manifest_name} "
+            f"({c.parent.manifest_sha256}; dataset verdict PASS in pool run {c.parent.pool_run_id}), sandbox "
+            f"backend {s.backend} image {s.image_digest}, on {mach.os or mach.system}, Linux {mach.kernel}, "
+            f"{mach.architecture}, {mach.cpus} cores. Samples lost to infrastructure are counted apart and "
+            "never scored as the model's failures.")
 
 
 def _contract_rows(c: EvalContract) -> list[list[str]]:
     s, lim, p = c.sampling, c.limits, c.parent
     return [["eval contract", f"{c.name} {c.sha256}"],
-            ["dataset", f"{p.manifest_name} {p.manifest_sha256}, {p.task_count} tasks, pool run {p.pool_run_id}"],
+            ["dataset", f"{p.manifest_name} {p.manifest_sha256}, {p.task_count} tasks, pool "
+                        f"run {p.pool_run_id}"],
             ["model", f"{c.model.id} @ {c.model.revision}"],
             ["endpoint", f"{c.model.endpoint_kind} via {c.model.server} at {c.model.base_url}; key from "
                          f"{'$' + c.model.api_key_env if c.model.api_key_env else 'none (no API key sent)'}"],
@@ -128,9 +133,10 @@ def _metric_blocks(s: EvalSummary) -> list:
     srows = [[f"pass@{m.k} (unbiased, over eligible tasks)", pct(m.pass_at_k)],
              ["mean sample accuracy", pct(m.mean_accuracy)],
              ["exploration headroom (pass@k − accuracy)", "—" if m.headroom is None else f"{m.headroom:.4f}"],
-             [f"pass^{m.k} (all {m.k} solved)", pct(m.pass_hat_k)], ["mean sampled reward", mean(m.mean_reward)],
-             [f"mean best-of-{m.k} reward", mean(m.best_reward)],
-             ["mean within-task reward std (RL signal)", mean(m.reward_std)],
+             [f"pass^{m.k} (all {m.k} solved)", pct(m.pass_hat_k)],
+             ["mean sampled reward", mean(m.mean_reward)],
+             [f"mean best-of-{m.k} reward", mean(m.best_reward)], ["mean within-task reward std (RL signal)",
+                                                                   mean(m.reward_std)],
              ["eligible tasks (k valid samples)", f"{m.eligible}/{m.tasks}"],
              ["samples lost", "; ".join(f"{why}: {n}" for why, n in m.samples_lost.items()) or "none"],
              ["zero-variance groups", f"{m.zero_variance}/{m.eligible} (all solved {m.zero_variance_solved}, "
@@ -142,24 +148,30 @@ def _metric_blocks(s: EvalSummary) -> list:
                 ("table", ["task", "reason"], [list(x) for x in m.excluded[:200]])]
     shown = m.zero_variance_tasks[:100]
     out.append(("p", [f"Zero-variance groups ({m.zero_variance}): "
-                      + (", ".join(shown) + (" …" if len(m.zero_variance_tasks) > 100 else "") if shown else "none")]))
+                      + (", ".join(shown) + (" …" if len(m.zero_variance_tasks) > 100 else "") if shown
+                         else "none")]))
     return out
 
 
 def _ops_rows(ops: dict[str, Operations]) -> list[list[str]]:
     def sp(x) -> str:
-        return "—" if x.mean is None else f"mean {x.mean:.2f}, p50 {x.p50:.2f}, p95 {x.p95:.2f}, max {x.max:.2f}"
+        if x.mean is None:
+            return "—"
+        return f"mean {x.mean:.2f}, p50 {x.p50:.2f}, p95 {x.p95:.2f}, max {x.max:.2f}"
 
     names = [("attempts", lambda o: str(o.attempts)), ("turns", lambda o: sp(o.turns)),
-             ("prompt tokens", lambda o: sp(o.prompt_tokens)), ("completion tokens", lambda o: sp(o.completion_tokens)),
-             ("seconds per attempt", lambda o: sp(o.wall_s)), ("seconds in the model", lambda o: sp(o.model_s)),
-             ("tool calls", lambda o: str(o.tool_calls)),
+             ("prompt tokens", lambda o: sp(o.prompt_tokens)),
+             ("completion tokens", lambda o: sp(o.completion_tokens)),
+             ("seconds per attempt", lambda o: sp(o.wall_s)),
+             ("seconds in the model", lambda o: sp(o.model_s)), ("tool calls", lambda o: str(o.tool_calls)),
              ("tool-call failures", lambda o: f"{o.tool_failures}/{o.tool_calls - o.malformed_tool_calls}"),
              ("malformed tool calls", lambda o: f"{o.malformed_tool_calls}/{o.tool_calls}"),
              ("tool timeouts", lambda o: str(o.tool_timeouts)),
-             ("limit terminations (turns, tokens, context)", lambda o: f"{o.limit_terminations}/{o.attempts}"),
+             ("limit terminations (turns, tokens, context)",
+              lambda o: f"{o.limit_terminations}/{o.attempts}"),
              ("timeout terminations", lambda o: f"{o.timeout_terminations}/{o.attempts}"),
-             ("environment errors (after retries)", lambda o: f"{o.environment_errors}/{o.attempts}"),
+             ("environment errors (after retries)",
+              lambda o: f"{o.environment_errors}/{o.attempts}"),
              ("verifier errors", lambda o: f"{o.verifier_errors}/{o.attempts}"),
              ("harness errors", lambda o: f"{o.harness_errors}/{o.attempts}"),
              ("terminations", lambda o: ", ".join(f"{k} {v}" for k, v in o.terminations.items()))]
@@ -172,7 +184,8 @@ def _class_blocks(s: EvalSummary, task_dirs: bool = False) -> list:
             for c in s.failure_classes]
     errs = [[e.phase, e.status, e.error_class, str(e.attempts)] for e in s.errors]
     return [("h2", "Failure classes (unsolved final attempts)"),
-            ("table", ["pass", "class", "rule", "the rule says", "attempts"], rows or [["—", "—", "—", "none", "0"]]),
+            ("table", ["pass", "class", "rule", "the rule says", "attempts"],
+             rows or [["—", "—", "—", "none", "0"]]),
             ("p", ["Rules, in the order they are tried (the first that applies gives the class):"]),
             ("table", ["rule", "class", "condition"], [list(r) for r in rule_table(task_dirs)]),
             ("h2", "Errors (every try, superseded included)"),
@@ -182,8 +195,9 @@ def _class_blocks(s: EvalSummary, task_dirs: bool = False) -> list:
 def _family_blocks(s: EvalSummary) -> list:
     rows = [[f.family, str(f.tasks), pct(f.greedy_pass_at_1), mean(f.greedy_mean_reward), pct(f.pass_at_k),
              pct(f.mean_accuracy), mean(f.mean_reward)] for f in s.families]
-    return [("h2", "Per family"), ("table", ["family", "tasks", "pass@1", "greedy reward", f"pass@{s.sampled.k}",
-                                             "sample accuracy", "sampled reward"], rows)]
+    return [("h2", "Per family"), ("table", ["family", "tasks", "pass@1", "greedy reward",
+                                             f"pass@{s.sampled.k}", "sample accuracy", "sampled reward"],
+                                   rows)]
 
 
 def _task_blocks(ev: EvalEvidence) -> list:
@@ -198,8 +212,8 @@ def _task_blocks(ev: EvalEvidence) -> list:
                      "—" if pd.isna(t.best_reward) else f"{t.best_reward:.4f}",
                      "—" if pd.isna(t.pass_at_k) else f"{t.pass_at_k:.3f}", "yes" if t.zero_variance else ""])
     return [("h2", "Per task"), ("table", ["task", "family", "greedy reward", "solved / valid samples",
-                                           "mean sampled reward", "best sampled reward", f"pass@{ev.summary.sampled.k}",
-                                           "zero variance"],
+                                           "mean sampled reward", "best sampled reward",
+                                           f"pass@{ev.summary.sampled.k}", "zero variance"],
                                  rows)]
 
 
@@ -213,7 +227,8 @@ def pick(ev: EvalEvidence, seed: str) -> list[tuple]:
     out = []
     for phase in (GREEDY_PHASE, SAMPLED_PHASE):
         mine = final[final["phase"] == phase]
-        solved = sorted(map(tuple, mine[mine["solved"]][["phase", "task_id", "agent", "sample", "attempt"]].values))
+        key = ["phase", "task_id", "agent", "sample", "attempt"]
+        solved = sorted(map(tuple, mine[mine["solved"]][key].values))
         out += rng.sample(solved, min(SHOWN, len(solved)))
         failed = mine[~mine["solved"]]
         by_rule = {r: sorted(map(tuple, g[["phase", "task_id", "agent", "sample", "attempt"]].values))
@@ -239,8 +254,8 @@ def blocks(ev: EvalEvidence) -> list:
     shown = pick(ev, s.run_id)
     solved = int(ev.samples["solved"].sum())
     doc += [("h2", "Trajectories (a seeded sample of solved and failed attempts)"),
-            ("p", [f"Up to {SHOWN} solved and {SHOWN} failed final attempts per pass (failed ones spread over their "
-                   f"rules), chosen with a RNG seeded by the run id: {len(shown)} shown. "
+            ("p", [f"Up to {SHOWN} solved and {SHOWN} failed final attempts per pass (failed ones spread "
+                   f"over their rules), chosen with a RNG seeded by the run id: {len(shown)} shown. "
                    + ("No attempt solved its task, so none of them is a success." if solved == 0 else
                       f"{solved} attempt(s) solved their task.")])]
     for key in shown:
@@ -259,8 +274,8 @@ def _timing(ev: EvalEvidence) -> str:
         return f"No attempts (the run from {s.started_at} to {s.finished_at})."
     t0, t1 = a["started_at"].min(), a["finished_at"].max()
     span = (t1 - t0).total_seconds()
-    return (f"{s.attempts} attempts ({s.superseded} superseded) from {t0} to {t1}: {span:.0f} s of wall time, "
-            f"{s.attempts / max(span, 1e-9):.2f} attempts/s.")
+    return (f"{s.attempts} attempts ({s.superseded} superseded) from {t0} to {t1}: {span:.0f} s of wall "
+            f"time, {s.attempts / max(span, 1e-9):.2f} attempts/s.")
 
 
 #: This renderer's version, recorded in each report.json; the audit knows only this one (bump
@@ -277,8 +292,8 @@ class EvalReportRecord(BaseModel):
     renderer: str = Field(description="The renderer's version (`RENDERER` when written).")
     headline: str = Field(description="The report's first line.")
     shown: list[list] = Field(description="Keys of the trajectories it renders.")
-    ledgers: dict[str, str] = Field(description="Each file it was rendered from (relative to the run directory) "
-                                                "→ its sha256.")
+    ledgers: dict[str, str] = Field(description="Each file it was rendered from (relative to the run "
+                                                "directory) → its sha256.")
 
 
 def render(src: Path) -> dict[str, bytes]:

@@ -19,18 +19,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from validate.core.errors import EvidenceError
+from validate.core.paths import RunPaths
+from validate.core.records import arrow_schema, flat_row
 from validate.eval.client import ChatClient
 from validate.eval.contract import EvalContract
 from validate.eval.evidence import EvalJournal, EvalPaths, latest_entries, write_side_tables
 from validate.eval.metrics import GREEDY_PHASE, SAMPLED_PHASE
-from validate.kinds.chat import EvalContext, model_play
 from validate.eval.summary import EvalSummary, summarize
 from validate.evidence.journal import Journal, write_parquet
-from validate.run.lifecycle import Conclusion, Run
-from validate.core.paths import RunPaths
-from validate.core.records import arrow_schema, flat_row
-from validate.run.context import Interrupted, Play, RunContext
 from validate.evidence.summary import machine
+from validate.kinds.chat import EvalContext, model_play
+from validate.run.context import Interrupted, Play, RunContext
+from validate.run.lifecycle import Conclusion, Run
 
 PASSES = ("greedy", "sampled")
 
@@ -41,7 +41,8 @@ class EvalPhase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     passes: tuple[Literal["greedy", "sampled"], ...] = Field(
-        default=PASSES, min_length=1, description="greedy (temperature 0, pass@1) and/or sampled (k samples).")
+        default=PASSES, min_length=1,
+        description="greedy (temperature 0, pass@1) and/or sampled (k samples).")
 
 
 def plays(ec: EvalContext, idx: list[int], passes: tuple[str, ...] = PASSES) -> list[Play]:
@@ -61,7 +62,8 @@ class Metrics(Conclusion[None, EvalSummary]):
     def __init__(self, ctx: RunContext, contract: EvalContract) -> None:
         if contract.parent.manifest_sha256 != ctx.manifest.sha256:
             raise EvidenceError(f"{EvalPaths(ctx.paths).contract}: the eval contract's parent is "
-                                f"{contract.parent.manifest_sha256}, not the run's manifest {ctx.manifest.sha256}")
+                                f"{contract.parent.manifest_sha256}, not the run's manifest "
+                                f"{ctx.manifest.sha256}")
         self.contract, self.paths = contract, EvalPaths(ctx.paths)
         self.journal = EvalJournal(self.paths)
 
@@ -85,12 +87,13 @@ class Metrics(Conclusion[None, EvalSummary]):
         families = {e.id: ctx.taskset.task(e.idx).family for e in ctx.manifest.tasks}
         m = contract.model
         summary, tasks = summarize(
-            attempts, [e.sample for e in entries.values()], [e.id for e in ctx.manifest.tasks], families, contract.k,
-            contract.reward.pass_threshold, run_id=ctx.run_id, contract_sha256=contract.sha256,
+            attempts, [e.sample for e in entries.values()], [e.id for e in ctx.manifest.tasks], families,
+            contract.k, contract.reward.pass_threshold, run_id=ctx.run_id, contract_sha256=contract.sha256,
             manifest_sha256=ctx.manifest.sha256, environment=ctx.manifest.environment.name,
             model=f"{m.id}@{m.revision}", backend=ctx.sandbox.backend,
             image_digest=ctx.manifest.execution.image_digest, machine=machine(), code_commit=ctx.code.label,
-            patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted)
+            patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC),
+            interrupted=interrupted)
         if tasks:
             write_parquet(paths.tasks, (flat_row(t) for t in tasks), arrow_schema(type(tasks[0])))
         return summary

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from validate.core.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
 from validate.eval.metrics import (
     GREEDY_PHASE,
     SAMPLED_PHASE,
@@ -35,7 +36,6 @@ from validate.eval.metrics import (
 )
 from validate.eval.records import SampleRow
 from validate.evidence.patches import PatchInfo
-from validate.core.records import HARNESS_ERROR, INFRASTRUCTURE_ERROR, SCORER_ERROR
 from validate.evidence.summary import Machine
 
 
@@ -128,7 +128,8 @@ def _ops(final: list, rows: dict[tuple, SampleRow]) -> Operations:
         prompt_tokens=spread([s.prompt_tokens for s in mine if s.prompt_tokens is not None]),
         completion_tokens=spread([s.completion_tokens for s in mine if s.completion_tokens is not None]),
         wall_s=spread([s.wall_s for s in mine]), model_s=spread([s.model_s for s in mine]),
-        tool_calls=sum(s.tool_calls for s in mine), malformed_tool_calls=sum(s.malformed_tool_calls for s in mine),
+        tool_calls=sum(s.tool_calls for s in mine),
+        malformed_tool_calls=sum(s.malformed_tool_calls for s in mine),
         tool_failures=sum(s.tool_failures for s in mine), tool_timeouts=sum(s.tool_timeouts for s in mine),
         limit_terminations=sum(term[t] for t in ("max_turns", "max_tokens", "context_length")),
         timeout_terminations=term["timeout"], verifier_errors=status[SCORER_ERROR],
@@ -139,8 +140,9 @@ def _key(a) -> tuple:
     return (a.phase, a.task_id, a.agent, int(a.sample), int(a.attempt))
 
 
-def summarize(attempts: Sequence, samples: Sequence[SampleRow], task_ids: Sequence[str], families: dict[str, str],
-              k: int, threshold: float, **identity) -> tuple[EvalSummary, list[TaskEval]]:
+def summarize(attempts: Sequence, samples: Sequence[SampleRow], task_ids: Sequence[str],
+              families: dict[str, str], k: int, threshold: float,
+              **identity) -> tuple[EvalSummary, list[TaskEval]]:
     """The summary of an eval run (see the module docstring) and its task table
     (eval-tasks.parquet), both from one selection of the final attempts; `identity` fills the
     rest of the summary."""
@@ -157,7 +159,8 @@ def summarize(attempts: Sequence, samples: Sequence[SampleRow], task_ids: Sequen
         superseded=len(attempts) - len(final), greedy=greedy_metrics(greedy, task_ids, threshold),
         sampled=sampled_metrics(tasks, k), families=family_rows(greedy, tasks, threshold),
         operations={p: _ops([a for a in final if a.phase == p], rows) for p in (GREEDY_PHASE, SAMPLED_PHASE)},
-        errors=[ErrorCount(phase=p, status=s, error_class=e, attempts=n) for (p, s, e), n in sorted(errors.items())],
+        errors=[ErrorCount(phase=p, status=s, error_class=e, attempts=n)
+                for (p, s, e), n in sorted(errors.items())],
         failure_classes=[ClassCount(phase=p, failure_class=c, rule=r, attempts=n)
                          for (p, c, r), n in sorted(classes.items())])
     return summary, tasks

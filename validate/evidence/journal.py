@@ -25,13 +25,13 @@ import hashlib
 import itertools
 import json
 import math
-import shutil
 import os
-import tempfile
+import shutil
 import sys
+import tempfile
 import threading
-from contextlib import contextmanager
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Generic, TypeVar, get_args
 
@@ -42,9 +42,21 @@ from pydantic import BaseModel, ValidationError
 
 from validate.core.errors import EvidenceError
 from validate.core.paths import EARLIER, REPORT_JSON, RunPaths
-from validate.core.records import (EXACT, EXCLUDED, PLACEMENT, TRIAL, VERDICT_TRIAL, Attempt, Exclusion, TaskVerdict,
-                              arrow_schema, flat_row,
-                              Status, unflatten, verdict_of_row)
+from validate.core.records import (
+    EXACT,
+    EXCLUDED,
+    PLACEMENT,
+    TRIAL,
+    VERDICT_TRIAL,
+    Attempt,
+    Exclusion,
+    Status,
+    TaskVerdict,
+    arrow_schema,
+    flat_row,
+    unflatten,
+    verdict_of_row,
+)
 from validate.evidence.verdicts import Outcome, by_task, outcomes_of
 
 # Arrow's default allocator in its wheels (mimalloc) keeps what each of Arrow's reader threads
@@ -170,11 +182,13 @@ def sealed_names(paths: RunPaths) -> list[str]:
         parts = todo.pop()
         where = paths.root.joinpath(*parts)
         try:
-            with os.scandir(where) as listing:  # an entry at a time: replies/ alone is ~20,000 at 10,000 tasks
+            # an entry at a time: replies/ alone is ~20,000 at 10,000 tasks
+            with os.scandir(where) as listing:
                 for entry in listing:
                     if _is_dir(entry):
                         todo.append((*parts, entry.name))
-                    elif _is_file(entry) and not entry.name.startswith(".") and where / entry.name not in skip:
+                    elif (_is_file(entry) and not entry.name.startswith(".")
+                          and where / entry.name not in skip):
                         keys.append("\0".join((*parts, entry.name)))
         except OSError as e:
             raise EvidenceError(f"{where}: cannot list it to seal the run ({e.strerror or e})") from None
@@ -239,7 +253,8 @@ def ledger_key(ledgers: dict[str, str]) -> str:
 
 
 def _matches(base: Path, ledgers: dict[str, str]) -> bool:
-    return all((base / name).is_file() and file_sha256(base / name) == digest for name, digest in ledgers.items())
+    return all((base / name).is_file() and file_sha256(base / name) == digest
+               for name, digest in ledgers.items())
 
 
 def _safe(name: str) -> bool:
@@ -350,7 +365,8 @@ class _Keys:
         key = 0
         for f in fields:
             if not 0 <= f < 1 << 32:
-                raise EvidenceError(f"attempt {a.phase}/{a.task_id}/{a.agent}: a sample or try number out of range")
+                raise EvidenceError(f"attempt {a.phase}/{a.task_id}/{a.agent}: a sample or try "
+                                    "number out of range")
             key = key << 32 | f
         return key
 
@@ -366,7 +382,8 @@ class Journal:
         self.paths = paths
         self.metric_names = metric_names
         self._log = AppendLog(paths.journal, Attempt)
-        #: Some attempt read or appended names the cluster node it ran on (its `PLACEMENT` columns are written).
+        #: Some attempt read or appended names the cluster node it ran on (its `PLACEMENT`
+        #: columns are written).
         self.placed = False
         #: Some attempt read or appended is a trial (its `TRIAL` columns are written).
         self.trialled = False
@@ -377,7 +394,8 @@ class Journal:
         """Every recorded attempt once, in the order recorded (the ``superseded`` flag as stored).
         Each source holds an attempt once; only a fold cut short (Parquet written, the journal
         not yet removed) leaves one in both, so keys are remembered only when both are there."""
-        both = self.paths.attempts.exists() and self.paths.journal.exists() and self.paths.journal.stat().st_size > 0
+        both = (self.paths.attempts.exists() and self.paths.journal.exists()
+                and self.paths.journal.stat().st_size > 0)
         keys, seen = _Keys(), set()
         for a in itertools.chain(self._from_parquet(), self._from_journal()):
             if both:
@@ -448,8 +466,8 @@ class Journal:
                 kind = source.schema_arrow.field(name).type
                 kind = kind.value_type if pa.types.is_dictionary(kind) else kind
                 if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-                    raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts (its {name} column holds "
-                                        f"{kind}, not text)")
+                    raise EvidenceError(f"{self.paths.attempts}: unreadable as attempts (its {name} column "
+                                        f"holds {kind}, not text)")
             # Where each row group's rows go: their tasks' positions among `ids` (null: not asked
             # for). A run's attempts are recorded roughly in task order, so each group of tasks
             # reads the few row groups that hold its rows, and the whole file is read about twice.
@@ -472,7 +490,8 @@ class Journal:
                         continue
                     inside = pc.and_(pc.greater_equal(where[g], first), pc.less(where[g], last))
                     rows = source.read_row_group(g, columns=columns).filter(inside)
-                    for at, outcome in zip(where[g].filter(inside).to_pylist(), self._outcomes_of_rows(rows)):
+                    for at, outcome in zip(where[g].filter(inside).to_pylist(), self._outcomes_of_rows(rows),
+                                           strict=True):
                         held[at - first].append(share(outcome))
                 yield from held
         except (OSError, KeyError, TypeError, pa.ArrowException) as e:
@@ -495,23 +514,25 @@ class Journal:
 
     def _triples(self, rows: pa.Table | pa.RecordBatch) -> Iterator[tuple[str, str, Outcome]]:
         """(phase, task id, outcome) of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
-        return zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(), self._outcomes_of_rows(rows))
+        return zip(rows.column("phase").to_pylist(), rows.column("task_id").to_pylist(),
+                   self._outcomes_of_rows(rows), strict=True)
 
     def _outcomes_of_rows(self, rows: pa.Table | pa.RecordBatch) -> Iterator[Outcome]:
         """The `Outcome` of each row of attempts.parquet's `OUTCOME_COLUMNS`, checked."""
         held = set(rows.schema.names)
-        columns = [rows.column(name).to_pylist() if name in held else [None] * rows.num_rows for name in OUTCOME_COLUMNS]
-        for phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal, shared, \
-                planted in zip(*columns):
+        columns = [rows.column(name).to_pylist() if name in held else [None] * rows.num_rows
+                   for name in OUTCOME_COLUMNS]
+        for (phase, task_id, agent, attempt, status, reward, error_class, error_message, sample, decimal,
+             shared, planted) in zip(*columns, strict=True):
             if status not in STATUSES or not isinstance(attempt, int) or not isinstance(sample, int):
-                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an attempt's "
-                                    f"status, try or sample ({status!r}, {attempt!r}, {sample!r})")
+                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: not an "
+                                    f"attempt's status, try or sample ({status!r}, {attempt!r}, {sample!r})")
             if decimal is not None and not isinstance(decimal, str):
-                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: its reward_decimal "
-                                    f"{decimal!r} is not text")
+                raise EvidenceError(f"{self.paths.attempts}: attempt {phase}/{task_id}/{agent}: its "
+                                    f"reward_decimal {decimal!r} is not text")
             yield Outcome(sys.intern(agent), attempt, sys.intern(status), reward,
-                          None if error_class is None else sys.intern(error_class), error_message, sample, decimal,
-                          shared, planted)
+                          None if error_class is None else sys.intern(error_class), error_message, sample,
+                          decimal, shared, planted)
 
     def _from_parquet(self) -> Iterator[Attempt]:
         if not self.paths.attempts.exists():
@@ -578,7 +599,8 @@ def write_verdicts(paths: RunPaths, verdicts: Iterable[TaskVerdict]) -> StoredVe
     verdicts = iter(verdicts)
     first = next(verdicts, None)
     omit = VERDICT_TRIAL if first is None or first.oracle_certified is None else ()
-    write_table(paths.tasks, itertools.chain([first] if first is not None else [], verdicts), TaskVerdict, omit=omit)
+    write_table(paths.tasks, itertools.chain([first] if first is not None else [], verdicts), TaskVerdict,
+                omit=omit)
     stored = StoredVerdicts(paths.tasks)
     exclusions = (Exclusion(run_id=v.run_id, phase=v.phase, task_id=v.task_id, idx=v.idx,
                             task_hash=v.task_hash, reason=v.reason, detail=v.detail)

@@ -70,6 +70,7 @@ def require(allow_patch: bool) -> CodeState:
     state = code_state()
     if state.diff and not allow_patch:
         shown = ", ".join(state.files[:5]) + (" …" if len(state.files) > 5 else "")
-        raise ContractError(f"code: uncommitted changes to {shown}; commit them, or pass --allow-patch to run "
-                            f"with them (the diff is then stored with the evidence and named in the report)")
+        raise ContractError(f"code: uncommitted changes to {shown}; commit them, or pass --allow-patch to "
+                            "run with them (the diff is then stored with the evidence and "
+                            "named in the report)")
     return state

@@ -56,5 +56,6 @@ def verify_signature(paths: RunPaths, allowed_signers: Path, identity: str) -> s
                                "-n", NAMESPACE, "-s", str(paths.signature)], stdin=data, capture_output=True,
                               text=True, timeout=60)
     if proc.returncode != 0:
-        return f"{paths.signature}: does not verify for {identity}: {(proc.stderr or proc.stdout).strip()[-300:]}"
+        said = (proc.stderr or proc.stdout).strip()[-300:]
+        return f"{paths.signature}: does not verify for {identity}: {said}"
     return None

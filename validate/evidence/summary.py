@@ -10,12 +10,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
-from validate.evidence.patches import PatchInfo
 from validate.core.jsonio import JSONInputError, loads
 from validate.core.paths import EvalPaths, RunPaths
 from validate.core.records import EVAL, RUN, FindingRow, RunKind
+from validate.evidence.patches import PatchInfo
 from validate.evidence.verdicts import DatasetVerdict, RunFacts
 
 
@@ -40,8 +47,9 @@ def machine() -> Machine:
         memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError):
         memory = None
-    return Machine(system=platform.system(), os=name, kernel=platform.release(), architecture=platform.machine(),
-                   cpus=os.cpu_count(), memory_gib=memory, python=platform.python_version())
+    return Machine(system=platform.system(), os=name, kernel=platform.release(),
+                   architecture=platform.machine(), cpus=os.cpu_count(), memory_gib=memory,
+                   python=platform.python_version())
 
 
 class Stratum(BaseModel):
@@ -74,8 +82,9 @@ class Counts(BaseModel):
         "Task directories: tasks the oracle certified whatever the tampering controls did (N); absent for a "
         "contract without a trial profile."))
     hack_resistant: int | None = Field(default=None, description=(
-        "Of them, the compatible ones when the verifier was trusted and the contract names tampering controls (H): "
-        "no tampering control passed them; 0 in shared mode (verified in the agent's environment)."))
+        "Of them, the compatible ones when the verifier was trusted and the contract names tampering "
+        "controls (H): no tampering control passed them; 0 in shared mode (verified in the "
+        "agent's environment)."))
 
     @model_serializer(mode="wrap")
     def _omit_untried(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -92,7 +101,8 @@ class JudgedGroup(BaseModel):
 
     phase: str = Field(description="The verdict rows' phase.")
     attempt_phases: list[str] = Field(description="The attempts' phases these verdicts are judged from.")
-    manifest: str = Field(description="The contract file (relative to the run directory) whose tasks are judged.")
+    manifest: str = Field(description="The contract file (relative to the run directory) whose "
+                                      "tasks are judged.")
     expectations: str = Field(description="The contract file whose expectations apply.")
 
 
@@ -126,8 +136,8 @@ class RunSummary(BaseModel):
     dataset_verdict: DatasetVerdict
     dataset_findings: list[FindingRow] = Field(default_factory=list)
     families_uncovered: list[str] | None = Field(
-        default=None, description="Families the environment can produce that no judged task belongs to (None: "
-                                  "the environment cannot list its families).")
+        default=None, description="Families the environment can produce that no judged task belongs to "
+                                  "(None: the environment cannot list its families).")
     strata: list[Stratum] = Field(default_factory=list)
     probes: list[ProbeCheck] = Field(default_factory=list)
 
@@ -180,6 +190,7 @@ def hack_claim(c, m: dict) -> str:
     where = ("trusted (a fresh container of the task's image; only the agent's changes under the task's work "
              "paths reach the verifier)" if mode == "trusted" else
              "shared (verified in the agent's environment: not hack-resistant)")
-    against = f"{len(tampering)} tampering controls ({', '.join(tampering)})" if tampering else "no tampering control"
-    return (f" Of {c.tasks} tasks, {c.oracle_certified} oracle-certified, {c.hack_resistant} of them hack-resistant "
-            f"against {against}; verifier mode {where}.")
+    against = (f"{len(tampering)} tampering controls ({', '.join(tampering)})" if tampering
+               else "no tampering control")
+    return (f" Of {c.tasks} tasks, {c.oracle_certified} oracle-certified, {c.hack_resistant} of them "
+            f"hack-resistant against {against}; verifier mode {where}.")

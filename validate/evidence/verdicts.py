@@ -29,9 +29,9 @@ every baseline control (`Rule.baseline`, nop) verified cleanly on the task; a ve
 fails after the oracle and nop alike stays the task's defect. An oracle whose trusted verifier
 did not pass but passed when replayed in its own container (`Outcome.shared_reward`) needs
 the system changes it made outside its work paths: ``needs_system_changes``, never compatible
-(oracle-certified in its own container, never hack-resistant). `Decision.oracle_certified` says whether the oracle certified the task
-whatever the tampering controls did (the claim's N; its compatible tasks are the
-hack-resistant H).
+(oracle-certified in its own container, never hack-resistant). `Decision.oracle_certified`
+says whether the oracle certified the task whatever the tampering controls did (the claim's N;
+its compatible tasks are the hack-resistant H).
 
 Exception rules: ``strict`` (the default) excludes a task with any infrastructure or harness
 exception in the run, superseded ones included; ``retry`` (declared at freeze) looks at each
@@ -56,8 +56,8 @@ from validate.core.records import (
     INCOMPLETE,
     INFRASTRUCTURE_FAILURE,
     INVALID_TASK_OR_VERIFIER,
-    NO_NEGATIVE_CONTROL,
     NEEDS_SYSTEM_CHANGES,
+    NO_NEGATIVE_CONTROL,
     NO_REFERENCE_SOLUTION,
     OK,
     ORACLE,
@@ -120,7 +120,8 @@ class Outcome(NamedTuple):
 
 
 def outcomes_of(attempts: Iterable) -> Iterator[tuple[str, str, Outcome]]:
-    """(phase, task id, outcome) of each attempt, as `validate.evidence.journal.Journal.outcomes` gives them."""
+    """(phase, task id, outcome) of each attempt, as `validate.evidence.journal.Journal.outcomes`
+    gives them."""
     for a in attempts:
         yield a.phase, a.task_id, Outcome.of(a)
 
@@ -197,8 +198,8 @@ def no_control_can_test(required: Sequence[str], rules: dict[str, Rule]) -> str 
     named = sorted(n for n, r in rules.items() if r.role == CONTROL)
     if not named or any(rules[n].role == CONTROL for n in required if n in rules):
         return None
-    return (f"no negative control can test this task: every control the contract names ({', '.join(named)}) is "
-            f"frozen out of it, so nothing shows that a wrong answer fails here")
+    return (f"no negative control can test this task: every control the contract names ({', '.join(named)}) "
+            "is frozen out of it, so nothing shows that a wrong answer fails here")
 
 
 def _oracle_repeats(oracle: list[Outcome], rules: dict[str, Rule], pass_threshold: float,
@@ -206,7 +207,8 @@ def _oracle_repeats(oracle: list[Outcome], rules: dict[str, Rule], pass_threshol
     """(a flaky verifier's detail, an oracle failure's detail) from the oracle's final try of
     each repeat that ran; both None when every repeat that ran passed. A mix of passes and
     fails is the verifier's (or the task's) nondeterminism, never the oracle's failure."""
-    passed = [as_expected(rules[a.agent], a.status, a.reward, pass_threshold, a.reward_decimal) for a in oracle]
+    passed = [as_expected(rules[a.agent], a.status, a.reward, pass_threshold, a.reward_decimal)
+              for a in oracle]
     if not oracle or all(passed):
         return None, None
     ran = f"{len(oracle)} repeats" + (f" ({oracle_repeats - len(oracle)} not run yet)"
@@ -218,8 +220,8 @@ def _oracle_repeats(oracle: list[Outcome], rules: dict[str, Rule], pass_threshol
     return None, detail + (f"; it passed 0 of {ran}" if oracle_repeats > 1 else "")
 
 
-def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str, Rule], pass_threshold: float,
-           exception_rule: str, findings: Sequence[Finding], oracle_repeats: int = 1,
+def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str, Rule],
+           pass_threshold: float, exception_rule: str, findings: Sequence[Finding], oracle_repeats: int = 1,
            no_reference: str | None = None) -> Decision:
     """One task's verdict from all its attempts in the run (superseded included). `required`:
     the oracle and the controls the contract names that apply to this task; an oracle not in
@@ -245,7 +247,8 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     pool = every if exception_rule == "strict" else list(final.values())
     exceptions = [a for a in pool if a.status in EXCEPTION_STATUSES]
     if exceptions:
-        parts = [f"{_who(a, oracle_repeats, rules)} try {a.attempt}: {a.status}: {a.error_class}: {a.error_message}"
+        parts = [f"{_who(a, oracle_repeats, rules)} try {a.attempt}: {a.status}: {a.error_class}: "
+                 f"{a.error_message}"
                  for a in exceptions]
         if any(a is not final[(a.agent, a.sample)] for a in exceptions):
             parts.append("strict exception rule: an exception excludes the task even when a retry passed")
@@ -262,8 +265,15 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
     others, tampered = _invalid(final, rules, pass_threshold, findings, notes, oracle_repeats, sabotage)
     invalid = others + ([flaky] if flaky else []) + tampered
     # the oracle certified it whatever the tampering controls did (the claim's N)
-    certified = certifies and not flaky and (not fails or needs is not None) and not others and \
-        not _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict).missing
+    certified = (
+        certifies
+        and not flaky
+        and (not fails or needs is not None)
+        and not others
+        and not _undecided(
+            final, every, required, rules, certifies, no_reference, oracle_repeats, verdict
+        ).missing
+    )
     if invalid:
         return verdict(EXCLUDED, INVALID_TASK_OR_VERIFIER, "; ".join(invalid), certified=certified)
     if needs is not None:
@@ -275,7 +285,9 @@ def decide(attempts: Iterable[Outcome], required: Sequence[str], rules: dict[str
 
 def _who(a: Outcome, oracle_repeats: int, rules: dict[str, Rule]) -> str:
     """An attempt's agent, and its repeat where the oracle has several."""
-    return f"{a.agent} repeat {a.sample + 1}" if oracle_repeats > 1 and rules[a.agent].role == ORACLE else a.agent
+    if oracle_repeats > 1 and rules[a.agent].role == ORACLE:
+        return f"{a.agent} repeat {a.sample + 1}"
+    return a.agent
 
 
 def _invalid(final: dict[tuple[str, int], Outcome], rules: dict[str, Rule], pass_threshold: float,
@@ -322,13 +334,17 @@ def _sabotaged(final: dict[tuple[str, int], Outcome], oracle: list[Outcome], rul
 def _needs_system(oracle: list[Outcome], pass_threshold: float) -> str | None:
     """When every oracle repeat failed its trusted verifier yet passed replayed in its own
     container: why the task needs the agent's system changes (None otherwise)."""
-    if not oracle or not all(a.shared_reward is not None and a.shared_reward >= pass_threshold for a in oracle):
+    if not oracle or not all(a.shared_reward is not None and a.shared_reward >= pass_threshold
+                             for a in oracle):
         return None
     first = oracle[0]
-    return (f"the reference solution fails its verifier in a fresh container of the task's image (reward "
-            f"{first.reward}) and passes it in its own container (reward {first.shared_reward}): the verifier needs "
-            f"what the solution changed outside the task's work paths, so no tampering control can be shown to fail "
-            f"it — not hack-resistant (validate it with --verifier-mode shared to certify it without that claim)")
+    return (
+        f"the reference solution fails its verifier in a fresh container of the task's image (reward "
+        f"{first.reward}) and passes it in its own container (reward {first.shared_reward}): the verifier "
+        f"needs what the solution changed outside the task's work paths, so no tampering control can be "
+        f"shown to fail it — not hack-resistant (validate it with --verifier-mode shared to certify it "
+        f"without that claim)"
+    )
 
 
 def _undecided(final, every, required, rules, certifies, no_reference, oracle_repeats, verdict) -> Decision:
@@ -341,20 +357,22 @@ def _undecided(final, every, required, rules, certifies, no_reference, oracle_re
     if untestable:
         return verdict(EXCLUDED, NO_NEGATIVE_CONTROL, untestable)
     ran = {agent for agent, _ in final}
-    missing = sorted(name for name in required if name not in ran)  # one order, whatever the dict order of `required`
+    # one order, whatever the dict order of `required`
+    missing = sorted(name for name in required if name not in ran)
     if certifies:
         short = sum(1 for agent, _ in final if rules[agent].role == ORACLE) < oracle_repeats
         oracle = next(n for n, r in rules.items() if r.role == ORACLE)
         if short and oracle not in missing:
             missing = sorted([*missing, oracle])
     if missing:
-        what = ", ".join(f"{n} ({oracle_repeats} repeats)" if oracle_repeats > 1 and rules[n].role == ORACLE else n
+        what = ", ".join(f"{n} ({oracle_repeats} repeats)" if oracle_repeats > 1 and rules[n].role == ORACLE
+                         else n
                          for n in missing)
         return verdict(INCOMPLETE, None, f"no attempt in this run for {what}", missing)
     if not certifies:
         return verdict(EXCLUDED, NO_REFERENCE_SOLUTION,
-                       f"no reference solution ({why}): runtime-tested only — every control rejected, the oracle "
-                       f"was never played")
+                       f"no reference solution ({why}): runtime-tested only — every control rejected, the "
+                       "oracle was never played")
     retried = any(a.status in EXCEPTION_STATUSES for a in every)
     passed = "oracle passed" + (f" all {oracle_repeats} repeats" if oracle_repeats > 1 else "")
     return verdict(COMPATIBLE, None, f"{passed}; every control rejected"
@@ -406,14 +424,17 @@ class Criterion(BaseModel):
 
 class DatasetVerdict(BaseModel):
     verdict: Literal["PASS", "FAIL", "INCOMPLETE"] = Field(
-        description="PASS: every required criterion met; FAIL: one failed; INCOMPLETE: evidence missing, none failed.")
-    evidence: Literal["complete", "INCOMPLETE"] = Field(description="Whether any required evidence is missing.")
+        description="PASS: every required criterion met; FAIL: one failed; INCOMPLETE: evidence "
+                    "missing, none failed.")
+    evidence: Literal["complete", "INCOMPLETE"] = Field(description="Whether any required "
+                                                                    "evidence is missing.")
     criteria: list[Criterion]
 
     @property
     def headline(self) -> str:
         missing = [c.detail for c in self.criteria if c.status == "missing"]
-        tail = f" — evidence INCOMPLETE: {'; '.join(missing)}" if missing and self.verdict != "INCOMPLETE" else ""
+        tail = (f" — evidence INCOMPLETE: {'; '.join(missing)}" if missing and self.verdict != "INCOMPLETE"
+                else "")
         if self.verdict == "INCOMPLETE":
             tail = f": {'; '.join(missing)}"
         failed = [c.detail for c in self.criteria if c.status == "failed"]
@@ -427,7 +448,8 @@ def _criterion(name: str, f: RunFacts) -> Criterion:
     if name == "complete":
         if f.incomplete or f.interrupted:
             why = "the run was interrupted; " if f.interrupted else ""
-            return c("missing", f"{why}{f.incomplete}/{f.tasks} tasks incomplete{(' (' + f.note + ')') if f.note else ''}")
+            return c("missing", f"{why}{f.incomplete}/{f.tasks} tasks "
+                                f"incomplete{(' (' + f.note + ')') if f.note else ''}")
         return c("met", f"{f.tasks}/{f.tasks} tasks have a final verdict")
     if name == "every_task_compatible":
         if f.excluded:
@@ -445,7 +467,8 @@ def _criterion(name: str, f: RunFacts) -> Criterion:
                  else f"{f.excluded} excluded, one reason each")
     if name == "patches":
         return c("failed" if f.patch == "undocumented" else "met",
-                 {"none": "no patch: the code is a commit", "documented": "the patch is stored and documented",
+                 {"none": "no patch: the code is a commit",
+                  "documented": "the patch is stored and documented",
                   "undocumented": "the code had uncommitted changes that are not stored"}[f.patch])
     if name == "dataset_findings":
         bad = f.blocking_dataset_findings
@@ -461,7 +484,8 @@ def _criterion(name: str, f: RunFacts) -> Criterion:
         shown = "; ".join(f"{n} mean {m:.4f} < {top:.4f}" for n, (m, top) in means)
         return c("failed", "; ".join(over)) if over else c("met", shown or "no chance-level control")
     if name == "smoke":
-        return c({"passed": "met", "failed": "failed", "not run": "missing"}[f.smoke], f"smoke test {f.smoke}")
+        return c({"passed": "met", "failed": "failed", "not run": "missing"}[f.smoke],
+                 f"smoke test {f.smoke}")
     raise ValueError(f"unknown criterion {name!r}")
 
 

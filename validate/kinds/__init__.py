@@ -15,12 +15,13 @@ container, then its verifier, `validate.kinds.task_shell`). What they share is
 from __future__ import annotations
 
 from environment.protocol import Environment
-from validate.run.context import AttemptKind
 from validate.core.errors import ContractError
 from validate.core.registry import Registry
+from validate.run.context import AttemptKind
 
 KINDS: Registry[AttemptKind] = Registry("validate.attempt_kinds", base=AttemptKind, key="name",
-                                        field="environment.attempt_kind", kind="attempt kind", error=ContractError)
+                                        field="environment.attempt_kind", kind="attempt kind",
+                                        error=ContractError)
 
 
 def kind_names() -> list[str]:
@@ -33,8 +34,8 @@ def kind_of(env: Environment) -> AttemptKind:
     field for a kind nobody registered or one an environment cannot name."""
     cls = KINDS.load(env.attempt_kind)
     if not cls.standalone:
-        raise ContractError(f"environment.attempt_kind: {env.name} names {cls.name!r}, which only a command that "
-                            f"supplies its context plays (e.g. `validate eval`); name a standalone kind "
+        raise ContractError(f"environment.attempt_kind: {env.name} names {cls.name!r}, which only a command "
+                            "that supplies its context plays (e.g. `validate eval`); name a standalone kind "
                             f"({', '.join(n for n in kind_names() if KINDS.load(n).standalone)})")
     return cls()
 

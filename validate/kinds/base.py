@@ -42,8 +42,8 @@ def attempt_key(ctx: RunContext, play: Play, agent: str, role: str, sample: int,
 def started_row(key: dict, task: Task, **fields) -> dict:
     """A try's row as it stands before anything runs: its key and task, started now, and a
     ``harness_error`` until the try says otherwise (a row exists whatever happens)."""
-    return dict(key, task_id=task.id, idx=task.idx, task_hash=task.hash, started_at=now(), status="harness_error",
-                **fields)
+    return dict(key, task_id=task.id, idx=task.idx, task_hash=task.hash, started_at=now(),
+                status="harness_error", **fields)
 
 
 def unsupported_row(ctx: RunContext, task: Task, key: dict, image_digest: str,

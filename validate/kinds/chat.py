@@ -28,6 +28,8 @@ from pathlib import Path
 
 from environment.protocol import ScorerUnavailable, Task
 from validate.core.errors import EvidenceError, SandboxError
+from validate.core.paths import SANDBOX_WORKSPACE
+from validate.core.records import MODEL, Attempt
 from validate.eval import classes
 from validate.eval.agent import Conversation, cap, converse, opening
 from validate.eval.client import ChatClient, EndpointRejected, EndpointUnavailable
@@ -35,16 +37,14 @@ from validate.eval.contract import CHAT_AGENT, EvalContract, request_seed
 from validate.eval.evidence import Entry, EvalJournal
 from validate.eval.metrics import solved
 from validate.eval.records import SampleRow, TurnRow
-from validate.run.context import AttemptKind, Play, RunContext
 from validate.evidence.journal import store_reply
+from validate.kinds import KINDS
 from validate.kinds.base import attempt_key, failed, now, unsupported_row
-from validate.core.paths import SANDBOX_WORKSPACE
-from validate.core.records import MODEL, Attempt
+from validate.run.context import AttemptKind, Play, RunContext
+from validate.run.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
 from validate.sandbox import Mount, RunRequest
 from validate.sandbox.base import SandboxEnded
 from validate.sandbox.storage import attempt_storage
-from validate.run.workspace import AGENT_UID, lay_out_workspace, workspace_sha256
-from validate.kinds import KINDS
 
 MODEL_AGENT = "model"
 
@@ -87,16 +87,17 @@ def _status(conv: Conversation, max_reply_bytes: int) -> tuple[str, bytes | None
     return ("reply_too_large", None) if len(reply) > max_reply_bytes else ("ok", reply)
 
 
-def _turn_rows(key: dict, conv: Conversation, contract: EvalContract, temperature: float, seed: int) -> list[TurnRow]:
+def _turn_rows(key: dict, conv: Conversation, contract: EvalContract, temperature: float,
+               seed: int) -> list[TurnRow]:
     lim = contract.limits
     rows = []
     for i, t in enumerate(conv.turns):
         c = t.completion
-        rows.append(TurnRow(**key, turn=i, system=cap(conv.system, lim.stored_message_bytes) if i == 0 else "",
-                            user=cap(conv.user, lim.stored_message_bytes) if i == 0 else "",
+        rows.append(TurnRow(**key, turn=i, system=cap(conv.system, lim.stored_message_bytes) if i == 0
+                            else "", user=cap(conv.user, lim.stored_message_bytes) if i == 0 else "",
                             content=None if t.content is None else cap(t.content, lim.stored_message_bytes),
-                            content_bytes=len((t.content or "").encode("utf-8", "replace")), tool_calls=t.calls,
-                            finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
+                            content_bytes=len((t.content or "").encode("utf-8", "replace")),
+                            tool_calls=t.calls, finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
                             completion_tokens=c.completion_tokens, latency_s=c.latency_s, tries=c.tries,
                             wait_s=c.wait_s, faults=c.faults, temperature=temperature, seed=seed))
     return rows
@@ -116,8 +117,8 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: Play, tempe
     with make(name, limits, AGENT_UID) as root:
         mounts, tmp = lay_out(Path(root), task)
         request = RunRequest(argv=(), mounts=mounts, env={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
-                             workdir=SANDBOX_WORKSPACE, limits=limits, name=name, user=f"{AGENT_UID}:{AGENT_UID}",
-                             tmp=tmp)
+                             workdir=SANDBOX_WORKSPACE, limits=limits, name=name,
+                             user=f"{AGENT_UID}:{AGENT_UID}", tmp=tmp)
         t0 = time.monotonic()
         session = ctx.sandbox.session(request)
         try:
@@ -134,7 +135,8 @@ def _converse(ec: EvalContext, task: Task, conv: Conversation, play: Play, tempe
         row.update(error_class=SandboxEnded.__name__, error_message=conv.turns[-1].calls[-1].error)
     elif status != "ok":
         row.update(error_class=conv.termination, error_message=f"the conversation ended: {conv.termination}"
-                   + (f" (reply over {ctx.manifest.execution.max_reply_bytes} bytes)" if status == "reply_too_large"
+                   + (f" (reply over {ctx.manifest.execution.max_reply_bytes} bytes)"
+                      if status == "reply_too_large"
                       else ""))
     if reply is not None:
         text = reply[: ctx.manifest.execution.max_reply_text_bytes].decode("utf-8", "replace")
@@ -194,7 +196,8 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
     comps = [t.completion for t in conv.turns]
     s = SampleRow(**key, family=task.family, termination=conv.termination, turns=len(conv.turns),
                   tool_calls=len(calls), malformed_tool_calls=sum(not c.well_formed for c in calls),
-                  tool_failures=sum(c.well_formed and (c.exit_code != 0 or c.timed_out or c.oom_killed) for c in calls),
+                  tool_failures=sum(c.well_formed and (c.exit_code != 0 or c.timed_out or c.oom_killed)
+                                    for c in calls),
                   tool_timeouts=sum(c.timed_out for c in calls),
                   prompt_tokens=_sum([c.prompt_tokens for c in comps]),
                   completion_tokens=_sum([c.completion_tokens for c in comps]),
@@ -202,9 +205,10 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
                   endpoint_faults=sum(len(c.faults) for c in comps) + stats.get("endpoint_faults", 0),
                   model_s=sum(c.latency_s for c in comps),
                   endpoint_wait_s=sum(c.wait_s for c in comps) + stats.get("endpoint_wait_s", 0.0),
-                  tool_s=conv.tool_s, sandbox_s=stats.get("sandbox_s", 0.0), score_s=stats.get("score_s", 0.0),
-                  wall_s=a.runtime_s or 0.0, temperature=temperature, seed=seed,
-                  solved=solved(a.status, a.reward, contract.reward.pass_threshold, a.reward_decimal),
+                  tool_s=conv.tool_s, sandbox_s=stats.get("sandbox_s", 0.0),
+                  score_s=stats.get("score_s", 0.0), wall_s=a.runtime_s or 0.0, temperature=temperature,
+                  seed=seed, solved=solved(a.status, a.reward, contract.reward.pass_threshold,
+                                           a.reward_decimal),
                   parsed=a.metrics.get(parse_metric) if parse_metric else None)
     cls, rule = classes.classify(facts_of(a, s))
     return s.model_copy(update={"failure_class": cls, "failure_rule": rule})
@@ -213,9 +217,10 @@ def sample_row(key: dict, task: Task, conv: Conversation, a: Attempt, stats: dic
 def facts_of(a, s: SampleRow) -> classes.Facts:
     """What the failure rules read, from an attempt and its sample row (also used by audit)."""
     reward = None if a.reward is None or a.reward != a.reward else float(a.reward)
-    return classes.Facts(status=a.status, reward=reward, solved=s.solved, termination=s.termination, parsed=s.parsed,
-                         tool_calls=s.tool_calls, malformed_tool_calls=s.malformed_tool_calls, model_s=s.model_s,
-                         tool_s=s.tool_s, verified=s.verifier is not None)
+    return classes.Facts(status=a.status, reward=reward, solved=s.solved, termination=s.termination,
+                         parsed=s.parsed, tool_calls=s.tool_calls,
+                         malformed_tool_calls=s.malformed_tool_calls, model_s=s.model_s, tool_s=s.tool_s,
+                         verified=s.verifier is not None)
 
 
 class ModelKind:
@@ -244,9 +249,10 @@ class ModelKind:
                             self.image_digest(play, task))
         seed = request_seed(ec.contract.sampling.seed, task.id, sample)
         conv = opening(ec.contract, task.prompt, dict(task.meta))
-        row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx, task_hash=task.hash,
-                       agent=MODEL_AGENT, sample=sample, attempt=number)
-        return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, self.temperature, seed), turns=[])
+        row_key = dict(run_id=ctx.run_id, phase=play.phase, task_id=task.id, idx=task.idx,
+                       task_hash=task.hash, agent=MODEL_AGENT, sample=sample, attempt=number)
+        return a, Entry(sample=sample_row(row_key, task, conv, a, {}, ec.contract, self.temperature, seed),
+                        turns=[])
 
     def row(self, result: tuple[Attempt, Entry]) -> Attempt:
         return result[0]
@@ -274,7 +280,8 @@ class ChatKind(ModelKind, AttemptKind[tuple[Attempt, Entry]]):
         """The contract's sandbox image: the conversation's live session runs in it."""
         return play.manifest.execution.image_digest
 
-    def once(self, ctx: RunContext, play: Play, task: Task, agent, sample: int, number: int) -> tuple[Attempt, Entry]:
+    def once(self, ctx: RunContext, play: Play, task: Task, agent, sample: int,
+             number: int) -> tuple[Attempt, Entry]:
         return attempt_once(self._ec(), play, self.temperature, task, sample, number)
 
 

@@ -7,8 +7,8 @@ never writes the run directory (it may run on another node); `keep`, on the driv
 each reply whole under its sha256 before the row naming it is journaled. Whatever goes wrong
 ends up in the attempt's row: an infrastructure fault (`SandboxError`, a scorer's
 `ScorerUnavailable`) as ``infrastructure_error``, the scorer raising on this reply as
-``scorer_error``, anything else of ours as ``harness_error``. An agent's own failure (exit code, timeout, OOM, a
-missing or odd reply) is data.
+``scorer_error``, anything else of ours as ``harness_error``. An agent's own failure (exit code,
+timeout, OOM, a missing or odd reply) is data.
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ import uuid
 
 from environment.protocol import AgentSpec, ScorerUnavailable, Task, sha256_tag
 from validate.agents import source_files
-from validate.run.context import Play, RunContext
 from validate.core.errors import SandboxError
 from validate.core.paths import SANDBOX_WORKSPACE
 from validate.core.records import Attempt
+from validate.evidence.verdicts import as_expected
 from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, now, started_row
+from validate.run.context import Play, RunContext
+from validate.run.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
 from validate.sandbox import RunRequest
 from validate.sandbox.storage import attempt_storage
-from validate.evidence.verdicts import as_expected
-from validate.run.workspace import NotAReply, ReplyTooLarge, materialise, read_reply, workspace_sha256
 
 
 def _text(data: bytes, cap: int) -> tuple[str, bool]:
@@ -40,8 +40,8 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
     make = ctx.storage or (lambda n, lim, gid: attempt_storage(ctx.sandbox.run_label, n, lim, gid=gid))
     with materialise(task, agent, play.manifest.opaque_id(task.id), lambda gid: make(name, ex.limits, gid),
                      source) as m:
-        request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env, workdir=SANDBOX_WORKSPACE,
-                             limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
+        request = RunRequest(argv=tuple(ex.agent_command), mounts=m.mounts, env=m.env,
+                             workdir=SANDBOX_WORKSPACE, limits=ex.limits, name=name, user=m.user, tmp=m.tmp)
         result = ctx.sandbox.run(request)
         row.update(runtime_s=result.runtime_s, exit_code=result.exit_code, oom_killed=result.oom_killed,
                    timed_out=result.timed_out, stdout=result.stdout.decode("utf-8", "replace"),
@@ -73,7 +73,8 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
 class ProgramKind(ReplyKind):
     name = "program"
 
-    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int, number: int) -> Tried:
+    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
+             number: int) -> Tried:
         """One try, as a row that exists before anything runs and is complete whatever happens."""
         rule = play.manifest.expectations.rules()[agent.name]
         row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,

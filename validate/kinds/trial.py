@@ -6,9 +6,10 @@ profile's base-image map (`validate.taskdir.images`; cached by content across ru
 built on first use into the image store's ``task-images/``), and a separate verifier's
 image from its ``tests/`` the same way (``tests/Dockerfile``; without one, the task's own
 image serves, fresh). A task naming its image (``[environment].docker_image``) runs in the
-base the map serves for that reference, recorded as a ``FROM`` of it is. A task the profile cannot run — several steps, a separate verifier
-from a compose file or a prebuilt image, extra ``artifacts`` for one, a compose
-environment, a GPU, a base (or ``[environment].docker_image``) the map does not serve — is
+base the map serves for that reference, recorded as a ``FROM`` of it is. A task the profile
+cannot run — several steps, a separate verifier from a compose file or a prebuilt image, extra
+``artifacts`` for one, a compose environment, a GPU, a base (or
+``[environment].docker_image``) the map does not serve — is
 ``unsupported_execution_contract`` with its reason, never played. A build that fails
 otherwise is the task's error (``scorer_error``, which the verdict reads as
 ``invalid_task_or_verifier``), with the log's tail.
@@ -19,12 +20,13 @@ sandbox image): the reference solution's trial that gets no pass and looked a na
 agent's lookups are kept in its row's ``stderr``.
 
 One try is one trial. Its row: the agent's status (``ok``, ``timeout``, ``oom``: the agent's
-exit code is data, as Harbor ignores it: ``exit_nonzero`` still carries its reward), the
-reward the verifier wrote under the contract's key, the agent's output and the verifier's. A verifier that gave no usable reward (missing, unparsable, out of range,
-hung) is ``scorer_error``, never a pass and never a 0 blamed on the agent; a docker fault,
-known from docker's own answers, is ``infrastructure_error`` (retried). The reply kept for
-the attempt is the harness's `VerifierRecord` of the reward files' bytes and the task image's
-id, from which the audit reads the reward again by the same rule.
+exit code is data, as Harbor ignores it: ``exit_nonzero`` still carries its reward), the reward
+the verifier wrote under the contract's key, the agent's output and the verifier's. A verifier
+that gave no usable reward (missing, unparsable, out of range, hung) is ``scorer_error``, never
+a pass and never a 0 blamed on the agent; a docker fault, known from docker's own answers, is
+``infrastructure_error`` (retried). The reply kept for the attempt is the harness's
+`VerifierRecord` of the reward files' bytes and the task image's id, from which the audit reads
+the reward again by the same rule.
 
 A contract that froze the task images (``execution.task_images``, `validate.taskdir.images.frozen`)
 routes each task: a frozen refusal is the task's outcome as frozen (nothing is built), a
@@ -37,36 +39,44 @@ from __future__ import annotations
 
 import threading
 
-from environment.harbor.env import HarborTaskRef
-from environment.protocol import sha256_tag
-from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
 from pydantic import ValidationError
-from validate.run.context import Play, RunContext
+
+from environment.harbor.env import HarborTaskRef
+from environment.harbor.reward import VerifierFailed, VerifierRecord, read_record, score_record
+from environment.protocol import AgentSpec, sha256_tag
+from validate.contract.manifest import verifier_mode_of
 from validate.core.errors import SandboxError
-from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, keep_replies, now, started_row
 from validate.core.paths import task_image_store
-from validate.core.records import AGENT_STATUSES, CONTROL, SCORER_ERROR, Attempt, PathChange, TrialEvidence, planted_words
-from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
+from validate.core.records import (
+    AGENT_STATUSES,
+    CONTROL,
+    ORACLE,
+    SCORER_ERROR,
+    Attempt,
+    PathChange,
+    TrialEvidence,
+    planted_words,
+)
+from validate.evidence.verdicts import as_expected
+from validate.kinds.base import ReplyKind, Tried, attempt_key, failed, keep_replies, now, started_row
+from validate.run.context import Play, RunContext
+from validate.run.workspace import workspace_sha256
 from validate.taskdir.images.basemap import BaseImageMap
+from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
 from validate.taskdir.images.build import TaskImage, TaskImageRefusal, build_task_image
 from validate.taskdir.images.docker import DockerImages, images_for
-from validate.core.records import ORACLE
 from validate.taskdir.images.frozen import keep_run_log, pins_of, routed
 from validate.taskdir.trial import network
-from validate.taskdir.trial.result import TrialLimits, TrialResult
-from validate.taskdir.trial.support import unsupported
 from validate.taskdir.trial.agents import plan as agent_plan
-from validate.taskdir.trial.players import TrialRequest
-from validate.taskdir.trial.players import play as play_trial
 from validate.taskdir.trial.docker import DockerFault
+from validate.taskdir.trial.players import TrialRequest, play as play_trial
+from validate.taskdir.trial.result import TrialLimits, TrialResult
 from validate.taskdir.trial.run import HarnessFault
-from validate.contract.manifest import verifier_mode_of
-from environment.protocol import AgentSpec
-from validate.evidence.verdicts import as_expected
-from validate.run.workspace import workspace_sha256
+from validate.taskdir.trial.support import unsupported
 
 #: The trial's statuses as attempt statuses (the rest: the verifier's or the task's error).
-STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom", "infrastructure_error": "infrastructure_error"}
+STATUS = {"ok": "ok", "agent_timeout": "timeout", "agent_oom": "oom",
+          "infrastructure_error": "infrastructure_error"}
 
 
 class TrialKind(ReplyKind):
@@ -97,7 +107,8 @@ class TrialKind(ReplyKind):
                 self._images[key] = got if got is not None else self._build(ctx, task, context)
             return self._images[key]
 
-    def prepared(self, ctx: RunContext, task: HarborTaskRef, row: dict) -> tuple[TaskImage | None, str | None]:
+    def prepared(self, ctx: RunContext, task: HarborTaskRef,
+                 row: dict) -> tuple[TaskImage | None, str | None]:
         """The task's image and its separate verifier's (or None), ready for a trial; or
         (None, None) with `row` saying why the task is not played: a profile that cannot run
         it (``unsupported_execution_contract``) or a build that failed (the task's error)."""
@@ -107,16 +118,20 @@ class TrialKind(ReplyKind):
         if isinstance(image, TaskImageRefusal) and image.reason == "unsupported_execution_contract":
             why = image.detail
         if why:
-            row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK", error_message=why)
-        elif isinstance(image, TaskImageRefusal) and image.reason == "infrastructure_failure":  # the machine's
-            row.update(status="infrastructure_error", error_class="BuildInfrastructure", error_message=image.detail)
+            row.update(status="unsupported_execution_contract", error_class="UNSUPPORTED_TASK",
+                       error_message=why)
+        # the machine's
+        elif isinstance(image, TaskImageRefusal) and image.reason == "infrastructure_failure":
+            row.update(status="infrastructure_error", error_class="BuildInfrastructure",
+                       error_message=image.detail)
         elif isinstance(image, TaskImageRefusal):
             failed(row, "scorer_error", "BuildFailed", f"{image.detail}\n{image.log_tail or ''}")
         else:
             return image, verifier
         return None, None
 
-    def _images_of(self, ctx: RunContext, task: HarborTaskRef) -> tuple[TaskImage | TaskImageRefusal, str | None]:
+    def _images_of(self, ctx: RunContext,
+                   task: HarborTaskRef) -> tuple[TaskImage | TaskImageRefusal, str | None]:
         """The task's image and, for a separate verifier, its image's id (or the refusal)."""
         image = self._image(ctx, task)
         if task.parsed.verifier != "separate" or isinstance(image, TaskImageRefusal):
@@ -126,12 +141,14 @@ class TrialKind(ReplyKind):
         verifier = self._image(ctx, task, "tests")
         return (verifier, None) if isinstance(verifier, TaskImageRefusal) else (image, verifier.image_id)
 
-    def _build(self, ctx: RunContext, task: HarborTaskRef, context: str = "environment") -> TaskImage | TaskImageRefusal:
+    def _build(self, ctx: RunContext, task: HarborTaskRef,
+               context: str = "environment") -> TaskImage | TaskImageRefusal:
         builder, bases = self._base_map(ctx)
         config = task.parsed.config.environment
         if context == "tests":  # a separate verifier's own environment, if it has one
             config = task.parsed.config.verifier.environment or config
-        image = task.parsed.docker_image if context == "environment" and task.parsed.environment == "image" else None
+        prebuilt = context == "environment" and task.parsed.environment == "image"
+        image = task.parsed.docker_image if prebuilt else None
         frozen = ctx.manifest.execution.task_images
         return build_task_image(ctx.taskset.task_dir(task), bases, builder, task_image_store(),
                                 build_timeout_s=config.build_timeout_sec, context=context, docker_image=image,
@@ -158,8 +175,8 @@ class TrialKind(ReplyKind):
                                              needed=needed_recipes(task_refs(tasks)))
             return builder, self._bases
 
-    def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int, number: int) -> Tried:
-        m = play.manifest
+    def once(self, ctx: RunContext, play: Play, task: HarborTaskRef, agent, sample: int,
+             number: int) -> Tried:
         row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,
                           workspace_sha256=workspace_sha256({}), backend=ctx.sandbox.backend,
                           image_digest=self.image_digest(play, task))
@@ -185,20 +202,22 @@ class TrialKind(ReplyKind):
                              storage_inodes=lim.storage_inodes)
         rule = ctx.taskset.config.reward_key  # the contract's key rule, frozen in the Harbor config
         task_dir = ctx.taskset.task_dir(task)
-        plan = agent_plan(agent.name, task.parsed, task_dir, spec=agent if isinstance(agent, AgentSpec) else None)
+        plan = agent_plan(agent.name, task.parsed, task_dir, spec=agent if isinstance(agent, AgentSpec)
+                          else None)
         # the reference solution's trusted verifier that does not pass is replayed in its own
         # container when it changed paths outside its work paths: does the task need them?
         replay = m.expectations.pass_threshold if agent.role == ORACLE else None
         result = play_trial(ctx.sandbox, self._daemon(ctx.sandbox.backend).client, TrialRequest(
-            task=task.parsed, task_dir=task_dir, image=image.image_id, agent=agent.name, plan=plan, limits=limits,
-            contract=lim, run_label=ctx.run_id, reward_key=rule, resolver_image=m.execution.image,
-            verifier_image=verifier, replay_below=replay))
+            task=task.parsed, task_dir=task_dir, image=image.image_id, agent=agent.name, plan=plan,
+            limits=limits, contract=lim, run_label=ctx.run_id, reward_key=rule,
+            resolver_image=m.execution.image, verifier_image=verifier, replay_below=replay))
         _outputs(row, result, agent.role)
         record = None if result.record is None else result.record.model_copy(update={
             "image": image.image_id, "key": rule,
             "replayed": None if result.shared_record is None else result.shared_record.model_copy(
                 update={"image": image.image_id, "key": rule})})
-        if result.verifier_error is not None and result.verifier_error.kind == "missing_key" and record is not None:
+        if (result.verifier_error is not None and result.verifier_error.kind == "missing_key"
+                and record is not None):
             # The key rule is the record's to apply (`score_record`, below and in the audit): the
             # trial knows one key only, not 'all'; a key the rule names but the reward lacks is
             # a verifier error there too.
@@ -213,7 +232,8 @@ class TrialKind(ReplyKind):
                                          result.passed(m.expectations.pass_threshold))
         reply = record.to_bytes() if record is not None else None
         if reply is not None:
-            row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply), reply_text=reply.decode()[:65536])
+            row.update(reply_sha256=sha256_tag(reply), reply_bytes=len(reply),
+                       reply_text=reply.decode()[:65536])
         if result.status == "infrastructure_error":
             failed(row, "infrastructure_error", DockerFault.__name__, result.infrastructure_error or "")
             return None
@@ -221,7 +241,8 @@ class TrialKind(ReplyKind):
             failed(row, "harness_error", HarnessFault.__name__, result.harness_error or "")
             return reply
         if offline is not None:  # the harness's own resolver saw the lookups: not the task's text
-            row.update(status="unsupported_execution_contract", error_class="NetworkLookup", error_message=offline)
+            row.update(status="unsupported_execution_contract", error_class="NetworkLookup",
+                       error_message=offline)
             return reply
         if result.status not in STATUS or result.verifier_error is not None:
             what = result.task_error or (f"{result.verifier_error.kind}: {result.verifier_error.detail}"
@@ -238,8 +259,8 @@ class TrialKind(ReplyKind):
         # but the status says it, as for every attempt.
         status = "exit_nonzero" if result.status == "ok" and row["exit_code"] != 0 else STATUS[result.status]
         row.update(status=status, reward=got.reward, reward_decimal=got.exact,
-                   as_expected=as_expected(rule, status, got.reward, play.manifest.expectations.pass_threshold,
-                                           got.exact))
+                   as_expected=as_expected(rule, status, got.reward,
+                                           play.manifest.expectations.pass_threshold, got.exact))
         return reply
 
     def image_digest(self, play: Play, task: HarborTaskRef) -> str:
@@ -284,8 +305,8 @@ def evidence_of(result: TrialResult) -> TrialEvidence:
         outside=[PathChange(path=c.path, kind=c.kind) for c in result.outside_changes],
         outside_total=result.outside_changes_total, processes_killed=result.agent_processes_killed,
         left_in_verifier=left, verifier_exit_code=result.verifier_run.exit_code,
-        lookups_agent=list(looked.agent) if looked else [], lookups_verifier=list(looked.verifier) if looked else [],
-        pid1_guarded=result.pid1_guarded, shared_replayed=result.shared_replayed, lookups_note=note,
+        lookups_agent=list(looked.agent) if looked else [], lookups_verifier=list(looked.verifier) if looked
+        else [], pid1_guarded=result.pid1_guarded, shared_replayed=result.shared_replayed, lookups_note=note,
         storage_bounded=result.storage_bounded)
 
 
@@ -305,9 +326,9 @@ def _outputs(row: dict, result: TrialResult, role: str) -> None:
     # An agent that runs no command (nop) ran a program that does nothing: it exited 0.
     exit_code = a.exit_code if a.exit_code is not None or a.timed_out or a.oom_killed else 0
     trial = evidence_of(result)
-    row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed, timed_out=a.timed_out,
-               stdout=a.stdout, stderr=f"{trial.lines()}{v.stdout}\n{v.stderr}", trial=trial,
-               shared_reward=result.shared_reward, planted=planted_of(trial, role))
+    row.update(runtime_s=result.runtime_s, exit_code=exit_code, oom_killed=a.oom_killed,
+               timed_out=a.timed_out, stdout=a.stdout, stderr=f"{trial.lines()}{v.stdout}\n{v.stderr}",
+               trial=trial, shared_reward=result.shared_reward, planted=planted_of(trial, role))
 
 
 def evidence_problems(row: dict, reply: bytes | None, manifest) -> list[str]:
@@ -339,7 +360,8 @@ def evidence_problems(row: dict, reply: bytes | None, manifest) -> list[str]:
         except ValidationError:
             replayed = None
     if trial.shared_replayed != (replayed is not None):
-        problems.append("its trial evidence and its stored reply disagree on whether the verifier was replayed")
+        problems.append("its trial evidence and its stored reply disagree on whether the "
+                        "verifier was replayed")
     expected = None
     if replayed is not None:
         try:
@@ -348,5 +370,6 @@ def evidence_problems(row: dict, reply: bytes | None, manifest) -> list[str]:
             expected = None
     if (row.get("shared_reward") is None) != (expected is None) or \
             (expected is not None and abs(float(row["shared_reward"]) - expected) > 1e-9):
-        problems.append(f"shared_reward {row.get('shared_reward')} but its stored reply's replay scores {expected}")
+        problems.append(f"shared_reward {row.get('shared_reward')} but its stored reply's replay "
+                        f"scores {expected}")
     return problems

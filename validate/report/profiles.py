@@ -29,16 +29,26 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from validate.core.errors import ValidateError
-from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
 from validate.core.jsonio import field_differences
-from validate.core.paths import COMPARE_HTML, COMPARE_JSON, COMPARE_MD, LEDGER_DIR, MANIFEST, SUMMARY, TASKS, RunPaths
-from validate.eval.render import STYLE  # the comparisons' one stylesheet
+from validate.core.paths import (
+    COMPARE_HTML,
+    COMPARE_JSON,
+    COMPARE_MD,
+    LEDGER_DIR,
+    MANIFEST,
+    SUMMARY,
+    TASKS,
+    RunPaths,
+)
 from validate.core.records import PILOT
 from validate.core.render import to_html, to_markdown
+from validate.eval.render import STYLE  # the comparisons' one stylesheet
+from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
 from validate.evidence.run import RunEvidence, load_run
 
 #: Manifest fields two compared runs must share: what is validated, and how it is judged.
-MUST_MATCH = ("environment", "selection", "tasks", "task_list_sha256", "expectations", "min_task_count", "salt")
+MUST_MATCH = ("environment", "selection", "tasks", "task_list_sha256", "expectations", "min_task_count",
+              "salt")
 #: What the comparison is computed from, in each run directory.
 INPUTS = (MANIFEST, SUMMARY, TASKS)
 #: This renderer's version; the audit knows only this one (bump it whenever a change here
@@ -74,8 +84,8 @@ class ProfileComparison(BaseModel):
     a: Side
     b: Side
     dataset: dict[str, str] = Field(description="The shared contract's environment, revision and task list.")
-    profile: list[tuple[str, str, str]] = Field(description="(execution field, A's value, B's value) of every "
-                                                            "execution-profile field that differs.")
+    profile: list[tuple[str, str, str]] = Field(description="(execution field, A's value, B's value) of "
+                                                            "every execution-profile field that differs.")
     same: int = Field(description="Tasks with the same verdict and reason in both runs.")
     differences: list[TaskDifference] = Field(description="Every task whose verdict or reason differs.")
     renderer: str = Field(description="The renderer's version (`RENDERER` when written).")
@@ -93,9 +103,10 @@ def _check(a: RunEvidence, b: RunEvidence) -> list[str]:
     """The execution fields that differ; refused when anything that says what is validated does."""
     for field in field_differences(a.manifest, b.manifest):
         if field.split(".")[0] in MUST_MATCH:
-            raise ValidateError(f"compare-profiles: the contracts differ in {field} (A: {_value(a.manifest, field)!r}, "
-                                f"B: {_value(b.manifest, field)!r}); only runs of the same dataset contract on two "
-                                f"profiles compare (make B's with `validate freeze --like A's manifest`)")
+            raise ValidateError(f"compare-profiles: the contracts differ in {field} (A: "
+                                f"{_value(a.manifest, field)!r}, B: {_value(b.manifest, field)!r}); only "
+                                "runs of the same dataset contract on two profiles compare (make B's with "
+                                "`validate freeze --like A's manifest`)")
     return field_differences(a.manifest.get("execution", {}), b.manifest.get("execution", {}))
 
 
@@ -112,7 +123,8 @@ def _side(ev: RunEvidence) -> Side:
     reasons = Counter(_text(r) for r in ev.tasks["reason"] if _text(r))
     return Side(run_id=s.run_id, kind=s.kind, manifest_sha256=s.manifest_sha256, backend=s.backend,
                 dataset_verdict=s.dataset_verdict.verdict, tasks=len(ev.tasks),
-                verdicts=dict(sorted(Counter(ev.tasks["verdict"]).items())), reasons=dict(sorted(reasons.items())))
+                verdicts=dict(sorted(Counter(ev.tasks["verdict"]).items())),
+                reasons=dict(sorted(reasons.items())))
 
 
 def _rows(ev: RunEvidence) -> dict[str, dict]:
@@ -127,8 +139,8 @@ def comparison(run_a: Path, run_b: Path) -> ProfileComparison:
     profile = _check(a, b)
     ra, rb = _rows(a), _rows(b)
     if sorted(ra) != sorted(rb):
-        raise ValidateError(f"compare-profiles: {a.summary.run_id} and {b.summary.run_id} judged different task "
-                            f"sets ({len(ra)} and {len(rb)} rows): compare two runs of the same kind")
+        raise ValidateError(f"compare-profiles: {a.summary.run_id} and {b.summary.run_id} judged different "
+                            f"task sets ({len(ra)} and {len(rb)} rows): compare two runs of the same kind")
     diffs, same = [], 0
     for key in sorted(ra):
         x, y = ra[key], rb[key]
@@ -144,7 +156,8 @@ def comparison(run_a: Path, run_b: Path) -> ProfileComparison:
                               for r in (x, y))))
     ex_a, ex_b = a.manifest.get("execution", {}), b.manifest.get("execution", {})
     env = a.manifest.get("environment", {})
-    ledgers = {f"{side}/{n}": file_sha256(Path(d) / n) for side, d in (("A", run_a), ("B", run_b)) for n in INPUTS}
+    ledgers = {f"{side}/{n}": file_sha256(Path(d) / n) for side, d in (("A", run_a), ("B", run_b))
+               for n in INPUTS}
     return ProfileComparison(
         a=_side(a), b=_side(b),
         dataset={"environment": str(env.get("name")), "revision": str(env.get("revision")),
@@ -167,9 +180,9 @@ def _counts(s: Side) -> str:
 def blocks(c: ProfileComparison) -> list:
     total = c.a.tasks
     return [("h1", f"Profiles — {c.a.run_id} (A, {c.a.backend}) vs {c.b.run_id} (B, {c.b.backend})"),
-            ("p", [f"The same dataset contract ({c.dataset['environment']}, revision {c.dataset['revision']}, task "
-                   f"list {c.dataset['task_list_sha256']}) on two execution profiles: contracts "
-                   f"{c.a.manifest_sha256} (A) and {c.b.manifest_sha256} (B)."]),
+            ("p", [f"The same dataset contract ({c.dataset['environment']}, revision "
+                   f"{c.dataset['revision']}, task list {c.dataset['task_list_sha256']}) on two execution "
+                   f"profiles: contracts {c.a.manifest_sha256} (A) and {c.b.manifest_sha256} (B)."]),
             ("p", [f"{c.same}/{total} tasks got the same verdict and reason on both profiles; "
                    f"{len(c.differences)}/{total} differ."]),
             ("h2", "The two profiles (execution fields that differ)"),
@@ -181,21 +194,25 @@ def blocks(c: ProfileComparison) -> list:
             ("h2", "Tasks whose verdict or reason differs"),
             ("table", ["task", "family", "A", "B", "oracle reward A / B", "top control A / B"],
              [[d.task_id, d.family, " — ".join(p for p in d.a if p), " — ".join(p for p in d.b if p),
-               " / ".join("—" if r is None else f"{r:.4f}" for r in d.oracle_reward), " / ".join(d.top_control)]
+               " / ".join("—" if r is None else f"{r:.4f}" for r in d.oracle_reward),
+               " / ".join(d.top_control)]
               for d in c.differences] or [["none", "", "", "", "", ""]])]
 
 
 def render(c: ProfileComparison) -> dict[str, bytes]:
     """The entry's three files, from the comparison alone."""
     doc = blocks(c)
-    return {COMPARE_MD: to_markdown(doc).encode(), COMPARE_HTML: to_html(doc, "Profile comparison", STYLE).encode(),
+    return {COMPARE_MD: to_markdown(doc).encode(),
+            COMPARE_HTML: to_html(doc, "Profile comparison", STYLE).encode(),
             COMPARE_JSON: c.model_dump_json(indent=2).encode() + b"\n"}
 
 
 def compare_profiles(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[ProfileComparison, Path]:
     """The comparison of two runs, and the new entry it was written to."""
     result = comparison(run_a, run_b)
-    where = out if out is not None else LEDGER_DIR / "compare-profiles" / f"{result.a.run_id}--{result.b.run_id}"
+    where = (
+        out if out is not None else LEDGER_DIR / "compare-profiles" / f"{result.a.run_id}--{result.b.run_id}"
+    )
     entry = new_entry(where)
     for name, data in render(result).items():
         atomic_write(entry / name, data)

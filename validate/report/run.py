@@ -21,19 +21,25 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, Field
 
-from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
 from validate.core.paths import REPORT_HTML, REPORT_JSON, REPORT_MD, RunPaths
 from validate.core.plot import box_plot_svg
+from validate.core.records import (
+    COMPATIBLE,
+    CONTROL,
+    EXCEPTION_STATUSES,
+    INCOMPLETE,
+    NO_REFERENCE_SOLUTION,
+    ROLES,
+    SCORER_ERROR,
+)
 from validate.core.render import Bold, to_html, to_markdown
-from validate.core.records import COMPATIBLE, CONTROL, EXCEPTION_STATUSES, INCOMPLETE, NO_REFERENCE_SOLUTION, ROLES
-from validate.core.records import SCORER_ERROR
+from validate.evidence.journal import atomic_write, file_sha256, new_entry, write_checksums
+
 # The run's evidence is loaded below the report (`validate.evidence.run`), where the audit and
 # ``eval freeze`` read it too.
 from validate.evidence.run import RunEvidence, current_verdict, load_run, report_inputs
 from validate.evidence.summary import hack_claim
 from validate.evidence.verdicts import DatasetVerdict
-
-
 
 
 def count_rows(ev: RunEvidence) -> list[list[str]]:
@@ -79,13 +85,15 @@ def _claim(ev: RunEvidence, verdict: DatasetVerdict) -> str:
              f"{ex['image_digest']}, network {ex['network']}, user {ex['user']}")
     rule = m["expectations"]["exception_rule"]
     retry = (f"; exception rule retry: {c.retried_passes} of them passed only after an infrastructure retry"
-             if rule == "retry" else "; exception rule strict: no task with any infrastructure exception counts")
+             if rule == "retry"
+             else "; exception rule strict: no task with any infrastructure exception counts")
     repeats = m["expectations"].get("oracle_repeats", 1)
     each = f" on each of its {repeats} repeats" if repeats > 1 else ""
-    return (f"Claim (scoped): {_of(c.compatible, c.tasks)} tasks of contract {m['name']} ({s.kind}) passed — the "
-            f"oracle reached reward ≥ {m['expectations']['pass_threshold']}{each} and every negative control the "
-            f"contract names stayed under its ceiling, all in this run{retry} — on {where}.{_certified(c)}"
-            f"{hack_claim(c, m)} Dataset verdict {verdict.verdict}. This is evidence for that execution profile only.")
+    return (f"Claim (scoped): {_of(c.compatible, c.tasks)} tasks of contract {m['name']} ({s.kind}) passed — "
+            f"the oracle reached reward ≥ {m['expectations']['pass_threshold']}{each} and every negative "
+            f"control the contract names stayed under its ceiling, all in this run{retry} — on "
+            f"{where}.{_certified(c)}{hack_claim(c, m)} Dataset verdict {verdict.verdict}. This is evidence "
+            "for that execution profile only.")
 
 
 def _certified(c) -> str:
@@ -96,9 +104,9 @@ def _certified(c) -> str:
     runtime = c.excluded_by_reason.get(NO_REFERENCE_SOLUTION, 0)
     if not runtime:
         return ""
-    return (f" {_of(c.compatible, c.tasks)} oracle-certified, {_of(runtime, c.tasks)} runtime-tested only (no "
-            f"reference solution: every control rejected, no oracle played; excluded as no_reference_solution, "
-            f"never counted as passed).")
+    return (f" {_of(c.compatible, c.tasks)} oracle-certified, {_of(runtime, c.tasks)} runtime-tested only "
+            "(no reference solution: every control rejected, no oracle played; excluded as "
+            "no_reference_solution, never counted as passed).")
 
 
 def _contract_rows(ev: RunEvidence) -> list[list[str]]:
@@ -117,10 +125,12 @@ def _contract_rows(ev: RunEvidence) -> list[list[str]]:
               if exp.get("oracle_repeats", 1) > 1 else []),
             ["minimum task count", str(m["min_task_count"])],
             ["limits", ", ".join(f"{k}={v}" for k, v in sorted(m["execution"]["limits"].items()))],
-            ["harness", f"version {m['harness_version']}, frozen at {m['git_commit']}; ran at {ev.summary.code_commit}"]]
+            ["harness", f"version {m['harness_version']}, frozen at {m['git_commit']}; ran at "
+                        f"{ev.summary.code_commit}"]]
     if ev.frozen is not None:
         rows.append(["frozen child", f"{ev.frozen['name']} {ev.frozen['sha256']}"])
-    rows += [[f"variant {k}", f"{v['name']} {v['sha256']}; {len(v['tasks'])} tasks"] for k, v in ev.variants.items()]
+    rows += [[f"variant {k}", f"{v['name']} {v['sha256']}; {len(v['tasks'])} tasks"]
+             for k, v in ev.variants.items()]
     return rows
 
 
@@ -134,17 +144,20 @@ def _reward_blocks(ev: RunEvidence) -> list:
                      f"{r.min():.4f}", f"{statistics.median(r):.4f}", f"{r.max():.4f}"])
         series.append((agent, str(g["role"].iloc[0]), r.tolist()))
     exp = ev.manifest["expectations"]
-    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == CONTROL and a["ceiling"] is not None}
+    ceilings = {n: a["ceiling"] for n, a in exp["agents"].items() if a["role"] == CONTROL
+                and a["ceiling"] is not None}
     margins = ev.tasks["margin"].dropna()
     statuses = final.groupby(["agent", "status"]).size()
     out = [("h2", "Rewards per agent (final attempts)"),
            ("table", ["agent", "role", "as expected", "min", "median", "max"], rows),
            ("svg", box_plot_svg(series, exp["pass_threshold"], ceilings), "Reward per agent: box plot"),
            ("h2", "Margins (oracle reward minus the best control's, per task)"),
-           ("p", [f"Minimum margin over the run: {_fmt(float(margins.min())) if len(margins) else '—'}; median "
-                  f"{_fmt(float(margins.median())) if len(margins) else '—'}; over {len(margins)} tasks with both."]),
+           ("p", [f"Minimum margin over the run: {_fmt(float(margins.min())) if len(margins) else '—'}; "
+                  f"median {_fmt(float(margins.median())) if len(margins) else '—'}; over {len(margins)} "
+                  "tasks with both."]),
            ("table", ["task", "margin", "oracle", "best control", "control"],
-            [[r.task_id, _fmt(r.margin), _fmt(r.oracle_reward), _fmt(r.max_control_reward), _fmt(r.max_control_agent)]
+            [[r.task_id, _fmt(r.margin), _fmt(r.oracle_reward), _fmt(r.max_control_reward),
+              _fmt(r.max_control_agent)]
              for r in ev.tasks.dropna(subset=["margin"]).nsmallest(10, "margin").itertuples()]),
            ("h2", "Attempt outcomes"),
            ("table", ["agent", "status", "attempts"], [[a, st, str(k)] for (a, st), k in statuses.items()])]
@@ -171,30 +184,35 @@ def _ledger_blocks(ev: RunEvidence) -> list:
     s, n = ev.summary, ev.summary.counts.tasks
     excl, incomplete = ev.exclusions, ev.tasks[ev.tasks["verdict"] == INCOMPLETE]
     out = [("h2", "Exclusion ledger"),
-           ("p", [f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl) else "No task was excluded."])]
+           ("p", [f"{_of(len(excl), n)} tasks excluded, one reason each." if len(excl)
+                  else "No task was excluded."])]
     if len(excl):
-        out.append(("table", ["task", "reason", "detail"], [[r.task_id, r.reason, r.detail] for r in excl.itertuples()]))
+        out.append(("table", ["task", "reason", "detail"],
+                    [[r.task_id, r.reason, r.detail] for r in excl.itertuples()]))
     out.append(("h2", "Incomplete tasks"))
     if len(incomplete):
-        out += [("p", [f"{_of(len(incomplete), n)} tasks lack evidence" + (f": {s.facts.note}." if s.facts.note else ".")]),
-                ("table", ["task", "missing"], [[r.task_id, ", ".join(r.missing)] for r in incomplete.head(200).itertuples()])]
+        out += [("p", [f"{_of(len(incomplete), n)} tasks lack evidence"
+                       + (f": {s.facts.note}." if s.facts.note else ".")]),
+                ("table", ["task", "missing"],
+                 [[r.task_id, ", ".join(r.missing)] for r in incomplete.head(200).itertuples()])]
     else:
         out.append(("p", ["None: every task has a final verdict."]))
     out.append(("h2", "Patches"))
     if s.patch is not None:
-        out.append(("p", [f"The code ran with an uncommitted patch on {s.patch.base_commit}: patch.diff, sha256 "
-                          f"{s.patch.sha256}, files {', '.join(s.patch.files)}."]))
+        out.append(("p", [f"The code ran with an uncommitted patch on {s.patch.base_commit}: patch.diff, "
+                          f"sha256 {s.patch.sha256}, files {', '.join(s.patch.files)}."]))
     else:
         out.append(("p", [f"None: the code that ran is commit {s.code_commit}."]))
-    patched = [(r.task_id, f["detail"]) for r in ev.tasks.itertuples() for f in _findings(r) if f["kind"] == "patched"]
+    patched = [(r.task_id, f["detail"]) for r in ev.tasks.itertuples()
+               for f in _findings(r) if f["kind"] == "patched"]
     if patched:
-        out += [("p", [f"{_of(len(patched), n)} tasks were patched offline before they were frozen (the contract "
-                       f"holds the patched hashes):"]),
+        out += [("p", [f"{_of(len(patched), n)} tasks were patched offline before they were frozen (the "
+                       "contract holds the patched hashes):"]),
                 ("table", ["task", "patch"], [list(x) for x in patched])]
     if ev.manifest.get("patch"):
         p = ev.manifest["patch"]
-        out.append(("p", [f"The contract was frozen with a patch on {p['base_commit']}: sha256 {p['sha256']}, files "
-                          f"{', '.join(p['files'])}."]))
+        out.append(("p", [f"The contract was frozen with a patch on {p['base_commit']}: sha256 "
+                          f"{p['sha256']}, files {', '.join(p['files'])}."]))
     return out
 
 
@@ -224,34 +242,39 @@ def blocks(ev: RunEvidence) -> list:
            ("p", [Bold(verdict.headline)]),
            ("p", [_claim(ev, verdict)])]
     if s.interrupted:
-        doc.append(("p", [Bold("This run was interrupted: its evidence is INCOMPLETE; resume it with --resume.")]))
+        doc.append(("p", [Bold("This run was interrupted: its evidence is INCOMPLETE; resume "
+                               "it with --resume.")]))
     doc += [("h2", "Protocol criteria"),
-            ("table", ["criterion", "status", "detail"], [[c.name, c.status, c.detail] for c in verdict.criteria]),
+            ("table", ["criterion", "status", "detail"],
+             [[c.name, c.status, c.detail] for c in verdict.criteria]),
             ("h2", "Counts"), ("table", ["what", "count"], count_rows(ev)),
             ("h2", "Contract"), ("table", ["field", "value"], _contract_rows(ev))]
     doc += _family_blocks(ev) + _reward_blocks(ev)
     if s.probes:
         ok = sum(p.ok for p in s.probes)
         doc += [("h2", "Partial-credit probes (pilot)"),
-                ("p", [f"{_of(ok, len(s.probes))} probe attempts scored strictly between the controls' median and "
-                       f"the oracle's reward."]),
+                ("p", [f"{_of(ok, len(s.probes))} probe attempts scored strictly between the controls' "
+                       "median and the oracle's reward."]),
                 ("table", ["variant", "task", "probe", "reward", "controls' median", "oracle", "ok"],
-                 [[p.variant, p.task_id, p.probe, _fmt(p.reward), _fmt(p.control_typical), _fmt(p.oracle_reward),
-                   "yes" if p.ok else Bold("NO")] for p in s.probes])]
+                 [[p.variant, p.task_id, p.probe, _fmt(p.reward), _fmt(p.control_typical),
+                   _fmt(p.oracle_reward), "yes" if p.ok else Bold("NO")] for p in s.probes])]
     if s.strata:
         doc += [("h2", "Pilot strata"), ("table", ["stratum", "sampled / pool"],
-                                         [[st.name, f"{len(st.sampled)}/{st.pool_tasks}"] for st in s.strata])]
+                                         [[st.name, f"{len(st.sampled)}/{st.pool_tasks}"]
+                                          for st in s.strata])]
     if s.dataset_findings:
         doc += [("h2", "Dataset findings"), ("table", ["finding", "blocking", "detail"],
-                                             [[f.kind, str(f.blocking), f.detail] for f in s.dataset_findings])]
+                                             [[f.kind, str(f.blocking), f.detail]
+                                              for f in s.dataset_findings])]
     doc += _ledger_blocks(ev) + _attempt_blocks(ev)
     doc.append(("h2", "Fresh-materialisation smoke test"))
     if ev.latest_smoke is not None:
         name, sm = ev.latest_smoke
-        doc.append(("p", [f"{'PASSED' if sm['passed'] else 'FAILED'} (smoke/{name}, the latest of {len(ev.smokes)}): "
-                          f"{sm['summary']}"]))
+        doc.append(("p", [f"{'PASSED' if sm['passed'] else 'FAILED'} (smoke/{name}, the latest of "
+                          f"{len(ev.smokes)}): {sm['summary']}"]))
     else:
-        doc.append(("p", ["Not run" + (": required for this kind of run, so the dataset verdict cannot be PASS."
+        doc.append(("p", ["Not run" + (": required for this kind of run, so the dataset "
+                                       "verdict cannot be PASS."
                                        if "smoke" in s.required else ".")]))
     a = ev.attempts
     t0, t1 = a["started_at"].min(), a["finished_at"].max()
@@ -291,8 +314,10 @@ def render(src: Path, names: list[str]) -> dict[str, bytes]:
     ev = load_run(Path(src), sorted(names))
     doc = blocks(ev)
     record = ReportRecord(renderer=RENDERER, dataset_verdict=current_verdict(ev.summary, ev.smokes),
-                          counts=count_rows(ev), ledgers={n: file_sha256(Path(src) / n) for n in sorted(names)})
-    return {REPORT_MD: to_markdown(doc).encode(), REPORT_HTML: to_html(doc, "Validation report", STYLE).encode(),
+                          counts=count_rows(ev),
+                          ledgers={n: file_sha256(Path(src) / n) for n in sorted(names)})
+    return {REPORT_MD: to_markdown(doc).encode(),
+            REPORT_HTML: to_html(doc, "Validation report", STYLE).encode(),
             REPORT_JSON: record.model_dump_json(indent=2).encode() + b"\n"}
 
 

@@ -10,21 +10,21 @@ plain data (`validate.run.executors.AttemptSpec`); nothing here is shipped to an
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, Protocol, TypeVar
 
 from environment.protocol import Environment, LoadHints, Task, Taskset
 from validate.contract.manifest import Manifest
 from validate.core.errors import ValidateError
-from validate.run.executors import Executor, make_executor
-from validate.evidence.patches import CodeState
 from validate.core.paths import RunPaths
 from validate.core.records import ORACLE, Attempt
+from validate.evidence.patches import CodeState
+from validate.run.executors import Executor, make_executor
 from validate.sandbox import Limits, Sandbox
 
 R = TypeVar("R")
@@ -109,7 +109,8 @@ class AttemptKind(ABC, Generic[R]):
         """One try of (task, agent, sample), numbered `number`."""
 
     @abstractmethod
-    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int) -> R:
+    def unsupported(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int,
+                    number: int) -> R:
         """The result of a try the backend cannot make: the task needs a network-isolated sandbox."""
 
     def lost(self, ctx: RunContext, play: Play, task: Task, agent: Player, sample: int, number: int,

@@ -28,17 +28,34 @@ from pydantic import BaseModel
 from environment.protocol import LoadHints
 from validate.contract.manifest import Manifest, load_manifest, verify
 from validate.core.errors import EvidenceError, ValidateError
-from validate.evidence.journal import BATCH_ROWS, Journal, atomic_write, fold, open_run, write_checksums, write_json, write_verdicts
-from validate.core.records import (
-    COMPATIBLE, CONTROL, EXCEPTION_STATUSES, EXCLUDED, INCOMPLETE, FindingRow, RunKind, TaskVerdict,
-)
-from validate.run.context import Play, RunContext
-from validate.evidence.patches import code_state
 from validate.core.paths import RunPaths
-from validate.run.runner import execute
-from validate.sandbox import open_sandbox
+from validate.core.records import (
+    COMPATIBLE,
+    CONTROL,
+    EXCEPTION_STATUSES,
+    EXCLUDED,
+    INCOMPLETE,
+    FindingRow,
+    RunKind,
+    TaskVerdict,
+)
+from validate.evidence.journal import (
+    BATCH_ROWS,
+    Journal,
+    atomic_write,
+    fold,
+    open_run,
+    write_checksums,
+    write_json,
+    write_verdicts,
+)
+from validate.evidence.patches import code_state
 from validate.evidence.summary import Counts, JudgedGroup, ProbeCheck, RunSummary, Stratum, machine
 from validate.evidence.verdicts import RunFacts, dataset_verdict
+from validate.run.context import Play, RunContext
+from validate.run.runner import execute
+from validate.sandbox import open_sandbox
+
 
 def hack_profile(manifest) -> tuple[str, int] | None:
     """(verifier mode, how many tampering controls) of a contract with a trial profile (a
@@ -56,7 +73,8 @@ def counts(verdicts: Iterable[TaskVerdict], attempts_path, hack: tuple[str, int]
     attempts = exceptions = superseded = 0
     exception_statuses = pa.array(EXCEPTION_STATUSES)
     # A batch at a time: reading the two columns whole held ~8 MB more at 10,000 tasks than at 1,000.
-    for batch in pq.ParquetFile(attempts_path).iter_batches(batch_size=BATCH_ROWS, columns=["status", "superseded"]):
+    for batch in pq.ParquetFile(attempts_path).iter_batches(batch_size=BATCH_ROWS,
+                                                            columns=["status", "superseded"]):
         attempts += batch.num_rows
         exceptions += pc.sum(pc.is_in(batch.column("status"), value_set=exception_statuses)).as_py() or 0
         superseded += pc.sum(batch.column("superseded")).as_py() or 0
@@ -93,12 +111,13 @@ def chance_means(attempts_path, rules) -> dict[str, tuple[float, float]]:
     return out
 
 
-def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, min_task_count: int, patch: str,
-              dataset_findings: Sequence[FindingRow], probes: Sequence[ProbeCheck], smoke: str,
+def run_facts(c: Counts, verdicts: Sequence[TaskVerdict], *, interrupted: bool, min_task_count: int,
+              patch: str, dataset_findings: Sequence[FindingRow], probes: Sequence[ProbeCheck], smoke: str,
               chance: dict[str, tuple[float, float]], note: str = "") -> RunFacts:
     return RunFacts(tasks=c.tasks, compatible=c.compatible, excluded=c.excluded, incomplete=c.incomplete,
                     interrupted=interrupted, min_task_count=min_task_count,
-                    excluded_without_one_reason=sum(v.verdict == EXCLUDED and v.reason is None for v in verdicts),
+                    excluded_without_one_reason=sum(v.verdict == EXCLUDED and v.reason is None
+                                                    for v in verdicts),
                     patch=patch, blocking_dataset_findings=[f.detail for f in dataset_findings if f.blocking],
                     probes_total=len(probes), probes_ok=sum(p.ok for p in probes), smoke=smoke, note=note,
                     chance_controls=chance)
@@ -113,8 +132,8 @@ def open_directory(ctx: RunContext, documents: dict[Path, bytes] | None = None) 
     paths, documents = ctx.paths, documents or {}
     for path, data in sorted(documents.items()):
         if path.exists() and path.read_bytes() != data:
-            raise EvidenceError(f"{path}: this run directory was made with another {path.name}; resume it with "
-                                f"that one or start a new run directory")
+            raise EvidenceError(f"{path}: this run directory was made with another {path.name}; resume it "
+                                "with that one or start a new run directory")
     if ctx.code.diff and paths.patch.exists() and paths.patch.read_bytes() != ctx.code.diff:
         raise EvidenceError(f"{paths.patch}: this run was started with another patch; resume it with the "
                             f"same code, or start a new run directory")
@@ -234,12 +253,13 @@ class Verdicts(Conclusion[Ending, RunSummary]):
         return RunSummary(
             run_id=ctx.run_id, kind=self.kind, groups=self.groups, environment=ctx.manifest.environment.name,
             manifest_sha256=ctx.manifest.sha256, frozen_manifest_sha256=ending.frozen_sha256,
-            variant_manifest_sha256=ending.variants, backend=ctx.sandbox.backend, backend_version=ex.backend_version,
-            image=ex.image, image_digest=ex.image_digest, machine=machine(), code_commit=ctx.code.label,
-            patch=ctx.code.patch, started_at=ctx.started_at, finished_at=datetime.now(UTC), interrupted=interrupted,
-            agents=agents, counts=c, required=list(self.required), facts=facts,
-            dataset_verdict=dataset_verdict(facts, self.required), dataset_findings=findings,
-            families_uncovered=uncovered, strata=list(ending.strata), probes=list(ending.probes))
+            variant_manifest_sha256=ending.variants, backend=ctx.sandbox.backend,
+            backend_version=ex.backend_version, image=ex.image, image_digest=ex.image_digest,
+            machine=machine(), code_commit=ctx.code.label, patch=ctx.code.patch, started_at=ctx.started_at,
+            finished_at=datetime.now(UTC), interrupted=interrupted, agents=agents, counts=c,
+            required=list(self.required), facts=facts, dataset_verdict=dataset_verdict(facts, self.required),
+            dataset_findings=findings, families_uncovered=uncovered, strata=list(ending.strata),
+            probes=list(ending.probes))
 
 
 def dataset_findings(ctx: RunContext) -> list[FindingRow]:
@@ -252,14 +272,17 @@ def reopen(root, data: tuple = ()) -> tuple[RunContext, Manifest]:
     frozen contract, to add evidence to it (a smoke test)."""
     paths = RunPaths(Path(root))
     if not paths.manifest.is_file() or not paths.attempts.is_file():
-        raise ValidateError(f"RUN_DIR: {root} is not a finished run directory (no manifest.json or attempts.parquet)")
+        raise ValidateError(f"RUN_DIR: {root} is not a finished run directory (no manifest.json or "
+                            "attempts.parquet)")
     if not paths.frozen_manifest.is_file():
-        raise ValidateError(f"RUN_DIR: {root} froze no set (no frozen-manifest.json): smoke tests a pool's frozen set")
+        raise ValidateError(f"RUN_DIR: {root} froze no set (no frozen-manifest.json): smoke tests a "
+                            "pool's frozen set")
     manifest, frozen = load_manifest(paths.manifest), load_manifest(paths.frozen_manifest)
     if frozen.parent_sha256 != manifest.sha256:
         raise ValidateError(f"{paths.frozen_manifest}: its parent_sha256 is not the run's manifest")
     hints = LoadHints(search=tuple(data))
-    sandbox = open_sandbox(manifest.execution.backend, image=manifest.execution.image, run_label=paths.sandbox_label)
+    sandbox = open_sandbox(manifest.execution.backend, image=manifest.execution.image,
+                           run_label=paths.sandbox_label)
     env, taskset = verify(manifest, sandbox, hints)
     ctx = RunContext(env=env, manifest=manifest, taskset=taskset, sandbox=sandbox, paths=paths,
                      run_id=paths.root.name, code=code_state(), hints=hints)

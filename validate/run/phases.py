@@ -4,8 +4,8 @@ or the API asks of it; the context says where and with what it runs).
 
 - `run_agents`: chosen agents on a contract's tasks (one phase).
 - `pool`: one oracle attempt on every task; each non-pass classified; the exception-free
-  passes that some control can test frozen as a child contract (if they reach the minimum count); the controls then
-  run on exactly that frozen set; then the fresh-materialisation smoke test; one verdict
+  passes that some control can test frozen as a child contract (if they reach the minimum count); the controls
+  then run on exactly that frozen set; then the fresh-materialisation smoke test; one verdict
   per pool task and one dataset verdict.
 - `pilot`: a stratified sample of the contract's tasks (the environment's strata), played
   under each of the environment's pilot config variants with the oracle, every control and
@@ -28,16 +28,27 @@ from pydantic import BaseModel, ConfigDict, Field
 from environment.protocol import Taskset
 from validate.agents import resolve
 from validate.contract.manifest import Manifest, derive, load_manifest, load_taskset, write_manifest
-from validate.evidence.journal import Journal, atomic_write
-from validate.run.lifecycle import Ending, Run, Verdicts
 from validate.core.paths import MANIFEST, VARIANTS
-from validate.core.records import COMPATIBLE, CONTROL, ORACLE, PILOT, POOL, PROBE, RUN, Attempt, RunKind, TaskVerdict
-from validate.run.context import Interrupted, Play, RunContext
-from validate.kinds import kind_of
-from validate.run.runner import judge
-from validate.run.smoke import SmokePhase, smoke as smoke_test
+from validate.core.records import (
+    COMPATIBLE,
+    CONTROL,
+    ORACLE,
+    PILOT,
+    POOL,
+    PROBE,
+    RUN,
+    Attempt,
+    RunKind,
+    TaskVerdict,
+)
+from validate.evidence.journal import Journal, atomic_write
 from validate.evidence.summary import JudgedGroup, ProbeCheck, RunSummary, Stratum
 from validate.evidence.verdicts import by_task
+from validate.kinds import kind_of
+from validate.run.context import Interrupted, Play, RunContext
+from validate.run.lifecycle import Ending, Run, Verdicts
+from validate.run.runner import judge
+from validate.run.smoke import SmokePhase, smoke as smoke_test
 
 
 class RunPhase(BaseModel):
@@ -49,9 +60,12 @@ class RunPhase(BaseModel):
     required: ClassVar[tuple[str, ...]] = ("complete", "minimum", "one_reason", "patches", "dataset_findings",
                                            "chance_controls")
 
-    agents: str | list[str] = Field(default="all", description="Agent names or groups (all, oracle, controls, "
-                                                                "probes), comma-separated or a list.")
-    phase: str = Field(default="run", min_length=1, description="The phase name the attempts are recorded under.")
+    agents: str | list[str] = Field(
+        default="all",
+        description="Agent names or groups (all, oracle, controls, probes), comma-separated or a list.",
+    )
+    phase: str = Field(default="run", min_length=1,
+                       description="The phase name the attempts are recorded under.")
 
 
 class PoolPhase(BaseModel):
@@ -62,9 +76,11 @@ class PoolPhase(BaseModel):
     required: ClassVar[tuple[str, ...]] = ("complete", "minimum", "one_reason", "patches", "dataset_findings",
                                            "chance_controls", "smoke")
 
-    smoke_sample: int = Field(default=0, ge=0, description="Tasks of the frozen set the smoke test reruns from an "
-                                                           "installed wheel (0: no smoke test; the CLI's default is 5).")
-    manifest_dir: Path | None = Field(default=None, description="Where the frozen child contract is also written.")
+    smoke_sample: int = Field(default=0, ge=0, description="Tasks of the frozen set the smoke test reruns "
+                                                           "from an installed wheel (0: no smoke test; the "
+                                                           "CLI's default is 5).")
+    manifest_dir: Path | None = Field(default=None,
+                                      description="Where the frozen child contract is also written.")
 
 
 class PilotPhase(BaseModel):
@@ -72,8 +88,8 @@ class PilotPhase(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: ClassVar[RunKind] = PILOT
-    required: ClassVar[tuple[str, ...]] = ("complete", "every_task_compatible", "probes", "one_reason", "patches",
-                                           "dataset_findings", "chance_controls")
+    required: ClassVar[tuple[str, ...]] = ("complete", "every_task_compatible", "probes", "one_reason",
+                                           "patches", "dataset_findings", "chance_controls")
 
     per_stratum: int = Field(default=1, ge=1, description="Lowest-idx tasks sampled from each stratum.")
 
@@ -85,7 +101,8 @@ def run_agents(ctx: RunContext, cfg: RunPhase) -> RunSummary:
     play = Play(phase, m, ctx.taskset, m.selection.idx,
                 resolve(ctx.env, config, list(m.expectations.agents), cfg.agents), kind_of(ctx.env))
     verdicts = Verdicts(cfg.kind, cfg.required,
-                        [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST, expectations=MANIFEST)],
+                        [JudgedGroup(phase=phase, attempt_phases=[phase], manifest=MANIFEST,
+                                     expectations=MANIFEST)],
                         lambda j: judge(ctx, j.outcomes_by_task, phase, m, ctx.taskset, (phase,)))
     run = Run(ctx, verdicts)
     try:
@@ -117,8 +134,8 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
     config = ctx.env.Config.model_validate(parent.environment.config)
     names = list(parent.expectations.agents)
     kind = kind_of(ctx.env)
-    oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx, resolve(ctx.env, config, names, ["oracle"]),
-                       kind)
+    oracle_play = Play("oracle", parent, ctx.taskset, parent.selection.idx,
+                       resolve(ctx.env, config, names, ["oracle"]), kind)
     controls = resolve(ctx.env, config, names, ["controls"])
     unreferenced = runtime_only(parent)
     phases = ("oracle", "controls", *((RUNTIME_ONLY,) if unreferenced else ()))
@@ -136,18 +153,20 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
         # A task no control can test can never be compatible: it is not frozen (its verdict, with
         # its own reason, comes from the whole pool's judgement).
         testable = {t.id for t in parent.tasks if exp.testing(t.skip)}
-        passes = [v.idx for v in judge(ctx, run.journal.outcomes_by_task, "oracle", oracle_only, ctx.taskset, ("oracle",))
+        passes = [v.idx for v in judge(ctx, run.journal.outcomes_by_task, "oracle", oracle_only, ctx.taskset,
+                                       ("oracle",))
                   if v.verdict == COMPATIBLE and v.task_id in testable]
         del testable  # 10,000 ids at 10,000 tasks: not held through the controls' play
         if len(passes) < parent.min_task_count:
-            note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below the "
-                    f"minimum {parent.min_task_count}, so nothing was frozen")
+            note = (f"controls never ran: the oracle passed {len(passes)}/{len(parent.tasks)} tasks, below "
+                    f"the minimum {parent.min_task_count}, so nothing was frozen")
             return run.finish(False, Ending(verdicts.judge(run), note=note))
         if paths.frozen_manifest.exists():  # resuming: the set was frozen already
             frozen = load_manifest(paths.frozen_manifest)
         else:
             frozen = derive(parent, ctx.env, ctx.taskset, name=f"{parent.name}.frozen", idx=passes,
-                            rule=f"exception-free oracle passes of {parent.name}: {len(passes)}/{len(parent.tasks)}")
+                            rule=f"exception-free oracle passes of {parent.name}: "
+                                 f"{len(passes)}/{len(parent.tasks)}")
             atomic_write(paths.frozen_manifest, frozen.to_json())
         if cfg.manifest_dir is not None:
             write_manifest(frozen, cfg.manifest_dir / f"{frozen.name}.json")
@@ -160,7 +179,8 @@ def pool(ctx: RunContext, cfg: PoolPhase, log: Callable[[str], None] = print) ->
     judged = verdicts.judge(run)
     outcome = "not run"
     if cfg.smoke_sample:
-        outcome = "passed" if smoke_test(ctx, frozen, SmokePhase(sample=cfg.smoke_sample), log=log).passed else "failed"
+        outcome = "passed" if smoke_test(ctx, frozen, SmokePhase(sample=cfg.smoke_sample),
+                                         log=log).passed else "failed"
     return run.finish(False, Ending(judged, smoke=outcome, frozen_sha256=frozen.sha256))
 
 
@@ -171,7 +191,8 @@ def stratify(ctx: RunContext, per_stratum: int) -> list[Stratum]:
     groups: dict[str, list[int]] = {}
     for entry in ctx.manifest.tasks:
         groups.setdefault(ctx.env.strata(ctx.taskset.task(entry.idx)), []).append(entry.idx)
-    return [Stratum(name=n, pool_tasks=len(ix), sampled=sorted(ix)[:per_stratum]) for n, ix in sorted(groups.items())]
+    return [Stratum(name=n, pool_tasks=len(ix),
+                    sampled=sorted(ix)[:per_stratum]) for n, ix in sorted(groups.items())]
 
 
 def probe_checks(variant: str, attempts: list[Attempt], verdicts: list[TaskVerdict]) -> list[ProbeCheck]:
@@ -206,7 +227,8 @@ def _variants(ctx: RunContext, sample: list[int], per_stratum: int) -> list[_Var
         if copy.exists():
             child = load_manifest(copy)
         else:
-            child = derive(ctx.manifest, ctx.env, taskset, name=f"{ctx.manifest.name}.pilot-{name}", idx=sample, config=variant,
+            child = derive(ctx.manifest, ctx.env, taskset, name=f"{ctx.manifest.name}.pilot-{name}",
+                           idx=sample, config=variant,
                            rule=f"pilot: {per_stratum} lowest idx per stratum, config variant {name}")
         out.append(_Variant(name=name, manifest=child, taskset=taskset))
     return out
@@ -221,7 +243,8 @@ def _keep_variants(ctx: RunContext, variants: list[_Variant]) -> None:
 
 
 def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
-    per_stratum, kind = cfg.per_stratum, kind_of(ctx.env)  # an unplayable kind is refused before the run opens
+    # an unplayable kind is refused before the run opens
+    per_stratum, kind = cfg.per_stratum, kind_of(ctx.env)
     strata = stratify(ctx, per_stratum)
     sample = sorted(i for s in strata for i in s.sampled)
     variants = _variants(ctx, sample, per_stratum)
@@ -233,8 +256,8 @@ def pilot(ctx: RunContext, cfg: PilotPhase) -> RunSummary:
 
     def verdicts_all(j: Journal) -> list[TaskVerdict]:
         attempts = by_task(list(j.outcomes()))  # a pilot is small
-        return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest, var.taskset,
-                                                       (f"pilot-{var.name}",))]
+        return [v for var in variants for v in judge(ctx, attempts, f"pilot-{var.name}", var.manifest,
+                                                     var.taskset, (f"pilot-{var.name}",))]
 
     conclusion = Verdicts(cfg.kind, cfg.required, groups, verdicts_all)
     run = Run(ctx, conclusion)

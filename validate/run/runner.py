@@ -26,28 +26,37 @@ from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_exponen
 
 from environment.protocol import Environment, LoadHints, Task, Taskset
 from validate.agents import declared
-from validate.run.context import Interrupted, Play, RunContext
-from validate.contract.manifest import Manifest, TaskCheck, TaskEntry, check_environment, check_execution, parse_manifest
-from validate.evidence.journal import Journal
-from validate.run.executors import AttemptSpec, ExecutorUnavailable, WorkerRecipe, make_executor
-from validate.kinds import KINDS
-from validate.evidence.patches import CodeState
+from validate.contract.manifest import (
+    Manifest,
+    TaskCheck,
+    TaskEntry,
+    check_environment,
+    check_execution,
+    parse_manifest,
+)
 from validate.core.paths import RunPaths
-from validate.sandbox import open_sandbox
 from validate.core.records import ORACLE, Attempt, FindingRow, TaskVerdict
+from validate.evidence.journal import Journal
+from validate.evidence.patches import CodeState
 from validate.evidence.verdicts import Outcome, TaskOutcomes, decide
+from validate.kinds import KINDS
+from validate.run.context import Interrupted, Play, RunContext
+from validate.run.executors import AttemptSpec, ExecutorUnavailable, WorkerRecipe, make_executor
+from validate.sandbox import open_sandbox
 
 T = TypeVar("T")
 
 
-def with_retries(ctx: RunContext, infra_retries: int, once: Callable[[int], T], failed: Callable[[T], bool]) -> list[T]:
+def with_retries(ctx: RunContext, infra_retries: int, once: Callable[[int], T],
+                 failed: Callable[[T], bool]) -> list[T]:
     """Every try of one unit of work: `once(try_index)` again while `failed(result)` (an
     infrastructure fault), with exponential backoff, at most ``1 + infra_retries`` times;
     each try is kept."""
     tries: list[T] = []
     mult, cap = ctx.backoff_s
     retrying = Retrying(retry=retry_if_result(lambda r: failed(r) and not ctx.stop.is_set()),
-                        stop=stop_after_attempt(1 + infra_retries), wait=wait_exponential(multiplier=mult, max=cap),
+                        stop=stop_after_attempt(1 + infra_retries),
+                        wait=wait_exponential(multiplier=mult, max=cap),
                         retry_error_callback=lambda state: None)
     for attempt in retrying:
         with attempt:
@@ -77,8 +86,8 @@ class PlayWorker:
     def __call__(self, spec: AttemptSpec) -> list:
         ctx, play, kind = self.ctx, self.play, self.play.kind
         if spec.contract != play.manifest.sha256 or spec.limits != play.manifest.execution.limits:
-            raise ValueError(f"attempt {spec.phase}/{spec.idx}/{spec.agent}: specified under contract {spec.contract}, "
-                             f"not this play's {play.manifest.sha256} and its limits")
+            raise ValueError(f"attempt {spec.phase}/{spec.idx}/{spec.agent}: specified under contract "
+                             f"{spec.contract}, not this play's {play.manifest.sha256} and its limits")
         task, agent = self.task(spec.idx), self.agents[spec.agent]
         if task.requires_network_isolation and not ctx.sandbox.isolates_network:
             return [kind.unsupported(ctx, play, task, agent, spec.sample, spec.attempt)]
@@ -94,26 +103,30 @@ class PlayWorker:
         """The plain data `worker_from_recipe` rebuilds this worker from on another machine."""
         ctx, play, kind = self.ctx, self.play, self.play.kind
         if not kind.standalone:
-            raise ExecutorUnavailable(f"--executor: the {kind.name!r} attempt kind plays with this process's live "
-                                      f"context and cannot be shipped; run it with --executor threads")
-        return WorkerRecipe(run_id=ctx.run_id, sandbox_label=ctx.paths.sandbox_label, manifest=play.manifest.to_json().decode(),
+            raise ExecutorUnavailable(f"--executor: the {kind.name!r} attempt kind plays with this process's "
+                                      "live context and cannot be shipped; run it with --executor threads")
+        return WorkerRecipe(run_id=ctx.run_id, sandbox_label=ctx.paths.sandbox_label,
+                            manifest=play.manifest.to_json().decode(),
                             execution=play.manifest.execution.model_dump(mode="json"),
                             data=[str(p) for p in ctx.hints.search], phase=play.phase, kind=kind.name,
-                            agents=[a.name for a in play.agents], samples=play.samples, backoff_s=ctx.backoff_s,
-                            code=ctx.code.label)
+                            agents=[a.name for a in play.agents], samples=play.samples,
+                            backoff_s=ctx.backoff_s, code=ctx.code.label)
 
     def placed(self, results: list, node: str, host: str) -> list:
         """`results` with where they ran (a cluster node's id and host, as the executor knows them)."""
         return [self.play.kind.placed(r, node, host) for r in results]
 
-    def lost(self, spec: AttemptSpec, first: int, error_class: str, message: str) -> tuple[list, AttemptSpec | None]:
+    def lost(self, spec: AttemptSpec, first: int, error_class: str,
+             message: str) -> tuple[list, AttemptSpec | None]:
         """The infrastructure-error result of try `spec.attempt`, lost with the machine that ran
         it, and the next try's specification while the contract's infra_retries allow one
         (tries since `first`, this one included, count against them)."""
         play = self.play
         result = play.kind.lost(self.ctx, play, self.task(spec.idx), self.agents[spec.agent], spec.sample,
                                 spec.attempt, error_class, message)
-        again = spec.attempt + 1 - first <= play.manifest.execution.infra_retries and not self.ctx.stop.is_set()
+        again = (
+            spec.attempt + 1 - first <= play.manifest.execution.infra_retries and not self.ctx.stop.is_set()
+        )
         return [result], spec.model_copy(update={"attempt": spec.attempt + 1}) if again else None
 
 
@@ -122,11 +135,12 @@ def worker_from_recipe(recipe: WorkerRecipe, scratch: Path, label: str | None = 
     here (environment, this backend and its image digest; each task before it is first played,
     a `ContractError` if it differs); `scratch` is a directory of
     this machine for what a try may cache (the scorer's), never the run directory. `label`
-    labels its sandbox (default: the driver's, `WorkerRecipe.sandbox_label`); a backend sweeps what an earlier process of the
-    same label left, so each of several workers of one run on one machine needs its own."""
+    labels its sandbox (default: the driver's, `WorkerRecipe.sandbox_label`); a backend sweeps what an earlier
+    process of the same label left, so each of several workers of one run on one machine needs its own."""
     m = parse_manifest(recipe.manifest.encode(), "the worker recipe's manifest")
     hints = LoadHints(search=tuple(Path(p) for p in recipe.data))
-    sandbox = open_sandbox(m.execution.backend, image=m.execution.image, run_label=label or recipe.sandbox_label)
+    sandbox = open_sandbox(m.execution.backend, image=m.execution.image,
+                           run_label=label or recipe.sandbox_label)
     # The contract as `verify` checks it, but each task only when this worker is handed it
     # (`TaskCheck`): a node regenerates its share of a 10,000-task pool, not the whole of it
     # once per Ray worker process and play.
@@ -146,8 +160,9 @@ def play_task(ctx: RunContext, play: Play, task: Task, agent, sample: int, first
     evidence kept (the kind's `keep`) as `execute` keeps it."""
     worker = PlayWorker(ctx, play)
     worker.task = lambda idx: task
-    results = worker(AttemptSpec(phase=play.phase, idx=task.idx, agent=agent.name, sample=sample, attempt=first,
-                                 contract=play.manifest.sha256, limits=play.manifest.execution.limits))
+    results = worker(AttemptSpec(phase=play.phase, idx=task.idx, agent=agent.name, sample=sample,
+                                 attempt=first, contract=play.manifest.sha256,
+                                 limits=play.manifest.execution.limits))
     play.kind.keep(ctx, results)
     return [play.kind.row(r) for r in results]
 
@@ -182,7 +197,8 @@ class Pending:
 
     def _todo(self) -> Iterator[tuple]:
         play, skip = self.play, self.skip
-        keys = ((idx, a.name, sample) for idx in play.idx for a in play.agents if a.name not in skip.get(idx, {})
+        keys = ((idx, a.name, sample) for idx in play.idx
+                for a in play.agents if a.name not in skip.get(idx, {})
                 for sample in range(play.samples_of(a)))
         return _unfinished(self.latest, keys)
 
@@ -192,8 +208,8 @@ class Pending:
     def __iter__(self) -> Iterator[AttemptSpec]:
         m = self.play.manifest
         for idx, name, sample, n in self._todo():
-            yield AttemptSpec(phase=self.play.phase, idx=idx, agent=name, sample=sample, attempt=n, contract=m.sha256,
-                              limits=m.execution.limits)
+            yield AttemptSpec(phase=self.play.phase, idx=idx, agent=name, sample=sample, attempt=n,
+                              contract=m.sha256, limits=m.execution.limits)
 
 
 def pending(done: Iterable[Attempt], play: Play) -> Pending:
@@ -244,8 +260,8 @@ def verdict_row(env: Environment, run_id: str, phase: str, manifest: Manifest, e
     exp = manifest.expectations
     findings = env.findings(task)
     oracle = exp.named(ORACLE)[0]
-    d = decide(outcomes, exp.required(entry.skip), exp.rules(), exp.pass_threshold, exp.exception_rule, findings,
-               oracle_repeats=exp.oracle_repeats, no_reference=entry.skip.get(oracle))
+    d = decide(outcomes, exp.required(entry.skip), exp.rules(), exp.pass_threshold, exp.exception_rule,
+               findings, oracle_repeats=exp.oracle_repeats, no_reference=entry.skip.get(oracle))
     return TaskVerdict(
         run_id=run_id, phase=phase, task_id=entry.id, idx=entry.idx, task_hash=entry.hash,
         family=task.family, meta=dict(task.meta), verdict=d.verdict, reason=d.reason, missing=d.missing,

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,9 +39,9 @@ import validate
 from environment.protocol import sha256_tag
 from validate.contract.manifest import Manifest, derive, load_manifest, write_manifest
 from validate.core.errors import ValidateError
-from validate.evidence.journal import atomic_write, new_entry, write_checksums
 from validate.core.paths import ATTEMPTS, MANIFEST, SMOKE_RESULT, SMOKE_RUN
 from validate.core.records import EXCEPTION_STATUSES
+from validate.evidence.journal import atomic_write, new_entry, write_checksums
 from validate.run.context import RunContext
 from validate.taskdir.smoke_package import PACKAGE, is_task_directories, materialise_sample
 
@@ -53,8 +52,9 @@ if TYPE_CHECKING:
 #: row per sample, each compared with the same sample of the frozen run.
 KEY = ["task_id", "agent", "sample"]
 #: Environment variables the rerun inherits: where the daemon, the image and the data are.
-PASSED_ENV = ("DOCKER_HOST", "VALIDATE_IMAGE_DIR", "VALIDATE_DATA_DIR", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL",
-              "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR", "PIP_CONFIG_FILE", "http_proxy", "https_proxy")
+PASSED_ENV = ("DOCKER_HOST", "VALIDATE_IMAGE_DIR", "VALIDATE_DATA_DIR", "PIP_INDEX_URL",
+              "PIP_EXTRA_INDEX_URL", "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR", "PIP_CONFIG_FILE", "http_proxy",
+              "https_proxy")
 
 
 class SmokeResult(BaseModel):
@@ -75,7 +75,8 @@ class SmokeResult(BaseModel):
 def source_root() -> Path:
     root = Path(validate.__file__).resolve().parents[1]
     if not (root / "pyproject.toml").exists():
-        raise ValidateError("smoke: run it from a source checkout (no pyproject.toml beside the validate package)")
+        raise ValidateError("smoke: run it from a source checkout (no pyproject.toml beside the "
+                            "validate package)")
     return root
 
 
@@ -99,7 +100,8 @@ def source_copy(src: Path, dest: Path) -> Path:
     working tree (the code a run records: its commit and the diff of tracked files); outside a
     git checkout, the tree without build products, caches, virtualenvs and run data."""
     try:
-        listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z"], capture_output=True, check=True).stdout
+        listed = subprocess.run(["git", "-C", str(src), "ls-files", "-z"], capture_output=True,
+                                check=True).stdout
         names = [n for n in os.fsdecode(listed).split("\0") if n]
     except (OSError, subprocess.CalledProcessError):
         names = []
@@ -108,7 +110,8 @@ def source_copy(src: Path, dest: Path) -> Path:
             "build", "dist", "*.egg-info", ".git", ".venv", "venv", "__pycache__", ".*_cache", "ledgers"))
         return dest
     for name in names:
-        if (src / name).is_file() or (src / name).is_symlink():  # a tracked file deleted in the tree is skipped
+        # a tracked file deleted in the tree is skipped
+        if (src / name).is_file() or (src / name).is_symlink():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src / name, dest / name, follow_symlinks=False)
     return dest
@@ -118,11 +121,13 @@ def build_and_install(tmp: Path, log) -> tuple[Path, Path, Path]:
     import importlib.util
 
     if importlib.util.find_spec("build") is None or importlib.util.find_spec("wheel") is None:
-        raise ValidateError("smoke: building the wheel needs the [smoke] extra: pip install 'deshuffle-validate[smoke]'")
+        raise ValidateError("smoke: building the wheel needs the [smoke] extra: pip install "
+                            "'deshuffle-validate[smoke]'")
     src = source_copy(source_root(), tmp / "src")
     dist = tmp / "dist"
     log("smoke: building the sdist and the wheel ...")
-    _sh([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist), str(src)])
+    _sh([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--wheel", "--outdir", str(dist),
+         str(src)])
     wheel, sdist = next(dist.glob("*.whl")), next(dist.glob("*.tar.gz"))
     venv = tmp / "venv"
     log("smoke: installing the wheel into a fresh virtualenv ...")
@@ -146,7 +151,8 @@ def isolation(venv: Path, work: Path) -> dict[str, str]:
     src = str(source_root())
     leaks = [p for p in [got["validate"], got["environment"], *got["sys.path"]] if p and p.startswith(src)]
     if leaks or not got["validate"].startswith(str(venv)):
-        raise ValidateError(f"smoke: the installed package can see the source tree: {leaks or got['validate']}")
+        raise ValidateError("smoke: the installed package can see the source tree: "
+                            f"{leaks or got['validate']}")
     return {"validate": got["validate"].replace(str(venv), "<venv>"),
             "environment": got["environment"].replace(str(venv), "<venv>")}
 
@@ -166,7 +172,8 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
     ids = pa.array(sorted(set(after.index.get_level_values(0))), pa.string())
     before = final(pq.read_table(frozen_run / ATTEMPTS, filters=pc.field("task_id").isin(ids)))
     sample_contract = load_manifest(rerun / MANIFEST)
-    expected = [(t.id, agent) for t in sample_contract.tasks for agent in sample_contract.expectations.required(t.skip)]
+    expected = [(t.id, agent) for t in sample_contract.tasks
+                for agent in sample_contract.expectations.required(t.skip)]
     played = {(task_id, agent) for task_id, agent, _ in after.index}
     mismatches = [f"{key}: missing from the rerun" for key in expected if key not in played]
     for key, row in after.iterrows():
@@ -180,7 +187,10 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
         for col in ("task_hash", "workspace_sha256", "reply_sha256"):
             if not (pd.isna(old[col]) and pd.isna(row[col])) and old[col] != row[col]:
                 mismatches.append(f"{key}: {col} {old[col]!r} → {row[col]!r}")
-        if pd.isna(old["reward"]) != pd.isna(row["reward"]) or abs((old["reward"] or 0) - (row["reward"] or 0)) > tolerance:
+        if (
+            pd.isna(old["reward"]) != pd.isna(row["reward"])
+            or abs((old["reward"] or 0) - (row["reward"] or 0)) > tolerance
+        ):
             mismatches.append(f"{key}: reward {old['reward']!r} → {row['reward']!r} (tolerance {tolerance})")
     return len(after), mismatches
 
@@ -197,10 +207,10 @@ def smoke_result(frozen_run: Path, rerun: Path, sample_manifest: Path, tolerance
     child = load_manifest(sample_manifest)
     n_cmp, mismatches = compare(frozen_run, rerun, tolerance)
     return SmokeResult(
-        passed=not mismatches and n_cmp > 0, sample_idx=list(child.selection.idx), manifest_sha256=child.sha256,
-        compared=n_cmp, mismatches=mismatches, **process,
-        summary=(f"{n_cmp - len(mismatches)}/{n_cmp} attempts of the installed wheel ({process['wheel']}) in a fresh "
-                 f"virtualenv equal the frozen run's (task, workspace and reply hashes, reward"
+        passed=not mismatches and n_cmp > 0, sample_idx=list(child.selection.idx),
+        manifest_sha256=child.sha256, compared=n_cmp, mismatches=mismatches, **process,
+        summary=(f"{n_cmp - len(mismatches)}/{n_cmp} attempts of the installed wheel ({process['wheel']}) in "
+                 "a fresh virtualenv equal the frozen run's (task, workspace and reply hashes, reward"
                  f"{f' within {tolerance}' if tolerance else ''})"))
 
 
@@ -210,7 +220,8 @@ def result_json(result: SmokeResult) -> bytes:
 
 
 class SmokePhase(BaseModel):
-    """``validate smoke`` (and a pool's last step): rerun a sample of the frozen set from an installed wheel."""
+    """``validate smoke`` (and a pool's last step): rerun a sample of the frozen set from an installed
+    wheel."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -234,16 +245,18 @@ def smoke(ctx: RunContext, frozen: Manifest, cfg: SmokePhase, log=print) -> Smok
             child = derive(frozen, ctx.env, ctx.taskset, name=f"{frozen.name}.smoke", idx=idx,
                            rule=f"smoke: {len(idx)} evenly spaced tasks of {frozen.name}")
         write_manifest(child, tmp / "smoke.json")
-        log(f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ...")
+        log(
+            f"smoke: rerunning {len(idx)} tasks × the oracle and every control with the installed package ..."
+        )
         data = [a for p in dict.fromkeys(Path(p).resolve() for p in places) for a in ("--data", str(p))]
         proc = subprocess.run([str(venv / "bin/validate"), "run", "--manifest", str(tmp / "smoke.json"),
-                               "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c", "2",
-                               *data],
+                               "--run-dir", str(tmp / SMOKE_RUN), "--phase", "smoke", "--agents", "all", "-c",
+                               "2", *data],
                               env=_env(venv, tmp / "work", ctx.manifest.environment.scorer.env_vars),
                               capture_output=True, text=True)
         if not (tmp / SMOKE_RUN / ATTEMPTS).exists():
-            raise ValidateError(f"smoke: the installed `validate run` left no evidence (exit {proc.returncode}): "
-                                f"{proc.stderr.strip()[-1500:]}")
+            raise ValidateError("smoke: the installed `validate run` left no evidence (exit "
+                                f"{proc.returncode}): {proc.stderr.strip()[-1500:]}")
         process = dict(wheel=wheel.name, wheel_sha256=sha256_tag(wheel.read_bytes()), sdist=sdist.name,
                        sdist_sha256=sha256_tag(sdist.read_bytes()), imported_from=imported,
                        rerun_exit_code=proc.returncode)

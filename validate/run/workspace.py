@@ -31,10 +31,16 @@ from pathlib import Path
 from environment.protocol import AgentSpec, Task, canonical_json, sha256_tag
 from validate.agents import agentlib_source
 from validate.core.errors import AgentError
-from validate.core.paths import AGENT_UID, KEY_UID, REPLY_FILE, SANDBOX_AGENT, SANDBOX_ANSWER_KEY, SANDBOX_WORKSPACE
+from validate.core.paths import (
+    AGENT_UID,
+    KEY_UID,
+    REPLY_FILE,
+    SANDBOX_AGENT,
+    SANDBOX_ANSWER_KEY,
+    SANDBOX_WORKSPACE,
+)
 from validate.sandbox import Mount
 from validate.sandbox.storage import remove_tree
-
 
 
 def workspace_sha256(files: dict[str, bytes]) -> str:

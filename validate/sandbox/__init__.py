@@ -60,5 +60,5 @@ def capabilities_of(backend: str) -> Capabilities:
     return backend_class(backend).capabilities
 
 
-__all__ = ["BACKENDS", "BackendFacts", "BackendName", "Capabilities", "capabilities_of", "ExecResult", "Limits", "Mount", "RunRequest", "Sandbox",
-           "backend_class", "backend_names", "open_sandbox"]
+__all__ = ["BACKENDS", "BackendFacts", "BackendName", "Capabilities", "capabilities_of", "ExecResult",
+           "Limits", "Mount", "RunRequest", "Sandbox", "backend_class", "backend_names", "open_sandbox"]

@@ -21,8 +21,8 @@ import subprocess
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,14 +68,16 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    memory_mb: int = Field(default=512, ge=16, description="Memory of the sandbox, MiB, no swap (tmpfs pages count).")
+    memory_mb: int = Field(default=512, ge=16,
+                           description="Memory of the sandbox, MiB, no swap (tmpfs pages count).")
     cpus: float = Field(default=1.0, gt=0, description="CPU quota, in cores.")
     pids: int = Field(default=64, ge=4, description="Processes and threads the sandbox may hold at once.")
     timeout_s: float = Field(default=60.0, gt=0, description=(
         "Wall-clock limit, seconds, enforced by the harness (recorded as timed_out) and, "
         "BACKSTOP_S later, by the watchdog inside the sandbox."))
     tmpfs_mb: int = Field(default=64, ge=1, description=(
-        "Size, MiB, of the backend's own /tmp tmpfs; unused when the request brings its /tmp (`RunRequest.tmp`)."))
+        "Size, MiB, of the backend's own /tmp tmpfs; unused when the request brings its /tmp "
+        "(`RunRequest.tmp`)."))
     max_file_mb: int = Field(default=64, ge=1, description=(
         "Largest file the agent may write, MiB (RLIMIT_FSIZE): bounds a disk filler or a huge reply."))
     max_log_bytes: int = Field(default=4096, ge=0, description=(
@@ -92,10 +94,13 @@ class Limits(BaseModel):
 class RunRequest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    argv: tuple[str, ...] = Field(description="The agent's command, run under the watchdog (`watchdog_argv`).")
+    argv: tuple[str, ...] = Field(
+        description="The agent's command, run under the watchdog (`watchdog_argv`)."
+    )
     mounts: tuple[Mount, ...] = Field(default=(), description="Host paths bound into the sandbox.")
     env: dict[str, str] = Field(default={}, description="The agent's environment (nothing else is passed).")
-    workdir: str = Field(default="/workspace", description="The agent's working directory inside the sandbox.")
+    workdir: str = Field(default="/workspace",
+                         description="The agent's working directory inside the sandbox.")
     limits: Limits = Field(default=Limits(), description="Resource limits of this attempt.")
     name: str = Field(description="A label for the sandbox instance (container name suffix, cgroup name); "
                                   "unique per run.")
@@ -116,8 +121,10 @@ class ExecResult(BaseModel):
 
     exit_code: int | None = Field(description="The agent's exit status (a signal's is 128 + n); None when it "
                                                "timed out and the harness killed it.")
-    timed_out: bool = Field(default=False, description="The harness's own timeout fired and killed the sandbox.")
-    oom_killed: bool = Field(default=False, description="The kernel's OOM killer acted in the sandbox's cgroup.")
+    timed_out: bool = Field(default=False,
+                            description="The harness's own timeout fired and killed the sandbox.")
+    oom_killed: bool = Field(default=False,
+                             description="The kernel's OOM killer acted in the sandbox's cgroup.")
     stdout: bytes = Field(default=b"", description="The head of stdout, `Limits.max_log_bytes` at most.")
     stderr: bytes = Field(default=b"", description="The head of stderr, `Limits.max_log_bytes` at most.")
     runtime_s: float = Field(description="Wall-clock seconds from the start to the end of the sandbox.")
@@ -132,7 +139,8 @@ class Isolation(BaseModel):
 
     runtime: str = Field(default="runc", description="the OCI runtime agents run under (runc, runsc)")
     rootless: bool = Field(default=False, description="the engine itself runs as an unprivileged user")
-    root_maps_to: str = Field(default="root", description="what the sandbox's uid 0 is on the host, e.g. 'uid 1001'")
+    root_maps_to: str = Field(default="root",
+                              description="what the sandbox's uid 0 is on the host, e.g. 'uid 1001'")
     limit_enforcement: dict[str, str] = Field(default_factory=dict, description=(
         "limit name (memory_mb, pids, cpus, ...) → how it is enforced on this profile; a limit "
         "the runtime would silently ignore is enforced another way or the profile is refused"))
@@ -180,7 +188,8 @@ class BackendFacts(BaseModel):
     packages: dict[str, str] = Field(default_factory=dict, description=(
         "the image's Debian packages, name → version, read from the image's dpkg status "
         "(empty for a backend without an image)"))
-    python: str = Field(default="", description="the image's Python version, e.g. '3.11.2' ('' without an image)")
+    python: str = Field(default="",
+                        description="the image's Python version, e.g. '3.11.2' ('' without an image)")
     tree_digest: str | None = Field(default=None, description=(
         "bwrap: digest of the unpacked tree it runs, computed from the tree and equal to the "
         "tarball's (see validate.sandbox.image.tree_digest); None for other backends"))
@@ -213,7 +222,7 @@ class Sandbox(ABC):
     #: opening a sandbox of this label sweeps what a killed process of it left.
     run_label: str
 
-    @classmethod
+    @classmethod  # noqa: B027 - a hook whose default does nothing: only some backends override it
     def prepare_image(cls, paths: ImagePaths, log: Callable[[str], None]) -> None:
         """Make the image built at `paths` (its rootfs tarball and record, `validate.sandbox.image`)
         runnable by this backend, for `validate image build`; a backend that runs no image

@@ -202,9 +202,9 @@ class V1Cgroups(Cgroups):
         missing = [c for c in CONTROLLERS if not (self.root / c / "cgroup.procs").exists()]
         if missing:
             raise ProfileUnavailable(
-                f"backend bwrap: neither cgroup v2 ({self.root}/cgroup.controllers) nor the cgroup v1 controllers "
-                f"{', '.join(missing)} are mounted under {self.root}; mount a cgroup2 hierarchy there (the "
-                f"default of systemd ≥ 247) or each v1 controller at {self.root}/<controller>")
+                f"backend bwrap: neither cgroup v2 ({self.root}/cgroup.controllers) nor the cgroup v1 "
+                f"controllers {', '.join(missing)} are mounted under {self.root}; mount a cgroup2 hierarchy "
+                f"there (the default of systemd ≥ 247) or each v1 controller at {self.root}/<controller>")
 
     def create(self, name: str, limits: Limits) -> list[Path]:
         dirs = self._dirs(name)
@@ -280,7 +280,8 @@ class V2Cgroups(Cgroups):
             raise ProfileUnavailable(
                 f"backend bwrap: the cgroup v2 hierarchy at {self.root} does not offer {', '.join(missing)} "
                 f"(it offers: {' '.join(offered) or 'nothing'}); a controller still bound to a cgroup v1 "
-                f"mount is not available in v2: boot with cgroup v2 only (systemd.unified_cgroup_hierarchy=1)")
+                f"mount is not available in v2: boot with cgroup v2 only (systemd.unified_cgroup_hierarchy=1)"
+            )
         try:
             self._enable_parent()
         except OSError as e:
@@ -297,10 +298,10 @@ class V2Cgroups(Cgroups):
 
     def _enable_error(self, e: OSError) -> str:
         if e.errno == errno.EBUSY:  # the group holds processes, so its children get no controllers
-            return (f"backend bwrap: cannot enable {' '.join(self.controllers)} for {self.root / self.parent} "
-                    f"({e.strerror}): the hierarchy's root holds processes and is not the machine's root "
-                    f"(a container's cgroup namespace?); move them into a child group first, as "
-                    f"docker-in-docker's entrypoint does, or run the harness on the host")
+            return (f"backend bwrap: cannot enable {' '.join(self.controllers)} for "
+                    f"{self.root / self.parent} ({e.strerror}): the hierarchy's root holds processes and is "
+                    "not the machine's root (a container's cgroup namespace?); move them into a child group "
+                    "first, as docker-in-docker's entrypoint does, or run the harness on the host")
         return f"backend bwrap: cannot enable {' '.join(self.controllers)} for {self.root / self.parent}: {e}"
 
     def create(self, name: str, limits: Limits) -> list[Path]:

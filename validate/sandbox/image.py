@@ -39,10 +39,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from environment.protocol import canonical_json
-
 from validate.core.errors import EvidenceError, ProfileUnavailable
-from validate.evidence.journal import atomic_write
 from validate.core.paths import ImagePaths
+from validate.evidence.journal import atomic_write
 from validate.sandbox import backend_class
 
 SUITE = "bookworm"
@@ -63,7 +62,8 @@ class ImageRecord(BaseModel):
     """What `validate image build` recorded of the tarball it made (``image.json``)."""
 
     schema_version: Literal[1] = Field(default=1, description="version of this record's layout")
-    recipe: str = Field(description="sha256 of the build's inputs (suite, epoch, hooks): another recipe rebuilds")
+    recipe: str = Field(description="sha256 of the build's inputs (suite, epoch, hooks): "
+                                    "another recipe rebuilds")
     digest: str = Field(description="'sha256:<hex>' of rootfs.tar; docker's layer diff_id; the image_digest")
     tree_digest: str = Field(description="digest of the tree rootfs.tar unpacks to (see `tree_digest`)")
     python: str = Field(description="the image's Python version, e.g. '3.11.2'")
@@ -113,7 +113,8 @@ def build_rootfs(paths: ImagePaths, log=print) -> ImageRecord:
 def describe_tarball(tarball: Path) -> ImageRecord:
     digest, tree, status = _scan_tarball(tarball)
     packages = parse_dpkg_status(status.decode())
-    return ImageRecord(recipe=recipe_digest(), digest=digest, tree_digest=tree, python=python_version(packages),
+    return ImageRecord(recipe=recipe_digest(), digest=digest, tree_digest=tree,
+                       python=python_version(packages),
                        packages=[f"{name}={version}" for name, version in packages.items()])
 
 
@@ -334,7 +335,8 @@ def _save_digest_cache(paths: ImagePaths, used: list[tuple[int, ...]]) -> None:
     key = _tarball_key(paths.tarball)
     doc = {"files": [[list(k), _FILE_HASHES[k]] for k in sorted(set(used))
                      if k in _FILE_HASHES and max(k[3], k[4]) < settled],
-           "tarball": [list(key), *_TARBALLS[key]] if key in _TARBALLS and max(key[4], key[5]) < settled else None}
+           "tarball": [list(key), *_TARBALLS[key]] if key in _TARBALLS and max(key[4], key[5]) < settled
+           else None}
     try:
         atomic_write(paths.digest_cache, canonical_json(doc))
     except (OSError, EvidenceError):  # full or read-only store: the cache is not kept

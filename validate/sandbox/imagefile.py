@@ -34,11 +34,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from validate.core.errors import ProfileUnavailable, ValidateError
-from validate.evidence.journal import atomic_write, file_sha256
-from validate.sandbox.image import DPKG_STATUS, ImageRecord, describe_tarball, member_path, read_record, require_record
 from validate.core.paths import ImagePaths
+from validate.evidence.journal import atomic_write, file_sha256
 from validate.sandbox import backend_class
 from validate.sandbox.docker.image import image_layers
+from validate.sandbox.image import (
+    DPKG_STATUS,
+    ImageRecord,
+    describe_tarball,
+    member_path,
+    read_record,
+    require_record,
+)
 
 NAME_RE = re.compile(r"sha256-([0-9a-f]{64})\.tar")
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
@@ -95,11 +102,13 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
     daemon answers at ``DOCKER_HOST``. Docker's import is checked there: its one layer's
     diff_id must be the digest."""
     expected = expected_digest(file, digest)
-    chosen = [backend_class(b) for b in backends] if backends else None  # a wrong name: refused before the copy
+    # a wrong name: refused before the copy
+    chosen = [backend_class(b) for b in backends] if backends else None
     paths = ImagePaths(image)
     with _os_errors("image import"):
         paths.base.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".import-", dir=paths.base))  # same filesystem: a rename installs
+        # same filesystem: a rename installs
+        staging = Path(tempfile.mkdtemp(prefix=".import-", dir=paths.base))
     try:
         staged = staging / "rootfs.tar"
         with _os_errors("image import"):
@@ -113,7 +122,8 @@ def import_file(file: Path, image: str, digest: str | None = None, backends: lis
         log(f"{file}: {got} as named; a complete tar archive, every member under its root; "
             f"python {record.python}, {len(record.packages)} packages")
         if not chosen and "docker" not in [c.backend for c in classes]:
-            log("no docker daemon answers (DOCKER_HOST): importing for bwrap only; rerun with a daemon for docker")
+            log("no docker daemon answers (DOCKER_HOST): importing for bwrap only; rerun with a "
+                "daemon for docker")
         with _os_errors("image import"):
             _install(paths, staged, record, log)
     finally:
@@ -222,8 +232,8 @@ def _check_members(tarball: Path, label: Path) -> dict[str, str]:
                     raise ImageFileRefused(f"{label}: {m.name!r} comes twice")
                 parent = path.rpartition("/")[0] or "."
                 if kinds.get(parent) != "d":
-                    raise ImageFileRefused(f"{label}: {m.name!r} is not under a directory that came before it "
-                                           f"({parent!r} is {_kind_name(kinds.get(parent))})")
+                    raise ImageFileRefused(f"{label}: {m.name!r} is not under a directory that came before "
+                                           f"it ({parent!r} is {_kind_name(kinds.get(parent))})")
                 kinds[path] = _member_kind(m, kinds, label)
     except tarfile.TarError as e:
         raise ImageFileRefused(f"{label}: truncated or not a tar archive ({e})") from None
@@ -275,8 +285,9 @@ def _refuse_replacing(paths: ImagePaths, record: ImageRecord, replace: bool, doc
                             f"or import it under another --image name")
     layers = _docker_layers(paths.name) if docker else None
     if layers is not None and layers != [record.digest]:
-        raise ValidateError(f"image import: docker already has {paths.name} with layers {layers}; pass --replace "
-                            f"to retag it to {record.digest}, or import it under another --image name")
+        raise ValidateError(f"image import: docker already has {paths.name} with layers {layers}; pass "
+                            f"--replace to retag it to {record.digest}, or import it under "
+                            "another --image name")
 
 
 def _docker_layers(name: str) -> list[str] | None:
@@ -288,7 +299,9 @@ def _docker_layers(name: str) -> list[str] | None:
     except ImageNotFound:
         return None
     except DockerException as e:
-        raise ProfileUnavailable(f"image import: cannot read docker's {name} ({e}); is dockerd running?") from None
+        raise ProfileUnavailable(
+            f"image import: cannot read docker's {name} ({e}); is dockerd running?"
+        ) from None
 
 
 def _install(paths: ImagePaths, staged: Path, record: ImageRecord, log) -> None:

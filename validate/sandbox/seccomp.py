@@ -94,7 +94,7 @@ def _personality_refusals() -> list[tuple[int, int, int]]:
     free = 0x20008
     bits = [b for b in range(32) if not free >> b & 1]
     rules = [(_CMP_GT, _LO32, 0)]  # anything past 32 bits
-    for b, nxt in zip(bits, bits[1:] + bits[:1]):
+    for b, nxt in zip(bits, bits[1:] + bits[:1], strict=True):
         rules.append((_CMP_MASKED_EQ, 1 << b | 1 << nxt, 1 << b))
     rules += [(_CMP_MASKED_EQ, 1 << bits[0] | f, 1 << bits[0]) for f in (0x8, 0x20000)]
     return rules
@@ -120,7 +120,8 @@ def filter_bpf() -> bytes:
     try:
         rc = lib.seccomp_attr_set(ctx, _FLTATR_ACT_BADARCH, _ACT_KILL_PROCESS)
         if rc != 0:
-            raise ProfileUnavailable(f"backend bwrap: libseccomp refused the bad-arch action: {os.strerror(-rc)}")
+            raise ProfileUnavailable("backend bwrap: libseccomp refused the bad-arch action: "
+                                     f"{os.strerror(-rc)}")
         eperm = _errno(errno.EPERM)
         for name in REFUSED:
             _add(lib, ctx, eperm, name, [])

@@ -29,7 +29,12 @@ from __future__ import annotations
 # they drive (`Sandbox.session` makes a `Session`): one module, so no import circle between
 # them. They are named here too, where sessions are described and opened.
 from validate.sandbox.base import (  # noqa: F401 - BACKSTOP_S: the docstring's; the rest re-exported
-    BACKSTOP_S, ExecResult, RunRequest, Sandbox, SandboxEnded, Session,
+    BACKSTOP_S,
+    ExecResult,
+    RunRequest,
+    Sandbox,
+    SandboxEnded,
+    Session,
 )
 
 

@@ -48,7 +48,9 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 def _component(value: str, what: str) -> str:
     if not _NAME.match(value):
-        raise ValueError(f"{what} {value!r} is not a plain file name ([A-Za-z0-9._-], at most 200 characters)")
+        raise ValueError(
+            f"{what} {value!r} is not a plain file name ([A-Za-z0-9._-], at most 200 characters)"
+        )
     return value
 
 
@@ -229,7 +231,8 @@ def _empty_and_climb(fd: int, stack: list[tuple[str, tuple[int, int]]], top_pare
             st = os.fstat(up)
             if (st.st_dev, st.st_ino) != stack[-1][1]:
                 os.close(up)
-                raise OSError(errno.ESTALE, f"remove_tree: the directory above {name!r} was moved during removal")
+                raise OSError(errno.ESTALE,
+                              f"remove_tree: the directory above {name!r} was moved during removal")
             os.close(fd)
             fd = up
             os.rmdir(name, dir_fd=fd)

@@ -34,17 +34,22 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from environment.harbor.published import (
+    is_published,
+    open_source,
+    parquet_files,
+    unpack_source,
+    write_published,
+)
+from environment.harbor.taskdir import load_dataset, load_task
 from environment.protocol import LoadHints, canonical_json, sha256_tag
 from validate.contract.manifest import Manifest, check_environment, load_manifest
 from validate.core.errors import ValidateError
-from validate.evidence.journal import atomic_write, file_sha256
-from validate.core.paths import RunPaths
 from validate.core.jsonio import JSONInputError, loads
-from validate.taskdir.package_card import card, exclusion_ledger, retained_ids
+from validate.core.paths import RunPaths
+from validate.evidence.journal import atomic_write, file_sha256
 from validate.evidence.run import load_run
-from environment.harbor.published import is_published, open_source, parquet_files, unpack_source, \
-    write_published
-from environment.harbor.taskdir import load_dataset, load_task
+from validate.taskdir.package_card import card, exclusion_ledger, retained_ids
 
 HASH_MANIFEST = "package.json"
 EXCLUSIONS = "exclusions.json"
@@ -122,7 +127,8 @@ def publish(staging: Path, ids: Sequence[str], expected: dict[str, str], taskset
     got = {t.id: t.hash for t in [*back.tasks, *back.invalid]}
     wrong = [t for t in ids if got.get(t) != expected.get(t)]
     if wrong or len(got) != len(ids):
-        raise ValidateError(f"package: {PARQUET} does not unpack to the tasks the contract froze ({wrong[:3]})")
+        raise ValidateError(f"package: {PARQUET} does not unpack to the tasks the contract "
+                            f"froze ({wrong[:3]})")
 
 
 def verify_package(root: Path) -> list[str]:
@@ -133,7 +139,8 @@ def verify_package(root: Path) -> list[str]:
     except (OSError, JSONInputError) as e:
         return [f"{root / HASH_MANIFEST}: not readable ({e})"]
     files = file_hashes(root)
-    problems = [f"{rel}: sha256 {files.get(rel)} is not the manifest's {h}" for rel, h in said.get("files", {}).items()
+    problems = [f"{rel}: sha256 {files.get(rel)} is not the manifest's {h}"
+                for rel, h in said.get("files", {}).items()
                 if files.get(rel) != h]
     problems += [f"{rel}: not in the hash manifest" for rel in files if rel not in said.get("files", {})]
     if not problems and hash_manifest(root, said.get("source", {})) != (root / HASH_MANIFEST).read_bytes():
@@ -169,8 +176,8 @@ def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[P
     manifest = load_manifest(paths.manifest)
     _, _, taskset = check_environment(manifest, LoadHints(search=tuple(data)))
     if not hasattr(taskset, "task_dir"):
-        raise ValidateError(f"RUN: {run} validated {manifest.environment.name}, not a task-directory dataset; "
-                            f"`validate package` writes Harbor dataset directories")
+        raise ValidateError(f"RUN: {run} validated {manifest.environment.name}, not a task-directory "
+                            "dataset; `validate package` writes Harbor dataset directories")
 
     ev = load_run(paths.root)
     ids = retained_ids(ev.tasks)
@@ -192,4 +199,5 @@ def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[P
 
 def _source(manifest: Manifest, paths: RunPaths) -> dict[str, str]:
     return {"run_id": paths.root.name, "contract": manifest.name, "contract_sha256": manifest.sha256,
-            "dataset_revision": manifest.environment.revision, "checksums_sha256": "sha256:" + file_sha256(paths.checksums)}
+            "dataset_revision": manifest.environment.revision,
+            "checksums_sha256": "sha256:" + file_sha256(paths.checksums)}

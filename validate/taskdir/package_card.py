@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-
 from typing import TYPE_CHECKING
 
 from environment.protocol import canonical_json
@@ -32,8 +31,8 @@ EXCLUSION_FIELDS = ("task_id", "phase", "task_hash", "reason", "detail")
 def retained_ids(tasks: pd.DataFrame) -> list[str]:
     """The compatible tasks of a run's one verdict group (a pilot's several are refused)."""
     if tasks["task_id"].duplicated().any():
-        raise ValidateError("RUN: its tasks.parquet judges a task more than once (a pilot's variants); package a "
-                            "pool or a run of the whole contract")
+        raise ValidateError("RUN: its tasks.parquet judges a task more than once (a pilot's variants); "
+                            "package a pool or a run of the whole contract")
     return sorted(tasks.loc[tasks["verdict"] == COMPATIBLE, "task_id"])
 
 
@@ -48,8 +47,8 @@ def exclusion_ledger(exclusions: pd.DataFrame) -> bytes:
 def _profile(m: Manifest) -> list[str]:
     ex = m.execution
     lim = ex.limits
-    lines = [f"- backend: {ex.backend} (version {ex.backend_version}), {ex.architecture}; the agent's network: "
-             f"{ex.network}",
+    lines = [f"- backend: {ex.backend} (version {ex.backend_version}), {ex.architecture}; the agent's "
+             f"network: {ex.network}",
              f"- limits per attempt (the profile's caps): {lim.cpus:g} CPU, {lim.memory_mb} MiB memory, "
              f"{lim.pids} processes, {lim.timeout_s:g} s",
              f"- infrastructure retries: {ex.infra_retries}"]
@@ -81,11 +80,11 @@ def card(m: Manifest, ev: RunEvidence, taskset, retained: Sequence[str], source:
     lines = [
         f"# {m.name}: {len(retained)} of {total} tasks retained",
         "",
-        f"This Harbor dataset holds the {len(retained)} of {total} task directories of `{m.name}` that passed "
-        f"validation: {certified} oracle-certified (their reference solution, `{oracle}`, passed the task's own "
-        f"verifier) and {len(retained) - certified} runtime-tested only, each rejected by every control "
-        f"({controls}). The claim is scoped to the execution profile below; it says nothing of other profiles."
-        f"{hack_claim(ev.summary.counts, m.model_dump(mode='json'))}",
+        f"This Harbor dataset holds the {len(retained)} of {total} task directories of `{m.name}` that "
+        f"passed validation: {certified} oracle-certified (their reference solution, `{oracle}`, passed the "
+        f"task's own verifier) and {len(retained) - certified} runtime-tested only, each rejected by every "
+        f"control ({controls}). The claim is scoped to the execution profile below; it says nothing of other "
+        f"profiles.{hack_claim(ev.summary.counts, m.model_dump(mode='json'))}",
         "",
         f"The run's {verdict.headline}",
         "",
@@ -97,7 +96,8 @@ def card(m: Manifest, ev: RunEvidence, taskset, retained: Sequence[str], source:
         *[f"| excluded: {reason} | {n} |" for reason, n in sorted(reasons.items())],
         f"| **total validated** | **{total}** |",
         "",
-        f"The {sum(reasons.values())} tasks not retained, each with its reason and detail, are in `exclusions.json`.",
+        f"The {sum(reasons.values())} tasks not retained, each with its reason and detail, are in "
+        "`exclusions.json`.",
         "",
         "## Execution profile",
         "",

@@ -17,12 +17,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from environment.harbor.taskdir import load_dataset
 from environment.protocol import LoadHints
 from validate.contract.manifest import Manifest, derive
-from validate.taskdir.package import HASH_MANIFEST, hash_manifest, materialise
 from validate.core.errors import ValidateError
 from validate.evidence.journal import atomic_write
-from environment.harbor.taskdir import load_dataset
+from validate.taskdir.package import HASH_MANIFEST, hash_manifest, materialise
 
 PACKAGE = "package"
 
@@ -46,14 +46,16 @@ def materialise_sample(ctx, frozen: Manifest, idx: list[int], where: Path) -> tu
     staging.rename(parent / name)
     # The package holds the tasks as validated: a dataset frozen with offline patches is
     # packaged patched, so the sample's contract reads the package with none.
-    config = config.model_copy(update={"dataset": name, **({"patches": None} if "patches" in type(config).model_fields
+    config = config.model_copy(update={"dataset": name,
+                                       **({"patches": None} if "patches" in type(config).model_fields
                                                             else {})})
     taskset = ctx.env.load(config, LoadHints(search=(parent,)))
     by_id = {taskset.task(i).id: i for i in range(taskset.size)}
     if sorted(by_id) != sorted(ids):
         raise ValidateError(f"smoke: the package holds {sorted(by_id)}, not the sample {sorted(ids)}")
     child = derive(frozen, ctx.env, taskset, name=f"{frozen.name}.smoke", idx=[by_id[t] for t in ids],
-                   rule=f"smoke: {len(ids)} evenly spaced tasks of {frozen.name}, from their package", config=config)
+                   rule=f"smoke: {len(ids)} evenly spaced tasks of {frozen.name}, from their package",
+                   config=config)
     # The package is a directory of tasks however the dataset came (a published one's source
     # record is the frozen contract's, not the package's).
     child = child.model_copy(update={"environment": child.environment.model_copy(
@@ -75,8 +77,8 @@ def same_package_terms(where: Path, child: Manifest, parent: Manifest, r) -> Non
                                                 "config": {**m.environment.config, **blanked}})
 
     for field, mine, its in (("expectations", child.expectations, parent.expectations),
-                             ("execution", child.execution, parent.execution), ("salt", child.salt, parent.salt),
-                             ("environment", blank(child), blank(parent))):
+                             ("execution", child.execution, parent.execution),
+                             ("salt", child.salt, parent.salt), ("environment", blank(child), blank(parent))):
         if mine != its:
             r.problems.append(f"{where}: its {field} is not its parent's (a derived contract keeps them)")
     theirs = {t.id: t.hash for t in parent.tasks}

@@ -29,9 +29,6 @@ from typing import BinaryIO
 from pydantic import ValidationError
 
 from validate.core.errors import ContractError, InputError
-from validate.eval.compare import Comparison
-from validate.eval.contract import EvalContract
-from validate.eval.summary import EvalSummary
 from validate.core.jsonio import JSONInputError, loads
 from validate.core.paths import (
     COMPARE_JSON,
@@ -50,10 +47,13 @@ from validate.core.paths import (
     VARIANTS,
     RunPaths,
 )
-from validate.report.profiles import ProfileComparison
+from validate.eval.compare import Comparison
+from validate.eval.contract import EvalContract
+from validate.eval.summary import EvalSummary
 from validate.evidence.run import current_verdict
 from validate.evidence.summary import RunSummary
 from validate.evidence.verdicts import DatasetVerdict
+from validate.report.profiles import ProfileComparison
 
 #: The largest JSON file the viewer parses (a 1,000,000-task manifest is ~300 MB; run.json is small).
 MAX_JSON_BYTES = 512 * 1024 * 1024
@@ -195,8 +195,8 @@ def _reports(root: Path) -> dict[str, list[str]]:
 def _unreadable(name: str, e: Exception) -> str:
     if isinstance(e, ValidationError):
         first = e.errors()[0]
-        return (f"{name}: not what this version reads ({'.'.join(map(str, first['loc']))}: {first['msg']}); older "
-                f"evidence is read by the version that wrote it")
+        return (f"{name}: not what this version reads ({'.'.join(map(str, first['loc']))}: {first['msg']}); "
+                "older evidence is read by the version that wrote it")
     return f"{name}: {e}"
 
 
@@ -239,7 +239,8 @@ def _load_eval(key: str, root: Path) -> EvalEntry:
 
 def _load_compare(key: str, root: Path) -> CompareEntry:
     try:
-        return CompareEntry(key=key, root=root, comparison=Comparison.model_validate(read_json(root, [COMPARE_JSON])))
+        return CompareEntry(key=key, root=root,
+                            comparison=Comparison.model_validate(read_json(root, [COMPARE_JSON])))
     except (ValidationError, NotInside, JSONInputError) as e:
         return CompareEntry(key=key, root=root, error=_unreadable(COMPARE_JSON, e))
 
@@ -250,8 +251,9 @@ def _load(key: str, root: Path, parent_key: str | None) -> RunEntry:
         entry.summary = RunSummary.model_validate(read_json(root, [SUMMARY]))
     except ValidationError as e:
         first = e.errors()[0]
-        entry.error = (f"{SUMMARY}: not a run summary this version reads ({'.'.join(map(str, first['loc']))}: "
-                       f"{first['msg']}); older evidence is read by the version that wrote it")
+        entry.error = (f"{SUMMARY}: not a run summary this version reads "
+                       f"({'.'.join(map(str, first['loc']))}: {first['msg']}); older evidence is read by the "
+                       "version that wrote it")
         return entry
     except (NotInside, JSONInputError) as e:
         entry.error = f"{SUMMARY}: {e}"
@@ -269,8 +271,11 @@ def _load(key: str, root: Path, parent_key: str | None) -> RunEntry:
             except (NotInside, JSONInputError):
                 result = None
             nested = root / SMOKE / name / SMOKE_RUN
-            run_key = f"{key}/{SMOKE}/{name}" if is_plain_dir(nested) and is_plain_file(nested / SUMMARY) else None
-            entry.smokes.append(Smoke(entry=name, result=result if isinstance(result, dict) else None, run_key=run_key))
+            run_key = (
+                f"{key}/{SMOKE}/{name}" if is_plain_dir(nested) and is_plain_file(nested / SUMMARY) else None
+            )
+            entry.smokes.append(Smoke(entry=name, result=result if isinstance(result, dict) else None,
+                                      run_key=run_key))
     entry.reports = _reports(root)
     smokes = {s.entry: s.result for s in entry.smokes if s.result is not None}
     entry.verdict = current_verdict(entry.summary, smokes)
@@ -281,8 +286,8 @@ def _signature(root: Path) -> tuple:
     """What changes when a run's top-level files or entries change (cache key): a phase, a
     smoke test and a report each end by renaming a fresh ``checksums`` into the root."""
     out = []
-    for name in (".", SUMMARY, MANIFEST, FROZEN_MANIFEST, VARIANTS, SMOKE, REPORTS, EVAL_SUMMARY, EVAL_CONTRACT,
-                 COMPARE_JSON):
+    for name in (".", SUMMARY, MANIFEST, FROZEN_MANIFEST, VARIANTS, SMOKE, REPORTS, EVAL_SUMMARY,
+                 EVAL_CONTRACT, COMPARE_JSON):
         st = _lstat(root / name)
         out.append(None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size))
     return tuple(out)

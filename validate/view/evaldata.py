@@ -19,14 +19,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pyarrow.compute as pc
 
-from validate.eval.metrics import GREEDY_PHASE, final_attempts
 from validate.core.paths import ATTEMPTS, EVAL_TASKS, SAMPLES, TRAJECTORIES
+from validate.eval.metrics import GREEDY_PHASE, final_attempts
 from validate.view import tables
 
 KEY = ("phase", "task_id", "agent", "sample", "attempt")
 ATTEMPT_COLUMNS = (*KEY, "superseded", "status", "reward", "error_class")
-SAMPLE_COLUMNS = (*KEY, "termination", "turns", "tool_calls", "malformed_tool_calls", "tool_failures", "wall_s",
-                  "solved", "failure_class", "failure_rule")
+SAMPLE_COLUMNS = (*KEY, "termination", "turns", "tool_calls", "malformed_tool_calls", "tool_failures",
+                  "wall_s", "solved", "failure_class", "failure_rule")
 
 
 def _key(row: dict) -> tuple:
@@ -63,7 +63,8 @@ def task_lines(root: Path) -> list[TaskLine]:
     for a in final:
         if a.failure_rule is not None:
             rules.setdefault(a.task_id, Counter())[a.failure_rule] += 1
-    return [TaskLine(task=t, greedy=greedy.get(t["task_id"]), rules=dict(sorted(rules.get(t["task_id"], {}).items())))
+    return [TaskLine(task=t, greedy=greedy.get(t["task_id"]),
+                     rules=dict(sorted(rules.get(t["task_id"], {}).items())))
             for t in tables.read(root, EVAL_TASKS).to_pylist()]
 
 
@@ -105,4 +106,5 @@ def one_attempt(root: Path, key: tuple) -> OneAttempt | None:
     turns = tables.read(root, TRAJECTORIES)
     turns = turns.filter(pc.equal(turns.column("task_id"), task_id)).to_pylist()
     mine = sorted((t for t in turns if _key(t) == key), key=lambda t: t["turn"])
-    return OneAttempt(attempts=pd.DataFrame(rows), samples=pd.DataFrame(sample), turns={key: mine}, attempt=rows[0])
+    return OneAttempt(attempts=pd.DataFrame(rows), samples=pd.DataFrame(sample), turns={key: mine},
+                      attempt=rows[0])

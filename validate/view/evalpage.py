@@ -16,14 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from validate.core.paths import (
+    ATTEMPTS,
+    CHECKSUMS,
+    COMPARE_HTML,
+    COMPARE_JSON,
+    COMPARE_MD,
+    EVAL_CONTRACT,
+    EVAL_SUMMARY,
+    EVAL_TASKS,
+    MANIFEST,
+    REPORTS,
+    SAMPLES,
+    TRAJECTORIES,
+)
+from validate.core.render import Bold
 from validate.eval import trajectories
 from validate.eval.classes import rule_table
 from validate.eval.report import headline, mean, pct
-from validate.core.paths import (
-    ATTEMPTS, CHECKSUMS, COMPARE_HTML, COMPARE_JSON, COMPARE_MD, EVAL_CONTRACT, EVAL_SUMMARY, EVAL_TASKS, MANIFEST,
-    REPORTS, SAMPLES, TRAJECTORIES,
-)
-from validate.core.render import Bold
 from validate.view import evaldata
 from validate.view.catalog import CompareEntry, EvalEntry, Listing, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, pre, table, tag, text, url
@@ -58,20 +68,22 @@ def _cards(e: EvalEntry) -> Html:
              (f"pass^{m.k}", pct(m.pass_hat_k)), ("mean sample accuracy", pct(m.mean_accuracy)),
              ("zero-variance groups", f"{m.zero_variance}/{m.eligible}"), ("tasks", str(g.tasks)),
              ("attempts", str(s.attempts)), ("superseded", str(s.superseded))]
-    return Html('<div class="cards">' + "".join(f'<div class="card"><b>{text(v)}</b><span>{text(k)}</span></div>'
+    return Html('<div class="cards">'
+                + "".join(f'<div class="card"><b>{text(v)}</b><span>{text(k)}</span></div>'
                                                 for k, v in items) + "</div>")
 
 
 def _figures(e: EvalEntry) -> list[object]:
     g, m = e.summary.greedy, e.summary.sampled
-    rows = [["pass@1 (greedy, solved / valid)", pct(g.pass_at_1)], ["pass@1 over all tasks", pct(g.pass_at_1_all)],
-            ["mean greedy reward", mean(g.mean_reward)],
+    rows = [["pass@1 (greedy, solved / valid)", pct(g.pass_at_1)],
+            ["pass@1 over all tasks", pct(g.pass_at_1_all)], ["mean greedy reward", mean(g.mean_reward)],
             ["greedy tasks lost", "; ".join(f"{w}: {n}" for w, n in g.lost.items()) or "none"],
             [f"pass@{m.k} (unbiased, eligible tasks)", pct(m.pass_at_k)], [f"pass^{m.k}", pct(m.pass_hat_k)],
             ["mean sample accuracy", pct(m.mean_accuracy)],
             ["exploration headroom", "—" if m.headroom is None else f"{m.headroom:.4f}"],
             ["mean sampled reward", mean(m.mean_reward)], [f"mean best-of-{m.k} reward", mean(m.best_reward)],
-            ["mean within-task reward std", mean(m.reward_std)], ["eligible tasks", f"{m.eligible}/{m.tasks}"],
+            ["mean within-task reward std", mean(m.reward_std)],
+            ["eligible tasks", f"{m.eligible}/{m.tasks}"],
             ["samples lost", "; ".join(f"{w}: {n}" for w, n in m.samples_lost.items()) or "none"],
             ["zero-variance groups", f"{m.zero_variance}/{m.eligible} (all solved {m.zero_variance_solved}, "
                                      f"all unsolved {m.zero_variance_failed})"]]
@@ -79,20 +91,24 @@ def _figures(e: EvalEntry) -> list[object]:
             pct(f.mean_accuracy), mean(f.mean_reward)] for f in e.summary.families]
     return [tag("h2", "Metrics", id="metrics"), table(["what", "value"], rows, cls="figures"),
             tag("h3", "Per family"),
-            table(["family", "tasks", "pass@1", "greedy reward", f"pass@{m.k}", "sample accuracy", "sampled reward"],
+            table(["family", "tasks", "pass@1", "greedy reward", f"pass@{m.k}", "sample accuracy",
+                   "sampled reward"],
                   fam)]
 
 
 def _classes(e: EvalEntry) -> list[object]:
     said = {r[0]: r[2] for r in rule_table(True)}
-    rows = [[c.phase, c.failure_class, a(c.rule, eval_url(e.key, rule=c.rule) + "#tasks"), said.get(c.rule, "?"),
-             Html(str(c.attempts))] for c in e.summary.failure_classes]
+    rows = [[c.phase, c.failure_class, a(c.rule, eval_url(e.key, rule=c.rule) + "#tasks"),
+             said.get(c.rule, "?"), Html(str(c.attempts))] for c in e.summary.failure_classes]
     errs = [[x.phase, x.status, x.error_class, Html(str(x.attempts))] for x in e.summary.errors]
-    return [tag("h2", "Failure classes (unsolved final attempts)", id="classes"),
-            table(["pass", "class", "rule", "the rule says", "attempts"], rows) if rows
-            else tag("p", "No unsolved final attempt.", class_="muted"),
-            tag("h3", "Errors (every try, superseded included)"),
-            table(["pass", "status", "kind", "attempts"], errs) if errs else tag("p", "None.", class_="muted")]
+    return [
+        tag("h2", "Failure classes (unsolved final attempts)", id="classes"),
+        table(["pass", "class", "rule", "the rule says", "attempts"], rows)
+        if rows
+        else tag("p", "No unsolved final attempt.", class_="muted"),
+        tag("h3", "Errors (every try, superseded included)"),
+        table(["pass", "status", "kind", "attempts"], errs) if errs else tag("p", "None.", class_="muted"),
+    ]
 
 
 def _task_table(e: EvalEntry, family: str | None, rule: str | None) -> list[object]:
@@ -117,12 +133,14 @@ def _task_table(e: EvalEntry, family: str | None, rule: str | None) -> list[obje
     return [tag("h2", "Tasks", id="tasks"), tag("p", join(filters, " · "), class_="sub"),
             tag("p", f"{len(shown)} of {len(lines)} tasks", class_="sub"),
             table(["task", "family", "pass@1 (greedy solved, reward)", "solved / valid samples", f"pass@{k}",
-                   f"pass^{k}", "mean sampled reward", "zero variance", "failure rules (final attempts)"], rows,
-                  cls="tasks") if rows else tag("p", "No task matches.", class_="muted")]
+                   f"pass^{k}", "mean sampled reward", "zero variance", "failure rules (final attempts)"],
+                  rows, cls="tasks") if rows else tag("p", "No task matches.", class_="muted")]
 
 
-def _choices(e: EvalEntry, name: str, options: list[str], chosen: str | None, **keep: str | None) -> list[object]:
-    links: list[object] = [tag("b", "any") if chosen is None else a("any", eval_url(e.key, **keep) + "#tasks")]
+def _choices(e: EvalEntry, name: str, options: list[str], chosen: str | None,
+             **keep: str | None) -> list[object]:
+    links: list[object] = [tag("b", "any") if chosen is None
+                           else a("any", eval_url(e.key, **keep) + "#tasks")]
     for o in options:
         links += [" ", tag("b", o) if o == chosen else a(o, eval_url(e.key, **{name: o}, **keep) + "#tasks")]
     return links
@@ -134,7 +152,11 @@ def _related(e: EvalEntry, listing: Listing) -> list[object]:
         if r.summary is not None and r.summary.run_id == c.parent.pool_run_id and r.parent_key is None:
             items.append(join(["the pool that froze the evaluated set: ", a(r.key, run_url(r.key))]))
     for o in listing.evals.values():
-        if o.key != e.key and o.contract is not None and o.contract.parent.manifest_sha256 == c.parent.manifest_sha256:
+        if (
+            o.key != e.key
+            and o.contract is not None
+            and o.contract.parent.manifest_sha256 == c.parent.manifest_sha256
+        ):
             items.append(join(["another evaluation of the same set: ", a(o.key, eval_url(o.key)),
                                f" ({o.contract.model.id}@{o.contract.model.revision})"]))
     for x in listing.compares.values():
@@ -162,14 +184,14 @@ def _contract(e: EvalEntry) -> list[object]:
     pairs = [("eval contract", f"{c.name} {c.sha256}"), ("model", f"{c.model.id} @ {c.model.revision}"),
              ("endpoint", f"{c.model.endpoint_kind} via {c.model.server} at {c.model.base_url}; key from "
                           f"{'$' + c.model.api_key_env if c.model.api_key_env else 'none'}"),
-             ("dataset", f"{c.parent.manifest_name} {c.parent.manifest_sha256}, {c.parent.task_count} tasks, pool run "
-                         f"{c.parent.pool_run_id}"),
+             ("dataset", f"{c.parent.manifest_name} {c.parent.manifest_sha256}, {c.parent.task_count} tasks, "
+                         f"pool run {c.parent.pool_run_id}"),
              ("agent", f"{c.agent.name} {c.agent.version}"),
              ("tools", ", ".join(str(t.get("function", {}).get("name")) for t in c.tools)),
              ("sampling", ", ".join(f"{k}={v}" for k, v in c.sampling.model_dump().items())),
              ("limits", ", ".join(f"{k}={v}" for k, v in c.limits.model_dump().items())),
-             ("reward", f"pass threshold {c.reward.pass_threshold}; code {c.reward.code_sha256}"), ("k", str(c.k)),
-             ("backend", f"{s.backend}, image {s.image_digest}"),
+             ("reward", f"pass threshold {c.reward.pass_threshold}; code {c.reward.code_sha256}"),
+             ("k", str(c.k)), ("backend", f"{s.backend}, image {s.image_digest}"),
              ("code", s.code_commit + (f"; patch {s.patch.sha256}" if s.patch else ""))]
     return [tag("h2", "Contract and execution", id="contract"), kv(pairs)]
 
@@ -188,7 +210,8 @@ def eval_page(e: EvalEntry, listing: Listing, family: str | None = None, rule: s
     toc = [("metrics", "Metrics"), ("classes", "Failure classes"), ("tasks", "Tasks"), ("related", "Related"),
            ("files", "Reports and files"), ("contract", "Contract")]
     body += [_cards(e), Html('<nav class="toc">' + "".join(a(t, f"#{i}") for i, t in toc) + "</nav>"),
-             tag("div", tag("div", *_figures(e)), tag("div", *_classes(e), *_related(e, listing)), class_="grid"),
+             tag("div", tag("div", *_figures(e)), tag("div", *_classes(e), *_related(e, listing)),
+                 class_="grid"),
              *_task_table(e, family, rule), *_files(e), *_contract(e)]
     return page(f"{e.key} — validate view", body, crumbs=[(e.key, eval_url(e.key))])
 
@@ -199,23 +222,25 @@ def eval_task_page(e: EvalEntry, t: dict) -> bytes:
     k = e.summary.sampled.k
     pairs = [("family", t["family"]), ("solved / valid samples", f"{t['solved']}/{t['n_valid']}"),
              ("lost samples", f"{t['n_lost']}" + (f" ({', '.join(t['lost'])})" if t["lost"] else "")),
-             (f"pass@{k}", t["pass_at_k"]), (f"pass^{k}", t["pass_hat_k"]), ("sample accuracy", t["accuracy"]),
-             ("mean sampled reward", t["mean_reward"]), ("best sampled reward", t["best_reward"]),
-             ("reward std", t["reward_std"]), ("zero variance", "—" if t["zero_variance"] is None
+             (f"pass@{k}", t["pass_at_k"]), (f"pass^{k}", t["pass_hat_k"]),
+             ("sample accuracy", t["accuracy"]), ("mean sampled reward", t["mean_reward"]),
+             ("best sampled reward", t["best_reward"]), ("reward std", t["reward_std"]),
+             ("zero variance", "—" if t["zero_variance"] is None
                                                 else "yes" if t["zero_variance"] else "no"),
              ("left out of pass@k", t["excluded_reason"] or "no"),
              ("rewards by sample", ", ".join("—" if r is None else f"{r:.4f}" for r in t["rewards"]))]
-    table_rows = [[a("trajectory", attempt_url(e.key, x.phase, x.task_id, x.agent, x.sample, x.attempt)), x.phase,
-                   Html(str(x.sample)), Html(str(x.attempt)), "final" if x.final else "superseded", x.status, x.reward,
-                   "—" if x.solved is None else badge("yes" if x.solved else "no"), x.termination,
-                   None if x.turns is None else Html(str(x.turns)),
-                   None if x.tool_calls is None else Html(f"{x.tool_calls} ({x.malformed_tool_calls} malformed)"),
-                   x.failure_class, x.failure_rule, x.error_class] for x in rows]
+    table_rows = [[a("trajectory", attempt_url(e.key, x.phase, x.task_id, x.agent, x.sample, x.attempt)),
+                   x.phase, Html(str(x.sample)), Html(str(x.attempt)), "final" if x.final else "superseded",
+                   x.status, x.reward, "—" if x.solved is None else badge("yes" if x.solved else "no"),
+                   x.termination, None if x.turns is None else Html(str(x.turns)),
+                   None if x.tool_calls is None
+                   else Html(f"{x.tool_calls} ({x.malformed_tool_calls} malformed)"), x.failure_class,
+                   x.failure_rule, x.error_class] for x in rows]
     body = [tag("h1", t["task_id"]), tag("p", f"family {t['family']} · evaluation {e.key}", class_="sub"),
             tag("h2", "Figures (the sampled pass, from eval-tasks.parquet)"), kv(pairs),
             tag("h2", f"Attempts ({len(rows)}, superseded included)"),
-            table(["", "pass", "sample", "try", "", "status", "reward", "solved", "termination", "turns", "tool calls",
-                   "failure class", "rule", "error"], table_rows)]
+            table(["", "pass", "sample", "try", "", "status", "reward", "solved", "termination", "turns",
+                   "tool calls", "failure class", "rule", "error"], table_rows)]
     return page(f"{t['task_id']} — {e.key}", body,
                 crumbs=[(e.key, eval_url(e.key)), (t["task_id"], eval_task_url(e.key, t["task_id"]))])
 
@@ -226,7 +251,8 @@ def _block(b: tuple) -> Html:
     if kind in ("h1", "h2", "h3"):
         return tag("h2" if kind == "h3" else "h1", b[1])
     if kind == "p":
-        return tag("p", *(tag("strong", x[1]) if isinstance(x, tuple) else tag("strong", x) if isinstance(x, Bold)
+        return tag("p", *(tag("strong", x[1]) if isinstance(x, tuple) else tag("strong", x)
+                          if isinstance(x, Bold)
                           else x for x in b[1]))
     if kind == "message":
         role = b[1] if b[1] in ("system", "user", "assistant", "tool") else "other"
@@ -248,13 +274,15 @@ def attempt_page(e: EvalEntry, one: evaldata.OneAttempt, key: tuple) -> bytes:
     body += [_block(b) for b in trajectories.blocks(one, key)]
     body += [tag("h2", "The reply, as scored"),
              kv([("status", x["status"]), ("reward", x["reward"]), ("metrics", metrics or None),
-                 ("reply", None if x["reply_bytes"] is None else f"{x['reply_bytes']} bytes, {x['reply_sha256']}")]),
+                 ("reply", None if x["reply_bytes"] is None
+                  else f"{x['reply_bytes']} bytes, {x['reply_sha256']}")]),
              pre(x["reply_text"], "(no reply)")]
     body += reward_files(x["reply_text"])
     if x["error_class"] or x["error_message"]:
         body += [tag("h2", f"Error: {x['error_class'] or ''}"), pre(x["error_message"])]
     crumbs = [(e.key, eval_url(e.key)), (task_id, eval_task_url(e.key, task_id)),
-              (f"{phase} sample {sample} try {attempt}", attempt_url(e.key, phase, task_id, agent, sample, attempt))]
+              (f"{phase} sample {sample} try {attempt}",
+               attempt_url(e.key, phase, task_id, agent, sample, attempt))]
     return page(f"{task_id} · {phase} · sample {sample} · try {attempt} — {e.key}", body, crumbs=crumbs)
 
 
@@ -265,8 +293,8 @@ def compare_page(x: CompareEntry, listing: Listing) -> bytes:
     side = {name: a(run, eval_url(by_id[run].key)) if run in by_id else run for name, run in (("A", c.run_a),
                                                                                              ("B", c.run_b))}
     body = [tag("h1", f"{c.run_a} (A) vs {c.run_b} (B)"),
-            tag("p", join(["comparison ", x.key, " · A: ", side["A"], " · B: ", side["B"], " · the same frozen set ",
-                           short(c.dataset), "; deltas are B − A"]), class_="sub"),
+            tag("p", join(["comparison ", x.key, " · A: ", side["A"], " · B: ", side["B"],
+                           " · the same frozen set ", short(c.dataset), "; deltas are B − A"]), class_="sub"),
             tag("h2", "What differs between the two contracts"),
             table(["field", "A", "B"], [list(v) for v in c.varied]) if c.varied else tag("p", "Nothing.",
                                                                                       class_="muted"),
@@ -274,7 +302,8 @@ def compare_page(x: CompareEntry, listing: Listing) -> bytes:
             tag("h2", "Per family"), table(["family", "pass@1 A", "pass@1 B", "pass@k A", "pass@k B"],
                                            [list(r) for r in c.families]),
             tag("h2", "Per task (largest change first)"),
-            table(["task", "family", "greedy A", "greedy B", "sampled A", "sampled B", "solved A", "solved B"],
+            table(["task", "family", "greedy A", "greedy B", "sampled A", "sampled B", "solved A",
+                   "solved B"],
                   [[_task_link(by_id, c.run_a, t.task_id), t.family, t.greedy_a, t.greedy_b, t.sampled_a,
                     t.sampled_b, t.solved_a, t.solved_b] for t in c.tasks]),
             tag("h2", "Files"), tag("p", join([a(n, file_url(x.key, n)) for n in (COMPARE_HTML, COMPARE_MD,

@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from urllib.parse import quote, urlencode
 
-_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]")
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]"
+)
 
 
 class Html(str):
@@ -80,7 +82,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], cls: str | N
     body = []
     for i, row in enumerate(rows):
         rc = row_classes[i] if row_classes is not None else None
-        body.append((f'<tr class="{html.escape(rc)}">' if rc else "<tr>") + "".join(f"<td>{h(c)}</td>" for c in row)
+        body.append((f'<tr class="{html.escape(rc)}">' if rc else "<tr>")
+                    + "".join(f"<td>{h(c)}</td>" for c in row)
                     + "</tr>")
     return Html(f'<table{f" class={chr(34)}{cls}{chr(34)}" if cls else ""}><thead><tr>{head}</tr></thead>'
                 f'<tbody>{"".join(body)}</tbody></table>')
@@ -107,6 +110,7 @@ def badge(word: str) -> Html:
     return tag("span", word, class_=f"badge b-{tone(word)}")
 
 
+# One rule a line, however long: the stylesheet is data, read as a whole.
 STYLE = """
 :root{--fg:#1f2328;--muted:#656d76;--line:#d0d7de;--bg2:#f6f8fa;--pass:#1a7f37;--fail:#cf222e;--inc:#9a6700}
 *{box-sizing:border-box}
@@ -154,7 +158,7 @@ section.msg pre{margin:0;border:0;border-radius:0 0 6px 6px}
 section.msg.user header{background:#ddf4ff}section.msg.assistant header{background:#dafbe1}
 section.msg.tool header{background:#fff8c5}
 .nw{white-space:nowrap}table.runs td:first-child,table.runs td:nth-child(8){white-space:nowrap}table.runs th:nth-child(6){max-width:11rem}
-"""
+"""  # noqa: E501
 
 
 def page(title: str, body: Sequence[object], crumbs: Sequence[tuple[str, str]] = ()) -> bytes:

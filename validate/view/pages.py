@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from datetime import datetime
 
-from validate.eval.report import pct
 from validate.core.paths import SMOKE
 from validate.core.records import POOL, meta_of
+from validate.eval.report import pct
 from validate.view import tables
 from validate.view.catalog import CompareEntry, EvalEntry, Listing, RunEntry
 from validate.view.markup import Html, a, badge, h, join, num, page, pre, table, tag, text, tone, url
@@ -70,12 +70,15 @@ def _relation(me: RunEntry, other: RunEntry) -> str | None:
         (theirs.sha256 == mine.sha256, f"same contract ({other.summary.kind})"),
         (my_frozen is not None and theirs.sha256 == my_frozen, "runs this pool's frozen set"),
         (their_frozen is not None and mine.sha256 == their_frozen, "the pool whose frozen set this run runs"),
-        (my_frozen is not None and theirs.parent_sha256 == my_frozen, "runs a sample of this pool's frozen set"),
-        (their_frozen is not None and mine.parent_sha256 == their_frozen, "the pool whose frozen set this samples"),
+        (my_frozen is not None and theirs.parent_sha256 == my_frozen,
+         "runs a sample of this pool's frozen set"),
+        (their_frozen is not None and mine.parent_sha256 == their_frozen,
+         "the pool whose frozen set this samples"),
         (theirs.sha256 in my_variants, "runs one of this pilot's config variants"),
         (mine.sha256 in their_variants, "the pilot one of whose variants this run runs"),
         (theirs.parent_sha256 == mine.sha256, "runs a contract derived from this one"),
-        (mine.parent_sha256 is not None and mine.parent_sha256 == theirs.sha256, "runs the parent of this contract"),
+        (mine.parent_sha256 is not None and mine.parent_sha256 == theirs.sha256,
+         "runs the parent of this contract"),
     ]
     return next((label for ok, label in rules if ok), None)
 
@@ -156,22 +159,26 @@ def index_page(listing: Listing, dirs: list[str]) -> bytes:
     for e in ok:
         s, c = e.summary, e.summary.counts
         rows.append([run_link(e), s.kind, s.environment,
-                     join([e.contract.name if e.contract else "—", Html("<br>"), tag("code", short(s.manifest_sha256))]),
+                     join([e.contract.name if e.contract else "—", Html("<br>"),
+                           tag("code", short(s.manifest_sha256))]),
                      join([verdict_badge(e), Html("<br>") if s.interrupted else "",
                            tag("span", "interrupted", class_="warn") if s.interrupted else ""]),
                      _counts_cell(e), Html(str(c.attempts)), when(s.started_at), _smoke_cell(e)])
     body: list[object] = [tag("h1", "Validation runs"),
                           tag("p", f"{_n(len(ok), 'dataset run')}, {_n(len(evals), 'model evaluation')} and "
-                                   f"{_n(len(compares), 'comparison')} under {', '.join(dirs)}", class_="sub")]
+                                   f"{_n(len(compares), 'comparison')} under {', '.join(dirs)}",
+                              class_="sub")]
     body.append(table(["run", "kind", "environment", "contract", "dataset verdict",
-                       "compatible / excluded / incomplete of tasks", "attempts", "started (UTC)", "smoke"], rows,
-                      cls="runs")
-                if rows else tag("p", "No run directory found (a run directory holds run.json).", class_="muted"))
+                       "compatible / excluded / incomplete of tasks", "attempts", "started (UTC)", "smoke"],
+                      rows, cls="runs")
+                if rows else tag("p", "No run directory found (a run directory holds run.json).",
+                                 class_="muted"))
     body += [tag("h2", "Model evaluations", id="evals"),
              _evals_table(evals) if evals else tag("p", "No evaluation found (an eval run directory holds "
                                                         "eval-contract.json).", class_="muted")]
     if compares:
-        body += [tag("h2", "Comparisons of evaluations", id="compares"), _compares_table(compares, listing.evals)]
+        body += [tag("h2", "Comparisons of evaluations", id="compares"),
+                 _compares_table(compares, listing.evals)]
     if bad:
         body += [tag("h2", "Not readable"),
                  table(["directory", "why"], [[e.key, e.error] for e in sorted(bad, key=lambda e: e.key)])]
@@ -214,10 +221,11 @@ def _verdict_block(t: dict) -> list[object]:
 def _attempt_summary(attempts: list[dict]) -> Html:
     rows = [[a(str(i + 1), f"#attempt-{i + 1}"), x["agent"], x["role"], x["phase"], Html(str(x["sample"])),
              Html(str(x["attempt"])), x["status"], x["reward"], badge("yes" if x["as_expected"] else "no"),
-             "superseded" if x["superseded"] else "", num(x["runtime_s"], 2), x["exit_code"], x["error_class"]]
+             "superseded" if x["superseded"] else "", num(x["runtime_s"], 2), x["exit_code"],
+             x["error_class"]]
             for i, x in enumerate(attempts)]
-    return table(["#", "agent", "role", "phase", "sample", "try", "status", "reward", "as expected", "", "runtime s",
-                  "exit", "error"], rows)
+    return table(["#", "agent", "role", "phase", "sample", "try", "status", "reward", "as expected", "",
+                  "runtime s", "exit", "error"], rows)
 
 
 def _attempt_section(i: int, x: dict) -> Html:
@@ -227,7 +235,8 @@ def _attempt_section(i: int, x: dict) -> Html:
              ("as expected", badge("yes" if x["as_expected"] else "no")), ("phase", x["phase"]),
              ("started", when(x["started_at"])), ("finished", when(x["finished_at"])),
              ("runtime s", num(x["runtime_s"], 3)), ("exit code", x["exit_code"]),
-             ("killed", ", ".join(w for w, on in (("out of memory", x["oom_killed"]), ("timed out", x["timed_out"]))
+             ("killed", ", ".join(w for w, on in (("out of memory", x["oom_killed"]),
+                                                  ("timed out", x["timed_out"]))
                                   if on) or "no"),
              ("reply", f"{x['reply_bytes']} bytes, {x['reply_sha256']}" + (" (shown: its head only)"
                                                                             if x["reply_truncated"] else "")
@@ -246,8 +255,8 @@ def _attempt_section(i: int, x: dict) -> Html:
                   tag("h3", "stderr: what the harness noted, then the verifier's exit code and output"),
                   pre(x["stderr"]), tag("h3", "Reply (the record as kept)"), pre(x["reply_text"])]
     else:
-        parts += [tag("h3", "Reply"), pre(x["reply_text"], "(no reply)"), tag("h3", "stdout"), pre(x["stdout"]),
-                  tag("h3", "stderr"), pre(x["stderr"])]
+        parts += [tag("h3", "Reply"), pre(x["reply_text"], "(no reply)"), tag("h3", "stdout"),
+                  pre(x["stdout"]), tag("h3", "stderr"), pre(x["stderr"])]
     cls = "attempt superseded" if x["superseded"] else "attempt"
     return Html(f'<section class="{cls}" id="attempt-{i}">{join(parts)}</section>')
 
@@ -256,7 +265,8 @@ def reward_files(reply: str | None) -> list[object]:
     """A verifier record's reward files, decoded (nothing for any other reply: shown as it is above)."""
     try:
         record = json.loads(reply or "")
-        files = record["files"] if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+        files = record["files"] if isinstance(record, dict) and isinstance(record.get("files"),
+                                                                           dict) else None
         decoded = {str(n): base64.b64decode(str(v), validate=True) for n, v in sorted((files or {}).items())}
     except (ValueError, binascii.Error):
         return []
@@ -264,7 +274,8 @@ def reward_files(reply: str | None) -> list[object]:
         return []
     facts = [("reward key", record.get("key")), ("range", f"[{record.get('low')}, {record.get('high')}]"),
              ("nothing read because", record.get("failed")), ("task image", record.get("image"))]
-    out: list[object] = [tag("h2", "Reward files, as the harness read them from the verifier's fresh /logs/verifier"),
+    out: list[object] = [tag("h2", "Reward files, as the harness read them from the verifier's "
+                                   "fresh /logs/verifier"),
                          kv(facts)]
     for name, data in decoded.items():
         out += [tag("h3", f"{name} ({len(data)} bytes)"), pre(data.decode("utf-8", "replace"))]
@@ -273,7 +284,8 @@ def reward_files(reply: str | None) -> list[object]:
 
 def task_page(e: RunEntry, t: dict) -> bytes:
     """Everything about one task of a run: its verdict and each attempt, replies and output."""
-    phases = [p for p, v in tables.attempt_to_verdict_phase(e.summary).items() if v == t["phase"]] or [t["phase"]]
+    phases = [p for p, v in tables.attempt_to_verdict_phase(e.summary).items()
+              if v == t["phase"]] or [t["phase"]]
     attempts = tables.task_attempts(e.root, sorted(phases), t["task_id"])
     body: list[object] = [
         tag("h1", t["task_id"]),

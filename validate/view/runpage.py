@@ -27,8 +27,8 @@ from validate.core.paths import (
     TASKS,
     VARIANTS,
 )
-from validate.eval.report import headline
 from validate.core.records import INCOMPLETE, POOL, VERDICTS
+from validate.eval.report import headline
 from validate.view import tables
 from validate.view.catalog import EvalEntry, RunEntry, is_plain_file
 from validate.view.markup import Html, a, badge, join, num, page, table, tag, text, tone, url
@@ -41,8 +41,9 @@ OUTCOMES = ("expected", "unexpected")
 
 def _cards(e: RunEntry) -> Html:
     c = e.summary.counts
-    items = [("tasks", c.tasks), ("compatible", c.compatible), ("excluded", c.excluded), ("incomplete", c.incomplete),
-             ("attempts", c.attempts), ("superseded", c.superseded), ("with an exception", c.exceptions)]
+    items = [("tasks", c.tasks), ("compatible", c.compatible), ("excluded", c.excluded),
+             ("incomplete", c.incomplete), ("attempts", c.attempts), ("superseded", c.superseded),
+             ("with an exception", c.exceptions)]
     return Html('<div class="cards">' + "".join(f'<div class="card"><b>{n}</b><span>{text(k)}</span></div>'
                                                 for k, n in items) + "</div>")
 
@@ -58,19 +59,22 @@ def _head(e: RunEntry) -> list[object]:
     if s.interrupted:
         out.append(tag("p", "This run was interrupted: its evidence is incomplete (resume it with --resume).",
                        class_="warn"))
-    toc = [("tasks", "Tasks"), ("ledger", "Exclusion ledger"), ("incomplete", "Incomplete"), ("agents", "Agents"),
-           ("related", "Related runs"), ("reports", "Reports and files"), ("contract", "Contract")]
+    toc = [("tasks", "Tasks"), ("ledger", "Exclusion ledger"), ("incomplete", "Incomplete"),
+           ("agents", "Agents"), ("related", "Related runs"), ("reports", "Reports and files"),
+           ("contract", "Contract")]
     out += [_cards(e), Html('<nav class="toc">' + "".join(a(t, f"#{i}") for i, t in toc) + "</nav>")]
     return out
 
 
 def _criteria(e: RunEntry) -> list[object]:
     return [tag("h2", "Protocol criteria", id="criteria"),
-            table(["criterion", "status", "detail"], [[c.name, badge(c.status), c.detail] for c in e.verdict.criteria])]
+            table(["criterion", "status", "detail"],
+                  [[c.name, badge(c.status), c.detail] for c in e.verdict.criteria])]
 
 
 def _select(name: str, label: str, options: list[str], chosen: str | None) -> Html:
-    opts = [tag("option", "any", value="")] + [tag("option", o, value=o, selected="selected" if o == chosen else None)
+    opts = [tag("option", "any", value="")] + [tag("option", o, value=o,
+                                                   selected="selected" if o == chosen else None)
                                                for o in options]
     return tag("label", label, Html(f'<select name="{name}">{join(opts)}</select>'))
 
@@ -78,11 +82,13 @@ def _select(name: str, label: str, options: list[str], chosen: str | None) -> Ht
 def _filter_form(e: RunEntry, f: tables.TaskFilter, phases: list[str], families: list[str],
                  agents: list[str]) -> Html:
     fields = [_select("phase", "phase", phases, f.phase)] if len(phases) > 1 else []
-    fields += [_select("family", "family", families, f.family), _select("verdict", "verdict", list(VERDICTS), f.verdict),
+    fields += [_select("family", "family", families, f.family),
+               _select("verdict", "verdict", list(VERDICTS), f.verdict),
                _select("agent", "agent", agents, f.agent),
                _select("outcome", "agent's outcome", list(OUTCOMES), f.outcome),
                tag("button", "Apply", type="submit"), a("reset", run_url(e.key) + "#tasks")]
-    return Html(f'<form class="filters" method="get" action="{text(run_url(e.key))}#tasks">{join(fields)}</form>')
+    return Html('<form class="filters" method="get" '
+                f'action="{text(run_url(e.key))}#tasks">{join(fields)}</form>')
 
 
 def _task_rows(e: RunEntry, rows: list[dict], f: tables.TaskFilter, many_phases: bool) -> Html:
@@ -111,7 +117,8 @@ def _pager(e: RunEntry, f: tables.TaskFilter, page_no: int, total: int) -> Html:
     pages = max(1, -(-total // tables.PAGE_ROWS))
     if pages == 1:
         return Html("")
-    query = {"phase": f.phase, "family": f.family, "verdict": f.verdict, "agent": f.agent, "outcome": f.outcome}
+    query = {"phase": f.phase, "family": f.family, "verdict": f.verdict, "agent": f.agent,
+             "outcome": f.outcome}
     links = [a(str(p), run_url(e.key, **query, page=p) + "#tasks") if p != page_no else tag("b", str(p))
              for p in range(1, pages + 1)]
     return tag("p", "page ", join(links, " "))
@@ -125,12 +132,23 @@ def _tasks_section(e: RunEntry, f: tables.TaskFilter, agent_rows: list[tables.Ag
     phases = tables.distinct(tasks, "phase")
     shown = (f"{chosen.num_rows} of {tasks.num_rows} tasks" if f.agent is None
              else f"{chosen.num_rows} of {tasks.num_rows} tasks, each row with a final attempt of {f.agent}")
-    return [tag("h2", "Tasks", id="tasks"),
-            _filter_form(e, f, phases, tables.distinct(tasks, "family"), [r.agent for r in agent_rows]),
-            tag("p", shown + (f", rows {(page_no - 1) * tables.PAGE_ROWS + 1}–{(page_no - 1) * tables.PAGE_ROWS + len(rows)}"
-                              if len(rows) < chosen.num_rows else ""), class_="sub"),
-            _pager(e, f, page_no, chosen.num_rows),
-            _task_rows(e, rows, f, len(phases) > 1) if rows else tag("p", "No task matches.", class_="muted")]
+    return [
+        tag("h2", "Tasks", id="tasks"),
+        _filter_form(e, f, phases, tables.distinct(tasks, "family"), [r.agent for r in agent_rows]),
+        tag(
+            "p",
+            shown
+            + (
+                f", rows {(page_no - 1) * tables.PAGE_ROWS + 1}–"
+                f"{(page_no - 1) * tables.PAGE_ROWS + len(rows)}"
+                if len(rows) < chosen.num_rows
+                else ""
+            ),
+            class_="sub",
+        ),
+        _pager(e, f, page_no, chosen.num_rows),
+        _task_rows(e, rows, f, len(phases) > 1) if rows else tag("p", "No task matches.", class_="muted"),
+    ]
 
 
 def _ledgers(e: RunEntry) -> list[object]:
@@ -139,9 +157,11 @@ def _ledgers(e: RunEntry) -> list[object]:
     out: list[object] = [tag("h2", "Exclusion ledger", id="ledger")]
     if excl.num_rows:
         out += [tag("p", f"{excl.num_rows}/{n} tasks excluded, one reason each"
-                         + (f" (the first {LEDGER_ROWS} shown)" if excl.num_rows > LEDGER_ROWS else "") + ".", class_="sub"),
+                         + (f" (the first {LEDGER_ROWS} shown)" if excl.num_rows > LEDGER_ROWS else "") + ".",
+                    class_="sub"),
                 table(["task", "phase", "reason", "detail"],
-                      [[a(r["task_id"], task_url(e.key, r["phase"], r["task_id"])), r["phase"], r["reason"], r["detail"]]
+                      [[a(r["task_id"], task_url(e.key, r["phase"], r["task_id"])), r["phase"], r["reason"],
+                        r["detail"]]
                        for r in excl.slice(0, LEDGER_ROWS).to_pylist()])]
     else:
         out.append(tag("p", "No task was excluded.", class_="muted"))
@@ -150,10 +170,12 @@ def _ledgers(e: RunEntry) -> list[object]:
     out.append(tag("h2", "Incomplete tasks", id="incomplete"))
     if inc.num_rows:
         note = e.summary.facts.note
-        out += [tag("p", f"{inc.num_rows}/{n} tasks lack evidence" + (f": {note}" if note else "") + ".", class_="sub"),
+        out += [tag("p", f"{inc.num_rows}/{n} tasks lack evidence" + (f": {note}" if note else "") + ".",
+                    class_="sub"),
                 table(["task", "phase", "missing", "detail"],
-                      [[a(r["task_id"], task_url(e.key, r["phase"], r["task_id"])), r["phase"], ", ".join(r["missing"]),
-                        r["detail"]] for r in inc.slice(0, LEDGER_ROWS).to_pylist()])]
+                      [[a(r["task_id"], task_url(e.key, r["phase"], r["task_id"])), r["phase"],
+                        ", ".join(r["missing"]), r["detail"]]
+                       for r in inc.slice(0, LEDGER_ROWS).to_pylist()])]
     else:
         out.append(tag("p", "None: every task has a final verdict.", class_="muted"))
     return out
@@ -182,7 +204,8 @@ def _agents(e: RunEntry, rows: list[tables.AgentRow]) -> list[object]:
 def _evaluations(e: RunEntry, evals: Sequence[EvalEntry]) -> list[Html]:
     """The model evaluations of this run's set: its frozen child (a pool's) or its own contract."""
     mine = {c.sha256 for c in (e.frozen, e.contract) if c is not None}
-    return [join(["evaluated: ", a(x.key, url(["eval", x.key])), f" — {x.summary.model}, {headline(x.summary)}"])
+    return [join(["evaluated: ", a(x.key, url(["eval", x.key])),
+                  f" — {x.summary.model}, {headline(x.summary)}"])
             for x in evals if x.summary is not None and x.contract is not None
             and x.contract.parent.manifest_sha256 in mine]
 
@@ -192,7 +215,8 @@ def _related(e: RunEntry, runs: Mapping[str, RunEntry], evals: Sequence[EvalEntr
     if e.parent_key is not None and e.parent_key in runs:
         items.append(join(["a smoke rerun of the pool ", run_link(runs[e.parent_key])]))
     items += [join([badge(o.verdict.verdict), " ", run_link(o),
-                    f" — {o.summary.kind}, {label}, started {when(o.summary.started_at)}"]) for o, label in related(e, runs)]
+                    f" — {o.summary.kind}, {label}, started {when(o.summary.started_at)}"])
+              for o, label in related(e, runs)]
     items += _evaluations(e, evals)
     out: list[object] = [tag("h2", "Related runs", id="related"),
                          _list(items) if items else tag("p", "No other run shares a contract with this one.",
@@ -218,9 +242,15 @@ def _list(items: list[Html]) -> Html:
 def _files(e: RunEntry) -> list[object]:
     out: list[object] = [tag("h2", "Reports and files", id="reports")]
     if e.reports:
-        out.append(table(["report (UTC)", "files"], [[name, join([a(f, file_url(e.key, REPORTS, name, f))
-                                                                  for f in files], " · ")]
-                                                     for name, files in sorted(e.reports.items(), reverse=True)]))
+        out.append(
+            table(
+                ["report (UTC)", "files"],
+                [
+                    [name, join([a(f, file_url(e.key, REPORTS, name, f)) for f in files], " · ")]
+                    for name, files in sorted(e.reports.items(), reverse=True)
+                ],
+            )
+        )
     else:
         out.append(tag("p", "No report yet: `validate report RUN_DIR` writes one.", class_="muted"))
     names = [SUMMARY, MANIFEST, FROZEN_MANIFEST, PATCH, CHECKSUMS, SIGNATURE,
@@ -238,12 +268,14 @@ def _contract(e: RunEntry) -> list[object]:
              ("contract", f"{e.contract.name} {e.contract.sha256}" if e.contract else s.manifest_sha256),
              ("its parent", e.contract.parent_sha256 if e.contract else None),
              ("frozen child", f"{e.frozen.name} {e.frozen.sha256}" if e.frozen else s.frozen_manifest_sha256),
-             *((f"variant {k}", f"{c.name} {c.sha256}; {c.tasks} tasks") for k, c in sorted(e.variants.items())),
+             *((f"variant {k}", f"{c.name} {c.sha256}; {c.tasks} tasks")
+               for k, c in sorted(e.variants.items())),
              ("agents", ", ".join(s.agents)), ("backend", f"{s.backend} ({s.backend_version})"),
              ("image", f"{s.image} {s.image_digest}"),
              ("machine", (f"{mach.os or mach.system}, Linux {mach.kernel}, {mach.architecture}, "
                           f"{mach.cpus} cores, {mach.memory_gib} GiB, Python {mach.python}")),
-             ("code", s.code_commit + (f"; patch {s.patch.sha256} on {s.patch.base_commit}" if s.patch else "")),
+             ("code", s.code_commit + (f"; patch {s.patch.sha256} on {s.patch.base_commit}" if s.patch
+                                       else "")),
              ("required criteria", ", ".join(s.required))]
     return [tag("h2", "Contract and execution", id="contract"), kv(pairs)]
 
@@ -252,7 +284,7 @@ def run_page(e: RunEntry, runs: Mapping[str, RunEntry], f: tables.TaskFilter,
              evals: Sequence[EvalEntry] = ()) -> bytes:
     agent_rows = tables.agent_rows(tables.final_attempts(e.root, e.summary))
     side = [tag("div", *_criteria(e)), tag("div", *_related(e, runs, evals))]
-    body = [*_head(e), tag("div", *side, class_="grid"), *_tasks_section(e, f, agent_rows), *_ledgers(e), *_agents(e, agent_rows),
-            *_files(e), *_contract(e)]
+    body = [*_head(e), tag("div", *side, class_="grid"), *_tasks_section(e, f, agent_rows), *_ledgers(e),
+            *_agents(e, agent_rows), *_files(e), *_contract(e)]
     crumbs = [(e.parent_key, run_url(e.parent_key))] if e.parent_key else []
     return page(f"{e.key} — validate view", body, crumbs=[*crumbs, (e.key, run_url(e.key))])

@@ -51,10 +51,10 @@ from validate.core.paths import (
     REPORT_JSON,
     REPORT_MD,
     REPORTS,
+    SAMPLES,
     SIGNATURE,
     SMOKE,
     SMOKE_RESULT,
-    SAMPLES,
     SUMMARY,
     TASKS,
     TRAJECTORIES,
@@ -78,7 +78,8 @@ def _one_of(*names: str) -> str:
 
 
 FILES: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), t) for p, t in (
-    (_one_of(SUMMARY, MANIFEST, FROZEN_MANIFEST, EVAL_SUMMARY, EVAL_CONTRACT, COMPARE_JSON), "application/json"),
+    (_one_of(SUMMARY, MANIFEST, FROZEN_MANIFEST, EVAL_SUMMARY, EVAL_CONTRACT, COMPARE_JSON),
+     "application/json"),
     (_one_of(SAMPLES, TRAJECTORIES, EVAL_TASKS), "application/vnd.apache.parquet"),
     (re.escape(COMPARE_HTML), "text/html; charset=utf-8"),
     (re.escape(COMPARE_MD), "text/markdown; charset=utf-8"),
@@ -135,7 +136,8 @@ class Viewer:
         listing = self.catalog.scan()
         entry = listing.evals.get(key)
         if entry is None:
-            raise HTTPError(404, "Not Found", f"no evaluation {key!r} under the directories this viewer shows")
+            raise HTTPError(404, "Not Found",
+                            f"no evaluation {key!r} under the directories this viewer shows")
         if entry.summary is None:
             raise HTTPError(404, "Not Found", f"evaluation {key!r} cannot be shown: {entry.error}")
         return entry, listing
@@ -144,8 +146,9 @@ class Viewer:
         listing = self.catalog.scan()
         entry = listing.compares.get(key)
         if entry is None or entry.comparison is None:
-            raise HTTPError(404, "Not Found", f"no readable comparison {key!r} under the directories this viewer "
-                                              f"shows" + (f": {entry.error}" if entry is not None else ""))
+            raise HTTPError(404, "Not Found", f"no readable comparison {key!r} under the directories this "
+                                              "viewer shows"
+                            + (f": {entry.error}" if entry is not None else ""))
         return entry, listing
 
     def _eval_pages(self, seg: list[str], q: dict[str, str]) -> tuple[int, str, bytes]:
@@ -161,7 +164,8 @@ class Viewer:
             numbers = [q.get(n, "") for n in ("sample", "attempt")]
             one = None
             if all(n.isdigit() for n in numbers):
-                key = (q.get("phase", ""), q.get("id", ""), q.get("agent", ""), int(numbers[0]), int(numbers[1]))
+                key = (q.get("phase", ""), q.get("id", ""), q.get("agent", ""), int(numbers[0]),
+                       int(numbers[1]))
                 one = evaldata.one_attempt(entry.root, key)
             if one is None:
                 raise HTTPError(404, "Not Found", f"evaluation {entry.key} has no such attempt")
@@ -242,8 +246,10 @@ def _handler(viewer: Viewer, log: Callable[[str], None] | None):
                 self.end_headers()
                 return
             except HTTPError as e:
-                status, kind, body = e.status, "text/html; charset=utf-8", message_page(e.status, e.title, e.detail)
-            except (OSError, ValueError, NotInside) as e:  # unreadable or missing evidence (pyarrow raises the first two)
+                status, kind, body = e.status, "text/html; charset=utf-8", message_page(e.status, e.title,
+                                                                                        e.detail)
+            # unreadable or missing evidence (pyarrow raises the first two)
+            except (OSError, ValueError, NotInside) as e:
                 status, kind = 500, "text/html; charset=utf-8"
                 body = message_page(500, "Unreadable evidence", f"{type(e).__name__}: {e}")
             except Exception as e:  # noqa: BLE001 - a bug answers 500 and is logged; the server goes on
@@ -289,7 +295,8 @@ def make_server(dirs: Sequence[Path], port: int = 0, log: Callable[[str], None] 
 
 
 @contextmanager
-def serve(dirs: Sequence[Path], port: int = 0, log: Callable[[str], None] | None = None) -> Iterator[ViewServer]:
+def serve(dirs: Sequence[Path], port: int = 0,
+          log: Callable[[str], None] | None = None) -> Iterator[ViewServer]:
     """Serve in a background thread for the duration of the block."""
     server = make_server(dirs, port, log)
     thread = threading.Thread(target=server.serve_forever, name="validate-view", daemon=True)

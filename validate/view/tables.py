@@ -24,8 +24,8 @@ from validate.core.records import ROLES
 from validate.evidence.summary import RunSummary
 from validate.view.catalog import open_inside, resolve_inside
 
-TASK_COLUMNS = ("phase", "task_id", "idx", "family", "verdict", "reason", "detail", "missing", "oracle_reward",
-                "max_control_reward", "max_control_agent", "margin", "retried", "n_attempts")
+TASK_COLUMNS = ("phase", "task_id", "idx", "family", "verdict", "reason", "detail", "missing",
+                "oracle_reward", "max_control_reward", "max_control_agent", "margin", "retried", "n_attempts")
 ATTEMPT_COLUMNS = ("phase", "task_id", "agent", "role", "sample", "attempt", "superseded", "status", "reward",
                    "as_expected")
 #: Rows of the task table per page.
@@ -90,7 +90,9 @@ def _eq(table: pa.Table, column: str, value: str | None) -> pa.Table:
 def _join(tasks: pa.Table, right: pa.Table) -> pa.Table:
     """Task rows × `right`'s rows with the same (verdict phase, task id), `right`'s other columns
     appended. Arrow joins no list column (``missing``), so the join is on the keys and a row number."""
-    keys = tasks.select(["phase", "task_id"]).append_column("_row", pa.array(range(tasks.num_rows), pa.int64()))
+    keys = tasks.select(["phase", "task_id"]).append_column(
+        "_row", pa.array(range(tasks.num_rows), pa.int64())
+    )
     joined = keys.join(right, keys=["phase", "task_id"], right_keys=["vphase", "task_id"], join_type="inner")
     out = tasks.take(joined.column("_row"))
     for name in right.column_names:
@@ -105,7 +107,8 @@ def filter_tasks(tasks: pa.Table, final: pa.Table, f: TaskFilter) -> pa.Table:
     t = _eq(_eq(_eq(tasks, "phase", f.phase), "family", f.family), "verdict", f.verdict)
     if f.agent is not None:
         mine = final.filter(pc.equal(final.column("agent"), f.agent))
-        right = mine.select(["vphase", "task_id", "sample", "status", "reward", "as_expected"]).rename_columns(
+        right = mine.select(["vphase", "task_id", "sample", "status", "reward",
+                             "as_expected"]).rename_columns(
             ["vphase", "task_id", "a_sample", "a_status", "a_reward", "a_expected"])
         t = _join(t, right)
         if f.outcome is not None:
@@ -145,8 +148,9 @@ def agent_rows(final: pa.Table) -> list[AgentRow]:
     for r in sorted(final.group_by(["agent", "status"]).aggregate([("agent", "count")]).to_pylist(),
                     key=lambda r: (r["agent"], r["status"])):
         statuses.setdefault(r["agent"], []).append((r["status"], r["agent_count"]))
-    rows = [AgentRow(agent=r["agent"], role=r["role"], final=r["agent_count"], as_expected=r["as_expected_sum"] or 0,
-                     statuses=statuses.get(r["agent"], []), reward_mean=r["reward_mean"]) for r in by]
+    rows = [AgentRow(agent=r["agent"], role=r["role"], final=r["agent_count"],
+                     as_expected=r["as_expected_sum"] or 0, statuses=statuses.get(r["agent"], []),
+                     reward_mean=r["reward_mean"]) for r in by]
     return sorted(rows, key=lambda r: (ROLE_RANK.get(r.role, 9), r.agent, r.role))
 
 
@@ -165,7 +169,8 @@ def task_attempts(root: Path, phases: Sequence[str], task_id: str) -> list[dict]
     """Every attempt (superseded included) of `task_id` in these attempt phases, whole rows,
     read from only the row groups that hold them; ordered by role, agent, sample, try."""
     keys = read(root, ATTEMPTS, ("phase", "task_id"))
-    hit = pc.and_(pc.equal(keys.column("task_id"), task_id), pc.is_in(keys.column("phase"), pa.array(phases, pa.string())))
+    hit = pc.and_(pc.equal(keys.column("task_id"), task_id),
+                  pc.is_in(keys.column("phase"), pa.array(phases, pa.string())))
     rows = pc.indices_nonzero(hit).to_pylist()
     if not rows:
         return []
@@ -180,4 +185,5 @@ def task_attempts(root: Path, phases: Sequence[str], task_id: str) -> list[dict]
     table = table.filter(pc.and_(pc.equal(table.column("task_id"), task_id),
                                  pc.is_in(table.column("phase"), pa.array(phases, pa.string()))))
     out = table.to_pylist()
-    return sorted(out, key=lambda a: (ROLE_RANK.get(a["role"], 9), a["agent"], a["phase"], a["sample"], a["attempt"]))
+    return sorted(out, key=lambda a: (ROLE_RANK.get(a["role"], 9), a["agent"], a["phase"], a["sample"],
+                                      a["attempt"]))

@@ -52,17 +52,22 @@ class WorkerRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_id: str = Field(description="the run's id")
-    sandbox_label: str = Field(description="the run's sandbox and attempt-storage label (`RunPaths.sandbox_label`)")
-    manifest: str = Field(description="the play's contract, its canonical JSON (re-verified where it is rebuilt)")
-    execution: dict[str, Any] = Field(description="that contract's execution profile as it dumps (its image, digest "
-                                                  "and backend: what the driver offers the nodes, read without "
-                                                  "parsing the whole contract again)")
-    data: list[str] = Field(default_factory=list, description="where the environment's data is looked for (--data)")
+    sandbox_label: str = Field(description="the run's sandbox and attempt-storage label "
+                                           "(`RunPaths.sandbox_label`)")
+    manifest: str = Field(description="the play's contract, its canonical JSON (re-verified "
+                                      "where it is rebuilt)")
+    execution: dict[str, Any] = Field(description="that contract's execution profile as it dumps (its image, "
+                                                  "digest and backend: what the driver offers the nodes, "
+                                                  "read without parsing the whole contract again)")
+    data: list[str] = Field(default_factory=list,
+                            description="where the environment's data is looked for (--data)")
     phase: str = Field(description="the play's phase")
     kind: str = Field(description="the attempt kind's registry name")
     agents: list[str] = Field(description="the play's agents, by their names in the contract")
     samples: int = Field(ge=1, description="independent samples per (task, agent)")
-    backoff_s: tuple[float, float] = Field(description="the infrastructure retries' backoff (multiplier, max)")
+    backoff_s: tuple[float, float] = Field(
+        description="the infrastructure retries' backoff (multiplier, max)"
+    )
     code: str = Field(description="the driver's code label (commit, -dirty when patched)")
 
 
@@ -133,5 +138,5 @@ def make_executor(name: str = DEFAULT_EXECUTOR, concurrency: int = 1) -> Executo
     return EXECUTORS.load(name)(concurrency=concurrency)
 
 
-__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "AttemptSpec", "Executor", "ExecutorUnavailable", "Worker", "WorkerRecipe",
-           "executor_names", "make_executor"]
+__all__ = ["DEFAULT_EXECUTOR", "EXECUTORS", "AttemptSpec", "Executor", "ExecutorUnavailable", "Worker",
+           "WorkerRecipe", "executor_names", "make_executor"]

@@ -6,8 +6,8 @@ ones (below).
 Why actors: on a machine whose CPUs the sandboxes need, Ray's own work per task is the cost.
 Measured on 2 cores (`bench/executor_bench.py`'s floor, empty tasks, the machine's CPU per task):
 a call to an actor 1.2–1.6 ms, a plain task 2.7–3.9 ms, and the streaming task this executor
-used before (to learn where a task runs before its results) 3.7–5.7 ms. A slot knows its node when it starts, so
-a call needs no first item to say where it runs.
+used before (to learn where a task runs before its results) 3.7–5.7 ms. A slot knows its node when it starts,
+so a call needs no first item to say where it runs.
 
 Why a few to a call: with the machine busy, Ray's work per call is dearer than its floor: at
 one attempt per call (1,000-task deshuffle pool, 4 slots, 2 cores) the slots' Ray threads and
@@ -128,8 +128,8 @@ def _ray() -> Any:
 def _lost_errors(ray) -> tuple[type[BaseException], ...]:
     """Ray's signals that the machine, not the attempt, failed."""
     ex = ray.exceptions
-    return (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.RaySystemError, ex.OutOfMemoryError,
-            ex.LocalRayletDiedError)
+    return (ex.WorkerCrashedError, ex.NodeDiedError, ex.ObjectLostError, ex.RaySystemError,
+            ex.OutOfMemoryError, ex.LocalRayletDiedError)
 
 
 _workers: collections.OrderedDict[str, Any] = collections.OrderedDict()
@@ -164,7 +164,8 @@ def _sweep_dead_workers(sandbox_label: str, backend: str, image: str) -> list[st
     swept = []
     for name in dead:
         try:
-            fd = os.open(storage.DEFAULT_PARENT / name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(storage.DEFAULT_PARENT / name,
+                         os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             continue  # swept meanwhile
         try:
@@ -203,11 +204,12 @@ def _node_worker(recipe_ref, source_ref) -> Any:
                 # label left, which must never be another live Ray worker's attempts (several run
                 # on one node, and a test's nodes share one machine). The run's label leads it, and a
                 # dot, not a dash, follows it: the driver's own sweep (of "<label>-*") passes it by.
-                _workers[key] = worker_from_recipe(recipe, scratch, label=f"{recipe.sandbox_label}.w{os.getpid()}")
+                _workers[key] = worker_from_recipe(recipe, scratch,
+                                                   label=f"{recipe.sandbox_label}.w{os.getpid()}")
             except ValidateError as e:
                 where = _where(ray)
-                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
-                                  f"{e}") from None
+                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this "
+                                  f"contract: {e}") from None
             ex = _workers[key].ctx.manifest.execution
             _sweep_dead_workers(recipe.sandbox_label, ex.backend, ex.image)
             # A task image this node lacks comes from the driver's daemon, by id (`TaskImageFetch`).
@@ -249,8 +251,8 @@ class _SlotActor:
                 worker.task(spec.idx)  # the task regenerated here and checked against the contract, once
             except ValidateError as e:
                 where = _where(_ray())
-                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this contract: "
-                                  f"{e}") from None
+                raise NodeRefused(f"Ray node {where['node']} (host {where['host']}) cannot play this "
+                                  f"contract: {e}") from None
             played.append(worker(spec))
         return played
 
@@ -289,7 +291,8 @@ class _Slot:
 
 @dataclass
 class _Flight:
-    specs: list[tuple[AttemptSpec, int]]  # each with its key's first try in this run (lost tries count from it)
+    # each with its key's first try in this run (lost tries count from it)
+    specs: list[tuple[AttemptSpec, int]]
     slot: _Slot
     started: float  # time.monotonic() when it was handed out
 
@@ -320,7 +323,8 @@ class RayExecutor(Executor[R]):
         self.excluded: set[str] = set()
         #: Seconds of attempts a call carries (`CALL_S`), at most `MAX_CALL`.
         self.call_s = CALL_S
-        self._attempt_s: float | None = None  # an attempt's seconds on a slot, as timed so far (a moving mean)
+        # an attempt's seconds on a slot, as timed so far (a moving mean)
+        self._attempt_s: float | None = None
         #: How many calls carried how many attempts (size -> calls), over this executor's runs.
         self.calls: collections.Counter[int] = collections.Counter()
 
@@ -335,7 +339,8 @@ class RayExecutor(Executor[R]):
         self._stop, self._worker, self._running = threading.Event(), worker, {}
         self._attempt_s = None  # each play times its own attempts (an oracle's are not a control's)
         refs = [self.ray.put(recipe), self.ray.put(driver_source(self.ray, recipe.execution))]
-        del recipe  # the contract's text (2.2 MB at 10,000 tasks) is the object store's now, not held here too
+        # the contract's text (2.2 MB at 10,000 tasks) is the object store's now, not held here too
+        del recipe
         try:
             self._run(specs, worker, record, refs)
         finally:
@@ -347,7 +352,8 @@ class RayExecutor(Executor[R]):
         kept out), each handed the next specification as it is idle; a slot lost with its worker
         or node is replaced (Ray places the new one where it can)."""
         ray, queue, again = self.ray, iter(specs), collections.deque()
-        actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0, max_concurrency=2)(_SlotActor)
+        actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0,
+                                 max_concurrency=2)(_SlotActor)
         starting: dict[Any, _Slot] = {}
         idle: list[_Slot] = []
         every: list[_Slot] = []
@@ -402,7 +408,8 @@ class RayExecutor(Executor[R]):
                     if self._stop.is_set() or (head is None and (head := take()) is None):
                         break  # everything played, or cancelled and every call in flight ended
                     if not starting:
-                        raise ExecutorUnavailable("--executor ray: no slot of the Ray cluster is left to play on")
+                        raise ExecutorUnavailable("--executor ray: no slot of the Ray cluster "
+                                                  "is left to play on")
                 ready, _ = ray.wait([*self._running, *starting], num_returns=1, timeout=0.5)
                 returned: list[list[R]] = []
                 for ref in ready:
@@ -414,8 +421,8 @@ class RayExecutor(Executor[R]):
                             slot.gone = True
                             failed_starts += 1
                             if failed_starts > 10 * self.concurrency:
-                                raise ExecutorUnavailable(f"--executor ray: Ray could not start a slot on the "
-                                                          f"cluster {failed_starts} times; the last: "
+                                raise ExecutorUnavailable("--executor ray: Ray could not start a slot on "
+                                                          f"the cluster {failed_starts} times; the last: "
                                                           f"{type(e).__name__}") from None
                             start()
                             continue
@@ -473,10 +480,12 @@ class RayExecutor(Executor[R]):
         except (ray.exceptions.RayActorError, *_lost_errors(ray)) as e:
             if self._stop.is_set():
                 return None, False  # killed by our own cancel: not evidence
-            among = (f" (one of the {len(flight.specs)} attempts of one call; Ray does not say which had started)"
+            among = (f" (one of the {len(flight.specs)} attempts of one call; Ray does not say "
+                     "which had started)"
                      if len(flight.specs) > 1 else "")
-            lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) lost the "
-                               f"attempt{among}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            lost = RayNodeLost(f"Ray node {flight.node or 'unknown'} (host {flight.host or 'unknown'}) lost "
+                               f"the attempt{among}: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}")
             return self._lost(worker, flight, lost, again), False
         except ray.exceptions.RayTaskError as e:
             if isinstance(e.cause, NodeImageUnavailable) and not self._stop.is_set():
@@ -502,7 +511,8 @@ class RayExecutor(Executor[R]):
             results, retry = worker.lost(spec, first, type(error).__name__, str(error))
             if retry is not None:
                 again.append((retry, first))
-            lost.append(worker.placed(results, flight.node, flight.host))  # a slot plays only once it said where
+            # a slot plays only once it said where
+            lost.append(worker.placed(results, flight.node, flight.host))
         return lost
 
     def _exclude(self, node: str | None, why: str) -> None:
@@ -513,16 +523,19 @@ class RayExecutor(Executor[R]):
         left = [n["NodeID"] for n in self.ray.nodes()
                 if n.get("Alive") and n.get("Resources", {}).get("CPU") and n["NodeID"] not in self.excluded]
         if not left:
-            raise NodeRefused(f"no node of the Ray cluster is left that has the contract's image; the last: {why}")
+            raise NodeRefused("no node of the Ray cluster is left that has the contract's "
+                              f"image; the last: {why}")
 
     def _host(self, node: str) -> str:
         """The host of `node` as the cluster's own node table records it (the task only says
         which node Ray's runtime context put it on; a node the table does not hold is refused)."""
         if node not in self._table:
-            self._table = {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "unknown"
+            self._table = {n["NodeID"]: n.get("NodeManagerHostname") or n.get("NodeManagerAddress")
+                           or "unknown"
                            for n in self.ray.nodes()}
         if node not in self._table:
-            raise NodeRefused(f"a Ray task says it runs on node {node}, which the cluster's node table does not hold")
+            raise NodeRefused(f"a Ray task says it runs on node {node}, which the cluster's node "
+                              "table does not hold")
         return self._table[node]
 
     def cancel(self) -> None:

@@ -39,12 +39,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from validate.core.errors import ClusterError, ValidateError
-from validate.core.errors import SandboxError
-from validate.sandbox.image import read_record
-from validate.sandbox.imagefile import file_name, import_file
+from validate.core.errors import ClusterError, SandboxError, ValidateError
 from validate.core.paths import ImagePaths, task_image_store
 from validate.sandbox import open_sandbox
+from validate.sandbox.image import read_record
+from validate.sandbox.imagefile import file_name, import_file
 from validate.taskdir.images.docker import DockerImages
 
 #: Bytes per chunk of a tarball fetched from the driver's node.
@@ -68,10 +67,12 @@ class ImageSource(BaseModel):
     image: str = Field(description="the contract's execution.image")
     digest: str = Field(description="the contract's execution.image_digest")
     backend: str = Field(description="the contract's backend")
-    node: str | None = Field(description="the driver's Ray node id; None: the driver's store holds no such image")
+    node: str | None = Field(description="the driver's Ray node id; None: the driver's store "
+                                         "holds no such image")
     path: str | None = Field(default=None, description="the tarball on the driver's node")
     size: int = Field(default=0, ge=0, description="its size in bytes")
-    driver: str | None = Field(default=None, description="the driver's Ray node id (where task images are saved)")
+    driver: str | None = Field(default=None,
+                               description="the driver's Ray node id (where task images are saved)")
 
 
 def driver_source(ray: Any, execution: dict) -> ImageSource:
@@ -152,8 +153,8 @@ class TaskImageFetch:
 
     def __call__(self, image_id: str) -> None:
         if self.driver is None:
-            raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and no driver node to fetch "
-                                       f"it from")
+            raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and no driver node to "
+                                       "fetch it from")
         images = DockerImages()
         key = hashlib.sha256(f"{os.environ.get('DOCKER_HOST', '')} {image_id}".encode()).hexdigest()[:16]
         with _lock(f"task-image-fetch-{key}"):  # the node's other workers wait for one fetch
@@ -168,11 +169,13 @@ class TaskImageFetch:
                     _fetch_file(self.ray, self.driver, path, size, staged)
                     images.load(staged)
             except Exception as e:  # noqa: BLE001 - a save, a transfer or a load that failed: the node's fault
-                raise TaskImageUnavailable(f"{self.where}: no task image {image_id} here, and fetching it from "
-                                           f"the driver failed: {type(e).__name__}: {str(e)[:500]}") from None
+                raise TaskImageUnavailable(
+                    f"{self.where}: no task image {image_id} here, and fetching it "
+                    f"from the driver failed: {type(e).__name__}: {str(e)[:500]}"
+                ) from None
             if images.image_labels(image_id) is None:
-                raise TaskImageUnavailable(f"{self.where}: the task image fetched from the driver does not load "
-                                           f"as {image_id}")
+                raise TaskImageUnavailable(f"{self.where}: the task image fetched from the driver does not "
+                                           f"load as {image_id}")
 
 
 def ensure_image(ray: Any, source: ImageSource, where: str) -> bool:
@@ -186,22 +189,26 @@ def ensure_image(ray: Any, source: ImageSource, where: str) -> bool:
         paths.base.mkdir(parents=True, exist_ok=True)
         lock = open(Path(tempfile.gettempdir()) / f"validate-image-fetch-{key}.lock", "a+b")
     except OSError as e:
-        raise NodeImageUnavailable(f"{where}: its image store {paths.base} is unusable ({e.strerror or e})") from None
+        raise NodeImageUnavailable(
+            f"{where}: its image store {paths.base} is unusable ({e.strerror or e})"
+        ) from None
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the node's other Ray workers wait for one fetch
         have, why = _digest_here(source)
         if have == source.digest:
             return False
-        said = f"it has {have}" if have else f"it has none ({why.splitlines()[0][:300] if why else 'unknown'})"
+        said = (
+            f"it has {have}" if have else f"it has none ({why.splitlines()[0][:300] if why else 'unknown'})"
+        )
         if source.node is None:
-            raise NodeImageUnavailable(f"{where}: not the contract's image {source.image} at {source.digest}: "
-                                       f"{said}; the driver's store has none to send")
+            raise NodeImageUnavailable(f"{where}: not the contract's image {source.image} at "
+                                       f"{source.digest}: {said}; the driver's store has none to send")
         try:
             with tempfile.TemporaryDirectory(prefix=".ray-fetch-", dir=paths.base) as tmp:
                 staged = Path(tmp) / file_name(source.digest)
                 _fetch(ray, source, staged)
-                import_file(staged, source.image, digest=source.digest, backends=[source.backend], replace=True,
-                            log=lambda _: None)
+                import_file(staged, source.image, digest=source.digest, backends=[source.backend],
+                            replace=True, log=lambda _: None)
         except Exception as e:  # noqa: BLE001 - a transfer, a check or an install that failed: the node's fault
             raise NodeImageUnavailable(f"{where}: not the contract's image {source.image} at {source.digest} "
                                        f"({said}), and fetching it from the driver failed: "

@@ -33,7 +33,8 @@ class ThreadsExecutor(Executor[R]):
         finally:
             self._worker = None
 
-    def _run(self, specs: Iterable[AttemptSpec], worker: Worker[R], record: Callable[[list[R]], None]) -> None:
+    def _run(self, specs: Iterable[AttemptSpec], worker: Worker[R],
+             record: Callable[[list[R]], None]) -> None:
         queue = iter(specs)
         running: dict[Future, AttemptSpec] = {}
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="attempt") as pool:

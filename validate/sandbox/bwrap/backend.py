@@ -66,13 +66,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from validate.core.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.image import rootfs_facts, unpack_rootfs
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox import seccomp
-from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, Isolation, RunRequest, Sandbox, shield, supervise
+from validate.sandbox.base import (
+    BackendFacts,
+    Capabilities,
+    ExecResult,
+    Isolation,
+    RunRequest,
+    Sandbox,
+    shield,
+    supervise,
+)
 from validate.sandbox.bwrap import server
 from validate.sandbox.bwrap.launch import Launch, bwrap_argv
 from validate.sandbox.cgroups import Cgroups, open_cgroups
+from validate.sandbox.image import rootfs_facts, unpack_rootfs
 from validate.sandbox.session import SandboxEnded
 
 #: Seconds bwrap may take to report the sandbox's exit once its command server has gone.
@@ -81,14 +90,17 @@ EXIT_GRACE_S = 5.0
 #: sandbox's uid (root is dropped before it starts), and no process in the sandbox is uid 0.
 ISOLATION = Isolation(
     runtime="bwrap", rootless=True,
-    root_maps_to="nothing: every process runs as uid 65534 (a task directory's image, unpacked, belongs to it)",
+    root_maps_to="nothing: every process runs as uid 65534 (a task directory's image, "
+                 "unpacked, belongs to it)",
     limit_enforcement={
         "memory_mb": "the harness's cgroup per sandbox; no swap", "pids": "the harness's cgroup per sandbox",
         "cpus": "the harness's cgroup per sandbox (cpu quota)",
         "timeout_s": "the harness kills the sandbox's PID 1; coreutils timeout as PID 1 kills it later",
-        "storage_mb": "a size-capped tmpfs per attempt (a task directory's trial: its overlay's writable layer)",
+        "storage_mb": "a size-capped tmpfs per attempt (a task directory's trial: its "
+                      "overlay's writable layer)",
         "storage_inodes": "an inode-capped tmpfs per attempt (a task directory's trial: likewise)",
-        "tmpfs_mb": "a tmpfs of that size at /tmp (a task directory's trial: the image's /tmp, counted in storage_mb)",
+        "tmpfs_mb": "a tmpfs of that size at /tmp (a task directory's trial: the image's /tmp, "
+                    "counted in storage_mb)",
         "max_file_mb": "RLIMIT_FSIZE (ulimit -f) before root is dropped",
         "max_log_bytes": "the harness keeps the head of each stream"})
 
@@ -112,9 +124,11 @@ class BwrapSandbox(Sandbox):
     isolates_network = True
     #: a task's image built by docker, unpacked and played under overlays; one tree, so no
     #: separate verifier environment
-    capabilities = Capabilities(trials="overlay", images="docker", shared_verifier=True, trusted_verifier=True)
+    capabilities = Capabilities(trials="overlay", images="docker", shared_verifier=True,
+                                trusted_verifier=True)
 
-    def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc", image_dir: Path | None = None) -> None:
+    def __init__(self, image: str = DEFAULT_IMAGE, run_label: str = "adhoc",
+                 image_dir: Path | None = None) -> None:
         self.image = image
         self.paths = ImagePaths(image) if image_dir is None else ImagePaths(image, image_dir)
         self.run_label = run_label
@@ -141,9 +155,11 @@ class BwrapSandbox(Sandbox):
     def facts(self) -> BackendFacts:
         for tool in ("bwrap", "setpriv"):
             if shutil.which(tool) is None:
-                raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install bubblewrap util-linux)")
+                raise ProfileUnavailable(f"backend bwrap: `{tool}` is not installed (apt-get install "
+                                         "bubblewrap util-linux)")
         if os.geteuid() != 0:
-            raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and drop to uid 65534")
+            raise ProfileUnavailable("backend bwrap: the harness must run as root to create cgroups and "
+                                     "drop to uid 65534")
         self.hierarchy.check()
         image = rootfs_facts(self.paths)  # refuses a tree that is not what rootfs.tar holds
         version = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip()
@@ -160,7 +176,8 @@ class BwrapSandbox(Sandbox):
         finally:
             self.hierarchy.remove(name)
 
-    def launch(self, req: RunRequest, name: str, cgroups: list[Path], pass_fds: tuple[int, ...] = ()) -> Launch:
+    def launch(self, req: RunRequest, name: str, cgroups: list[Path],
+               pass_fds: tuple[int, ...] = ()) -> Launch:
         """Start bwrap for `req` in `cgroups` and register it under `name` (`close` kills it);
         `pass_fds` reach the sandbox's program open. The caller awaits the sandbox."""
         status_r, status_w = os.pipe()
@@ -232,7 +249,9 @@ class BwrapSandbox(Sandbox):
         live.cgroups = self.cgroups(live.name, live.request)
         req_r, live.requests_w = os.pipe()
         try:
-            request = live.request.model_copy(update={"argv": ("python3", "-S", "-c", server.SERVER, str(req_r))})
+            request = live.request.model_copy(
+                update={"argv": ("python3", "-S", "-c", server.SERVER, str(req_r))}
+            )
             live.launch = launch = self.launch(request, live.name, live.cgroups, pass_fds=(req_r,))
         finally:
             os.close(req_r)
@@ -267,7 +286,8 @@ class BwrapSandbox(Sandbox):
         oom = before is not None and after is not None and after > before
         try:
             return server.result(answer, oom, t0)
-        except (KeyError, TypeError, ValueError):  # pydantic's ValidationError and binascii.Error are ValueErrors
+        # pydantic's ValidationError and binascii.Error are ValueErrors
+        except (KeyError, TypeError, ValueError):
             return server.result(self._gone(live, f"an unreadable answer: {str(answer)[:200]!r}"), oom, t0)
 
     def _gone(self, live: BwrapLive, why: str) -> dict:
@@ -285,7 +305,8 @@ class BwrapSandbox(Sandbox):
             launch.proc.wait()
         exit_code = launch.exit_code()
         if exit_code is None:
-            raise SandboxError(f"bwrap session: bwrap reported no exit of the sandbox ({why}): {_stderr(launch)}")
+            raise SandboxError(f"bwrap session: bwrap reported no exit of the sandbox ({why}): "
+                               f"{_stderr(launch)}")
         if time.monotonic() >= live.deadline:
             return {"exit": None, "timed_out": True, "stdout": "", "stderr": ""}
         raise SandboxEnded(f"bwrap session: the sandbox ended under the agent's command before its deadline "

@@ -25,11 +25,13 @@ START_TIMEOUT_S = 30.0
 # read end, which it alone keeps while it waits; then it kills what is left of its process
 # group. A failure here leaves bwrap unstarted, so its status pipe stays empty: the signal.
 # $1 counts the cgroups that follow (v1: one per controller, v2: one).
-_JOIN = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1/cgroup.procs" || { echo "cannot join cgroup $1" >&2; '
-         'exit 1; }; shift; n=$((n - 1)); done; ulimit -f "$1" || exit 1; shift; "$@" </dev/null; kill -9 0')
+_JOIN = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1/cgroup.procs" || { echo "cannot join cgroup '
+         '$1" >&2; exit 1; }; shift; n=$((n - 1)); done; ulimit -f "$1" || exit 1; shift; "$@" '
+         '</dev/null; kill -9 0')
 
 
-def bwrap_argv(rootfs: Path, req: RunRequest, cgroups: list[Path], status_fd: int, seccomp_fd: int) -> list[str]:
+def bwrap_argv(rootfs: Path, req: RunRequest, cgroups: list[Path], status_fd: int,
+               seccomp_fd: int) -> list[str]:
     """The launch chain of `req` (see `validate.sandbox.bwrap.backend`): join `cgroups`, drop to the
     request's uid, bwrap over the read-only `rootfs`, the watchdog as PID 1."""
     uid, gid = req.uid_gid
@@ -87,7 +89,9 @@ class Launch:
             pid1 = int(json.loads(self.status.split(b"\n", 1)[0])["child-pid"])
         except (ValueError, KeyError, TypeError) as e:
             self.kill()
-            raise SandboxError(f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}") from None
+            raise SandboxError(
+                f"bwrap: unreadable status ({type(e).__name__}: {e}): {self.status[:200]!r}"
+            ) from None
         self.pid1 = pid1
         monitor = _parent(pid1)
         if monitor <= 0 or _parent(monitor) != self.proc.pid:

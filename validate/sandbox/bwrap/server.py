@@ -101,7 +101,7 @@ def kept_open(kept, poller):
 answers.write(b'{"ready": true}\n')
 for line in requests:
     answers.write(json.dumps(run(json.loads(line))).encode() + b"\n")
-"""
+"""  # noqa: E501
 
 
 class Answers:

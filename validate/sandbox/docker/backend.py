@@ -40,13 +40,13 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from validate.core.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.image import python_version
 from validate.core.paths import DEFAULT_IMAGE, ImagePaths
 from validate.sandbox.base import BackendFacts, Capabilities, ExecResult, RunRequest, Sandbox, shield
 from validate.sandbox.cgroups import oom_kills_of_pid
 from validate.sandbox.docker import wire
 from validate.sandbox.docker.image import image_layers, image_packages, import_docker
 from validate.sandbox.docker.wire import LABEL, unreachable
+from validate.sandbox.image import python_version
 from validate.sandbox.session import SandboxEnded
 
 #: Seconds past now the events of an ambiguous exit are awaited (the daemon logs a kill
@@ -94,7 +94,8 @@ class DockerSandbox(Sandbox):
         running one is past its limit by its backstop at the latest; its attempt storage:
         `open_sandbox`)."""
         try:
-            for c in self.client.api.containers(all=True, quiet=True, filters={"label": f"{LABEL}={self.run_label}"}):
+            for c in self.client.api.containers(all=True, quiet=True,
+                                                filters={"label": f"{LABEL}={self.run_label}"}):
                 self._remove(c["Id"])
         except (DockerException, requests.RequestException):
             pass  # facts() reports an unreachable daemon with a clear message
@@ -125,8 +126,8 @@ class DockerSandbox(Sandbox):
         image = self.client.images.get(self.image)
         layers = image_layers(image)
         if len(layers) != 1:
-            raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers{engine}, not the one "
-                                     f"imported root filesystem; build it with `validate image build`")
+            raise ProfileUnavailable(f"execution.image: {self.image} has {len(layers)} layers{engine}, not "
+                                     "the one imported root filesystem; build it with `validate image build`")
         return image, layers[0], image_packages(self.client, image.id, labels={LABEL: self.run_label})
 
     def host_config(self, req: RunRequest) -> dict:
@@ -166,8 +167,8 @@ class DockerSandbox(Sandbox):
             oom = self.judge(cid, req.name, since, waited, state, timed_out)
             stdout, stderr = wire.logs(api, cid)
             return ExecResult(exit_code=None if timed_out else state.get("ExitCode"), timed_out=timed_out,
-                              oom_killed=oom, stdout=stdout[: lim.max_log_bytes], stderr=stderr[: lim.max_log_bytes],
-                              runtime_s=runtime)
+                              oom_killed=oom, stdout=stdout[: lim.max_log_bytes],
+                              stderr=stderr[: lim.max_log_bytes], runtime_s=runtime)
         except SandboxError:
             raise
         except (DockerException, requests.RequestException) as e:
@@ -267,7 +268,9 @@ class DockerSandbox(Sandbox):
         try:
             oom = self.judge(live.cid, name, live.since, {}, state, False)
         except (DockerException, requests.RequestException) as e:
-            raise SandboxError(f"docker session: cannot read the daemon's events: {type(e).__name__}: {e}") from None
+            raise SandboxError(
+                f"docker session: cannot read the daemon's events: {type(e).__name__}: {e}"
+            ) from None
         if time.monotonic() >= live.deadline:
             return False
         raise SandboxEnded(f"container dv-{name} ended under the agent's command before its deadline "
@@ -293,7 +296,8 @@ class DockerSandbox(Sandbox):
         runtime = time.monotonic() - t0
         code = info.get("ExitCode")
         # 126/127: also how the runtime reports an exec into a container that has just stopped.
-        if (info.get("Running") or not isinstance(code, int) or code >= 126) and not self._still_running(live):
+        if (info.get("Running") or not isinstance(code, int)
+            or code >= 126) and not self._still_running(live):
             return ExecResult(exit_code=None, timed_out=True, stdout=out, stderr=err, runtime_s=runtime)
         after = oom_kills_of_pid(live.pid)
         oom = before is not None and after is not None and after > before

@@ -113,13 +113,15 @@ class GvisorSandbox(DockerSandbox):
             raise ProfileUnavailable(unreachable(e)) from None
         host = os.environ.get("DOCKER_HOST") or "the default socket"
         args = ", ".join(f'"{a}"' for a in REQUIRED_ARGS)
-        config = f'{{"runtimes": {{"{self.runtime}": {{"path": "/usr/bin/runsc", "runtimeArgs": [{args}]}}}}}}'
+        config = (
+            f'{{"runtimes": {{"{self.runtime}": {{"path": "/usr/bin/runsc", "runtimeArgs": [{args}]}}}}}}'
+        )
         if self.runtime not in runtimes:
             raise ProfileUnavailable(
-                f"execution.backend: {self.backend} needs the OCI runtime '{self.runtime}' registered with the "
-                f"Docker daemon at {host}, which has only {', '.join(sorted(runtimes)) or 'none'}; install runsc "
-                f"(Debian package runsc) and register it in that daemon's own config file: {config} "
-                f"(or dockerd --add-runtime), then restart that daemon")
+                f"execution.backend: {self.backend} needs the OCI runtime '{self.runtime}' registered with "
+                f"the Docker daemon at {host}, which has only {', '.join(sorted(runtimes)) or 'none'}; "
+                "install runsc (Debian package runsc) and register it in that daemon's own config file: "
+                f"{config} (or dockerd --add-runtime), then restart that daemon")
         registered = runtimes[self.runtime].get("runtimeArgs") or []
         missing = [a for a in REQUIRED_ARGS if a not in registered]
         if missing:
@@ -137,8 +139,8 @@ class GvisorSandbox(DockerSandbox):
         # exec stream of a sandbox that died that way is then never closed by the daemon.
         raise ProfileUnavailable(
             f"execution.backend: {self.backend} has no live sessions: under runsc a command past the memory "
-            f"limit ends the whole sandbox, where a session must lose only the command; run model evaluations "
-            f"on docker or bwrap")
+            "limit ends the whole sandbox, where a session must lose only the command; run model "
+            "evaluations on docker or bwrap")
 
     def _remove(self, container_id: str) -> None:
         super()._remove(container_id)

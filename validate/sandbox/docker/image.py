@@ -8,8 +8,8 @@ import io
 import tarfile
 
 from validate.core.errors import ProfileUnavailable
-from validate.sandbox.image import DPKG_STATUS, parse_dpkg_status, require_record
 from validate.core.paths import ImagePaths
+from validate.sandbox.image import DPKG_STATUS, parse_dpkg_status, require_record
 
 _PACKAGES: dict[str, dict[str, str]] = {}
 
@@ -38,10 +38,12 @@ def import_docker(paths: ImagePaths, log=print) -> str:
         client.api.import_image_from_file(str(paths.tarball), repository=repo, tag=tag or "latest")
         image = client.images.get(paths.name)
     except DockerException as e:
-        raise ProfileUnavailable(f"image build: cannot import into Docker ({e}); is dockerd running?") from None
+        raise ProfileUnavailable(
+            f"image build: cannot import into Docker ({e}); is dockerd running?"
+        ) from None
     if image_layers(image) != [record.digest]:
-        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers {image_layers(image)}, "
-                                 f"not the one layer {record.digest}")
+        raise ProfileUnavailable(f"image build: docker imported {paths.tarball} as layers "
+                                 f"{image_layers(image)}, not the one layer {record.digest}")
     log(f"docker image {paths.name}: {image.id} (layer {record.digest[:19]}…)")
     return image.id
 
@@ -53,7 +55,8 @@ def image_packages(client, image_id: str, labels: dict[str, str]) -> dict[str, s
         from docker.errors import NotFound
 
         api = client.api
-        cid = api.create_container(image_id, command=["/bin/true"], network_disabled=True, labels=labels)["Id"]
+        cid = api.create_container(image_id, command=["/bin/true"], network_disabled=True,
+                                   labels=labels)["Id"]
         try:
             chunks, _ = api.get_archive(cid, "/" + DPKG_STATUS)
             with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:

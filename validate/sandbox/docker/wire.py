@@ -18,9 +18,9 @@ LABEL = "deshuffle-validate"
 def unreachable(error: Exception) -> str:
     """What to say when the daemon does not answer: which socket was tried, and the fix."""
     host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (the default; DOCKER_HOST is unset)"
-    return (f"backend docker: no Docker daemon answers at {host} ({type(error).__name__}: {error}). Start one with "
-            f"`bash scripts/setup.sh` (as root), point DOCKER_HOST at a running daemon, or freeze the contract for "
-            f"bwrap (`validate freeze --backend bwrap ...`)")
+    return (f"backend docker: no Docker daemon answers at {host} ({type(error).__name__}: {error}). Start "
+            "one with `bash scripts/setup.sh` (as root), point DOCKER_HOST at a running daemon, or freeze "
+            "the contract for bwrap (`validate freeze --backend bwrap ...`)")
 
 
 def create_container(api, image: str, req: RunRequest, run_label: str, **host) -> str:
@@ -71,8 +71,9 @@ def logs(api, cid: str) -> tuple[bytes, bytes]:
     """stdout and stderr in one request. `APIClient.logs` inspects the container before
     each call (to learn whether it has a tty; ours never do) and merges the two streams,
     so it cost four calls per attempt where this costs one."""
+    # the client's 60 s, as its own calls
     res = api.get(f"{api.base_url}/v{api.api_version}/containers/{cid}/logs",
-                  params={"stdout": 1, "stderr": 1}, timeout=api.timeout)  # the client's 60 s, as its own calls
+                  params={"stdout": 1, "stderr": 1}, timeout=api.timeout)
     res.raise_for_status()
     return demux_log(res.content)
 

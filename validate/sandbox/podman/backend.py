@@ -14,7 +14,6 @@ import requests
 from docker.errors import DockerException, ImageNotFound
 
 from validate.core.errors import ProfileUnavailable, SandboxError
-from validate.sandbox.image import python_version, require_record
 from validate.core.paths import AGENT_UID, DEFAULT_IMAGE, KEY_UID, ImagePaths
 from validate.sandbox import storage
 from validate.sandbox.base import BackendFacts, Capabilities, Isolation, RunRequest, watchdog_argv
@@ -22,6 +21,7 @@ from validate.sandbox.cgroups import CGROUP_ROOT, V1Cgroups, V2Cgroups, detect
 from validate.sandbox.docker.backend import DockerSandbox
 from validate.sandbox.docker.image import image_layers
 from validate.sandbox.docker.wire import LABEL
+from validate.sandbox.image import python_version, require_record
 from validate.sandbox.podman.limits import PARENT, PodmanAPI, first_child, gate
 from validate.sandbox.podman.service import HOST_ENV, LIBPOD, USER, default_host, idmap, write_seccomp
 
@@ -57,8 +57,10 @@ class PodmanSandbox(DockerSandbox):
                 pass  # facts() says why the groups cannot be made
 
     def _unreachable(self, e: Exception) -> str:
-        return (f"backend podman: no rootless podman service answers at {self.host} ({type(e).__name__}: {e}); "
-                f"start one as {USER} (`podman system service --time=0 unix://PATH`) and set {HOST_ENV}")
+        return (
+            f"backend podman: no rootless podman service answers at {self.host} ({type(e).__name__}: "
+            f"{e}); start one as {USER} (`podman system service --time=0 unix://PATH`) and set {HOST_ENV}"
+        )
 
     @classmethod
     def prepare_image(cls, paths: ImagePaths, log) -> None:
@@ -85,8 +87,8 @@ class PodmanSandbox(DockerSandbox):
 
     def _libpod(self, method: str, path: str, **kwargs) -> dict:
         api = self.client.api
-        res = getattr(api, method)(f"{api.base_url}/{LIBPOD}/libpod/{path}", timeout=kwargs.pop("timeout", api.timeout),
-                                   **kwargs)
+        res = getattr(api, method)(f"{api.base_url}/{LIBPOD}/libpod/{path}",
+                                   timeout=kwargs.pop("timeout", api.timeout), **kwargs)
         if res.status_code >= 400:
             raise SandboxError(f"podman: {path}: {res.status_code} {res.text[:300]}")
         return res.json()
@@ -102,8 +104,10 @@ class PodmanSandbox(DockerSandbox):
             version = self.client.api.version().get("Version", "?")
             image, digest, packages = self.image_facts(" in podman")
         except ImageNotFound:
-            raise ProfileUnavailable(f"execution.image: {self.image} is not in the rootless podman's storage; "
-                                     f"build it with `validate image build --backends podman`") from None
+            raise ProfileUnavailable(
+                f"execution.image: {self.image} is not in the rootless podman's "
+                "storage; build it with `validate image build --backends podman`"
+            ) from None
         except (DockerException, requests.RequestException, SandboxError) as e:
             raise ProfileUnavailable(self._unreachable(e)) from None
         if not (host.get("security") or {}).get("rootless"):
@@ -111,9 +115,10 @@ class PodmanSandbox(DockerSandbox):
                                      f"this profile is rootless (start it as {USER})")
         root = next((m for m in uids if int(m["container_id"]) == 0), None)
         return BackendFacts(backend=self.backend, image=self.image, image_digest=digest,
-                            architecture=image.attrs.get("Architecture", "unknown"), version=f"podman {version}",
-                            packages=packages, python=python_version(packages),
-                            seccomp=f"{self._seccomp()[1]} (podman {version}'s default, tightened to docker's)",
+                            architecture=image.attrs.get("Architecture", "unknown"),
+                            version=f"podman {version}", packages=packages, python=python_version(packages),
+                            seccomp=f"{self._seccomp()[1]} (podman {version}'s default, "
+                                    "tightened to docker's)",
                             cgroup=self.cgroups.version,
                             isolation=Isolation(runtime=str((host.get("ociRuntime") or {}).get("name", "?")),
                                                 rootless=True,
@@ -128,18 +133,18 @@ class PodmanSandbox(DockerSandbox):
             fields = line.split(" - ")[0].split()
             if len(fields) > 5 and fields[4] == parent and any(f.startswith("shared:") for f in fields[6:]):
                 return
-        raise ProfileUnavailable(f"execution.limits: storage_mb, storage_inodes: {parent} is not a shared mount, so "
-                                 f"the rootless service would bind the empty directory under each attempt's tmpfs; "
-                                 f"run `bash scripts/setup.sh --test` (mount --rbind, --make-rshared), then start the "
-                                 f"service")
+        raise ProfileUnavailable(f"execution.limits: storage_mb, storage_inodes: {parent} is not a shared "
+                                 "mount, so the rootless service would bind the empty directory under each "
+                                 "attempt's tmpfs; run `bash scripts/setup.sh --test` (mount --rbind, "
+                                 "--make-rshared), then start the service")
 
     def enforcement(self) -> dict[str, str]:
         """How each limit is enforced here; `ProfileUnavailable` naming those that cannot be."""
         unenforced = "memory_mb, pids, cpus"
         if os.geteuid() != 0:
-            raise ProfileUnavailable(f"execution.limits: rootless podman on cgroup {self.cgroups.version} would "
-                                     f"ignore {unenforced}; the harness enforces them through its own cgroups, "
-                                     f"which needs root")
+            raise ProfileUnavailable(f"execution.limits: rootless podman on cgroup {self.cgroups.version} "
+                                     f"would ignore {unenforced}; the harness enforces them through its own "
+                                     "cgroups, which needs root")
         self._check_storage()
         try:
             self.cgroups.check()
@@ -147,12 +152,15 @@ class PodmanSandbox(DockerSandbox):
             raise ProfileUnavailable(f"execution.limits: {unenforced} cannot be enforced: "
                                      f"{str(e).replace('backend bwrap: ', '')}") from None
         v = self.cgroups.version
-        group = f"the harness's own cgroup {v} group per container, which its PID 1 and every exec join before "\
-                f"they run (podman's own limit is not asked: rootless on cgroup v1 ignores it)"
+        group = (
+            f"the harness's own cgroup {v} group per container, which its PID 1 and every exec join before "
+            f"they run (podman's own limit is not asked: rootless on cgroup v1 ignores it)"
+        )
         return {"memory_mb": f"{group}; no swap", "pids": group, "cpus": f"{group} (cpu quota)",
                 "timeout_s": "the harness kills the container; coreutils timeout as PID 1 kills it 5 s later",
                 "storage_mb": "the harness's size-capped tmpfs per attempt, bind-mounted (/tmp included)",
-                "storage_inodes": "the harness's inode-capped tmpfs per attempt (podman's tmpfs takes no nr_inodes)",
+                "storage_inodes": "the harness's inode-capped tmpfs per attempt (podman's tmpfs "
+                                  "takes no nr_inodes)",
                 "tmpfs_mb": "a harness tmpfs of that size and storage_inodes, bind-mounted at /tmp",
                 "max_file_mb": "RLIMIT_FSIZE set by the OCI runtime",
                 "max_log_bytes": "the harness keeps the head of each stream"}
@@ -207,9 +215,14 @@ class PodmanSandbox(DockerSandbox):
         lim = req.limits
         tmp = req.tmp
         if tmp is None:  # the harness's own capped tmpfs: podman's takes no inode cap
-            tmp = held.enter_context(storage.attempt_storage(self.run_label, f"{req.name}-tmp",
-                                                             lim.model_copy(update={"storage_mb": lim.tmpfs_mb}),
-                                                             gid=req.uid_gid[1]))
+            tmp = held.enter_context(
+                storage.attempt_storage(
+                    self.run_label,
+                    f"{req.name}-tmp",
+                    lim.model_copy(update={"storage_mb": lim.tmpfs_mb}),
+                    gid=req.uid_gid[1],
+                )
+            )
             tmp.chmod(0o1777)
         mounts = [{"destination": m.target, "type": "bind", "source": str(m.source),
                    "options": ["rbind", "ro" if m.read_only else "rw"]} for m in req.mounts]

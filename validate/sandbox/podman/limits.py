@@ -19,8 +19,8 @@ PARENT = "deshuffle-validate-podman"
 #: PID 1 and every exec start as this: wait until the harness has moved the process into its
 #: group ($1 names it, $2 is how many lines of /proc/self/cgroup must show it), then exec the
 #: rest. Nothing of the agent runs before its limits hold.
-GATE = ('t=$1 n=$2; shift 2; while [ "$(grep -cF -- "$t" /proc/self/cgroup)" != "$n" ]; do sleep 0.001; done; '
-        'exec "$@"')
+GATE = ('t=$1 n=$2; shift 2; while [ "$(grep -cF -- "$t" /proc/self/cgroup)" != "$n" ]; do sleep 0.001; '
+        'done; exec "$@"')
 #: How long the harness waits for a started container or exec to report its pid.
 PID_WAIT_S = 10.0
 #: podman's answer to an upload whose extracting subprocess died (`PodmanAPI.put_archive`).

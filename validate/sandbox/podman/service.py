@@ -35,7 +35,9 @@ def seccomp_profile(base: Path = PODMAN_SECCOMP) -> bytes:
     try:
         profile = json.loads(base.read_bytes())
     except (OSError, ValueError) as e:
-        raise ProfileUnavailable(f"execution.seccomp: cannot read podman's default profile {base}: {e}") from None
+        raise ProfileUnavailable(
+            f"execution.seccomp: cannot read podman's default profile {base}: {e}"
+        ) from None
     rules = []
     for rule in profile.get("syscalls", []):
         names = [n for n in rule.get("names", []) if n not in REFUSED]

@@ -57,8 +57,10 @@ class BaseRecipe(BaseModel):
     suite: Literal["bookworm", "trixie"] = "bookworm"
     variant: Literal["minbase", "apt", "essential"] = "minbase"
     packages: tuple[str, ...] = Field(default=(), description="Debian packages added to the variant's")
-    path_excludes: tuple[str, ...] = Field(default=(), description="dpkg path-exclude globs (kept in the image)")
-    path_includes: tuple[str, ...] = Field(default=(), description="dpkg path-include globs (kept in the image)")
+    path_excludes: tuple[str, ...] = Field(default=(),
+                                           description="dpkg path-exclude globs (kept in the image)")
+    path_includes: tuple[str, ...] = Field(default=(),
+                                           description="dpkg path-include globs (kept in the image)")
     env: dict[str, str] = Field(default_factory=dict, description="the image config's environment")
     cmd: tuple[str, ...] = Field(default=(), description="the image config's default command")
     python: str | None = Field(default=None, description="the Python minor version served, e.g. '3.11'")
@@ -73,7 +75,9 @@ class Substitution(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    upstream: str = Field(description="a normalised reference ('python:3.11-slim') or an fnmatch glob of them")
+    upstream: str = Field(
+        description="a normalised reference ('python:3.11-slim') or an fnmatch glob of them"
+    )
     recipe: str
     version: int = Field(ge=1, description="the substitution's own version (bumped with its differences)")
     differences: tuple[str, ...] = Field(default=(), description="what differs beyond the recipe's own lines")
@@ -106,33 +110,35 @@ PYTHON_311_SLIM_BOOKWORM = BaseRecipe(
 
 _TRIXIE_BUILD = _DEBIAN_BUILD.replace("bookworm", "trixie (Debian 13)")
 _TRIXIE_SOURCES = _APT_SOURCES.replace("bookworm", "trixie")
-_PY_DEBIAN = ("Python is Debian's python{0} in /usr/bin (with Debian's patches), not a CPython built from source "
-              "in /usr/local; `python` comes from python-is-python3")
+_PY_DEBIAN = ("Python is Debian's python{0} in /usr/bin (with Debian's patches), not a CPython built from "
+              "source in /usr/local; `python` comes from python-is-python3")
 _PY_COMMON = (
     "pip, setuptools and wheel are Debian's packages (python3-pip), not the versions upstream bundles",
     "Debian's PEP 668 EXTERNALLY-MANAGED marker is never installed (dpkg path-exclude), so pip installs "
     "into the system Python as in the upstream image",
     "no PYTHON_VERSION, PYTHON_SHA256 or GPG_KEY in the environment")
-_PY_SLIM = ("the standard library is Debian's split: venv/ensurepip and distutils are installed (python3-venv); "
-            "tkinter and the C headers (python3-dev) are not")
-_PY_FULL = ("the standard library is Debian's split: venv/ensurepip (python3-venv) and the C headers (python3-dev) "
-            "are installed; tkinter is not")
+_PY_SLIM = ("the standard library is Debian's split: venv/ensurepip and distutils are installed "
+            "(python3-venv); tkinter and the C headers (python3-dev) are not")
+_PY_FULL = ("the standard library is Debian's split: venv/ensurepip (python3-venv) and the C headers "
+            "(python3-dev) are installed; tkinter is not")
 #: buildpack-deps' packages (what the full python:3.X-<suite> images are built on), Debian's
 #: names; ImageMagick and its headers are left out (hundreds of MB of X11 for a few tasks).
 BUILDPACK_DEPS = (
     "ca-certificates", "curl", "gnupg", "dirmngr", "netbase", "wget", "git", "mercurial", "openssh-client",
-    "subversion", "procps", "autoconf", "automake", "bzip2", "default-libmysqlclient-dev", "dpkg-dev", "file", "g++",
-    "gcc", "libbz2-dev", "libc6-dev", "libcurl4-openssl-dev", "libdb-dev", "libevent-dev", "libffi-dev",
-    "libgdbm-dev", "libglib2.0-dev", "libgmp-dev", "libjpeg-dev", "libkrb5-dev", "liblzma-dev", "libmaxminddb-dev",
-    "libncurses-dev", "libpng-dev", "libpq-dev", "libreadline-dev", "libsqlite3-dev", "libssl-dev", "libtool",
-    "libwebp-dev", "libxml2-dev", "libxslt1-dev", "libyaml-dev", "make", "patch", "unzip", "xz-utils", "zlib1g-dev")
+    "subversion", "procps", "autoconf", "automake", "bzip2", "default-libmysqlclient-dev", "dpkg-dev", "file",
+    "g++", "gcc", "libbz2-dev", "libc6-dev", "libcurl4-openssl-dev", "libdb-dev", "libevent-dev",
+    "libffi-dev", "libgdbm-dev", "libglib2.0-dev", "libgmp-dev", "libjpeg-dev", "libkrb5-dev", "liblzma-dev",
+    "libmaxminddb-dev", "libncurses-dev", "libpng-dev", "libpq-dev", "libreadline-dev", "libsqlite3-dev",
+    "libssl-dev", "libtool", "libwebp-dev", "libxml2-dev", "libxslt1-dev", "libyaml-dev", "make", "patch",
+    "unzip", "xz-utils", "zlib1g-dev")
 _FULL = ("buildpack-deps' packages are installed from Debian (compilers, version control, the common -dev "
          "libraries) except ImageMagick and its headers; documentation and manuals are kept, as upstream")
 _PY_PACKAGES = ("ca-certificates", "netbase", "python3", "python3-pip", "python3-venv", "python-is-python3")
 
 DEBIAN_TRIXIE_SLIM = BaseRecipe(
-    name="debian-trixie-slim", version=1, suite="trixie", path_excludes=SLIM_EXCLUDES, path_includes=SLIM_INCLUDES,
-    env={"PATH": DEFAULT_PATH}, cmd=("bash",), differences=(_TRIXIE_BUILD, _TRIXIE_SOURCES))
+    name="debian-trixie-slim", version=1, suite="trixie", path_excludes=SLIM_EXCLUDES,
+    path_includes=SLIM_INCLUDES, env={"PATH": DEFAULT_PATH}, cmd=("bash",),
+    differences=(_TRIXIE_BUILD, _TRIXIE_SOURCES))
 
 PYTHON_313_SLIM_TRIXIE = BaseRecipe(
     name="python-3.13-slim-trixie", version=1, suite="trixie", packages=_PY_PACKAGES,
@@ -142,12 +148,14 @@ PYTHON_313_SLIM_TRIXIE = BaseRecipe(
 
 PYTHON_311_BOOKWORM = BaseRecipe(
     name="python-3.11-bookworm", version=1, packages=(*BUILDPACK_DEPS, *_PY_PACKAGES, "python3-dev"),
-    path_excludes=(PEP668_MARKER,), env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}, cmd=("python3",), python="3.11",
-    differences=(_DEBIAN_BUILD, _APT_SOURCES, _FULL, _PY_DEBIAN.format("3.11"), *_PY_COMMON, _PY_FULL))
+    path_excludes=(PEP668_MARKER,), env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}, cmd=("python3",),
+    python="3.11", differences=(_DEBIAN_BUILD, _APT_SOURCES, _FULL, _PY_DEBIAN.format("3.11"), *_PY_COMMON,
+                                _PY_FULL))
 
 PYTHON_313_TRIXIE = BaseRecipe(
-    name="python-3.13-trixie", version=1, suite="trixie", packages=(*BUILDPACK_DEPS, *_PY_PACKAGES, "python3-dev"),
-    path_excludes=(PEP668_MARKER,), env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}, cmd=("python3",), python="3.13",
+    name="python-3.13-trixie", version=1, suite="trixie",
+    packages=(*BUILDPACK_DEPS, *_PY_PACKAGES, "python3-dev"), path_excludes=(PEP668_MARKER,),
+    env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}, cmd=("python3",), python="3.13",
     differences=(_TRIXIE_BUILD, _TRIXIE_SOURCES, _FULL, _PY_DEBIAN.format("3.13"), *_PY_COMMON, _PY_FULL))
 
 #: Built for every map: what most tasks name, cheap to build.
@@ -158,7 +166,9 @@ RECIPES: tuple[BaseRecipe, ...] = (*CORE, DEBIAN_TRIXIE_SLIM, PYTHON_313_SLIM_TR
 
 _NEWER = "Python 3.11 is served where the task asks for Python {0}: code needing {0} features fails"
 _TRIXIE = "the upstream tag may now be Debian trixie-based; Debian bookworm is served"
-_NOT_BOOKWORM = "the tag asks for Debian bookworm; Debian trixie is served (Debian has no Python {0} for bookworm)"
+_NOT_BOOKWORM = (
+    "the tag asks for Debian bookworm; Debian trixie is served (Debian has no Python {0} for bookworm)"
+)
 SUBSTITUTIONS: tuple[Substitution, ...] = (
     Substitution(upstream="debian:bookworm-slim", recipe="debian-bookworm-slim", version=1),
     Substitution(upstream="debian:12-slim", recipe="debian-bookworm-slim", version=1),
@@ -240,7 +250,8 @@ class BaseImage(BaseModel):
     backend: str = Field(description="the backend that imported it (the image id is that backend's)")
     image_id: str = Field(description="the backend's id of the image, e.g. docker's 'sha256:<config digest>'")
     layer: str = Field(description="'sha256:<hex>' of the reproducible tarball: the image's one layer")
-    tree_digest: str = Field(description="digest of the tree the tarball holds (`validate.sandbox.image.tree_digest`)")
+    tree_digest: str = Field(description="digest of the tree the tarball holds "
+                                         "(`validate.sandbox.image.tree_digest`)")
     python: str | None = Field(description="the image's Python version, e.g. '3.11.2'; None without one")
     packages: tuple[str, ...] = Field(description="the image's Debian packages, sorted 'name=version'")
     apt_sources: tuple[str, ...] = Field(description="the image's /etc/apt/sources.list lines")
@@ -253,15 +264,16 @@ class ResolvedBase(BaseModel):
 
     upstream: str = Field(description="the reference as the Dockerfile writes it")
     reference: str = Field(description="normalised: 'name:tag'")
-    pinned: str | None = Field(default=None, description="the digest the reference pins, which the served image "
-                                                         "is not (the unmatched digest, recorded)")
+    pinned: str | None = Field(default=None, description="the digest the reference pins, which the served "
+                                                         "image is not (the unmatched digest, recorded)")
     mirror: str | None = Field(default=None, description="the Docker Hub mirror the reference names, dropped")
     substitution: Substitution
     recipe: str
     recipe_version: int
     image_id: str
     layer: str
-    differences: tuple[str, ...] = Field(description="the recipe's and the substitution's lines, in that order")
+    differences: tuple[str, ...] = Field(description="the recipe's and the substitution's "
+                                                     "lines, in that order")
 
     def key(self) -> dict[str, object]:
         """What of this resolution a task image's cache key covers."""
@@ -276,9 +288,10 @@ class BaseImageMap(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal[1] = 1
-    bases: dict[str, BaseImage] = Field(description="recipe name → the built base (the core recipes and those the "
-                                                    "selected tasks need)")
-    substitutions: tuple[Substitution, ...] = Field(description="tried in order; the first that matches serves")
+    bases: dict[str, BaseImage] = Field(description="recipe name → the built base (the core recipes and "
+                                                    "those the selected tasks need)")
+    substitutions: tuple[Substitution, ...] = Field(description="tried in order; the first "
+                                                                "that matches serves")
 
     @model_validator(mode="after")
     def _recipes_exist(self):
@@ -301,8 +314,8 @@ class BaseImageMap(BaseModel):
         base = self.bases[sub.recipe]
         extra = (f"the Dockerfile pins the upstream image {pinned}; this profile cannot serve that digest, "
                  f"it serves {sub.recipe} by the tag",) if pinned else ()
-        via = (f"the reference goes through the registry mirror {mirror}; Docker Hub's {reference} is what is "
-               f"substituted",) if mirror else ()
+        via = (f"the reference goes through the registry mirror {mirror}; Docker Hub's {reference} is what "
+               "is substituted",) if mirror else ()
         return ResolvedBase(upstream=ref, reference=reference, substitution=sub, recipe=sub.recipe,
                             recipe_version=base.recipe.version, image_id=base.image_id, layer=base.layer,
                             differences=(*base.recipe.differences, *sub.differences, *extra, *via),

@@ -28,11 +28,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from environment.protocol import canonical_json, sha256_tag
 from validate.core.errors import ProfileUnavailable
 from validate.evidence.journal import atomic_write
-from validate.sandbox.image import DPKG_STATUS, SOURCE_DATE_EPOCH, member_path, parse_dpkg_status, python_version, \
-    tarball_digests
+from validate.sandbox.image import (
+    DPKG_STATUS,
+    SOURCE_DATE_EPOCH,
+    member_path,
+    parse_dpkg_status,
+    python_version,
+    tarball_digests,
+)
 from validate.taskdir.images.backend import ImageBackend
-from validate.taskdir.images.basemap import CORE, RECIPES, SUBSTITUTIONS, BaseImage, BaseImageMap, BaseRecipe, Substitution, \
-    split_reference
+from validate.taskdir.images.basemap import (
+    CORE,
+    RECIPES,
+    SUBSTITUTIONS,
+    BaseImage,
+    BaseImageMap,
+    BaseRecipe,
+    Substitution,
+    split_reference,
+)
 
 SOURCES_LIST = "etc/apt/sources.list"
 #: Debian's own images are merged-/usr with usr-is-merged; without this hook mmdebstrap's
@@ -93,10 +107,12 @@ def build_tarball(recipe: BaseRecipe, store: Path, log=print) -> tuple[Path, Bas
         raise ProfileUnavailable("base image build: mmdebstrap is not installed (apt-get install mmdebstrap)")
     missing = [d for d in HOOK_DIRS if not Path(d).is_dir()]
     if missing:
-        raise ProfileUnavailable(f"base image build: this mmdebstrap has no {', '.join(missing)} (bookworm's has)")
+        raise ProfileUnavailable(f"base image build: this mmdebstrap has no {', '.join(missing)} "
+                                 "(bookworm's has)")
     root.mkdir(parents=True, exist_ok=True)
     partial = root / "rootfs.partial.tar"  # mmdebstrap picks the format from the name: keep .tar last
-    log(f"base {recipe.name}: building with mmdebstrap ({len(recipe.packages)} packages added: a minute or more) ...")
+    log(f"base {recipe.name}: building with mmdebstrap ({len(recipe.packages)} packages added: a "
+        "minute or more) ...")
     proc = subprocess.run(mmdebstrap_argv(recipe, partial), capture_output=True, text=True,
                           env={**os.environ, "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)})
     if proc.returncode != 0 or not partial.is_file():
@@ -110,7 +126,8 @@ def build_tarball(recipe: BaseRecipe, store: Path, log=print) -> tuple[Path, Bas
         tarball.unlink(missing_ok=True)
         raise
     atomic_write(record_path, (record.model_dump_json(indent=1) + "\n").encode())
-    log(f"base {recipe.name}: built {record.layer[:19]}… ({len(record.packages)} packages, python {record.python})")
+    log(f"base {recipe.name}: built {record.layer[:19]}… ({len(record.packages)} packages, python "
+        f"{record.python})")
     return tarball, record
 
 
@@ -187,12 +204,12 @@ def build_base_map(backend: ImageBackend, store: Path, recipes: tuple[BaseRecipe
     with ThreadPoolExecutor(max_workers=max(1, len(recipes))) as pool:
         built = list(pool.map(lambda recipe: build_tarball(recipe, store, log), recipes))
     bases = {}
-    for recipe, (tarball, record) in zip(recipes, built):
+    for recipe, (tarball, record) in zip(recipes, built, strict=True):
         image_id = backend.import_base(tarball, recipe, record.layer)
-        bases[recipe.name] = BaseImage(recipe=recipe, recipe_digest=record.recipe_digest, backend=backend.name,
-                                       image_id=image_id, layer=record.layer, tree_digest=record.tree_digest,
-                                       python=record.python, packages=record.packages,
-                                       apt_sources=record.apt_sources)
+        bases[recipe.name] = BaseImage(recipe=recipe, recipe_digest=record.recipe_digest,
+                                       backend=backend.name, image_id=image_id, layer=record.layer,
+                                       tree_digest=record.tree_digest, python=record.python,
+                                       packages=record.packages, apt_sources=record.apt_sources)
     base_map = BaseImageMap(bases=bases, substitutions=substitutions)
     atomic_write(store / "base-map.json", (base_map.model_dump_json(indent=1) + "\n").encode())
     return base_map

@@ -2,9 +2,9 @@
 needs are pruned, and each removal is logged.
 
 Each task image is counted for the bytes its layers add to its base (its history down to the
-first named image; `own_bytes`): what pruning it frees, its build's untagged steps with it. Only task images (those labelled
-with a build key, `validate.taskdir.images.build.KEY_LABEL`) are ever counted or removed — never a
-base, the sandbox image or anything else of the daemon's — and never one in `keep` (what the
+first named image; `own_bytes`): what pruning it frees, its build's untagged steps with it. Only task images
+(those labelled with a build key, `validate.taskdir.images.build.KEY_LABEL`) are ever counted or removed —
+never a base, the sandbox image or anything else of the daemon's — and never one in `keep` (what the
 freeze or run in progress still needs). The least recently created go first. An image pruned
 is not lost evidence: its build is content-addressed (the same key rebuilds it) and, with a
 fixed build clock, to the same content (`validate.taskdir.images.content`).
@@ -69,6 +69,6 @@ def prune(client, budget_bytes: int, keep: Iterable[str], log: Callable[[str], N
         log(f"task images: pruned {image_id} ({own / 2**20:.2f} MiB) to keep to the budget of "
             f"{budget_bytes / 2**20:.1f} MiB (now {total / 2**20:.1f} MiB)")
     if total > budget_bytes:
-        log(f"task images: {total / 2**20:.1f} MiB, over the budget of {budget_bytes / 2**20:.1f} MiB: the rest is "
-            f"needed by what is in progress")
+        log(f"task images: {total / 2**20:.1f} MiB, over the budget of {budget_bytes / 2**20:.1f} MiB: the "
+            "rest is needed by what is in progress")
     return removed

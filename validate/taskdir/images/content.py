@@ -25,6 +25,7 @@ import hashlib
 import json
 import tarfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -131,7 +132,8 @@ def _entries(stream, status: list[bytes]) -> Iterator[tuple[str, list]]:
             kind, payload = "?", ""
             if m.isreg():
                 f = tar.extractfile(m)
-                if (path.endswith((".pyc", ".git/index")) or path.startswith("etc/shadow") or path == DPKG_STATUS) \
+                if (path.endswith((".pyc", ".git/index")) or path.startswith("etc/shadow")
+                    or path == DPKG_STATUS) \
                         and m.size <= _MAX_NORMALISED_BYTES:
                     data = f.read()
                     if path == DPKG_STATUS:
@@ -139,7 +141,7 @@ def _entries(stream, status: list[bytes]) -> Iterator[tuple[str, list]]:
                     payload = "sha256:" + hashlib.sha256(_normalised(path, data)).hexdigest()
                 else:
                     h = hashlib.sha256()
-                    for block in iter(lambda: f.read(1 << 20), b""):
+                    for block in iter(partial(f.read, 1 << 20), b""):
                         h.update(block)
                     payload = "sha256:" + h.hexdigest()
                 kind = "f"
@@ -200,7 +202,8 @@ def image_content(client, image_id: str, store: Path | None = None) -> ImageCont
     finally:
         api.remove_container(cid, force=True)
     packages = parse_dpkg_status(status[0].decode("utf-8", "replace")) if status else {}
-    content = ImageContent(digest=digest_of(entries), packages=dict(sorted(packages.items())), entries=entries)
+    content = ImageContent(digest=digest_of(entries), packages=dict(sorted(packages.items())),
+                           entries=entries)
     if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(cached, content.model_dump_json().encode())
@@ -215,7 +218,8 @@ def delta(task: ImageContent, base: ImageContent) -> ContentDelta:
 
 
 def delta_json(d: ContentDelta) -> bytes:
-    return json.dumps(d.model_dump(mode="json"), sort_keys=True, indent=0, separators=(",", ":")).encode() + b"\n"
+    return json.dumps(d.model_dump(mode="json"), sort_keys=True, indent=0,
+                      separators=(",", ":")).encode() + b"\n"
 
 
 _SHOWN = 12
@@ -300,7 +304,8 @@ def compare_content(client, image_id: str, frozen: str, layers, directory: Path 
     said = [f"its content is {here.digest}, the contract froze {frozen}"]
     path = None if directory is None else content_file(directory, frozen)
     if path is None or not path.is_file():
-        return [*said, f"(no listing {frozen.removeprefix('sha256:')}.content.json beside the manifest names the files)"]
+        return [*said, f"(no listing {frozen.removeprefix('sha256:')}.content.json beside the manifest "
+                       "names the files)"]
     try:
         listing = ContentDelta.model_validate_json(path.read_bytes())
     except ValueError as e:
@@ -311,6 +316,6 @@ def compare_content(client, image_id: str, frozen: str, layers, directory: Path 
         base = EMPTY
     entries = listing.apply(base)
     if listing.digest != frozen or digest_of(entries) != frozen:
-        said.append(f"the listing {path.name} on this machine's base does not make the frozen content; the listing "
-                    f"was altered")
+        said.append(f"the listing {path.name} on this machine's base does not make the frozen content; the "
+                    "listing was altered")
     return [*said, *differences(entries, here.entries, listing.packages, here.packages)]

@@ -40,17 +40,23 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from environment.protocol import sha256_tag
 from validate.core.errors import ContractError, SandboxError
 from validate.evidence.journal import atomic_write
-from validate.taskdir.images.basemap import BaseImageMap
-from validate.taskdir.images.build import BUILD_VERSION, KEY_LABEL, BuildPolicy, TaskImage, TaskImageRefusal, build_task_image
-from validate.taskdir.images.dockerfile import REWRITE_VERSION
-from validate.taskdir.trial.support import unsupported
 from validate.sandbox import capabilities_of
-from validate.taskdir.images.basemap import CORE
-from validate.taskdir.images.budget import prune
-from validate.taskdir.images.content import compare_content, content_file, record_content
-from validate.taskdir.images.registry import PulledBase, moved_tags
+from validate.taskdir.images.basemap import CORE, BaseImageMap
 from validate.taskdir.images.bases import build_base_map, needed_recipes, task_refs
+from validate.taskdir.images.budget import prune
+from validate.taskdir.images.build import (
+    BUILD_VERSION,
+    KEY_LABEL,
+    BuildPolicy,
+    TaskImage,
+    TaskImageRefusal,
+    build_task_image,
+)
+from validate.taskdir.images.content import compare_content, content_file, record_content
 from validate.taskdir.images.docker import DockerImages, images_for
+from validate.taskdir.images.dockerfile import REWRITE_VERSION
+from validate.taskdir.images.registry import PulledBase, moved_tags
+from validate.taskdir.trial.support import unsupported
 
 #: Where a run keeps the build logs of the images it ran (relative to the run directory).
 BUILD_LOGS = "build-logs"
@@ -64,20 +70,35 @@ class FrozenImage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    image: str | None = Field(default=None, description="the image id ('sha256:<config digest>') the trial runs in")
+    image: str | None = Field(
+        default=None, description="the image id ('sha256:<config digest>') the trial runs in"
+    )
     key: str | None = Field(default=None, description="the content key the image is cached by")
     layers: tuple[str, ...] = Field(default=(), description="the image's layer digests, the base's first")
-    bases: dict[str, str] = Field(default_factory=dict, description="each FROM of the Dockerfile → the recipe serving "
-                                                                    "it, or what a registry gave: <registry>/<path>@<digest>")
-    patch_sha256: str | None = Field(default=None, description="sha256 of the Dockerfile's FROM rewrite (the patch)")
-    log_sha256: str | None = Field(default=None, description="sha256 of the build log (the file build-logs/<hex>.log)")
-    refusal: Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"] | None \
-        = None
+    bases: dict[str, str] = Field(
+        default_factory=dict,
+        description="each FROM of the Dockerfile → the recipe serving "
+        "it, or what a registry gave: <registry>/<path>@<digest>",
+    )
+    patch_sha256: str | None = Field(
+        default=None, description="sha256 of the Dockerfile's FROM rewrite (the patch)"
+    )
+    log_sha256: str | None = Field(
+        default=None, description="sha256 of the build log (the file build-logs/<hex>.log)"
+    )
+    refusal: (
+        Literal["unsupported_execution_contract", "invalid_task_or_verifier", "infrastructure_failure"] | None
+    ) = None
     detail: str | None = None
     log_tail: str | None = None
-    content: str | None = Field(default=None, description=(
-        "the canonical digest of the image's filesystem (validate.taskdir.images.content: no build time in it), its "
-        "listing beside the manifest as build-logs/<hex>.content.json; what another machine's rebuild is held to"))
+    content: str | None = Field(
+        default=None,
+        description=(
+            "the canonical digest of the image's filesystem (validate.taskdir.images.content: no build time "
+            "in it), its listing beside the manifest as build-logs/<hex>.content.json; what another "
+            "machine's rebuild is held to"
+        ),
+    )
 
     @model_serializer(mode="wrap")
     def _omit_no_content(self, handler: SerializerFunctionWrapHandler) -> dict:
@@ -103,7 +124,9 @@ class TaskImages(BaseModel):
     rewrite_version: int = REWRITE_VERSION
     build_policy: BuildPolicy = Field(description="the build-time policy: its network and timeout cap")
     base_map: BaseImageMap
-    tasks: dict[str, FrozenImage] = Field(description="task id → its image or its refusal (tasks that loaded)")
+    tasks: dict[str, FrozenImage] = Field(
+        description="task id → its image or its refusal (tasks that loaded)"
+    )
 
     def digest_of(self, task_id: str) -> str | None:
         entry = self.tasks.get(task_id)
@@ -132,17 +155,24 @@ def keep_log(source: str | Path | None, directory: Path) -> str | None:
     return tag
 
 
-def _entry(built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path, content: str | None = None) -> FrozenImage:
+def _entry(
+    built: TaskImage | TaskImageRefusal, log_dir: Path, store: Path, content: str | None = None
+) -> FrozenImage:
     keep_log(built.log, store / LOGS)
     if isinstance(built, TaskImageRefusal):
         return FrozenImage(refusal=built.reason, detail=built.detail, log_tail=built.log_tail,
                            log_sha256=keep_log(built.log, log_dir))
     # The store's log is the one the image was built with (a cached image keeps its first log).
     log = keep_log(built.log, log_dir)
-    return FrozenImage(image=built.image_id, key=built.key, layers=tuple(built.layers),
-                       bases={b.upstream: b.pulled if isinstance(b, PulledBase) else b.recipe for b in built.bases},
-                       patch_sha256=sha256_tag(built.patch.encode()),
-                       log_sha256=log or built.log_sha256, content=content)
+    return FrozenImage(
+        image=built.image_id,
+        key=built.key,
+        layers=tuple(built.layers),
+        bases={b.upstream: b.pulled if isinstance(b, PulledBase) else b.recipe for b in built.bases},
+        patch_sha256=sha256_tag(built.patch.encode()),
+        log_sha256=log or built.log_sha256,
+        content=content,
+    )
 
 
 def base_of(base_map: BaseImageMap, layers) -> str | None:
@@ -150,8 +180,15 @@ def base_of(base_map: BaseImageMap, layers) -> str | None:
     return next((b.image_id for b in base_map.bases.values() if layers and b.layer == layers[0]), None)
 
 
-def _build(taskset, task, base_map: BaseImageMap, builder, store: Path,
-           policy: BuildPolicy = BuildPolicy(), entry: FrozenImage | None = None) -> TaskImage | TaskImageRefusal:
+def _build(
+    taskset,
+    task,
+    base_map: BaseImageMap,
+    builder,
+    store: Path,
+    policy: BuildPolicy = BuildPolicy(),
+    entry: FrozenImage | None = None,
+) -> TaskImage | TaskImageRefusal:
     """One loaded task's image (from the cache when it holds it), as freeze builds it; a
     frozen `entry`'s registry digests are pulled, never its tags."""
     parsed = task.parsed
@@ -169,8 +206,9 @@ def pins_of(entry: FrozenImage | None) -> dict[str, str]:
 def _first_base(built: TaskImage, base_map: BaseImageMap) -> str | None:
     """The image a task image's listing is kept relative to: the map's base of its first
     layer, or the first image pulled for it from a registry."""
-    return base_of(base_map, built.layers) or next((b.image_id for b in built.bases if isinstance(b, PulledBase)),
-                                                    None)
+    return base_of(base_map, built.layers) or next(
+        (b.image_id for b in built.bases if isinstance(b, PulledBase)), None
+    )
 
 
 APPTAINER = ("the task also names an Apptainer image (sif_image {0}); running it needs an Apptainer backend, "
@@ -182,9 +220,11 @@ def apptainer_only(task) -> str | None:
     cannot run here (None for any other task)."""
     if task.environment != "none":
         return None
-    return (f"no environment/Dockerfile and no [environment].docker_image: only an Apptainer image "
-            f"(sif_image {task.sif_image}); running it needs an Apptainer backend, which this harness does not "
-            f"have (docs/apptainer.md)")
+    return (
+        f"no environment/Dockerfile and no [environment].docker_image: only an Apptainer image "
+        f"(sif_image {task.sif_image}); running it needs an Apptainer backend, which this harness does not "
+        f"have (docs/apptainer.md)"
+    )
 
 
 def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, store: Path,
@@ -213,8 +253,14 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
             tasks[task.id] = FrozenImage(refusal="unsupported_execution_contract", detail=why)
             continue
         built = _build(taskset, task, base_map, builder, store, policy)
-        if isinstance(built, TaskImageRefusal) and task.parsed.sif_image and task.parsed.environment == "image":
-            built = built.model_copy(update={"detail": f"{built.detail}; {APPTAINER.format(task.parsed.sif_image)}"})
+        if (
+            isinstance(built, TaskImageRefusal)
+            and task.parsed.sif_image
+            and task.parsed.environment == "image"
+        ):
+            built = built.model_copy(
+                update={"detail": f"{built.detail}; {APPTAINER.format(task.parsed.sif_image)}"}
+            )
         content = None if isinstance(built, TaskImageRefusal) else \
             record_content(builder.client, built.image_id, _first_base(built, base_map), log_dir, store,
                            copies=(store / LOGS,))
@@ -227,8 +273,14 @@ def freeze_images(taskset, idx: Sequence[int], backend: str, log_dir: Path, stor
     return TaskImages(build_policy=policy, base_map=base_map, tasks=dict(sorted(tasks.items())))
 
 
-def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | TaskImageRefusal], backend,
-           fetch: Callable[[str], None] | None = None, evidence: Path | None = None) -> TaskImage | TaskImageRefusal | None:
+def routed(
+    frozen: TaskImages,
+    task_id: str,
+    build: Callable[[], TaskImage | TaskImageRefusal],
+    backend,
+    fetch: Callable[[str], None] | None = None,
+    evidence: Path | None = None,
+) -> TaskImage | TaskImageRefusal | None:
     """The task's image as its contract routes it: a frozen refusal as frozen (nothing is
     built); the frozen image when `backend` holds it under its key's label, else what `fetch`
     (a cluster's driver) hands over, else the cache's (`build`) held to the frozen id. None:
@@ -245,8 +297,10 @@ def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | Tas
     if fetch is not None:
         fetch(entry.image)
         if not _held(backend, entry):
-            raise TaskImageMismatch(f"task image of {task_id}: the image fetched from the run's driver is not "
-                                    f"{entry.image} under its key {entry.key}")
+            raise TaskImageMismatch(
+                f"task image of {task_id}: the image fetched from the run's driver is not "
+                f"{entry.image} under its key {entry.key}"
+            )
         return _frozen_image(frozen, entry, backend)
     image = build()
     if isinstance(image, TaskImage) and image.image_id != entry.image and entry.content is not None:
@@ -254,8 +308,10 @@ def routed(frozen: TaskImages, task_id: str, build: Callable[[], TaskImage | Tas
         differ = compare_content(backend.client, image.image_id, entry.content, entry.layers, evidence, None)
         if not differ:
             return image
-        raise TaskImageMismatch(f"task image of {task_id}: the contract froze {entry.image}; this machine's build "
-                                f"{image.image_id} is not its content: {'; '.join(differ)}")
+        raise TaskImageMismatch(
+            f"task image of {task_id}: the contract froze {entry.image}; this machine's build "
+            f"{image.image_id} is not its content: {'; '.join(differ)}"
+        )
     if isinstance(image, TaskImageRefusal) or image.image_id != entry.image:
         have = image.detail if isinstance(image, TaskImageRefusal) else image.image_id
         raise TaskImageMismatch(f"task image of {task_id}: this machine has {have}, the contract froze "
@@ -285,7 +341,11 @@ def keep_run_log(frozen: TaskImages, task_id: str, store: Path, run_root: Path) 
     if not (run_root / BUILD_LOGS / name).is_file():  # once per run and image, not per attempt
         keep_log(store / LOGS / name, run_root / BUILD_LOGS)
     listing = None if entry.content is None else content_file(store / LOGS, entry.content)
-    if listing is not None and listing.is_file() and not content_file(run_root / BUILD_LOGS, entry.content).is_file():
+    if (
+        listing is not None
+        and listing.is_file()
+        and not content_file(run_root / BUILD_LOGS, entry.content).is_file()
+    ):
         atomic_write(content_file(run_root / BUILD_LOGS, entry.content), listing.read_bytes())
 
 
@@ -311,8 +371,10 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
         if (builder.image_labels(entry.image) or {}).get(KEY_LABEL) == entry.key:
             layers = tuple(builder.image_layers(entry.image))
             if layers != entry.layers:
-                raise ContractError(f"{field}: this daemon's {entry.image} has layers {list(layers)}, the manifest "
-                                    f"froze {list(entry.layers)}")
+                raise ContractError(
+                    f"{field}: this daemon's {entry.image} has layers {list(layers)}, the manifest "
+                    f"froze {list(entry.layers)}"
+                )
             continue
         task = tasks.get(task_id)
         if task is None or task.parsed is None:
@@ -322,21 +384,39 @@ def verify_images(frozen: TaskImages, taskset, store: Path, builder=None, eviden
         built = _build(taskset, task, base_map, builder, store, frozen.build_policy, entry)
         have = built.detail if isinstance(built, TaskImageRefusal) else built.image_id
         if have != entry.image and entry.content is not None and isinstance(built, TaskImage):
-            differ = compare_content(builder.client, built.image_id, entry.content, entry.layers, evidence, store)
+            differ = compare_content(
+                builder.client, built.image_id, entry.content, entry.layers, evidence, store
+            )
             if differ:
-                older = "" if frozen.build_version == BUILD_VERSION else (
-                    f" (the contract was frozen by build version {frozen.build_version}, this code builds version "
-                    f"{BUILD_VERSION}: before version 2 a `COPY .` copied this machine's rewritten Dockerfile; "
-                    f"freeze the dataset again)")
-                raise ContractError(f"{field}: the manifest says {entry.image}, not in this daemon; rebuilt here "
-                                    f"as {built.image_id}, whose content is not the frozen image's: "
-                                    f"{'; '.join(differ)}{older}")
+                older = (
+                    ""
+                    if frozen.build_version == BUILD_VERSION
+                    else (
+                        f" (the contract was frozen by build version {frozen.build_version}, this code "
+                        f"builds version {BUILD_VERSION}: before version 2 a `COPY .` copied this machine's "
+                        f"rewritten Dockerfile; "
+                        f"freeze the dataset again)"
+                    )
+                )
+                raise ContractError(
+                    f"{field}: the manifest says {entry.image}, not in this daemon; rebuilt here "
+                    f"as {built.image_id}, whose content is not the frozen image's: "
+                    f"{'; '.join(differ)}{older}"
+                )
             continue
         if have != entry.image:
-            why = "" if entry.content is not None else (
-                "; the contract was frozen without a content digest, so a rebuild cannot be held to it: import its "
-                "images (`validate image export --manifest` where it was frozen) or")
-            raise ContractError(f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
-                                f"the daemon; the cache's build differs){why or ';'} freeze the dataset again on "
-                                f"this machine")
+            why = (
+                ""
+                if entry.content is not None
+                else (
+                    "; the contract was frozen without a content digest, so a rebuild cannot be held to it: "
+                    "import its "
+                    "images (`validate image export --manifest` where it was frozen) or"
+                )
+            )
+            raise ContractError(
+                f"{field}: the manifest says {entry.image} but this machine has {have} (not in "
+                f"the daemon; the cache's build differs){why or ';'} freeze the dataset again on "
+                f"this machine"
+            )
     return len(images)

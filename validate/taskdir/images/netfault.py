@@ -47,11 +47,12 @@ PUBLIC_HOSTS = frozenset({
     "cdn.jsdelivr.net", "gitlab.com", "bitbucket.org"})
 _HOST = r"([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+)"
 _TLS = re.compile(r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|SSL certificate problem|"
-                  r"SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT|server certificate verification failed|"
-                  r"cannot verify \S+ certificate|unable to get local issuer certificate", re.IGNORECASE)
+                  r"SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT|server certificate verification "
+                  r"failed|cannot verify \S+ certificate|unable to get local issuer certificate",
+                  re.IGNORECASE)
 _DNS = re.compile(r"Temporary failure in name resolution|Name or service not known|Could not resolve host|"
-                  r"Temporary failure resolving|Could not resolve '|getaddrinfo ENOTFOUND|getaddrinfo EAI_AGAIN|"
-                  r"No address associated with hostname|nodename nor servname", re.IGNORECASE)
+                  r"Temporary failure resolving|Could not resolve '|getaddrinfo ENOTFOUND|getaddrinfo "
+                  r"EAI_AGAIN|No address associated with hostname|nodename nor servname", re.IGNORECASE)
 _CONNECT = re.compile(r"Connection refused|Connection timed out|Network is unreachable|Failed to connect to|"
                       r"ECONNREFUSED|ETIMEDOUT|ENETUNREACH|Read timed out", re.IGNORECASE)
 _HOSTS = (re.compile(r"https?://" + _HOST), re.compile(r"host='" + _HOST + "'"),
@@ -163,14 +164,16 @@ def classify(log: str, network: str, trusted: bool = False) -> tuple[str, str] |
         found = probe(error.host)
         if error.kind == "tls" and not trusted and found.host_trust and not found.public_trust:
             return (INFRASTRUCTURE_FAILURE, f"the build could not verify TLS to {error.host}: this machine "
-                                            f"intercepts TLS ({error.host}'s certificate verifies only with the "
-                                            f"host's trust store); freeze with --build-trust-store host")
+                                            f"intercepts TLS ({error.host}'s certificate verifies only with "
+                                            "the host's trust store); freeze with --build-trust-store host")
         if error.kind == "dns" and not found.resolves and error.host in PUBLIC_HOSTS:
             if found.permanent:
-                return (UNSUPPORTED_CONTRACT, f"{error.host} does not resolve from this build host (its resolver "
-                                              f"says no such name): this machine's network does not reach it")
+                return (UNSUPPORTED_CONTRACT, f"{error.host} does not resolve from this build host (its "
+                                              "resolver says no such name): this machine's network "
+                                              "does not reach it")
             return (INFRASTRUCTURE_FAILURE, f"{error.host} did not resolve from this build host (a temporary "
                                             f"failure of its resolver)")
         if error.kind in ("connect", "dns") and found.resolves and not found.connects:
-            return (INFRASTRUCTURE_FAILURE, f"{error.host} resolves but cannot be reached from this build host")
+            return (INFRASTRUCTURE_FAILURE,
+                    f"{error.host} resolves but cannot be reached from this build host")
     return None

@@ -78,16 +78,17 @@ def pull(ref: str, registry: str, backend, pinned: str | None = None) -> PulledB
         image_id = backend.pull(repo, want)
     except LookupError as e:
         if digest is not None:
-            raise PullRefused(UNSUPPORTED_CONTRACT, f"{ref}: the digest {digest} no longer resolves in {registry} "
-                                                    f"({repo}@{digest}: {e})") from None
-        raise PullRefused(UNSUPPORTED_CONTRACT, f"{ref} is not in the registry {registry} (as {repo}:{tag}: {e})") \
+            raise PullRefused(UNSUPPORTED_CONTRACT, f"{ref}: the digest {digest} no longer resolves in "
+                                                    f"{registry} ({repo}@{digest}: {e})") from None
+        raise PullRefused(UNSUPPORTED_CONTRACT,
+                          f"{ref} is not in the registry {registry} (as {repo}:{tag}: {e})") \
             from None
     resolved = digest or backend.repo_digest(image_id, repo)
     if resolved is None:
         raise PullRefused(UNSUPPORTED_CONTRACT, f"{ref}: {registry} gave {repo}:{tag} without a digest")
     said = (f"pulled from {registry} as {repo}@{resolved}; the tag {tag} is never followed again",)
-    return PulledBase(upstream=ref, reference=split_reference(ref)[0], pulled=f"{repo}@{resolved}", digest=resolved,
-                      image_id=image_id, differences=said)
+    return PulledBase(upstream=ref, reference=split_reference(ref)[0], pulled=f"{repo}@{resolved}",
+                      digest=resolved, image_id=image_id, differences=said)
 
 
 def moved_tags(pins: Mapping[str, str], registry: str, backend) -> list[str]:
@@ -101,9 +102,9 @@ def moved_tags(pins: Mapping[str, str], registry: str, backend) -> list[str]:
         now = backend.remote_digest(f"{repo}:{tag}")
         frozen = pinned.rpartition("@")[2]
         if now is not None and now != frozen:
-            out.append(f"{upstream}: the tag {repo}:{tag} has moved to {now}; the contract's {frozen} is pulled, "
-                       f"never the moved tag")
+            out.append(f"{upstream}: the tag {repo}:{tag} has moved to {now}; the contract's {frozen} is "
+                       "pulled, never the moved tag")
         elif now is None:
-            out.append(f"{upstream}: the tag {repo}:{tag} no longer resolves in {registry}; the contract's {frozen} "
-                       f"is pulled by its digest")
+            out.append(f"{upstream}: the tag {repo}:{tag} no longer resolves in {registry}; the contract's "
+                       f"{frozen} is pulled by its digest")
     return out

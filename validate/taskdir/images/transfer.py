@@ -25,8 +25,8 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from validate.core.paths import IMAGE_ARCHIVE_INDEX
 from validate.core.errors import ValidateError
+from validate.core.paths import IMAGE_ARCHIVE_INDEX
 from validate.taskdir.images.build import KEY_LABEL
 from validate.taskdir.images.content import compare_content
 from validate.taskdir.images.docker import images_for
@@ -53,10 +53,14 @@ def export_task_images(m, manifest: Path, out: Path, log: Callable[[str], None] 
     ids = sorted({e.image for e in frozen.tasks.values() if e.image})
     for task_id, entry in sorted(frozen.tasks.items()):
         if entry.image and (images.image_labels(entry.image) or {}).get(KEY_LABEL) != entry.key:
-            raise ValidateError(f"--manifest: this daemon does not hold task {task_id}'s frozen image {entry.image}; "
-                                f"run `validate verify --manifest {manifest}` (it rebuilds what it can) or export on "
-                                f"the machine that froze it")
-    path = out / f"task-images-{m.sha256.removeprefix('sha256:')[:12]}.tar" if out.is_dir() or not out.suffix else out
+            raise ValidateError(f"--manifest: this daemon does not hold task {task_id}'s frozen image "
+                                f"{entry.image}; run `validate verify --manifest {manifest}` (it rebuilds "
+                                "what it can) or export on the machine that froze it")
+    path = (
+        out / f"task-images-{m.sha256.removeprefix('sha256:')[:12]}.tar"
+        if out.is_dir() or not out.suffix
+        else out
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     api = images.client.api
     h = hashlib.sha256()
@@ -68,7 +72,8 @@ def export_task_images(m, manifest: Path, out: Path, log: Callable[[str], None] 
             fh.write(chunk)
             h.update(chunk)
     partial.replace(path)
-    log(f"exported {len(ids)} task images of {m.name} → {path} (sha256:{h.hexdigest()}, {path.stat().st_size} bytes)")
+    log(f"exported {len(ids)} task images of {m.name} → {path} (sha256:{h.hexdigest()}, "
+        f"{path.stat().st_size} bytes)")
     return path
 
 
@@ -77,10 +82,11 @@ def archive_images(archive: Path) -> set[str]:
     name (tag), or is not a docker save archive."""
     try:
         with tarfile.open(archive, mode="r:") as tar:
-            member = next((x for x in tar if x.name in (IMAGE_ARCHIVE_INDEX, f"./{IMAGE_ARCHIVE_INDEX}")), None)
+            member = next((x for x in tar if x.name in (IMAGE_ARCHIVE_INDEX, f"./{IMAGE_ARCHIVE_INDEX}")),
+                          None)
             if member is None or not member.isreg() or member.size > _MAX_INDEX_BYTES:
-                raise ValidateError(f"{archive}: no manifest.json index: not an archive `validate image export "
-                                    f"--manifest` wrote")
+                raise ValidateError(f"{archive}: no manifest.json index: not an archive `validate image "
+                                    "export --manifest` wrote")
             index = json.loads(tar.extractfile(member).read())
     except (tarfile.TarError, OSError, ValueError) as e:
         raise ValidateError(f"{archive}: not a readable image archive ({e})") from None
@@ -90,8 +96,8 @@ def archive_images(archive: Path) -> set[str]:
         if config is None:
             raise ValidateError(f"{archive}: its index names an image without a config digest")
         if (item or {}).get("RepoTags"):
-            raise ValidateError(f"{archive}: names images {item['RepoTags']}; a task-image archive names none "
-                                f"(loading it must not add or replace a named image)")
+            raise ValidateError(f"{archive}: names images {item['RepoTags']}; a task-image archive names "
+                                "none (loading it must not add or replace a named image)")
         ids.add("sha256:" + config.group(1))
     return ids
 
@@ -104,8 +110,8 @@ def import_task_images(archive: Path, m, manifest: Path, log: Callable[[str], No
     wanted = {e.image for e in frozen.tasks.values() if e.image}
     named = archive_images(archive)
     if named - wanted:
-        raise ValidateError(f"{archive}: holds images the contract did not freeze ({sorted(named - wanted)[:3]}); "
-                            f"refused before loading")
+        raise ValidateError(f"{archive}: holds images the contract did not freeze "
+                            f"({sorted(named - wanted)[:3]}); refused before loading")
     images = images_for(m.execution.backend)
     images.load(archive)
     problems = []
@@ -117,10 +123,11 @@ def import_task_images(archive: Path, m, manifest: Path, log: Callable[[str], No
         elif tuple(images.image_layers(entry.image)) != entry.layers:
             problems.append(f"{task_id}: {entry.image} has other layers than the contract froze")
         elif entry.content is not None:
-            differ = compare_content(images.client, entry.image, entry.content, entry.layers, log_dir_of(manifest),
-                                     None)
+            differ = compare_content(images.client, entry.image, entry.content, entry.layers,
+                                     log_dir_of(manifest), None)
             problems += [f"{task_id}: {'; '.join(differ)}"] if differ else []
     if problems:
-        raise ValidateError(f"{archive}: {len(problems)} task image(s) not as frozen: {'; '.join(problems[:5])}")
+        raise ValidateError(f"{archive}: {len(problems)} task image(s) not as frozen: "
+                            f"{'; '.join(problems[:5])}")
     log(f"imported {len(wanted)} task images of {m.name}; each held to its frozen key, layers and content")
     return len(wanted)

@@ -141,4 +141,5 @@ def plan(agent: str, task: HarborTask, task_dir: Path, spec: AgentSpec | None = 
         built = harness_tool.shared_object(support) if support.suffix == ".c" else support
         name = f"{support.stem}.so" if support.suffix == ".c" else support.name
         uploads.append((f"{CONTROL_DIR.lstrip('/')}/{name}", 0o755, built.read_bytes()))
-    return AgentPlan(name=agent, command=["sh", "-c", f"{run} > {output} 2>&1"], output=output, uploads=uploads)
+    return AgentPlan(name=agent, command=["sh", "-c", f"{run} > {output} 2>&1"], output=output,
+                     uploads=uploads)

@@ -47,13 +47,11 @@ from validate.sandbox import seccomp, storage
 from validate.sandbox.base import Limits, supervise, watchdog_argv
 from validate.sandbox.bwrap.launch import _JOIN, Launch
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial import layers, roots, workpaths
-from validate.taskdir.trial.trusted import MAX_LISTED
-from validate.taskdir.trial import tool as harness_tool
-from validate.taskdir.trial import run as docker_trial
+from validate.taskdir.trial import layers, roots, run as docker_trial, tool as harness_tool, workpaths
 from validate.taskdir.trial.agents import plan as agent_plan, tree_entries
 from validate.taskdir.trial.result import LeftFile, PhaseRun, TrialLimits, TrialResult
 from validate.taskdir.trial.run import UnsupportedTask, apply_limits
+from validate.taskdir.trial.trusted import MAX_LISTED
 
 #: Directories every phase finds, as the docker trial makes them (relative to the root).
 LOG_DIRS = [(path, mode, None) for path, mode, _ in docker_trial._LOG_DIRS]
@@ -140,8 +138,8 @@ def run_trial(sandbox, docker_client, task: HarborTask, task_dir: Path, image: s
         _agent_phase(trial, task, root, plan, result, limits, contract)
         if limits.verifier_mode == "trusted":
             trusted = _carry(trial, task, Path(task_dir), root, result)
-            _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key, reward_range,
-                            tree=trusted)
+            _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key,
+                            reward_range, tree=trusted)
             if replay_below is not None and result.outside_changes_total and not result.passed(replay_below):
                 shadow = result.model_copy(deep=True)
                 _verifier_phase(trial, task, Path(task_dir), root, shadow, limits, contract, reward_key,
@@ -149,7 +147,8 @@ def run_trial(sandbox, docker_client, task: HarborTask, task_dir: Path, image: s
                 result.shared_replayed, result.shared_record = True, shadow.record
                 result.shared_reward = shadow.reward if shadow.verifier_error is None else None
         else:
-            _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key, reward_range)
+            _verifier_phase(trial, task, Path(task_dir), root, result, limits, contract, reward_key,
+                            reward_range)
         result.status = docker_trial._status(result)
     except SandboxError as e:
         result.status, result.infrastructure_error = "infrastructure_error", str(e)
@@ -159,7 +158,8 @@ def run_trial(sandbox, docker_client, task: HarborTask, task_dir: Path, image: s
     return result
 
 
-def _env(task: HarborTask, root: roots.TaskRoot, result: TrialResult, extra: dict[str, str]) -> dict[str, str]:
+def _env(task: HarborTask, root: roots.TaskRoot, result: TrialResult,
+         extra: dict[str, str]) -> dict[str, str]:
     env = {"PATH": _DEFAULT_PATH, "HOME": "/root", **root.env, **result.applied.pinned_env,
            **task.config.environment.env, **extra}
     return dict(sorted(env.items()))
@@ -185,7 +185,8 @@ def _agent_phase(trial: Trial, task: HarborTask, root: roots.TaskRoot, plan, res
         out = roots.read_tree(trial.merged, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = docker_trial._text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    left = roots.read_tree(trial.merged, docker_trial.VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes)
+    left = roots.read_tree(trial.merged, docker_trial.VERIFIER_DIR, MAX_REWARD_BYTES + 1,
+                           limits.max_listing_bytes)
     result.left_in_verifier_dir = [LeftFile(path=f.path, kind=f.kind, size=f.size, sha256=left.sha256(f))
                                    for f in left.entries if f.path != "." or f.kind != "dir"]
     result.left_listing_truncated = left.truncated
@@ -206,7 +207,10 @@ def _carry(trial: Trial, task: HarborTask, task_dir: Path, root: roots.TaskRoot,
     result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
     result.dropped = dropped + ([f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
                                 if cut else [])
-    result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
+    result.outside_changes, result.outside_changes_total = (
+        list(carry.outside[:MAX_LISTED]),
+        len(carry.outside),
+    )
     return trial.mount(f"{trial.dir / 'carried'}:{root.root}", layer="-verifier")
 
 
@@ -236,8 +240,9 @@ def _verifier_phase(trial: Trial, task: HarborTask, task_dir: Path, root: roots.
     tree = roots.read_tree(trial.dir, "verifier", per_file, limits.max_listing_bytes)
     out, cut_out = docker_trial._text(tree, docker_trial.VERIFIER_STDOUT, limits.max_output_bytes)
     err, cut_err = docker_trial._text(tree, docker_trial.VERIFIER_STDERR, limits.max_output_bytes)
-    result.verifier_run = PhaseRun(exit_code=ran.exit_code, timed_out=ran.timed_out, oom_killed=ran.oom_killed,
-                                   runtime_s=ran.runtime_s, stdout=out, stderr=err, truncated=cut_out or cut_err)
+    result.verifier_run = PhaseRun(exit_code=ran.exit_code, timed_out=ran.timed_out,
+                                   oom_killed=ran.oom_killed, runtime_s=ran.runtime_s, stdout=out, stderr=err,
+                                   truncated=cut_out or cut_err)
     result.verifier_files = sorted(f.path for f in tree.entries if f.path != ".")
     docker_trial._reward(result, tree, reward_key, reward_range)
 
@@ -265,8 +270,8 @@ def _phase(trial: Trial, name: str, argv: list[str], env: dict[str, str], workdi
         raise
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(_argv(tree if tree is not None else trial.merged, argv, env, workdir, binds, lim,
-                                      cgroups, status_w, seccomp_fd, own_pid1),
+        proc = subprocess.Popen(_argv(tree if tree is not None else trial.merged, argv, env, workdir, binds,
+                                      lim, cgroups, status_w, seccomp_fd, own_pid1),
                                 stdin=status_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=(status_w, seccomp_fd), start_new_session=True,
                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
@@ -297,11 +302,12 @@ def _argv(tree: Path, argv: list[str], env: dict[str, str], workdir: str, binds:
     `own_pid1`: `argv` is the harness's own program, PID 1 itself (no watchdog of the tree's)."""
     uid = roots.TREE_UID
     out = ["/bin/sh", "-c", _JOIN, "sh", str(len(cgroups)), *map(str, cgroups), str(lim.max_file_mb * 2048),
-           "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--no-new-privs",
-           "bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-           "--as-pid-1", "--json-status-fd", str(status_fd), "--seccomp", str(seccomp_fd),
-           "--bind", str(tree), "/", "--proc", "/proc", "--dev", "/dev", *binds, "--hostname", "sandbox",
-           "--clearenv"]
+           "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+           "--no-new-privs", "bwrap", "--unshare-all", "--unshare-user", "--disable-userns",
+           "--die-with-parent", "--new-session", "--as-pid-1", "--json-status-fd", str(status_fd),
+           "--seccomp", str(seccomp_fd), "--bind", str(tree), "/", "--proc", "/proc", "--dev", "/dev", *binds,
+           "--hostname", "sandbox", "--clearenv"]
     for key, value in env.items():
         out += ["--setenv", key, value]
-    return [*out, "--chdir", workdir, "--", *(argv if own_pid1 else watchdog_argv(tuple(argv), lim.timeout_s))]
+    return [*out, "--chdir", workdir, "--", *(argv if own_pid1
+                                              else watchdog_argv(tuple(argv), lim.timeout_s))]

@@ -47,7 +47,8 @@ def name_of(msg):
         if n & 0xC0 or i + 1 + n > len(msg) or len(labels) > 127:
             return None
         raw = msg[i + 1:i + 1 + n]
-        labels.append("".join(chr(b) if 0x21 <= b < 0x7F and b not in (0x2E, 0x5C) else "\\%03d" % b for b in raw))
+        labels.append("".join(chr(b) if 0x21 <= b < 0x7F and b not in (0x2E, 0x5C) else "\\%03d" % b
+                              for b in raw))
         i += 1 + n
     if i + 5 > len(msg):
         return None

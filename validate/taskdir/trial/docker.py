@@ -47,9 +47,8 @@ from docker.types import Mount
 from validate.core.errors import DaemonError, SandboxError, TaskError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, procs_of
-from validate.sandbox.storage import ensure_room, mount_tmpfs, remove_tree
-from validate.sandbox.storage import unmount as storage_unmount
 from validate.sandbox.docker.wire import LABEL
+from validate.sandbox.storage import ensure_room, mount_tmpfs, remove_tree, unmount as storage_unmount
 from validate.taskdir.trial import tool as harness_tool
 
 TRIAL_LABEL = f"{LABEL}.trial"
@@ -283,18 +282,18 @@ def create(res: Resources, spec: Spec, name: str) -> str:
                                       security_opt=["no-new-privileges"])
         # PID 1 starts as root to take the harness's ids; every exec names its own user
         user = "0" if spec.tool is not None else (spec.user or "")
-        cid = api.create_container(spec.image, entrypoint=pid1_entrypoint(spec.lifetime_s, spec.tool is not None),
-                                   command=[], name=f"dv-{res.trial}-{name}", labels=res.labels(),
-                                   user=user, working_dir=spec.workdir or "",
-                                   environment=dict(sorted(spec.env.items())),
+        cid = api.create_container(spec.image,
+                                   entrypoint=pid1_entrypoint(spec.lifetime_s, spec.tool is not None),
+                                   command=[], name=f"dv-{res.trial}-{name}", labels=res.labels(), user=user,
+                                   working_dir=spec.workdir or "", environment=dict(sorted(spec.env.items())),
                                    network_disabled=spec.network == "none", hostname=spec.hostname,
                                    host_config=host)["Id"]
     except DOCKER_ERRORS as e:
         raise fault(f"create the {name} container from {spec.image[:19]}", e) from None
     res.containers.append(cid)
     if spec.cap is not None and not cap_layer(res, cid, *spec.cap):
-        raise DockerFault(f"docker: the {name} container's writable layer cannot be capped (not overlay2 on this "
-                          f"machine)")
+        raise DockerFault(f"docker: the {name} container's writable layer cannot be capped (not overlay2 on "
+                          "this machine)")
     res.made += 1
     res.made_capped += spec.cap is not None
     return cid
@@ -428,7 +427,8 @@ class Exec:
     exec_id: str = ""
 
 
-def _exec_create(api, cid: str, argv: list[str], user: str | None, workdir: str | None, env: dict[str, str]) -> str:
+def _exec_create(api, cid: str, argv: list[str], user: str | None, workdir: str | None,
+                 env: dict[str, str]) -> str:
     """An exec created in `cid`. The harness pauses a container only to sweep it, and unpauses it
     before anything runs; a daemon that still says it is paused (seen once in 472 trials) is
     asked to unpause again, a few times, before that is a fault."""
@@ -577,7 +577,9 @@ class Tree:
         return {f.path: f.data for f in self.entries if f.kind == "file" and f.data is not None}
 
     def sha256(self, f: Found) -> str | None:
-        return None if f.data is None or len(f.data) < f.size else "sha256:" + hashlib.sha256(f.data).hexdigest()
+        return (
+            None if f.data is None or len(f.data) < f.size else "sha256:" + hashlib.sha256(f.data).hexdigest()
+        )
 
 
 class _Budget(io.RawIOBase):
@@ -621,7 +623,8 @@ def read_tree(api, cid: str, path: str, per_file: int, budget: int) -> Tree:
                 _, _, rel = m.name.partition("/")
                 kind = "file" if m.isreg() else "dir" if m.isdir() else "symlink" if m.issym() else "other"
                 data = tf.extractfile(m).read(per_file) if m.isreg() else None
-                tree.entries.append(Found(path=rel or ".", kind=kind, size=m.size, data=data, mode=m.mode & 0o7777))
+                tree.entries.append(Found(path=rel or ".", kind=kind, size=m.size, data=data,
+                                          mode=m.mode & 0o7777))
     except (tarfile.TarError, EOFError, OSError) as e:
         if not raw.cut:
             raise fault(f"read {path}", e) from None
@@ -720,7 +723,8 @@ def read_host_tree(root: Path, rel: str, per_file: int, budget: int) -> Tree:
                     break
                 spent += ENTRY_COST
                 kind = _kind(st.st_mode)
-                data = _read_file(dir_fd, entry, st, min(per_file, budget - spent)) if kind == "file" else None
+                data = _read_file(dir_fd, entry, st,
+                                  min(per_file, budget - spent)) if kind == "file" else None
                 if data is not None:
                     spent += len(data)
                     if len(data) < min(per_file, st.st_size):

@@ -4,10 +4,10 @@ its overlay's writable layer, and the layer of them a verifier gets.
 The same reading serves a trusted docker trial on the harness's own machine (the overlay2
 driver): the agent's container's writable layer is read as it lies on the daemon's disk, and
 the carried paths are written into the verifier's container's writable layer before it starts
-(`validate.taskdir.trial.trusted`), no archive through the daemon. A bwrap trial runs on an overlay whose lower layer is the task image's unpacked tree (never
-written) and whose upper layer is the trial's own capped tmpfs. Once the agent's sandbox is
-gone and the overlay unmounted, that upper directory is exactly what the agent changed, as
-the kernel recorded it: a deleted path is a whiteout (a character device 0/0), a directory
+(`validate.taskdir.trial.trusted`), no archive through the daemon. A bwrap trial runs on an overlay whose
+lower layer is the task image's unpacked tree (never written) and whose upper layer is the trial's own capped
+tmpfs. Once the agent's sandbox is gone and the overlay unmounted, that upper directory is exactly what the
+agent changed, as the kernel recorded it: a deleted path is a whiteout (a character device 0/0), a directory
 replaced whole is marked opaque. `diff` reads it as the daemon's diff reads a container
 (`validate.taskdir.trial.workpaths.plan` takes either); `carried_layer` copies the planned subtrees —
 whiteouts and opaque marks included, devices, fifos and sockets dropped — into a directory

@@ -73,9 +73,9 @@ class Resolver:
                 nano_cpus=int(0.5e9), cap_drop=["ALL"], security_opt=["no-new-privileges"],
                 # binding port 53, and at a boundary rewriting files an agent may have chowned
                 cap_add=["NET_BIND_SERVICE", "CHOWN", "DAC_OVERRIDE", "FOWNER"])
-            self.id = api.create_container(image, entrypoint=["python3", "-I", "-u", "-c", PROGRAM], command=[],
-                                           name=f"dv-{res.trial}-resolver", labels=res.labels(), user="0",
-                                           working_dir="/", host_config=host)["Id"]
+            self.id = api.create_container(image, entrypoint=["python3", "-I", "-u", "-c", PROGRAM],
+                                           command=[], name=f"dv-{res.trial}-resolver", labels=res.labels(),
+                                           user="0", working_dir="/", host_config=host)["Id"]
         except dk.DOCKER_ERRORS as e:
             raise dk.fault(f"create the resolver from {image[:19]}", e) from None
         res.containers.append(self.id)
@@ -117,7 +117,8 @@ def boundary(res: dk.Resources, sid: str, timeout_s: float = READY_S) -> int:
     """End the agent's phase in the resolver's log (see the module docstring); the mark."""
     dk.call("signal the resolver", res.api.kill, sid, signal="SIGUSR1")
     deadline = time.monotonic() + timeout_s
-    while b'{"mark": 1}' not in dk.call("read the resolver's log", res.api.logs, sid, stdout=True, stderr=False):
+    while b'{"mark": 1}' not in dk.call("read the resolver's log", res.api.logs, sid, stdout=True,
+                                        stderr=False):
         if time.monotonic() > deadline:
             raise dk.DockerFault("docker: the resolver did not mark the end of the agent's phase")
         time.sleep(0.01)

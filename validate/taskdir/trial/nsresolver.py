@@ -140,8 +140,9 @@ def open(pid: int) -> Resolver:  # noqa: A001 - the module's verb: nsresolver.op
 def _setns(fd: int, what: str) -> None:
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
-        raise NamespaceError(f"setns into {what} failed: {os.strerror(err)} (entering another network namespace "
-                             f"needs CAP_SYS_ADMIN: run the harness as root, or use the resolver sidecar)")
+        raise NamespaceError(f"setns into {what} failed: {os.strerror(err)} (entering another network "
+                             "namespace needs CAP_SYS_ADMIN: run the harness as root, or use the "
+                             "resolver sidecar)")
 
 
 def _sockets_in(pid: int) -> list[socket.socket]:
@@ -218,8 +219,10 @@ def _bind() -> list[socket.socket]:
             try:
                 s.bind(ADDRESS)
             except OSError as e:
-                raise NamespaceError(f"binding {ADDRESS[0]}:{ADDRESS[1]} in the container's namespace failed: "
-                                     f"{e.strerror} (is its loopback up? is something already there?)") from None
+                raise NamespaceError(
+                    f"binding {ADDRESS[0]}:{ADDRESS[1]} in the container's namespace "
+                    f"failed: {e.strerror} (is its loopback up? is something already there?)"
+                ) from None
         tcp.listen(BACKLOG)
     except BaseException:
         udp.close()

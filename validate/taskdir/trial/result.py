@@ -33,8 +33,15 @@ from validate.taskdir.trial.artifacts import Handed
 from validate.taskdir.trial.network import Lookups
 from validate.taskdir.trial.workpaths import Change
 
-TrialStatus = Literal["ok", "agent_timeout", "agent_oom", "verifier_error", "task_error", "infrastructure_error",
-                      "harness_error"]
+TrialStatus = Literal[
+    "ok",
+    "agent_timeout",
+    "agent_oom",
+    "verifier_error",
+    "task_error",
+    "infrastructure_error",
+    "harness_error",
+]
 #: Where the verifier runs: ``trusted``, a fresh container of the task's pristine image with
 #: only the agent's changes under its work paths (`validate.taskdir.trial.trusted`); ``shared``, the
 #: agent's own container once every process of its phase is dead (Harbor's); ``separate``, the

@@ -25,8 +25,8 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 import secrets
+import stat
 import subprocess
 import tempfile
 import threading
@@ -37,7 +37,7 @@ from validate.core.errors import SandboxError
 from validate.core.paths import AGENT_UID, task_image_store
 from validate.sandbox.docker.wire import LABEL
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial.docker import Found, Tree, read_host_tree
+from validate.taskdir.trial.docker import Tree, read_host_tree
 
 #: Who owns every file of an unpacked tree, and whom every process of the sandbox runs as.
 TREE_UID = AGENT_UID
@@ -113,8 +113,8 @@ def _export_into(api, image_id: str, dest: Path) -> None:
     # written would stop tar, and the export with it.
     errors = tempfile.TemporaryFile()
     tar = subprocess.Popen(["setpriv", f"--reuid={TREE_UID}", f"--regid={TREE_UID}", "--clear-groups",
-                            "--inh-caps=-all", "--no-new-privs", "tar", "-x", "-p", "-f", "-", "-C", str(dest),
-                            "--no-same-owner", "--exclude=dev/*"],
+                            "--inh-caps=-all", "--no-new-privs", "tar", "-x", "-p", "-f", "-", "-C",
+                            str(dest), "--no-same-owner", "--exclude=dev/*"],
                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
     tail = lambda: (errors.seek(0), errors.read().decode(errors="replace")[-500:])[1]  # noqa: E731
     try:
@@ -124,7 +124,9 @@ def _export_into(api, image_id: str, dest: Path) -> None:
         if tar.wait(timeout=_UNPACK_TIMEOUT_S) != 0:
             raise SandboxError(f"task root: unpacking {image_id[:19]} failed: {tail()}")
     except BrokenPipeError:
-        raise SandboxError(f"task root: tar stopped reading the export of {image_id[:19]}: {tail()}") from None
+        raise SandboxError(
+            f"task root: tar stopped reading the export of {image_id[:19]}: {tail()}"
+        ) from None
     finally:
         if tar.poll() is None:
             tar.kill()

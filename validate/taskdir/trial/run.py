@@ -55,8 +55,8 @@ The shared one-container sequence, and why:
    link (`validate.taskdir.trial.docker.read_host_tree`): what the agent left in ``/logs/verifier``
    recorded, both directories emptied and made the harness's again (mode, owner: the agent
    may have changed them), the task's ``tests/`` written into ``/tests``; the resolver's
-   boundary (what was asked until now was the agent's). (For a separate verifier: the agent's container killed, its ``/logs/artifacts``
-   read, `validate.taskdir.trial.artifacts`, and removed.)
+   boundary (what was asked until now was the agent's). (For a separate verifier: the agent's container
+   killed, its ``/logs/artifacts`` read, `validate.taskdir.trial.artifacts`, and removed.)
 3. **Verifier phase.** ``test.sh`` run by the harness's program in the same container, as the verifier user,
    against the verifier timeout (a separate verifier: a fresh container of its own image,
    fresh volumes at ``/logs/verifier``, ``/tests`` unless its image owns it, and
@@ -91,16 +91,27 @@ from pathlib import Path
 
 from environment.harbor.config import TaskConfig
 from environment.harbor.reward import (
-    MAX_REWARD_BYTES, REWARD_JSON, REWARD_TXT, RewardError, VerifierRecord, read_reward,
+    MAX_REWARD_BYTES,
+    REWARD_JSON,
+    REWARD_TXT,
+    RewardError,
+    VerifierRecord,
+    read_reward,
 )
 from environment.harbor.taskdir import HarborTask
 from validate.core.errors import AgentError, TaskError
 from validate.sandbox.base import Limits
 from validate.sandbox.cgroups import group_of_pid, oom_kills_of_pid, procs_of
 from validate.sandbox.storage import attempt_storage, mount_tmpfs
-from validate.taskdir.trial import artifacts, network, nsresolver, trusted, workpaths
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import tool as harness_tool
+from validate.taskdir.trial import (
+    artifacts,
+    docker as dk,
+    network,
+    nsresolver,
+    tool as harness_tool,
+    trusted,
+    workpaths,
+)
 from validate.taskdir.trial.agents import AgentPlan, plan as agent_plan, tree_entries
 from validate.taskdir.trial.result import Applied, LeftFile, PhaseRun, TrialLimits, TrialResult, VerifierError
 
@@ -114,7 +125,8 @@ _LOG_DIRS = [("logs", 0o755, None), ("logs/agent", 0o777, None), ("logs/artifact
 _MOUNT_POINTS = [("logs", 0o755, None), ("logs/verifier", 0o777, None), ("tests", 0o755, None)]
 #: The verifier: the harness's program runs ``/tests/test.sh`` with the image's bash (else sh),
 #: by absolute paths, its output in /logs/verifier (`validate.taskdir.trial.tool`).
-VERIFY = [harness_tool.BINARY, "run", f"{VERIFIER_DIR}/{VERIFIER_STDOUT}", f"{VERIFIER_DIR}/{VERIFIER_STDERR}"]
+VERIFY = [harness_tool.BINARY, "run", f"{VERIFIER_DIR}/{VERIFIER_STDOUT}",
+          f"{VERIFIER_DIR}/{VERIFIER_STDERR}"]
 #: The trial's host storage when only the resolver's files live there (a trusted trial).
 _ETC_STORAGE = Limits(storage_mb=1, storage_inodes=64)
 
@@ -154,7 +166,10 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
     env = config.environment
     agent_t = (config.agent.timeout_sec or limits.agent_timeout_s) * limits.timeout_multiplier
     verifier_t = config.verifier.timeout_sec * limits.timeout_multiplier
-    user = (lambda u: None if u is None else str(u))
+
+    def user(u):
+        return None if u is None else str(u)
+
     return Applied(cpus=min(env.cpus or limits.cpus, limits.cpus),
                    memory_mb=min(env.memory_mb or limits.memory_mb, limits.memory_mb), pids=limits.pids,
                    agent_timeout_s=min(agent_t, limits.max_agent_timeout_s),
@@ -166,8 +181,8 @@ def apply_limits(config: TaskConfig, limits: TrialLimits) -> Applied:
 def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
               limits: TrialLimits = TrialLimits(), *, run_label: str = "adhoc", reward_key: str = "reward",
               reward_range: tuple[float, float] = (0.0, 1.0), resolver_image: str | None = None,
-              verifier_image: str | None = None, drive: AgentDriver | None = None, plan: AgentPlan | None = None,
-              replay_below: float | None = None) -> TrialResult:
+              verifier_image: str | None = None, drive: AgentDriver | None = None,
+              plan: AgentPlan | None = None, replay_below: float | None = None) -> TrialResult:
     """Run `agent` on `task` (its files in `task_dir`) in `image`; never leaves a container,
     volume or snapshot behind (`TrialResult.cleanup_errors` says so if docker refused).
     `resolver_image` (one with python3): run the trial's resolver from it and record every
@@ -181,10 +196,12 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         raise UnsupportedTask(f"{task.id}: multi-step tasks are not run by this harness")
     separate = task.verifier == "separate"
     if separate and (verifier_image is None or task.verifier_build not in ("dockerfile", "environment")):
-        raise UnsupportedTask(f"{task.id}: a separate verifier built from {task.verifier_build} needs its image")
+        raise UnsupportedTask(f"{task.id}: a separate verifier built from "
+                              f"{task.verifier_build} needs its image")
     if plan is None:
-        plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent, command=None,
-                                                                                        output="")
+        plan = agent_plan(agent, task, Path(task_dir)) if drive is None else AgentPlan(name=agent,
+                                                                                       command=None,
+                                                                                       output="")
     t0 = time.monotonic()
     res = dk.Resources(client.api, run_label, secrets.token_hex(6))
     mode = "separate" if separate else limits.verifier_mode
@@ -203,7 +220,8 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
         own.tool = str(harness_tool.tool_dir())
         users, workdir = _image_defaults(res, image, result.applied)
         # A root harness: the harness's own sockets in the container's namespace
-        # (`validate.taskdir.trial.nsresolver`); otherwise the resolver sidecar (`validate.taskdir.trial.network`).
+        # (`validate.taskdir.trial.nsresolver`); otherwise the resolver sidecar
+        # (`validate.taskdir.trial.network`).
         own.wanted = (one or mode == "trusted" and local) and resolver_image is not None and os.geteuid() == 0
         if resolver_image is not None and not own.wanted:
             resolver = network.Resolver(res, resolver_image)
@@ -223,13 +241,17 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 mount_tmpfs(host / HARNESS / "etc", _ETC_STORAGE, noexec=True)
                 os.chmod(host / HARNESS / "etc", 0o755)
             own.prepare(host, host / HARNESS / "etc" if bound else host / "etc", f"dv-{res.trial}")
-        work = workpaths.work_paths(workdir, [a.source for a in task.config.artifacts],
-                                    workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)))
+        work = workpaths.work_paths(
+            workdir,
+            [a.source for a in task.config.artifacts],
+            workpaths.named_paths(workpaths.task_texts(Path(task_dir), task.instruction)),
+        )
         if near:
-            trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own, users,
-                                work, reward_key, reward_range, replay_below)
+            trusted.local_trial(_core(), res, task, Path(task_dir), image, plan, result, limits, drive, own,
+                                users, work, reward_key, reward_range, replay_below)
         elif mode == "trusted":
-            box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own, users)
+            box = trusted.agent_phase(_core(), res, task, image, plan, result, limits, resolver, drive, own,
+                                      users)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             trusted.verifier_phase(_core(), res, task, Path(task_dir), image, box, result, limits, reward_key,
@@ -238,7 +260,8 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                 trusted.replay_shared(_core(), res, task, Path(task_dir), box, result, limits, reward_key,
                                       reward_range, own, users)
         elif not one:
-            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own, users, work)
+            handed = _agent_phase(res, task, image, plan, result, limits, resolver, drive, separate, own,
+                                  users, work)
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             _verifier_phase(res, task, Path(task_dir), verifier_image if separate else handed, result, limits,
@@ -246,13 +269,14 @@ def run_trial(client, task: HarborTask, task_dir: Path, image: str, agent: str,
                             handed if separate else None, own, users)
         else:
             host = own.host
-            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own, users)
+            box = _shared_agent_phase(res, task, image, plan, result, limits, resolver, drive, host, own,
+                                      users)
             _seen(result, work, *trusted.changes_of(res, box.cid))
             if resolver is not None:
                 mark = network.boundary(res, resolver.id)
             own.boundary(box.pid)
-            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range, host,
-                                   own, users)
+            _shared_verifier_phase(res, task, Path(task_dir), box, result, limits, reward_key, reward_range,
+                                   host, own, users)
         result.status = _status(result)
         result.storage_bounded = res.capped
     except dk.DockerFault as e:
@@ -326,9 +350,10 @@ def _record_left(result: TrialResult, left: dk.Tree) -> None:
     result.left_listing_truncated = left.truncated
 
 
-def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result: TrialResult, limits: TrialLimits,
-               reward_key: str, reward_range: tuple[float, float], users: dict[str, str], tool: str | None,
-               stop: Callable[[], bool], read: Callable[[], dk.Tree], env: dict[str, str] | None = None) -> None:
+def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result: TrialResult,
+               limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], users: dict[str, str],
+               tool: str | None, stop: Callable[[], bool], read: Callable[[], dk.Tree],
+               env: dict[str, str] | None = None) -> None:
     """The verifier in `box` (running, PID 1 the harness's program and, before, nothing else
     the agent could have left): ``test.sh`` run by the harness's program as the verifier user,
     the container stopped (`stop`, whether anything was OOM-killed), then checked: PID 1 is
@@ -343,11 +368,12 @@ def _verify_in(res: dk.Resources, task: HarborTask, box: AgentContainer, result:
     still = tool is None or harness_tool.is_tool(box.pid, Path(tool))
     oom = stop()
     if foreign:
-        raise HarnessFault(f"verifier: execs the harness did not make ran in the verifier's container during its "
-                           f"phase ({', '.join(e[:12] for e in foreign)}): its result cannot be vouched for")
+        raise HarnessFault("verifier: execs the harness did not make ran in the verifier's container during "
+                           f"its phase ({', '.join(e[:12] for e in foreign)}): its result "
+                           "cannot be vouched for")
     if not still and not oom:
-        raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) was no longer the harness's program when "
-                           f"the verifier ended")
+        raise HarnessFault(f"verifier: the container's PID 1 ({box.pid}) was no longer the harness's program "
+                           "when the verifier ended")
     # (PID 1 gone and an OOM kill in the phase: the kernel took it, under the verifier's memory:
     # a verifier OOM, whatever made it)
     _verified(result, read(), ex, oom, limits, reward_key, reward_range)
@@ -407,7 +433,9 @@ def _stop(res: dk.Resources, cid: str, pid: int, oom_before: int | None, since: 
         return _stopped_before(res, cid, state, since)  # it stopped between the look and the kill
     dk.call("wait for a container", res.api.wait, cid, timeout=60)
     oom = oom_before is not None and oom_after is not None and oom_after > oom_before
-    return oom or bool(dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled"))
+    return oom or bool(
+        dk.call("inspect a container", res.api.inspect_container, cid)["State"].get("OOMKilled")
+    )
 
 
 def _stopped_before(res: dk.Resources, cid: str, state: dict, since: float) -> bool:
@@ -534,7 +562,8 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         out = dk.read_tree(res.api, cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    _record_left(result, dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
+    _record_left(result, dk.read_tree(res.api, cid, VERIFIER_DIR, MAX_REWARD_BYTES + 1,
+                                      limits.max_listing_bytes))
     _seen(result, work, *trusted.changes_of(res, cid))
     if separate:
         handed, result.artifacts = artifacts.collect(res.api, cid, limits.max_artifact_bytes)
@@ -542,7 +571,8 @@ def _agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: 
         # The verifier's mount points made directories again (a file or a link the agent put
         # there would fail the verifier's start: the agent's doing, not the infrastructure's).
         dk.put_tree(res.api, cid, "/", _MOUNT_POINTS)
-        handed = dk.call("commit the agent's container", res.api.commit, cid, conf={"Labels": res.labels()})["Id"]
+        handed = dk.call("commit the agent's container", res.api.commit, cid,
+                         conf={"Labels": res.labels()})["Id"]
         res.images.append(handed)
     dk.call("remove the agent's container", res.api.remove_container, cid, force=True, v=True)
     res.containers.remove(cid)
@@ -569,7 +599,8 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
         spec = replace(spec, cpus=min(env_config.cpus or limits.cpus, limits.cpus),
                        memory_mb=min(env_config.memory_mb or limits.memory_mb, limits.memory_mb))
     cid = dk.create(res, replace(spec, network=net, workdir=env_config.workdir, tool=own.tool,
-                                 env={**a.pinned_env, **env_config.env, **task.config.verifier.env}), "verifier")
+                                 env={**a.pinned_env, **env_config.env, **task.config.verifier.env}),
+                    "verifier")
     dk.put_tree(res.api, cid, "/", points)  # the fresh volumes' roots, writable by any verifier user
     if not bundled:
         dk.put_tree(res.api, cid, "/", tree_entries(task_dir / "tests", TESTS_DIR.lstrip("/")))
@@ -583,7 +614,8 @@ def _verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, image: 
         users = {**users, "verifier": user}
     _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
                lambda: _stop(res, cid, pid, oom_before, since),
-               lambda: dk.read_tree(res.api, cid, VERIFIER_DIR, max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+               lambda: dk.read_tree(res.api, cid, VERIFIER_DIR,
+                                    max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
                                     limits.max_listing_bytes),
                env={**a.pinned_env, **env_config.env, **task.config.verifier.env})
 
@@ -602,11 +634,12 @@ def _shared_verifier_phase(res: dk.Resources, task: HarborTask, task_dir: Path, 
     _verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
                lambda: _remove(res, box, oom_before, since),
                lambda: dk.read_host_tree(host / HARNESS, "verifier",
-                                         max(limits.max_output_bytes, MAX_REWARD_BYTES + 1), limits.max_listing_bytes))
+                                         max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                                         limits.max_listing_bytes))
 
 
-def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits, reward_key: str,
-              reward_range: tuple[float, float]) -> None:
+def _verified(result: TrialResult, tree: dk.Tree, ex: dk.Exec, oom: bool, limits: TrialLimits,
+              reward_key: str, reward_range: tuple[float, float]) -> None:
     """The verifier phase's run, its files and the reward, from what it left in /logs/verifier."""
     out, cut_out = _text(tree, VERIFIER_STDOUT, limits.max_output_bytes)
     err, cut_err = _text(tree, VERIFIER_STDERR, limits.max_output_bytes)
@@ -694,7 +727,8 @@ class _OwnResolver:
 
 def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, result: TrialResult,
                         limits: TrialLimits, resolver: network.Resolver | None, drive: AgentDriver | None,
-                        host: Path, own: _OwnResolver, users: dict[str, str], kill: bool = False) -> AgentContainer:
+                        host: Path, own: _OwnResolver, users: dict[str, str],
+                        kill: bool = False) -> AgentContainer:
     """The agent phase of a trial whose verifier shares its environment: one container, the
     harness's host directories bound at /logs and /tests (empty), PID 1 the harness's program;
     the agent run; then every process but PID 1 killed (again after any restart), what the
@@ -713,7 +747,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     # what goes under /logs is written there by the harness; a top directory of the uploads
     # (the oracle's /solution) is a directory of the harness's too, bound there: no archive
     # goes through the daemon; anything else (none of this harness's agents has one) does
-    tops = sorted(p for p, _, data in plan.uploads if "/" not in p and data is None and p not in ("logs", "tests"))
+    tops = sorted(p for p, _, data in plan.uploads if "/" not in p and data is None
+                  and p not in ("logs", "tests"))
     for top in tops:
         (host / "uploads" / top).mkdir(parents=True)
         binds.append((host / "uploads" / top, f"/{top}"))
@@ -733,7 +768,8 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
     result.pid1_guarded = agent.guarded
     run = play_agent(res, agent, task, plan, drive, users, result,
                      lambda: stop_agent(res, agent) if kill else _end_agent_processes(res, agent, result))
-    running = not kill and dk.call("inspect a container", res.api.inspect_container, agent.cid)["State"].get("Running")
+    running = not kill and dk.call("inspect a container", res.api.inspect_container,
+                                   agent.cid)["State"].get("Running")
     if kill:
         pass
     elif running and dk.unreaped(agent.pid):
@@ -754,10 +790,12 @@ def _shared_agent_phase(res: dk.Resources, task: HarborTask, image: str, plan, r
             result.agent_processes_killed = (result.agent_processes_killed or 0) + killed
     logs = host / "logs"
     if plan.command is not None:
-        out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
+        out = _read_logs(res, agent.cid, logs, plan.output, limits.max_output_bytes,
+                         limits.max_output_bytes * 2)
         run.stdout, run.truncated = _text(out, ".", limits.max_output_bytes)
     result.agent_run = run
-    _record_left(result, dk.read_host_tree(harness, "verifier", MAX_REWARD_BYTES + 1, limits.max_listing_bytes))
+    _record_left(result, dk.read_host_tree(harness, "verifier", MAX_REWARD_BYTES + 1,
+                                           limits.max_listing_bytes))
     _fresh_dir(logs, LOGS_DIR, 0o755, keep=True)
     _fresh_dir(harness / "verifier", VERIFIER_DIR, 0o777, keep=False)
     _fresh_dir(harness / "tests", TESTS_DIR, 0o755, keep=False)
@@ -775,8 +813,16 @@ def play_agent(res: dk.Resources, agent: AgentContainer, task: HarborTask, plan:
     run = PhaseRun()
     try:
         if drive is not None:
-            run = drive(LiveAgent(api=res.api, cid=agent.cid, user=users["agent"],
-                                  workdir=task.config.environment.workdir, env=env, timeout_s=a.agent_timeout_s))
+            run = drive(
+                LiveAgent(
+                    api=res.api,
+                    cid=agent.cid,
+                    user=users["agent"],
+                    workdir=task.config.environment.workdir,
+                    env=env,
+                    timeout_s=a.agent_timeout_s,
+                )
+            )
         elif plan.command is not None:
             ex = dk.run_exec(res.api, agent.cid, plan.command, users["agent"], None, env, a.agent_timeout_s)
             run = PhaseRun(exit_code=ex.exit_code, timed_out=ex.timed_out, runtime_s=round(ex.runtime_s, 3))
@@ -836,7 +882,9 @@ def _fresh_dir(path: Path, where: str, mode: int, *, keep: bool) -> None:
         os.chown(path, os.geteuid(), os.getegid(), follow_symlinks=False)
         os.chmod(path, mode)  # a directory now, not a link: no agent process is left to swap it
     except OSError as e:
-        raise dk.DockerFault(f"docker: making {where} fresh for the verifier: {type(e).__name__}: {e}") from None
+        raise dk.DockerFault(
+            f"docker: making {where} fresh for the verifier: {type(e).__name__}: {e}"
+        ) from None
 
 
 def _read_logs(res: dk.Resources, cid: str, logs: Path, path: str, per_file: int, budget: int) -> dk.Tree:
@@ -863,8 +911,8 @@ def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, f
     elif run.oom_killed:
         failed = VerifierError(kind="oom", detail="the verifier ran out of memory")
     elif run.exit_code == harness_tool.KILLED and result.verifier_mode != "separate":
-        failed = VerifierError(kind="killed", detail="test.sh was ended by a signal, not by its own exit: what "
-                                                     "stands in its reward files is not its word")
+        failed = VerifierError(kind="killed", detail="test.sh was ended by a signal, not by its own exit: "
+                                                     "what stands in its reward files is not its word")
     odd = [f for f in tree.entries if f.path in (REWARD_JSON, REWARD_TXT) and f.kind != "file"]
     if failed is None and odd:
         failed = VerifierError(kind="not_regular", file=odd[0].path,
@@ -878,8 +926,11 @@ def _reward(result: TrialResult, tree: dk.Tree, key: str, bounds: tuple[float, f
     if isinstance(got, RewardError):
         result.verifier_error = VerifierError(kind=got.kind, file=got.file, detail=got.detail)
     elif key not in got.values:
-        result.verifier_error = VerifierError(kind="missing_key", file=got.source,
-                                              detail=f"no key {key!r} (keys: {', '.join(sorted(got.values))})")
+        result.verifier_error = VerifierError(
+            kind="missing_key",
+            file=got.source,
+            detail=f"no key {key!r} (keys: {', '.join(sorted(got.values))})",
+        )
     else:
         result.reward, result.rewards, result.reward_source = got.values[key], dict(got.values), got.source
         result.reward_decimal = got.exact.get(key)

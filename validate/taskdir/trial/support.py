@@ -19,15 +19,24 @@ def unsupported(task: HarborTask, backend: str, verifier_mode: str | None = None
     if task.steps:
         return f"a multi-step task ({len(task.steps)} steps): this harness runs one agent phase per trial"
     if task.verifier == "separate" and not caps.separate_verifier:
-        return f"a separate verifier environment: the {backend} profile verifies over the agent's own tree only"
-    if task.verifier != "separate" and verifier_mode is not None and verifier_mode not in caps.verifier_modes():
+        return (
+            f"a separate verifier environment: the {backend} profile verifies over the agent's own tree only"
+        )
+    if (
+        task.verifier != "separate"
+        and verifier_mode is not None
+        and verifier_mode not in caps.verifier_modes()
+    ):
         return f"the contract's {verifier_mode} verifier: the {backend} backend offers " \
                f"{', '.join(caps.verifier_modes()) or 'none'}"
     if task.verifier == "separate" and task.verifier_build not in ("dockerfile", "environment"):
-        return f"a separate verifier environment from {task.verifier_build}: this harness builds a verifier only " \
-               f"from tests/Dockerfile or the task's own environment"
+        return (
+            f"a separate verifier environment from {task.verifier_build}: this harness builds a verifier "
+            "only from tests/Dockerfile or the task's own environment"
+        )
     if task.verifier == "separate" and task.config.artifacts:
-        return "a separate verifier handed artifacts beyond /logs/artifacts: this harness hands it only that directory"
+        return ("a separate verifier handed artifacts beyond /logs/artifacts: this harness hands it only "
+                "that directory")
     if task.environment == "compose":
         return "environment/docker-compose.yaml: this harness runs one image per task"
     gpus = task.config.environment.gpus or 0

@@ -89,8 +89,10 @@ def _build(target: Path) -> None:
         done = subprocess.run([cc, "-static", "-Os", "-s", "-Wall", "-Werror", "-o", str(out), str(SOURCE)],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            raise ToolUnavailable(f"trial tool: {cc} could not build {SOURCE.name} statically (Debian: install "
-                                  f"libc6-dev for the static C library): {done.stderr.strip()[-600:]}")
+            raise ToolUnavailable(
+                f"trial tool: {cc} could not build {SOURCE.name} statically (Debian: "
+                f"install libc6-dev for the static C library): {done.stderr.strip()[-600:]}"
+            )
         out.chmod(0o755)
         scratch.chmod(0o755)
         try:
@@ -109,7 +111,8 @@ def shared_object(source: Path, store: Path | None = None) -> Path:
     cc, version = _compiler()
     data = Path(source).read_bytes()
     k = hashlib.sha256(data + b"\0" + version.encode()).hexdigest()[:16]
-    target = (store if store is not None else task_image_store()) / "tool" / "support" / f"{Path(source).stem}-{k}.so"
+    target = (store if store is not None
+              else task_image_store()) / "tool" / "support" / f"{Path(source).stem}-{k}.so"
     with _lock:
         if target.is_file():
             return target

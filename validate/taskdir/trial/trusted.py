@@ -39,10 +39,8 @@ from pathlib import Path
 
 from environment.harbor.reward import MAX_REWARD_BYTES
 from environment.harbor.taskdir import HarborTask
-from validate.taskdir.trial import docker as dk
-from validate.taskdir.trial import tool as harness_tool
 from validate.sandbox.storage import remove_tree
-from validate.taskdir.trial import layers, workpaths
+from validate.taskdir.trial import docker as dk, layers, tool as harness_tool, workpaths
 from validate.taskdir.trial.agents import tree_entries
 from validate.taskdir.trial.result import TrialLimits, TrialResult
 
@@ -50,9 +48,10 @@ from validate.taskdir.trial.result import TrialLimits, TrialResult
 MAX_LISTED = 200
 
 
-def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, plan, result: TrialResult,
-                limits: TrialLimits, drive, own, users: dict[str, str], work: workpaths.WorkPaths, reward_key: str,
-                reward_range: tuple[float, float], replay_below: float | None) -> None:
+def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, plan,
+                result: TrialResult, limits: TrialLimits, drive, own, users: dict[str, str],
+                work: workpaths.WorkPaths, reward_key: str, reward_range: tuple[float, float],
+                replay_below: float | None) -> None:
     """The trusted trial on this machine's own daemon (root, the overlay2 driver): the agent's
     container with the harness's host directories bound (as the shared trial's), killed whole
     when the agent is done — every process of the phase dead; its writable layer read where
@@ -64,7 +63,8 @@ def local_trial(core, res: dk.Resources, task: HarborTask, task_dir: Path, image
     reference solution that does not pass there and changed the system gets its own layer back
     and the verifier again (its reward: `TrialResult.shared_reward`)."""
     host = own.host
-    agent = core._shared_agent_phase(res, task, image, plan, result, limits, None, drive, host, own, users, kill=True)
+    agent = core._shared_agent_phase(res, task, image, plan, result, limits, None, drive, host, own, users,
+                                     kill=True)
     upper, lowers = _layers(res, agent.cid)
     changes, cut = layers.diff(upper, lowers)
     carry = workpaths.plan(changes, work)
@@ -127,7 +127,8 @@ def _verify_again(core, res: dk.Resources, task: HarborTask, task_dir: Path, age
     end = (lambda: core._stop(res, agent.cid, pid, oom_before, since)) if keep else \
         (lambda: core._remove(res, box, oom_before, since))
     core._verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool, end,
-                    lambda: dk.read_host_tree(harness, "verifier", max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
+                    lambda: dk.read_host_tree(harness, "verifier",
+                                              max(limits.max_output_bytes, MAX_REWARD_BYTES + 1),
                                               limits.max_listing_bytes))
 
 
@@ -153,7 +154,10 @@ def _layers(res: dk.Resources, cid: str) -> tuple[Path, list[Path]]:
 def _record_plan(result: TrialResult, work: workpaths.WorkPaths, carry: workpaths.Plan, cut: bool) -> None:
     result.work_paths, result.named_paths = list(work.full), list(work.named)
     result.carried, result.carried_total = list(carry.copy[:MAX_LISTED]), len(carry.copy)
-    result.outside_changes, result.outside_changes_total = list(carry.outside[:MAX_LISTED]), len(carry.outside)
+    result.outside_changes, result.outside_changes_total = (
+        list(carry.outside[:MAX_LISTED]),
+        len(carry.outside),
+    )
     if cut:
         result.dropped = [f"(the agent's changes past {layers.MAX_ENTRIES} entries were not read)"]
 
@@ -169,7 +173,8 @@ def agent_phase(core, res: dk.Resources, task: HarborTask, image: str, plan, res
     result.pid1_guarded = agent.guarded
     run = core.play_agent(res, agent, task, plan, drive, users, result, lambda: core.stop_agent(res, agent))
     if plan.command is not None:
-        out = dk.read_tree(res.api, agent.cid, plan.output, limits.max_output_bytes, limits.max_output_bytes * 2)
+        out = dk.read_tree(res.api, agent.cid, plan.output, limits.max_output_bytes,
+                           limits.max_output_bytes * 2)
         run.stdout, run.truncated = core._text(out, ".", limits.max_output_bytes)
     result.agent_run = run
     core._record_left(result, dk.read_tree(res.api, agent.cid, core.VERIFIER_DIR, MAX_REWARD_BYTES + 1,
@@ -177,9 +182,10 @@ def agent_phase(core, res: dk.Resources, task: HarborTask, image: str, plan, res
     return agent
 
 
-def verifier_phase(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, agent, result: TrialResult,
-                   limits: TrialLimits, reward_key: str, reward_range: tuple[float, float], own,
-                   users: dict[str, str], work: workpaths.WorkPaths) -> None:
+def verifier_phase(core, res: dk.Resources, task: HarborTask, task_dir: Path, image: str, agent,
+                   result: TrialResult, limits: TrialLimits, reward_key: str,
+                   reward_range: tuple[float, float], own, users: dict[str, str],
+                   work: workpaths.WorkPaths) -> None:
     """The verifier in a fresh container of `image` with the agent's carried changes."""
     a = result.applied
     diff = dk.call("diff the agent's container", res.api.diff, agent.cid) or []
@@ -197,8 +203,10 @@ def verifier_phase(core, res: dk.Resources, task: HarborTask, task_dir: Path, im
     # whatever the image holds at /logs/verifier and /tests goes (a stale reward baked in), and
     # what the agent deleted under its work paths; then the fresh directories and the tests
     _remove_in(res, cid, [core.VERIFIER_DIR, core.TESTS_DIR, *carry.delete])
-    dk.put_tree(res.api, cid, "/", core._LOG_DIRS + tree_entries(task_dir / "tests", core.TESTS_DIR.lstrip("/")))
-    result.carried, result.dropped = list(carry.copy[:MAX_LISTED]), carry_over(res.api, agent.cid, cid, carry.copy)
+    dk.put_tree(res.api, cid, "/",
+                core._LOG_DIRS + tree_entries(task_dir / "tests", core.TESTS_DIR.lstrip("/")))
+    result.carried, result.dropped = list(carry.copy[:MAX_LISTED]), carry_over(res.api, agent.cid, cid,
+                                                                               carry.copy)
     result.carried_total = len(carry.copy)
     core._verify_in(res, task, box, result, limits, reward_key, reward_range, users, own.tool,
                     lambda: core._stop(res, cid, pid, oom_before, since), read=_reader(res, cid, limits))
@@ -218,7 +226,8 @@ def replay_shared(core, res: dk.Resources, task: HarborTask, task_dir: Path, age
                 + tree_entries(task_dir / "tests", core.TESTS_DIR.lstrip("/")))
     shadow = result.model_copy(deep=True)
     core._verify_in(res, task, box, shadow, limits, reward_key, reward_range, users, own.tool,
-                    lambda: core._stop(res, agent.cid, pid, oom_before, since), read=_reader(res, agent.cid, limits))
+                    lambda: core._stop(res, agent.cid, pid, oom_before, since),
+                    read=_reader(res, agent.cid, limits))
     result.shared_replayed = True
     result.shared_reward = shadow.reward if shadow.verifier_error is None else None
     result.shared_record = shadow.record
@@ -261,7 +270,8 @@ def carry_over(api, src: str, dst: str, paths: tuple[str, ...]) -> list[str]:
     writer.start()
     try:
         with os.fdopen(read_fd, "rb") as source:
-            dk.call("put the agent's changes into the verifier's container", api.put_archive, dst, "/", source)
+            dk.call("put the agent's changes into the verifier's container", api.put_archive, dst, "/",
+                    source)
     finally:
         writer.join()
     if failed:

@@ -36,6 +36,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
@@ -46,18 +47,18 @@ RULE = "work-paths/2"
 #: Never carried, even under a work path.
 PROTECTED = (
     "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32",
-    "/usr/lib64", "/usr/libx32", "/usr/libexec", "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin",
-    "/usr/local/lib", "/usr/local/libexec", "/usr/local/include", "/usr/local/share", "/etc", "/boot", "/dev",
-    "/proc", "/sys", "/run", "/var/lib", "/var/cache", "/logs/agent", "/logs/verifier", "/tests", "/solution",
-    "/.dv",
+    "/usr/lib64", "/usr/libx32", "/usr/libexec", "/usr/include", "/usr/share", "/usr/local/bin",
+    "/usr/local/sbin", "/usr/local/lib", "/usr/local/libexec", "/usr/local/include", "/usr/local/share",
+    "/etc", "/boot", "/dev", "/proc", "/sys", "/run", "/var/lib", "/var/cache", "/logs/agent",
+    "/logs/verifier", "/tests", "/solution", "/.dv",
 )
 #: A path holding one of these names as a component is never carried: what shells, version
 #: control, package managers and Python read at their start, wherever it lies.
 PROTECTED_NAMES = frozenset({
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
     ".zlogin", ".kshrc", ".inputrc", ".gitconfig", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc",
-    ".pydistutils.cfg", ".netrc", ".curlrc", ".wgetrc", ".ssh", ".gnupg", ".cargo", ".rustup", ".local", ".config",
-    ".cache", ".pip",
+    ".pydistutils.cfg", ".netrc", ".curlrc", ".wgetrc", ".ssh", ".gnupg", ".cargo", ".rustup", ".local",
+    ".config", ".cache", ".pip",
 })
 #: Inside a ``.git`` directory: what git runs or reads as its configuration.
 PROTECTED_IN_GIT = frozenset({"config", "hooks", "info"})
@@ -89,7 +90,7 @@ def protected(path: str) -> bool:
     parts = path.split("/")
     if PROTECTED_NAMES.intersection(parts):
         return True
-    return any(a == ".git" and b in PROTECTED_IN_GIT for a, b in zip(parts, parts[1:]))
+    return any(a == ".git" and b in PROTECTED_IN_GIT for a, b in pairwise(parts))
 
 
 def _clean(path: str) -> str | None:
