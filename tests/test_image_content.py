@@ -12,8 +12,8 @@ import io
 import json
 import os
 import subprocess
-import time
 import tarfile
+import time
 from pathlib import Path
 
 import docker
@@ -72,8 +72,16 @@ def _idx() -> list[int]:
 def frozen(tmp_path_factory):
     base = tmp_path_factory.mktemp("content")
     path = base / "c.json"
-    m = api.freeze("c", env="harbor", config={"dataset": str(SAMPLE)}, idx=_idx(), backend="docker", min_count=1,
-                   allow_patch=True, out=path)
+    m = api.freeze(
+        "c",
+        env="harbor",
+        config={"dataset": str(SAMPLE)},
+        idx=_idx(),
+        backend="docker",
+        min_count=1,
+        allow_patch=True,
+        out=path,
+    )
     return path, m
 
 
@@ -141,8 +149,11 @@ def test_the_audit_holds_each_content_listing_to_the_digest_it_is_named_by(tmp_p
 
     digest = "sha256:" + "3" * 64
     good = content_file(tmp_path, digest)
-    good.write_bytes(delta_json(ContentDelta(digest=digest, base="sha256:" + "0" * 64, changed={}, removed=[],
-                                             packages={})))
+    good.write_bytes(
+        delta_json(
+            ContentDelta(digest=digest, base="sha256:" + "0" * 64, changed={}, removed=[], packages={})
+        )
+    )
     r = SimpleNamespace(problems=[])
     check_listing(good, {digest}, r)
     assert r.problems == []
@@ -164,8 +175,12 @@ def test_a_disk_budget_prunes_the_oldest_images_not_kept_and_logs_each(tmp_path)
     made = []
     for n in range(3):  # three task images of 64 KiB each beyond their base, oldest first
         dockerfile = f"FROM {base}\nRUN head -c 65536 /dev/zero | tr '\\\\0' '{n}' > /blob\n"
-        image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels={KEY_LABEL: f"bench-{n}"},
-                                       rm=True, network_mode="none")
+        image, _ = client.images.build(
+            fileobj=io.BytesIO(dockerfile.encode()),
+            labels={KEY_LABEL: f"bench-{n}"},
+            rm=True,
+            network_mode="none",
+        )
         made.append(image.id)
         time.sleep(1.1)  # distinct creation seconds: the order is the age
     assert all(own_bytes(client, i) >= 65536 for i in made)

@@ -61,15 +61,27 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from environment.protocol import canonical_json, sha256_tag
 from validate.core.errors import SandboxError
-from validate.evidence.journal import atomic_write
 from validate.core.records import INVALID_TASK_OR_VERIFIER, UNSUPPORTED_CONTRACT
+from validate.evidence.journal import atomic_write
 from validate.taskdir.images.backend import ImageBackend
 from validate.taskdir.images.basemap import BaseImageMap, ResolvedBase
-from validate.taskdir.images.dockerfile import REWRITE_VERSION, DockerfileError, Unresolvable, external_images, rewrite
+from validate.taskdir.images.dockerfile import (
+    REWRITE_VERSION,
+    DockerfileError,
+    Unresolvable,
+    external_images,
+    rewrite,
+)
 from validate.taskdir.images.netfault import classify
 from validate.taskdir.images.registry import PulledBase, PullRefused, pull
-from validate.taskdir.images.trust import add_to_context, after_every_from, clock_lines, held_bundle, is_host_bundle, \
-    trust_lines
+from validate.taskdir.images.trust import (
+    add_to_context,
+    after_every_from,
+    clock_lines,
+    held_bundle,
+    is_host_bundle,
+    trust_lines,
+)
 
 #: Bumped whenever what a key covers, or how a build is made, changes (2: the rewritten
 #: Dockerfile beside the task's, excluded from ``COPY``).
@@ -123,8 +135,10 @@ class TaskImage(BaseModel):
     backend: str
     image_id: str
     layers: list[str] = Field(description="the image's layer digests, the base's first")
-    bases: list[ResolvedBase | PulledBase] = Field(description="each external image of the Dockerfile and what "
-                                                               "served it (the map's base, or the registry's image)")
+    bases: list[ResolvedBase | PulledBase] = Field(
+        description="each external image of the Dockerfile and what "
+        "served it (the map's base, or the registry's image)"
+    )
     patch: str = Field(description="unified diff of environment/Dockerfile: the FROM rewrite")
     patch_version: int = REWRITE_VERSION
     policy: BuildPolicy
@@ -166,17 +180,39 @@ def context_digest(context: Path) -> str:
     return sha256_tag(canonical_json(sorted(entries)))
 
 
-def build_key(ctx_digest: str, bases: list[ResolvedBase | PulledBase], policy: BuildPolicy, backend: str,
-              timeout_s: float) -> str:
-    return sha256_tag(canonical_json({
-        "version": BUILD_VERSION, "rewrite": REWRITE_VERSION, "context": ctx_digest, "backend": backend,
-        "bases": [b.key() for b in bases], "policy": policy.model_dump(mode="json"), "timeout_s": timeout_s}))
+def build_key(
+    ctx_digest: str,
+    bases: list[ResolvedBase | PulledBase],
+    policy: BuildPolicy,
+    backend: str,
+    timeout_s: float,
+) -> str:
+    return sha256_tag(
+        canonical_json(
+            {
+                "version": BUILD_VERSION,
+                "rewrite": REWRITE_VERSION,
+                "context": ctx_digest,
+                "backend": backend,
+                "bases": [b.key() for b in bases],
+                "policy": policy.model_dump(mode="json"),
+                "timeout_s": timeout_s,
+            }
+        )
+    )
 
 
-def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBackend, store: Path,
-                     policy: BuildPolicy = BuildPolicy(), build_timeout_s: float = 600.0,
-                     context: str = "environment", docker_image: str | None = None,
-                     pins: Mapping[str, str] | None = None) -> TaskImage | TaskImageRefusal:
+def build_task_image(
+    task_dir: Path,
+    base_map: BaseImageMap,
+    backend: ImageBackend,
+    store: Path,
+    policy: BuildPolicy = BuildPolicy(),
+    build_timeout_s: float = 600.0,
+    context: str = "environment",
+    docker_image: str | None = None,
+    pins: Mapping[str, str] | None = None,
+) -> TaskImage | TaskImageRefusal:
     """The image of the task at `task_dir` (see the module's docstring); `build_timeout_s` is
     the task's ``[environment].build_timeout_sec``; `context` ``tests``: a separate verifier's
     image, from ``tests/Dockerfile`` (the same map, policy and cache); `docker_image`: the
@@ -190,7 +226,9 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
     new_text, patch, bases = planned
     bundle = held_bundle(policy.trust_store)
     env = None if docker_image is not None else task_dir / context
-    ctx_digest = sha256_tag(canonical_json({"docker_image": docker_image})) if env is None else context_digest(env)
+    ctx_digest = (
+        sha256_tag(canonical_json({"docker_image": docker_image})) if env is None else context_digest(env)
+    )
     timeout_s = min(build_timeout_s, policy.max_timeout_s)
     key = build_key(ctx_digest, bases, policy, backend.name, timeout_s)
     slot = store / key.removeprefix("sha256:")
@@ -202,15 +240,31 @@ def build_task_image(task_dir: Path, base_map: BaseImageMap, backend: ImageBacke
         cached = _cached(slot, key, backend)
         if cached is not None:
             return cached
-        record = TaskImage(key=key, context_digest=ctx_digest, backend=backend.name, image_id="", layers=[],
-                           bases=bases, patch=patch, policy=policy, timeout_s=timeout_s,
-                           log=str(slot / "build.log"), log_sha256="")
+        record = TaskImage(
+            key=key,
+            context_digest=ctx_digest,
+            backend=backend.name,
+            image_id="",
+            layers=[],
+            bases=bases,
+            patch=patch,
+            policy=policy,
+            timeout_s=timeout_s,
+            log=str(slot / "build.log"),
+            log_sha256="",
+        )
         return _build_and_record(env, new_text, backend, record, bundle)
 
 
-def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment", docker_image: str | None = None,
-         policy: BuildPolicy = BuildPolicy(), backend: ImageBackend | None = None,
-         pins: Mapping[str, str] | None = None) -> tuple[str, str, list[ResolvedBase]] | TaskImageRefusal:
+def plan(
+    task_dir: Path,
+    base_map: BaseImageMap,
+    context: str = "environment",
+    docker_image: str | None = None,
+    policy: BuildPolicy = BuildPolicy(),
+    backend: ImageBackend | None = None,
+    pins: Mapping[str, str] | None = None,
+) -> tuple[str, str, list[ResolvedBase]] | TaskImageRefusal:
     """What a build of the task runs, decided from its files, the map and the policy: (the
     Dockerfile with its bases rewritten to the local images and the policy's trust store and
     clock added after every ``FROM``, that change as a unified diff: the recorded patch, what
@@ -232,23 +286,40 @@ def plan(task_dir: Path, base_map: BaseImageMap, context: str = "environment", d
     if docker_image is not None:  # no build step: nothing to give the trust store to
         return f"FROM {bases[0].image_id}\n", image_patch(docker_image, bases[0].image_id), bases
     new_text, patch = rewrite(text, {b.upstream: b.image_id for b in bases})
-    added = [*(trust_lines() if policy.trust_store is not None else []),
-             *(clock_lines(policy.clock) if policy.clock is not None else [])]
+    added = [
+        *(trust_lines() if policy.trust_store is not None else []),
+        *(clock_lines(policy.clock) if policy.clock is not None else []),
+    ]
     if added:
         new_text = after_every_from(new_text, added)
-        patch = "".join(difflib.unified_diff(text.splitlines(keepends=True), new_text.splitlines(keepends=True),
-                                             f"a/{context}/Dockerfile", f"b/{context}/Dockerfile"))
+        patch = "".join(
+            difflib.unified_diff(
+                text.splitlines(keepends=True),
+                new_text.splitlines(keepends=True),
+                f"a/{context}/Dockerfile",
+                f"b/{context}/Dockerfile",
+            )
+        )
     return new_text, patch, bases
 
 
-def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend, record: TaskImage,
-                      bundle: bytes | None = None) -> TaskImage | TaskImageRefusal:
+def _build_and_record(
+    env: Path | None, dockerfile: str, backend: ImageBackend, record: TaskImage, bundle: bytes | None = None
+) -> TaskImage | TaskImageRefusal:
     """Build, then fill in `record` (all but the image) and store it, or say why not: the
     task's failure, or the machine's when the harness's own probes confirm it
     (`validate.taskdir.images.netfault`)."""
     log_path = Path(record.log)
-    run = _build(env, dockerfile, backend, {KEY_LABEL: record.key}, record.policy.network, record.timeout_s,
-                 log_path, bundle)
+    run = _build(
+        env,
+        dockerfile,
+        backend,
+        {KEY_LABEL: record.key},
+        record.policy.network,
+        record.timeout_s,
+        log_path,
+        bundle,
+    )
     log_text = log_path.read_text(encoding="utf-8", errors="replace")
     if run.error is not None:
         if run.infrastructure:
@@ -256,33 +327,55 @@ def _build_and_record(env: Path | None, dockerfile: str, backend: ImageBackend, 
         tail = log_text[-LOG_TAIL_CHARS:]
         machine = classify(log_text, record.policy.network, trusted=is_host_bundle(bundle))
         if machine is not None:
-            return TaskImageRefusal(reason=machine[0], detail=f"the build failed for this machine's reasons: "
-                                    f"{machine[1]}", log_tail=tail, log=str(log_path))
-        return TaskImageRefusal(reason=INVALID_TASK_OR_VERIFIER, detail=f"the build failed: {run.error}",
-                                log_tail=tail, log=str(log_path))
-    result = record.model_copy(update={"image_id": run.image_id, "layers": backend.image_layers(run.image_id),
-                                       "log_sha256": sha256_tag(log_path.read_bytes())})
+            return TaskImageRefusal(
+                reason=machine[0],
+                detail=f"the build failed for this machine's reasons: {machine[1]}",
+                log_tail=tail,
+                log=str(log_path),
+            )
+        return TaskImageRefusal(
+            reason=INVALID_TASK_OR_VERIFIER,
+            detail=f"the build failed: {run.error}",
+            log_tail=tail,
+            log=str(log_path),
+        )
+    result = record.model_copy(
+        update={
+            "image_id": run.image_id,
+            "layers": backend.image_layers(run.image_id),
+            "log_sha256": sha256_tag(log_path.read_bytes()),
+        }
+    )
     atomic_write(log_path.with_name("image.json"), (result.model_dump_json(indent=1) + "\n").encode())
     return result
 
 
-def image_task(docker_image: str, base_map: BaseImageMap) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
+def image_task(
+    docker_image: str, base_map: BaseImageMap
+) -> tuple[str, list[ResolvedBase]] | TaskImageRefusal:
     """A ``[environment].docker_image`` task's one base, as `resolve_bases` answers for a
     Dockerfile that is only ``FROM <docker_image>``: the same substitution, the same recorded
     differences; a reference the map does not serve is unsupported, naming it."""
     served = base_map.resolve(docker_image)
     if served is None:
-        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
-                                detail=f"[environment].docker_image {docker_image} is not available on this profile")
+        return TaskImageRefusal(
+            reason=UNSUPPORTED_CONTRACT,
+            detail=f"[environment].docker_image {docker_image} is not available on this profile",
+        )
     return f"FROM {docker_image}\n", [served]
 
 
 def image_patch(docker_image: str, image_id: str) -> str:
     """The recorded patch of a ``docker_image`` task: its task.toml's image replaced by the
     local one that serves it (a unified diff of that one setting, as `rewrite`'s of a ``FROM``)."""
-    return "".join(difflib.unified_diff([f"docker_image = {json.dumps(docker_image)}\n"],
-                                        [f"docker_image = {json.dumps(image_id)}\n"],
-                                        "a/task.toml [environment]", "b/task.toml [environment]"))
+    return "".join(
+        difflib.unified_diff(
+            [f"docker_image = {json.dumps(docker_image)}\n"],
+            [f"docker_image = {json.dumps(image_id)}\n"],
+            "a/task.toml [environment]",
+            "b/task.toml [environment]",
+        )
+    )
 
 
 def _dockerfile_refs(env: Path) -> tuple[str, list[str]] | TaskImageRefusal:
@@ -290,8 +383,10 @@ def _dockerfile_refs(env: Path) -> tuple[str, list[str]] | TaskImageRefusal:
     dockerfile = env / "Dockerfile"
     name = f"{env.name}/Dockerfile"
     if not dockerfile.is_file() or dockerfile.is_symlink():
-        return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT,
-                                detail=f"{name}: missing; this profile builds only Dockerfile environments")
+        return TaskImageRefusal(
+            reason=UNSUPPORTED_CONTRACT,
+            detail=f"{name}: missing; this profile builds only Dockerfile environments",
+        )
     try:
         text = dockerfile.read_text(encoding="utf-8")
         _, refs = external_images(text)
@@ -302,8 +397,13 @@ def _dockerfile_refs(env: Path) -> tuple[str, list[str]] | TaskImageRefusal:
     return text, list(dict.fromkeys(r.image for r in refs))
 
 
-def pulled_bases(env: Path | None, docker_image: str | None, registry: str, backend, pins: Mapping[str, str],
-                 ) -> tuple[str, list[PulledBase]] | TaskImageRefusal:
+def pulled_bases(
+    env: Path | None,
+    docker_image: str | None,
+    registry: str,
+    backend,
+    pins: Mapping[str, str],
+) -> tuple[str, list[PulledBase]] | TaskImageRefusal:
     """(the Dockerfile's text, the image pulled through `registry` for each external image),
     or why not (a reference the registry does not have, a frozen digest it no longer has)."""
     found = (f"FROM {docker_image}\n", [docker_image]) if docker_image is not None else _dockerfile_refs(env)
@@ -326,13 +426,23 @@ def resolve_bases(env: Path, base_map: BaseImageMap) -> tuple[str, list[Resolved
     for image in refs:
         served = base_map.resolve(image)
         if served is None:
-            return TaskImageRefusal(reason=UNSUPPORTED_CONTRACT, detail=f"{image} is not available on this profile")
+            return TaskImageRefusal(
+                reason=UNSUPPORTED_CONTRACT, detail=f"{image} is not available on this profile"
+            )
         bases.append(served)
     return text, bases
 
 
-def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dict[str, str], network: str,
-           timeout_s: float, log_path: Path, bundle: bytes | None = None):
+def _build(
+    env: Path | None,
+    dockerfile: str,
+    backend: ImageBackend,
+    labels: dict[str, str],
+    network: str,
+    timeout_s: float,
+    log_path: Path,
+    bundle: bytes | None = None,
+):
     """Build a copy of `env` (None: an empty context) with `dockerfile` as its Dockerfile,
     logging to `log_path`; `bundle`: the trust store the Dockerfile copies in."""
     with tempfile.TemporaryDirectory(prefix="task-context-") as tmp:
@@ -347,7 +457,9 @@ def _build(env: Path | None, dockerfile: str, backend: ImageBackend, labels: dic
         with open(log_path, "w", encoding="utf-8", errors="replace") as log:
             started = time.monotonic()
             run = backend.build(context, labels, network, timeout_s, log, BUILD_DOCKERFILE)
-            log.write(f"\n# build {'failed' if run.error else 'done'} in {time.monotonic() - started:.1f} s\n")
+            log.write(
+                f"\n# build {'failed' if run.error else 'done'} in {time.monotonic() - started:.1f} s\n"
+            )
     return run
 
 
@@ -363,8 +475,9 @@ def put_dockerfile(context: Path, dockerfile: str) -> None:
         shutil.rmtree(ignore) if ignore.is_dir() and not ignore.is_symlink() else ignore.unlink()
     if ignore.is_file():
         text = ignore.read_bytes()
-        ignore.write_bytes(text + (b"" if text.endswith(b"\n") or not text else b"\n") + BUILD_DOCKERFILE.encode()
-                           + b"\n")
+        ignore.write_bytes(
+            text + (b"" if text.endswith(b"\n") or not text else b"\n") + BUILD_DOCKERFILE.encode() + b"\n"
+        )
     else:
         ignore.write_text(f".dockerignore\n{BUILD_DOCKERFILE}\n", encoding="utf-8")
 

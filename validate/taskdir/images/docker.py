@@ -100,12 +100,16 @@ class DockerImages:
         except DockerException as e:
             raise SandboxError(f"task images: cannot import base {recipe.name} into Docker ({e})") from None
         if image_layers(image) != [layer] or not self._configured(image.attrs, recipe):
-            raise SandboxError(f"task images: docker imported {tarball} as layers {image_layers(image)} "
-                               f"configured {image.attrs.get('Config')}, not the one layer {layer} of {recipe.name}")
+            raise SandboxError(
+                f"task images: docker imported {tarball} as layers {image_layers(image)} "
+                f"configured {image.attrs.get('Config')}, not the one layer {layer} of {recipe.name}"
+            )
         return image.id
 
     def _import(self, tarball: Path, tag: str, changes: list[str]) -> None:
-        self.client.api.import_image_from_file(str(tarball), repository=BASE_REPOSITORY, tag=tag, changes=changes)
+        self.client.api.import_image_from_file(
+            str(tarball), repository=BASE_REPOSITORY, tag=tag, changes=changes
+        )
 
     @staticmethod
     def _configured(attrs: dict, recipe: BaseRecipe) -> bool:
@@ -113,8 +117,15 @@ class DockerImages:
         env = dict(line.split("=", 1) for line in config.get("Env") or [])
         return env == recipe.env and list(config.get("Cmd") or []) == list(recipe.cmd)
 
-    def build(self, context: Path, labels: dict[str, str], network: str, timeout_s: float,
-              log: IO[str], dockerfile: str = "Dockerfile") -> BuildRun:
+    def build(
+        self,
+        context: Path,
+        labels: dict[str, str],
+        network: str,
+        timeout_s: float,
+        log: IO[str],
+        dockerfile: str = "Dockerfile",
+    ) -> BuildRun:
         # A client of its own, closed when the build ends however it ends: closing the
         # connection is what cancels a legacy build in the daemon (a timeout, an interrupt),
         # which then removes the build's container (forcerm).
@@ -124,21 +135,40 @@ class DockerImages:
                 tar = context_tar(context, dockerfile)
             except OSError as e:  # the task's context unreadable, or this machine's disk
                 log.write(f"\nERROR: the build context could not be packed: {e}\n")
-                return BuildRun(error=f"the build context could not be packed: {e}",
-                                infrastructure=e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO))
+                return BuildRun(
+                    error=f"the build context could not be packed: {e}",
+                    infrastructure=e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO),
+                )
             with tar:
                 return self._stream(client, tar, dockerfile, labels, network, timeout_s, log)
         finally:
             client.close()
 
-    def _stream(self, client: docker.DockerClient, tar: IO[bytes], dockerfile: str, labels: dict[str, str],
-                network: str, timeout_s: float, log: IO[str]) -> BuildRun:
+    def _stream(
+        self,
+        client: docker.DockerClient,
+        tar: IO[bytes],
+        dockerfile: str,
+        labels: dict[str, str],
+        network: str,
+        timeout_s: float,
+        log: IO[str],
+    ) -> BuildRun:
         deadline = time.monotonic() + timeout_s
         image_id = None
         try:
-            stream = client.api.build(fileobj=tar, custom_context=True, dockerfile=dockerfile, rm=True, forcerm=True,
-                                      pull=False, decode=True, network_mode=network, labels=labels,
-                                      timeout=timeout_s)
+            stream = client.api.build(
+                fileobj=tar,
+                custom_context=True,
+                dockerfile=dockerfile,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                decode=True,
+                network_mode=network,
+                labels=labels,
+                timeout=timeout_s,
+            )
             for chunk in stream:
                 if "stream" in chunk:
                     log.write(chunk["stream"])
@@ -159,7 +189,12 @@ class DockerImages:
             # A 4xx is the request's fault, i.e. the context's (an unparsable Dockerfile);
             # anything else is the daemon's.
             return BuildRun(error=str(e.explanation or e), infrastructure=not e.is_client_error())
-        except (DockerException, requests.exceptions.RequestException, urllib3.exceptions.HTTPError, OSError) as e:
+        except (
+            DockerException,
+            requests.exceptions.RequestException,
+            urllib3.exceptions.HTTPError,
+            OSError,
+        ) as e:
             return BuildRun(error=f"docker did not answer the build ({e})", infrastructure=True)
         if image_id is None:
             return BuildRun(error="the build ended without naming an image", infrastructure=True)
@@ -236,11 +271,14 @@ class DockerImages:
         """`docker load` of a tarball `save` wrote (the image keeps its id: its config's digest)."""
         try:
             with open(tarball, "rb") as fh:
-                said = [line.get("error") for line in self.client.api.load_image(fh) if isinstance(line, dict)]
+                said = [
+                    line.get("error") for line in self.client.api.load_image(fh) if isinstance(line, dict)
+                ]
         except DockerException as e:
             raise SandboxError(f"task images: cannot load {tarball.name} ({e})") from None
         if any(said):
             raise SandboxError(f"task images: cannot load {tarball.name} ({next(e for e in said if e)})")
+
 
 class PodmanImages(DockerImages):
     """Task images and their bases in the rootless podman service (the podman profile's,
@@ -259,17 +297,22 @@ class PodmanImages(DockerImages):
         # docker.io/library/<repository>:latest, which the reference then does not find.
         api = self.client.api
         with tarball.open("rb") as data:
-            res = api.post(f"{api.base_url}/{LIBPOD}/libpod/images/import",
-                           params={"reference": f"{BASE_REPOSITORY}:{tag}", "changes": changes}, data=data,
-                           headers={"Content-Type": "application/x-tar"}, timeout=600)
+            res = api.post(
+                f"{api.base_url}/{LIBPOD}/libpod/images/import",
+                params={"reference": f"{BASE_REPOSITORY}:{tag}", "changes": changes},
+                data=data,
+                headers={"Content-Type": "application/x-tar"},
+                timeout=600,
+            )
         api._raise_for_status(res)
 
     def _connect(self, timeout_s: float) -> docker.DockerClient:
         try:
             return docker.DockerClient(base_url=self.base_url, timeout=timeout_s, version="1.41")
         except DockerException as e:
-            raise SandboxError(f"task images: cannot reach the rootless podman service at {self.base_url} ({e})") \
-                from None
+            raise SandboxError(
+                f"task images: cannot reach the rootless podman service at {self.base_url} ({e})"
+            ) from None
 
 
 #: The image engines by the name a backend declares (`Capabilities.images`).
@@ -281,6 +324,8 @@ def images_for(backend: str) -> DockerImages:
     (`Capabilities.images`); `ProfileUnavailable` for one that needs none."""
     engine = capabilities_of(backend).images
     if engine not in ENGINES:
-        raise ProfileUnavailable(f"the {backend} backend declares no task-image engine ({engine!r}; "
-                                 f"engines: {', '.join(sorted(ENGINES))})")
+        raise ProfileUnavailable(
+            f"the {backend} backend declares no task-image engine ({engine!r}; "
+            f"engines: {', '.join(sorted(ENGINES))})"
+        )
     return ENGINES[engine]()

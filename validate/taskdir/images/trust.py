@@ -34,8 +34,10 @@ def host_bundle() -> Path:
     for candidate in (os.environ.get("SSL_CERT_FILE"), paths.cafile, paths.openssl_cafile):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
-    raise ProfileUnavailable("--build-trust-store host: this machine has no CA bundle file (SSL_CERT_FILE, or "
-                             f"OpenSSL's {paths.openssl_cafile}); give the bundle's path instead")
+    raise ProfileUnavailable(
+        "--build-trust-store host: this machine has no CA bundle file (SSL_CERT_FILE, or "
+        f"OpenSSL's {paths.openssl_cafile}); give the bundle's path instead"
+    )
 
 
 def bundle_for(option: str) -> Path | None:
@@ -43,7 +45,9 @@ def bundle_for(option: str) -> Path | None:
     if option == "off":
         return None
     if option != "host":
-        raise ProfileUnavailable(f"--build-trust-store: {option!r}; give off or host (this machine's CA bundle)")
+        raise ProfileUnavailable(
+            f"--build-trust-store: {option!r}; give off or host (this machine's CA bundle)"
+        )
     path = host_bundle()
     if b"-----BEGIN CERTIFICATE-----" not in path.read_bytes():
         raise ProfileUnavailable(f"--build-trust-store host: {path} holds no PEM certificate")
@@ -61,8 +65,10 @@ def held_bundle(digest: str | None) -> bytes | None:
         return None
     data = host_bundle().read_bytes()
     if sha256_tag(data) != digest:
-        raise ProfileUnavailable(f"build trust store: the contract's builds trusted the CA bundle {digest}; this "
-                                 f"machine's ({host_bundle()}) is {sha256_tag(data)}")
+        raise ProfileUnavailable(
+            f"build trust store: the contract's builds trusted the CA bundle {digest}; this "
+            f"machine's ({host_bundle()}) is {sha256_tag(data)}"
+        )
     return data
 
 
@@ -84,8 +90,11 @@ def clock_lines(epoch: int) -> list[str]:
     the other reproducible-builds tools: ``SOURCE_DATE_EPOCH``; git: its author and committer
     dates), so what they write does not depend on when the task was built."""
     date = f"@{epoch} +0000"
-    return [f"ARG SOURCE_DATE_EPOCH={epoch}\n", f'ARG GIT_AUTHOR_DATE="{date}"\n',
-            f'ARG GIT_COMMITTER_DATE="{date}"\n']
+    return [
+        f"ARG SOURCE_DATE_EPOCH={epoch}\n",
+        f'ARG GIT_AUTHOR_DATE="{date}"\n',
+        f'ARG GIT_COMMITTER_DATE="{date}"\n',
+    ]
 
 
 def after_every_from(text: str, added: list[str]) -> str:
@@ -114,5 +123,8 @@ def add_to_context(context: Path, bundle: bytes) -> None:
     ignore = context / ".dockerignore"
     if ignore.is_file() and not ignore.is_symlink():
         text = ignore.read_text(encoding="utf-8", errors="surrogateescape")
-        ignore.write_text(f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}!{TRUST_FILE}\n",
-                          encoding="utf-8", errors="surrogateescape")
+        ignore.write_text(
+            f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}!{TRUST_FILE}\n",
+            encoding="utf-8",
+            errors="surrogateescape",
+        )
