@@ -101,7 +101,8 @@ def _groups_of_pid(pid: int | None) -> list[tuple[str, str]]:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return []
-    return [tuple((line.split(":", 2) + ["", ""])[1:3]) for line in lines]
+    fields = (line.split(":", 2) + ["", ""] for line in lines)
+    return [(f[1], f[2]) for f in fields]
 
 
 def oom_kills_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> int | None:
