@@ -58,6 +58,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Literal
 
 from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox.base import Limits
@@ -139,7 +140,7 @@ class Cgroups(ABC):
     """The attempts' groups on one hierarchy; every method takes the attempt's name."""
 
     #: "v1" or "v2", as the execution profile records it.
-    version: str
+    version: Literal["v1", "v2"]
 
     def __init__(self, root: Path = CGROUP_ROOT, parent: str = PARENT) -> None:
         self.root = root
