@@ -158,7 +158,7 @@ class AgentSpec(BaseModel):
                                     "under the ceiling (a hit on one task is a note, never an exclusion).")
 
     def applies_to(self, meta: Mapping[str, MetaValue]) -> bool:
-        return all(isinstance(meta.get(k), int | float) and meta[k] >= v
+        return all(isinstance(x := meta.get(k), int | float) and x >= v
                    for k, v in self.applies_when.items())
 
 

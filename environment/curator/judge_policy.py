@@ -52,4 +52,5 @@ def policy(request: dict) -> dict:
         theme = None
     if not isinstance(theme, str):
         return {"role": "assistant", "content": "I cannot find a principle and a theme to compare."}
+    assert match is not None  # theme is a str only when the fields matched
     return {"role": "assistant", "content": grade(match["principle"], match["decoy"], theme)}

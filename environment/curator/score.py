@@ -54,8 +54,9 @@ def score_parsed(predicted: frozenset[str] | None, theme: str | None, format_ok:
         theme_score, judged = j, 0.0
         reward = combine(j, None)
     else:
-        gradable = bool(theme) and len(theme) <= THEME_MAX_CHARS and one_line(theme)
-        theme_score = GRADE_SCORES[grade(theme)] if gradable else 0.0
+        text = theme or ""  # None and "" alike are not graded
+        gradable = bool(text) and len(text) <= THEME_MAX_CHARS and one_line(text)
+        theme_score = GRADE_SCORES[grade(text)] if gradable else 0.0
         judged = 1.0
         reward = combine(j, theme_score)
     metrics = {"intruder_jaccard": j, "theme_score": theme_score, "exact_match": float(predicted == gold),

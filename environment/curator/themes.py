@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from environment.protocol import ConfigError
 
-TIERS: tuple[str, ...] = ("obvious", "moderate", "subtle")
 Tier = Literal["obvious", "moderate", "subtle"]
+TIERS: tuple[Tier, ...] = ("obvious", "moderate", "subtle")
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 
 

@@ -23,7 +23,7 @@ import argparse
 import json
 import math
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +151,8 @@ def _positions(rows: Sequence[dict]) -> tuple[tuple[float, float, float], float]
 
 
 def _baselines(rows: Sequence[dict]) -> tuple[dict[str, float], dict[str, float]]:
-    sums, hits = Counter(), Counter()
+    sums: dict[str, float] = defaultdict(float)
+    hits: dict[str, float] = defaultdict(float)
     for r in rows:
         items = [{k: it[k] for k in ("id", "title", "description")} for it in r["info"]["items"]]
         gold = frozenset(_intruders(r))

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import re
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import Annotated
 
 from pydantic import (
     AfterValidator,
@@ -80,15 +81,15 @@ class CorpusLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_file_bytes: int = Field(
-        1 << 30, gt=0, description="Largest corpus file on disk, in bytes (bounds hashing too).")
+        default=1 << 30, gt=0, description="Largest corpus file on disk, in bytes (bounds hashing too).")
     max_decompressed_bytes: int = Field(
-        1 << 30, gt=0, description="Most bytes read after decompression: JSON Lines bytes, or for "
+        default=1 << 30, gt=0, description="Most bytes read after decompression: JSON Lines bytes, or for "
                                    "Parquet the estimated memory of the decoded records (text plus "
                                    "a fixed cost per value); stops a decompression bomb.")
     max_line_bytes: int = Field(
-        16 << 20, gt=0, description="Longest JSON line, in bytes, without its line end.")
+        default=16 << 20, gt=0, description="Longest JSON line, in bytes, without its line end.")
     max_lines: int = Field(
-        1_000_000, gt=0, description="Most lines (blank ones included) or Parquet rows.")
+        default=1_000_000, gt=0, description="Most lines (blank ones included) or Parquet rows.")
 
 
 DEFAULT_LIMITS = CorpusLimits()
@@ -187,7 +188,7 @@ def _field_path(loc: tuple) -> str:
     return out
 
 
-def parse_paper(record: dict, where: str) -> Paper:
+def parse_paper(record: object, where: str) -> Paper:
     """Validate one raw record; the error names `where`, the paper, the field and the fix."""
     if not isinstance(record, dict):
         raise CorpusError(f"{where}: a record must be a JSON object, got {type(record).__name__}; "
@@ -240,7 +241,7 @@ def _decode_line(raw: bytes, where: str) -> object:
                           f"is 3 levels deep: {_RECORD_SHAPE}") from None
 
 
-def _read_line(fh: BinaryIO, path: Path, lineno: int, limits: CorpusLimits) -> bytes:
+def _read_line(fh: io.BufferedIOBase, path: Path, lineno: int, limits: CorpusLimits) -> bytes:
     """Read one line of at most ``max_line_bytes`` (+ its line end), turning stream faults into errors."""
     try:
         return fh.readline(limits.max_line_bytes + 2)
@@ -259,7 +260,7 @@ def _over(path: Path, what: str, field: str) -> CorpusError:
                        f"with a higher CorpusLimits.{field}")
 
 
-def _jsonl_records(path: Path, fh: BinaryIO, limits: CorpusLimits) -> Iterator[tuple[object, str]]:
+def _jsonl_records(path: Path, fh: io.BufferedIOBase, limits: CorpusLimits) -> Iterator[tuple[object, str]]:
     total = 0
     lineno = 0
     while raw := _read_line(fh, path, lineno + 1, limits):
@@ -434,6 +435,7 @@ class Corpus:
         for rec, where in records:
             try:
                 paper = parse_paper(rec, where)
+                assert isinstance(rec, dict)  # parse_paper refuses any other record
                 if paper.paper_id in first_seen:
                     raise CorpusError(
                         f"{where}: paper {_pid_label(rec)}: field 'paper_id' is duplicated (first at "

@@ -19,7 +19,7 @@ import math
 import re
 import tomllib
 from pathlib import PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,7 +39,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-def _positive(value: float | int | None, what: str) -> float | int | None:
+_Number = TypeVar("_Number", bound=float | None)  # float covers int; the value comes back unchanged
+
+
+def _positive(value: _Number, what: str) -> _Number:
     if value is not None and (not math.isfinite(value) or value <= 0):
         raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
     return value

@@ -311,7 +311,7 @@ def write_published(root: Path, task_ids: list[str], out_file: Path, instruction
         {k[len(META_PREFIX) :] for t in ids for k in columns.get(t, {})}
         - {"path", ARCHIVE, "task_id", "instruction"}
     )
-    table = {"path": pa.array(ids, pa.string()),
+    table: dict[str, pa.Array] = {"path": pa.array(ids, pa.string()),
              ARCHIVE: pa.array([pack_task(root / t) for t in ids], pa.binary()),
              "task_id": pa.array(ids, pa.string()),
              "instruction": pa.array([instructions.get(t, "") for t in ids], pa.string())}

@@ -31,7 +31,7 @@ import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Literal, NamedTuple
+from typing import Final, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -44,8 +44,8 @@ from pydantic import (
 
 from environment.protocol import EnvError, canonical_json, exact_reward, exact_text, safe_text, sha256_tag
 
-REWARD_JSON = "reward.json"
-REWARD_TXT = "reward.txt"
+REWARD_JSON: Final = "reward.json"
+REWARD_TXT: Final = "reward.txt"
 MAX_REWARD_BYTES = 64 * 1024
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 

@@ -189,7 +189,10 @@ def load_dataset(root: Path, limits: Limits = Limits()) -> HarborDataset:
     every: list[list[str]] = []
     for tid in find_task_dirs(root, limits):
         loaded = load_task(root, tid, limits) if safe_text(tid) == tid else _not_utf8(root, tid, limits)
-        (tasks if isinstance(loaded, HarborTask) else invalid).append(loaded)
+        if isinstance(loaded, HarborTask):
+            tasks.append(loaded)
+        else:
+            invalid.append(loaded)
         every += [[f"{loaded.id}/{e.path}", e.digest] for e in loaded.entries]
     return HarborDataset(revision=sha256_tag(canonical_json(sorted(every))), tasks=tasks, invalid=invalid)
 

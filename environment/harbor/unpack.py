@@ -142,6 +142,7 @@ class _Unpacker:
         elif m.isreg() and not m.issparse():
             self._charge(name, m.size)
             data = tar.extractfile(m)
+            assert data is not None  # extractfile gives None only for what is not a regular file
             self._write(name, iter(lambda: data.read(1 << 20), b""), m.mode)
         else:
             kind = "a device file" if m.ischr() or m.isblk() else "a FIFO" if m.isfifo() else \

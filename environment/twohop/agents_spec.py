@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from environment.protocol import AgentSpec
+from environment.protocol import AgentSpec, Role
 from environment.twohop.solver import UNKNOWN, Question, resolve
 from environment.twohop.universe import HQ, LIVES_IN, LOCATED, WORKS_FOR, Universe
 
@@ -35,7 +35,7 @@ AGENTS_DIR = Path(__file__).resolve().parent / "agents"
 FACTLIB = AGENTS_DIR / "factlib.py"
 
 
-def _spec(name: str, role: str, tests: str, *, support: bool = False, **kw) -> AgentSpec:
+def _spec(name: str, role: Role, tests: str, *, support: bool = False, **kw) -> AgentSpec:
     return AgentSpec(name=name, role=role, program=AGENTS_DIR / f"{name.replace('-', '_')}.py",
                      support=(FACTLIB,) if support else (), tests=tests, **kw)
 

@@ -59,7 +59,8 @@ class Index:
 
     def walk(self, start: str, relations) -> tuple[tuple[Fact, ...], bool]:
         """Follow ``relations`` from ``start``: (the links found, whether all were)."""
-        links, here = [], start
+        links: list[Fact] = []
+        here = start
         for rel in relations:
             f = self.by[rel].get(here)
             if f is None:

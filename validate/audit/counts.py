@@ -73,7 +73,9 @@ def _check_strata(s, m, at, taskset, r, where) -> None:
     from types import SimpleNamespace
 
     per_stratum = max((len(x.sampled) for x in s.strata), default=0)
-    again = stratify(SimpleNamespace(manifest=m, env=at.env, taskset=taskset), per_stratum)
+    # A stand-in for the run's context: stratify reads only its manifest, env and taskset.
+    ctx = SimpleNamespace(manifest=m, env=at.env, taskset=taskset)
+    again = stratify(ctx, per_stratum)  # type: ignore[arg-type]
     if [x.model_dump() for x in again] != [x.model_dump() for x in s.strata]:
         r.problems.append(f"{where}: strata are not the environment's strata of the contract's tasks")
 

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import pyarrow.parquet as pq
 
@@ -123,7 +124,8 @@ class Tally:
     """Problems of each kind: the first `SHOWN` named, the rest counted."""
 
     def __init__(self, r, where: Path) -> None:
-        self.r, self.where, self.n = r, where, {}
+        self.r, self.where = r, where
+        self.n: dict[str, int] = {}
         self.from_store = self.from_text = self.unset = 0
 
     def add(self, kind: str, text: str) -> None:
@@ -137,7 +139,8 @@ class Tally:
                 self.r.problems.append(f"{self.where}: and {n - SHOWN} more attempt(s) whose {kind}")
 
 
-def stored_reply(paths: RunPaths, row: dict, cap: int, t: Tally, name: str) -> bytes | None:
+def stored_reply(paths: RunPaths, row: dict, cap: int, t: Tally,
+                 name: str) -> bytes | None | Literal[False]:
     """The attempt's whole reply (None: it left none), its fields checked; False: unverifiable.
     Counts in ``t.n["from reply_text"]`` the replies taken from a ``reply_text`` that hashes to
     ``reply_sha256`` (evidence recorded before replies/ existed: provably the whole reply)."""

@@ -226,7 +226,9 @@ def check_compare(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
 def check_profiles(entry: Path, r, runs: dict[str, Path] | None = None) -> bool:
     """One profile comparison (`validate.report.profiles`), computed and rendered again."""
     def sides(rec: dict) -> tuple[object, object]:
-        return tuple((rec.get(k) if isinstance(rec.get(k), dict) else {}).get("run_id") for k in ("a", "b"))
+        a, b = rec.get("a"), rec.get("b")
+        return (a.get("run_id") if isinstance(a, dict) else None,
+                b.get("run_id") if isinstance(b, dict) else None)
 
     return _check_pair(entry, r, profiles.RENDERER, sides,
                        lambda a, b: profiles.render(profiles.comparison(a, b)), runs)

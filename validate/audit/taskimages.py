@@ -15,6 +15,8 @@ log are the build's: bound by the seal (and held to the daemon by ``validate ver
 
 from __future__ import annotations
 
+from typing import cast
+
 import pandas as pd
 from pydantic import ValidationError
 
@@ -78,9 +80,11 @@ def check_reply_images(paths: RunPaths, by_phase: dict[str, Manifest], attempts:
     must be that image (a record moved from another task's trial names that task's)."""
     wrong = checked = 0
     for row in attempts.itertuples():
-        m = by_phase.get(row.phase)
+        # pandas' stubs type a row's fields as any cell; these columns hold strings
+        phase, task_id = cast(str, row.phase), cast(str, row.task_id)
+        m = by_phase.get(phase)
         frozen = None if m is None else m.execution.task_images
-        want = None if frozen is None else frozen.digest_of(row.task_id)
+        want = None if frozen is None else frozen.digest_of(task_id)
         tag = row.reply_sha256
         if want is None or not isinstance(tag, str) or not tag.startswith("sha256:"):
             continue

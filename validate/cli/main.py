@@ -21,6 +21,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -494,7 +495,9 @@ def cmd_image(args) -> int:
             imagefile.import_file(args.file, args.image, digest=args.digest, backends=_csv(args.backends),
                                   replace=args.replace, log=log, progress=bar)
     else:
-        build(args.image, _csv(args.backends), log=log)
+        backends = _csv(args.backends)
+        assert backends is not None  # --backends has a default
+        build(args.image, backends, log=log)
     return 0
 
 
@@ -507,7 +510,7 @@ class _byte_bar:
 
         self.progress = Progress(TextColumn(f"[bold]{label}"), BarColumn(), DownloadColumn(),
                                  TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True)
-        self.task = None
+        self.task: TaskID | None = None
 
     def __enter__(self):
         return self

@@ -15,7 +15,7 @@ from validate.core.records import CONTROL, MODEL, ORACLE, PROBE
 
 WIDTH, HEIGHT = 900, 380
 LEFT, RIGHT, TOP, BOTTOM = 56, 170, 24, 70
-COLORS = {ORACLE: "#2b7a3d", CONTROL: "#b03a2e", PROBE: "#8a6d1f", MODEL: "#2e5aa8"}
+COLORS: dict[str, str] = {ORACLE: "#2b7a3d", CONTROL: "#b03a2e", PROBE: "#8a6d1f", MODEL: "#2e5aa8"}
 
 
 def _quartiles(values: Sequence[float]) -> tuple[float, float, float, float, float]:

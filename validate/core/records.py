@@ -364,8 +364,8 @@ class Exclusion(TaskRow):
     detail: Text = Field(description="In words.")
 
 
-_SCALARS = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(),
-            datetime: pa.timestamp("us", tz="UTC")}
+_SCALARS: dict[object, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: pa.string(),
+                                       bool: pa.bool_(), datetime: pa.timestamp("us", tz="UTC")}
 
 
 def _arrow_type(annotation) -> pa.DataType:
@@ -387,7 +387,7 @@ def _arrow_type(annotation) -> pa.DataType:
 def arrow_schema(model: type[BaseModel], metric_names: tuple[str, ...] = (),
                  omit: tuple[str, ...] = ()) -> pa.Schema:
     """The model's Parquet schema, less the columns named in `omit` (`PLACEMENT` of a local run)."""
-    fields = []
+    fields: list[pa.Field] = []
     for name, info in model.model_fields.items():
         if name in omit:
             continue

@@ -46,7 +46,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -203,7 +203,7 @@ def run_policy(name: str, policy: Policy, request: ChatRequest, body: dict) -> t
     except Exception as exc:  # a policy bug is the server's 500, never a dead thread
         raise PolicyError(f"policy {name!r} raised {type(exc).__name__}: {exc}") from None
     offered = [t.function.name for t in request.tools or []]
-    calls = []
+    calls: list[dict[str, Any]] = []
     for i, call in enumerate(msg.tool_calls or []):
         if call.function.name not in offered or request.tool_choice == "none":
             raise PolicyError(f"policy {name!r} called tool {call.function.name!r}, which the request does "
@@ -218,10 +218,10 @@ def run_policy(name: str, policy: Policy, request: ChatRequest, body: dict) -> t
     if cap is not None and msg.content is not None and count_tokens(msg.content) > cap:
         message["content"], finish = _cut_tokens(msg.content, cap), "length"
     left = None if cap is None else cap - count_tokens(message["content"] or "")
-    for call in calls:
-        n = count_tokens(call["function"]["arguments"])
+    for made in calls:
+        n = count_tokens(made["function"]["arguments"])
         if left is not None and n > left:
-            call["function"]["arguments"], finish = _cut_tokens(call["function"]["arguments"],
+            made["function"]["arguments"], finish = _cut_tokens(made["function"]["arguments"],
                                                                 max(left, 0)), "length"
         left = None if left is None else left - n
     if calls:
@@ -480,7 +480,7 @@ class LocalServer:
 
     @property
     def base_url(self) -> str:
-        host, port = self._srv.server_address[:2]
+        host, port = cast(tuple[str, int], self._srv.server_address[:2])  # AF_INET: (host, port)
         return f"http://{host}:{port}/v1"
 
     @property

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
@@ -33,7 +33,7 @@ from validate.core.errors import ContractError
 from validate.core.jsonio import field_differences
 from validate.evidence.patches import PatchInfo
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 #: The agent implementation this harness ships (`validate.eval.agent`).
 AGENT_NAME = "bash-tool-agent"
 AGENT_VERSION = "1"

@@ -30,9 +30,10 @@ class Watchdog:
     """Armed for one request on the calling thread; shuts its socket at `deadline` (None: never)."""
 
     def __init__(self, deadline: float | None) -> None:
-        self.fired, self.armed, self.sock = False, deadline is not None, None
+        self.fired, self.armed = False, deadline is not None
+        self.sock: socket.socket | None = None
         self.lock = threading.Lock()
-        self.timer = None
+        self.timer: threading.Timer | None = None
         if deadline is not None:
             self.timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
             self.timer.daemon = True

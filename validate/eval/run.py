@@ -32,7 +32,7 @@ from validate.kinds.chat import EvalContext, model_play
 from validate.run.context import Interrupted, Play, RunContext
 from validate.run.lifecycle import Conclusion, Run
 
-PASSES = ("greedy", "sampled")
+PASSES: tuple[Literal["greedy", "sampled"], ...] = ("greedy", "sampled")
 
 
 class EvalPhase(BaseModel):

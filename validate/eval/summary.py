@@ -161,7 +161,8 @@ def summarize(attempts: Sequence, samples: Sequence[SampleRow], task_ids: Sequen
         operations={p: _ops([a for a in final if a.phase == p], rows) for p in (GREEDY_PHASE, SAMPLED_PHASE)},
         errors=[ErrorCount(phase=p, status=s, error_class=e, attempts=n)
                 for (p, s, e), n in sorted(errors.items())],
-        failure_classes=[ClassCount(phase=p, failure_class=c, rule=r, attempts=n)
+        # The rows counted have a class; their rule (set with it, `classify`) is checked by ClassCount.
+        failure_classes=[ClassCount(phase=p, failure_class=c, rule=r, attempts=n)  # type: ignore[arg-type]
                          for (p, c, r), n in sorted(classes.items())])
     return summary, tasks
 

@@ -32,7 +32,7 @@ def blocks(ev, key: tuple) -> list:
     turns = ev.turns.get(tuple(key), [])
     reward = "—" if a["reward"] is None else f"{a['reward']:.4f}"
     verdict = "SOLVED" if s["solved"] else f"failed: {s['failure_class']} (rule {s['failure_rule']})"
-    out = [("h3", f"{phase} · {task_id} · sample {sample} · try {attempt} — {verdict}"),
+    out: list[tuple] = [("h3", f"{phase} · {task_id} · sample {sample} · try {attempt} — {verdict}"),
            ("p", [f"status {a['status']}, termination {s['termination']}, reward {reward}; {s['turns']} "
                   f"turns, {s['tool_calls']} tool calls ({s['malformed_tool_calls']} malformed, "
                   f"{s['tool_failures']} failed); {s['wall_s']:.2f} s (model {s['model_s']:.2f} s, tools "

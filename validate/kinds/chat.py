@@ -25,6 +25,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from environment.protocol import ScorerUnavailable, Task
 from validate.core.errors import EvidenceError, SandboxError
@@ -104,7 +105,7 @@ def _turn_rows(key: dict, conv: Conversation, contract: EvalContract, temperatur
 
 
 def _sum(values: list[int | None]) -> int | None:
-    return None if not values or any(v is None for v in values) else sum(values)
+    return None if not values or any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def _converse(ec: EvalContext, task: Task, conv: Conversation, play: Play, temperature: float, seed: int,
@@ -229,7 +230,7 @@ class ModelKind:
     entry), the entry (sample row and turns) kept before the attempt row is journaled; a try
     the backend cannot make has both. A kind says the image digest its rows name."""
 
-    name: str
+    name: ClassVar[str]
     ec: EvalContext | None
     temperature: float
 

@@ -73,8 +73,9 @@ def _run_agent(ctx: RunContext, play: Play, task: Task, agent: AgentSpec, row: d
 class ProgramKind(ReplyKind):
     name = "program"
 
-    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec, sample: int,
-             number: int) -> Tried:
+    # Narrower than the base's Player: this kind plays only the contract's agent programs.
+    def once(self, ctx: RunContext, play: Play, task: Task, agent: AgentSpec,  # type: ignore[override]
+             sample: int, number: int) -> Tried:
         """One try, as a row that exists before anything runs and is complete whatever happens."""
         rule = play.manifest.expectations.rules()[agent.name]
         row = started_row(attempt_key(ctx, play, agent.name, agent.role, sample, number), task,

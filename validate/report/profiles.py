@@ -114,7 +114,11 @@ def _text(x: object) -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
 
-def _reward(x: object) -> float | None:
+def _top_control(r: Any) -> str:
+    return f"{_text(r['max_control_agent'])} {_text(r['max_control_reward'])}".strip()
+
+
+def _reward(x: Any) -> float | None:  # a table cell: None, NaN or a number
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
@@ -152,8 +156,7 @@ def comparison(run_a: Path, run_b: Path) -> ProfileComparison:
             a=(x["verdict"], _text(x["reason"]), _text(x["detail"])),
             b=(y["verdict"], _text(y["reason"]), _text(y["detail"])),
             oracle_reward=(_reward(x["oracle_reward"]), _reward(y["oracle_reward"])),
-            top_control=tuple(f"{_text(r['max_control_agent'])} {_text(r['max_control_reward'])}".strip()
-                              for r in (x, y))))
+            top_control=(_top_control(x), _top_control(y))))
     ex_a, ex_b = a.manifest.get("execution", {}), b.manifest.get("execution", {})
     env = a.manifest.get("environment", {})
     ledgers = {f"{side}/{n}": file_sha256(Path(d) / n) for side, d in (("A", run_a), ("B", run_b))

@@ -62,6 +62,7 @@ def with_retries(ctx: RunContext, infra_retries: int, once: Callable[[int], T],
         with attempt:
             result = once(len(tries))
             tries.append(result)
+        assert attempt.retry_state.outcome is not None  # set when the attempt's block exits
         if not attempt.retry_state.outcome.failed:
             attempt.retry_state.set_result(result)
     return tries
@@ -74,7 +75,7 @@ class PlayWorker:
     def __init__(self, ctx: RunContext, play: Play, check: Callable[[int, Task], None] | None = None) -> None:
         self.ctx, self.play, self.check = ctx, play, check
         self.agents = {a.name: a for a in play.agents}
-        self.task = lru_cache(maxsize=max(8, 4 * ctx.executor.concurrency))(self._task)
+        self.task: Callable[[int], Task] = lru_cache(maxsize=max(8, 4 * ctx.executor.concurrency))(self._task)
 
     def _task(self, idx: int) -> Task:
         """The play's task `idx`, checked against the contract first when `check` is given."""

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -183,7 +183,7 @@ def compare(frozen_run: Path, rerun: Path, tolerance: float) -> tuple[int, list[
         if key not in before.index:
             mismatches.append(f"{key}: not in the frozen run")
             continue
-        old = before.loc[key]
+        old = before.loc[cast(tuple, key)]  # a (task_id, agent, sample) label of the index
         for col in ("task_hash", "workspace_sha256", "reply_sha256"):
             if not (pd.isna(old[col]) and pd.isna(row[col])) and old[col] != row[col]:
                 mismatches.append(f"{key}: {col} {old[col]!r} → {row[col]!r}")

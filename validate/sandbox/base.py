@@ -349,6 +349,7 @@ def supervise(proc: subprocess.Popen, timeout_s: float, keep: int,
     called; after the exit it is called again, since nothing may outlive the attempt. Returns
     (timed out, the first `keep` bytes of stdout, of stderr); the rest is read and dropped.
     """
+    assert proc.stdout is not None and proc.stderr is not None  # every caller pipes both
     kept = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     poller = select.poll()
     for fd in kept:

@@ -58,6 +58,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Literal
 
 from validate.core.errors import ProfileUnavailable, SandboxError
 from validate.sandbox.base import Limits
@@ -101,7 +102,8 @@ def _groups_of_pid(pid: int | None) -> list[tuple[str, str]]:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return []
-    return [tuple((line.split(":", 2) + ["", ""])[1:3]) for line in lines]
+    fields = (line.split(":", 2) + ["", ""] for line in lines)
+    return [(f[1], f[2]) for f in fields]
 
 
 def oom_kills_of_pid(pid: int | None, root: Path = CGROUP_ROOT) -> int | None:
@@ -138,7 +140,7 @@ class Cgroups(ABC):
     """The attempts' groups on one hierarchy; every method takes the attempt's name."""
 
     #: "v1" or "v2", as the execution profile records it.
-    version: str
+    version: Literal["v1", "v2"]
 
     def __init__(self, root: Path = CGROUP_ROOT, parent: str = PARENT) -> None:
         self.root = root

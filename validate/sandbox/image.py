@@ -34,7 +34,7 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -129,7 +129,7 @@ def unpack_rootfs(paths: ImagePaths, log=print) -> None:
     partial.mkdir(parents=True)
     # Extraction filters (PEP 706) came with Python 3.11.4; Debian 12's python3 is 3.11.2,
     # whose extractall has no `filter` and always does what "fully_trusted" names.
-    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    trusted: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     with tarfile.open(paths.tarball) as tar:  # our own tarball: owners, modes and devices kept as they are
         tar.extractall(partial, numeric_owner=True, **trusted)
     got = tree_digest(partial)
@@ -228,7 +228,9 @@ def rootfs_facts(paths: ImagePaths) -> RootfsFacts:
     actual = tree_digest(paths.rootfs, used)
     if actual != expected and stored:
         # Refuse only on hashes this process computed: a stored one may be stale.
-        _FILE_HASHES.clear(), _TARBALLS.clear(), _LOADED.clear()
+        _FILE_HASHES.clear()
+        _TARBALLS.clear()
+        _LOADED.clear()
         digest, expected = tarball_digests(paths.tarball)
         used = []
         actual = tree_digest(paths.rootfs, used)
@@ -374,7 +376,10 @@ class _HashingReader(io.RawIOBase):
 
 def _scan_tarball(tarball: Path) -> tuple[str, str, bytes]:
     """One pass: (sha256 of the bytes, digest of the tree, the dpkg status file's bytes)."""
-    entries, inodes, files, status = [], {}, [], b""
+    entries: list[tuple] = []
+    inodes: dict[str, list] = {}
+    files: list[str] = []
+    status = b""
     with open(tarball, "rb") as fh:
         reader = _HashingReader(fh)
         with tarfile.open(fileobj=io.BufferedReader(reader, 1 << 20), mode="r|") as tar:

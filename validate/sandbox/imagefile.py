@@ -155,7 +155,9 @@ def expected_digest(file: Path, digest: str | None) -> str:
     if not (by_name or digest):
         raise ValidateError(f"{file}: the name is not sha256-<hex>.tar, so it names no digest; "
                             f"pass --digest sha256:<hex> (the contract's execution.image_digest)")
-    return by_name or digest
+    named_digest = by_name or digest
+    assert named_digest is not None  # one of them is set, or the line above raised
+    return named_digest
 
 
 def default_backends() -> list[str]:
@@ -270,7 +272,9 @@ def _member_kind(m: tarfile.TarInfo, kinds: dict[str, str], label: Path) -> str:
 
 
 def _kind_name(kind: str | None) -> str:
-    return {None: "absent", "f": "a file", "l": "a symlink", "c": "a device", "p": "a fifo"}.get(kind, kind)
+    if kind is None:
+        return "absent"
+    return {"f": "a file", "l": "a symlink", "c": "a device", "p": "a fifo"}.get(kind, kind)
 
 
 # --- installing ----------------------------------------------------------------------------

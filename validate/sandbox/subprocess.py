@@ -86,8 +86,9 @@ class SubprocessSandbox(Sandbox):
             if targets else None
         return _Live(request, paths, pattern)
 
-    def session_exec(self, live: _Live, argv: tuple[str, ...], stdin: bytes, timeout_s: float,
-                     keep: int) -> ExecResult:
+    # `live` is what this backend's start_session made; the base types it as the opaque object.
+    def session_exec(self, live: _Live,  # type: ignore[override]
+                     argv: tuple[str, ...], stdin: bytes, timeout_s: float, keep: int) -> ExecResult:
         env = {"PATH": "/usr/bin:/bin", **{k: live.host(v) for k, v in live.request.env.items()}}
         args = [sys.executable if a == "python3" else live.host(a) for a in argv]
         t0 = time.monotonic()
@@ -103,11 +104,12 @@ class SubprocessSandbox(Sandbox):
         return ExecResult(exit_code=None if timed_out else proc.returncode, timed_out=timed_out, stdout=out,
                           stderr=err, runtime_s=time.monotonic() - t0)
 
-    def stop_session(self, live: _Live) -> None:
+    def stop_session(self, live: _Live) -> None:  # type: ignore[override]  # see session_exec
         pass  # nothing outlives a command: each is killed with its process group
 
 
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
+    assert proc.stdin is not None  # session_exec opens it with stdin=PIPE
     try:
         proc.stdin.write(data)
         proc.stdin.close()

@@ -33,6 +33,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from environment.harbor.published import (
     is_published,
@@ -41,7 +42,7 @@ from environment.harbor.published import (
     unpack_source,
     write_published,
 )
-from environment.harbor.taskdir import load_dataset, load_task
+from environment.harbor.taskdir import HarborTask, InvalidTask, load_dataset, load_task
 from environment.protocol import LoadHints, canonical_json, sha256_tag
 from validate.contract.manifest import Manifest, check_environment, load_manifest
 from validate.core.errors import ValidateError
@@ -124,7 +125,8 @@ def publish(staging: Path, ids: Sequence[str], expected: dict[str, str], taskset
     write_published(staging, list(ids), out / PARQUET, {t: tasks[t].prompt for t in ids}, columns)
     files = parquet_files(out)
     _, back, _ = unpack_source(open_source(files, "parquet", str(out)), files)
-    got = {t.id: t.hash for t in [*back.tasks, *back.invalid]}
+    every: list[HarborTask | InvalidTask] = [*back.tasks, *back.invalid]
+    got = {t.id: t.hash for t in every}
     wrong = [t for t in ids if got.get(t) != expected.get(t)]
     if wrong or len(got) != len(ids):
         raise ValidateError(f"package: {PARQUET} does not unpack to the tasks the contract "
@@ -148,7 +150,7 @@ def verify_package(root: Path) -> list[str]:
     return problems
 
 
-def _refuse_unpackable(run: Path, data: Sequence[Path], audit: Callable[..., object]) -> None:
+def _refuse_unpackable(run: Path, data: Sequence[Path], audit: Callable[..., Any]) -> None:
     paths = RunPaths(run)
     if not paths.manifest.is_file() or not paths.tasks.is_file():
         raise ValidateError(f"RUN: {run} is not a finished run directory (no manifest.json or tasks.parquet)")
@@ -160,7 +162,7 @@ def _refuse_unpackable(run: Path, data: Sequence[Path], audit: Callable[..., obj
                             f"{result.problems[0]}); only a run that passes `validate audit` is packaged")
 
 
-def package(run: Path, out: Path, audit: Callable[..., object], data: Sequence[Path] = (),
+def package(run: Path, out: Path, audit: Callable[..., Any], data: Sequence[Path] = (),
             format: str = "directories") -> dict:
     """Write the package of the sealed, audited run `run` into `out` (new or empty); return
     its hash manifest as a dict. `audit` is `validate.audit.run.audit` (passed in: the audit reads

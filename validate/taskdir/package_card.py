@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from environment.protocol import canonical_json
 from validate.contract.manifest import Manifest
@@ -39,7 +39,7 @@ def retained_ids(tasks: pd.DataFrame) -> list[str]:
 def exclusion_ledger(exclusions: pd.DataFrame) -> bytes:
     import pandas as pd  # lazy: a run's driver imports this module but reads no run back
 
-    rows = [{k: (None if pd.isna(r[k]) else r[k]) for k in EXCLUSION_FIELDS if k in r}
+    rows: list[dict[str, Any]] = [{k: (None if pd.isna(r[k]) else r[k]) for k in EXCLUSION_FIELDS if k in r}
             for r in exclusions.to_dict("records")]
     return canonical_json({"exclusions": sorted(rows, key=lambda r: r["task_id"])}) + b"\n"
 

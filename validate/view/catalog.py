@@ -338,7 +338,7 @@ class Catalog:
 
     def __init__(self, dirs: Sequence[Path]) -> None:
         self.dirs = [Path(d).absolute() for d in dirs]
-        self._cache: dict[Path, tuple[tuple, object]] = {}
+        self._cache: dict[Path, tuple[tuple, RunEntry | EvalEntry | CompareEntry]] = {}
         self._lock = threading.Lock()
 
     def _candidates(self) -> list[tuple[str, Path, str]]:

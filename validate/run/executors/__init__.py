@@ -26,7 +26,6 @@ from validate.core.registry import Registry
 from validate.sandbox.base import Limits
 
 R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
 
 DEFAULT_EXECUTOR = "threads"
 
@@ -71,7 +70,7 @@ class WorkerRecipe(BaseModel):
     code: str = Field(description="the driver's code label (commit, -dirty when patched)")
 
 
-class Worker(Protocol[R_co]):
+class Worker(Protocol[R]):
     """Plays one specification, every try of it; `cancel` kills what it is running. `recipe`
     is the plain data it is rebuilt from elsewhere; `lost(spec, first, error_class, message)`
     is the results of a try lost with the machine that ran it (an infrastructure fault) and the
@@ -79,16 +78,16 @@ class Worker(Protocol[R_co]):
     in this run); `placed(results, node, host)` is the results marked with the cluster node that
     ran them."""
 
-    def __call__(self, spec: AttemptSpec) -> list[R_co]: ...
+    def __call__(self, spec: AttemptSpec) -> list[R]: ...
 
     def cancel(self) -> None: ...
 
     def recipe(self) -> WorkerRecipe: ...
 
     def lost(self, spec: AttemptSpec, first: int, error_class: str,
-             message: str) -> tuple[list[R_co], AttemptSpec | None]: ...
+             message: str) -> tuple[list[R], AttemptSpec | None]: ...
 
-    def placed(self, results: list[R_co], node: str, host: str) -> list[R_co]: ...
+    def placed(self, results: list[R], node: str, host: str) -> list[R]: ...
 
 
 class Executor(ABC, Generic[R]):
@@ -124,8 +123,10 @@ class ExecutorUnavailable(ValidateError):
     """The named executor is not installed or cannot run here."""
 
 
-EXECUTORS: Registry[Executor] = Registry("validate.executors", base=Executor, key="name", field="--executor",
-                                         kind="executor", error=ExecutorUnavailable)
+# The seam's base is abstract: the registry only checks classes against it (mypy #4717).
+EXECUTORS: Registry[Executor] = Registry(
+    "validate.executors", base=Executor,  # type: ignore[type-abstract]
+    key="name", field="--executor", kind="executor", error=ExecutorUnavailable)
 
 
 def executor_names() -> list[str]:

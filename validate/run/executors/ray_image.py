@@ -110,6 +110,7 @@ def _digest_here(source: ImageSource) -> tuple[str | None, str]:
 
 def _fetch(ray: Any, source: ImageSource, dest: Path) -> None:
     """The driver's tarball, chunk by chunk, into `dest` (checked by the import, not here)."""
+    assert source.node is not None and source.path is not None  # an offer has both (`driver_source`)
     _fetch_file(ray, source.node, source.path, source.size, dest)
 
 

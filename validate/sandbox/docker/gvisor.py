@@ -35,6 +35,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import requests
 from docker.errors import DockerException
@@ -131,7 +132,7 @@ class GvisorSandbox(DockerSandbox):
                 f"network or the system calls this profile refuses; register it as {config}")
         return runtimes[self.runtime].get("path") or RUNTIME
 
-    def start_session(self, request: RunRequest, deadline: float) -> object:
+    def start_session(self, request: RunRequest, deadline: float) -> NoReturn:
         # Refused, not run differently: a session's command that blows its memory must end
         # the command, not the session, and under runsc the host's OOM killer can only end
         # the whole sandbox (the agent's processes are not host processes, and the Sentry,

@@ -8,6 +8,7 @@ import os
 import threading
 from contextlib import ExitStack
 from pathlib import Path
+from typing import cast
 
 import docker
 import requests
@@ -169,7 +170,8 @@ class PodmanSandbox(DockerSandbox):
         return f"{self.run_label}-{name}"
 
     def create_container(self, req: RunRequest) -> str:
-        api, group = self.client.api, self._group(req.name)
+        # The client's api is the PodmanAPI made in __init__ (docker's DockerClient types the base).
+        api, group = cast(PodmanAPI, self.client.api), self._group(req.name)
         held = ExitStack()
         try:
             spec = self._spec(req, held, *self._maps(req))
@@ -239,7 +241,7 @@ class PodmanSandbox(DockerSandbox):
     def _drop_group(self, group: str) -> None:
         self.cgroups.kill(group)
         self.cgroups.remove(group)
-        self.client.api.joins.pop(group, None)
+        cast(PodmanAPI, self.client.api).joins.pop(group, None)
 
     def judge(self, cid: str, name: str, since: float, waited: dict, state: dict, timed_out: bool) -> bool:
         # The OOM killer acts in the harness's group, which podman knows nothing of.
@@ -253,5 +255,5 @@ class PodmanSandbox(DockerSandbox):
             gone = container_id not in self._live
             held = self._held.pop(container_id, None) if gone else None
         if held is not None:
-            self.client.api.groups.pop(container_id, None)
+            cast(PodmanAPI, self.client.api).groups.pop(container_id, None)
             held.close()

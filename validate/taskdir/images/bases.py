@@ -140,6 +140,7 @@ def describe(tarball: Path, recipe: BaseRecipe, recipe_digest: str) -> BaseTarba
     python = python_version(packages) if recipe.python else None
     if recipe.python:
         broken = []
+        assert python is not None  # read above whenever the recipe promises a Python
         if not python.startswith(recipe.python + "."):
             broken.append(f"Python {python}, not {recipe.python}")
         if any(n.endswith("/EXTERNALLY-MANAGED") for n in names):
@@ -162,7 +163,9 @@ def _read_members(tarball: Path) -> tuple[str, str, set[str]]:
             path = member_path(m.name)
             names.add(path)
             if m.isreg() and path in (DPKG_STATUS, SOURCES_LIST):
-                text = tar.extractfile(m).read().decode()
+                data = tar.extractfile(m)
+                assert data is not None  # a regular member always has its data
+                text = data.read().decode()
                 status, sources = (text, sources) if path == DPKG_STATUS else (status, text)
     return status, sources, names
 

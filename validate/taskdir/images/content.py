@@ -132,6 +132,7 @@ def _entries(stream, status: list[bytes]) -> Iterator[tuple[str, list]]:
             kind, payload = "?", ""
             if m.isreg():
                 f = tar.extractfile(m)
+                assert f is not None  # a regular member always has its data
                 if (path.endswith((".pyc", ".git/index")) or path.startswith("etc/shadow")
                     or path == DPKG_STATUS) \
                         and m.size <= _MAX_NORMALISED_BYTES:

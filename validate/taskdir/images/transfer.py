@@ -24,6 +24,7 @@ import re
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from validate.core.errors import ValidateError
 from validate.core.paths import IMAGE_ARCHIVE_INDEX
@@ -62,7 +63,7 @@ def export_task_images(m, manifest: Path, out: Path, log: Callable[[str], None] 
         else out
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    api = images.client.api
+    api: Any = images.client.api  # its private _get/_url: docker's stubs type only the public API
     h = hashlib.sha256()
     partial = path.with_name(path.name + ".partial")
     res = api._get(api._url("/images/get"), params={"names": ids}, stream=True)
@@ -87,7 +88,9 @@ def archive_images(archive: Path) -> set[str]:
             if member is None or not member.isreg() or member.size > _MAX_INDEX_BYTES:
                 raise ValidateError(f"{archive}: no manifest.json index: not an archive `validate image "
                                     "export --manifest` wrote")
-            index = json.loads(tar.extractfile(member).read())
+            data = tar.extractfile(member)
+            assert data is not None  # a regular member always has its data
+            index = json.loads(data.read())
     except (tarfile.TarError, OSError, ValueError) as e:
         raise ValidateError(f"{archive}: not a readable image archive ({e})") from None
     ids: set[str] = set()
@@ -95,8 +98,9 @@ def archive_images(archive: Path) -> set[str]:
         config = _CONFIG.match(str((item or {}).get("Config", "")))
         if config is None:
             raise ValidateError(f"{archive}: its index names an image without a config digest")
-        if (item or {}).get("RepoTags"):
-            raise ValidateError(f"{archive}: names images {item['RepoTags']}; a task-image archive names "
+        tags = (item or {}).get("RepoTags")
+        if tags:
+            raise ValidateError(f"{archive}: names images {tags}; a task-image archive names "
                                 "none (loading it must not add or replace a named image)")
         ids.add("sha256:" + config.group(1))
     return ids

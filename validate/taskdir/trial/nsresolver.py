@@ -81,6 +81,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from docker.types import Mount
 
@@ -162,7 +163,7 @@ def _sockets_in(pid: int) -> list[socket.socket]:
     helper.start()
     helper.join()
     if "error" in box:
-        error = box["error"]
+        error = cast(BaseException, box["error"])  # work() stores only what it caught there
         if isinstance(error, NamespaceError):
             raise error
         raise NamespaceError(f"listening in the network namespace of pid {pid} failed: "
@@ -339,8 +340,8 @@ class Resolver:
                                 os.eventfd_read(self._wake)
                             except BlockingIOError:
                                 pass
-                        else:
-                            self._serve(key.fileobj, MOST_AT_ONCE)
+                        else:  # the rest registered are the listening sockets
+                            self._serve(cast(socket.socket, key.fileobj), MOST_AT_ONCE)
         except Exception as e:  # recorded: lookups() says the record may be short
             with self._lock:
                 self.problem = f"the harness's resolver stopped: {type(e).__name__}: {str(e)[:200]}"

@@ -118,6 +118,7 @@ def _export_into(api, image_id: str, dest: Path) -> None:
                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors)
     tail = lambda: (errors.seek(0), errors.read().decode(errors="replace")[-500:])[1]  # noqa: E731
     try:
+        assert tar.stdin is not None  # opened with stdin=PIPE
         for chunk in api.export(cid):
             tar.stdin.write(chunk)
         tar.stdin.close()

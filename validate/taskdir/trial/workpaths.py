@@ -209,14 +209,15 @@ def plan(diff: Iterable[dict], work: WorkPaths | Sequence[str]) -> Plan:
             outside.append(change)
     not_carried = _Tree(c.path for c in outside)
     all_carried = _Tree(carried)
-    delete, copy = [], []
+    delete: list[str] = []
+    copy: list[str] = []
     for path in sorted(carried, key=tree_order):  # an ancestor right before its descendants
         if (delete and under(path, delete[-1])) or (copy and under(path, copy[-1])):
             continue
-        kind = carried[path]
-        if kind == "deleted":
+        change_kind = carried[path]
+        if change_kind == "deleted":
             delete.append(path)
-        elif not not_carried.below(path) and (kind == "added" or not all_carried.below(path)):
+        elif not not_carried.below(path) and (change_kind == "added" or not all_carried.below(path)):
             copy.append(path)
     return Plan(copy=tuple(copy), delete=tuple(delete), outside=tuple(outside))
 
