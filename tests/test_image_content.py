@@ -192,3 +192,19 @@ def test_a_disk_budget_prunes_the_oldest_images_not_kept_and_logs_each(tmp_path)
     assert made[0] in left and made[2] in left and made[1] not in left
     for image in (made[0], made[2]):
         client.images.remove(image, force=True)
+
+
+@pytest.mark.parametrize("index", [["x"], [None], [1, {"Config": "c"}], {"Config": "x"}, "x"])
+def test_an_archive_index_of_any_json_is_refused_with_a_clear_error(tmp_path, index):
+    """The index is the user's file: any JSON in it is an error naming the archive, never a
+    traceback (checked before docker reads anything)."""
+    from validate.taskdir.images.transfer import IMAGE_ARCHIVE_INDEX, archive_images
+
+    archive = tmp_path / "images.tar"
+    data = json.dumps(index).encode()
+    with tarfile.open(archive, "w") as out:
+        member = tarfile.TarInfo(IMAGE_ARCHIVE_INDEX)
+        member.size = len(data)
+        out.addfile(member, io.BytesIO(data))
+    with pytest.raises(ValidateError, match="images.tar: its index names an image without a config digest"):
+        archive_images(archive)

@@ -95,10 +95,11 @@ def archive_images(archive: Path) -> set[str]:
         raise ValidateError(f"{archive}: not a readable image archive ({e})") from None
     ids: set[str] = set()
     for item in index if isinstance(index, list) else [None]:
-        config = _CONFIG.match(str((item or {}).get("Config", "")))
+        entry = item if isinstance(item, dict) else {}  # the archive's index is the user's file: any JSON
+        config = _CONFIG.match(str(entry.get("Config", "")))
         if config is None:
             raise ValidateError(f"{archive}: its index names an image without a config digest")
-        tags = (item or {}).get("RepoTags")
+        tags = entry.get("RepoTags")
         if tags:
             raise ValidateError(f"{archive}: names images {tags}; a task-image archive names "
                                 "none (loading it must not add or replace a named image)")
