@@ -74,6 +74,11 @@ def pull(ref: str, registry: str, backend, pinned: str | None = None) -> PulledB
     if pinned is not None:
         repo, _, digest = pinned.rpartition("@")
     want = digest or tag
+    # A digest is asked of the registry itself first: the daemon may answer a pull by digest
+    # from manifests it cached, so a digest the registry no longer serves would still "pull".
+    if digest is not None and backend.remote_digest(f"{repo}@{digest}") is None:
+        raise PullRefused(UNSUPPORTED_CONTRACT, f"{ref}: the digest {digest} no longer resolves in "
+                                                f"{registry} (it does not serve {repo}@{digest})")
     try:
         image_id = backend.pull(repo, want)
     except LookupError as e:
