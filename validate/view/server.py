@@ -213,15 +213,16 @@ class Viewer:
         if len(seg) >= 3 and seg[0] == "file":
             listing = self.catalog.scan()
             if seg[1] in listing.evals:
-                kind = "eval"
+                kind, root = "eval", listing.evals[seg[1]].root
             elif seg[1] in listing.compares:
-                kind = "compare"
+                kind, root = "compare", listing.compares[seg[1]].root
             else:
-                self._run(seg[1])  # a dataset run, or a 404 naming why not
-                kind = "run"
+                # a dataset run, or a 404 naming why not; its root from this same scan (a run
+                # that appeared after the listing above is served, never a 500)
+                kind, root = "run", self._run(seg[1])[0].root
             if seg[2:] == [""]:
                 raise Redirect(url([kind, seg[1]]))
-            return self._file(listing.root(seg[1]), seg[2:])
+            return self._file(root, seg[2:])
         raise HTTPError(404, "Not Found", "no such page")
 
 
@@ -231,7 +232,8 @@ def _handler(viewer: Viewer, log: Callable[[str], None] | None):
         sys_version = ""
 
         def _allowed_host(self) -> bool:
-            port = self.server.server_address[1]
+            address = self.server.server_address  # (host, port): this viewer binds an IPv4 address
+            port = address[1] if isinstance(address, tuple) else None
             return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
 
         def _respond(self, head_only: bool) -> None:
