@@ -189,7 +189,8 @@ def prepare(daemon, base_map: dict, work: Path, log) -> None:
     """The upstream tags, the stand-in images, the stand-in module and overlays under `work`/harbor."""
     client = daemon.client
     for sub in base_map["substitutions"]:
-        if not any(c in sub["upstream"] for c in "*?["):  # a glob serves many names; tag only plain ones
+        # a glob serves many names: tag only plain ones, of the bases this map built
+        if not any(c in sub["upstream"] for c in "*?[") and sub["recipe"] in base_map["bases"]:
             repo, tag = sub["upstream"].rsplit(":", 1)
             client.images.get(base_map["bases"][sub["recipe"]]["image_id"]).tag(repo, tag)
             log(f"  {sub['upstream']} = the harness's base {sub['recipe']}")
