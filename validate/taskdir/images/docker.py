@@ -53,6 +53,11 @@ def _changes(recipe: BaseRecipe) -> list[str]:
     return lines + ([f"CMD {json.dumps(list(recipe.cmd))}"] if recipe.cmd else [])
 
 
+def _not_found(text: str) -> bool:
+    """Whether a registry's answer, as the daemon relays it, says it has no such manifest."""
+    return "not found" in text.lower() or "manifest unknown" in text.lower()
+
+
 def context_tar(context: Path, dockerfile: str) -> IO[bytes]:
     """`context` as one tar, as docker's client sends it: what its ``.dockerignore`` excludes
     left out (read as bytes: a task's file in any encoding is its patterns, never a crash),
@@ -238,7 +243,7 @@ class DockerImages:
             raise LookupError(str(e.explanation or e)) from None
         except APIError as e:
             text = str(e.explanation or e)
-            if "not found" in text.lower() or "manifest unknown" in text.lower():
+            if _not_found(text):
                 raise LookupError(text) from None
             raise SandboxError(f"task images: cannot pull {repository}:{tag_or_digest} ({text})") from None
         except DockerException as e:
@@ -250,11 +255,18 @@ class DockerImages:
         return next((d.rpartition("@")[2] for d in digests if d.rpartition("@")[0] == repository), None)
 
     def remote_digest(self, reference: str) -> str | None:
-        """The digest a registry's tag resolves to now (None: it does not resolve)."""
+        """The digest a registry's tag (or digest) resolves to now (None: the registry says it
+        has no such manifest); `SandboxError` when the registry or the daemon fails, which is
+        this machine's fault, never the contract's."""
         try:
             return self.client.api.inspect_distribution(reference)["Descriptor"]["digest"]
-        except (NotFound, APIError):
+        except NotFound:
             return None
+        except APIError as e:
+            if _not_found(str(e.explanation or e)):
+                return None
+            why = e.explanation or e
+            raise SandboxError(f"task images: cannot ask the registry for {reference} ({why})") from None
         except DockerException as e:
             raise SandboxError(f"task images: cannot ask the registry for {reference} ({e})") from None
 
