@@ -70,6 +70,7 @@ from validate.taskdir.images.dockerfile import (
     DockerfileError,
     Unresolvable,
     external_images,
+    ignore_also,
     rewrite,
 )
 from validate.taskdir.images.netfault import classify
@@ -471,13 +472,12 @@ def put_dockerfile(context: Path, dockerfile: str) -> None:
     task) is replaced, never followed."""
     (context / BUILD_DOCKERFILE).write_text(dockerfile, encoding="utf-8")
     ignore = context / ".dockerignore"
-    if ignore.is_symlink() or (ignore.exists() and not ignore.is_file()):
-        shutil.rmtree(ignore) if ignore.is_dir() and not ignore.is_symlink() else ignore.unlink()
+    if ignore.is_dir() and not ignore.is_symlink():
+        shutil.rmtree(ignore)
+    elif ignore.is_symlink() or (ignore.exists() and not ignore.is_file()):
+        ignore.unlink()
     if ignore.is_file():
-        text = ignore.read_bytes()
-        ignore.write_bytes(
-            text + (b"" if text.endswith(b"\n") or not text else b"\n") + BUILD_DOCKERFILE.encode() + b"\n"
-        )
+        ignore_also(context, BUILD_DOCKERFILE)
     else:
         ignore.write_text(f".dockerignore\n{BUILD_DOCKERFILE}\n", encoding="utf-8")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from validate.core.errors import TaskError
 
@@ -148,3 +149,11 @@ def rewrite(text: str, served: dict[str, str]) -> tuple[str, str]:
     diff = "".join(difflib.unified_diff(lines, new.splitlines(keepends=True),
                                         "a/environment/Dockerfile", "b/environment/Dockerfile"))
     return new, diff
+
+
+def ignore_also(context: Path, pattern: str) -> None:
+    """`pattern` appended as a line of `context`'s ``.dockerignore`` (a regular file), its other
+    bytes kept as they are."""
+    ignore = context / ".dockerignore"
+    text = ignore.read_bytes()
+    ignore.write_bytes(text + (b"" if text.endswith(b"\n") or not text else b"\n") + pattern.encode() + b"\n")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from environment.protocol import sha256_tag
 from validate.core.errors import ProfileUnavailable
-from validate.taskdir.images.dockerfile import external_images
+from validate.taskdir.images.dockerfile import external_images, ignore_also
 
 TRUST_FILE = ".validate-build-trust.pem"
 TRUST_PATH = "/etc/ssl/validate-build-trust.pem"
@@ -122,9 +122,4 @@ def add_to_context(context: Path, bundle: bytes) -> None:
     os.utime(context / TRUST_FILE, (0, 0))  # COPY keeps the mtime: the layer must not depend on when
     ignore = context / ".dockerignore"
     if ignore.is_file() and not ignore.is_symlink():
-        text = ignore.read_text(encoding="utf-8", errors="surrogateescape")
-        ignore.write_text(
-            f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}!{TRUST_FILE}\n",
-            encoding="utf-8",
-            errors="surrogateescape",
-        )
+        ignore_also(context, f"!{TRUST_FILE}")
